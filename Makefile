@@ -1,0 +1,77 @@
+# make demo  - the closed loop on the wifi-walk scenario, embedded defaults, under a minute
+# make test  - lint + every test (Python against real redis/influxd/mosquitto, Go agent, chart)
+# make bench - the benchmarks in bench/, figures printed (see README)
+#
+# On a fresh Debian machine as root these install what they need: Debian packages with apt-get,
+# Python packages into .venv, Go tools (influxd 1.8, helm) into .tools/bin with `go install`.
+
+SHELL := /bin/bash
+VENV  := $(CURDIR)/.venv
+PY    := $(VENV)/bin/python
+TOOLS := $(CURDIR)/.tools/bin
+export PATH := $(TOOLS):$(VENV)/bin:/usr/local/go/bin:$(PATH)
+export GOFLAGS ?= -mod=mod
+
+INFLUXD_VERSION := v1.8.10
+HELM_VERSION    := v3.16.4
+APT_PACKAGES    := redis-server mosquitto mosquitto-clients iproute2 openssl python3-venv golang-go
+
+.PHONY: demo test lint test-python test-agent bench deps deps-python deps-system deps-tools agent clean
+
+demo: deps-python
+	$(VENV)/bin/mcw demo --out out/demo
+
+test: deps lint test-python test-agent
+
+deps: deps-system deps-python deps-tools agent
+
+# Debian packages: only when something is missing, so a warm machine does not touch apt.
+deps-system:
+	@missing=""; \
+	for cmd in redis-server mosquitto openssl ip; do command -v $$cmd >/dev/null || missing=1; done; \
+	command -v go >/dev/null || missing=1; \
+	python3 -c 'import ensurepip, venv' 2>/dev/null || missing=1; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $(APT_PACKAGES)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); \
+	fi
+
+deps-python: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@python3 -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+deps-tools: $(TOOLS)/influxd $(TOOLS)/helm
+
+$(TOOLS)/influxd:
+	GOBIN=$(TOOLS) go install github.com/influxdata/influxdb/cmd/influxd@$(INFLUXD_VERSION)
+
+$(TOOLS)/helm:
+	GOBIN=$(TOOLS) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+agent:
+	@if [ -f kernel-agent/go.mod ]; then \
+	  cd kernel-agent && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/mcw-agent ./cmd/mcw-agent; \
+	fi
+
+lint: deps-python
+	$(VENV)/bin/ruff check xapp twin tests bench
+	$(VENV)/bin/mypy
+	@if [ -f kernel-agent/go.mod ]; then cd kernel-agent && go vet ./...; fi
+
+test-python: deps
+	$(VENV)/bin/pytest -q
+
+test-agent: agent
+	@if [ -f kernel-agent/go.mod ]; then cd kernel-agent && go test -race -count=1 ./...; fi
+
+bench: deps
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@if [ -f kernel-agent/go.mod ]; then cd kernel-agent && go test -run '^$$' -bench . -benchmem ./...; fi
+
+clean:
+	rm -rf out .pytest_cache .ruff_cache .mypy_cache kernel-agent/bin
