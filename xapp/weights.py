@@ -117,16 +117,30 @@ def optimal_weights_batch(capacity: NDArray[np.floating], max_weight: int = 100,
     for start in range(0, n, chunk_rows):
         cc = c[start:start + chunk_rows]  # (m, k)
         anchor = cc[:, :, None]  # capacity of the binding WAT j: (m, k_j, 1)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # u[m, j, v, i] = min(M, floor(C_i * v / C_j))
             ratio = cc[:, None, None, :] * v[None, None, :, None] / anchor[..., None]
-        u = np.minimum(max_weight, np.floor(np.nan_to_num(ratio, posinf=0.0) + _EPS))
+        u = np.floor(np.nan_to_num(np.minimum(max_weight, ratio), nan=0.0) + _EPS)
         lam = np.where(anchor > 0, anchor / v[None, None, :], -1.0)  # (m, k_j, M)
-        score = lam * u.sum(axis=-1)
-        best = score.reshape(len(cc), -1).argmax(axis=1)
+        totals = u.sum(axis=-1)
+        best = _argmax_prefer_larger_total(
+            (lam * totals).reshape(len(cc), -1), totals.reshape(len(cc), -1))
         u_flat = u.reshape(len(cc), k * max_weight, k)
         out[start:start + chunk_rows] = u_flat[np.arange(len(cc)), best].astype(np.int64)
     return out
+
+
+def _argmax_prefer_larger_total(score: NDArray[np.float64], totals: NDArray[np.float64]
+                                ) -> NDArray[np.intp]:
+    """Row-wise argmax of ``score``; among near-equal scores, the largest weight total.
+
+    Several integer vectors often reach the same T (1-4 and 25-100 for a 1:4 ratio); the
+    finest-grained one is kept so that the answer is canonical and small capacity changes
+    move the weights by small steps.
+    """
+    top = score.max(axis=-1, keepdims=True)
+    tied = score >= top - 1e-9 * np.abs(top)
+    return np.where(tied, totals, -1.0).argmax(axis=-1)
 
 
 def _optimal_bounded(c: NDArray[np.float64], max_weight: int, lo: NDArray[np.float64],
@@ -142,7 +156,8 @@ def _optimal_bounded(c: NDArray[np.float64], max_weight: int, lo: NDArray[np.flo
     anchors = np.flatnonzero(c > 0)
     v = np.arange(1, max_weight + 1, dtype=np.float64)
     lam = (c[anchors][:, None] / v[None, :]).ravel()  # (L,)
-    u = np.minimum(max_weight, np.floor(c[None, :] / lam[:, None] + _EPS))  # (L, k)
+    with np.errstate(over="ignore"):
+        u = np.floor(np.minimum(max_weight, c[None, :] / lam[:, None]) + _EPS)  # (L, k)
     totals = np.arange(1, k * max_weight + 1, dtype=np.float64)  # (S,)
     lower = np.ceil(lo[None, :] * totals[:, None] - _EPS)  # (S, k)
     upper = np.floor(hi[None, :] * totals[:, None] + _EPS)  # (S, k)
@@ -153,7 +168,9 @@ def _optimal_bounded(c: NDArray[np.float64], max_weight: int, lo: NDArray[np.flo
     if not feasible.any():
         return None
     score = np.where(feasible, lam[:, None] * totals[None, :], -np.inf)
-    li, si = np.unravel_index(int(score.argmax()), score.shape)
+    flat = _argmax_prefer_larger_total(score.reshape(1, -1),
+                                       np.broadcast_to(totals, score.shape).reshape(1, -1))
+    li, si = np.unravel_index(int(flat[0]), score.shape)
     w = lower[si].astype(np.int64)
     cap = box_hi[li, si].astype(np.int64)
     # Fill the rest where each extra packet per round costs the least rate.
