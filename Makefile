@@ -14,7 +14,6 @@ export GOFLAGS ?= -mod=mod
 
 INFLUXD_VERSION := v1.8.10
 HELM_VERSION    := v3.16.4
-APT_PACKAGES    := redis-server mosquitto mosquitto-clients iproute2 openssl python3-venv golang-go
 
 .PHONY: demo test lint test-python test-agent bench deps deps-python deps-system deps-tools agent clean
 
@@ -25,15 +24,21 @@ test: deps lint test-python test-agent
 
 deps: deps-system deps-python deps-tools agent
 
-# Debian packages: only when something is missing, so a warm machine does not touch apt.
+# Debian packages: only the ones whose command is missing, so a warm machine does not touch apt.
+# command:package pairs; Go comes with this kind of machine, golang-go is the fallback.
+APT_NEEDS := redis-server:redis-server mosquitto:mosquitto mosquitto_pub:mosquitto-clients \
+             ip:iproute2 tc:iproute2 openssl:openssl go:golang-go gcc:gcc
+
 deps-system:
 	@missing=""; \
-	for cmd in redis-server mosquitto openssl ip; do command -v $$cmd >/dev/null || missing=1; done; \
-	command -v go >/dev/null || missing=1; \
-	python3 -c 'import ensurepip, venv' 2>/dev/null || missing=1; \
+	for pair in $(APT_NEEDS); do \
+	  cmd=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$cmd >/dev/null || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; \
+	done; \
+	python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages: $(APT_PACKAGES)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
 deps-python: $(VENV)/.installed
