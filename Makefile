@@ -55,8 +55,14 @@ deps-tools: $(TOOLS)/influxd $(TOOLS)/helm
 $(TOOLS)/influxd:
 	GOBIN=$(TOOLS) go install github.com/influxdata/influxdb/cmd/influxd@$(INFLUXD_VERSION)
 
+# helm's release builds stamp its version and the Kubernetes version it assumes with -ldflags;
+# a plain `go install` would claim Kubernetes 1.20 and refuse charts that need >= 1.25.
+HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=31 \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=31
+
 $(TOOLS)/helm:
-	GOBIN=$(TOOLS) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	GOBIN=$(TOOLS) go install -ldflags "$(HELM_LDFLAGS)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 agent:
 	@if [ -f kernel-agent/go.mod ]; then \

@@ -76,6 +76,7 @@ class Policy:
         per_wat: Mapping[str, Mapping[str, Any]] = doc.get("wats", {}) or {}
         if not isinstance(per_wat, Mapping):
             raise PolicyError("'wats' must be an object keyed by WAT name")
+        _check_wats(per_wat.keys(), "wats")
         min_share: dict[str, float] = {}
         max_share: dict[str, float] = {}
         split: dict[str, float] = {}

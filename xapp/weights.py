@@ -27,8 +27,8 @@ from numpy.typing import NDArray
 from xapp.policy import KNOWN_WATS, Policy, SteeringMode
 
 _EPS = 1e-9
-#: Work-array size (elements) for the candidate scan: about 4 MB of float64.
-_BLOCK_ELEMENTS = 524_288
+#: Work-array size (elements) for the candidate scan: about 1 MB of float64, which stays in L2.
+_BLOCK_ELEMENTS = 131_072
 
 
 class WeightError(ValueError):
@@ -107,8 +107,7 @@ def optimal_weights_batch(capacity: NDArray[np.floating], max_weight: int = 100
     ``u_i = min(max_weight, floor(C_i / λ))`` (0 drops a WAT too slow to keep up), and
     ``u ≥ w*`` element-wise at ``λ*``, so ``λ* · sum(u) ≥ T(w*)``; since every ``u_i ≤ C_i/λ``,
     ``T(u) ≥ λ · sum(u)``.  The candidate with the largest ``λ · sum(u)`` is therefore optimal.
-    Among candidates within 1e-9 of the best, the one with the largest weight total wins (see
-    :func:`_argmax_prefer_larger_total`).
+    Of candidates with the same T, the one with the largest weight total wins.
 
     The candidates are scanned in blocks of ``v`` sized so that the (n, k, block, k) work
     array stays near the CPU cache: one (n, k, max_weight, k) tensor is several times slower
@@ -124,10 +123,8 @@ def optimal_weights_batch(capacity: NDArray[np.floating], max_weight: int = 100
         ratio = c[:, None, :] / c[:, :, None]  # ratio[r, j, i] = C_i / C_j
     # Any ratio above max_weight + 1 already saturates every u_i; capping avoids overflow.
     ratio = np.minimum(np.nan_to_num(ratio, nan=0.0, posinf=max_weight + 1.0), max_weight + 1.0)
-    dead = c <= 0  # a WAT with no capacity cannot be the binding one
     rows = np.arange(n)
-    best = np.full(n, -np.inf)
-    best_total = np.zeros(n)
+    best_key = np.full(n, -np.inf)
     best_j = np.zeros(n, dtype=np.int64)
     best_v = np.ones(n)
     block = int(np.clip(_BLOCK_ELEMENTS // max(1, n * k * k), 1, max_weight))
@@ -140,33 +137,21 @@ def optimal_weights_batch(capacity: NDArray[np.floating], max_weight: int = 100
         np.floor(u, out=u)
         np.minimum(u, max_weight, out=u)
         total = u.sum(axis=-1)  # (n, k_j, b)
-        score = c[:, :, None] * total / v  # λ · Σu with λ = C_j / v
-        score[np.broadcast_to(dead[:, :, None], score.shape)] = -np.inf
-        flat = _argmax_prefer_larger_total(score.reshape(n, -1), total.reshape(n, -1))
-        top = score.reshape(n, -1)[rows, flat]
-        top_total = total.reshape(n, -1)[rows, flat]
-        tol = 1e-9 * np.abs(np.where(np.isfinite(best), best, 0.0))
-        better = (top > best + tol) | ((top >= best - tol) & (top_total > best_total))
-        best = np.where(better, top, best)
-        best_total = np.where(better, top_total, best_total)
+        # key = λ·Σu (λ = C_j / v) nudged by the total so that, of candidates with the same
+        # T, the one with the largest weights wins: the answer is canonical (25-100 rather
+        # than 1-4) and small capacity changes move it by small steps.  The nudge (< 1e-9
+        # relative) is far below any real difference in T.  A dead WAT (C_j = 0) scores 0
+        # and never beats a live one, whose own u_j = v >= 1.
+        key = c[:, :, None] * total / v * (1.0 + 1e-12 * total)
+        flat = key.reshape(n, -1).argmax(axis=1)
+        top = key.reshape(n, -1)[rows, flat]
+        better = top > best_key
+        best_key = np.where(better, top, best_key)
         best_j = np.where(better, flat // len(v), best_j)
         best_v = np.where(better, v[flat % len(v)], best_v)
     out = np.minimum(max_weight, np.floor(ratio[rows, best_j] * best_v[:, None] + _EPS))
-    out[dead.all(axis=1)] = 0
+    out[(c <= 0).all(axis=1)] = 0
     return out.astype(np.int64)
-
-
-def _argmax_prefer_larger_total(score: NDArray[np.float64], totals: NDArray[np.float64]
-                                ) -> NDArray[np.intp]:
-    """Row-wise argmax of ``score``; among near-equal scores, the largest weight total.
-
-    Several integer vectors often reach the same T (1-4 and 25-100 for a 1:4 ratio); the
-    finest-grained one is kept so that the answer is canonical and small capacity changes
-    move the weights by small steps.
-    """
-    top = score.max(axis=-1, keepdims=True)
-    tied = score >= top - 1e-9 * np.abs(top)
-    return np.where(tied, totals, -1.0).argmax(axis=-1)
 
 
 def _optimal_bounded(c: NDArray[np.float64], max_weight: int, lo: NDArray[np.float64],
@@ -193,10 +178,9 @@ def _optimal_bounded(c: NDArray[np.float64], max_weight: int, lo: NDArray[np.flo
                 & (box_hi.sum(axis=-1) >= totals[None, :]))
     if not feasible.any():
         return None
-    score = np.where(feasible, lam[:, None] * totals[None, :], -np.inf)
-    flat = _argmax_prefer_larger_total(score.reshape(1, -1),
-                                       np.broadcast_to(totals, score.shape).reshape(1, -1))
-    li, si = np.unravel_index(int(flat[0]), score.shape)
+    # the same canonical tie-break as optimal_weights_batch: the largest total among equal T
+    key = np.where(feasible, lam[:, None] * totals[None, :] * (1.0 + 1e-12 * totals), -np.inf)
+    li, si = np.unravel_index(int(key.argmax()), key.shape)
     w = lower[si].astype(np.int64)
     cap = box_hi[li, si].astype(np.int64)
     # Fill the rest where each extra packet per round costs the least rate.
