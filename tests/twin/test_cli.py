@@ -1,0 +1,48 @@
+"""``mcw twin`` and ``mcw demo`` end to end through the real command table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from twin.sysctl_backend import WEIGHTS_PATH
+from xapp.cli import main
+
+
+def test_twin_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["twin", "--scenario", "paper-static", "--policy", "fixed:30,100,1",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for key in ("aggregate_mbps", "oracle_mbps", "capacity_sum_mbps", "ratio_to_oracle",
+                "per_wat_mbps", "weight_updates"):
+        assert key in doc
+    assert set(doc["per_wat_mbps"]) == {"nr", "wifi", "lifi"}
+    assert doc["aggregate_mbps"] >= 0.9 * doc["capacity_sum_mbps"]
+
+
+def test_twin_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    png = tmp_path / "walk.png"
+    assert main(["twin", "--scenario", "wifi-walk", "--policy", "probe", "--duration", "60",
+                 "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "ratio to oracle" in out and png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("argv", [["--policy", "fixed:1,2"], ["--cpes", "0"],
+                                  ["--max-weight", "0"], ["--policy", "nope"]])
+def test_twin_bad_input(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["twin", *argv]) == 2
+    assert "mcw twin:" in capsys.readouterr().err
+
+
+def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--out", str(tmp_path), "--quiet"]) == 0
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    assert (tmp_path / "demo.png").stat().st_size > 10_000
+    assert doc["sysctl"]["writes"] > 10
+    text = (tmp_path / "sysroot" / WEIGHTS_PATH).read_text().split()
+    assert len(text) == 15 and text[0] == "335544330"
+    assert doc["xapp"]["aggregate_mbps"] > doc["probe"]["aggregate_mbps"]
+    assert "xapp" in capsys.readouterr().out

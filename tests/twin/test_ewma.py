@@ -1,0 +1,73 @@
+"""The censoring-aware EWMA estimator, row by row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xapp.estimator import CapacityEstimator, KpiFrame
+from xapp.ewma import EwmaEstimator
+
+
+def _frame(delivered: list[float], limited: list[float], up: list[float] | None = None
+           ) -> KpiFrame:
+    n = len(delivered)
+    values = {"delivered_mbps": np.array(delivered), "cwnd_limited": np.array(limited)}
+    if up is not None:
+        values["up"] = np.array(up)
+    return KpiFrame(time_s=0.0, cpe=np.array(["a"] * n), wat=np.array(["nr", "wifi", "lifi"][:n]),
+                    values=values)
+
+
+def test_is_a_capacity_estimator() -> None:
+    assert isinstance(EwmaEstimator(), CapacityEstimator)
+
+
+def test_saturated_rows_are_measurements_unsaturated_are_lower_bounds() -> None:
+    est = EwmaEstimator(alpha=0.5, alpha_down=1.0, explore_pct=10.0, explore_accel=2.0,
+                        explore_max_pct=50.0)
+    est.step(_frame([100.0, 100.0], [1.0, 0.0]))
+    fc = est.step(_frame([200.0, 100.0], [1.0, 0.0]))
+    assert fc.median_mbps[0] == pytest.approx(150.0)  # EWMA towards the measurement
+    assert fc.median_mbps[1] == pytest.approx(150.0)  # lower bound: explored up 50 % (slow start)
+    fc = est.step(_frame([50.0, 100.0], [1.0, 0.0]))
+    assert fc.median_mbps[0] == pytest.approx(50.0)  # alpha_down=1: drops at once
+    assert fc.median_mbps[1] == pytest.approx(min(400.0, 225.0))
+    fc = est.step(_frame([60.0, 90.0], [0.0, 1.0]))
+    assert fc.median_mbps[1] == pytest.approx(90.0)  # now saturated: measured, growth resets
+    fc = est.step(_frame([60.0, 90.0], [0.0, 0.0]))
+    assert fc.median_mbps[1] == pytest.approx(99.0)  # explore_pct after a saturation
+
+
+def test_naive_mode_locks_in() -> None:
+    est = EwmaEstimator(censoring=False, explore_pct=0.0, explore_max_pct=0.0)
+    for _ in range(20):
+        fc = est.step(_frame([10.0, 10.0], [1.0, 0.0]))
+    assert fc.median_mbps[1] == pytest.approx(10.0)
+
+
+def test_down_rows_forecast_zero_and_keep_their_estimate() -> None:
+    est = EwmaEstimator()
+    est.step(_frame([100.0, 80.0], [1.0, 1.0], [1.0, 1.0]))
+    fc = est.step(_frame([100.0, 0.0], [1.0, 0.0], [1.0, 0.0]))
+    assert fc.median_mbps[1] == 0.0 and fc.lower_mbps[1] == 0.0
+    fc = est.step(_frame([100.0, 80.0], [1.0, 1.0], [1.0, 1.0]))
+    assert fc.median_mbps[1] == pytest.approx(80.0)
+
+
+def test_rows_are_matched_by_key() -> None:
+    est = EwmaEstimator()
+    est.step(_frame([100.0, 80.0], [1.0, 1.0]))
+    swapped = KpiFrame(time_s=1.0, cpe=np.array(["a", "a"]), wat=np.array(["wifi", "nr"]),
+                       values={"delivered_mbps": np.array([80.0, 100.0]),
+                               "cwnd_limited": np.array([1.0, 1.0])})
+    fc = est.step(swapped)
+    assert fc.median_mbps.tolist() == pytest.approx([80.0, 100.0])
+
+
+@pytest.mark.parametrize("kwargs", [{"alpha": 0.0}, {"alpha_down": 1.5}, {"explore_accel": 0.5},
+                                    {"explore_pct": 60.0, "explore_max_pct": 50.0},
+                                    {"headroom": 0.5}, {"lower_z": -1.0}])
+def test_bad_parameters(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        EwmaEstimator(**kwargs).step(_frame([1.0], [1.0]))

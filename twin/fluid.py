@@ -1,0 +1,201 @@
+"""Fluid model of one MPTCP connection per CPE under WRR with ``cwnd_limited=N``.
+
+With weights ``w`` a WRR round sends exactly ``w_i`` packets on WAT *i*, so the connection runs
+at ``T(w) = min over used WATs of C_i * sum(w) / w_i`` (:func:`xapp.weights.fluid_aggregate_batch`)
+and WAT *i* delivers ``T * w_i / sum(w)``.  The WAT reaching the minimum is the bottleneck: its
+subflow is cwnd-limited (it carried all it could); every other WAT carries less than it could.
+
+Assumptions, each a simplification the reader should know:
+
+* a WAT whose capacity is 0 (out of range, blocked) is skipped by the scheduler, as if its weight
+  were 0: MPTCP stops scheduling on a failed subflow and the CPE agent reacts to a link going
+  down within tens of milliseconds, so a dead WAT does not stall the connection for a whole
+  control period (the recovery delay of section 6.4 is not modelled);
+* the application is backlogged (iperf3-like) and buffers do not smooth capacity across steps;
+* weights decided from the observations of steps ``[t0, t1)`` are in force from step ``t1``.
+
+Open-loop policies give a whole :class:`Plan` up front and are simulated in one vectorised pass;
+closed-loop ones (:class:`ClosedLoop`) are called once per control period with what happened in
+it.  All arrays are ``(steps, n_cpes, k)`` in the scenario's WAT order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from twin.scenarios import Scenario
+from xapp.weights import fluid_aggregate_batch
+
+Array = NDArray[np.float64]
+IntArray = NDArray[np.integer[Any]]
+
+#: A WAT within this fraction of the bottleneck rate also counts as cwnd-limited.
+SATURATION_TOLERANCE = 0.01
+#: Keep full per-step traces only up to this many (step, cpe) rows (memory).
+TRACE_ROWS = 2_000_000
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Weights over time from an open-loop policy."""
+
+    weights: IntArray  # (steps, n, k)
+    #: Fraction of each WAT's capacity the connection may use (probe traffic); None means 1.
+    available: Array | None = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What happened to the connection during steps ``[t0, t1)``."""
+
+    t0: int
+    t1: int
+    delivered_mbps: Array  # (b, n, k)
+    saturated: NDArray[np.bool_]  # (b, n, k): the subflow was cwnd-limited
+    rtt_ms: Array  # (b, n, k), NaN where the WAT is down
+    up: NDArray[np.bool_]  # (b, n, k)
+
+
+class ClosedLoop(Protocol):
+    """A policy that reacts to what the connection delivered."""
+
+    period_steps: int
+
+    def start(self, scenario: Scenario) -> IntArray:
+        """Weights (n, k) in force from step 0."""
+        ...
+
+    def update(self, obs: Observation) -> IntArray:
+        """Weights (n, k) in force from step ``obs.t1``."""
+        ...
+
+
+@dataclass
+class SimResult:
+    """Outcome of one simulation; traces are None for runs too large to keep them."""
+
+    scenario: str
+    policy: str
+    dt_s: float
+    wats: tuple[str, ...]
+    aggregate_mbps: Array  # (steps, n)
+    oracle_mbps: Array | None  # (steps, n), filled by the caller that ran the oracle
+    capacity_sum_mbps: Array  # (steps, n)
+    per_wat_mean_mbps: Array  # (n, k): time-average delivered per WAT
+    weight_updates: NDArray[np.int64]  # (n,)
+    weights: NDArray[np.int16] | None = None  # (steps, n, k)
+    delivered_mbps: NDArray[np.float32] | None = None  # (steps, n, k)
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def deliver(capacity: Array, weights: IntArray
+            ) -> tuple[Array, Array, NDArray[np.bool_]]:
+    """Per-WAT delivered rate, aggregate T and the cwnd-limited mask for arrays (..., k)."""
+    shape = capacity.shape
+    k = shape[-1]
+    w = np.where(capacity > 0, weights, 0)
+    c2 = capacity.reshape(-1, k)
+    w2 = w.reshape(-1, k)
+    t = fluid_aggregate_batch(c2, w2)
+    total = w2.sum(axis=1)
+    wf = w2.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(total[:, None] > 0, wf / total[:, None], 0.0)
+        rate = np.where(w2 > 0, c2 * total[:, None] / wf, np.inf)
+    delivered = t[:, None] * share
+    saturated = (w2 > 0) & (rate <= t[:, None] * (1.0 + SATURATION_TOLERANCE))
+    return (delivered.reshape(shape), t.reshape(shape[:-1]), saturated.reshape(shape))
+
+
+def _count_updates(prev: IntArray | None, block: IntArray) -> NDArray[np.int64]:
+    """Number of steps in ``block`` (b, n, k) whose weights differ from the step before."""
+    changed = np.any(block[1:] != block[:-1], axis=-1).sum(axis=0)
+    if prev is not None:
+        changed = changed + np.any(block[0] != prev, axis=-1)
+    return np.asarray(changed, dtype=np.int64)
+
+
+class _Recorder:
+    """Accumulates the outcome block by block without keeping more than asked."""
+
+    def __init__(self, scenario: Scenario, policy: str) -> None:
+        steps, n, k = scenario.capacity_mbps.shape
+        self.scenario = scenario
+        self.policy = policy
+        self.keep = steps * n <= TRACE_ROWS
+        self.aggregate = np.zeros((steps, n))
+        self.per_wat = np.zeros((n, k))
+        self.updates = np.zeros(n, dtype=np.int64)
+        self.weights = np.zeros((steps, n, k), dtype=np.int16) if self.keep else None
+        self.delivered = np.zeros((steps, n, k), dtype=np.float32) if self.keep else None
+        self.last: IntArray | None = None
+
+    def add(self, t0: int, t1: int, weights: IntArray, delivered: Array, agg: Array) -> None:
+        self.aggregate[t0:t1] = agg
+        self.per_wat += delivered.sum(axis=0)
+        self.updates += _count_updates(self.last, weights)
+        self.last = weights[-1]
+        if self.weights is not None and self.delivered is not None:
+            self.weights[t0:t1] = weights
+            self.delivered[t0:t1] = delivered
+
+    def result(self) -> SimResult:
+        s = self.scenario
+        return SimResult(
+            scenario=s.name, policy=self.policy, dt_s=s.dt_s, wats=s.wats,
+            aggregate_mbps=self.aggregate, oracle_mbps=None,
+            capacity_sum_mbps=s.capacity_mbps.sum(axis=-1),
+            per_wat_mean_mbps=self.per_wat / s.steps, weight_updates=self.updates,
+            weights=self.weights, delivered_mbps=self.delivered,
+        )
+
+
+def simulate_plan(scenario: Scenario, plan: Plan, policy: str, block_steps: int = 250
+                  ) -> SimResult:
+    """Run an open-loop plan (vectorised over CPEs, in time blocks to bound memory)."""
+    rec = _Recorder(scenario, policy)
+    cap = scenario.capacity_mbps
+    if plan.weights.shape != cap.shape:
+        raise ValueError(f"plan weights {plan.weights.shape} do not match scenario {cap.shape}")
+    for t0 in range(0, scenario.steps, block_steps):
+        t1 = min(scenario.steps, t0 + block_steps)
+        c = cap[t0:t1]
+        if plan.available is not None:
+            c = c * plan.available[t0:t1]
+        w = plan.weights[t0:t1]
+        delivered, agg, _ = deliver(c, w)
+        rec.add(t0, t1, w, delivered, agg)
+    return rec.result()
+
+
+def simulate_closed(scenario: Scenario, controller: ClosedLoop, policy: str,
+                    progress: bool = False) -> SimResult:
+    """Run a closed-loop policy: one call to ``controller.update`` per control period."""
+    rec = _Recorder(scenario, policy)
+    cap = scenario.capacity_mbps
+    weights = np.asarray(controller.start(scenario), dtype=np.int64)
+    period = max(1, int(controller.period_steps))
+    starts = range(0, scenario.steps, period)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(starts), desc=f"{scenario.name}/{policy}", unit="period",
+                   leave=False)
+    for t0 in starts:
+        t1 = min(scenario.steps, t0 + period)
+        c = cap[t0:t1]
+        w = np.broadcast_to(weights, c.shape)
+        delivered, agg, saturated = deliver(c, w)
+        rec.add(t0, t1, w, delivered, agg)
+        obs = Observation(t0=t0, t1=t1, delivered_mbps=delivered, saturated=saturated,
+                          rtt_ms=scenario.rtt_ms[t0:t1], up=c > 0)
+        weights = np.asarray(controller.update(obs), dtype=np.int64)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return rec.result()

@@ -1,0 +1,148 @@
+"""EWMA capacity estimator that knows delivered throughput is censored by the WRR weights.
+
+Under WRR with ``cwnd_limited=N`` each WAT carries exactly its share ``w_i / sum(w)`` of the
+connection, so only the *bottleneck* WAT (the one whose subflow is cwnd-limited: it carried all
+it could) reports its capacity; every other WAT reports a lower bound.  A plain EWMA of delivered
+throughput reads that lower bound as the capacity, gives the WAT a small weight, sees it carry
+little, and locks itself in (the design brief's "trap").  This estimator breaks the loop:
+
+* a **saturated** row (``cwnd_limited >= 0.5``: the subflow was the bottleneck most of the
+  period) is a measurement: ``est += alpha * (delivered - est)``, with ``alpha_down`` when the
+  measurement is below the estimate (over-estimating is the expensive error under WRR);
+* an **unsaturated** row is a lower bound, and the estimate explores upwards like TCP probes for
+  bandwidth: ``est = max(delivered, est * (1 + g))`` capped at ``headroom * delivered``, where
+  the growth ``g`` restarts at ``explore_pct`` after each saturated period and grows by
+  ``explore_accel`` per unsaturated period up to ``explore_max_pct`` (rows start at the maximum,
+  a slow start).  The optimism is bounded and self-correcting: a WAT whose estimate overshoots
+  gets a larger weight, becomes the bottleneck, and its next (saturated) measurement pulls the
+  estimate back; a WAT whose capacity rose keeps growing ever faster until it is found;
+* a row reported **down** (``up == 0``) forecasts 0 and keeps its estimate for when it returns;
+* without a saturation column (NaN), rows are treated as saturated: the classic EWMA.
+
+Frames carry the columns ``delivered_mbps`` (mean over the period), ``cwnd_limited`` (fraction
+of the period the subflow was cwnd-limited, 0..1) and optionally ``up`` (1/0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from xapp.estimator import CapacityForecast, KpiFrame
+
+Array = NDArray[np.float64]
+
+
+class EwmaEstimator:
+    """Per-(cpe, wat) EWMA of delivered throughput with censoring and bounded exploration.
+
+    Parameters
+    ----------
+    alpha : float, default=0.5
+        Weight of a new saturated measurement above the estimate, in (0, 1].
+    alpha_down : float, default=0.8
+        Weight of a new saturated measurement below the estimate, in (0, 1].
+    explore_pct : float, default=1.0
+        Growth of an unsaturated WAT's estimate in the first period after it was saturated,
+        in percent (0 disables exploration).
+    explore_accel : float, default=1.5
+        Factor by which that growth increases for each further unsaturated period (>= 1).
+    explore_max_pct : float, default=50.0
+        Largest growth per period, in percent; also the growth of rows never saturated.
+    headroom : float, default=4.0
+        An unsaturated WAT's estimate never exceeds ``headroom`` times what it delivered.
+    censoring : bool, default=True
+        False reads every measurement as the capacity (the history-only EWMA that locks in).
+    lower_z : float, default=0.0
+        The lower forecast is ``median - lower_z * sd`` of the saturated measurements.
+
+    Attributes
+    ----------
+    keys_ : ndarray of str
+        Row keys ``cpe/wat`` in the order of the last frame.
+    estimate_ : ndarray of float
+        Current capacity estimates (Mbps), NaN before a row's first measurement.
+    """
+
+    def __init__(self, alpha: float = 0.5, alpha_down: float = 0.8, explore_pct: float = 1.0,
+                 explore_accel: float = 1.5, explore_max_pct: float = 50.0,
+                 headroom: float = 4.0, censoring: bool = True, lower_z: float = 0.0) -> None:
+        self.alpha = alpha
+        self.alpha_down = alpha_down
+        self.explore_pct = explore_pct
+        self.explore_accel = explore_accel
+        self.explore_max_pct = explore_max_pct
+        self.headroom = headroom
+        self.censoring = censoring
+        self.lower_z = lower_z
+
+    def _validate(self) -> None:
+        for name in ("alpha", "alpha_down"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+        if not 0.0 <= self.explore_pct <= self.explore_max_pct <= 1000.0:
+            raise ValueError("need 0 <= explore_pct <= explore_max_pct <= 1000, got "
+                             f"{self.explore_pct} and {self.explore_max_pct}")
+        if self.explore_accel < 1.0:
+            raise ValueError(f"explore_accel must be >= 1, got {self.explore_accel}")
+        if self.headroom < 1.0:
+            raise ValueError(f"headroom must be >= 1, got {self.headroom}")
+        if self.lower_z < 0.0:
+            raise ValueError(f"lower_z must be >= 0, got {self.lower_z}")
+
+    def _align(self, frame: KpiFrame) -> None:
+        """Reorder the state to the frame's rows (new rows start unknown)."""
+        keys = np.char.add(np.char.add(frame.cpe.astype(str), "/"), frame.wat.astype(str))
+        if not hasattr(self, "keys_"):
+            self._validate()
+            self.keys_ = keys
+            self.estimate_ = np.full(len(keys), np.nan)
+            self.var_ = np.zeros(len(keys))
+            self.growth_ = np.full(len(keys), self.explore_max_pct / 100.0)
+            return
+        if len(keys) == len(self.keys_) and np.array_equal(keys, self.keys_):
+            return
+        index = {k: i for i, k in enumerate(self.keys_.tolist())}
+        old = np.array([index.get(k, -1) for k in keys.tolist()], dtype=np.int64)
+        known = old >= 0
+        est = np.full(len(keys), np.nan)
+        var = np.zeros(len(keys))
+        growth = np.full(len(keys), self.explore_max_pct / 100.0)
+        est[known] = self.estimate_[old[known]]
+        var[known] = self.var_[old[known]]
+        growth[known] = self.growth_[old[known]]
+        self.keys_, self.estimate_, self.var_, self.growth_ = keys, est, var, growth
+
+    def step(self, frame: KpiFrame) -> CapacityForecast:
+        """Ingest one control period and forecast the next one for the same rows."""
+        self._align(frame)
+        d = frame.column("delivered_mbps")
+        sat_col = frame.column("cwnd_limited")
+        up = frame.column("up")
+        seen = np.isfinite(d) & (up != 0)
+        saturated = ~np.isfinite(sat_col) | (sat_col >= 0.5) | (not self.censoring)
+        est = self.estimate_
+        fresh = seen & ~np.isfinite(est)
+        est[fresh] = d[fresh]
+
+        meas = seen & saturated & ~fresh
+        diff = d[meas] - est[meas]
+        alpha = np.where(diff < 0, self.alpha_down, self.alpha)
+        est[meas] += alpha * diff
+        self.var_[meas] = (1.0 - alpha) * (self.var_[meas] + alpha * diff * diff)
+        self.growth_[seen & saturated] = self.explore_pct / 100.0
+
+        # A WAT that carried nothing (weight 0) still explores from its last estimate, or a
+        # WAT dropped once would never be measured again.
+        bound = seen & ~saturated & np.isfinite(est) & ~fresh
+        g = self.growth_[bound]
+        db = d[bound]
+        grown = np.maximum(db, est[bound] * (1.0 + g))
+        cap = np.where(db > 0, np.maximum(self.headroom * db, est[bound]), np.inf)
+        est[bound] = np.minimum(grown, cap)
+        self.growth_[bound] = np.minimum(self.explore_max_pct / 100.0, g * self.explore_accel)
+
+        down = up == 0
+        median = np.where(down, 0.0, est)
+        lower = np.where(down, 0.0, np.maximum(0.0, est - self.lower_z * np.sqrt(self.var_)))
+        return CapacityForecast(median_mbps=median.copy(), lower_mbps=lower)
