@@ -1,0 +1,92 @@
+"""Configuration: controls typing, MCW_* overrides, refusal of bad files, hot reload."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xapp.ric.config import ConfigError, ConfigWatcher, apply_env_overrides, load_config
+
+CONTROLS: dict[str, Any] = {
+    "control_period_s": 1.0, "log_level": "INFO", "kpi_max_age_s": 5.0, "sdl_namespace": "mcw",
+    "influxdb": {"url": "http://influxdb:8086", "org": "mcw", "bucket": "mcw/autogen",
+                 "token_file": "/opt/ric/secret/influxdb/token"},
+    "mqtt": {"host": "mosquitto", "port": 8883, "client_id": "mcw-xapp",
+             "ca_file": "/opt/ric/tls/ca.crt", "cert_file": "/opt/ric/tls/tls.crt",
+             "key_file": "/opt/ric/tls/tls.key", "lease_s": 30},
+    "model": {"path": "/opt/mcw/models/default", "reload_check_s": 10},
+    "default_policy": {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
+                       "capacity_floor_mbps": 1.0},
+}
+
+
+def write(path: Path, controls: dict[str, Any]) -> Path:
+    path.write_text(json.dumps({"name": "mcw-xapp", "version": "0.1.0", "controls": controls}))
+    return path
+
+
+def test_controls_are_typed(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path / "c.json", CONTROLS), environ={})
+    c = cfg.controls
+    assert (c.control_period_s, c.mqtt.host, c.mqtt.port, c.model.reload_check_s) == \
+        (1.0, "mosquitto", 8883, 10.0)
+    assert cfg.name == "mcw-xapp" and cfg.digest
+
+
+def test_environment_overrides(tmp_path: Path) -> None:
+    env = {"MCW_MQTT_HOST": "broker.example", "MCW_MQTT_PORT": "1883",
+           "MCW_CONTROL_PERIOD_S": "0.5", "MCW_LOG_LEVEL": "debug",
+           "MCW_DEFAULT_POLICY_MAX_WEIGHT": "50", "MCW_INFLUXDB_URL": "http://i:8086",
+           "MCW_SCHEMAS_DIR": "/x", "PATH": "/bin"}
+    c = load_config(write(tmp_path / "c.json", CONTROLS), environ=env).controls
+    assert c.mqtt.host == "broker.example" and c.mqtt.port == 1883
+    assert c.control_period_s == 0.5 and c.log_level == "DEBUG"
+    assert c.default_policy["max_weight"] == 50 and c.influxdb.url == "http://i:8086"
+    # The file's own values are untouched by the override copy.
+    assert apply_env_overrides(CONTROLS, {})["mqtt"]["host"] == "mosquitto"
+
+
+@pytest.mark.parametrize("change, word", [
+    ({"control_period_s": 0}, "control_period_s"),
+    ({"log_level": "LOUD"}, "log_level"),
+    ({"mqtt": {**CONTROLS["mqtt"], "port": 70000}}, "port"),
+    ({"mqtt": {**CONTROLS["mqtt"], "colour": "red"}}, "colour"),
+    ({"default_policy": {"max_weight": 0}}, "max_weight"),
+])
+def test_bad_controls_are_refused(tmp_path: Path, change: dict[str, Any], word: str) -> None:
+    with pytest.raises(ConfigError, match=word):
+        load_config(write(tmp_path / "c.json", {**CONTROLS, **change}), environ={})
+
+
+def test_missing_and_broken_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.json")
+    (tmp_path / "b.json").write_text("{nope")
+    with pytest.raises(ConfigError, match="not JSON"):
+        load_config(tmp_path / "b.json")
+    assert load_config(None, environ={}).controls.sdl_namespace == "mcw"
+
+
+def test_watcher_applies_changes_and_ignores_bad_ones(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.json", CONTROLS)
+    watcher = ConfigWatcher(load_config(path, environ={}))
+    seen: list[float] = []
+    watcher.subscribe(lambda old, new: seen.append(new.controls.control_period_s))
+    assert not watcher.check()
+    write(path, {**CONTROLS, "control_period_s": 0.25})
+    assert watcher.check() and seen == [0.25]
+    write(path, {**CONTROLS, "control_period_s": -1})
+    assert not watcher.check()
+    assert watcher.current.controls.control_period_s == 0.25 and seen == [0.25]
+    # A symlink swap (what a ConfigMap update does) is seen too.
+    other = write(tmp_path / "other.json", {**CONTROLS, "control_period_s": 2.0})
+    first = write(tmp_path / "first.json", CONTROLS)
+    link = tmp_path / "link.json"
+    link.symlink_to(first)
+    w2 = ConfigWatcher(load_config(link, environ={}))
+    link.unlink()
+    link.symlink_to(other)
+    assert w2.check() and w2.current.controls.control_period_s == 2.0

@@ -1,0 +1,230 @@
+"""The control loop against in-memory fakes of its interfaces."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from xapp.estimator import CapacityForecast, KpiFrame
+from xapp.loop import ControlLoop, LoopRunner, LoopSettings
+from xapp.policy import Policy
+from xapp.ric.a1 import PolicyBook, PolicyInstance
+from xapp.ric.metrics import Metrics
+from xapp.ric.sdl_store import StateStore
+from xapp.weights import WatState, WeightDecision, decide
+
+DEFAULTS = {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
+            "capacity_floor_mbps": 1.0}
+
+
+class FakeKpis:
+    """Capacities per (cpe, wat) set by the test; the frame carries them as delivered_mbps."""
+
+    def __init__(self) -> None:
+        self.cap: dict[tuple[str, str], float] = {}
+        self.rtt: dict[tuple[str, str], float] = {}
+
+    def latest(self, now_s: float, max_age_s: float) -> KpiFrame:
+        keys = sorted(self.cap)
+        return KpiFrame(time_s=now_s, cpe=np.array([k[0] for k in keys], dtype=np.str_),
+                        wat=np.array([k[1] for k in keys], dtype=np.str_),
+                        values={"delivered_mbps": np.array([self.cap[k] for k in keys]),
+                                "rtt_ms": np.array([self.rtt.get(k, np.nan) for k in keys])})
+
+
+class Oracle:
+    """Forecasts exactly the delivered throughput; lower bound 90 % of it."""
+
+    def step(self, frame: KpiFrame) -> CapacityForecast:
+        d = frame.column("delivered_mbps")
+        return CapacityForecast(median_mbps=d, lower_mbps=d * 0.9)
+
+
+class FakePublisher:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, int], str, int]] = []
+        self.version: dict[str, int] = {}
+        self.fail = False
+
+    def publish(self, cpe_id: str, decision: WeightDecision, *, mode: str,
+                lease_s: float) -> int:
+        if self.fail:
+            raise ConnectionError("broker away")
+        v = self.version[cpe_id] = self.version.get(cpe_id, 0) + 1
+        self.sent.append((cpe_id, dict(decision.weights), mode, v))
+        return v
+
+    def last(self, cpe_id: str) -> dict[str, int]:
+        return [s for s in self.sent if s[0] == cpe_id][-1][1]
+
+
+class FakeSink:
+    def __init__(self) -> None:
+        self.forecasts: list[str] = []
+        self.weights: list[dict[str, int]] = []
+
+    def write_kpis(self, frame: KpiFrame) -> None:
+        pass
+
+    def write_forecasts(self, frame: KpiFrame, forecast: CapacityForecast,
+                        model_version: str) -> None:
+        self.forecasts.append(model_version)
+
+    def write_weights(self, time_s: float,
+                      weights: Mapping[str, tuple[int, WeightDecision]]) -> None:
+        self.weights.append({c: v for c, (v, _) in weights.items()})
+
+
+def make(lease_s: float = 30.0) -> tuple[ControlLoop, FakeKpis, FakePublisher, FakeSink,
+                                          PolicyBook, StateStore, Metrics]:
+    kpis, pub, sink = FakeKpis(), FakePublisher(), FakeSink()
+    book, state, metrics = PolicyBook(DEFAULTS), StateStore(), Metrics()
+    loop = ControlLoop(kpis, Oracle(), pub, sink, book.resolver, state,
+                       model_version=lambda: "m-1", metrics=metrics,
+                       settings=LoopSettings(control_period_s=1.0, lease_s=lease_s))
+    return loop, kpis, pub, sink, book, state, metrics
+
+
+def paper(kpis: FakeKpis, cpe: str = "cpe-1") -> None:
+    """The WRR paper's capacities: 5G 342, Wi-Fi 1190, LiFi 12 Mbps."""
+    kpis.cap.update({(cpe, "nr"): 342.0, (cpe, "wifi"): 1190.0, (cpe, "lifi"): 12.0})
+
+
+def test_weights_follow_capacities_and_are_published_once() -> None:
+    loop, kpis, pub, sink, _, state, metrics = make()
+    paper(kpis)
+    r = loop.tick(100.0)
+    assert r.cpes == 1 and r.published == {"cpe-1": 1}
+    w = pub.last("cpe-1")
+    # Exactly the engine's answer for the conservative (lower) forecasts under the defaults.
+    expected = decide({"nr": WatState(342.0, 342.0 * 0.9), "wifi": WatState(1190.0, 1071.0),
+                       "lifi": WatState(12.0, 12.0 * 0.9)}, Policy.from_dict(DEFAULTS))
+    assert w == expected.weights
+    assert w["wifi"] > w["nr"] > w["lifi"] >= 1
+    assert state.cpe("cpe-1") is not None and state.cpe("cpe-1").version == 1  # type: ignore[union-attr]
+    assert sink.forecasts == ["m-1"] and sink.weights == [{"cpe-1": 1}]
+    assert state.model_version == "m-1"
+    # Nothing changed: no new message until half the lease has passed.
+    for t in (101.0, 102.0, 110.0):
+        assert loop.tick(t).published == {}
+    assert loop.tick(115.0).published == {"cpe-1": 2}
+    assert metrics.ticks._value.get() == 5
+
+
+def test_hysteresis_holds_small_changes_and_follows_big_ones() -> None:
+    loop, kpis, pub, _, _, _, _ = make()
+    paper(kpis)
+    loop.tick(100.0)
+    first = pub.last("cpe-1")
+    kpis.cap[("cpe-1", "nr")] = 345.0   # < 2 % better aggregate: held
+    r = loop.tick(101.0)
+    assert r.held == 1 and r.published == {}
+    kpis.cap[("cpe-1", "nr")] = 1190.0  # much better with new weights
+    r = loop.tick(102.0)
+    assert r.changed == 1 and pub.last("cpe-1") != first
+
+
+def test_policy_scope_and_change_apply_at_the_next_tick() -> None:
+    loop, kpis, pub, _, book, state, _ = make()
+    paper(kpis, "cpe-1")
+    paper(kpis, "cpe-2")
+    loop.tick(100.0)
+    book.put(PolicyInstance("no-wifi", {"excluded_wats": ["wifi"]}, frozenset({"cpe-2"}), 1.0))
+    r = loop.tick(101.0)
+    assert set(r.published) == {"cpe-2"}
+    assert pub.last("cpe-2")["wifi"] == 0 and pub.last("cpe-1")["wifi"] > 0
+    assert state.cpe("cpe-2").policy_source == "no-wifi"  # type: ignore[union-attr]
+
+
+def test_update_period_of_the_policy_spaces_decisions() -> None:
+    loop, kpis, _, _, book, _, _ = make()
+    book.put(PolicyInstance("slow", {"update_period_s": 5.0}, frozenset(), 1.0))
+    paper(kpis)
+    loop.tick(100.0)
+    kpis.cap[("cpe-1", "nr")] = 1190.0
+    assert loop.tick(101.0).decided == 0
+    assert loop.tick(104.0).decided == 0
+    r = loop.tick(104.6)  # within half a control period of 5 s
+    assert r.decided == 1 and r.changed == 1
+
+
+def test_no_usable_wat_keeps_previous_weights_and_counts_it() -> None:
+    loop, kpis, pub, _, book, _, metrics = make()
+    paper(kpis)
+    loop.tick(100.0)
+    before = pub.last("cpe-1")
+    # Every WAT below the capacity floor: nothing usable.
+    book.set_default({**DEFAULTS, "capacity_floor_mbps": 5000.0})
+    r = loop.tick(101.0)
+    assert r.no_usable == 1 and r.published == {}
+    assert metrics.decisions.labels(result="no_usable_wat")._value.get() == 1
+    # The previous weights keep their lease.
+    r = loop.tick(116.0)
+    assert r.published == {"cpe-1": 2} and pub.last("cpe-1") == before
+
+
+def test_failed_publish_is_retried_next_tick() -> None:
+    loop, kpis, pub, _, _, state, metrics = make()
+    paper(kpis)
+    pub.fail = True
+    r = loop.tick(100.0)
+    assert r.publish_errors == 1 and state.cpe("cpe-1") is None
+    pub.fail = False
+    r = loop.tick(101.0)
+    assert r.published == {"cpe-1": 1}
+    assert metrics.publishes.labels(result="error")._value.get() == 1
+
+
+def test_bad_rows_are_skipped_and_counted() -> None:
+    loop, kpis, pub, _, _, _, metrics = make()
+    paper(kpis)
+    kpis.cap[("cpe-1", "smoke-signals")] = 1.0
+    kpis.cap[("cpe-1", "lte")] = float("nan")
+    r = loop.tick(100.0)
+    assert r.skipped_rows == {"unknown_wat": 1, "no_forecast": 1}
+    assert pub.last("cpe-1")["lte"] == 0
+    assert metrics.kpi_rows_skipped.labels(reason="unknown_wat")._value.get() == 1
+
+
+def test_restart_restores_hysteresis_from_state() -> None:
+    loop, kpis, pub, _, book, state, _ = make()
+    paper(kpis)
+    loop.tick(100.0)
+    # A new loop over the same state (what a restart with SDL looks like).
+    loop2 = ControlLoop(kpis, Oracle(), pub, None, book.resolver, state)
+    kpis.cap[("cpe-1", "nr")] = 345.0
+    r = loop2.tick(101.0)
+    assert r.held == 1 and r.published == {}
+
+
+def test_empty_frame_and_runner_ticks_until_stopped() -> None:
+    loop, kpis, pub, _, _, _, _ = make()
+    assert loop.tick(1.0).rows == 0
+    loop.settings.control_period_s = 0.02
+    paper(kpis)
+    runner = LoopRunner(loop)
+    runner.start()
+    try:
+        import time
+
+        deadline = time.monotonic() + 5
+        while len(pub.sent) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        assert runner.stop(timeout_s=5)
+    assert pub.sent and loop.last_tick_monotonic is not None
+
+
+def test_misaligned_estimator_is_an_error() -> None:
+    class Broken:
+        def step(self, frame: KpiFrame) -> CapacityForecast:
+            return CapacityForecast(np.zeros(1), np.zeros(1))
+
+    kpis = FakeKpis()
+    paper(kpis)
+    loop = ControlLoop(kpis, Broken(), FakePublisher(), None, PolicyBook().resolver,
+                       StateStore())
+    with pytest.raises(ValueError, match="aligned"):
+        loop.tick(1.0)

@@ -1,0 +1,215 @@
+"""``mcw run`` in-process and as a subprocess, lab mode (files for KPIs and weights), real Redis.
+
+HTTP endpoints on a free port, ``/ready`` following Redis going away and coming back, the loop
+carrying on meanwhile, hot reload of config-file.json, and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.redis_server import RedisServer
+from xapp.ric import main
+
+CONTROLS: dict[str, Any] = {
+    "control_period_s": 0.1, "log_level": "INFO", "kpi_max_age_s": 5.0,
+    "sdl_namespace": "mcw-proc",
+    "default_policy": {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
+                       "capacity_floor_mbps": 1.0},
+}
+KPIS = {"cpes": {"cpe-1": {"nr": {"delivered_mbps": 342, "cwnd_limited": 1},
+                           "wifi": {"delivered_mbps": 1190, "cwnd_limited": 1},
+                           "lifi": {"delivered_mbps": 12, "cwnd_limited": 1}}}}
+
+
+def write_config(path: Path, controls: dict[str, Any]) -> Path:
+    path.write_text(json.dumps({"name": "mcw-xapp", "version": "0.1.0", "controls": controls}))
+    return path
+
+
+def get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def wait_until(cond: Callable[[], bool], timeout_s: float = 40.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def published(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    main.configure(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> dict[str, Path]:
+    kpi = tmp_path / "kpis.json"
+    kpi.write_text(json.dumps(KPIS))
+    return {"config": write_config(tmp_path / "config-file.json", CONTROLS), "kpis": kpi,
+            "out": tmp_path / "weights.jsonl"}
+
+
+@pytest.fixture
+def process(lab: dict[str, Path], redis: RedisServer) -> Iterator[main.XappProcess]:
+    args = parse(["--config", str(lab["config"]), "--http-host", "127.0.0.1", "--http-port", "0",
+                  "--rmr", "off", "--estimator", "ewma", "--kpi-file", str(lab["kpis"]),
+                  "--publish-file", str(lab["out"]), "--config-poll-s", "0.1"])
+    proc = main.XappProcess(args, main.load_config(args.config))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop(grace_s=10)
+
+
+def test_endpoints(process: main.XappProcess, lab: dict[str, Path]) -> None:
+    assert process.http is not None
+    port = process.http.port
+    assert wait_until(lambda: len(published(lab["out"])) > 0)
+    assert get(port, "/ric/v1/health/alive")[0] == 200
+    code, body = get(port, "/ric/v1/health/ready")
+    assert code == 200 and json.loads(body) == {"ready": True,
+                                                "checks": {"running": True, "sdl": True}}
+    code, body = get(port, "/ric/v1/config")
+    doc = json.loads(body)
+    assert code == 200 and doc["controls"]["control_period_s"] == 0.1
+    assert doc["descriptor"]["name"] == "mcw-xapp" and doc["policy_type_id"] == 20100
+    code, body = get(port, "/metrics")
+    text = body.decode()
+    assert code == 200
+    ticks = [line for line in text.splitlines() if line.startswith("mcw_ticks_total ")]
+    assert ticks and float(ticks[0].split()[1]) >= 1
+    assert "mcw_tick_duration_seconds_bucket" in text
+    assert 'mcw_publishes_total{result="ok"}' in text
+    assert get(port, "/nope")[0] == 404
+    first = published(lab["out"])[0]
+    assert first["cpe_id"] == "cpe-1" and first["version"] >= 1
+    assert first["weights"]["wifi"] > first["weights"]["nr"] > 0
+
+
+def test_ready_tells_the_truth_about_redis(process: main.XappProcess, lab: dict[str, Path],
+                                           redis: RedisServer) -> None:
+    assert process.http is not None
+    port = process.http.port
+    assert wait_until(lambda: get(port, "/ric/v1/health/ready")[0] == 200)
+    assert wait_until(lambda: len(published(lab["out"])) > 0)
+    redis.stop()
+    assert wait_until(lambda: get(port, "/ric/v1/health/ready")[0] == 503)
+    body = json.loads(get(port, "/ric/v1/health/ready")[1])
+    assert body["checks"]["sdl"] is False
+    # The loop carries on from memory: a capacity change still reaches the CPE.
+    before = len(published(lab["out"]))
+    lab["kpis"].write_text(json.dumps({"cpes": {"cpe-1": {
+        "nr": {"delivered_mbps": 900, "cwnd_limited": 1},
+        "wifi": {"delivered_mbps": 100, "cwnd_limited": 1}}}}))
+    assert wait_until(lambda: len(published(lab["out"])) > before)
+    assert get(port, "/ric/v1/health/alive")[0] == 200
+    redis.start()
+    assert wait_until(lambda: get(port, "/ric/v1/health/ready")[0] == 200)
+    # Caught up: the CPE's latest published version is in Redis.
+    assert wait_until(lambda: process.state.pending() == 0)
+    from xapp.ric.sdl_store import ricsdl_backend
+
+    sdl = ricsdl_backend()
+    stored = json.loads(sdl.get("mcw-proc", {"cpe/cpe-1"})["cpe/cpe-1"])
+    sdl.close()
+    assert stored["version"] == process.state.cpe("cpe-1").version  # type: ignore[union-attr]
+
+
+def test_config_change_on_disk_is_applied(process: main.XappProcess, lab: dict[str, Path]) -> None:
+    assert wait_until(lambda: len(published(lab["out"])) > 0)
+    assert published(lab["out"])[-1]["weights"]["wifi"] > 10
+    write_config(lab["config"], {**CONTROLS, "log_level": "DEBUG", "default_policy": {
+        **CONTROLS["default_policy"], "max_weight": 10}})
+    assert wait_until(lambda: max(published(lab["out"])[-1]["weights"].values()) <= 10)
+    assert process.watcher.current.controls.log_level == "DEBUG"
+    # A broken file is ignored and the running configuration stays.
+    lab["config"].write_text("{broken")
+    time.sleep(0.5)
+    assert process.watcher.current.controls.default_policy["max_weight"] == 10
+
+
+def test_sigterm_stops_cleanly_and_restart_keeps_versions(lab: dict[str, Path],
+                                                          redis: RedisServer) -> None:
+    # A restarted xApp restores the CPE's weights and does not resend them until half the
+    # lease has passed (the retained message is still with the broker); a short lease keeps
+    # the test short.  Also exercises an MCW_* override.
+    env = {**os.environ, **redis.dbaas_env(), "MCW_MQTT_LEASE_S": "2"}
+    cmd = [sys.executable, "-m", "xapp.cli", "run", "--config", str(lab["config"]),
+           "--http-host", "127.0.0.1", "--http-port", "0", "--rmr", "off",
+           "--estimator", "ewma", "--kpi-file", str(lab["kpis"]),
+           "--publish-file", str(lab["out"]), "--grace-s", "10"]
+    versions: list[int] = []
+    for _ in range(2):
+        seen = len(versions)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            assert wait_until(lambda: len(published(lab["out"])) > seen)  # noqa: B023
+            versions = [p["version"] for p in published(lab["out"])]
+            time.sleep(0.5)  # let the SDL flusher write the CPE record
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, out.decode()[-3000:]
+        assert time.monotonic() - started < 10
+        lines = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
+        assert lines and all({"ts", "crit", "id", "msg"} <= set(line) for line in lines)
+        assert any("stopped" in line["msg"] for line in lines)
+    # Versions keep growing across the restart (ceilings in SDL).
+    assert versions == sorted(versions) and len(set(versions)) == len(versions)
+
+
+@pytest.mark.parametrize("extra_env, extra_args, code, words", [
+    ({"MCW_MODEL_PATH": "/nonexistent/model"}, ["--estimator", "model"], 1,
+     "capacity model not loadable"),
+    ({"MCW_CONTROL_PERIOD_S": "-3"}, [], 2, "control_period_s"),
+])
+def test_start_up_errors_are_clear(lab: dict[str, Path], extra_env: dict[str, str],
+                                   extra_args: list[str], code: int, words: str) -> None:
+    cmd = [sys.executable, "-m", "xapp.cli", "run", "--config", str(lab["config"]),
+           "--http-host", "127.0.0.1", "--http-port", "0", "--rmr", "off", "--sdl", "memory",
+           "--kpi-file", str(lab["kpis"]), "--publish-file", str(lab["out"]), *extra_args]
+    done = subprocess.run(cmd, env={**os.environ, **extra_env}, capture_output=True,
+                          timeout=60, check=False)
+    assert done.returncode == code
+    assert words in done.stdout.decode() + done.stderr.decode()
+    assert not lab["out"].exists()
+
+
+def test_help_explains() -> None:
+    done = subprocess.run([sys.executable, "-m", "xapp.cli", "run", "--help"],
+                          capture_output=True, timeout=60, check=True)
+    text = done.stdout.decode()
+    assert "--kpi-file" in text and "CONFIG_FILE" in text and "/ric/v1/health/ready" in text

@@ -1,0 +1,142 @@
+"""Real RMR round trips with a running ``mcw run`` on loopback and a static route table.
+
+Skipped, with the reason, when ``librmr_si.so`` cannot be loaded (it is in no package registry;
+the image installs it, and a local build can be pointed at with LD_LIBRARY_PATH).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.redis_server import RedisServer, free_port
+from xapp.ric.rmr_app import rmr_library_available
+
+_ok, _why = rmr_library_available()
+pytestmark = pytest.mark.skipif(not _ok, reason=f"RMR round trips need RMR: {_why}")
+
+A1_POLICY_REQ, A1_POLICY_RESP, A1_POLICY_QUERY = 20010, 20011, 20012
+KPIS = {"cpes": {"cpe-1": {"nr": {"delivered_mbps": 342, "cwnd_limited": 1},
+                           "wifi": {"delivered_mbps": 1190, "cwnd_limited": 1},
+                           "lifi": {"delivered_mbps": 12, "cwnd_limited": 1}},
+                 "cpe-2": {"nr": {"delivered_mbps": 300, "cwnd_limited": 1},
+                           "wifi": {"delivered_mbps": 600, "cwnd_limited": 1}}}}
+
+
+def wait_until(cond: Callable[[], bool], timeout_s: float = 40.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def published(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def rig(tmp_path: Path, redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+        ) -> Iterator[dict[str, Any]]:
+    """A running ``mcw run`` (subprocess) and an RMR peer in this process, routed to each other."""
+    xapp_port, peer_port, http_port = free_port(), free_port(), free_port()
+    routes = tmp_path / "routes.rt"
+    routes.write_text("newrt|start\n"
+                      f"rte|{A1_POLICY_REQ}|127.0.0.1:{xapp_port}\n"
+                      f"rte|100|127.0.0.1:{xapp_port}\n"
+                      f"rte|{A1_POLICY_QUERY}|127.0.0.1:{peer_port}\n"
+                      "newrt|end\n")
+    rmr_env = {"RMR_SEED_RT": str(routes), "RMR_RTG_SVC": "-1", "RMR_SRC_ID": "127.0.0.1"}
+    for k, v in rmr_env.items():
+        monkeypatch.setenv(k, v)
+    config = tmp_path / "config-file.json"
+    config.write_text(json.dumps({"name": "mcw-xapp", "version": "0.1.0", "controls": {
+        "control_period_s": 0.1, "sdl_namespace": "mcw-rmr", "log_level": "INFO"}}))
+    kpis = tmp_path / "kpis.json"
+    kpis.write_text(json.dumps(KPIS))
+    out = tmp_path / "weights.jsonl"
+    env = {**os.environ, **redis.dbaas_env(), **rmr_env, "CONFIG_FILE": str(config)}
+    for k in ("HOSTNAME",):  # no appmgr here: registration is skipped with a warning
+        env.pop(k, None)
+    from tests.ric.rmr_peer import RmrPeer
+
+    peer = RmrPeer(peer_port)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xapp.cli", "run", "--rmr", "on", "--rmr-port", str(xapp_port),
+         "--http-host", "127.0.0.1", "--http-port", str(http_port), "--estimator", "ewma",
+         "--kpi-file", str(kpis), "--publish-file", str(out), "--grace-s", "10"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        yield {"peer": peer, "proc": proc, "out": out, "http_port": http_port}
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+        peer.close()
+
+
+def test_a1_policy_round_trip_changes_published_weights(rig: dict[str, Any]) -> None:
+    peer, out = rig["peer"], rig["out"]
+    # At start the xApp asks the mediator to resend the instances of its type.
+    assert json.loads(peer.receive(A1_POLICY_QUERY, timeout_s=20)) == {"policy_type_id": 20100}
+    assert wait_until(lambda: any(p["cpe_id"] == "cpe-1" for p in published(out)))
+    assert [p for p in published(out) if p["cpe_id"] == "cpe-1"][-1]["weights"]["wifi"] > 0
+
+    # The Go mediator's encoding: type id as a string, payload as a JSON string.
+    resp = peer.request(A1_POLICY_REQ, {
+        "operation": "CREATE", "policy_type_id": "20100", "policy_instance_id": "no-wifi",
+        "payload": json.dumps({"excluded_wats": ["wifi"], "scope": {"cpes": ["cpe-1"]}})},
+        A1_POLICY_RESP)
+    assert resp["status"] == "OK" and resp["policy_type_id"] == 20100
+    assert resp["policy_instance_id"] == "no-wifi" and resp["handler_id"]
+
+    def last(cpe: str) -> dict[str, int]:
+        return [p for p in published(out) if p["cpe_id"] == cpe][-1]["weights"]
+
+    assert wait_until(lambda: last("cpe-1").get("wifi") == 0 and last("cpe-1")["nr"] > 0)
+    assert last("cpe-2")["wifi"] > 0  # out of scope
+
+    # An invalid update is refused and the policy stays.
+    resp = peer.request(A1_POLICY_REQ, {
+        "operation": "UPDATE", "policy_type_id": 20100, "policy_instance_id": "no-wifi",
+        "payload": {"max_weight": 999}}, A1_POLICY_RESP)
+    assert resp["status"] == "ERROR"
+    time.sleep(0.5)
+    assert last("cpe-1")["wifi"] == 0
+
+    resp = peer.request(A1_POLICY_REQ, {"operation": "DELETE", "policy_type_id": 20100,
+                                        "policy_instance_id": "no-wifi"}, A1_POLICY_RESP)
+    assert resp["status"] == "DELETED"
+    assert wait_until(lambda: last("cpe-1")["wifi"] > 0)
+
+
+def test_health_check_is_answered(rig: dict[str, Any]) -> None:
+    peer = rig["peer"]
+    peer.send(100, b"ping")
+    assert peer.receive(101, timeout_s=20) == b"OK\n"
+
+
+def test_sigterm_with_rmr_stops_within_grace(rig: dict[str, Any]) -> None:
+    peer, proc = rig["peer"], rig["proc"]
+    peer.receive(A1_POLICY_QUERY, timeout_s=20)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, out.decode()[-3000:]
+    assert time.monotonic() - started < 10

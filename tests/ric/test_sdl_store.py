@@ -1,0 +1,154 @@
+"""The SDL state store and version store against a real redis-server, outages included."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.support.redis_server import RedisServer
+from xapp.ric.a1 import PolicyInstance
+from xapp.ric.sdl_store import (
+    CpeRecord,
+    Restored,
+    SdlVersionStore,
+    StateStore,
+    ricsdl_backend,
+)
+from xapp.weights import WeightDecision
+
+NS = "mcw-test"
+
+
+def decision(nr: int, wifi: int) -> WeightDecision:
+    total = nr + wifi
+    return WeightDecision({"nr": nr, "wifi": wifi}, {"nr": nr / total, "wifi": wifi / total},
+                          100.0, frozenset({"nr", "wifi"}), True, "load_balancing")
+
+
+def record(version: int, nr: int = 30, wifi: int = 100) -> CpeRecord:
+    return CpeRecord.from_decision(version, decision(nr, wifi), mode="load_balancing",
+                                   policy_source="default", time_s=1.0)
+
+
+def raw_keys() -> dict[str, bytes]:
+    """What Redis holds in the namespace, read with a fresh ricsdl client."""
+    sdl = ricsdl_backend()
+    try:
+        return sdl.find_and_get(NS, "*")
+    finally:
+        sdl.close()
+
+
+def wait_until(cond: Callable[[], bool], timeout_s: float = 40.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def test_state_survives_a_restart_of_the_xapp(redis: RedisServer) -> None:
+    a = StateStore(NS, ricsdl_backend)
+    a.save_policy(PolicyInstance("p1", {"max_weight": 9}, frozenset({"cpe-1"}), 12.5))
+    a.put_cpe("cpe-1", record(7))
+    a.set_model_version("model-2024-01")
+    assert a.sync() and a.connected and a.pending() == 0
+    stored = raw_keys()
+    assert json.loads(stored["cpe/cpe-1"])["version"] == 7
+    a.stop()
+
+    restored: list[Restored] = []
+    b = StateStore(NS, ricsdl_backend, on_restore=restored.append)
+    assert b.sync()
+    assert b.policies() == [PolicyInstance("p1", {"max_weight": 9}, frozenset({"cpe-1"}), 12.5)]
+    assert b.cpe("cpe-1") == record(7)
+    assert b.cpe("cpe-1").decision().weights == {"nr": 30, "wifi": 100}  # type: ignore[union-attr]
+    assert b.model_version == "model-2024-01"
+    assert len(restored) == 1 and restored[0].model_version == "model-2024-01"
+    # Deletions reach Redis too.
+    b.delete_policy("p1")
+    assert b.sync() and "policy/p1" not in raw_keys()
+    b.stop()
+
+
+def test_redis_outage_runs_from_memory_and_catches_up(redis: RedisServer) -> None:
+    errors: list[int] = []
+    store = StateStore(NS, ricsdl_backend, on_error=lambda: errors.append(1), interval_s=0.05)
+    store.save_policy(PolicyInstance("p1", {"max_weight": 9}, frozenset(), 1.0))
+    store.put_cpe("cpe-1", record(1))
+    assert store.sync()
+    store.start()
+    try:
+        redis.stop()
+        assert wait_until(lambda: not store.connected), "outage not noticed"
+        assert errors
+        # The loop goes on: memory takes writes while Redis is away.
+        store.put_cpe("cpe-1", record(2, nr=50))
+        store.put_cpe("cpe-2", record(1))
+        assert store.cpe("cpe-1") == record(2, nr=50)
+        assert store.pending() >= 2
+        redis.start()   # comes back EMPTY (no persistence)
+        assert wait_until(lambda: store.connected and store.pending() == 0), store.last_error
+        stored = raw_keys()
+        # What changed during the outage, and what did not (Redis lost it), is all back.
+        assert json.loads(stored["cpe/cpe-1"])["version"] == 2
+        assert json.loads(stored["cpe/cpe-2"])["version"] == 1
+        assert json.loads(stored["policy/p1"])["payload"] == {"max_weight": 9}
+    finally:
+        store.stop()
+
+
+def test_redis_absent_at_start_restores_when_it_appears(redis: RedisServer) -> None:
+    seed = StateStore(NS, ricsdl_backend)
+    seed.save_policy(PolicyInstance("old", {"max_weight": 5}, frozenset(), 1.0))
+    seed.save_policy(PolicyInstance("gone", {"max_weight": 6}, frozenset(), 1.0))
+    assert seed.sync()
+    seed.stop()
+    # Simulate "Redis down at start" with a factory that fails until allowed.
+    allowed = {"ok": False}
+
+    def factory():  # type: ignore[no-untyped-def]
+        if not allowed["ok"]:
+            raise ConnectionError("no route to dbaas")
+        return ricsdl_backend()
+
+    restored: list[Restored] = []
+    store = StateStore(NS, factory, on_restore=restored.append)
+    assert not store.sync() and not store.connected
+    # Before Redis is back, an A1 update of "old" and a delete of "gone" arrive.
+    store.save_policy(PolicyInstance("old", {"max_weight": 50}, frozenset(), 2.0))
+    store.delete_policy("gone")
+    allowed["ok"] = True
+    assert store.sync()
+    # Local changes win over the stored ones; the restore hands back only what was untouched.
+    assert [p.payload for p in store.policies()] == [{"max_weight": 50}]
+    assert restored[0].policies == []
+    assert set(raw_keys()) >= {"policy/old"} and "policy/gone" not in raw_keys()
+    store.stop()
+
+
+def test_version_store_ceilings_only_grow_and_survive(redis: RedisServer) -> None:
+    floors = {"cpe-3": 500}
+    vs = SdlVersionStore(NS, ricsdl_backend, floor=lambda c: floors.get(c, 0))
+    assert vs.get_ceilings(["cpe-1"]) == {"cpe-1": 0}
+    vs.set_ceilings({"cpe-1": 100, "cpe-2": 200})
+    vs.set_ceilings({"cpe-1": 50})          # never lowered
+    assert vs.get_ceilings(["cpe-1", "cpe-2", "cpe-3"]) == {"cpe-1": 100, "cpe-2": 200,
+                                                            "cpe-3": 500}
+    assert SdlVersionStore(NS, ricsdl_backend).get_ceilings(["cpe-1"]) == {"cpe-1": 100}
+    redis.stop()
+    with pytest.raises(Exception):  # noqa: B017 - ricsdl wraps redis errors in its own types
+        vs.set_ceilings({"cpe-1": 300})
+    redis.start()
+    vs.set_ceilings({"cpe-1": 300})         # reconnects by itself
+    assert vs.get_ceilings(["cpe-1"]) == {"cpe-1": 300}
+
+
+def test_memory_only_store_needs_no_redis() -> None:
+    store = StateStore(NS)
+    store.put_cpe("c", record(1))
+    assert store.sync() and store.connected and store.cpe("c") == record(1)

@@ -1,0 +1,332 @@
+"""Configuration of ``mcw run``: ``config-file.json``'s ``controls``, environment overrides, reload.
+
+The descriptor file (``$CONFIG_FILE``) is the one the xApp onboarder and the appmgr know; its
+``controls`` section is this xApp's own configuration.  An environment variable
+``MCW_<SECTION>_<KEY>`` (upper case) overrides ``controls.<section>.<key>`` and
+``MCW_<KEY>`` overrides a top-level key, e.g. ``MCW_MQTT_HOST``, ``MCW_CONTROL_PERIOD_S``,
+``MCW_LOG_LEVEL``, ``MCW_DEFAULT_POLICY_MAX_WEIGHT``.  The value is parsed as JSON when it
+parses (numbers, booleans) and taken as a string otherwise.
+
+:class:`ConfigWatcher` polls the file (size, mtime and content hash rather than inotify,
+because Kubernetes updates a mounted ConfigMap by swapping a symlink, which a watch on the old
+file never sees) and hands a new :class:`Controls` to its listeners; a file that does not parse
+or validate is logged and ignored, the running configuration stays.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from xapp.policy import PolicyError
+from xapp.ric.a1 import build_policy, schemas_dir
+
+log = logging.getLogger(__name__)
+
+CONTROLS_SCHEMA_FILE = "controls.schema.json"
+ENV_PREFIX = "MCW_"
+#: MCW_* variables that are not controls overrides.
+_NOT_OVERRIDES = frozenset({"MCW_SCHEMAS_DIR"})
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the key and the problem."""
+
+
+@dataclass(frozen=True)
+class InfluxSettings:
+    url: str = "http://influxdb:8086"
+    org: str = "mcw"
+    bucket: str = "mcw/autogen"
+    token_file: str = "/opt/ric/secret/influxdb/token"
+
+
+@dataclass(frozen=True)
+class MqttSettings:
+    host: str = "mosquitto"
+    port: int = 8883
+    client_id: str = "mcw-xapp"
+    ca_file: str = "/opt/ric/tls/ca.crt"
+    cert_file: str = "/opt/ric/tls/tls.crt"
+    key_file: str = "/opt/ric/tls/tls.key"
+    lease_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    path: str = "/opt/mcw/models/default"
+    reload_check_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class Controls:
+    """The ``controls`` section, typed and checked."""
+
+    control_period_s: float = 1.0
+    log_level: str = "INFO"
+    kpi_max_age_s: float = 5.0
+    sdl_namespace: str = "mcw"
+    influxdb: InfluxSettings = field(default_factory=InfluxSettings)
+    mqtt: MqttSettings = field(default_factory=MqttSettings)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    default_policy: Mapping[str, Any] = field(default_factory=lambda: {
+        "mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
+        "capacity_floor_mbps": 1.0})
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["default_policy"] = dict(self.default_policy)
+        return doc
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """The whole descriptor (for ``/ric/v1/config`` and registration) and its typed controls."""
+
+    path: Path | None
+    document: Mapping[str, Any]
+    controls: Controls
+    digest: str
+
+    @property
+    def name(self) -> str:
+        return str(self.document.get("name", "mcw-xapp"))
+
+
+def apply_env_overrides(controls: Mapping[str, Any],
+                        environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A copy of ``controls`` with ``MCW_*`` overrides applied (see the module docstring)."""
+    env = os.environ if environ is None else environ
+    out = copy.deepcopy(dict(controls))
+    targets: dict[str, tuple[str, ...]] = {}
+    for key, value in out.items():
+        targets[f"{ENV_PREFIX}{key.upper()}"] = (key,)
+        if isinstance(value, Mapping):
+            for sub in value:
+                targets[f"{ENV_PREFIX}{key.upper()}_{sub.upper()}"] = (key, sub)
+    # Keys of the typed defaults can be overridden even when the file leaves them out.
+    for key, value in Controls().to_dict().items():
+        targets.setdefault(f"{ENV_PREFIX}{key.upper()}", (key,))
+        if isinstance(value, Mapping):
+            for sub in value:
+                targets.setdefault(f"{ENV_PREFIX}{key.upper()}_{sub.upper()}", (key, sub))
+    for name, raw in env.items():
+        if not name.startswith(ENV_PREFIX) or name in _NOT_OVERRIDES:
+            continue
+        path = targets.get(name)
+        if path is None:
+            log.warning("environment variable %s matches no controls key; ignored", name)
+            continue
+        value = _env_value(raw)
+        if len(path) == 1:
+            out[path[0]] = value
+        else:
+            section = out.setdefault(path[0], {})
+            if not isinstance(section, dict):
+                raise ConfigError(f"{name}: controls.{path[0]} is not an object")
+            section[path[1]] = value
+    return out
+
+
+def _env_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _controls_schema(directory: str | os.PathLike[str] | None) -> Mapping[str, Any] | None:
+    try:
+        path = schemas_dir(directory) / CONTROLS_SCHEMA_FILE
+    except FileNotFoundError:
+        return None
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+def parse_controls(raw: Mapping[str, Any], schemas: str | os.PathLike[str] | None = None
+                   ) -> Controls:
+    """Typed :class:`Controls` from a ``controls`` object (after env overrides).
+
+    Validates against ``schemas/controls.schema.json`` when that file exists, then checks
+    ranges and builds the default policy; raises :class:`ConfigError`.
+    """
+    schema = _controls_schema(schemas)
+    if schema is not None:
+        errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(raw),
+                        key=lambda e: list(e.absolute_path))
+        if errors:
+            where = ".".join(str(p) for p in errors[0].absolute_path) or "controls"
+            raise ConfigError(f"controls.{where}: {errors[0].message}".replace(
+                "controls.controls", "controls"))
+    base = Controls()
+    try:
+        controls = Controls(
+            control_period_s=_positive(raw.get("control_period_s", base.control_period_s),
+                                       "control_period_s"),
+            log_level=_level(raw.get("log_level", base.log_level)),
+            kpi_max_age_s=_positive(raw.get("kpi_max_age_s", base.kpi_max_age_s),
+                                    "kpi_max_age_s"),
+            sdl_namespace=_text(raw.get("sdl_namespace", base.sdl_namespace), "sdl_namespace"),
+            influxdb=InfluxSettings(**_section(raw, "influxdb", InfluxSettings)),
+            mqtt=MqttSettings(**_section(raw, "mqtt", MqttSettings)),
+            model=ModelSettings(**_section(raw, "model", ModelSettings)),
+            default_policy=dict(raw.get("default_policy", base.default_policy)),
+        )
+    except TypeError as exc:
+        raise ConfigError(f"controls: {exc}") from exc
+    _positive(controls.mqtt.lease_s, "mqtt.lease_s")
+    _positive(controls.model.reload_check_s, "model.reload_check_s")
+    if not isinstance(controls.mqtt.port, int) or not 0 < controls.mqtt.port < 65536:
+        raise ConfigError(f"controls.mqtt.port must be a port number, got {controls.mqtt.port!r}")
+    try:
+        build_policy({}, controls.default_policy)
+    except PolicyError as exc:
+        raise ConfigError(f"controls.default_policy: {exc}") from exc
+    return controls
+
+
+def _section(raw: Mapping[str, Any], name: str, kind: type) -> dict[str, Any]:
+    value = raw.get(name, {})
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"controls.{name} must be an object")
+    known = {f.name for f in fields(kind)}
+    unknown = set(value) - known
+    if unknown:
+        raise ConfigError(f"controls.{name}: unknown keys {sorted(unknown)}")
+    return dict(value)
+
+
+def _positive(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"controls.{name} must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"controls.{name} must be a non-empty string")
+    return value
+
+
+def _level(value: Any) -> str:
+    level = str(value).upper()
+    if level == "WARN":
+        level = "WARNING"
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"controls.log_level must be one of {list(LOG_LEVELS)}, got {value!r}")
+    return level
+
+
+def load_config(path: str | os.PathLike[str] | None, *, schemas: str | os.PathLike[str] | None
+                = None, environ: Mapping[str, str] | None = None) -> LoadedConfig:
+    """Read the descriptor at ``path`` (None: built-in defaults) and type its controls."""
+    if path is None:
+        raw_doc: dict[str, Any] = {}
+        digest = ""
+    else:
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from exc
+        digest = hashlib.sha256(data).hexdigest()
+        try:
+            raw_doc = json.loads(data)
+        except ValueError as exc:
+            raise ConfigError(f"{p} is not JSON: {exc}") from exc
+        if not isinstance(raw_doc, dict):
+            raise ConfigError(f"{p}: the top level must be an object")
+    raw_controls = raw_doc.get("controls", {})
+    if not isinstance(raw_controls, Mapping):
+        raise ConfigError("controls must be an object")
+    controls = parse_controls(apply_env_overrides(raw_controls, environ), schemas)
+    return LoadedConfig(None if path is None else Path(path), raw_doc, controls, digest)
+
+
+class ConfigWatcher:
+    """Polls the config file and calls listeners with each new, valid configuration.
+
+    Safe for concurrent use; :meth:`check` can be called directly (tests) or from the thread
+    :meth:`start` runs.
+    """
+
+    def __init__(self, current: LoadedConfig, *, schemas: str | os.PathLike[str] | None = None,
+                 interval_s: float = 2.0) -> None:
+        self._current = current
+        self._schemas = schemas
+        self._interval_s = interval_s
+        self._listeners: list[Callable[[LoadedConfig, LoadedConfig], None]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_bad = ""
+
+    @property
+    def current(self) -> LoadedConfig:
+        with self._lock:
+            return self._current
+
+    def subscribe(self, listener: Callable[[LoadedConfig, LoadedConfig], None]) -> None:
+        """``listener(old, new)`` runs in the watcher thread after each accepted change."""
+        self._listeners.append(listener)
+
+    def check(self) -> bool:
+        """Re-read the file if its content changed; True when a new configuration was applied."""
+        with self._lock:
+            current = self._current
+            if current.path is None:
+                return False
+            try:
+                digest = hashlib.sha256(current.path.read_bytes()).hexdigest()
+            except OSError as exc:
+                self._complain(f"cannot read {current.path}: {exc}")
+                return False
+            if digest == current.digest or digest == self._last_bad:
+                return False
+            try:
+                new = load_config(current.path, schemas=self._schemas)
+            except (ConfigError, jsonschema.SchemaError, ValueError) as exc:
+                self._last_bad = digest
+                log.error("configuration change in %s ignored, the running configuration "
+                          "stays: %s", current.path, exc)
+                return False
+            self._current = new
+        log.info("configuration reloaded from %s", new.path)
+        for listener in self._listeners:
+            try:
+                listener(current, new)
+            except Exception:
+                log.exception("applying the new configuration failed in %r", listener)
+        return True
+
+    def _complain(self, message: str) -> None:
+        if message != self._last_bad:
+            log.error("%s", message)
+            self._last_bad = message
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="mcw-config", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.check()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

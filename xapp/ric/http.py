@@ -1,0 +1,164 @@
+"""The xApp's HTTP endpoints on port 8080: health, configuration and Prometheus metrics.
+
+``GET /ric/v1/health/alive``  200 while the control loop has ticked recently, else 503
+``GET /ric/v1/health/ready``  200 when every dependency check passes, else 503; the body names
+                              each check (``{"ready": false, "checks": {"sdl": false, ...}}``)
+``GET /ric/v1/config``        the running configuration (the descriptor, controls as applied)
+``GET /metrics``              Prometheus text exposition
+
+The server is a :class:`~http.server.ThreadingHTTPServer` (standard library): four read-only
+endpoints do not justify a web framework in the image.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from xapp.ric.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+ALIVE_PATH = "/ric/v1/health/alive"
+READY_PATH = "/ric/v1/health/ready"
+CONFIG_PATH = "/ric/v1/config"
+METRICS_PATH = "/metrics"
+
+
+@dataclass
+class Health:
+    """Readiness checks by dependency name and the liveness check; each returns True when OK.
+
+    A check that raises counts as failing (and is logged at DEBUG)."""
+
+    ready_checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
+    alive_check: Callable[[], bool] = lambda: True
+
+    def readiness(self) -> tuple[bool, dict[str, bool]]:
+        results: dict[str, bool] = {}
+        for name, check in self.ready_checks.items():
+            try:
+                results[name] = bool(check())
+            except Exception:
+                log.debug("readiness check %s raised", name, exc_info=True)
+                results[name] = False
+        return all(results.values()), results
+
+    def alive(self) -> bool:
+        try:
+            return bool(self.alive_check())
+        except Exception:
+            log.debug("liveness check raised", exc_info=True)
+            return False
+
+
+class PeriodicCheck:
+    """Runs a slow check (a network round trip) in the background; calling it returns the
+    last result, so a readiness probe never waits on a dependency's timeout."""
+
+    def __init__(self, check: Callable[[], bool], interval_s: float = 5.0) -> None:
+        self._check = check
+        self._interval_s = interval_s
+        self._ok = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __call__(self) -> bool:
+        return self._ok
+
+    def run_once(self) -> bool:
+        try:
+            self._ok = bool(self._check())
+        except Exception:
+            log.debug("dependency check raised", exc_info=True)
+            self._ok = False
+        return self._ok
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.run_once()
+                self._stop.wait(self._interval_s)
+
+        self._thread = threading.Thread(target=loop, name="mcw-check", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+class HttpServer:
+    """Serves :class:`Health`, the config and the metrics on ``(host, port)``; port 0 picks one."""
+
+    def __init__(self, health: Health, config: Callable[[], Mapping[str, Any]],
+                 metrics: Metrics, host: str = "0.0.0.0", port: int = 8080) -> None:
+        self.health = health
+        self.config = config
+        self.metrics = metrics
+        handler = _make_handler(self)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.2}, name="mcw-http",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def _make_handler(app: HttpServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "mcw-xapp"
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == ALIVE_PATH:
+                ok = app.health.alive()
+                self._json(200 if ok else 503, {"alive": ok})
+            elif path == READY_PATH:
+                ok, checks = app.health.readiness()
+                app.metrics.ready.set(1 if ok else 0)
+                for name, up in checks.items():
+                    app.metrics.dependency_up.labels(dependency=name).set(1 if up else 0)
+                self._json(200 if ok else 503, {"ready": ok, "checks": checks})
+            elif path == CONFIG_PATH:
+                self._json(200, app.config())
+            elif path == METRICS_PATH:
+                self._send(200, app.metrics.exposition(),
+                           "text/plain; version=0.0.4; charset=utf-8")
+            else:
+                self._json(404, {"error": f"no such path {path}"})
+
+        def _json(self, code: int, doc: Any) -> None:
+            self._send(code, json.dumps(doc).encode(), "application/json")
+
+        def _send(self, code: int, body: bytes, ctype: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            # Probes hit these endpoints every few seconds; access logs only at DEBUG.
+            log.debug("http %s - %s", self.address_string(), format % args)
+
+    return Handler

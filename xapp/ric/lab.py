@@ -1,0 +1,107 @@
+"""Lab mode of ``mcw run``: KPIs from a JSON file, weights to a JSON-lines file.
+
+For a bench or a test where the RIC parts (RMR, A1, SDL) are real but there is no InfluxDB or
+MQTT broker: ``mcw run --kpi-file kpis.json --publish-file weights.jsonl``.  The KPI file is
+re-read whenever it changes, so an experiment can change capacities while the xApp runs.
+
+KPI file format::
+
+    {"cpes": {"cpe-1": {"nr": {"delivered_mbps": 342, "cwnd_limited": 1, "rtt_ms": 20},
+                        "wifi": {"delivered_mbps": 1190, "cwnd_limited": 1}}}}
+
+Every row is taken as fresh (its time is the time of the call).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from xapp.channel.versions import VersionAllocator, VersionStore
+from xapp.estimator import CapacityForecast, KpiFrame
+from xapp.weights import WeightDecision
+
+
+class FileKpiSource:
+    """:class:`~xapp.interfaces.KpiSource` over a JSON file (format in the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._stamp: tuple[int, int] | None = None
+        self._rows: list[tuple[str, str, dict[str, float]]] = []
+
+    def _reload(self) -> None:
+        st = self.path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._stamp:
+            return
+        doc = json.loads(self.path.read_text(encoding="utf-8"))
+        rows: list[tuple[str, str, dict[str, float]]] = []
+        for cpe, wats in doc.get("cpes", {}).items():
+            for wat, fields in wats.items():
+                rows.append((str(cpe), str(wat), {k: float(v) for k, v in fields.items()}))
+        self._rows, self._stamp = rows, stamp
+
+    def latest(self, now_s: float, max_age_s: float) -> KpiFrame:
+        # A file being rewritten fails to parse: keep the last good rows.
+        with contextlib.suppress(OSError, ValueError):
+            self._reload()
+        names = sorted({k for _, _, f in self._rows for k in f})
+        return KpiFrame(
+            time_s=now_s,
+            cpe=np.array([r[0] for r in self._rows], dtype=np.str_),
+            wat=np.array([r[1] for r in self._rows], dtype=np.str_),
+            values={n: np.array([r[2].get(n, np.nan) for r in self._rows], dtype=np.float64)
+                    for n in names},
+        )
+
+
+class NullSink:
+    """A :class:`~xapp.interfaces.TelemetrySink` that keeps nothing (no InfluxDB in the lab)."""
+
+    def write_kpis(self, frame: KpiFrame) -> None:
+        return None
+
+    def write_forecasts(self, frame: KpiFrame, forecast: CapacityForecast,
+                        model_version: str) -> None:
+        return None
+
+    def write_weights(self, time_s: float,
+                      weights: Mapping[str, tuple[int, WeightDecision]]) -> None:
+        return None
+
+
+class JsonlPublisher:
+    """:class:`~xapp.interfaces.WeightPublisher` appending one JSON line per message.
+
+    Versions come from the same :class:`~xapp.channel.versions.VersionAllocator` as the MQTT
+    publisher's, so they keep growing across restarts when ``versions`` is the SDL store.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], versions: VersionStore,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self._versions = VersionAllocator(versions, block=100)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.connected = True
+
+    def publish(self, cpe_id: str, decision: WeightDecision, *, mode: str,
+                lease_s: float) -> int:
+        with self._lock:
+            version = self._versions.peek(cpe_id)
+            line = json.dumps({"cpe_id": cpe_id, "version": version,
+                               "issued_at_ms": int(self._clock() * 1000), "lease_s": lease_s,
+                               "mode": mode, "reason": decision.reason,
+                               "weights": dict(decision.weights)}, sort_keys=True)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+            self._versions.take(cpe_id)
+            return version

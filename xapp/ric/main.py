@@ -1,0 +1,393 @@
+"""``mcw run``: the xApp process in the near-RT RIC.
+
+Start-up wires, in order: configuration (``$CONFIG_FILE``'s ``controls`` plus ``MCW_*``
+overrides), JSON logging, metrics, the SDL state store (restores A1 policies, per-CPE weights and
+versions), the A1 policy book and handler, the KPI source / capacity estimator / weight
+publisher / telemetry sink, the control loop, the HTTP server (health, config, metrics), RMR
+(A1 requests, health checks, ``A1_POLICY_QUERY``, appmgr registration) and the config watcher.
+SIGTERM or SIGINT stops everything in the reverse order within ``--grace-s`` seconds.
+
+Lab mode (``--kpi-file``, ``--publish-file``) replaces InfluxDB and MQTT with files, for benches
+and tests where those servers are not wanted; RMR, A1 and SDL stay real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xapp.estimator import CapacityEstimator
+from xapp.interfaces import KpiSource, TelemetrySink, WeightPublisher
+from xapp.loop import ControlLoop, LoopRunner, LoopSettings
+from xapp.policy import PolicyError
+from xapp.ric.a1 import A1Handler, PolicyBook, PolicyType
+from xapp.ric.config import ConfigError, ConfigWatcher, LoadedConfig, load_config
+from xapp.ric.http import Health, HttpServer, PeriodicCheck
+from xapp.ric.logging import set_level, setup_logging
+from xapp.ric.metrics import Metrics
+from xapp.ric.sdl_store import Restored, SdlVersionStore, StateStore, ricsdl_backend
+
+log = logging.getLogger(__name__)
+
+#: How long after start the process counts as alive without a tick (model load, first query).
+STARTUP_GRACE_S = 30.0
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run the multi-connectivity weights xApp: every control period, read per-WAT KPIs, "
+        "forecast capacities, compute MPTCP WRR weights per CPE under the A1 policies in force "
+        "and publish them to the CPE agents.  Serves /ric/v1/health/alive, "
+        "/ric/v1/health/ready, /ric/v1/config and /metrics over HTTP.")
+    parser.epilog = (
+        "Environment: CONFIG_FILE (descriptor), MCW_<SECTION>_<KEY> overrides of controls "
+        "(e.g. MCW_MQTT_HOST, MCW_CONTROL_PERIOD_S, MCW_LOG_LEVEL), DBAAS_SERVICE_HOST/PORT "
+        "(SDL), RMR_SEED_RT / RMR_RTG_SVC (RMR routes), HOSTNAME and SERVICE_* (appmgr "
+        "registration), MCW_SCHEMAS_DIR.")
+    parser.add_argument("--config", default=os.environ.get("CONFIG_FILE"),
+                        help="config-file.json (default: $CONFIG_FILE; built-in defaults if "
+                             "neither is set)")
+    parser.add_argument("--schemas-dir", default=None,
+                        help="directory with a1-policy-type-20100.json and controls.schema.json "
+                             "(default: $MCW_SCHEMAS_DIR, /opt/mcw/schemas, the repo's schemas/)")
+    parser.add_argument("--http-host", default="0.0.0.0", help="HTTP bind address")
+    parser.add_argument("--http-port", type=int, default=8080, help="HTTP port (0: any free)")
+    parser.add_argument("--rmr", choices=("auto", "on", "off"), default="auto",
+                        help="RMR messaging: on fails without librmr_si.so, auto runs without "
+                             "it (A1 disabled) when the library is absent (default: auto)")
+    parser.add_argument("--rmr-port", type=int, default=4560, help="RMR data port")
+    parser.add_argument("--sdl", choices=("redis", "memory"), default="redis",
+                        help="state in SDL through ricsdl (DBAAS_SERVICE_HOST/PORT) or in memory "
+                             "only (state is lost on restart)")
+    parser.add_argument("--estimator", choices=("auto", "model", "ewma"), default="auto",
+                        help="capacity forecasts from the model artifact (controls.model.path), "
+                             "the EWMA baseline, or the model when it loads and EWMA otherwise")
+    parser.add_argument("--kpi-file", type=Path, default=None,
+                        help="lab mode: read KPIs from this JSON file instead of InfluxDB")
+    parser.add_argument("--publish-file", type=Path, default=None,
+                        help="lab mode: append weights to this JSON-lines file instead of MQTT")
+    parser.add_argument("--grace-s", type=float, default=25.0,
+                        help="shutdown deadline after SIGTERM (keep below the pod's "
+                             "terminationGracePeriodSeconds)")
+    parser.add_argument("--config-poll-s", type=float, default=2.0,
+                        help="how often the config file is checked for changes")
+
+
+@dataclass
+class Components:
+    """The loop's I/O, each with a readiness check and a stop function."""
+
+    kpis: KpiSource
+    estimator: CapacityEstimator
+    model_version: Callable[[], str]
+    publisher: WeightPublisher
+    sink: TelemetrySink | None
+    checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
+    stoppers: list[Callable[[], None]] = field(default_factory=list)
+
+
+class XappProcess:
+    """Everything ``mcw run`` runs, startable and stoppable in-process (tests use it too)."""
+
+    def __init__(self, args: argparse.Namespace, config: LoadedConfig) -> None:
+        self.args = args
+        self.config = config
+        self.started_monotonic = time.monotonic()
+        self.stopping = threading.Event()
+        self.metrics = Metrics()
+        controls = config.controls
+        factory = ricsdl_backend if args.sdl == "redis" else None
+        self.state = StateStore(controls.sdl_namespace, factory,
+                                on_error=self.metrics.sdl_errors.inc,
+                                on_restore=self._restore)
+        self.book = PolicyBook(controls.default_policy)
+        self.policy_type = PolicyType.load(args.schemas_dir)
+        self.handler_id = os.environ.get("HOSTNAME") or config.name
+        self.a1 = A1Handler(self.book, self.policy_type, self.handler_id,
+                            persistence=self.state, observe=self.metrics.observe_a1)
+        if factory is not None:
+            self.versions: Any = SdlVersionStore(controls.sdl_namespace, factory,
+                                                 floor=self._published_version)
+        else:
+            from xapp.channel.versions import MemoryVersionStore
+
+            self.versions = MemoryVersionStore()
+        self.components: Components | None = None
+        self.loop: ControlLoop | None = None
+        self.runner: LoopRunner | None = None
+        self.http: HttpServer | None = None
+        self.rmr: Any = None
+        self.rmr_required = False
+        self.watcher = ConfigWatcher(config, schemas=args.schemas_dir,
+                                     interval_s=args.config_poll_s)
+        self.watcher.subscribe(self._on_config)
+
+    # --- start and stop -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        c = self.config.controls
+        # One synchronous SDL pass, so restored policies and weights are in force at the first
+        # tick; if Redis is not there yet the flusher keeps trying and restores later.
+        if self.state.enabled and not self.state.sync():
+            log.warning("SDL not reachable at start (%s); running from memory",
+                        self.state.last_error)
+        self.state.start()
+        self.components = build_components(self.args, c, self.versions)
+        comp = self.components
+        self.loop = ControlLoop(
+            comp.kpis, comp.estimator, comp.publisher, comp.sink, self.book.resolver,
+            self.state, model_version=comp.model_version, metrics=self.metrics,
+            settings=LoopSettings(control_period_s=c.control_period_s,
+                                  kpi_max_age_s=c.kpi_max_age_s, lease_s=c.mqtt.lease_s))
+        self.runner = LoopRunner(self.loop)
+        self.runner.start()
+        self.http = HttpServer(self.health(), lambda: self.config_view(), self.metrics,
+                               host=self.args.http_host, port=self.args.http_port)
+        self.http.start()
+        self._start_rmr()
+        self.watcher.start()
+        log.info("mcw xApp running: HTTP port %d, RMR %s, SDL %s, policy type %d",
+                 self.http.port, "on" if self.rmr is not None else "off",
+                 "redis" if self.state.enabled else "memory",
+                 self.policy_type.policy_type_id)
+
+    def _start_rmr(self) -> None:
+        if self.args.rmr == "off":
+            return
+        from xapp.ric.rmr_app import RmrGlue, rmr_library_available
+
+        ok, why = rmr_library_available()
+        if not ok:
+            if self.args.rmr == "on":
+                raise RuntimeError(why)
+            log.warning("RMR disabled: %s; A1 policies arrive only through SDL", why)
+            return
+        self.rmr_required = True
+        self.rmr = RmrGlue(self.a1, lambda: self.state.connected, port=self.args.rmr_port,
+                           on_config_event=self.watcher.check,
+                           log_level=logging.getLogger().level)
+        self.rmr.start()
+
+    def stop(self, grace_s: float = 25.0) -> None:
+        """Stop in reverse order; every step is bounded so the whole fits in ``grace_s``."""
+        deadline = time.monotonic() + grace_s
+        self.stopping.set()
+
+        def left(share: float) -> float:
+            return max(0.5, (deadline - time.monotonic()) * share)
+
+        self.watcher.stop()
+        if self.runner is not None and not self.runner.stop(timeout_s=left(0.3)):
+            log.warning("control loop did not finish its tick before the deadline")
+        if self.rmr is not None:
+            self.rmr.stop(timeout_s=left(0.4))
+        if self.components is not None:
+            for stopper in self.components.stoppers:
+                try:
+                    stopper()
+                except Exception:
+                    log.exception("stopping a component failed")
+        self.state.stop(timeout_s=left(0.5))
+        if self.http is not None:
+            self.http.stop()
+        log.info("mcw xApp stopped")
+
+    # --- health, config ------------------------------------------------------------------------
+
+    def health(self) -> Health:
+        checks: dict[str, Callable[[], bool]] = {"running": lambda: not self.stopping.is_set()}
+        if self.args.rmr != "off":
+            checks["rmr"] = lambda: (self.rmr.rmr_healthy() if self.rmr is not None
+                                     else not self.rmr_required)
+        if self.state.enabled:
+            checks["sdl"] = lambda: self.state.connected
+        comp = self.components
+        if comp is not None:
+            checks.update(comp.checks)
+        return Health(checks, self.alive)
+
+    def alive(self) -> bool:
+        """The loop ticked within three periods (at least 10 s), or start-up is recent."""
+        loop = self.loop
+        last = None if loop is None else loop.last_tick_monotonic
+        now = time.monotonic()
+        if last is None:
+            return now - self.started_monotonic < STARTUP_GRACE_S
+        return now - last < max(10.0, 3 * self.watcher.current.controls.control_period_s)
+
+    def config_view(self) -> dict[str, Any]:
+        current = self.watcher.current
+        return {"path": None if current.path is None else str(current.path),
+                "descriptor": current.document, "controls": current.controls.to_dict(),
+                "policy_type_id": self.policy_type.policy_type_id}
+
+    def _on_config(self, old: LoadedConfig, new: LoadedConfig) -> None:
+        c = new.controls
+        set_level(c.log_level)
+        if self.loop is not None:
+            self.loop.settings = LoopSettings(control_period_s=c.control_period_s,
+                                              kpi_max_age_s=c.kpi_max_age_s,
+                                              lease_s=c.mqtt.lease_s)
+        try:
+            self.book.set_default(c.default_policy)
+        except PolicyError as exc:
+            log.error("new default_policy refused, the previous one stays: %s", exc)
+        restart_only = [name for name in ("influxdb", "mqtt", "model", "sdl_namespace")
+                        if _restart_only_changed(old.controls, new.controls, name)]
+        if restart_only:
+            log.warning("controls %s changed; connections keep their settings until the "
+                        "next restart", ", ".join(restart_only))
+        self.config = new
+
+    def _restore(self, restored: Restored) -> None:
+        for inst in restored.policies:
+            if self.book.get(inst.instance_id) is not None:
+                continue  # an A1 request got here first; it is newer
+            try:
+                self.book.put(inst)
+            except PolicyError as exc:
+                log.error("restored A1 instance %s no longer builds: %s", inst.instance_id, exc)
+
+    def _published_version(self, cpe_id: str) -> int:
+        record = self.state.cpe(cpe_id)
+        return 0 if record is None else record.version
+
+
+def _restart_only_changed(old: Any, new: Any, name: str) -> bool:
+    a, b = getattr(old, name), getattr(new, name)
+    if name == "mqtt":  # lease_s applies live
+        return bool(a.__class__(**{**a.__dict__, "lease_s": 0}) !=
+                    b.__class__(**{**b.__dict__, "lease_s": 0}))
+    if name == "model":  # reload_check_s is the loader's
+        return bool(a.path != b.path)
+    return bool(a != b)
+
+
+def build_components(args: argparse.Namespace, controls: Any, versions: Any) -> Components:
+    """KPI source, estimator, publisher and sink from the controls (or lab files)."""
+    stoppers: list[Callable[[], None]] = []
+    checks: dict[str, Callable[[], bool]] = {}
+    estimator, model_version = _estimator(args, controls, stoppers)
+    sink: TelemetrySink | None
+    if args.kpi_file is not None:
+        from xapp.ric.lab import FileKpiSource, NullSink
+
+        kpis: KpiSource = FileKpiSource(args.kpi_file)
+        sink = NullSink()
+    else:
+        kpis, sink = _influx(controls, checks, stoppers)
+    publisher: WeightPublisher
+    if args.publish_file is not None:
+        from xapp.ric.lab import JsonlPublisher
+
+        publisher = JsonlPublisher(args.publish_file, versions)
+    else:
+        publisher = _mqtt(controls, versions, sink, checks, stoppers)
+    return Components(kpis, estimator, model_version, publisher, sink, checks, stoppers)
+
+
+def _estimator(args: argparse.Namespace, controls: Any, stoppers: list[Callable[[], None]]
+               ) -> tuple[CapacityEstimator, Callable[[], str]]:
+    if args.estimator in ("auto", "model"):
+        try:
+            from xapp.model.online import ModelEstimator, ModelHolder
+
+            holder = ModelHolder(controls.model.path)
+            holder.start(interval_s=controls.model.reload_check_s)
+            stoppers.append(holder.stop)
+            estimator = ModelEstimator(holder, stale_after_s=controls.kpi_max_age_s * 2)
+            log.info("capacity model %s loaded from %s", estimator.version, controls.model.path)
+            return estimator, lambda: str(estimator.version)
+        except Exception as exc:
+            if args.estimator == "model":
+                raise RuntimeError(f"capacity model not loadable: {exc}") from exc
+            log.warning("capacity model not loadable (%s); using the EWMA baseline", exc)
+    from xapp.ewma import EwmaEstimator
+
+    return EwmaEstimator(), lambda: "ewma-baseline"
+
+
+def _influx(controls: Any, checks: dict[str, Callable[[], bool]],
+            stoppers: list[Callable[[], None]]) -> tuple[KpiSource, TelemetrySink]:
+    from xapp.telemetry.influx import InfluxConfig, InfluxStore
+
+    i = controls.influxdb
+    store = InfluxStore(InfluxConfig(url=i.url, bucket=i.bucket, org=i.org,
+                                     token=_read_token(i.token_file)))
+    store.start()
+    stoppers.append(store.close)
+    ping = getattr(store, "ping", None) or store._client.ping
+    check = PeriodicCheck(ping, interval_s=5.0)
+    check.start()
+    stoppers.append(check.stop)
+    checks["influxdb"] = check
+    return store, store
+
+
+def _read_token(path: str) -> str:
+    """The InfluxDB token from its Secret file; empty (no auth, InfluxDB 1.8) if absent."""
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        log.warning("InfluxDB token file %s not found; connecting without a token", path)
+        return ""
+
+
+def _mqtt(controls: Any, versions: Any, sink: TelemetrySink | None,
+          checks: dict[str, Callable[[], bool]], stoppers: list[Callable[[], None]]
+          ) -> WeightPublisher:
+    from xapp.channel import ChannelSubscriber, MqttSettings, MqttWeightPublisher
+
+    m = controls.mqtt
+    settings = MqttSettings(host=m.host, port=m.port, client_id=m.client_id, ca_file=m.ca_file,
+                            cert_file=m.cert_file, key_file=m.key_file)
+    try:
+        publisher = MqttWeightPublisher(settings, versions).start()
+    except OSError as exc:  # the TLS files come from a Secret; say which one is missing
+        raise RuntimeError(f"MQTT TLS material not usable: {exc.strerror or exc} "
+                           f"({exc.filename or m.ca_file}); see controls.mqtt.*_file") from exc
+    checks["broker"] = lambda: publisher.connected
+    stoppers.append(publisher.stop)
+    if sink is not None:
+        # Agent telemetry (subflow throughput, RTT, cwnd) goes into InfluxDB with the radio KPIs.
+        subscriber = ChannelSubscriber(settings, on_telemetry=sink.write_kpis).start()
+        stoppers.append(subscriber.stop)
+    return publisher
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, schemas=args.schemas_dir)
+    except ConfigError as exc:
+        print(f"mcw run: {exc}", flush=True)
+        return 2
+    setup_logging(config.controls.log_level, name=config.name)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %d received; stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    process: XappProcess | None = None
+    try:
+        process = XappProcess(args, config)
+        process.start()
+    except Exception as exc:
+        log.error("start-up failed: %s", exc)
+        if process is not None:
+            process.stop(args.grace_s)
+        return 1
+    stop.wait()
+    process.stop(args.grace_s)
+    return 0
+

@@ -1,0 +1,279 @@
+"""The RIC glue: ricxappframe's ``RMRXapp`` with A1, health checks and appmgr registration.
+
+This is the only module that imports ``ricxappframe.rmr`` or ``ricxappframe.xapp_frame``, and it
+does so inside :meth:`RmrGlue.start`, because importing them loads RMR's C library
+(``librmr_si.so``), which only an image built with RMR has.  :func:`rmr_library_available` tells
+whether it can load.
+
+What the frame gets wrong for us, and what is done about it:
+
+* ``post_init`` runs before ``RMRXapp`` has its dispatch table: callbacks are registered after
+  the constructor returns, not in ``post_init``.
+* ``stop()`` deregisters, then sleeps 10 s, then waits for the receive thread: :meth:`RmrGlue.stop`
+  deregisters only if registered, never sleeps, and bounds every wait.
+* Registration tries 5 times in 10 s and gives up (and crashes the thread when ``HOSTNAME`` or
+  the ``SERVICE_*`` variables are missing): here it checks those variables first and says which
+  one is missing, then retries with back-off until registered or stopped.
+* ``rmr_wait_for_ready`` would block start-up until a route table arrives: we start at once and
+  send ``A1_POLICY_QUERY`` from a thread as soon as RMR can route it.
+* mdclogpy starts at ERROR: the frame's own logger gets our level.
+* The frame's SDL client is the in-memory fake: the xApp's state goes through
+  :mod:`xapp.ric.sdl_store`, which survives Redis going away; RIC health checks (100 -> 101)
+  answer from that store's state.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from xapp.ric.a1 import A1_POLICY_QUERY, A1_POLICY_REQ, A1_POLICY_RESP, A1Handler, query_message
+
+log = logging.getLogger(__name__)
+
+RMR_LIBRARY = "librmr_si.so"
+RIC_HEALTH_CHECK_REQ = 100
+RIC_HEALTH_CHECK_RESP = 101
+#: RMR_ERR_RETRY: the send may succeed if tried again (transient back-pressure).
+_RMR_ERR_RETRY = 10
+
+
+def rmr_library_available() -> tuple[bool, str]:
+    """Whether ``librmr_si.so`` loads here, and if not, why (for logs and test skips)."""
+    try:
+        ctypes.CDLL(RMR_LIBRARY)
+    except OSError as exc:
+        return False, (f"{RMR_LIBRARY} cannot be loaded ({exc}); install RMR's runtime library "
+                       "(the O-RAN SC rmr package) or point LD_LIBRARY_PATH at it")
+    return True, ""
+
+
+def registration_env_missing(environ: dict[str, str] | None = None,
+                             namespace: str = "ricxapp") -> list[str]:
+    """Environment variables the frame's appmgr registration needs and that are not set."""
+    env = dict(os.environ) if environ is None else environ
+    host = env.get("HOSTNAME", "")
+    if not host:
+        return ["HOSTNAME"]
+    missing = []
+    for kind in ("HTTP", "RMR"):
+        key = f"SERVICE_{namespace}_{host}_{kind}_PORT".upper().replace("-", "_")
+        if not env.get(key):
+            missing.append(key)
+    return missing
+
+
+class RmrGlue:
+    """Owns the ``RMRXapp``: A1 requests, health checks, the start-up query, registration.
+
+    Parameters
+    ----------
+    a1 : A1Handler
+        Applies ``A1_POLICY_REQ``; its response goes back by RTS as ``A1_POLICY_RESP``.
+    healthy : callable
+        The answer to ``RIC_HEALTH_CHECK_REQ`` besides RMR itself (SDL reachable), and the
+        condition for registering with the appmgr.
+    port : int, default=4560
+        RMR data port.
+    on_config_event : callable, default=None
+        Called when the frame's inotify watch sees ``CONFIG_FILE`` change.
+    log_level : int, default=logging.INFO
+        Level for the frame's own mdclogpy logger.
+    query_retry_s : float, default=2.0
+        Interval between attempts to send ``A1_POLICY_QUERY`` until one succeeds.
+    """
+
+    def __init__(self, a1: A1Handler, healthy: Callable[[], bool], *, port: int = 4560,
+                 on_config_event: Callable[[], object] | None = None,
+                 log_level: int = logging.INFO, query_retry_s: float = 2.0) -> None:
+        self.a1 = a1
+        self._healthy = healthy
+        self.port = port
+        self._on_config_event = on_config_event
+        self._log_level = log_level
+        self._query_retry_s = query_retry_s
+        self._xapp: Any = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.query_sent = threading.Event()
+        self.registered = False
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Initialise RMR on ``port`` and start dispatching; raises OSError without RMR."""
+        cls = _xapp_class()
+        self._xapp = cls(glue=self, default_handler=_default_handler,
+                         config_handler=self._config_handler, rmr_port=self.port,
+                         rmr_wait_for_ready=False, use_fake_sdl=True)
+        # After the constructor: only now does RMRXapp have its dispatch table.
+        self._xapp.register_callback(self._on_a1_request, A1_POLICY_REQ)
+        self._xapp.register_callback(self._on_health_check, RIC_HEALTH_CHECK_REQ)
+        # rmr_timeout bounds how long stop() waits for the dispatch thread.
+        self._xapp.run(thread=True, rmr_timeout=0.5)
+        t = threading.Thread(target=self._send_query, name="mcw-a1-query", daemon=True)
+        t.start()
+        self._threads.append(t)
+        log.info("RMR started on port %d", self.port)
+
+    def rmr_healthy(self) -> bool:
+        """RMR's receive thread is running and not stuck."""
+        x = self._xapp
+        return x is not None and not self._stop.is_set() and bool(x._rmr_loop.healthcheck())
+
+    def stop(self, timeout_s: float = 8.0) -> None:
+        """Deregister (if registered), stop dispatching and close RMR, within ``timeout_s``."""
+        self._stop.set()
+        x = self._xapp
+        if x is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        x._keep_registration = False
+        x._keep_going = False
+        if self.registered:
+            try:
+                x.deregister()
+            except Exception as exc:
+                log.warning("appmgr deregistration failed: %s", exc)
+        loop = x._rmr_loop
+        loop._keep_going = False
+        # The frame's receive thread waits up to 5 s in rmr_torcv_msg; closing the context under
+        # it would crash, so wait for it (bounded) and close only when it has finished.
+        loop._thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if loop._thread.is_alive():
+            log.warning("RMR receive thread still running at shutdown; context left open")
+            return
+        from ricxappframe.rmr import rmr
+
+        rmr.rmr_close(loop.mrc)
+        log.info("RMR stopped")
+
+    # --- handlers (run in the frame's dispatch thread) -----------------------------------------
+
+    def _on_a1_request(self, xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
+        from ricxappframe.rmr import rmr
+
+        payload = summary.get(rmr.RMR_MS_PAYLOAD, b"")
+        response = self.a1.handle(payload)
+        self._rts(sbuf, response.encode(), A1_POLICY_RESP)
+
+    def _on_health_check(self, xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
+        ok = self.frame_healthy()
+        payload = b"OK\n" if ok else b"ERROR [RMR or SDL is unhealthy]\n"
+        self._rts(sbuf, payload, RIC_HEALTH_CHECK_RESP)
+
+    def _config_handler(self, xapp: Any, config: Any) -> None:
+        if self._on_config_event is not None:
+            self._on_config_event()
+
+    def frame_healthy(self) -> bool:
+        """What the frame calls ``healthcheck``: RMR and SDL."""
+        try:
+            return self.rmr_healthy() and bool(self._healthy())
+        except Exception:
+            log.debug("health check raised", exc_info=True)
+            return False
+
+    def _rts(self, sbuf: Any, payload: bytes, mtype: int) -> bool:
+        """Return to sender with a new payload and type; frees the buffer in every case."""
+        from ricxappframe.rmr import rmr
+
+        mrc = self._xapp._mrc
+        if rmr.rmr_payload_size(sbuf) < len(payload):
+            sbuf = rmr.rmr_realloc_payload(sbuf, len(payload), False)
+        sbuf = rmr.rmr_rts_msg(mrc, sbuf, payload=payload, mtype=mtype)
+        for _ in range(20):
+            if sbuf.contents.state != _RMR_ERR_RETRY:
+                break
+            time.sleep(0.01)
+            sbuf = rmr.rmr_rts_msg(mrc, sbuf)
+        ok = sbuf.contents.state == 0
+        if not ok:
+            log.error("RMR return-to-sender of type %d failed (state %d)", mtype,
+                      sbuf.contents.state)
+        rmr.rmr_free_msg(sbuf)
+        return bool(ok)
+
+    def _send_query(self) -> None:
+        """Send ``A1_POLICY_QUERY`` once RMR can route it, so the mediator resends instances."""
+        from ricxappframe.rmr import rmr
+
+        message = query_message(self.a1.policy_type.policy_type_id)
+        while not self._stop.is_set():
+            x = self._xapp
+            if rmr.rmr_ready(x._mrc) and x.rmr_send(message, A1_POLICY_QUERY, retries=5):
+                self.query_sent.set()
+                log.info("A1_POLICY_QUERY sent for policy type %d",
+                         self.a1.policy_type.policy_type_id)
+                return
+            self._stop.wait(self._query_retry_s)
+
+
+def _default_handler(xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
+    from ricxappframe.rmr import rmr
+
+    log.warning("RMR message of unexpected type %s ignored", summary.get(rmr.RMR_MS_MSG_TYPE))
+    xapp.rmr_free(sbuf)
+
+
+def _xapp_class() -> type:
+    """The frame's ``RMRXapp`` with the fixes listed in the module docstring (imports RMR)."""
+    import requests
+    from mdclogpy import Level
+    from ricxappframe.util.constants import Constants
+    from ricxappframe.xapp_frame import RMRXapp
+
+    class McwRmrXapp(RMRXapp):  # type: ignore[misc]
+        def __init__(self, glue: RmrGlue, **kwargs: Any) -> None:
+            # Set before the base constructor: it starts the registration thread.
+            self._glue = glue
+            self._wake = glue._stop
+            super().__init__(**kwargs)
+            level = {logging.DEBUG: Level.DEBUG, logging.INFO: Level.INFO,
+                     logging.WARNING: Level.WARNING}.get(glue._log_level, Level.ERROR)
+            self.logger.set_level(level)
+
+        def healthcheck(self) -> bool:
+            return self._glue.frame_healthy()
+
+        def registerXapp(self) -> None:
+            missing = registration_env_missing(
+                namespace=(self._config_data or {}).get("APP_NAMESPACE")
+                or Constants.DEFAULT_XAPP_NS)
+            if missing:
+                log.warning("not registering with the appmgr: %s not set (the Helm chart sets "
+                            "them; outside a RIC this is expected)", ", ".join(missing))
+                return
+            delay = 2.0
+            while self._keep_registration and not self._wake.wait(delay):
+                delay = min(delay * 2, 30.0)
+                if not self.healthcheck():
+                    log.info("not registering yet: RMR or SDL not healthy")
+                    continue
+                if self.register() is True:
+                    self._glue.registered = True
+                    log.info("registered with the appmgr")
+                    return
+                log.warning("appmgr registration failed; retrying in %.0f s", delay)
+
+        def do_post(self, plt_namespace: str, url: str, msg: dict[str, Any]) -> bool:
+            # The frame posts without a timeout; a hanging appmgr must not hang shutdown.
+            try:
+                resp = requests.post(url.format(plt_namespace, plt_namespace), json=msg,
+                                     timeout=5)
+            except requests.RequestException as exc:
+                log.warning("appmgr request failed: %s", exc)
+                return False
+            return resp.status_code in (200, 201)
+
+        def xapp_shutdown(self) -> None:
+            # The frame sleeps 10 s here; RmrGlue.stop deregisters without sleeping.
+            if self._glue.registered:
+                self.deregister()
+
+    return McwRmrXapp

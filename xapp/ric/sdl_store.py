@@ -1,0 +1,433 @@
+"""The xApp's state, kept in memory and mirrored to SDL (Redis through ricsdl).
+
+What is kept, in the SDL namespace of ``controls.sdl_namespace`` (default ``mcw``):
+
+``policy/<instance id>``  an accepted A1 policy instance (:class:`~xapp.ric.a1.PolicyInstance`)
+``cpe/<cpe id>``          the CPE's last published weights, their version and decision
+``model/version``         the capacity model version in use
+``meta/writer``           a marker; when it is missing after a reconnect, Redis lost its data
+
+Memory is the source of truth while the process runs: the control loop and the A1 handler only
+touch memory and mark keys dirty, and one background thread (:meth:`StateStore.start`) flushes
+dirty keys in one ``set`` per pass.  So a Redis that hangs or goes away never stalls the loop;
+while it is gone :attr:`StateStore.connected` is False (``/ric/v1/health/ready`` says so) and
+the flusher retries with a fresh client each pass.  When it comes back the flusher catches up:
+it writes what changed meanwhile, or everything if the marker shows Redis came back empty.
+On the first successful connection the stored state is loaded (restart restore); keys changed
+locally before that keep their local value.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from xapp.ric.a1 import PolicyInstance
+from xapp.weights import WeightDecision
+
+log = logging.getLogger(__name__)
+
+POLICY_PREFIX = "policy/"
+CPE_PREFIX = "cpe/"
+MODEL_KEY = "model/version"
+MARKER_KEY = "meta/writer"
+
+
+class SdlBackend(Protocol):
+    """The part of ``ricsdl.syncstorage.SyncStorage`` the store uses."""
+
+    def is_active(self) -> bool: ...
+
+    def set(self, ns: str, data_map: dict[str, bytes]) -> None: ...
+
+    def get(self, ns: str, keys: str | AbstractSet[str]) -> dict[str, bytes]: ...
+
+    def find_and_get(self, ns: str, key_pattern: str) -> dict[str, bytes]: ...
+
+    def remove(self, ns: str, keys: str | AbstractSet[str]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def ricsdl_backend() -> SdlBackend:
+    """A ricsdl client; reads ``DBAAS_SERVICE_HOST``/``DBAAS_SERVICE_PORT`` (and sentinel
+    variables) from the environment like every RIC component."""
+    from ricsdl.syncstorage import SyncStorage
+
+    return SyncStorage()  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class CpeRecord:
+    """What the xApp remembers about one CPE between ticks and across restarts."""
+
+    version: int
+    weights: Mapping[str, int]
+    shares: Mapping[str, float]
+    aggregate_mbps: float
+    usable: tuple[str, ...]
+    reason: str
+    mode: str
+    #: The instance id whose policy produced the weights ("default" without one).
+    policy_source: str
+    time_s: float
+
+    @classmethod
+    def from_decision(cls, version: int, decision: WeightDecision, *, mode: str,
+                      policy_source: str, time_s: float) -> CpeRecord:
+        return cls(version, dict(decision.weights), dict(decision.shares),
+                   float(decision.aggregate_mbps), tuple(sorted(decision.usable)),
+                   decision.reason, mode, policy_source, time_s)
+
+    def decision(self) -> WeightDecision:
+        """The decision in force, as the engine's ``previous`` argument."""
+        return WeightDecision(weights=dict(self.weights), shares=dict(self.shares),
+                              aggregate_mbps=self.aggregate_mbps, usable=frozenset(self.usable),
+                              changed=False, reason=self.reason)
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["weights"], doc["shares"] = dict(self.weights), dict(self.shares)
+        doc["usable"] = list(self.usable)
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> CpeRecord:
+        return cls(int(doc["version"]), {str(k): int(v) for k, v in doc["weights"].items()},
+                   {str(k): float(v) for k, v in doc.get("shares", {}).items()},
+                   float(doc.get("aggregate_mbps", 0.0)), tuple(doc.get("usable", ())),
+                   str(doc.get("reason", "")), str(doc.get("mode", "")),
+                   str(doc.get("policy_source", "")), float(doc.get("time_s", 0.0)))
+
+
+@dataclass
+class Restored:
+    """What the first successful load brought back (handed to ``on_restore``)."""
+
+    policies: list[PolicyInstance] = field(default_factory=list)
+    cpes: dict[str, CpeRecord] = field(default_factory=dict)
+    model_version: str | None = None
+
+
+def _encode(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+class StateStore:
+    """In-memory state mirrored to SDL; safe for concurrent use.
+
+    Parameters
+    ----------
+    namespace : str
+        SDL namespace.
+    backend_factory : callable or None, default=None
+        Makes a new SDL client; None keeps state in memory only (tests of the loop, ``--no-sdl``).
+    on_error : callable, default=None
+        Called once per failed SDL pass (metrics).
+    on_restore : callable, default=None
+        Called with :class:`Restored` after the first successful load, from the flusher thread.
+    """
+
+    def __init__(self, namespace: str = "mcw",
+                 backend_factory: Callable[[], SdlBackend] | None = None, *,
+                 on_error: Callable[[], None] | None = None,
+                 on_restore: Callable[[Restored], None] | None = None,
+                 interval_s: float = 0.5) -> None:
+        self.namespace = namespace
+        self._factory = backend_factory
+        self._on_error = on_error
+        self._on_restore = on_restore
+        self._interval_s = interval_s
+        self._lock = threading.Lock()
+        self._io_lock = threading.Lock()
+        self._values: dict[str, Any] = {}
+        self._dirty: set[str] = set()
+        self._removed: set[str] = set()
+        self._backend: SdlBackend | None = None
+        self._connected = False
+        self._last_ok = 0.0
+        self._loaded = False
+        self._last_error = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- state API (memory only, never blocks on Redis) -------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self._factory is not None
+
+    @property
+    def connected(self) -> bool:
+        """True when the last SDL pass succeeded recently (always True without a backend).
+
+        "Recently" matters when Redis hangs instead of refusing: the flusher then blocks and
+        no pass fails, so a stale success must not count as reachable."""
+        if self._factory is None:
+            return True
+        stale_after = max(5.0, 10 * self._interval_s)
+        return self._connected and time.monotonic() - self._last_ok < stale_after
+
+    @property
+    def last_error(self) -> str:
+        return self._last_error
+
+    def pending(self) -> int:
+        """Keys waiting to be written or removed."""
+        with self._lock:
+            return len(self._dirty) + len(self._removed)
+
+    def _put(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._values[key] = value
+            self._dirty.add(key)
+            self._removed.discard(key)
+
+    def _drop(self, key: str) -> None:
+        with self._lock:
+            self._values.pop(key, None)
+            self._dirty.discard(key)
+            self._removed.add(key)
+
+    def save_policy(self, instance: PolicyInstance) -> None:
+        self._put(POLICY_PREFIX + instance.instance_id, instance.to_dict())
+
+    def delete_policy(self, instance_id: str) -> None:
+        self._drop(POLICY_PREFIX + instance_id)
+
+    def policies(self) -> list[PolicyInstance]:
+        with self._lock:
+            docs = [v for k, v in self._values.items() if k.startswith(POLICY_PREFIX)]
+        return sorted((PolicyInstance.from_dict(d) for d in docs), key=PolicyInstance.rank)
+
+    def put_cpe(self, cpe_id: str, record: CpeRecord) -> None:
+        self._put(CPE_PREFIX + cpe_id, record)
+
+    def put_cpes(self, records: Mapping[str, CpeRecord]) -> None:
+        with self._lock:
+            for cpe_id, record in records.items():
+                key = CPE_PREFIX + cpe_id
+                self._values[key] = record
+                self._dirty.add(key)
+                self._removed.discard(key)
+
+    def cpe(self, cpe_id: str) -> CpeRecord | None:
+        with self._lock:
+            value = self._values.get(CPE_PREFIX + cpe_id)
+        return value if isinstance(value, CpeRecord) else None
+
+    def cpes(self) -> dict[str, CpeRecord]:
+        with self._lock:
+            return {k[len(CPE_PREFIX):]: v for k, v in self._values.items()
+                    if k.startswith(CPE_PREFIX) and isinstance(v, CpeRecord)}
+
+    def set_model_version(self, version: str) -> None:
+        with self._lock:
+            if self._values.get(MODEL_KEY) == version:
+                return
+        self._put(MODEL_KEY, version)
+
+    @property
+    def model_version(self) -> str | None:
+        with self._lock:
+            value = self._values.get(MODEL_KEY)
+        return None if value is None else str(value)
+
+    # --- SDL side ---------------------------------------------------------------------------
+
+    def sync(self) -> bool:
+        """One pass: connect if needed, load once, write what is dirty.  False on failure."""
+        if self._factory is None:
+            return True
+        with self._io_lock:
+            try:
+                self._sync_once()
+            except Exception as exc:  # ricsdl raises its own and redis-py's errors
+                self._fail(exc)
+                return False
+        return True
+
+    def _sync_once(self) -> None:
+        assert self._factory is not None
+        if self._backend is None:
+            self._backend = self._factory()
+        backend, ns = self._backend, self.namespace
+        if not backend.is_active():
+            raise ConnectionError("SDL backend is not active")
+        if not self._loaded:
+            self._load(backend)
+        elif not backend.get(ns, {MARKER_KEY}):
+            # Redis came back without our data (restarted without persistence): rewrite all.
+            with self._lock:
+                self._dirty.update(self._values)
+            log.warning("SDL namespace %s lost its data; writing the whole state again", ns)
+        with self._lock:
+            dirty = {k: self._values[k] for k in self._dirty if k in self._values}
+            removed = set(self._removed)
+        data = {k: _encode(v.to_dict() if hasattr(v, "to_dict") else v) for k, v in dirty.items()}
+        data[MARKER_KEY] = _encode({"time_s": time.time()})
+        backend.set(ns, data)
+        if removed:
+            backend.remove(ns, removed)
+        with self._lock:
+            # Keys changed again while we were writing stay dirty for the next pass.
+            for k, v in dirty.items():
+                if self._values.get(k) is v:
+                    self._dirty.discard(k)
+            self._removed -= removed
+        if not self._connected:
+            log.info("SDL namespace %s connected (%d keys written)", ns, len(data) - 1)
+        self._connected = True
+        self._last_ok = time.monotonic()
+        self._last_error = ""
+
+    def _load(self, backend: SdlBackend) -> None:
+        stored = backend.find_and_get(self.namespace, "*")
+        restored = Restored()
+        with self._lock:
+            for key, raw in stored.items():
+                if key == MARKER_KEY or key in self._dirty or key in self._removed:
+                    continue
+                try:
+                    doc = json.loads(raw)
+                    if key.startswith(POLICY_PREFIX):
+                        restored.policies.append(PolicyInstance.from_dict(doc))
+                        self._values[key] = doc
+                    elif key.startswith(CPE_PREFIX):
+                        record = CpeRecord.from_dict(doc)
+                        restored.cpes[key[len(CPE_PREFIX):]] = record
+                        self._values[key] = record
+                    elif key == MODEL_KEY:
+                        restored.model_version = str(doc)
+                        self._values[key] = restored.model_version
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.error("SDL key %s/%s is unreadable and is ignored: %s",
+                              self.namespace, key, exc)
+            self._loaded = True
+        restored.policies.sort(key=PolicyInstance.rank)
+        log.info("SDL state restored: %d policy instances, %d CPEs, model %s",
+                 len(restored.policies), len(restored.cpes), restored.model_version)
+        if self._on_restore is not None:
+            self._on_restore(restored)
+
+    def _fail(self, exc: BaseException) -> None:
+        message = f"{type(exc).__name__}: {exc}"
+        if self._connected or message != self._last_error:
+            log.error("SDL namespace %s unreachable, running from memory: %s",
+                      self.namespace, message)
+        self._connected = False
+        self._last_error = message
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            try:
+                backend.close()
+            except Exception:  # closing a broken client may fail too; nothing to do about it
+                log.debug("closing the SDL client failed", exc_info=True)
+        if self._on_error is not None:
+            self._on_error()
+
+    def start(self) -> None:
+        """Flush in a background thread every ``interval_s`` until :meth:`stop`."""
+        if self._factory is None or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="mcw-sdl", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sync()
+            self._stop.wait(self._interval_s)
+
+    def stop(self, timeout_s: float = 3.0) -> None:
+        """Stop the flusher after one last pass (bounded by ``timeout_s``)."""
+        self._stop.set()
+        hung = False
+        if self._thread is not None:
+            self._thread.join(timeout=timeout_s)
+            hung = self._thread.is_alive()
+            self._thread = None
+        if hung:
+            log.warning("SDL flusher did not stop within %.1f s; %d keys not written",
+                        timeout_s, self.pending())
+            return
+        if self._factory is not None and self.connected:
+            self.sync()
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            try:
+                backend.close()
+            except Exception:
+                log.debug("closing the SDL client failed", exc_info=True)
+
+
+VERSION_PREFIX = "version/"
+
+
+class SdlVersionStore:
+    """Per-CPE weight-version ceilings in SDL (:class:`xapp.channel.versions.VersionStore`).
+
+    Unlike the rest of the state this is written through, synchronously: the publisher reserves
+    a block of versions and must know the ceiling is stored before it sends any of them, or a
+    restart could reuse a version the agents already saw.  While Redis is away the calls raise,
+    so a CPE that has used up its block waits for Redis before it gets new weights; the others
+    carry on.  Ceilings only grow (the maximum of stored and requested is kept).
+
+    ``floor(cpe_id)`` (the last published version the :class:`StateStore` remembers) is a lower
+    bound for a ceiling: if Redis lost its data, the state store's catch-up rewrites the CPE
+    records, and the versions in them keep a later restart from going back.
+    """
+
+    def __init__(self, namespace: str, backend_factory: Callable[[], SdlBackend],
+                 floor: Callable[[str], int] | None = None) -> None:
+        self.namespace = namespace
+        self._floor = floor
+        self._factory = backend_factory
+        self._backend: SdlBackend | None = None
+        self._lock = threading.Lock()
+
+    def _client(self) -> SdlBackend:
+        if self._backend is None:
+            self._backend = self._factory()
+        return self._backend
+
+    def _reset(self) -> None:
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            try:
+                backend.close()
+            except Exception:
+                log.debug("closing the SDL client failed", exc_info=True)
+
+    def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
+        keys = {VERSION_PREFIX + c for c in cpe_ids}
+        with self._lock:
+            try:
+                stored = self._client().get(self.namespace, keys) if keys else {}
+            except Exception:
+                self._reset()
+                raise
+        out = dict.fromkeys(cpe_ids, 0)
+        for key, raw in stored.items():
+            out[key[len(VERSION_PREFIX):]] = int(json.loads(raw))
+        if self._floor is not None:
+            out = {c: max(v, self._floor(c)) for c, v in out.items()}
+        return out
+
+    def set_ceilings(self, ceilings: Mapping[str, int]) -> None:
+        if not ceilings:
+            return
+        current = self.get_ceilings(list(ceilings))
+        data = {VERSION_PREFIX + c: _encode(max(int(v), current.get(c, 0)))
+                for c, v in ceilings.items()}
+        with self._lock:
+            try:
+                self._client().set(self.namespace, data)
+            except Exception:
+                self._reset()
+                raise
