@@ -1,0 +1,557 @@
+"""The Helm chart lints, renders in every variant, validates against the Kubernetes API schemas
+and follows the O-RAN SC conventions and the descriptor's contract."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.packaging import chart_render as cr
+from tests.packaging.paths import (
+    CHART,
+    CONTROLS_SCHEMA,
+    DESCRIPTOR,
+    DESCRIPTOR_RULES,
+    GID,
+    PORTS,
+    ROOT,
+    UID,
+    XAPP_NAME,
+    helm_binary,
+    load_json,
+)
+
+PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+#: name -> (values, namespace passed to helm)
+VARIANTS: dict[str, tuple[dict[str, Any], str | None]] = {
+    "default": ({}, "ricxapp"),
+    "service-monitor": ({"metrics": {"serviceMonitor": {
+        "enabled": True, "namespace": "monitoring", "labels": {"release": "prometheus"}}}},
+        "ricxapp"),
+    "broker-deploy": ({"broker": {"deploy": True, "server": {
+        "service": {"type": "LoadBalancer", "nodePort": 30883,
+                    "loadBalancerSourceRanges": ["10.20.0.0/16"]},
+        "allowFrom": [{"ipBlock": {"cidr": "10.20.0.0/16"}}],
+        "persistence": {"existingClaim": "mosquitto-data"}}}}, "ricxapp"),
+    "existing-secrets": ({
+        "broker": {"clientTls": {"existingSecret": "fleet-mqtt-client"}},
+        "influxdb": {"auth": {"existingSecret": "influx-ro", "existingSecretKey": "api-token"},
+                     "networkPolicy": {"to": [{"namespaceSelector": {"matchLabels": {
+                         "kubernetes.io/metadata.name": "tsdb"}}}]}},
+        "dbaas": {"configMapName": "", "host": "redis.ricplt", "port": 6380}}, "ricxapp"),
+    "inline-secrets": ({
+        "broker": {"clientTls": {"existingSecret": "", "ca": PEM, "cert": PEM, "key": PEM}},
+        "influxdb": {"auth": {"existingSecret": "", "token": "s3cr3t"}}}, "ricxapp"),
+    "minimal-other-namespace": ({
+        "namespace": "", "clusterDomain": "cluster.local",
+        "networkPolicy": {"enabled": False}, "pdb": {"create": False},
+        "serviceAccount": {"create": False},
+        "startupProbe": {"enabled": False},
+        "image": {"digest": "sha256:" + "ab" * 32},
+        "controls": {"log_level": "DEBUG", "default_policy": {"max_weight": 30}}}, "xapps"),
+}
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    found = helm_binary()
+    if found is None:
+        pytest.skip("helm is not installed (make deps-tools puts it in .tools/bin)")
+    return found
+
+
+@pytest.fixture(scope="module")
+def rendered(helm: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, cr.Rendered]:
+    tmp = tmp_path_factory.mktemp("values")
+    return {name: cr.template(helm, tmp, values, namespace=ns)
+            for name, (values, ns) in VARIANTS.items()}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_lint(helm: str, tmp_path: Path, variant: str) -> None:
+    out = cr.lint(helm, tmp_path, VARIANTS[variant][0])
+    assert "0 chart(s) failed" in out
+
+
+@pytest.mark.parametrize("kube_version", cr.KUBE_VERSIONS)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_manifest_validates(rendered: dict[str, cr.Rendered], variant: str,
+                                  kube_version: str) -> None:
+    problems = {f"{d['kind']}/{d['metadata']['name']}": cr.validate(d, kube_version)
+                for d in rendered[variant].docs}
+    assert {k: v for k, v in problems.items() if v} == {}
+
+
+def test_validation_catches_a_broken_manifest(rendered: dict[str, cr.Rendered]) -> None:
+    deployment = json.loads(json.dumps(rendered["default"].one("Deployment")))
+    deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "x"
+    assert cr.validate(deployment, cr.KUBE_VERSIONS[0])
+    sm = json.loads(json.dumps(rendered["service-monitor"].one("ServiceMonitor")))
+    sm["spec"]["endpoints"][0]["scrapeInterval"] = "30s"  # not a ServiceMonitor field
+    assert cr.validate(sm, cr.KUBE_VERSIONS[0])
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"replicaCount": -1}, "replicaCount"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
+    ({"unknownKey": 1}, "unknownKey"),
+    ({"controls": {"log_level": "LOUD"}}, "log_level"),
+    ({"controls": {"default_policy": {"mode": "fastest"}}}, "mode"),
+    ({"controls": {"mqtt": {"hostname": "x"}}}, "hostname"),
+    ({"podSecurityContext": {"runAsNonRoot": False}}, "runAsNonRoot"),
+    ({"broker": {"clientTls": {"existingSecret": ""}}}, "broker.clientTls.ca is required"),
+    ({"influxdb": {"auth": {"existingSecret": ""}}}, "influxdb.auth.token is required"),
+    ({"pdb": {"minAvailable": 1}}, "either pdb.minAvailable or pdb.maxUnavailable"),
+    ({"rmr": {"routeTable": "rte|1|x:1"}}, "routeTable"),
+])
+def test_bad_values_are_refused(helm: str, tmp_path: Path, values: dict[str, Any],
+                                message: str) -> None:
+    with pytest.raises(cr.HelmError, match=re.escape(message)):
+        cr.template(helm, tmp_path, values, namespace="ricxapp")
+
+
+def test_every_object_is_in_the_xapp_namespace(rendered: dict[str, cr.Rendered]) -> None:
+    for name, (_, ns) in VARIANTS.items():
+        for doc in rendered[name].docs:
+            if doc["kind"] == "ServiceMonitor":
+                continue
+            expected = "ricxapp" if name != "minimal-other-namespace" else ns
+            assert doc["metadata"]["namespace"] == expected, (name, doc["kind"])
+
+
+def test_names_and_labels_fit_kubernetes_limits(rendered: dict[str, cr.Rendered]) -> None:
+    for r in rendered.values():
+        for doc in r.docs:
+            assert len(doc["metadata"]["name"]) <= 63
+            for value in doc["metadata"].get("labels", {}).values():
+                assert len(value) <= 63
+
+
+def _container(r: cr.Rendered) -> dict[str, Any]:
+    containers = [c for c in _pod(r)["containers"] if c["name"] == XAPP_NAME]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def _pod(r: cr.Rendered) -> dict[str, Any]:
+    spec: dict[str, Any] = r.get("Deployment", XAPP_NAME)["spec"]["template"]["spec"]
+    return spec
+
+
+def _appenv(r: cr.Rendered, ns: str = "ricxapp") -> dict[str, str]:
+    data: dict[str, str] = r.get("ConfigMap", f"configmap-{ns}-{XAPP_NAME}-appenv")["data"]
+    return data
+
+
+def test_oran_conventions(rendered: dict[str, cr.Rendered]) -> None:
+    r = rendered["default"]
+    pod = _pod(r)
+    assert pod["hostname"] == XAPP_NAME
+    assert pod["enableServiceLinks"] is True
+    rmr = r.get("Service", "service-ricxapp-mcw-xapp-rmr")
+    assert [(p["name"], p["port"]) for p in rmr["spec"]["ports"]] == [
+        ("rmrdata", PORTS["rmrdata"]), ("rmrroute", PORTS["rmrroute"])]
+    http = r.get("Service", "service-ricxapp-mcw-xapp-http")
+    assert [(p["name"], p["port"]) for p in http["spec"]["ports"]] == [("http", PORTS["http"])]
+    env = _appenv(r)
+    assert env["CONFIG_FILE"] == "/opt/ric/config/config-file.json"
+    assert env["RMR_SEED_RT"] == "/opt/ric/config/router.txt"
+    assert env["RMR_SRC_ID"] == "service-ricxapp-mcw-xapp-rmr.ricxapp"
+    assert env["RMR_RTG_SVC"] == str(PORTS["rmrroute"])
+    assert env["PLT_NAMESPACE"] == "ricplt"
+    container = _container(r)
+    env_from = [e["configMapRef"]["name"] for e in container["envFrom"]]
+    assert env_from == ["configmap-ricxapp-mcw-xapp-appenv", "dbaas-appconfig"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == PORTS
+    assert container["command"] == ["mcw", "run"]
+    assert container["args"][:2] == ["--rmr", "on"]
+    # The frame finds its services through SERVICE_<NS>_<HOSTNAME>_{HTTP,RMR}_PORT.
+    for svc in (rmr, http):
+        link = svc["metadata"]["name"].upper().replace("-", "_") + "_PORT"
+        assert link.startswith(f"SERVICE_RICXAPP_{XAPP_NAME.upper().replace('-', '_')}_")
+
+
+def test_selectors_match_the_pod(rendered: dict[str, cr.Rendered]) -> None:
+    for r in rendered.values():
+        labels = pod_labels(r.get("Deployment", XAPP_NAME))
+        for svc in r.of_kind("Service"):
+            if "broker" in svc["metadata"]["name"]:
+                continue
+            assert svc["spec"]["selector"].items() <= labels.items()
+        for kind in ("PodDisruptionBudget", "NetworkPolicy"):
+            for doc in r.of_kind(kind):
+                if "broker" in doc["metadata"]["name"]:
+                    continue
+                sel = doc["spec"].get("selector", doc["spec"].get("podSelector"))
+                assert sel["matchLabels"].items() <= labels.items()
+
+
+def test_security_context(rendered: dict[str, cr.Rendered]) -> None:
+    for r in rendered.values():
+        pod = _pod(r)
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] == UID
+        assert pod["securityContext"]["runAsGroup"] == GID
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["automountServiceAccountToken"] is False
+        sc = _container(r)["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        assert sc["runAsUser"] == UID
+        # The only writable path is the /tmp emptyDir.
+        mounts = {m["mountPath"]: m for m in _container(r)["volumeMounts"]}
+        writable = {p for p, m in mounts.items() if not m.get("readOnly")}
+        assert writable == {"/tmp"}
+        tmp_vol = next(v for v in pod["volumes"] if v["name"] == mounts["/tmp"]["name"])
+        assert "emptyDir" in tmp_vol
+        for kind in ("Deployment",):
+            for doc in r.of_kind(kind):
+                for c in doc["spec"]["template"]["spec"]["containers"]:
+                    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+                    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+                    assert "resources" in c
+
+
+def test_probes(rendered: dict[str, cr.Rendered]) -> None:
+    c = _container(rendered["default"])
+    assert c["livenessProbe"]["httpGet"] == {"path": "/ric/v1/health/alive", "port": "http"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/ric/v1/health/ready", "port": "http"}
+    assert c["startupProbe"]["httpGet"]["path"] == "/ric/v1/health/alive"
+    descriptor = load_json(DESCRIPTOR)
+    assert descriptor["livenessProbe"]["httpGet"]["path"] == c["livenessProbe"]["httpGet"]["path"]
+    assert "startupProbe" not in _container(rendered["minimal-other-namespace"])
+
+
+def _mounted_files(r: cr.Rendered) -> dict[str, tuple[str, str, str]]:
+    """Absolute path in the container -> (kind, source name, key) for ConfigMap/Secret items."""
+    pod = _pod(r)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    files: dict[str, tuple[str, str, str]] = {}
+    for m in _container(r)["volumeMounts"]:
+        vol = volumes[m["name"]]
+        sources = vol["projected"]["sources"] if "projected" in vol else [vol]
+        for src in sources:
+            if "configMap" in src:
+                kind, name = "ConfigMap", src["configMap"]["name"]
+                items = src["configMap"]["items"]
+            elif "secret" in src:
+                kind = "Secret"
+                name = src["secret"].get("secretName") or src["secret"]["name"]
+                items = src["secret"]["items"]
+            else:
+                continue
+            for item in items:
+                files[f"{m['mountPath']}/{item['path']}"] = (kind, name, item["key"])
+    return files
+
+
+def test_config_route_table_and_secrets_are_where_the_xapp_reads_them(
+        rendered: dict[str, cr.Rendered]) -> None:
+    r = rendered["default"]
+    files = _mounted_files(r)
+    env = _appenv(r)
+    assert files[env["CONFIG_FILE"]] == ("ConfigMap", "configmap-ricxapp-mcw-xapp-appconfig",
+                                         "config-file.json")
+    assert files[env["RMR_SEED_RT"]] == ("ConfigMap", "configmap-ricxapp-mcw-xapp-routes",
+                                         "router.txt")
+    controls = load_json(DESCRIPTOR)["controls"]
+    assert files[controls["mqtt"]["ca_file"]] == ("Secret", "mcw-xapp-mqtt-tls", "ca.crt")
+    assert files[controls["mqtt"]["cert_file"]] == ("Secret", "mcw-xapp-mqtt-tls", "tls.crt")
+    assert files[controls["mqtt"]["key_file"]] == ("Secret", "mcw-xapp-mqtt-tls", "tls.key")
+    assert files[controls["influxdb"]["token_file"]] == ("Secret", "mcw-xapp-influxdb", "token")
+    secret_vols = [v for v in _pod(r)["volumes"] if "secret" in v]
+    assert secret_vols and all(v["secret"]["defaultMode"] == 0o440 for v in secret_vols)
+    # Custom existing Secrets and keys.
+    files = _mounted_files(rendered["existing-secrets"])
+    assert files["/opt/ric/tls/tls.key"] == ("Secret", "fleet-mqtt-client", "tls.key")
+    assert files["/opt/ric/secret/influxdb/token"] == ("Secret", "influx-ro", "api-token")
+    assert rendered["existing-secrets"].of_kind("Secret") == []
+
+
+def test_inline_secrets_are_created(rendered: dict[str, cr.Rendered]) -> None:
+    r = rendered["inline-secrets"]
+    files = _mounted_files(r)
+    tls = r.get("Secret", files["/opt/ric/tls/ca.crt"][1])
+    assert base64.b64decode(tls["data"]["ca.crt"]).decode() == PEM
+    influx = r.get("Secret", files["/opt/ric/secret/influxdb/token"][1])
+    assert base64.b64decode(influx["data"]["token"]).decode() == "s3cr3t"
+
+
+def test_config_file_is_the_descriptor_with_controls_overrides(
+        rendered: dict[str, cr.Rendered]) -> None:
+    descriptor = load_json(DESCRIPTOR)
+    cm = rendered["default"].get("ConfigMap", "configmap-ricxapp-mcw-xapp-appconfig")
+    assert json.loads(cm["data"]["config-file.json"]) == {**descriptor,
+                                                          "APP_NAMESPACE": "ricxapp"}
+    assert json.loads(cm["data"]["schema.json"]) == load_json(CONTROLS_SCHEMA)
+    cm = rendered["minimal-other-namespace"].get("ConfigMap", "configmap-xapps-mcw-xapp-appconfig")
+    doc = json.loads(cm["data"]["config-file.json"])
+    # The frame's registration looks for SERVICE_XAPPS_MCW_XAPP_*_PORT in this namespace.
+    assert doc["APP_NAMESPACE"] == "xapps"
+    assert doc["controls"]["log_level"] == "DEBUG"
+    # The merge is deep: the other default_policy keys stay.
+    assert doc["controls"]["default_policy"] == {**descriptor["controls"]["default_policy"],
+                                                 "max_weight": 30}
+    rules = load_json(DESCRIPTOR_RULES)
+    rules["properties"]["controls"] = load_json(CONTROLS_SCHEMA)
+    jsonschema.validate(doc, rules)
+
+
+def test_route_table(rendered: dict[str, cr.Rendered]) -> None:
+    table = rendered["default"].get("ConfigMap", "configmap-ricxapp-mcw-xapp-routes")
+    lines = table["data"]["router.txt"].strip().splitlines()
+    assert lines[0] == "newrt|start" and lines[-1] == "newrt|end"
+    routes = {int(line.split("|")[1]): line.split("|")[2] for line in lines[1:-1]}
+    # A1_POLICY_QUERY must reach the A1 mediator; the responses go back by RTS.
+    assert routes[20012].startswith("service-ricplt-a1mediator-rmr.ricplt:")
+
+
+def test_environment_overrides_are_ones_the_runtime_knows(
+        rendered: dict[str, cr.Rendered], caplog: pytest.LogCaptureFixture) -> None:
+    config = pytest.importorskip("xapp.ric.config", reason="runtime config module not built yet")
+    env = _appenv(rendered["existing-secrets"])
+    mcw = {k: v for k, v in env.items() if k.startswith("MCW_")}
+    assert {"MCW_INFLUXDB_URL", "MCW_MQTT_HOST", "MCW_MQTT_PORT"} <= set(mcw)
+    with caplog.at_level(logging.WARNING):
+        controls = config.apply_env_overrides(load_json(DESCRIPTOR)["controls"], mcw)
+    assert not [r for r in caplog.records if "matches no controls key" in r.getMessage()]
+    assert controls["mqtt"]["port"] == 8883
+    assert controls["influxdb"]["url"] == "http://influxdb:8086"
+    config.parse_controls(controls, ROOT / "schemas")
+    assert env["DBAAS_SERVICE_HOST"] == "redis.ricplt" and env["DBAAS_SERVICE_PORT"] == "6380"
+    assert "dbaas-appconfig" not in json.dumps(_container(rendered["existing-secrets"]))
+
+
+def _egress_ports(policy: dict[str, Any]) -> set[int]:
+    return {p["port"] for rule in policy["spec"]["egress"] for p in rule.get("ports", [])}
+
+
+def test_network_policy(rendered: dict[str, cr.Rendered]) -> None:
+    policy = rendered["default"].get("NetworkPolicy", XAPP_NAME)
+    ingress = policy["spec"]["ingress"]
+    rmr_rule = next(r for r in ingress if {p["port"] for p in r["ports"]} == {"rmrdata",
+                                                                              "rmrroute"})
+    namespaces = rmr_rule["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert set(namespaces) == {"ricplt", "ricxapp"}
+    http_rule = next(r for r in ingress if [p["port"] for p in r["ports"]] == ["http"])
+    assert http_rule["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "monitoring"]
+    assert {53, 6379, 8086, 8883, 4562} <= _egress_ports(policy)
+    # Custom InfluxDB peers and dbaas port.
+    policy = rendered["existing-secrets"].get("NetworkPolicy", XAPP_NAME)
+    assert 6380 in _egress_ports(policy)
+    influx = next(r for r in policy["spec"]["egress"] if r["ports"][0]["port"] == 8086)
+    assert influx["to"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "tsdb"}
+    assert rendered["minimal-other-namespace"].of_kind("NetworkPolicy") == []
+
+
+def test_pdb(rendered: dict[str, cr.Rendered]) -> None:
+    pdb = rendered["default"].one("PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+    assert rendered["minimal-other-namespace"].of_kind("PodDisruptionBudget") == []
+
+
+def test_service_monitor(rendered: dict[str, cr.Rendered]) -> None:
+    assert rendered["default"].of_kind("ServiceMonitor") == []
+    sm = rendered["service-monitor"].one("ServiceMonitor")
+    assert sm["metadata"]["namespace"] == "monitoring"
+    assert sm["metadata"]["labels"]["release"] == "prometheus"
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": ["ricxapp"]}
+    endpoint = sm["spec"]["endpoints"][0]
+    assert endpoint["port"] == "http"
+    assert endpoint["path"] == load_json(DESCRIPTOR)["metrics"]["url"]
+    http = rendered["service-monitor"].get("Service", "service-ricxapp-mcw-xapp-http")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= http["metadata"]["labels"].items()
+    rmr = rendered["service-monitor"].get("Service", "service-ricxapp-mcw-xapp-rmr")
+    assert not sm["spec"]["selector"]["matchLabels"].items() <= rmr["metadata"]["labels"].items()
+
+
+def _mosquitto_conf(text: str) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition(" ")
+            conf.setdefault(key, value.strip())
+    return conf
+
+
+def test_deployed_broker_uses_the_channel_configuration(rendered: dict[str, cr.Rendered]) -> None:
+    r = rendered["broker-deploy"]
+    broker_name = f"{XAPP_NAME}-broker"
+    cm = r.get("ConfigMap", broker_name)
+    repo_conf = (ROOT / "broker" / "mosquitto.conf").read_text(encoding="utf-8")
+    assert cm["data"]["acl"].strip() == (ROOT / "broker" / "acl").read_text().strip()
+    conf = _mosquitto_conf(cm["data"]["mosquitto.conf"])
+    log_dest = re.findall(r"^log_dest\s+(\S+)", cm["data"]["mosquitto.conf"], re.MULTILINE)
+    assert log_dest == ["stdout"]
+    # Everything but the log destination is the channel's file.
+    assert {k: v for k, v in conf.items() if k != "log_dest"} == {
+        k: v for k, v in _mosquitto_conf(repo_conf).items() if k != "log_dest"}
+    deployment = r.get("Deployment", broker_name)
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"][-1] == "/etc/mosquitto/mosquitto.conf"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    projected = volumes[mounts["/etc/mosquitto"]]["projected"]["sources"]
+    paths = {f"/etc/mosquitto/{i['path']}" for s in projected
+             for i in (s.get("configMap") or s.get("secret"))["items"]}
+    for key in ("cafile", "certfile", "keyfile", "acl_file"):
+        assert conf[key] in paths, key
+    assert conf["persistence_location"].rstrip("/") in mounts
+    assert volumes[mounts["/var/lib/mosquitto"]]["persistentVolumeClaim"]["claimName"] == \
+        "mosquitto-data"
+    listener = int(conf["listener"].split()[0])
+    assert container["ports"][0]["containerPort"] == listener
+    svc = r.get("Service", broker_name)
+    assert svc["spec"]["type"] == "LoadBalancer" and svc["spec"]["ports"][0]["nodePort"] == 30883
+    # The xApp talks to it, and its NetworkPolicy lets it.
+    assert _appenv(r)["MCW_MQTT_HOST"] == broker_name
+    policy = r.get("NetworkPolicy", XAPP_NAME)
+    broker_rule = next(rule for rule in policy["spec"]["egress"]
+                       if rule.get("to") and "podSelector" in rule["to"][0]
+                       and rule["ports"][0]["port"] == listener)
+    assert broker_rule["to"][0]["podSelector"]["matchLabels"].items() <= \
+        pod_labels(deployment).items()
+    broker_policy = r.get("NetworkPolicy", broker_name)
+    peers = broker_policy["spec"]["ingress"][0]["from"]
+    assert {"ipBlock": {"cidr": "10.20.0.0/16"}} in peers
+    assert broker_policy["spec"]["egress"] == []
+    assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = deployment["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def test_other_namespace_and_fqdn(rendered: dict[str, cr.Rendered]) -> None:
+    r = rendered["minimal-other-namespace"]
+    r.get("Service", "service-xapps-mcw-xapp-rmr")
+    r.get("Service", "service-xapps-mcw-xapp-http")
+    env = _appenv(r, "xapps")
+    assert env["RMR_SRC_ID"] == "service-xapps-mcw-xapp-rmr.xapps.svc.cluster.local"
+    assert _container(r)["image"] == f"registry.example.com/mcw/mcw-xapp@sha256:{'ab' * 32}"
+    assert _pod(r)["serviceAccountName"] == "default"
+
+
+# --- values documentation and schema ------------------------------------------------------
+
+def _leaf_paths(node: Any, prefix: str = "") -> set[str]:
+    if isinstance(node, dict) and node:
+        out: set[str] = set()
+        for key, value in node.items():
+            out |= _leaf_paths(value, f"{prefix}.{key}" if prefix else key)
+        return out
+    return {prefix}
+
+
+def test_every_value_is_documented() -> None:
+    text = (CHART / "values.yaml").read_text(encoding="utf-8")
+    values = yaml.safe_load(text)
+    params = re.findall(r"^\s*## @param (\S+) \S", text, flags=re.MULTILINE)
+    assert len(params) == len(set(params)), "a value is documented twice"
+    leaves = _leaf_paths(values)
+    # A @param documents its key and everything below it (e.g. `resources`).
+    undocumented = {leaf for leaf in leaves
+                    if not any(leaf == p or leaf.startswith(p + ".") for p in params)}
+    assert undocumented == set()
+    def exists(path: str) -> bool:
+        node: Any = values
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+    assert [p for p in params if not exists(p)] == []
+    assert re.findall(r"^## @section ", text, flags=re.MULTILINE)
+    # The chart README's parameter table lists them all.
+    readme = (CHART / "README.md").read_text(encoding="utf-8")
+    assert [p for p in params if f"| `{p}` |" not in readme] == []
+
+
+def _schema_paths(schema: dict[str, Any], prefix: str = "") -> set[str]:
+    out: set[str] = set()
+    for key, sub in schema.get("properties", {}).items():
+        path = f"{prefix}.{key}" if prefix else key
+        out.add(path)
+        if path != "controls":
+            out |= _schema_paths(sub, path)
+    return out
+
+
+def test_values_schema_mirrors_values() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    schema = load_json(CHART / "values.schema.json")
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.validate(values, schema)
+
+    def value_paths(node: Any, prefix: str = "") -> set[str]:
+        out: set[str] = set()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                path = f"{prefix}.{key}" if prefix else key
+                out.add(path)
+                # Free-form maps (labels, resources) are typed by their schema, not listed.
+                if isinstance(value, dict) and _is_listed(schema, path):
+                    out |= value_paths(value, path)
+        return out
+
+    # Every value has a schema entry (the schema also rejects unknown keys) and every schema
+    # entry is a value with a default, so values.yaml is the complete list of settings.
+    assert value_paths(values) == _schema_paths(schema)
+    # controls is the controls schema itself, without the draft marker.
+    controls = {k: v for k, v in load_json(CONTROLS_SCHEMA).items()
+                if k not in ("$schema", "title")}
+    assert schema["properties"]["controls"] == controls, (
+        "copy schemas/controls.schema.json (without $schema and title) to "
+        "charts/mcw-xapp/values.schema.json properties.controls")
+
+
+def _node(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    node = schema
+    for part in path.split("."):
+        node = node["properties"][part]
+    return node
+
+
+def _is_listed(schema: dict[str, Any], path: str) -> bool:
+    return path != "controls" and "properties" in _node(schema, path)
+
+
+def test_chart_version_matches_the_descriptor() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
+    descriptor = load_json(DESCRIPTOR)
+    assert chart["name"] == descriptor["name"] == XAPP_NAME
+    assert chart["appVersion"] == descriptor["version"]
+    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    image = descriptor["containers"][0]["image"]
+    assert (values["image"]["registry"], values["image"]["repository"]) == (
+        image["registry"], image["name"])
+    assert image["tag"] == chart["appVersion"]
+
+
+def test_container_arguments_are_ones_mcw_run_accepts(rendered: dict[str, cr.Rendered]) -> None:
+    main = pytest.importorskip("xapp.ric.main", reason="mcw run is not built yet")
+    container = _container(rendered["default"])
+    assert container["command"][:2] == ["mcw", "run"]
+    parser = argparse.ArgumentParser(prog="mcw run")
+    main.configure(parser)
+    args = parser.parse_args(container["args"])
+    assert args.rmr == "on"
+    # mcw run stops within --grace-s; the pod's grace period must leave room for it.
+    grace = _pod(rendered["default"])["terminationGracePeriodSeconds"]
+    assert args.grace_s == grace - 5
