@@ -51,8 +51,9 @@ def setup_logging(level: str = "INFO", name: str = "mcw-xapp") -> Logger:
     global _handler
     if _handler is None:
         mdc = Logger(name=name)
-        if "CONFIG_MAP_NAME" in os.environ:
-            # The platform's log-level ConfigMap and the SYSTEM_NAME/POD_NAME/... MDC fields.
+        if "CONFIG_MAP_NAME" in os.environ or "POD_NAME" in os.environ:
+            # In a pod (the chart sets POD_NAME, HOST_NAME, SERVICE_NAME, CONTAINER_NAME and
+            # SYSTEM_NAME): add those MDC fields to every line, as O-RAN SC xApps do.
             mdc.mdclog_format_init(configmap_monitor=False)
         mdc.add_mdc("PID", str(os.getpid()))
         _handler = MdclogHandler(mdc)
