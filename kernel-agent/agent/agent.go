@@ -1,0 +1,580 @@
+// Package agent is the CPE agent's core: it takes weights updates from the
+// channel, checks them (schema, CPE, version, lease), masks WATs whose link
+// is down, applies the result through a backend, persists it and reports on
+// the state topic; it falls back to safe weights when a lease runs out and
+// streams per-WAT subflow telemetry.
+//
+// All decisions happen on one goroutine (Run's loop), so the agent's state
+// needs no locks; the MQTT client hands payloads in through HandleWeights.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mcw-xapp/kernel-agent/backend"
+	"github.com/mcw-xapp/kernel-agent/lease"
+	"github.com/mcw-xapp/kernel-agent/linkwatch"
+	"github.com/mcw-xapp/kernel-agent/metrics"
+	"github.com/mcw-xapp/kernel-agent/payload"
+	"github.com/mcw-xapp/kernel-agent/state"
+	"github.com/mcw-xapp/kernel-agent/telemetry"
+)
+
+// Publisher sends the agent's reports; mqttclient.Client implements it.
+type Publisher interface {
+	PublishState(ctx context.Context, b []byte) error
+	PublishTelemetry(ctx context.Context, b []byte) error
+}
+
+// LinkSource reports the WAT interfaces' status; linkwatch.Watcher
+// implements it.
+type LinkSource interface {
+	Start(ctx context.Context) (map[string]linkwatch.Status, <-chan linkwatch.Status, <-chan error, error)
+}
+
+// SubflowSource dumps the kernel's TCP subflows; telemetry.Conn implements it.
+type SubflowSource interface {
+	Subflows() ([]telemetry.Subflow, error)
+}
+
+// Config is what the core needs from the configuration file.
+type Config struct {
+	CPEID string
+	// WATs maps a WAT name to its interface.
+	WATs        map[string]string
+	SafeWeights payload.Weights
+	// TelemetryInterval between samples; 0 disables telemetry.
+	TelemetryInterval time.Duration
+	// MPTCPOnly restricts telemetry to MPTCP subflows.
+	MPTCPOnly bool
+}
+
+// Deps are the agent's collaborators. Backend, Store, Links, Metrics and
+// Log are required; Subflows may be nil (no telemetry); Now defaults to
+// time.Now.
+type Deps struct {
+	Backend  backend.Backend
+	Store    *state.Store
+	Links    LinkSource
+	Subflows SubflowSource
+	Metrics  *metrics.Metrics
+	Log      *slog.Logger
+	Now      func() time.Time
+}
+
+// Agent is the core. Create it with New; call HandleWeights and
+// Republish from any goroutine, Run once.
+type Agent struct {
+	cfg  Config
+	deps Deps
+	wats []string // configured WATs in canonical order
+
+	updates   chan received
+	republish chan struct{}
+	states    chan []byte
+	telem     chan []byte
+
+	// Owned by the loop goroutine (or by the caller of Start and
+	// ProcessWeights when there is no loop).
+	tracker   lease.Tracker
+	requested payload.Weights // xApp's (or safe) weights before link masking
+	safe      bool            // requested are the safe weights
+	mode      string
+	links     map[string]linkwatch.Status
+	applied   []backend.Path
+	linkCh    <-chan linkwatch.Status
+	linkErr   <-chan error
+	timer     *time.Timer
+	agg       telemetry.Aggregator
+	lastError string
+
+	mu        sync.Mutex
+	lastState []byte // latest state payload, republished on reconnect
+
+	persistCh chan state.Record // latest-wins queue to the persister
+	persistWG sync.WaitGroup
+}
+
+type received struct {
+	data []byte
+	at   time.Time
+}
+
+// New checks cfg and deps and returns an Agent that has touched nothing yet.
+func New(cfg Config, deps Deps) (*Agent, error) {
+	if deps.Backend == nil || deps.Store == nil || deps.Links == nil || deps.Metrics == nil || deps.Log == nil {
+		return nil, errors.New("agent: Backend, Store, Links, Metrics and Log are required")
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if err := cfg.SafeWeights.Validate(); err != nil {
+		return nil, fmt.Errorf("agent: safe weights: %w", err)
+	}
+	var wats []string
+	for _, w := range payload.WATs() {
+		if _, ok := cfg.WATs[w]; ok {
+			wats = append(wats, w)
+		}
+	}
+	if len(wats) == 0 || len(wats) != len(cfg.WATs) {
+		return nil, errors.New("agent: WATs must be a non-empty set of known WATs")
+	}
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &Agent{
+		cfg:       cfg,
+		deps:      deps,
+		wats:      wats,
+		updates:   make(chan received, 64),
+		republish: make(chan struct{}, 1),
+		states:    make(chan []byte, 64),
+		telem:     make(chan []byte, 1),
+		persistCh: make(chan state.Record, 1),
+		timer:     t,
+		agg:       telemetry.Aggregator{MPTCPOnly: cfg.MPTCPOnly},
+	}, nil
+}
+
+// HandleWeights queues a weights payload received at at. It never blocks:
+// when 64 payloads are already waiting the oldest wins and this one is
+// dropped and counted (only the newest version matters, and the retained
+// message brings it back on the next reconnect).
+func (a *Agent) HandleWeights(data []byte, at time.Time) {
+	select {
+	case a.updates <- received{data: append([]byte(nil), data...), at: at}:
+	default:
+		a.deps.Metrics.Updates.WithLabelValues("dropped").Inc()
+	}
+}
+
+// Republish asks the loop to publish the current state again (after a
+// reconnect). It never blocks.
+func (a *Agent) Republish() {
+	select {
+	case a.republish <- struct{}{}:
+	default:
+	}
+}
+
+// Start restores the persisted state, reads the WATs' links and applies
+// the starting weights (restored ones while their lease runs, safe ones
+// otherwise). Run calls it; benchmarks call it alone.
+func (a *Agent) Start(ctx context.Context) error {
+	initial, ch, errc, err := a.deps.Links.Start(ctx)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.persistWG.Add(1)
+	go func() { defer a.persistWG.Done(); a.persistLoop(ctx) }()
+	a.linkCh, a.linkErr = ch, errc
+	a.links = map[string]linkwatch.Status{}
+	for _, w := range a.wats {
+		a.links[w] = initial[a.cfg.WATs[w]]
+	}
+
+	now := a.deps.Now()
+	rec, ok, err := a.deps.Store.Load()
+	if err != nil {
+		a.deps.Log.Error("persisted state unusable, starting from safe weights", "err", err)
+	}
+	event := payload.EventStarted
+	a.useSafe()
+	if ok {
+		until := time.UnixMilli(rec.LeaseUntilMs)
+		if rec.Weights != nil && rec.LeaseUntilMs > 0 && until.After(now) {
+			a.tracker.Restore(rec.Version, until)
+			a.requested, a.safe, a.mode = rec.Weights.Clone(), false, rec.Mode
+			a.timer.Reset(until.Sub(now))
+			event = payload.EventRestored
+		} else {
+			a.tracker.Restore(rec.Version, time.Time{})
+		}
+		a.deps.Log.Info("state restored", "version", rec.Version, "lease_until_ms", rec.LeaseUntilMs, "event", event)
+	}
+	cause := map[string]string{payload.EventStarted: "start", payload.EventRestored: "restore"}[event]
+	if err := a.applyRequested(ctx, cause, true); err != nil {
+		a.report(event, err)
+		return nil // keep running: a later update or link change may succeed
+	}
+	a.report(event, nil)
+	return nil
+}
+
+// Wait returns when the background work Start began (the persister) has
+// finished, which happens after Start's ctx ends; the last queued record is
+// written first.
+func (a *Agent) Wait() { a.persistWG.Wait() }
+
+// Run starts the agent and processes updates, link changes, lease expiry
+// and telemetry until ctx ends; it returns nil on cancellation. pub may
+// be nil (no channel, e.g. in tests of the core).
+func (a *Agent) Run(ctx context.Context, pub Publisher) error {
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	defer a.persistWG.Wait()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if pub != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.publishLoop(ctx, pub) }()
+	}
+	var tick <-chan time.Time
+	if a.cfg.TelemetryInterval > 0 && a.deps.Subflows != nil {
+		t := time.NewTicker(a.cfg.TelemetryInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case u := <-a.updates:
+			a.ProcessWeights(ctx, u.data, u.at)
+		case s, ok := <-a.linkCh:
+			if !ok {
+				a.linkCh = nil
+				continue
+			}
+			a.handleLink(ctx, s)
+		case err := <-a.linkErr:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("agent: %w", err)
+		case <-a.timer.C:
+			a.expireLease(ctx)
+		case <-a.republish:
+			a.mu.Lock()
+			b := a.lastState
+			a.mu.Unlock()
+			if b != nil {
+				a.enqueueState(b)
+			}
+		case <-tick:
+			a.sampleTelemetry()
+		}
+	}
+}
+
+// ProcessWeights handles one weights payload received at at: validate,
+// check the version, apply, persist, report. It returns the reported event
+// ("" for a silently ignored replay). Not safe for concurrent use with Run.
+func (a *Agent) ProcessWeights(ctx context.Context, data []byte, at time.Time) string {
+	m := a.deps.Metrics
+	u, err := payload.ParseWeights(data, a.cfg.CPEID)
+	if err != nil {
+		m.Updates.WithLabelValues("invalid").Inc()
+		a.deps.Log.Warn("weights rejected", "reason", err.Error())
+		a.report(payload.EventRejected, err)
+		return payload.EventRejected
+	}
+	if err := a.tracker.Check(u.Version); err != nil {
+		if errors.Is(err, lease.ErrReplay) {
+			// A retained message delivered again on reconnect: not news.
+			m.Updates.WithLabelValues("replay").Inc()
+			a.deps.Log.Debug("weights ignored", "reason", err.Error())
+			return ""
+		}
+		m.Updates.WithLabelValues("stale").Inc()
+		a.deps.Log.Warn("weights rejected", "reason", err.Error())
+		a.report(payload.EventRejected, err)
+		return payload.EventRejected
+	}
+	req := payload.Weights{}
+	for _, w := range a.wats {
+		req[w] = u.Weights[w]
+	}
+	if req.AllZero() {
+		err := fmt.Errorf("version %d: no configured WAT (%v) has a positive weight", u.Version, a.wats)
+		m.Updates.WithLabelValues("invalid").Inc()
+		a.report(payload.EventRejected, err)
+		return payload.EventRejected
+	}
+	prev, prevSafe, prevMode := a.requested, a.safe, a.mode
+	a.requested, a.safe, a.mode = req, false, u.Mode
+	if err := a.applyRequested(ctx, "update", true); err != nil {
+		a.requested, a.safe, a.mode = prev, prevSafe, prevMode
+		m.Updates.WithLabelValues("apply_error").Inc()
+		a.report(payload.EventRejected, err)
+		return payload.EventRejected
+	}
+	m.UpdateSeconds.Observe(time.Since(at).Seconds())
+	now := a.deps.Now()
+	a.tracker.Grant(u.Version, u.LeaseS, now)
+	a.timer.Stop()
+	a.timer.Reset(a.tracker.Remaining(now))
+	m.Updates.WithLabelValues("applied").Inc()
+	// Persist after the kernel write and off the loop (an fsync costs
+	// milliseconds): a crash in between only means the retained update is
+	// applied once more after restart.
+	a.persist(now)
+	a.deps.Log.Info("weights applied", "version", u.Version, "weights", req.String(), "mode", u.Mode,
+		"lease_s", u.LeaseS, "reason", u.Reason)
+	a.report(payload.EventApplied, nil)
+	return payload.EventApplied
+}
+
+// handleLink reacts to a WAT interface change: mask or unmask the WAT.
+func (a *Agent) handleLink(ctx context.Context, s linkwatch.Status) {
+	for _, w := range a.wats {
+		if a.cfg.WATs[w] != s.Interface {
+			continue
+		}
+		was := a.links[w].Usable()
+		a.links[w] = s
+		event := payload.EventLinkUp
+		if !s.Usable() {
+			event = payload.EventLinkDown
+		}
+		if was != s.Usable() {
+			a.deps.Metrics.LinkEvents.WithLabelValues(w, map[bool]string{true: "up", false: "down"}[s.Usable()]).Inc()
+		}
+		err := a.applyRequested(ctx, "link", false)
+		if was != s.Usable() || err != nil {
+			a.deps.Log.Info("link change", "wat", w, "interface", s.Interface, "usable", s.Usable(),
+				"addr", s.Addr.String(), "weights", a.effectiveString())
+			a.report(event, err)
+		}
+	}
+}
+
+// expireLease falls back to the safe weights.
+func (a *Agent) expireLease(ctx context.Context) {
+	if !a.tracker.Active() {
+		return
+	}
+	a.tracker.Expire()
+	a.deps.Metrics.LeaseExpiries.Inc()
+	a.useSafe()
+	err := a.applyRequested(ctx, "safe", true)
+	a.persist(a.deps.Now())
+	a.deps.Log.Warn("lease expired, safe weights in force", "weights", a.effectiveString())
+	a.report(payload.EventLeaseExpired, err)
+}
+
+func (a *Agent) useSafe() {
+	a.requested, a.safe, a.mode = a.cfg.SafeWeights.Clone(), true, ""
+}
+
+// effective masks the requested weights with the links: a WAT whose link is
+// not usable gets 0. When that leaves nothing, the safe weights of the
+// usable WATs stand in (for example the only active WAT of an
+// active_standby update went down: the standby takes over).
+func (a *Agent) effective() (payload.Weights, error) {
+	mask := func(w payload.Weights) payload.Weights {
+		out := payload.Weights{}
+		for _, n := range a.wats {
+			if a.links[n].Usable() {
+				out[n] = w[n]
+			} else {
+				out[n] = 0
+			}
+		}
+		return out
+	}
+	eff := mask(a.requested)
+	if eff.AllZero() {
+		eff = mask(a.cfg.SafeWeights)
+	}
+	if eff.AllZero() {
+		return nil, errors.New("no usable WAT: kernel left unchanged")
+	}
+	return eff, nil
+}
+
+func (a *Agent) effectiveString() string {
+	if eff, err := a.effective(); err == nil {
+		return eff.String()
+	}
+	return "none"
+}
+
+// applyRequested applies the effective weights; unless force, it skips the
+// backend when nothing (weights, addresses) changed.
+func (a *Agent) applyRequested(ctx context.Context, cause string, force bool) error {
+	eff, err := a.effective()
+	if err != nil {
+		return err
+	}
+	paths := make([]backend.Path, 0, len(a.wats))
+	for _, w := range a.wats {
+		l := a.links[w]
+		paths = append(paths, backend.Path{WAT: w, Interface: a.cfg.WATs[w], Index: l.Index, Addr: l.Addr, Weight: eff[w]})
+	}
+	if !force && slices.Equal(paths, a.applied) {
+		return nil
+	}
+	t0 := time.Now()
+	err = a.deps.Backend.Apply(ctx, paths)
+	a.deps.Metrics.ApplySeconds.Observe(time.Since(t0).Seconds())
+	if err != nil {
+		a.deps.Metrics.ApplyErrors.Inc()
+		a.applied = nil // unknown kernel state: the next change re-applies
+		a.deps.Log.Error("apply failed", "cause", cause, "err", err)
+		return err
+	}
+	a.applied = paths
+	a.deps.Metrics.Applies.WithLabelValues(cause).Inc()
+	for _, p := range paths {
+		a.deps.Metrics.Weight.WithLabelValues(p.WAT).Set(float64(p.Weight))
+	}
+	if a.safe {
+		a.deps.Metrics.AppliedVersion.Set(0)
+	} else {
+		a.deps.Metrics.AppliedVersion.Set(float64(a.tracker.Version()))
+	}
+	return nil
+}
+
+func (a *Agent) persist(now time.Time) {
+	rec := state.Record{Version: a.tracker.Version(), SavedAtMs: now.UnixMilli()}
+	if !a.safe {
+		rec.Weights, rec.Mode = a.requested, a.mode
+		rec.LeaseUntilMs = a.tracker.Until().UnixMilli()
+	}
+	// Latest wins: an older record still queued is replaced.
+	select {
+	case <-a.persistCh:
+	default:
+	}
+	a.persistCh <- rec
+}
+
+// persistLoop writes queued records; on shutdown it writes the last one.
+func (a *Agent) persistLoop(ctx context.Context) {
+	save := func(rec state.Record) {
+		if err := a.deps.Store.Save(rec); err != nil {
+			a.deps.Log.Error("persist failed", "err", err)
+		}
+	}
+	for {
+		select {
+		case rec := <-a.persistCh:
+			save(rec)
+		case <-ctx.Done():
+			select {
+			case rec := <-a.persistCh:
+				save(rec)
+			default:
+			}
+			return
+		}
+	}
+}
+
+// report builds the state payload and queues it for publishing.
+func (a *Agent) report(event string, err error) {
+	if err != nil {
+		a.lastError = err.Error()
+		if len(a.lastError) > 1024 {
+			a.lastError = a.lastError[:1024]
+		}
+	} else if event != payload.EventRejected {
+		a.lastError = ""
+	}
+	s := payload.State{
+		CPEID:          a.cfg.CPEID,
+		Online:         true,
+		TimeMs:         a.deps.Now().UnixMilli(),
+		AppliedWeights: payload.Weights{},
+		Backend:        a.deps.Backend.Name(),
+		Capabilities:   a.deps.Backend.Capabilities(),
+		Links:          map[string]string{},
+		Event:          event,
+		LastError:      a.lastError,
+	}
+	if !a.safe {
+		s.AppliedVersion = a.tracker.Version()
+	}
+	for _, p := range a.applied {
+		s.AppliedWeights[p.WAT] = p.Weight
+	}
+	for _, w := range a.wats {
+		s.Links[w] = map[bool]string{true: "up", false: "down"}[a.links[w].Usable()]
+	}
+	b, merr := s.Marshal()
+	if merr != nil {
+		a.deps.Log.Error("state not reported", "err", merr)
+		return
+	}
+	a.mu.Lock()
+	a.lastState = b
+	a.mu.Unlock()
+	a.enqueueState(b)
+}
+
+func (a *Agent) enqueueState(b []byte) {
+	select {
+	case a.states <- b:
+	default:
+		a.deps.Metrics.PublishErrors.WithLabelValues("state").Inc()
+	}
+}
+
+// LastState returns the latest state payload (nil before Start).
+func (a *Agent) LastState() []byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastState
+}
+
+func (a *Agent) sampleTelemetry() {
+	subs, err := a.deps.Subflows.Subflows()
+	if err != nil {
+		a.deps.Log.Warn("telemetry sample failed", "err", err)
+		return
+	}
+	now := a.deps.Now()
+	info := make(map[string]telemetry.WATInfo, len(a.wats))
+	for _, w := range a.wats {
+		info[w] = telemetry.WATInfo{Addr: a.links[w].Addr, Up: a.links[w].Usable()}
+	}
+	t := payload.Telemetry{
+		CPEID:      a.cfg.CPEID,
+		TimeMs:     now.UnixMilli(),
+		IntervalMs: a.cfg.TelemetryInterval.Milliseconds(),
+		WATs:       a.agg.Sample(now, subs, info),
+	}
+	b, err := t.Marshal()
+	if err != nil {
+		a.deps.Log.Error("telemetry not reported", "err", err)
+		return
+	}
+	select {
+	case a.telem <- b:
+	default: // the publisher is behind: drop, the next sample supersedes it
+		a.deps.Metrics.PublishErrors.WithLabelValues("telemetry").Inc()
+	}
+}
+
+// publishLoop sends queued reports so that a slow broker never delays the
+// kernel path.
+func (a *Agent) publishLoop(ctx context.Context, pub Publisher) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-a.states:
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := pub.PublishState(pctx, b); err != nil && ctx.Err() == nil {
+				a.deps.Metrics.PublishErrors.WithLabelValues("state").Inc()
+				a.deps.Log.Debug("state not published (republished on reconnect)", "err", err)
+			}
+			cancel()
+		case b := <-a.telem:
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := pub.PublishTelemetry(pctx, b); err != nil && ctx.Err() == nil {
+				a.deps.Metrics.PublishErrors.WithLabelValues("telemetry").Inc()
+			}
+			cancel()
+		}
+	}
+}

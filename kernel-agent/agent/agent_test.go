@@ -1,0 +1,260 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
+	"github.com/mcw-xapp/kernel-agent/linkwatch"
+	"github.com/mcw-xapp/kernel-agent/metrics"
+	"github.com/mcw-xapp/kernel-agent/payload"
+	"github.com/mcw-xapp/kernel-agent/state"
+)
+
+// fakeLinks is a LinkSource driven by the test.
+type fakeLinks struct {
+	initial map[string]linkwatch.Status
+	ch      chan linkwatch.Status
+}
+
+func newFakeLinks() *fakeLinks {
+	return &fakeLinks{
+		initial: map[string]linkwatch.Status{
+			"nr0":   {Interface: "nr0", Index: 2, LinkUp: true, Addr: netip.MustParseAddr("10.31.1.1")},
+			"wlan0": {Interface: "wlan0", Index: 3, LinkUp: true, Addr: netip.MustParseAddr("10.31.2.1")},
+		},
+		ch: make(chan linkwatch.Status, 8),
+	}
+}
+
+func (f *fakeLinks) Start(context.Context) (map[string]linkwatch.Status, <-chan linkwatch.Status, <-chan error, error) {
+	return f.initial, f.ch, make(chan error), nil
+}
+
+// recorder is a Publisher that keeps every state payload.
+type recorder struct {
+	mu     sync.Mutex
+	states []payload.State
+	telem  int
+}
+
+func (r *recorder) PublishState(_ context.Context, b []byte) error {
+	s, err := payload.ParseState(b)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.states = append(r.states, s)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) PublishTelemetry(context.Context, []byte) error {
+	r.mu.Lock()
+	r.telem++
+	r.mu.Unlock()
+	return nil
+}
+
+// waitEvent waits for a state with event ev and returns it.
+func (r *recorder) waitEvent(t *testing.T, ev string, from int) (payload.State, int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		for i := from; i < len(r.states); i++ {
+			if r.states[i].Event == ev {
+				s := r.states[i]
+				r.mu.Unlock()
+				return s, i + 1
+			}
+		}
+		r.mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatalf("no state with event %q", ev)
+	return payload.State{}, 0
+}
+
+func weightsMsg(version int64, lease float64, w string) []byte {
+	return []byte(fmt.Sprintf(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":%d,"issued_at_ms":1,`+
+		`"lease_s":%g,"mode":"load_balancing","reason":"test","weights":%s}`, version, lease, w))
+}
+
+type harness struct {
+	agent *Agent
+	be    *dryrun.Backend
+	links *fakeLinks
+	pub   *recorder
+	store *state.Store
+	stop  func()
+}
+
+func start(t *testing.T, dir string) *harness {
+	t.Helper()
+	store, err := state.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{be: dryrun.New(), links: newFakeLinks(), pub: &recorder{}, store: store}
+	a, err := New(Config{
+		CPEID:       "cpe-0001",
+		WATs:        map[string]string{"nr": "nr0", "wifi": "wlan0"},
+		SafeWeights: payload.Weights{"nr": 1, "wifi": 1},
+	}, Deps{Backend: h.be, Store: store, Links: h.links, Metrics: metrics.New(),
+		Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.agent = a
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, h.pub) }()
+	h.stop = func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		if ctx.Err() == nil {
+			h.stop()
+		}
+	})
+	return h
+}
+
+func TestAgentLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	h := start(t, dir)
+	s, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+	if diff := cmp.Diff(payload.Weights{"nr": 1, "wifi": 1}, s.AppliedWeights); diff != "" || s.AppliedVersion != 0 {
+		t.Fatalf("started: version %d weights (-want +got):\n%s", s.AppliedVersion, diff)
+	}
+
+	steps := []struct {
+		name        string
+		msg         []byte
+		wantEvent   string
+		wantVersion int64
+		wantWeights payload.Weights
+	}{
+		{"valid update", weightsMsg(5, 60, `{"nr":30,"wifi":100,"lifi":7}`), payload.EventApplied, 5, payload.Weights{"nr": 30, "wifi": 100}},
+		{"stale version", weightsMsg(4, 60, `{"nr":1,"wifi":1}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
+		{"all zero", weightsMsg(6, 60, `{"nr":0,"wifi":0}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
+		{"out of range", weightsMsg(6, 60, `{"nr":256}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
+		{"only an unconfigured WAT", weightsMsg(6, 60, `{"lifi":9}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
+		{"other CPE", []byte(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0002","version":9,"issued_at_ms":1,"lease_s":5,"mode":"fixed_split","weights":{"nr":1}}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
+		{"newer version", weightsMsg(7, 60, `{"nr":0,"wifi":3}`), payload.EventApplied, 7, payload.Weights{"nr": 0, "wifi": 3}},
+	}
+	for _, st := range steps {
+		h.agent.HandleWeights(st.msg, time.Now())
+		s, n = h.pub.waitEvent(t, st.wantEvent, n)
+		if s.AppliedVersion != st.wantVersion {
+			t.Errorf("%s: applied_version %d, want %d", st.name, s.AppliedVersion, st.wantVersion)
+		}
+		if diff := cmp.Diff(st.wantWeights, s.AppliedWeights); diff != "" {
+			t.Errorf("%s: weights (-want +got):\n%s", st.name, diff)
+		}
+		if (st.wantEvent == payload.EventRejected) != (s.LastError != "") {
+			t.Errorf("%s: last_error %q", st.name, s.LastError)
+		}
+		if diff := cmp.Diff(st.wantWeights, h.be.Last()); diff != "" {
+			t.Errorf("%s: kernel (-want +got):\n%s", st.name, diff)
+		}
+	}
+
+	// A replay of the newest version is ignored silently.
+	applies := len(h.be.Applied())
+	h.agent.HandleWeights(weightsMsg(7, 60, `{"nr":0,"wifi":3}`), time.Now())
+	h.agent.HandleWeights(weightsMsg(8, 60, `{"nr":2,"wifi":3}`), time.Now())
+	s, n = h.pub.waitEvent(t, payload.EventApplied, n)
+	if s.AppliedVersion != 8 || len(h.be.Applied()) != applies+1 {
+		t.Fatalf("replay was not ignored: version %d, %d applies", s.AppliedVersion, len(h.be.Applied())-applies)
+	}
+
+	// Link down masks the WAT; link up restores it.
+	h.links.ch <- linkwatch.Status{Interface: "nr0", Index: 2, LinkUp: false, Addr: netip.MustParseAddr("10.31.1.1")}
+	s, n = h.pub.waitEvent(t, payload.EventLinkDown, n)
+	if diff := cmp.Diff(payload.Weights{"nr": 0, "wifi": 3}, s.AppliedWeights); diff != "" || s.Links["nr"] != "down" {
+		t.Fatalf("link down: links %v, weights (-want +got):\n%s", s.Links, diff)
+	}
+	// With nr down, an update giving all to nr falls back to safe weights
+	// of the usable WATs.
+	h.agent.HandleWeights(weightsMsg(9, 60, `{"nr":5,"wifi":0}`), time.Now())
+	s, n = h.pub.waitEvent(t, payload.EventApplied, n)
+	if diff := cmp.Diff(payload.Weights{"nr": 0, "wifi": 1}, s.AppliedWeights); diff != "" {
+		t.Fatalf("standby takeover (-want +got):\n%s", diff)
+	}
+	h.links.ch <- linkwatch.Status{Interface: "nr0", Index: 2, LinkUp: true, Addr: netip.MustParseAddr("10.31.1.1")}
+	s, n = h.pub.waitEvent(t, payload.EventLinkUp, n)
+	if diff := cmp.Diff(payload.Weights{"nr": 5, "wifi": 0}, s.AppliedWeights); diff != "" || s.Links["nr"] != "up" {
+		t.Fatalf("link up (-want +got):\n%s", diff)
+	}
+
+	// Restart: the lease still runs, so the weights come back; the high-water
+	// mark blocks the old version.
+	h.stop()
+	h2 := start(t, dir)
+	s, n = h2.pub.waitEvent(t, payload.EventRestored, 0)
+	if s.AppliedVersion != 9 || s.AppliedWeights["nr"] != 5 {
+		t.Fatalf("restored: %+v", s)
+	}
+	h2.agent.HandleWeights(weightsMsg(8, 60, `{"nr":1,"wifi":1}`), time.Now())
+	if s, _ = h2.pub.waitEvent(t, payload.EventRejected, n); s.AppliedVersion != 9 {
+		t.Fatalf("stale after restart: %+v", s)
+	}
+}
+
+func TestLeaseExpiry(t *testing.T) {
+	dir := t.TempDir()
+	h := start(t, dir)
+	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+	t0 := time.Now()
+	h.agent.HandleWeights(weightsMsg(3, 1, `{"nr":0,"wifi":9}`), t0)
+	_, n = h.pub.waitEvent(t, payload.EventApplied, n)
+	s, _ := h.pub.waitEvent(t, payload.EventLeaseExpired, n)
+	if el := time.Since(t0); el < time.Second || el > 2*time.Second {
+		t.Errorf("lease expired after %v, want about 1 s", el)
+	}
+	if diff := cmp.Diff(payload.Weights{"nr": 1, "wifi": 1}, s.AppliedWeights); diff != "" || s.AppliedVersion != 0 {
+		t.Fatalf("after expiry: version %d (-want +got):\n%s", s.AppliedVersion, diff)
+	}
+	deadline := time.Now().Add(2 * time.Second) // the persister runs beside the loop
+	for {
+		rec, ok, err := h.store.Load()
+		if ok && err == nil && rec.Version == 3 && rec.Weights == nil && rec.LeaseUntilMs == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("persisted after expiry: %+v %v %v", rec, ok, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The expired version cannot be replayed.
+	h.agent.HandleWeights(weightsMsg(3, 1, `{"nr":0,"wifi":9}`), time.Now())
+	h.agent.HandleWeights(weightsMsg(2, 1, `{"nr":0,"wifi":9}`), time.Now())
+	if s, _ := h.pub.waitEvent(t, payload.EventRejected, n); s.AppliedWeights["nr"] != 1 {
+		t.Fatalf("replay after expiry applied: %+v", s)
+	}
+}
+
+func TestApplyFailureReported(t *testing.T) {
+	h := start(t, t.TempDir())
+	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+	h.be.SetErr(errors.New("kernel says no"))
+	h.agent.HandleWeights(weightsMsg(3, 60, `{"nr":4,"wifi":9}`), time.Now())
+	s, _ := h.pub.waitEvent(t, payload.EventRejected, n)
+	if s.LastError != "kernel says no" || s.AppliedVersion != 0 {
+		t.Fatalf("apply failure: %+v", s)
+	}
+}

@@ -1,0 +1,176 @@
+// Package config reads and validates the agent's YAML configuration file
+// (see deploy/agent.example.yaml for every key with its meaning).
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/mcw-xapp/kernel-agent/payload"
+)
+
+// Config is the agent's configuration.
+type Config struct {
+	// CPEID identifies the CPE; it must equal its certificate's CN.
+	CPEID string `yaml:"cpe_id"`
+	MQTT  MQTT   `yaml:"mqtt"`
+	// WATs maps each WAT name (nr, lte, wifi, lifi) to its interface.
+	WATs map[string]WAT `yaml:"wats"`
+	// Backend: wrr-sysctl, mptcp-upstream or dry-run.
+	Backend   string    `yaml:"backend"`
+	WRRSysctl WRRSysctl `yaml:"wrr_sysctl"`
+	// SafeWeights apply at start without state and whenever a lease runs out.
+	SafeWeights payload.Weights `yaml:"safe_weights"`
+	// StateDir holds the persisted applied state.
+	StateDir string `yaml:"state_dir"`
+	// MetricsListen is the Prometheus endpoint's address; loopback only;
+	// "" disables it.
+	MetricsListen string    `yaml:"metrics_listen"`
+	Telemetry     Telemetry `yaml:"telemetry"`
+	// LogLevel: debug, info, warn, error.
+	LogLevel string `yaml:"log_level"`
+}
+
+// MQTT is the broker connection.
+type MQTT struct {
+	BrokerURL  string `yaml:"broker_url"`
+	CAFile     string `yaml:"ca_file"`
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+	KeepAliveS uint16 `yaml:"keepalive_s"`
+}
+
+// WAT is one access technology's interface.
+type WAT struct {
+	Interface string `yaml:"interface"`
+}
+
+// WRRSysctl configures the wrr-sysctl backend.
+type WRRSysctl struct {
+	ProcSysRoot string `yaml:"proc_sys_root"`
+	SysRoot     string `yaml:"sys_root"`
+	Scheduler   string `yaml:"scheduler"`
+	CwndLimited string `yaml:"cwnd_limited"`
+}
+
+// Telemetry configures the subflow statistics stream.
+type Telemetry struct {
+	// IntervalMs between samples; 0 disables telemetry.
+	IntervalMs int `yaml:"interval_ms"`
+	// MPTCPOnly counts only MPTCP subflows (default true).
+	MPTCPOnly *bool `yaml:"mptcp_only"`
+}
+
+// Interval returns the telemetry interval.
+func (t Telemetry) Interval() time.Duration { return time.Duration(t.IntervalMs) * time.Millisecond }
+
+// OnlyMPTCP returns MPTCPOnly with its default.
+func (t Telemetry) OnlyMPTCP() bool { return t.MPTCPOnly == nil || *t.MPTCPOnly }
+
+// Load reads and validates the file at path.
+func Load(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes YAML (unknown keys are errors), fills defaults and validates.
+func Parse(b []byte) (Config, error) {
+	c := Config{
+		Backend:       payload.BackendMPTCPUpstream,
+		StateDir:      "/var/lib/mcw-agent",
+		MetricsListen: "127.0.0.1:9472",
+		Telemetry:     Telemetry{IntervalMs: 1000},
+		LogLevel:      "info",
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, err
+	}
+	if c.MQTT.KeepAliveS == 0 {
+		c.MQTT.KeepAliveS = 30
+	}
+	return c, c.Validate()
+}
+
+// Validate checks c, returning every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if !payload.ValidCPEID(c.CPEID) {
+		add("cpe_id %q: want ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", c.CPEID)
+	}
+	switch c.Backend {
+	case payload.BackendWRRSysctl, payload.BackendMPTCPUpstream, payload.BackendDryRun:
+	default:
+		add("backend %q: want wrr-sysctl, mptcp-upstream or dry-run", c.Backend)
+	}
+	if u, err := url.Parse(c.MQTT.BrokerURL); err != nil || u.Host == "" {
+		add("mqtt.broker_url %q: want e.g. mqtts://broker:8883", c.MQTT.BrokerURL)
+	} else if u.Scheme != "mqtts" && u.Scheme != "tls" && u.Scheme != "ssl" {
+		add("mqtt.broker_url %q: the channel is mutual TLS only (mqtts://)", c.MQTT.BrokerURL)
+	}
+	for k, v := range map[string]string{"mqtt.ca_file": c.MQTT.CAFile, "mqtt.cert_file": c.MQTT.CertFile, "mqtt.key_file": c.MQTT.KeyFile} {
+		if v == "" {
+			add("%s: required", k)
+		}
+	}
+	if len(c.WATs) == 0 {
+		add("wats: at least one WAT")
+	}
+	seen := map[string]string{}
+	for name, w := range c.WATs {
+		if !payload.KnownWAT(name) {
+			add("wats.%s: unknown WAT (nr, lte, wifi, lifi)", name)
+		}
+		if w.Interface == "" || len(w.Interface) > 15 {
+			add("wats.%s.interface %q: want an interface name", name, w.Interface)
+		}
+		if other, dup := seen[w.Interface]; dup {
+			add("wats.%s and wats.%s share interface %s", name, other, w.Interface)
+		}
+		seen[w.Interface] = name
+	}
+	if err := c.SafeWeights.Validate(); err != nil {
+		add("safe_weights: %v", err)
+	}
+	for name := range c.SafeWeights {
+		if _, ok := c.WATs[name]; !ok {
+			add("safe_weights.%s: not in wats", name)
+		}
+	}
+	if c.StateDir == "" {
+		add("state_dir: required")
+	}
+	if c.MetricsListen != "" {
+		host, _, err := net.SplitHostPort(c.MetricsListen)
+		a, perr := netip.ParseAddr(host)
+		if err != nil || (host != "localhost" && (perr != nil || !a.IsLoopback())) {
+			add("metrics_listen %q: want a loopback host:port", c.MetricsListen)
+		}
+	}
+	if c.Telemetry.IntervalMs != 0 && (c.Telemetry.IntervalMs < 100 || c.Telemetry.IntervalMs > 3_600_000) {
+		add("telemetry.interval_ms %d: want 0 (off) or 100..3600000", c.Telemetry.IntervalMs)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log_level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	return errors.Join(errs...)
+}

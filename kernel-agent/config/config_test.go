@@ -1,0 +1,68 @@
+package config
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+const good = `
+cpe_id: cpe-0001
+mqtt:
+  broker_url: mqtts://127.0.0.1:8883
+  ca_file: ca.crt
+  cert_file: cpe.crt
+  key_file: cpe.key
+wats:
+  nr: {interface: nr0}
+  wifi: {interface: wlan0}
+backend: wrr-sysctl
+safe_weights: {nr: 1, wifi: 1}
+state_dir: /tmp/x
+`
+
+func TestParseGood(t *testing.T) {
+	c, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MetricsListen != "127.0.0.1:9472" || c.Telemetry.IntervalMs != 1000 || !c.Telemetry.OnlyMPTCP() || c.MQTT.KeepAliveS != 30 {
+		t.Fatalf("defaults not filled: %+v", c)
+	}
+}
+
+func TestExampleFileValid(t *testing.T) {
+	if _, err := os.Stat("../deploy/agent.example.yaml"); err != nil {
+		t.Fatalf("example config missing: %v", err)
+	}
+	if _, err := Load("../deploy/agent.example.yaml"); err != nil {
+		t.Fatalf("deploy/agent.example.yaml: %v", err)
+	}
+}
+
+func TestParseBad(t *testing.T) {
+	tests := []struct{ name, old, new, wantErr string }{
+		{"bad cpe id", "cpe-0001", "cpe/0001", "cpe_id"},
+		{"plain mqtt", "mqtts://", "mqtt://", "mutual TLS"},
+		{"unknown wat", "wifi: {interface: wlan0}", "wifi7: {interface: wlan0}", "unknown WAT"},
+		{"shared interface", "wlan0", "nr0", "share interface"},
+		{"unknown backend", "wrr-sysctl", "bpf", "backend"},
+		{"all-zero safe weights", "{nr: 1, wifi: 1}", "{nr: 0, wifi: 0}", "all zero"},
+		{"safe weight out of range", "{nr: 1, wifi: 1}", "{nr: 300}", "outside"},
+		{"safe weight for absent wat", "{nr: 1, wifi: 1}", "{nr: 1, lifi: 1}", "not in wats"},
+		{"unknown key", "state_dir: /tmp/x", "state_dir: /tmp/x\nstatedir: y", "statedir"},
+		{"metrics not loopback", "state_dir: /tmp/x", "state_dir: /tmp/x\nmetrics_listen: 0.0.0.0:9472", "loopback"},
+		{"missing key file", "  key_file: cpe.key\n", "", "key_file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !strings.Contains(good, tt.old) {
+				t.Fatalf("%q not in the good config", tt.old)
+			}
+			_, err := Parse([]byte(strings.Replace(good, tt.old, tt.new, 1)))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Parse = %v, want an error mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,84 @@
+// Package metrics holds the agent's Prometheus metrics, registered on a
+// registry the caller owns (no global registry) and served on a loopback
+// address by the agent.
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are the agent's collectors.
+type Metrics struct {
+	Updates        *prometheus.CounterVec // result: applied, invalid, stale, replay, apply_error
+	Applies        *prometheus.CounterVec // cause: update, safe, link, restore, start
+	ApplyErrors    prometheus.Counter     // failed backend applies
+	ApplySeconds   prometheus.Histogram   // backend apply + verify
+	UpdateSeconds  prometheus.Histogram   // payload in to weights verified
+	LinkEvents     *prometheus.CounterVec // wat, state
+	LeaseExpiries  prometheus.Counter     // leases that ran out
+	Weight         *prometheus.GaugeVec   // wat: weight in force
+	AppliedVersion prometheus.Gauge       // version in force (0: safe weights)
+	PublishErrors  *prometheus.CounterVec // topic kind
+	Connected      prometheus.Gauge       // MQTT connection up
+	registry       *prometheus.Registry
+}
+
+// New creates the collectors and registers them, with the Go and process
+// collectors, on a new registry.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		Updates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcw_agent_updates_total", Help: "Weights payloads received, by result.",
+		}, []string{"result"}),
+		Applies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcw_agent_applies_total", Help: "Successful backend applies, by cause.",
+		}, []string{"cause"}),
+		ApplyErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcw_agent_apply_errors_total", Help: "Backend applies that failed or did not verify.",
+		}),
+		ApplySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "mcw_agent_apply_seconds", Help: "Backend apply and read-back verification time.",
+			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 14),
+		}),
+		UpdateSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "mcw_agent_update_seconds", Help: "Weights payload received to weights verified in the kernel.",
+			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 14),
+		}),
+		LinkEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcw_agent_link_events_total", Help: "WAT link transitions seen through rtnetlink.",
+		}, []string{"wat", "state"}),
+		LeaseExpiries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mcw_agent_lease_expiries_total", Help: "Leases that ran out (safe weights applied).",
+		}),
+		Weight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mcw_agent_weight", Help: "Weight in force per WAT (after link reactions).",
+		}, []string{"wat"}),
+		AppliedVersion: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcw_agent_applied_version", Help: "Weights version in force; 0 while safe weights are in force.",
+		}),
+		PublishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcw_agent_publish_errors_total", Help: "MQTT publishes that failed or were dropped.",
+		}, []string{"topic"}),
+		Connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mcw_agent_mqtt_connected", Help: "1 while the MQTT connection is up.",
+		}),
+		registry: r,
+	}
+	r.MustRegister(m.Updates, m.Applies, m.ApplyErrors, m.ApplySeconds, m.UpdateSeconds,
+		m.LinkEvents, m.LeaseExpiries, m.Weight, m.AppliedVersion, m.PublishErrors, m.Connected,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// Registry returns the registry (for tests).
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }

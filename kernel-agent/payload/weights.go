@@ -1,0 +1,285 @@
+package payload
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+)
+
+// WeightsSchema is the value of the "schema" key of a weights payload.
+const WeightsSchema = "mcw.weights.v1"
+
+// Limits of a weights payload; they match schemas/mqtt-weights.schema.json.
+const (
+	// MaxPayloadBytes bounds every payload the agent reads: weights are a
+	// few hundred bytes, anything larger is a bug or an attack.
+	MaxPayloadBytes = 4096
+	// MinLeaseSeconds and MaxLeaseSeconds bound lease_s.
+	MinLeaseSeconds = 1
+	MaxLeaseSeconds = 3600
+	// MaxReasonLen bounds the free-text reason (characters).
+	MaxReasonLen = 256
+	// maxSafeInt is the largest integer a JSON number carries exactly in
+	// every implementation (2^53 - 1), the bound for version and times.
+	maxSafeInt = 1<<53 - 1
+)
+
+// KnownMode reports whether mode is a steering mode a weights payload may
+// carry (3GPP ATSSS spirit); the agent does not act on the mode, it records it.
+func KnownMode(mode string) bool {
+	switch mode {
+	case "load_balancing", "fixed_split", "active_standby", "latency_bound":
+		return true
+	}
+	return false
+}
+
+// ErrInvalid is wrapped by every validation error of Parse* functions, so
+// callers can tell "the sender sent garbage" from other failures with
+// errors.Is.
+var ErrInvalid = errors.New("invalid payload")
+
+// Weights maps a WAT name to its weight in [0, MaxWeight].
+type Weights map[WAT]int
+
+// Clone returns a copy of w.
+func (w Weights) Clone() Weights {
+	c := make(Weights, len(w))
+	for k, v := range w {
+		c[k] = v
+	}
+	return c
+}
+
+// Equal reports whether w and o hold the same weights; a missing key equals 0.
+func (w Weights) Equal(o Weights) bool {
+	for k, v := range w {
+		if o[k] != v {
+			return false
+		}
+	}
+	for k, v := range o {
+		if w[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// AllZero reports whether no WAT has a positive weight.
+func (w Weights) AllZero() bool {
+	for _, v := range w {
+		if v > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// String formats w in canonical WAT order, e.g. "nr=30 wifi=100".
+func (w Weights) String() string {
+	keys := make([]string, 0, len(w))
+	for k := range w {
+		keys = append(keys, k)
+	}
+	order := map[string]int{NR: 0, LTE: 1, WiFi: 2, LiFi: 3}
+	sort.Slice(keys, func(i, j int) bool {
+		oi, iok := order[keys[i]]
+		oj, jok := order[keys[j]]
+		if iok && jok {
+			return oi < oj
+		}
+		if iok != jok {
+			return iok
+		}
+		return keys[i] < keys[j]
+	})
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", k, w[k])
+	}
+	return b.String()
+}
+
+// Validate checks that w has only known WATs, weights in [0, MaxWeight] and
+// at least one positive weight: the rule for anything the agent applies.
+func (w Weights) Validate() error {
+	if len(w) == 0 {
+		return fmt.Errorf("%w: weights: empty", ErrInvalid)
+	}
+	for k, v := range w {
+		if !KnownWAT(k) {
+			return fmt.Errorf("%w: weights: unknown WAT %q", ErrInvalid, k)
+		}
+		if v < 0 || v > MaxWeight {
+			return fmt.Errorf("%w: weights: %s=%d outside [0, %d]", ErrInvalid, k, v, MaxWeight)
+		}
+	}
+	if w.AllZero() {
+		return fmt.Errorf("%w: weights: all zero", ErrInvalid)
+	}
+	return nil
+}
+
+// WeightsUpdate is a validated weights payload.
+type WeightsUpdate struct {
+	CPEID      string
+	Version    int64
+	IssuedAtMs int64
+	LeaseS     float64
+	Mode       string
+	Reason     string
+	Weights    Weights
+}
+
+// wireWeights mirrors the JSON object; pointers tell a missing key from a
+// zero value, json.Number keeps integer checks exact.
+type wireWeights struct {
+	Schema     *string           `json:"schema"`
+	CPEID      *string           `json:"cpe_id"`
+	Version    *number           `json:"version"`
+	IssuedAtMs *number           `json:"issued_at_ms"`
+	LeaseS     *number           `json:"lease_s"`
+	Mode       *string           `json:"mode"`
+	Reason     *string           `json:"reason"`
+	Weights    map[string]number `json:"weights"`
+}
+
+// number is a JSON number kept as its literal text. Unlike json.Number it
+// refuses quoted strings ("42") and null, as the JSON Schema "number" and
+// "integer" types do.
+type number struct{ json.Number }
+
+// UnmarshalJSON accepts only a bare JSON number literal.
+func (n *number) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || !(b[0] == '-' || (b[0] >= '0' && b[0] <= '9')) {
+		return fmt.Errorf("not a number: %.20s", b)
+	}
+	n.Number = json.Number(b)
+	return nil
+}
+
+// ParseWeights decodes and validates a weights payload addressed to cpeID.
+// Unknown keys, missing keys, non-integer versions or weights, weights out of
+// range, all-zero weights and a cpe_id other than cpeID are rejected with an
+// error wrapping ErrInvalid. ParseWeights is safe for concurrent use.
+func ParseWeights(data []byte, cpeID string) (WeightsUpdate, error) {
+	var w wireWeights
+	if err := decodeStrict(data, &w); err != nil {
+		return WeightsUpdate{}, err
+	}
+	if w.Schema == nil || *w.Schema != WeightsSchema {
+		return WeightsUpdate{}, fmt.Errorf("%w: schema: want %q", ErrInvalid, WeightsSchema)
+	}
+	if w.CPEID == nil {
+		return WeightsUpdate{}, fmt.Errorf("%w: cpe_id: missing", ErrInvalid)
+	}
+	if *w.CPEID != cpeID {
+		return WeightsUpdate{}, fmt.Errorf("%w: cpe_id: %q is not this CPE (%q)", ErrInvalid, *w.CPEID, cpeID)
+	}
+	version, err := intField("version", w.Version, 1)
+	if err != nil {
+		return WeightsUpdate{}, err
+	}
+	issued, err := intField("issued_at_ms", w.IssuedAtMs, 0)
+	if err != nil {
+		return WeightsUpdate{}, err
+	}
+	if w.LeaseS == nil {
+		return WeightsUpdate{}, fmt.Errorf("%w: lease_s: missing", ErrInvalid)
+	}
+	lease, err := w.LeaseS.Float64()
+	if err != nil || math.IsNaN(lease) || lease < MinLeaseSeconds || lease > MaxLeaseSeconds {
+		return WeightsUpdate{}, fmt.Errorf("%w: lease_s: %s outside [%d, %d]", ErrInvalid, w.LeaseS.String(), MinLeaseSeconds, MaxLeaseSeconds)
+	}
+	if w.Mode == nil || !KnownMode(*w.Mode) {
+		return WeightsUpdate{}, fmt.Errorf("%w: mode: missing or unknown", ErrInvalid)
+	}
+	var reason string // optional
+	if w.Reason != nil {
+		reason = *w.Reason
+	}
+	if n := len([]rune(reason)); n > MaxReasonLen {
+		return WeightsUpdate{}, fmt.Errorf("%w: reason: %d characters, at most %d", ErrInvalid, n, MaxReasonLen)
+	}
+	if w.Weights == nil {
+		return WeightsUpdate{}, fmt.Errorf("%w: weights: missing", ErrInvalid)
+	}
+	weights := make(Weights, len(w.Weights))
+	for k, v := range w.Weights {
+		if !KnownWAT(k) {
+			return WeightsUpdate{}, fmt.Errorf("%w: weights: unknown WAT %q", ErrInvalid, k)
+		}
+		n, err := v.Int64()
+		if err != nil || n < 0 || n > MaxWeight {
+			return WeightsUpdate{}, fmt.Errorf("%w: weights: %s=%s is not an integer in [0, %d]", ErrInvalid, k, v.String(), MaxWeight)
+		}
+		weights[k] = int(n)
+	}
+	if err := weights.Validate(); err != nil {
+		return WeightsUpdate{}, err
+	}
+	return WeightsUpdate{
+		CPEID:      *w.CPEID,
+		Version:    version,
+		IssuedAtMs: issued,
+		LeaseS:     lease,
+		Mode:       *w.Mode,
+		Reason:     reason,
+		Weights:    weights,
+	}, nil
+}
+
+// ValidCPEID reports whether id can be a CPE identifier: it is also the CN
+// of the CPE's certificate and a topic level, so no MQTT wildcard or level
+// separator (pattern ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$ of the schemas).
+func ValidCPEID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for i, c := range id {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || (c != '.' && c != '_' && c != '-')) {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeStrict decodes exactly one JSON object into v, refusing unknown keys,
+// trailing data and oversized input.
+func decodeStrict(data []byte, v any) error {
+	if len(data) > MaxPayloadBytes {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalid, len(data), MaxPayloadBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: trailing data after the JSON object", ErrInvalid)
+	}
+	return nil
+}
+
+// intField checks that n is present and an integer in [min, 2^53-1].
+func intField(name string, n *number, min int64) (int64, error) {
+	if n == nil {
+		return 0, fmt.Errorf("%w: %s: missing", ErrInvalid, name)
+	}
+	v, err := n.Int64()
+	if err != nil || v < min || v > maxSafeInt {
+		return 0, fmt.Errorf("%w: %s: %s is not an integer in [%d, 2^53-1]", ErrInvalid, name, n.String(), min)
+	}
+	return v, nil
+}

@@ -1,0 +1,158 @@
+package payload
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const validWeights = `{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":42,` +
+	`"issued_at_ms":1763800000123,"lease_s":30,"mode":"load_balancing","reason":"tick",` +
+	`"weights":{"nr":30,"wifi":100,"lifi":1}}`
+
+func TestParseWeightsValid(t *testing.T) {
+	got, err := ParseWeights([]byte(validWeights), "cpe-0001")
+	if err != nil {
+		t.Fatalf("ParseWeights: %v", err)
+	}
+	want := WeightsUpdate{
+		CPEID: "cpe-0001", Version: 42, IssuedAtMs: 1763800000123, LeaseS: 30,
+		Mode: "load_balancing", Reason: "tick",
+		Weights: Weights{NR: 30, WiFi: 100, LiFi: 1},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("ParseWeights (-want +got):\n%s", diff)
+	}
+}
+
+// mutate replaces old with new in the valid payload, failing if old is absent
+// so that a stale table row cannot silently test the valid payload.
+func mutate(t *testing.T, old, new string) string {
+	t.Helper()
+	if !strings.Contains(validWeights, old) {
+		t.Fatalf("%q not in the valid payload", old)
+	}
+	return strings.Replace(validWeights, old, new, 1)
+}
+
+func TestParseWeightsRejects(t *testing.T) {
+	tests := []struct {
+		name, old, new string
+	}{
+		{"wrong schema", `"mcw.weights.v1"`, `"mcw.weights.v2"`},
+		{"other cpe", `"cpe-0001"`, `"cpe-0002"`},
+		{"version zero", `"version":42`, `"version":0`},
+		{"version negative", `"version":42`, `"version":-1`},
+		{"version float", `"version":42`, `"version":42.5`},
+		{"version exponent", `"version":42`, `"version":4e1`},
+		{"version string", `"version":42`, `"version":"42"`},
+		{"version huge", `"version":42`, `"version":9007199254740993`},
+		{"lease zero", `"lease_s":30`, `"lease_s":0`},
+		{"lease too long", `"lease_s":30`, `"lease_s":3600.5`},
+		{"lease string", `"lease_s":30`, `"lease_s":"30"`},
+		{"issued negative", `"issued_at_ms":1763800000123`, `"issued_at_ms":-5`},
+		{"unknown mode", `"load_balancing"`, `"greedy"`},
+		{"unknown top-level key", `"reason":"tick",`, `"reason":"tick","extra":1,`},
+		{"reason too long", `"reason":"tick"`, `"reason":"` + strings.Repeat("x", MaxReasonLen+1) + `"`},
+		{"unknown WAT", `"lifi":1`, `"lifi":1,"5g":3`},
+		{"weight too big", `"wifi":100`, `"wifi":256`},
+		{"weight negative", `"wifi":100`, `"wifi":-1`},
+		{"weight float", `"wifi":100`, `"wifi":1.5`},
+		{"all zero", `{"nr":30,"wifi":100,"lifi":1}`, `{"nr":0,"wifi":0}`},
+		{"empty weights", `{"nr":30,"wifi":100,"lifi":1}`, `{}`},
+		{"weights null", `{"nr":30,"wifi":100,"lifi":1}`, `null`},
+		{"trailing data", `1}}`, `1}} {}`},
+		{"not an object", validWeights, `[1,2]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := mutate(t, tt.old, tt.new)
+			_, err := ParseWeights([]byte(data), "cpe-0001")
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("ParseWeights(%s) = %v, want an error wrapping ErrInvalid", data, err)
+			}
+		})
+	}
+}
+
+func TestParseWeightsMissingKeys(t *testing.T) {
+	// reason is optional, every other key is required.
+	for _, key := range []string{"schema", "cpe_id", "version", "issued_at_ms", "lease_s", "mode", "weights"} {
+		t.Run(key, func(t *testing.T) {
+			var m map[string]any
+			if err := jsonUnmarshal([]byte(validWeights), &m); err != nil {
+				t.Fatal(err)
+			}
+			delete(m, key)
+			data := jsonMarshal(t, m)
+			if _, err := ParseWeights(data, "cpe-0001"); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("without %q: err = %v, want ErrInvalid", key, err)
+			}
+		})
+	}
+}
+
+func TestParseWeightsOversized(t *testing.T) {
+	data := mutate(t, `"reason":"tick"`, `"reason":"tick"`+strings.Repeat(" ", MaxPayloadBytes))
+	if _, err := ParseWeights([]byte(data), "cpe-0001"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("err = %v, want ErrInvalid", err)
+	}
+}
+
+func TestWeightsString(t *testing.T) {
+	got := Weights{LiFi: 1, WiFi: 100, NR: 30, LTE: 0}.String()
+	if want := "nr=30 lte=0 wifi=100 lifi=1"; got != want {
+		t.Fatalf("String() = %q, want %q", got, want)
+	}
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	s := State{CPEID: "cpe-0001", Online: true, TimeMs: 5, AppliedVersion: 3,
+		AppliedWeights: Weights{NR: 1}, Backend: BackendDryRun,
+		Capabilities: Capabilities{MaxWeight: 255}, Links: map[string]string{NR: "up"},
+		Event: EventApplied}
+	b, err := s.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Schema = StateSchema
+	if diff := cmp.Diff(s, got); diff != "" {
+		t.Fatalf("round trip (-want +got):\n%s", diff)
+	}
+	if string(Offline("cpe-0001")) != `{"schema":"mcw.state.v1","cpe_id":"cpe-0001","online":false}` {
+		t.Fatalf("Offline = %s", Offline("cpe-0001"))
+	}
+}
+
+func TestParseWeightsReasonOptional(t *testing.T) {
+	u, err := ParseWeights([]byte(mutate(t, `"reason":"tick",`, ``)), "cpe-0001")
+	if err != nil || u.Reason != "" {
+		t.Fatalf("without reason: %+v, %v", u, err)
+	}
+}
+
+func TestValidCPEID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"cpe-0001": true, "A.b_c-9": true, "": false, "-cpe": false, "cpe/1": false,
+		"cpe+": false, "cpe#": false, strings.Repeat("a", 64): true, strings.Repeat("a", 65): false,
+	} {
+		if got := ValidCPEID(id); got != want {
+			t.Errorf("ValidCPEID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
+
+func BenchmarkParseWeights(b *testing.B) {
+	data := []byte(validWeights)
+	for i := 0; i < b.N; i++ {
+		if _, err := ParseWeights(data, "cpe-0001"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

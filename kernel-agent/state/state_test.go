@@ -1,0 +1,59 @@
+package state
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcw-xapp/kernel-agent/payload"
+)
+
+func TestSaveLoad(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sub")
+	s, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Load(); ok || err != nil {
+		t.Fatalf("empty store: ok=%v err=%v", ok, err)
+	}
+	want := Record{Version: 42, Weights: payload.Weights{"nr": 30, "wifi": 100}, Mode: "load_balancing", LeaseUntilMs: 123, SavedAtMs: 100}
+	for i := 0; i < 3; i++ { // overwrite works and leaves no temp files
+		if err := s.Save(want); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, ok, err := s.Load()
+	if !ok || err != nil {
+		t.Fatalf("Load: ok=%v err=%v", ok, err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("Load (-want +got):\n%s", diff)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("directory holds %d entries, want only %s", len(entries), FileName)
+	}
+}
+
+func TestLoadRejects(t *testing.T) {
+	for name, content := range map[string]string{
+		"corrupt":      `{"version":`,
+		"all-zero":     `{"version":3,"weights":{"nr":0}}`,
+		"out of range": `{"version":3,"weights":{"nr":300}}`,
+		"negative":     `{"version":-1}`,
+		"unknown WAT":  `{"version":3,"weights":{"5g":1}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, _ := New(t.TempDir())
+			if err := os.WriteFile(s.Path(), []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := s.Load(); ok || err == nil {
+				t.Fatalf("Load(%s): ok=%v err=%v, want an error", content, ok, err)
+			}
+		})
+	}
+}

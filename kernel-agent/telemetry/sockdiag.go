@@ -1,0 +1,129 @@
+// Package telemetry reads the kernel's per-subflow TCP statistics through
+// sock_diag (NETLINK_SOCK_DIAG, inet_diag with tcp_info) and sums them per
+// WAT, a WAT's subflows being the TCP sockets whose source address is the
+// WAT interface's address.
+package telemetry
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// Subflow is one TCP socket's statistics.
+type Subflow struct {
+	Src, Dst     netip.Addr
+	SrcPort      uint16
+	DstPort      uint16
+	Cookie       uint64
+	MPTCP        bool   // the socket runs the "mptcp" ULP (an MPTCP subflow)
+	RTTMicros    uint32 // smoothed RTT
+	Cwnd         uint32 // segments
+	BytesAcked   uint64
+	BytesRecv    uint64
+	DeliveryRate uint64 // bytes per second
+}
+
+// inet_diag constants (linux/inet_diag.h, linux/sock_diag.h).
+const (
+	sockDiagByFamily = 20
+	attrInfo         = 2  // INET_DIAG_INFO: struct tcp_info
+	attrULPInfo      = 19 // INET_DIAG_ULP_INFO: nested, INET_ULP_INFO_NAME = 1
+	ulpInfoName      = 1
+	tcpEstablished   = 1
+	ipprotoTCP       = 6
+	afInet           = 2
+	sizeofReqV2      = 56
+	sizeofDiagMsg    = 72
+)
+
+// offsets in struct tcp_info (linux/tcp.h), a stable ABI that only grows.
+const (
+	offRTT          = 68
+	offSndCwnd      = 80
+	offBytesAcked   = 120
+	offBytesRecv    = 128
+	offDeliveryRate = 160
+	minTCPInfoLen   = offDeliveryRate + 8
+)
+
+// request builds the inet_diag_req_v2 asking for established IPv4 TCP
+// sockets with tcp_info.
+func request() []byte {
+	b := make([]byte, sizeofReqV2)
+	b[0] = afInet
+	b[1] = ipprotoTCP
+	b[2] = 1 << (attrInfo - 1) // idiag_ext: INET_DIAG_INFO
+	binary.NativeEndian.PutUint32(b[4:8], 1<<tcpEstablished)
+	return b
+}
+
+var errShort = errors.New("short inet_diag message")
+
+// parseMessage decodes one inet_diag_msg with its attributes. The socket id
+// is big-endian (network order); tcp_info is host order.
+func parseMessage(b []byte) (Subflow, error) {
+	if len(b) < sizeofDiagMsg {
+		return Subflow{}, errShort
+	}
+	var s Subflow
+	id := b[4:52]
+	s.SrcPort = binary.BigEndian.Uint16(id[0:2])
+	s.DstPort = binary.BigEndian.Uint16(id[2:4])
+	s.Src = netip.AddrFrom4([4]byte(id[4:8]))
+	s.Dst = netip.AddrFrom4([4]byte(id[20:24]))
+	s.Cookie = uint64(binary.NativeEndian.Uint32(id[40:44])) | uint64(binary.NativeEndian.Uint32(id[44:48]))<<32
+	rest := b[sizeofDiagMsg:]
+	for len(rest) >= 4 {
+		l := int(binary.NativeEndian.Uint16(rest[0:2]))
+		typ := binary.NativeEndian.Uint16(rest[2:4]) &^ 0xc000 // strip NLA_F_NESTED/NET_BYTEORDER
+		if l < 4 || l > len(rest) {
+			return Subflow{}, fmt.Errorf("bad attribute length %d", l)
+		}
+		data := rest[4:l]
+		switch typ {
+		case attrInfo:
+			if len(data) < minTCPInfoLen {
+				return Subflow{}, fmt.Errorf("tcp_info of %d bytes, want >= %d", len(data), minTCPInfoLen)
+			}
+			s.RTTMicros = binary.NativeEndian.Uint32(data[offRTT:])
+			s.Cwnd = binary.NativeEndian.Uint32(data[offSndCwnd:])
+			s.BytesAcked = binary.NativeEndian.Uint64(data[offBytesAcked:])
+			s.BytesRecv = binary.NativeEndian.Uint64(data[offBytesRecv:])
+			s.DeliveryRate = binary.NativeEndian.Uint64(data[offDeliveryRate:])
+		case attrULPInfo:
+			s.MPTCP = ulpName(data) == "mptcp"
+		}
+		if align4(l) >= len(rest) {
+			break
+		}
+		rest = rest[align4(l):]
+	}
+	return s, nil
+}
+
+func ulpName(b []byte) string {
+	for len(b) >= 4 {
+		l := int(binary.NativeEndian.Uint16(b[0:2]))
+		if l < 4 || l > len(b) {
+			return ""
+		}
+		if binary.NativeEndian.Uint16(b[2:4])&^0xc000 == ulpInfoName {
+			s := b[4:l]
+			for i, c := range s {
+				if c == 0 {
+					return string(s[:i])
+				}
+			}
+			return string(s)
+		}
+		if align4(l) >= len(b) {
+			return ""
+		}
+		b = b[align4(l):]
+	}
+	return ""
+}
+
+func align4(n int) int { return (n + 3) &^ 3 }
