@@ -82,7 +82,7 @@ test-agent: agent
 
 bench: deps
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
-	@if [ -f kernel-agent/go.mod ]; then cd kernel-agent && go test -run '^$$' -bench . -benchmem ./...; fi
+	@if [ -f kernel-agent/go.mod ]; then cd kernel-agent && go test -run '^$$' -bench . -benchmem ./... && go run ./cmd/mcw-agent-bench; fi
 
 clean:
 	rm -rf out .pytest_cache .ruff_cache .mypy_cache kernel-agent/bin
