@@ -1,0 +1,72 @@
+"""``mcw model train/evaluate/info`` on small data sets (no files outside the repo needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.model.conftest import synthetic_table
+from xapp.cli import main
+
+RACA_HEADER = ("Timestamp,Longitude,Latitude,Speed,Operatorname,CellID,NetworkMode,RSRP,RSRQ,"
+               "SNR,CQI,RSSI,DL_bitrate,UL_bitrate,State,PINGAVG,PINGMIN,PINGMAX,PINGSTDEV,"
+               "PINGLOSS,CELLHEX,NODEHEX,LACHEX,RAWCELLID,NRxRSRP,NRxRSRQ")
+
+
+def write_raca(path: Path, seed: int, rows: int = 400) -> None:
+    """A Raca-format session: AR(1) throughput driven by SNR, one malformed row."""
+    rng = np.random.default_rng(seed)
+    snr = 10 + np.cumsum(rng.normal(0, 0.5, rows)).clip(-10, 10)
+    rate = np.maximum(0, 20_000 + 2_000 * snr + rng.normal(0, 3_000, rows))
+    lines = [RACA_HEADER]
+    for i in range(rows):
+        t = pd.Timestamp("2020-01-01") + pd.Timedelta(seconds=i + 10_000 * seed)
+        lines.append(f"{t:%Y.%m.%d_%H.%M.%S},-8.4,51.9,10,B,11,5G,-95,-11,{snr[i]:.1f},12,-80,"
+                     f"{int(rate[i])},50,D,-,-,-,-,-,B,A4DF,9CBA,1080500{i // 100},-99.0,-11.0")
+    lines.insert(50, "garbage,row")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_train_evaluate_info_raca_format(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    files = []
+    for s in range(4):
+        f = tmp_path / f"B_{s}.csv"
+        write_raca(f, s)
+        files.append(str(f))
+    out = tmp_path / "models"
+    rc = main(["model", "train", "--format", "raca5g", "--csv", *files[:3], "--out", str(out),
+               "--max-iter", "20", "--json"])
+    assert rc == 0
+    card = json.loads(capsys.readouterr().out)
+    assert card["training"]["test_groups"] and card["metrics_heldout"]["rows"] > 0
+    assert card["training"]["sources"]["csv"]["skipped_rows"] == 3
+    rc = main(["model", "evaluate", "--format", "raca5g", files[3], "--model", str(out),
+               "--json"])
+    assert rc == 0
+    res = json.loads(capsys.readouterr().out)
+    for key in ("r2", "mae_kbps", "persistence_mae_kbps", "rows"):
+        assert key in res
+    assert res["rows"] == 399 and res["r2"] > 0.3
+    assert main(["model", "info", "--model", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sha256"] == card["sha256"]
+
+
+def test_train_long_csv_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                      ) -> None:
+    csv = tmp_path / "walk.csv"
+    pd.concat([synthetic_table(0), synthetic_table(1)]).to_csv(csv, index=False)
+    out = tmp_path / "m"
+    assert main(["model", "train", "--csv", str(csv), "--out", str(out), "--max-iter",
+                 "10"]) == 0
+    assert (out / "LATEST").exists()
+    before = sorted(p.name for p in out.iterdir())
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    assert main(["model", "train", "--csv", str(bad), "--out", str(out)]) == 1
+    assert "missing" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == before

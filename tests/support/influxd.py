@@ -1,0 +1,153 @@
+"""Start a real InfluxDB 1.8 (``influxd``) for tests: loopback only, temp dirs, Flux on.
+
+Usage::
+
+    server = start_influxd(tmp_path)      # waits for /ping, creates database "mcw"
+    server.url, server.bucket             # http://127.0.0.1:PORT, "mcw/autogen"
+    server.stop(); server.start()         # same port and data: simulate an outage
+    server.stop()
+
+The binary is ``$INFLUXD`` or ``influxd`` on PATH (the Makefile installs it into .tools/bin);
+:func:`influxd_binary` returns None when it is absent so tests can skip with a reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DATABASE = "mcw"
+
+_CONFIG = """\
+reporting-disabled = true
+bind-address = "127.0.0.1:{rpc_port}"
+
+[meta]
+  dir = "{root}/meta"
+
+[data]
+  dir = "{root}/data"
+  wal-dir = "{root}/wal"
+  query-log-enabled = false
+
+[http]
+  enabled = true
+  bind-address = "127.0.0.1:{port}"
+  auth-enabled = false
+  flux-enabled = true
+  log-enabled = false
+
+[logging]
+  level = "warn"
+
+[monitor]
+  store-enabled = false
+
+[continuous_queries]
+  enabled = false
+
+[subscriber]
+  enabled = false
+"""
+
+
+def influxd_binary() -> str | None:
+    """Path of influxd, or None."""
+    env = os.environ.get("INFLUXD")
+    if env and Path(env).exists():
+        return env
+    found = shutil.which("influxd")
+    if found:
+        return found
+    local = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "influxd"
+    return str(local) if local.exists() else None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class InfluxServer:
+    """A running (or stopped) influxd bound to 127.0.0.1."""
+
+    root: Path
+    port: int
+    rpc_port: int
+    binary: str
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def bucket(self) -> str:
+        return f"{DATABASE}/autogen"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start influxd (if stopped) and wait until /ping answers."""
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        conf = self.root / "influxdb.conf"
+        conf.write_text(_CONFIG.format(root=self.root, port=self.port, rpc_port=self.rpc_port))
+        log = (self.root / "influxd.log").open("ab")
+        self.proc = subprocess.Popen([self.binary, "run", "-config", str(conf)],
+                                     stdout=log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "INFLUXDB_REPORTING_DISABLED": "true"})
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"influxd exited with {self.proc.returncode}; see "
+                                   f"{self.root / 'influxd.log'}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/ping", timeout=1.0) as resp:
+                    if resp.status == 204:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            self.stop()
+            raise RuntimeError("influxd did not answer /ping in time")
+        self.query(f"CREATE DATABASE {DATABASE}")
+
+    def query(self, q: str) -> bytes:
+        """Run an InfluxQL statement (POST /query) and return the raw JSON answer."""
+        data = urllib.parse.urlencode({"q": q}).encode()
+        with urllib.request.urlopen(f"{self.url}/query", data=data, timeout=10.0) as resp:
+            return bytes(resp.read())
+
+    def stop(self) -> None:
+        """Stop influxd (SIGTERM, then SIGKILL after 10 s); data stays in ``root``."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def start_influxd(tmp_path: Path, binary: str | None = None) -> InfluxServer:
+    """Start influxd with its data under ``tmp_path/influxd`` on free loopback ports."""
+    exe = binary or influxd_binary()
+    if exe is None:
+        raise FileNotFoundError("influxd not found (run 'make deps-tools' or set $INFLUXD)")
+    root = Path(tmp_path) / "influxd"
+    root.mkdir(parents=True, exist_ok=True)
+    server = InfluxServer(root=root, port=free_port(), rpc_port=free_port(), binary=exe)
+    server.start()
+    return server

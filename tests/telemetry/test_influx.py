@@ -1,0 +1,94 @@
+"""The InfluxDB store against a real influxd 1.8 through the v2 API."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from tests.support.influxd import InfluxServer
+from xapp.estimator import CapacityForecast, KpiFrame
+from xapp.telemetry.influx import InfluxConfig, InfluxStore
+from xapp.weights import WeightDecision
+
+
+def _frame(t: float, n: int = 3) -> KpiFrame:
+    return KpiFrame(time_s=t, cpe=np.array([f"cpe{i}" for i in range(n)]),
+                    wat=np.array(["nr", "wifi", "lifi"][:n]),
+                    values={"delivered_mbps": np.arange(1.0, n + 1) * 10,
+                            "sinr_db": np.array([20.0, np.nan, 99.0][:n]),
+                            "rtt_ms": np.full(n, 5.0)})
+
+
+def test_round_trip_and_latest(influx: InfluxServer) -> None:
+    store = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket))
+    now = time.time()
+    store.write_kpis(_frame(now - 30))
+    store.write_kpis(_frame(now - 2))
+    fc = CapacityForecast(np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.0, 1.5]))
+    store.write_forecasts(_frame(now - 2), fc, "v1")
+    dec = WeightDecision(weights={"nr": 3, "wifi": 10}, shares={"nr": 0.23, "wifi": 0.77},
+                         aggregate_mbps=100.0, usable=frozenset({"nr", "wifi"}), changed=True,
+                         reason="test")
+    store.write_weights(now - 2, {"cpe0": (7, dec)})
+    assert store.flush()
+    assert store.counters.rejected_values == 2  # sinr 99 dB twice
+    table = store.read_table("-1h")
+    assert len(table) == 6 and set(table["wat"]) == {"nr", "wifi", "lifi"}
+    frame = store.latest(now, max_age_s=10.0)
+    assert list(frame.cpe) == ["cpe0", "cpe1", "cpe2"]
+    np.testing.assert_allclose(frame.column("delivered_mbps"), [10.0, 20.0, 30.0])
+    pred = store.read_table("-1h", measurement="wat_prediction")
+    assert set(pred["model_version"]) == {"v1"} and len(pred) == 3
+    weights = store.read_table("-1h", measurement="wat_weight")
+    assert sorted(weights["weight"]) == [3.0, 10.0] and set(weights["version"]) == {7.0}
+    store.close()
+
+
+def test_retry_after_outage_loses_nothing(influx: InfluxServer) -> None:
+    store = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, batch_size=50,
+                                     backoff_initial_s=0.2, timeout_ms=2000))
+    base = time.time() - 100
+    influx.stop()
+    for i in range(10):
+        store.write_kpis(_frame(base + i))
+    assert not store.flush()
+    assert store.counters.write_failures >= 1 and store.buffered == 30
+    assert store.counters.dropped_points == 0
+    influx.start()
+    assert store.flush()
+    assert store.buffered == 0 and store.counters.written_points == 30
+    assert len(store.read_table("-1h")) == 30
+    store.close()
+
+
+def test_bounded_buffer_counts_drops(influx: InfluxServer) -> None:
+    influx.stop()
+    store = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, batch_size=1000,
+                                     max_buffer_points=12, timeout_ms=2000))
+    base = time.time() - 100
+    for i in range(6):
+        store.write_kpis(_frame(base + i))
+    assert store.buffered == 12 and store.counters.dropped_points == 6
+    influx.start()
+    assert store.flush()
+    table = store.read_table("-1h")
+    # The newest points are kept, the oldest dropped.
+    assert len(table) == 12 and table["time_s"].min() >= base + 2 - 1e-3
+    store.close()
+
+
+def test_table_import_skips_bad_rows(influx: InfluxServer) -> None:
+    store = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket))
+    now = time.time()
+    df = pd.DataFrame({"time_s": [now - 5, np.nan, now - 4], "cpe": ["a", "a", "a"],
+                       "wat": ["wifi"] * 3, "cell": ["ap1"] * 3,
+                       "snr_db": [30.0, 31.0, 1e9], "delivered_mbps": [100.0, 1.0, 200.0]})
+    assert store.write_table(df) == 2
+    assert store.flush()
+    assert store.counters.parse_skipped == 1 and store.counters.rejected_values == 1
+    table = store.read_table("-1h")
+    assert list(table["delivered_mbps"]) == [100.0, 200.0]
+    assert set(table["cell"]) == {"ap1"}
+    store.close()

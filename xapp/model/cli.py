@@ -1,0 +1,250 @@
+"""``mcw model``: train, evaluate and inspect the capacity model.
+
+Examples::
+
+    mcw model train --format raca5g --csv ../shared/data/raca5g --synthetic wifi-walk --out models
+    mcw model train --influx http://127.0.0.1:8086 --bucket mcw/autogen --since 24h
+    mcw model evaluate --format raca5g FILE... --json
+    mcw model info --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from xapp.model import artifact as art
+from xapp.model import training
+from xapp.model.online import default_model_path
+
+SYNTHETIC_PERIODS_S: tuple[float, ...] = (1.0,)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Train the per-technology capacity model on KPI history, score it "
+                          "against persistence and EWMA baselines, and inspect artifacts.")
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    tr = sub.add_parser("train", help="train a new artifact from CSV files or InfluxDB",
+                        description="Replay KPI history into features, hold out the latest "
+                        "traces/CPEs as a test set (group-wise, time-ordered), fit one model "
+                        "per technology family, score it against the baselines, and write a "
+                        "versioned skops artifact and model card into --out.")
+    src = tr.add_argument_group("data")
+    src.add_argument("--csv", nargs="+", default=[], metavar="FILE",
+                     help="CSV files or directories (see --format)")
+    src.add_argument("--format", choices=["raca5g", "long"], default="long",
+                     help="CSV format: 'raca5g' (Raca et al. traces) or 'long' (a wat_kpi "
+                          "table with time_s, cpe, wat, cell and field columns); default long")
+    src.add_argument("--influx", metavar="URL", help="read wat_kpi from this InfluxDB")
+    src.add_argument("--bucket", default="mcw/autogen",
+                     help="bucket (InfluxDB 1.8: database/retention-policy); default mcw/autogen")
+    src.add_argument("--org", default="-", help="organisation (ignored by 1.8); default '-'")
+    src.add_argument("--token", default="", help="token ('user:password' on 1.8; default none)")
+    src.add_argument("--since", default="24h", help="InfluxDB range start, e.g. 24h, 7d")
+    src.add_argument("--synthetic", nargs="*", default=[], metavar="SCENARIO",
+                     help="add twin telemetry of these scenarios (all families)")
+    src.add_argument("--synthetic-cpes", type=int, default=8, help="CPEs per scenario")
+    tr.add_argument("--out", default=str(default_model_path()), help="artifact directory")
+    tr.add_argument("--test-fraction", type=float, default=0.25,
+                    help="fraction of groups (latest first) held out; default 0.25")
+    tr.add_argument("--refit", action="store_true",
+                    help="after scoring, refit on all data (the card keeps the held-out scores)")
+    tr.add_argument("--max-iter", type=int, default=200, help="boosting iterations per head")
+    tr.add_argument("--learning-rate", type=float, default=0.08)
+    tr.add_argument("--json", action="store_true", help="print the model card as JSON")
+
+    ev = sub.add_parser("evaluate", help="score an artifact on trace files",
+                        description="Score the model and the persistence/EWMA baselines on the "
+                        "next-period capacity of each row of the given files.")
+    ev.add_argument("files", nargs="+", metavar="FILE")
+    ev.add_argument("--format", choices=["raca5g", "long"], default="raca5g")
+    ev.add_argument("--model", default=str(default_model_path()),
+                    help="artifact file or directory with LATEST (default: shipped model)")
+    ev.add_argument("--json", action="store_true", help="print JSON")
+
+    info = sub.add_parser("info", help="show an artifact's model card")
+    info.add_argument("--model", default=str(default_model_path()))
+    info.add_argument("--json", action="store_true")
+
+
+def _read_csv(files: list[str], fmt: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+    if fmt == "raca5g":
+        from xapp.telemetry.raca5g import read_sessions
+
+        df, stats = read_sessions(files)
+        return df, {"files": stats.files, "rows": stats.rows, "skipped_rows": stats.skipped_rows}
+    frames = [pd.read_csv(f) for f in files]
+    missing = [c for c in ("time_s", "cpe", "wat") if frames and c not in frames[0]]
+    if missing:
+        raise ValueError(f"long CSV needs columns time_s, cpe, wat; missing {missing}")
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return df, {"files": len(files), "rows": len(df)}
+
+
+def _synthetic(names: list[str], n_cpes: int) -> pd.DataFrame:
+    from twin.kpis import synthesize
+    from twin.scenarios import build
+
+    frames = []
+    for i, name in enumerate(names):
+        for seed in range(2):
+            scn = build(name, n_cpes=n_cpes, seed=100 + seed)
+            for period in SYNTHETIC_PERIODS_S:
+                frames.append(synthesize(scn, period_s=period, censor_fraction=0.1, seed=seed,
+                                         cpe_prefix=f"syn-{name}-{seed}-{period}-",
+                                         start_time_s=1e6 * (i + 1)))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _replay(df: pd.DataFrame) -> training.Dataset:
+    with tqdm(total=len(df), desc="features", unit="row", file=sys.stderr,
+              disable=None) as bar:
+        return training.replay(df, progress=bar.update)
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def _train(args: argparse.Namespace) -> int:
+    frames: list[pd.DataFrame] = []
+    sources: dict[str, Any] = {}
+    if args.csv:
+        df, st = _read_csv(args.csv, args.format)
+        df["source"] = args.format
+        frames.append(df)
+        sources["csv"] = {"format": args.format, **st}
+    if args.influx:
+        from xapp.telemetry.influx import InfluxConfig, InfluxStore
+
+        store = InfluxStore(InfluxConfig(url=args.influx, bucket=args.bucket, org=args.org,
+                                         token=args.token))
+        try:
+            df = store.read_table(start=f"-{args.since}")
+        finally:
+            store.close()
+        df["source"] = "influx"
+        frames.append(df)
+        sources["influx"] = {"url": args.influx, "bucket": args.bucket, "since": args.since,
+                             "rows": len(df), "skipped_rows": store.counters.parse_skipped}
+    if args.synthetic:
+        df = _synthetic(args.synthetic, args.synthetic_cpes)
+        df["source"] = "synthetic"
+        frames.append(df)
+        sources["synthetic"] = {"scenarios": args.synthetic, "rows": len(df)}
+    if not frames or sum(len(f) for f in frames) == 0:
+        print("mcw model train: no data (give --csv, --influx or --synthetic)", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.test_fraction < 1.0:
+        print("mcw model train: --test-fraction must be in [0, 1)", file=sys.stderr)
+        return 2
+    data = pd.concat(frames, ignore_index=True)
+    t0 = time.perf_counter()
+    ds = _replay(data)
+    params: dict[str, object] = {"max_iter": args.max_iter, "learning_rate": args.learning_rate}
+    train_mask = np.ones(len(ds), dtype=bool)
+    test_groups: list[str] = []
+    if args.test_fraction > 0:
+        train_mask, test_groups = training.time_ordered_group_split(ds, args.test_fraction)
+    fams = [f for f in ("cellular", "wifi", "lifi") if len(ds.rows(f, train_mask)) >= 50]
+    models = {}
+    for fam in tqdm(fams, desc="fit", unit="family", file=sys.stderr, disable=None):
+        models.update(training.fit_families(ds, train_mask & (ds.family == fam), params))
+    if not models:
+        print("mcw model train: fewer than 50 labelled rows in every family", file=sys.stderr)
+        return 2
+    metrics = training.evaluate(models, ds, ~train_mask) if test_groups else {}
+    if test_groups and len(set(ds.source.tolist())) > 1:
+        metrics["by_source"] = {src: training.evaluate(models, ds, ~train_mask & (ds.source == src))
+                                for src in sorted(set(ds.source.tolist()))}
+    if args.refit and test_groups:
+        models = training.fit_families(ds, None, params)
+    finite_t = ds.time_s[np.isfinite(ds.time_s)]
+    card = {
+        "training": {
+            "sources": sources,
+            "rows": len(ds),
+            "labelled_rows": int(np.isfinite(ds.label).sum()),
+            "groups": len(set(ds.group.tolist())),
+            "test_groups": test_groups,
+            "refit_on_all": bool(args.refit),
+            "data_time_range_s": [float(finite_t.min()), float(finite_t.max())]
+            if len(finite_t) else None,
+            "params": params,
+            "seconds": round(time.perf_counter() - t0, 2),
+            "label": "next period's capacity: capacity_mbps when known, else delivered_mbps "
+                     "of a saturated period (censored periods give no label)",
+        },
+        "metrics_heldout": _clean(metrics),
+    }
+    path = art.save(models, args.out, card)
+    full = json.loads(art.card_path(path).read_text())
+    if args.json:
+        print(json.dumps(full, indent=2))
+    else:
+        print(f"wrote {path} ({full['size_bytes']} bytes, sha256 {full['sha256'][:16]}...)")
+        if metrics:
+            print(f"held-out {len(test_groups)} groups: R2 {metrics['r2']:.3f}, MAE "
+                  f"{metrics['mae_mbps']:.3f} Mbps vs persistence "
+                  f"{metrics['persistence_mae_mbps']:.3f} "
+                  f"(ratio {metrics['mae_ratio_vs_persistence']:.3f}), EWMA "
+                  f"{metrics['ewma_mae_mbps']:.3f}")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    loaded = art.load(args.model)
+    df, st = _read_csv(args.files, args.format)
+    if len(df) == 0:
+        print("mcw model evaluate: no rows", file=sys.stderr)
+        return 2
+    ds = _replay(df)
+    metrics = training.evaluate(loaded.models, ds)
+    out = _clean({"model_version": loaded.version, "input": st, **metrics})
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"model {loaded.version} on {out['rows']} rows: R2 {metrics['r2']:.3f}, MAE "
+              f"{metrics['mae_kbps']:.0f} kbps vs persistence {metrics['persistence_mae_kbps']:.0f}"
+              f" kbps (ratio {metrics['mae_ratio_vs_persistence']:.3f})")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    loaded = art.load(args.model)
+    if args.json:
+        print(json.dumps(loaded.card, indent=2))
+    else:
+        c = loaded.card
+        print(f"{loaded.path}\n  version {loaded.version}\n  families {', '.join(loaded.models)}"
+              f"\n  sha256 {c.get('sha256')}\n  created {c.get('created_utc')}")
+        m = c.get("metrics_heldout") or {}
+        if m:
+            print(f"  held-out R2 {m.get('r2')}, MAE ratio vs persistence "
+                  f"{m.get('mae_ratio_vs_persistence')}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.action == "train":
+            return _train(args)
+        if args.action == "evaluate":
+            return _evaluate(args)
+        return _info(args)
+    except (art.ArtifactError, ValueError, OSError) as exc:
+        print(f"mcw model {args.action}: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,271 @@
+"""Online use of the model: the per-tick estimator and the hot-reloading model holder.
+
+:class:`ModelEstimator` implements :class:`xapp.estimator.CapacityEstimator`: it cleans each
+frame (infinite and out-of-range KPIs become NaN and are counted), updates the per-key history
+and forecasts all rows of the tick in one batch per technology family.  A row with nothing
+usable (no radio KPI and no throughput sample), or whose family has no model, gets a NaN
+forecast: the weight engine treats the WAT as unknown.  It never raises on bad data.
+
+:class:`ModelHolder` owns the current :class:`~xapp.model.artifact.LoadedModel` and swaps in a
+new artifact only after it verified the hash, loaded it and made a finite prediction on a probe
+frame; a refused artifact is logged and counted and the old model stays.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from xapp.estimator import CapacityForecast, KpiFrame
+from xapp.model.artifact import ArtifactError, LoadedModel, load, resolve
+from xapp.model.features import (
+    DIFF_FIELDS,
+    RADIO_FIELDS,
+    TRANSPORT_FIELDS,
+    FeatureState,
+    capacity_sample,
+    matrix,
+)
+from xapp.telemetry.schema import FAMILIES, clean_columns, family_of, normalise_wat
+
+log = logging.getLogger(__name__)
+
+Array = NDArray[np.float64]
+
+#: Numeric column of a :class:`KpiFrame` carrying the cell identity (see ``cell_code``).
+CELL_COLUMN = "cell_id"
+_INPUT_FIELDS: tuple[str, ...] = tuple(sorted(
+    {f for fam in FAMILIES for f in RADIO_FIELDS[fam]} | set(DIFF_FIELDS) | set(TRANSPORT_FIELDS)))
+
+
+def default_model_path() -> Path:
+    """``$MCW_MODEL`` if set, else ``models/default/`` shipped with the repository."""
+    import os
+
+    env = os.environ.get("MCW_MODEL")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "models" / "default"
+
+
+@dataclass
+class EstimatorCounters:
+    """Cumulative counts for Prometheus (names are metric suffixes)."""
+
+    frames: int = 0
+    rows: int = 0
+    values_non_finite: int = 0
+    values_out_of_range: int = 0
+    rows_unknown_wat: int = 0
+    rows_no_kpis: int = 0
+    rows_no_model: int = 0
+    stale_resets: int = 0
+    predict_errors: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class ModelHolder:
+    """The current model, reloaded atomically when the artifact (or ``LATEST``) changes.
+
+    Safe for concurrent use: :attr:`current` may be read from any thread while :meth:`poll`
+    runs in another.
+
+    Parameters
+    ----------
+    path : str or Path
+        An artifact file or a directory with a ``LATEST`` file.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._model = self._checked_load()
+        self._stamp = self._fingerprint()
+        self.reloads = 0
+        self.reload_failures = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def current(self) -> LoadedModel:
+        with self._lock:
+            return self._model
+
+    def _fingerprint(self) -> tuple[object, ...]:
+        stamp: list[object] = []
+        try:
+            target = resolve(self.path)
+            for p in (self.path / "LATEST" if self.path.is_dir() else None, target):
+                if p is not None:
+                    st = p.stat()
+                    stamp.extend([str(p), st.st_mtime_ns, st.st_size])
+        except (OSError, ArtifactError):
+            stamp.append("unreadable")
+        return tuple(stamp)
+
+    def _checked_load(self) -> LoadedModel:
+        model = load(self.path)
+        probe = ModelEstimator(model)
+        forecast = probe.step(probe_frame(tuple(model.models)))
+        if not np.isfinite(forecast.median_mbps).all():
+            raise ArtifactError(f"{model.path}: probe forecast is not finite")
+        return model
+
+    def poll(self) -> bool:
+        """Reload if the artifact changed; True when a new model was swapped in."""
+        stamp = self._fingerprint()
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            new = self._checked_load()
+        except ArtifactError as exc:
+            self.reload_failures += 1
+            log.error("model reload refused, keeping %s: %s", self.current.version, exc)
+            return False
+        with self._lock:
+            old, self._model = self._model, new
+        self.reloads += 1
+        log.info("model reloaded: %s -> %s", old.version, new.version)
+        return True
+
+    def start(self, interval_s: float = 5.0) -> None:
+        """Poll in a daemon thread every ``interval_s`` until :meth:`stop`."""
+        if self._thread is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.wait(interval_s):
+                self.poll()
+
+        self._thread = threading.Thread(target=loop, name="model-reload", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+            self._thread = None
+
+
+def probe_frame(families: tuple[str, ...]) -> KpiFrame:
+    """A small plausible frame, one row per family, used to sanity-check a new model."""
+    wat_of = {"cellular": "nr", "wifi": "wifi", "lifi": "lifi"}
+    wats = [wat_of[f] for f in families]
+    n = len(wats)
+    values = {"delivered_mbps": np.full(n, 50.0), "rtt_ms": np.full(n, 10.0),
+              "sinr_db": np.full(n, 20.0), "snr_db": np.full(n, 25.0),
+              "rsrp_dbm": np.full(n, -80.0), "cqi": np.full(n, 12.0)}
+    return KpiFrame(time_s=0.0, cpe=np.array([f"probe-{i}" for i in range(n)]),
+                    wat=np.array(wats), values=values)
+
+
+class ModelEstimator:
+    """Per-tick capacity forecasts for every (cpe, wat) row of a frame.
+
+    Not safe for concurrent use (one control loop owns it); the model it reads may be swapped
+    by a :class:`ModelHolder` at any time.
+
+    Parameters
+    ----------
+    model : LoadedModel or ModelHolder
+    stale_after_s : float, default=10.0
+        History of a key unseen for longer is dropped.
+    """
+
+    def __init__(self, model: LoadedModel | ModelHolder, stale_after_s: float = 10.0) -> None:
+        self.model = model
+        self.state = FeatureState(stale_after_s=stale_after_s)
+        self.counters = EstimatorCounters()
+        self._wat_cache: tuple[object, NDArray[np.str_]] | None = None
+
+    @property
+    def version(self) -> str:
+        return self._loaded().version
+
+    def _loaded(self) -> LoadedModel:
+        return self.model.current if isinstance(self.model, ModelHolder) else self.model
+
+    def _families(self, wat: NDArray[np.str_]) -> NDArray[np.str_]:
+        cache = self._wat_cache
+        if cache is not None and cache[0] is wat:
+            return cache[1]
+        lut: dict[str, str] = {}
+        out = np.empty(len(wat), dtype=object)
+        for i, w in enumerate(wat.tolist()):
+            fam = lut.get(w)
+            if fam is None:
+                canon = normalise_wat(str(w))
+                fam = lut[w] = (family_of(canon) or "") if canon else ""
+            out[i] = fam
+        fams = out.astype(str)
+        self._wat_cache = (wat, fams)
+        return fams
+
+    def step(self, frame: KpiFrame) -> CapacityForecast:
+        """Ingest one tick and forecast the next period for the same rows (Mbps, NaN unknown)."""
+        n = len(frame)
+        c = self.counters
+        c.frames += 1
+        c.rows += n
+        median = np.full(n, np.nan)
+        lower = np.full(n, np.nan)
+        if n == 0:
+            return CapacityForecast(median, lower)
+        raw = {name: frame.values[name] for name in (*_INPUT_FIELDS, "delivered_mbps",
+                                                     "saturated") if name in frame.values}
+        if "saturated" not in raw and "cwnd_limited" in frame.values:
+            # The agent's (and the twin's) fraction of the period the subflow was
+            # cwnd-limited: mostly limited counts as a capacity measurement.
+            limited = np.asarray(frame.values["cwnd_limited"], dtype=np.float64)
+            raw["saturated"] = np.where(np.isnan(limited), np.nan, (limited >= 0.8) * 1.0)
+        values, counts = clean_columns(raw)
+        c.values_non_finite += sum(counts.non_finite.values())
+        c.values_out_of_range += sum(counts.out_of_range.values())
+        fams = self._families(frame.wat)
+        known = fams != ""
+        c.rows_unknown_wat += int((~known).sum())
+        nan = np.full(n, np.nan)
+        sample = capacity_sample(values.get("delivered_mbps", nan),
+                                 values.get("saturated", nan))
+        cell = frame.column(CELL_COLUMN)
+        times = np.full(n, float(frame.time_s))
+        idx = self.state.slots(frame.cpe, frame.wat)
+        before = self.state.stale_resets
+        kpis = {k: v for k, v in values.items() if k not in ("delivered_mbps", "saturated")}
+        feats = self.state.update(idx, times, sample, kpis, cell)
+        c.stale_resets += self.state.stale_resets - before
+
+        loaded = self._loaded()
+        for fam in FAMILIES:
+            rows = np.flatnonzero(fams == fam)
+            if len(rows) == 0:
+                continue
+            usable = np.isfinite(feats["exp_mean"][rows])
+            for f in RADIO_FIELDS[fam]:
+                col = values.get(f)
+                if col is not None:
+                    usable |= np.isfinite(col[rows])
+            c.rows_no_kpis += int((~usable).sum())
+            rows = rows[usable]
+            model = loaded.models.get(fam)
+            if model is None:
+                c.rows_no_model += len(rows)
+                continue
+            if len(rows) == 0:
+                continue
+            X = matrix(feats, loaded.feature_names[fam], rows)
+            try:
+                med, lo = model.predict_both(X)
+            except Exception:  # a model that cannot predict must not stop the control loop
+                c.predict_errors += len(rows)
+                log.exception("prediction failed for family %s", fam)
+                continue
+            median[rows] = np.maximum(med, 0.0)
+            lower[rows] = np.clip(lo, 0.0, median[rows])
+        return CapacityForecast(median, lower)

@@ -1,0 +1,353 @@
+"""InfluxDB store of per-WAT telemetry: the xApp's :class:`KpiSource` and :class:`TelemetrySink`.
+
+Uses the maintained ``influxdb-client`` (v2 API), so the same code talks to InfluxDB 2.x and to
+1.8 through its ``/api/v2/write`` and ``/api/v2/query`` compatibility endpoints (1.8: bucket
+``database/retention-policy``, token ``user:password`` or empty, ``flux-enabled = true``).
+
+Writes are buffered and sent in batches.  A batch that fails stays at the head of the buffer
+and is retried after an exponential backoff (with jitter, capped); nothing is dropped silently:
+the buffer is bounded, and when it is full the *oldest* points are dropped and counted in
+:attr:`InfluxCounters.dropped_points` (fresh telemetry is worth more than old).
+
+Reads skip and count rows they cannot parse; they never raise on bad data.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from influxdb_client import InfluxDBClient
+from influxdb_client.client.write_api import SYNCHRONOUS
+
+from xapp.estimator import CapacityForecast, KpiFrame
+from xapp.telemetry.schema import (
+    KPI_FIELDS,
+    MEASUREMENT_KPI,
+    MEASUREMENT_PREDICTION,
+    MEASUREMENT_WEIGHT,
+    cell_code,
+    in_range,
+)
+from xapp.weights import WeightDecision
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InfluxConfig:
+    """Where and how to write.
+
+    ``bucket`` on InfluxDB 1.8 is ``database/retention-policy`` (``mcw/autogen``); ``token`` is
+    empty (no auth) or ``user:password``; ``org`` is ignored by 1.8.
+    """
+
+    url: str
+    bucket: str = "mcw/autogen"
+    org: str = "-"
+    token: str = ""
+    batch_size: int = 5000
+    max_buffer_points: int = 200_000
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+    timeout_ms: int = 10_000
+
+
+@dataclass
+class InfluxCounters:
+    """Cumulative counts for Prometheus."""
+
+    written_points: int = 0
+    write_batches: int = 0
+    write_failures: int = 0
+    dropped_points: int = 0
+    rejected_values: int = 0
+    parse_skipped: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _escape_tag(value: str) -> str:
+    return (value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+            .replace(" ", "\\ ").replace("\n", "\\n"))
+
+
+def _escape_str(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def line(measurement: str, tags: Mapping[str, str], fields: Mapping[str, float | int | str],
+         time_ns: int) -> str | None:
+    """One line of line protocol, or None when no field is left (NaN fields are omitted)."""
+    parts: list[str] = []
+    for k, v in fields.items():
+        if isinstance(v, str):
+            parts.append(f'{k}="{_escape_str(v)}"')
+        elif isinstance(v, int | np.integer) and not isinstance(v, bool):
+            parts.append(f"{k}={int(v)}i")
+        elif math.isfinite(float(v)):
+            parts.append(f"{k}={float(v)!r}")
+    if not parts:
+        return None
+    tag_text = "".join(f",{k}={_escape_tag(v)}" for k, v in sorted(tags.items()) if v != "")
+    return f"{measurement}{tag_text} {','.join(parts)} {time_ns}"
+
+
+class InfluxStore:
+    """Buffered writer and Flux reader of ``wat_kpi`` and the write-back measurements.
+
+    Safe for concurrent use: writers append under a lock; one flush runs at a time.
+    """
+
+    def __init__(self, config: InfluxConfig) -> None:
+        self.config = config
+        self.counters = InfluxCounters()
+        self._client = InfluxDBClient(url=config.url, token=config.token, org=config.org,
+                                      timeout=config.timeout_ms)
+        self._write = self._client.write_api(write_options=SYNCHRONOUS)
+        self._buffer: deque[str] = deque()
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._backoff_s = 0.0
+        self._retry_at = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ----------------------------------------------------------------- writing
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def _append(self, lines: Iterable[str | None]) -> None:
+        with self._lock:
+            for ln in lines:
+                if ln is None:
+                    continue
+                if len(self._buffer) >= self.config.max_buffer_points:
+                    self._buffer.popleft()
+                    self.counters.dropped_points += 1
+                self._buffer.append(ln)
+            full = len(self._buffer) >= self.config.batch_size
+        if full:
+            self.flush(force=False)
+
+    def write_lines(self, lines: Iterable[str]) -> None:
+        """Queue raw line-protocol lines."""
+        self._append(lines)
+
+    def write_kpis(self, frame: KpiFrame) -> None:
+        """Queue one ``wat_kpi`` point per row; out-of-range values are dropped and counted.
+
+        A ``cell`` column of strings is not part of :class:`KpiFrame`; rows are tagged with
+        the ``cell`` given in ``frame.values`` only through :meth:`write_table`.
+        """
+        t_ns = round(frame.time_s * 1e9)
+        cols = {k: np.asarray(v, dtype=np.float64) for k, v in frame.values.items()
+                if k in KPI_FIELDS}
+        lines: list[str | None] = []
+        for i in range(len(frame)):
+            fields: dict[str, float | int | str] = {}
+            for k, col in cols.items():
+                v = float(col[i])
+                if math.isnan(v):
+                    continue
+                if in_range(k, v):
+                    fields[k] = v
+                else:
+                    self.counters.rejected_values += 1
+            lines.append(line(MEASUREMENT_KPI, {"cpe": str(frame.cpe[i]),
+                                                "wat": str(frame.wat[i])}, fields, t_ns))
+        self._append(lines)
+
+    def write_table(self, df: pd.DataFrame) -> int:
+        """Queue a long table (time_s, cpe, wat, [cell], fields); returns points queued."""
+        fields = [c for c in df.columns if c in KPI_FIELDS]
+        times = (pd.to_numeric(df["time_s"], errors="coerce").to_numpy() * 1e9)
+        cpes = df["cpe"].astype(str).to_numpy()
+        wats = df["wat"].astype(str).to_numpy()
+        cells = df["cell"].astype(str).to_numpy() if "cell" in df else np.full(len(df), "")
+        values = {f: pd.to_numeric(df[f], errors="coerce").to_numpy(dtype=np.float64)
+                  for f in fields}
+        lines: list[str | None] = []
+        for i in range(len(df)):
+            if not math.isfinite(times[i]):
+                self.counters.parse_skipped += 1
+                continue
+            row: dict[str, float | int | str] = {}
+            for f, col in values.items():
+                v = float(col[i])
+                if math.isnan(v):
+                    continue
+                if in_range(f, v):
+                    row[f] = v
+                else:
+                    self.counters.rejected_values += 1
+            lines.append(line(MEASUREMENT_KPI, {"cpe": cpes[i], "wat": wats[i],
+                                                "cell": cells[i] if cells[i] != "nan" else ""},
+                              row, int(times[i])))
+        queued = sum(ln is not None for ln in lines)
+        self._append(lines)
+        return queued
+
+    def write_forecasts(self, frame: KpiFrame, forecast: CapacityForecast,
+                        model_version: str) -> None:
+        t_ns = round(frame.time_s * 1e9)
+        self._append(
+            line(MEASUREMENT_PREDICTION, {"cpe": str(frame.cpe[i]), "wat": str(frame.wat[i])},
+                 {"median_mbps": float(forecast.median_mbps[i]),
+                  "lower_mbps": float(forecast.lower_mbps[i]), "model_version": model_version},
+                 t_ns)
+            for i in range(len(frame)))
+
+    def write_weights(self, time_s: float, weights: Mapping[str, tuple[int, WeightDecision]]
+                      ) -> None:
+        t_ns = round(time_s * 1e9)
+        lines: list[str | None] = []
+        for cpe, (version, decision) in weights.items():
+            for wat, w in decision.weights.items():
+                lines.append(line(MEASUREMENT_WEIGHT, {"cpe": cpe, "wat": wat},
+                                  {"weight": int(w), "share": float(decision.shares.get(wat, 0.0)),
+                                   "version": int(version)}, t_ns))
+        self._append(lines)
+
+    def flush(self, force: bool = True) -> bool:
+        """Send buffered points batch by batch; True when the buffer is empty afterwards.
+
+        Without ``force`` a flush during the backoff after a failure does nothing.
+        """
+        with self._flush_lock:
+            if not force and time.monotonic() < self._retry_at:
+                return False
+            while True:
+                with self._lock:
+                    n = min(self.config.batch_size, len(self._buffer))
+                    batch = [self._buffer[i] for i in range(n)]
+                if not batch:
+                    return True
+                try:
+                    self._write.write(bucket=self.config.bucket, org=self.config.org,
+                                      record="\n".join(batch))
+                except Exception as exc:  # urllib3/HTTP errors of many types
+                    self.counters.write_failures += 1
+                    self._backoff_s = min(self.config.backoff_max_s,
+                                          max(self.config.backoff_initial_s,
+                                              self._backoff_s * 2))
+                    delay = self._backoff_s * (0.5 + random.random() / 2)
+                    self._retry_at = time.monotonic() + delay
+                    log.warning("influx write of %d points failed (retry in %.1fs): %s",
+                                len(batch), delay, exc)
+                    return False
+                with self._lock:
+                    # Drops may have removed some of the batch's head meanwhile: remove only
+                    # what is still there.
+                    for _ in range(n):
+                        if self._buffer and self._buffer[0] is batch[0]:
+                            self._buffer.popleft()
+                            batch.pop(0)
+                        else:
+                            break
+                self.counters.written_points += n
+                self.counters.write_batches += 1
+                self._backoff_s = 0.0
+                self._retry_at = 0.0
+
+    def start(self, interval_s: float = 1.0) -> None:
+        """Flush in a daemon thread every ``interval_s`` (honouring backoff) until close()."""
+        if self._thread is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.wait(interval_s):
+                self.flush(force=False)
+
+        self._thread = threading.Thread(target=loop, name="influx-flush", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the flusher, try a last flush, close the client."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+            self._thread = None
+        if self._buffer:
+            self.flush(force=True)
+        self._client.close()
+
+    # ----------------------------------------------------------------- reading
+    def _flux(self, start: str, stop: str | None, measurement: str) -> str:
+        rng = f"start: {start}" + (f", stop: {stop}" if stop else "")
+        return (f'from(bucket: "{self.config.bucket}") |> range({rng}) '
+                f'|> filter(fn: (r) => r._measurement == "{measurement}") '
+                '|> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")')
+
+    def read_table(self, start: str = "-24h", stop: str | None = None,
+                   measurement: str = MEASUREMENT_KPI) -> pd.DataFrame:
+        """Points of ``measurement`` in [start, stop) as a long table sorted by time.
+
+        ``start``/``stop`` are Flux times: relative (``-24h``) or RFC 3339.  Rows without a
+        time, cpe or wat are skipped and counted; non-numeric field values become NaN (counted).
+        """
+        tables = self._client.query_api().query(self._flux(start, stop, measurement),
+                                                org=self.config.org)
+        rows: list[dict[str, Any]] = []
+        for table in tables:
+            for rec in table.records:
+                v = rec.values
+                t = v.get("_time")
+                cpe, wat = v.get("cpe"), v.get("wat")
+                if t is None or not cpe or not wat:
+                    self.counters.parse_skipped += 1
+                    continue
+                row: dict[str, Any] = {"time_s": t.timestamp(), "cpe": str(cpe),
+                                       "wat": str(wat), "cell": str(v.get("cell") or "")}
+                for k, val in v.items():
+                    if k.startswith("_") or k in ("result", "table", "cpe", "wat", "cell"):
+                        continue
+                    if isinstance(val, bool):
+                        val = float(val)
+                    if isinstance(val, int | float):
+                        row[k] = float(val)
+                    elif isinstance(val, str) and k not in KPI_FIELDS:
+                        row[k] = val
+                    else:
+                        self.counters.parse_skipped += 1
+                rows.append(row)
+        if not rows:
+            return pd.DataFrame(columns=["time_s", "cpe", "wat", "cell"])
+        return pd.DataFrame(rows).sort_values(["time_s", "cpe", "wat"], kind="mergesort"
+                                              ).reset_index(drop=True)
+
+    def latest(self, now_s: float, max_age_s: float) -> KpiFrame:
+        """The newest ``wat_kpi`` row per (cpe, wat) in (now - max_age, now]; see KpiSource.
+
+        The cell tag is carried as the numeric ``cell_id`` column (CRC-32, see
+        :func:`xapp.telemetry.schema.cell_code`).  Out-of-range values read back are NaN.
+        """
+        start = pd.Timestamp(now_s - max_age_s, unit="s", tz="UTC").isoformat()
+        stop = pd.Timestamp(now_s + 1e-6, unit="s", tz="UTC").isoformat()
+        df = self.read_table(start=start.replace("+00:00", "Z"),
+                             stop=stop.replace("+00:00", "Z"))
+        if len(df) == 0:
+            empty = np.array([], dtype=str)
+            return KpiFrame(time_s=now_s, cpe=empty, wat=empty, values={})
+        df = df.groupby(["cpe", "wat"], sort=True).tail(1).sort_values(["cpe", "wat"])
+        values: dict[str, np.ndarray] = {}
+        for f in KPI_FIELDS:
+            if f in df:
+                col = pd.to_numeric(df[f], errors="coerce").to_numpy(dtype=np.float64)
+                ok = np.array([math.isnan(x) or in_range(f, x) for x in col])
+                self.counters.rejected_values += int((~ok).sum())
+                values[f] = np.where(ok, col, np.nan)
+        values["cell_id"] = np.array([cell_code(c) for c in df["cell"]], dtype=np.float64)
+        return KpiFrame(time_s=now_s, cpe=df["cpe"].to_numpy(dtype=str),
+                        wat=df["wat"].to_numpy(dtype=str), values=values)
