@@ -31,12 +31,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, Protocol
 
 import jsonschema
 
 from xapp.policy import Policy, PolicyError
+from xapp.schemas import schemas_dir
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +49,6 @@ A1_POLICY_QUERY = 20012
 POLICY_TYPE_ID = 20100
 POLICY_TYPE_NAME = "mcw_steering"
 POLICY_TYPE_FILE = f"a1-policy-type-{POLICY_TYPE_ID}.json"
-
-#: Where schemas live in the image; the repo's ``schemas/`` is the fallback for development.
-IMAGE_SCHEMAS_DIR = Path("/opt/mcw/schemas")
-REPO_SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
 DEFAULT_SOURCE = "default"
 
@@ -71,18 +67,6 @@ class Status(StrEnum):
 
 class A1Error(ValueError):
     """A request that cannot be applied; the message is the reason that goes to the log."""
-
-
-def schemas_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The directory holding the schemas: ``explicit``, ``$MCW_SCHEMAS_DIR``, the image path
-    ``/opt/mcw/schemas`` or the repository's ``schemas/``, the first that exists."""
-    for candidate in (explicit, os.environ.get("MCW_SCHEMAS_DIR"), IMAGE_SCHEMAS_DIR,
-                      REPO_SCHEMAS_DIR):
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate)
-    raise FileNotFoundError(
-        "no schemas directory: set --schemas-dir or MCW_SCHEMAS_DIR "
-        f"(looked at {IMAGE_SCHEMAS_DIR} and {REPO_SCHEMAS_DIR})")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ from typing import Any
 import jsonschema
 
 from xapp.policy import PolicyError
-from xapp.ric.a1 import build_policy, schemas_dir
+from xapp.ric.a1 import build_policy
+from xapp.schemas import schemas_dir
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,45 @@
+"""Fixtures: a test PKI per session and a real Mosquitto per test, with the shipped ACL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.mosquitto import MosquittoBroker, Pki, make_pki, mosquitto_binary
+from xapp.channel import MqttSettings
+from xapp.weights import WeightDecision
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"), n_cpes=4)
+
+
+@pytest.fixture
+def broker(pki: Pki, tmp_path: Path) -> Iterator[MosquittoBroker]:
+    if mosquitto_binary() is None:
+        pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
+    b = MosquittoBroker(pki, tmp_path / "broker").start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def settings(broker: MosquittoBroker, pki: Pki) -> MqttSettings:
+    cert, key = pki.cert("mcw-xapp")
+    return MqttSettings(host="127.0.0.1", port=broker.port, ca_file=str(pki.ca),
+                        cert_file=str(cert), key_file=str(key), client_id="test-xapp",
+                        reconnect_min_s=0.1, reconnect_max_s=1.0)
+
+
+def decision(weights: dict[str, int], reason: str = "test") -> WeightDecision:
+    total = sum(weights.values()) or 1
+    return WeightDecision(weights=dict(weights),
+                          shares={w: v / total for w, v in weights.items()},
+                          aggregate_mbps=100.0,
+                          usable=frozenset(w for w, v in weights.items() if v > 0),
+                          changed=True, reason=reason)

@@ -1,0 +1,80 @@
+"""The shipped broker files: production and test configs agree, the PKI script is idempotent."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.support.mosquitto import BROKER_DIR, Pki, make_pki
+
+# Directives whose values must be identical in production and in what the tests exercise.
+SECURITY_AND_SIZING = {
+    "per_listener_settings", "protocol", "require_certificate", "use_identity_as_username",
+    "tls_version", "allow_anonymous", "max_connections", "max_keepalive", "max_packet_size",
+    "retain_available", "max_inflight_messages", "max_queued_messages", "max_queued_bytes",
+    "queue_qos0_messages", "persistence", "persistent_client_expiration",
+}
+
+
+def directives(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition(" ")
+            out.setdefault(key, value.strip())
+    return out
+
+
+def test_test_config_has_the_production_security_settings() -> None:
+    prod = directives(BROKER_DIR / "mosquitto.conf")
+    test = directives(BROKER_DIR / "mosquitto.test.conf.in")
+    assert prod.keys() >= SECURITY_AND_SIZING
+    assert {k: prod[k] for k in SECURITY_AND_SIZING} == {k: test[k] for k in SECURITY_AND_SIZING}
+    assert prod["require_certificate"] == "true" and prod["allow_anonymous"] == "false"
+    assert prod["listener"] == "8883" and prod["acl_file"] == "/etc/mosquitto/acl"
+
+
+def test_acl_grants_exactly_the_contract() -> None:
+    lines = [ln.split() for ln in (BROKER_DIR / "acl").read_text().splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    assert lines == [
+        ["pattern", "read", "mcw/v1/cpe/%u/weights"],
+        ["pattern", "write", "mcw/v1/cpe/%u/state"],
+        ["pattern", "write", "mcw/v1/cpe/%u/telemetry"],
+        ["user", "mcw-xapp"],
+        ["topic", "write", "mcw/v1/cpe/+/weights"],
+        ["topic", "read", "mcw/v1/cpe/+/state"],
+        ["topic", "read", "mcw/v1/cpe/+/telemetry"],
+    ]
+
+
+def subject(cert: Path) -> str:
+    return subprocess.run(["openssl", "x509", "-in", str(cert), "-noout", "-subject",
+                           "-ext", "subjectAltName,extendedKeyUsage"],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def test_pki_script_is_idempotent_and_names_certificates_by_cpe(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki", n_cpes=2)
+    ca_before = pki.ca.read_bytes()
+    cpe1_before = pki.cert("cpe-0001")[0].read_bytes()
+    again: Pki = make_pki(tmp_path / "pki", n_cpes=2, first=3)
+    assert again.ca.read_bytes() == ca_before
+    assert again.cert("cpe-0001")[0].read_bytes() == cpe1_before
+    assert sorted(p.name for p in (tmp_path / "pki" / "cpe").glob("*.crt")) == [
+        f"cpe-000{i}.crt" for i in range(1, 5)]
+    assert "CN = cpe-0004" in subject(again.cert("cpe-0004")[0])
+    assert "TLS Web Client Authentication" in subject(again.cert("cpe-0004")[0])
+    server = subject(again.server_cert)
+    assert "IP Address:127.0.0.1" in server and "DNS:localhost" in server
+    assert "CN = mcw-xapp" in subject(again.cert("mcw-xapp")[0])
+    assert oct(again.cert("cpe-0004")[1].stat().st_mode & 0o777) == "0o600"
+
+
+def test_pki_script_refuses_bad_arguments(tmp_path: Path) -> None:
+    script = BROKER_DIR / "make-test-pki.sh"
+    for args in ([], [str(tmp_path), "many"], [str(tmp_path), "3", "-1"]):
+        proc = subprocess.run(["bash", str(script), *args], capture_output=True, text=True)
+        assert proc.returncode == 2
+    assert not (tmp_path / "ca.crt").exists()

@@ -1,0 +1,180 @@
+"""ChannelSubscriber against a real Mosquitto: state, last will, telemetry, dropped payloads."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from typing import Any
+
+import pytest
+
+from tests.support.mosquitto import MosquittoBroker, connect_client
+from xapp.channel import ChannelSubscriber, CpeState, MqttSettings
+from xapp.estimator import KpiFrame
+
+
+def state_doc(cpe_id: str, version: int, **extra: Any) -> bytes:
+    doc = {"schema": "mcw.state.v1", "cpe_id": cpe_id, "online": True, "time_ms": 1,
+           "applied_version": version, "applied_weights": {"nr": 0, "wifi": 3},
+           "backend": "mptcp-upstream", "capabilities": {"max_weight": 1, "on_off_only": True},
+           "links": {"nr": "down", "wifi": "up"}, "event": "applied", "last_error": ""}
+    doc.update(extra)
+    return json.dumps(doc).encode()
+
+
+def telemetry_doc(cpe_id: str, mbps: float, **extra: Any) -> bytes:
+    doc = {"schema": "mcw.telemetry.v1", "cpe_id": cpe_id, "time_ms": 1763800000000,
+           "interval_ms": 1000,
+           "wats": {"nr": {"delivered_mbps": mbps, "rtt_ms": 21.0, "cwnd": 10,
+                           "bytes_acked": 1000, "subflows": 1, "up": True},
+                    "wifi": {"delivered_mbps": 0.0, "up": False}}}
+    doc.update(extra)
+    return json.dumps(doc).encode()
+
+
+def test_state_and_telemetry_reach_the_xapp(broker: MosquittoBroker,
+                                            settings: MqttSettings) -> None:
+    frames: list[KpiFrame] = []
+    states: list[CpeState] = []
+    sub = ChannelSubscriber(settings, on_telemetry=frames.append, on_state=states.append)
+    cpe = connect_client(broker, "cpe-0001")
+    try:
+        # Retained before the xApp subscribes: it must still get it.
+        assert cpe.publish("mcw/v1/cpe/cpe-0001/state", state_doc("cpe-0001", 7),
+                           retain=True) < 0x80
+        sub.start()
+        assert sub.wait_subscribed(10)
+        assert sub.wait_for(lambda s: s.state("cpe-0001") is not None, 5)
+        st = sub.state("cpe-0001")
+        assert st is not None and st.online and st.applied_version == 7
+        assert st.on_off_only and st.max_weight == 1 and st.backend == "mptcp-upstream"
+        assert st.links == {"nr": "down", "wifi": "up"} and st.event == "applied"
+        assert sub.online() == ["cpe-0001"] and states[-1] == st
+
+        cpe.publish("mcw/v1/cpe/cpe-0001/telemetry", telemetry_doc("cpe-0001", 250.5), qos=0)
+        cpe.publish("mcw/v1/cpe/cpe-0001/telemetry", telemetry_doc("cpe-0001", 99.0), qos=0)
+        assert sub.wait_for(lambda _s: len(frames) == 2, 5)
+        assert list(frames[0].cpe) == ["cpe-0001", "cpe-0001"]
+        assert list(frames[0].wat) == ["nr", "wifi"]
+        assert frames[0].column("delivered_mbps")[0] == 250.5
+        assert frames[0].column("up")[1] == 0.0
+        batch = sub.drain_telemetry()
+        assert len(batch) == 4 and list(batch.column("delivered_mbps")[::2]) == [250.5, 99.0]
+        assert len(sub.drain_telemetry()) == 0
+        assert sub.drops.total() == 0
+    finally:
+        cpe.close()
+        sub.stop()
+
+
+def test_invalid_payloads_are_dropped_and_counted(broker: MosquittoBroker,
+                                                  settings: MqttSettings) -> None:
+    states: list[CpeState] = []
+    sub = ChannelSubscriber(settings, on_state=states.append).start()
+    cpe = connect_client(broker, "cpe-0001")
+    try:
+        assert sub.wait_subscribed(10)
+        t = "mcw/v1/cpe/cpe-0001/"
+        cpe.publish(t + "state", b"not json")
+        cpe.publish(t + "state", state_doc("cpe-0001", 1, backend="ebpf"))
+        cpe.publish(t + "state", state_doc("cpe-0002", 1))  # speaks for another CPE
+        cpe.publish(t + "telemetry", telemetry_doc("cpe-0001", -5.0))
+        cpe.publish(t + "state", state_doc("cpe-0001", 3))  # the valid one, sent last
+        assert sub.wait_for(lambda s: s.received == 5, 5)
+        assert sub.drops.snapshot() == {
+            "state/bad-json": 1, "state/schema": 1, "state/cpe-id-mismatch": 1,
+            "telemetry/schema": 1,
+        }
+        assert [s.applied_version for s in states] == [3]
+        assert sub.state("cpe-0002") is None
+        assert len(sub.drain_telemetry()) == 0
+    finally:
+        cpe.close()
+        sub.stop()
+
+
+AGENT = textwrap.dedent("""
+    import json, ssl, sys, time
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+    port, ca, cert, key, cpe = sys.argv[1:6]
+    c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="agent-" + cpe,
+                    protocol=MQTTProtocolVersion.MQTTv5)
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.load_cert_chain(cert, key)
+    c.tls_set_context(ctx)
+    topic = "mcw/v1/cpe/%s/state" % cpe
+    c.will_set(topic, json.dumps({"schema": "mcw.state.v1", "cpe_id": cpe, "online": False}),
+               qos=1, retain=True)
+    c.connect("127.0.0.1", int(port), keepalive=30)
+    c.loop_start()
+    info = c.publish(topic, sys.stdin.readline().strip(), qos=1, retain=True)
+    info.wait_for_publish(5)
+    print("ready", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_last_will_marks_a_dropped_cpe_offline(broker: MosquittoBroker,
+                                               settings: MqttSettings) -> None:
+    sub = ChannelSubscriber(settings).start()
+    cert, key = broker.pki.cert("cpe-0002")
+    agent = subprocess.Popen(
+        [sys.executable, "-c", AGENT, str(broker.port), str(broker.pki.ca), str(cert), str(key),
+         "cpe-0002"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert sub.wait_subscribed(10)
+        assert agent.stdin is not None and agent.stdout is not None
+        agent.stdin.write(state_doc("cpe-0002", 12).decode() + "\n")
+        agent.stdin.flush()
+        assert agent.stdout.readline().strip() == "ready"
+        assert sub.wait_for(lambda s: (st := s.state("cpe-0002")) is not None and st.online, 5)
+        agent.send_signal(signal.SIGKILL)  # no DISCONNECT: the broker must send the will
+        agent.wait()
+        assert sub.wait_for(lambda s: (st := s.state("cpe-0002")) is not None
+                            and not st.online, 10)
+        st = sub.state("cpe-0002")
+        assert st is not None and st.applied_version == 12 and st.event is None
+        assert sub.online() == []
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+        for pipe in (agent.stdin, agent.stdout):
+            if pipe is not None:
+                pipe.close()
+        sub.stop()
+
+
+def test_a_failing_callback_is_counted_and_does_not_stop_delivery(
+        broker: MosquittoBroker, settings: MqttSettings) -> None:
+    calls: list[int] = []
+
+    def explode(state: CpeState) -> None:
+        calls.append(state.applied_version)
+        raise RuntimeError("boom")
+
+    sub = ChannelSubscriber(settings, on_state=explode).start()
+    cpe = connect_client(broker, "cpe-0003")
+    try:
+        assert sub.wait_subscribed(10)
+        for v in (1, 2):
+            cpe.publish("mcw/v1/cpe/cpe-0003/state", state_doc("cpe-0003", v))
+        assert sub.wait_for(lambda s: s.callback_errors == 2, 5)
+        assert calls == [1, 2]
+        assert threading.active_count() >= 1
+    finally:
+        cpe.close()
+        sub.stop()
+
+
+@pytest.mark.parametrize("group", [None, "mcw-xapp"])
+def test_subscription_topics(settings: MqttSettings, group: str | None) -> None:
+    sub = ChannelSubscriber(settings, share_group=group)
+    assert sub.topics[0] == "mcw/v1/cpe/+/state"
+    assert sub.topics[1].endswith("mcw/v1/cpe/+/telemetry")
+    assert sub.topics[1].startswith("$share/mcw-xapp/") == (group is not None)

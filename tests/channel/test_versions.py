@@ -1,0 +1,66 @@
+"""Per-CPE versions: they only grow, also across restarts, with batched store writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from xapp.channel import FileVersionStore, MemoryVersionStore, VersionAllocator, VersionStore
+
+
+def test_versions_grow_per_cpe_and_blocks_batch_the_writes() -> None:
+    store = MemoryVersionStore()
+    alloc = VersionAllocator(store, block=10)
+    got = [alloc.take("a") for _ in range(25)]
+    assert got == list(range(1, 26))
+    assert alloc.take("b") == 1
+    # 25 versions of "a" need 3 blocks, "b" one: 4 writes, not 26.
+    assert store.writes == 4
+    assert store.get_ceilings(["a", "b", "c"]) == {"a": 30, "b": 10, "c": 0}
+
+
+def test_reserve_is_one_write_for_many_cpes() -> None:
+    store = MemoryVersionStore()
+    alloc = VersionAllocator(store, block=5)
+    alloc.reserve([f"cpe-{i}" for i in range(1000)])
+    assert store.writes == 1
+    assert all(alloc.take(f"cpe-{i}") == 1 for i in range(1000))
+    assert store.writes == 1
+
+
+@pytest.mark.parametrize("block", [1, 7, 100])
+def test_a_restart_never_reuses_a_version(tmp_path: Path, block: int) -> None:
+    path = tmp_path / "versions.json"
+    first = VersionAllocator(FileVersionStore(path), block=block)
+    used = [first.take("cpe-0001") for _ in range(12)]
+    # A new process: new store object reading the same file.
+    second = VersionAllocator(FileVersionStore(path), block=block)
+    nxt = second.take("cpe-0001")
+    assert nxt > max(used)
+    assert nxt - max(used) <= block
+
+
+def test_store_never_lowers_a_ceiling(tmp_path: Path) -> None:
+    stores: list[VersionStore] = [MemoryVersionStore(), FileVersionStore(tmp_path / "v.json")]
+    for store in stores:
+        store.set_ceilings({"x": 50})
+        store.set_ceilings({"x": 10, "y": 3})
+        assert store.get_ceilings(["x", "y"]) == {"x": 50, "y": 3}
+
+
+def test_file_store_is_atomic_json_and_refuses_garbage(tmp_path: Path) -> None:
+    path = tmp_path / "v.json"
+    FileVersionStore(path).set_ceilings({"cpe-0001": 100})
+    assert json.loads(path.read_text()) == {"cpe-0001": 100}
+    assert [p.name for p in tmp_path.iterdir()] == ["v.json"]  # no temp file left behind
+    for garbage in ['["x"]', '{"a": -1}', '{"a": "3"}', '{"a": true}', "{"]:
+        path.write_text(garbage)
+        with pytest.raises(ValueError):
+            FileVersionStore(path)
+
+
+def test_block_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        VersionAllocator(MemoryVersionStore(), block=0)

@@ -1,0 +1,43 @@
+"""The MQTT 5 / mutual-TLS channel between the xApp and the CPE agents.
+
+``mcw/v1/cpe/{cpe_id}/weights`` (xApp to agent, retained, QoS 1), ``.../state`` (agent to xApp,
+retained, last will) and ``.../telemetry`` (agent to xApp). Contracts in ``schemas/mqtt-*.json``,
+broker configuration and ACL in ``broker/``.
+"""
+
+from xapp.channel.connection import MqttSettings
+from xapp.channel.payloads import (
+    DropCounter,
+    PayloadError,
+    build_weights,
+    decode,
+    parse_topic,
+    topic,
+)
+from xapp.channel.publisher import MqttWeightPublisher, PublisherStats
+from xapp.channel.subscriber import ChannelSubscriber, CpeState, telemetry_frame
+from xapp.channel.versions import (
+    FileVersionStore,
+    MemoryVersionStore,
+    VersionAllocator,
+    VersionStore,
+)
+
+__all__ = [
+    "ChannelSubscriber",
+    "CpeState",
+    "DropCounter",
+    "FileVersionStore",
+    "MemoryVersionStore",
+    "MqttSettings",
+    "MqttWeightPublisher",
+    "PayloadError",
+    "PublisherStats",
+    "VersionAllocator",
+    "VersionStore",
+    "build_weights",
+    "decode",
+    "parse_topic",
+    "telemetry_frame",
+    "topic",
+]

@@ -1,0 +1,150 @@
+"""Per-CPE weight versions that only grow, across publisher restarts and failovers.
+
+The publisher never asks the store for every message. It reserves a *block* of versions per
+CPE: the store durably records the block's ceiling before any version of the block is sent.
+After a restart the publisher starts above the stored ceiling, so it may skip up to a block of
+numbers but can never reuse one. The SDL (Redis) store of the RIC glue implements the same
+protocol; :class:`MemoryVersionStore` and :class:`FileVersionStore` are for tests and
+single-node use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class VersionStore(Protocol):
+    """Durable per-CPE version ceilings.
+
+    Implementations must make ``set_ceilings`` durable before returning and must never lower a
+    stored ceiling (keep the maximum), so two racing writers cannot move a CPE backwards.
+    """
+
+    def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
+        """The stored ceiling of each requested CPE (0 when none is stored)."""
+        ...
+
+    def set_ceilings(self, ceilings: Mapping[str, int]) -> None:
+        """Raise the stored ceilings to at least the given values, durably."""
+        ...
+
+
+class MemoryVersionStore:
+    """In-process store; survives a publisher object, not the process. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._ceilings: dict[str, int] = {}
+        self._lock = threading.Lock()
+        #: Number of ``set_ceilings`` calls (tests check that blocks batch the writes).
+        self.writes = 0
+
+    def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
+        with self._lock:
+            return {c: self._ceilings.get(c, 0) for c in cpe_ids}
+
+    def set_ceilings(self, ceilings: Mapping[str, int]) -> None:
+        with self._lock:
+            self.writes += 1
+            for cpe_id, value in ceilings.items():
+                self._ceilings[cpe_id] = max(self._ceilings.get(cpe_id, 0), int(value))
+
+
+class FileVersionStore:
+    """A JSON file ``{cpe_id: ceiling}`` replaced atomically (write, fsync, rename).
+
+    Meant for a single publisher process; a corrupt or non-object file is an error rather than
+    a silent reset to 0, because a reset would make versions repeat.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._ceilings = self._load()
+
+    def _load(self) -> dict[str, int]:
+        if not self.path.exists():
+            return {}
+        data = json.loads(self.path.read_text())
+        if not isinstance(data, dict) or not all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                for k, v in data.items()):
+            raise ValueError(f"{self.path}: expected an object of cpe_id -> non-negative int")
+        return dict(data)
+
+    def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
+        with self._lock:
+            return {c: self._ceilings.get(c, 0) for c in cpe_ids}
+
+    def set_ceilings(self, ceilings: Mapping[str, int]) -> None:
+        with self._lock:
+            merged = dict(self._ceilings)
+            for cpe_id, value in ceilings.items():
+                merged[cpe_id] = max(merged.get(cpe_id, 0), int(value))
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".")
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    json.dump(merged, fh, separators=(",", ":"), sort_keys=True)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            self._ceilings = merged
+
+
+class VersionAllocator:
+    """Hands out growing versions per CPE, reserving blocks in a :class:`VersionStore`.
+
+    Not thread-safe by itself; the publisher calls it under its own lock.
+    """
+
+    def __init__(self, store: VersionStore, block: int = 100) -> None:
+        if block < 1:
+            raise ValueError("block must be >= 1")
+        self.store = store
+        self.block = block
+        self._last: dict[str, int] = {}
+        self._ceiling: dict[str, int] = {}
+
+    def reserve(self, cpe_ids: Collection[str]) -> None:
+        """Make sure each CPE has at least one unused version, with one store write in all."""
+        need = [c for c in cpe_ids if self._last.get(c, 0) >= self._ceiling.get(c, 0)]
+        if not need:
+            return
+        unknown = [c for c in need if c not in self._ceiling]
+        if unknown:
+            for cpe_id, stored in self.store.get_ceilings(unknown).items():
+                # Start above anything a previous run could have sent.
+                self._last[cpe_id] = stored
+                self._ceiling[cpe_id] = stored
+        new = {c: max(self._ceiling[c], self._last[c]) + self.block for c in need}
+        self.store.set_ceilings(new)
+        self._ceiling.update(new)
+
+    def peek(self, cpe_id: str) -> int:
+        """The version :meth:`take` would return next (reserves a block if needed)."""
+        self.reserve([cpe_id])
+        return self._last[cpe_id] + 1
+
+    def take(self, cpe_id: str) -> int:
+        version = self.peek(cpe_id)
+        self._last[cpe_id] = version
+        return version
+
+    def last(self, cpe_id: str) -> int:
+        """The last version handed out in this process (0 if none)."""
+        return self._last.get(cpe_id, 0)
