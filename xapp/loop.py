@@ -109,6 +109,7 @@ class ControlLoop:
         self._applied: dict[str, Policy] = {}
         self._last_decided: dict[str, float] = {}
         self._unpublished: set[str] = set()
+        self._publisher_connects: int | None = None
         self._last_tick_monotonic: float | None = None
         self._lock = threading.Lock()
 
@@ -138,8 +139,26 @@ class ControlLoop:
                       elapsed * 1e3)
             return report
 
+    def _check_reconnect(self) -> None:
+        """After the publisher reconnected, re-send every CPE's weights once.
+
+        A broker that crashed (or failed over) may have lost its retained messages, and an
+        agent that reconnects then finds no weights until the lease refresh, which may be many
+        seconds away.  Re-sending costs one message per CPE (coalesced by the publisher).
+        Publishers without ``stats.connects`` (files, fakes) are left alone.
+        """
+        connects = getattr(getattr(self.publisher, "stats", None), "connects", None)
+        if not isinstance(connects, int):
+            return
+        seen, self._publisher_connects = self._publisher_connects, connects
+        if seen is not None and connects > seen and seen > 0:
+            cpes = self.state.cpes()
+            log.info("publisher reconnected; re-sending the weights of %d CPEs", len(cpes))
+            self._unpublished.update(cpes)
+
     def _tick(self, now_s: float, report: TickReport) -> None:
         s = self.settings
+        self._check_reconnect()
         frame = self.kpis.latest(now_s, s.kpi_max_age_s)
         report.rows = len(frame)
         version = self.model_version()
@@ -296,11 +315,21 @@ class LoopRunner:
 
     def _run(self) -> None:
         next_at = time.monotonic()
+        failing = 0
         while not self._stop.is_set():
             try:
                 self.loop.tick(self._clock())
-            except Exception:
-                log.exception("control tick failed")
+                if failing:
+                    log.info("control ticks work again after %d failures", failing)
+                failing = 0
+            except Exception as exc:
+                # A dependency outage fails every tick: the traceback once, then one line per
+                # tick, so the log stays readable (the count is on /metrics).
+                if failing == 0:
+                    log.exception("control tick failed")
+                else:
+                    log.error("control tick failed again (%d in a row): %s", failing + 1, exc)
+                failing += 1
                 if self.loop.metrics is not None:
                     self.loop.metrics.tick_errors.inc()
             period = self.loop.settings.control_period_s

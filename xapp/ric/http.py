@@ -4,6 +4,8 @@
 ``GET /ric/v1/health/ready``  200 when every dependency check passes, else 503; the body names
                               each check (``{"ready": false, "checks": {"sdl": false, ...}}``)
 ``GET /ric/v1/config``        the running configuration (the descriptor, controls as applied)
+``GET /ric/v1/cpes``          per CPE: the weights and version last published, and the agent's
+                              last reported state (applied version, backend, links, error)
 ``GET /metrics``              Prometheus text exposition
 
 The server is a :class:`~http.server.ThreadingHTTPServer` (standard library): four read-only
@@ -28,6 +30,7 @@ ALIVE_PATH = "/ric/v1/health/alive"
 READY_PATH = "/ric/v1/health/ready"
 CONFIG_PATH = "/ric/v1/config"
 METRICS_PATH = "/metrics"
+CPES_PATH = "/ric/v1/cpes"
 
 
 @dataclass
@@ -98,8 +101,11 @@ class HttpServer:
     """Serves :class:`Health`, the config and the metrics on ``(host, port)``; port 0 picks one."""
 
     def __init__(self, health: Health, config: Callable[[], Mapping[str, Any]],
-                 metrics: Metrics, host: str = "0.0.0.0", port: int = 8080) -> None:
+                 metrics: Metrics, host: str = "0.0.0.0", port: int = 8080,
+                 views: Mapping[str, Callable[[], Any]] | None = None) -> None:
         self.health = health
+        #: Extra read-only JSON documents by path (e.g. ``/ric/v1/cpes``).
+        self.views = dict(views or {})
         self.config = config
         self.metrics = metrics
         handler = _make_handler(self)
@@ -144,6 +150,8 @@ def _make_handler(app: HttpServer) -> type[BaseHTTPRequestHandler]:
             elif path == METRICS_PATH:
                 self._send(200, app.metrics.exposition(),
                            "text/plain; version=0.0.4; charset=utf-8")
+            elif path in app.views:
+                self._json(200, app.views[path]())
             else:
                 self._json(404, {"error": f"no such path {path}"})
 

@@ -29,8 +29,9 @@ from xapp.interfaces import KpiSource, TelemetrySink, WeightPublisher
 from xapp.loop import ControlLoop, LoopRunner, LoopSettings
 from xapp.policy import PolicyError
 from xapp.ric.a1 import A1Handler, PolicyBook, PolicyType
+from xapp.ric.collector import ComponentCollector
 from xapp.ric.config import ConfigError, ConfigWatcher, LoadedConfig, load_config
-from xapp.ric.http import Health, HttpServer, PeriodicCheck
+from xapp.ric.http import CPES_PATH, Health, HttpServer, PeriodicCheck
 from xapp.ric.logging import set_level, setup_logging
 from xapp.ric.metrics import Metrics
 from xapp.ric.sdl_store import Restored, SdlVersionStore, StateStore, ricsdl_backend
@@ -39,6 +40,10 @@ log = logging.getLogger(__name__)
 
 #: How long after start the process counts as alive without a tick (model load, first query).
 STARTUP_GRACE_S = 30.0
+#: How often InfluxDB is probed for /ric/v1/health/ready.
+INFLUX_CHECK_S = 2.0
+#: How often the subscriber's redundant telemetry buffer is emptied.
+TELEMETRY_DRAIN_S = 5.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +97,11 @@ class Components:
     sink: TelemetrySink | None
     checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
     stoppers: list[Callable[[], None]] = field(default_factory=list)
+    #: The MQTT publisher, channel subscriber and InfluxDB store when they run (for metrics
+    #: and ``/ric/v1/cpes``); None in lab mode.
+    mqtt_publisher: Any = None
+    subscriber: Any = None
+    influx: Any = None
 
 
 class XappProcess:
@@ -142,6 +152,10 @@ class XappProcess:
         self.state.start()
         self.components = build_components(self.args, c, self.versions)
         comp = self.components
+        self.metrics.registry.register(ComponentCollector(
+            publisher=comp.mqtt_publisher, subscriber=comp.subscriber,
+            estimator=comp.estimator, influx=comp.influx,
+            published_version=self._published_version))
         self.loop = ControlLoop(
             comp.kpis, comp.estimator, comp.publisher, comp.sink, self.book.resolver,
             self.state, model_version=comp.model_version, metrics=self.metrics,
@@ -150,7 +164,8 @@ class XappProcess:
         self.runner = LoopRunner(self.loop)
         self.runner.start()
         self.http = HttpServer(self.health(), lambda: self.config_view(), self.metrics,
-                               host=self.args.http_host, port=self.args.http_port)
+                               host=self.args.http_host, port=self.args.http_port,
+                               views={CPES_PATH: self.cpes_view})
         self.http.start()
         self._start_rmr()
         self.watcher.start()
@@ -229,6 +244,27 @@ class XappProcess:
                 "descriptor": current.document, "controls": current.controls.to_dict(),
                 "policy_type_id": self.policy_type.policy_type_id}
 
+    def cpes_view(self) -> dict[str, Any]:
+        """Per CPE: what the xApp last published and what the agent last reported."""
+        comp = self.components
+        agents = {} if comp is None or comp.subscriber is None else comp.subscriber.states()
+        out: dict[str, Any] = {}
+        for cpe_id in sorted(set(self.state.cpes()) | set(agents)):
+            record = self.state.cpe(cpe_id)
+            agent = agents.get(cpe_id)
+            out[cpe_id] = {
+                "published": None if record is None else {
+                    "version": record.version, "weights": dict(record.weights),
+                    "mode": record.mode, "policy": record.policy_source,
+                    "time_s": record.time_s},
+                "agent": None if agent is None else {
+                    "online": agent.online, "applied_version": agent.applied_version,
+                    "applied_weights": dict(agent.applied_weights), "backend": agent.backend,
+                    "on_off_only": agent.on_off_only, "links": dict(agent.links),
+                    "last_error": agent.last_error},
+            }
+        return {"cpes": out}
+
     def _on_config(self, old: LoadedConfig, new: LoadedConfig) -> None:
         c = new.controls
         set_level(c.log_level)
@@ -277,21 +313,26 @@ def build_components(args: argparse.Namespace, controls: Any, versions: Any) -> 
     checks: dict[str, Callable[[], bool]] = {}
     estimator, model_version = _estimator(args, controls, stoppers)
     sink: TelemetrySink | None
+    influx: Any = None
     if args.kpi_file is not None:
         from xapp.ric.lab import FileKpiSource, NullSink
 
         kpis: KpiSource = FileKpiSource(args.kpi_file)
         sink = NullSink()
     else:
-        kpis, sink = _influx(controls, checks, stoppers)
+        influx = _influx(controls, checks, stoppers)
+        kpis, sink = influx, influx
     publisher: WeightPublisher
+    subscriber: Any = None
     if args.publish_file is not None:
         from xapp.ric.lab import JsonlPublisher
 
         publisher = JsonlPublisher(args.publish_file, versions)
     else:
-        publisher = _mqtt(controls, versions, sink, checks, stoppers)
-    return Components(kpis, estimator, model_version, publisher, sink, checks, stoppers)
+        publisher, subscriber = _mqtt(controls, versions, sink, checks, stoppers)
+    return Components(kpis, estimator, model_version, publisher, sink, checks, stoppers,
+                      mqtt_publisher=None if args.publish_file is not None else publisher,
+                      subscriber=subscriber, influx=influx)
 
 
 def _estimator(args: argparse.Namespace, controls: Any, stoppers: list[Callable[[], None]]
@@ -316,20 +357,26 @@ def _estimator(args: argparse.Namespace, controls: Any, stoppers: list[Callable[
 
 
 def _influx(controls: Any, checks: dict[str, Callable[[], bool]],
-            stoppers: list[Callable[[], None]]) -> tuple[KpiSource, TelemetrySink]:
+            stoppers: list[Callable[[], None]]) -> Any:
     from xapp.telemetry.influx import InfluxConfig, InfluxStore
 
     i = controls.influxdb
+    # The KPI read runs inside the tick: a hung InfluxDB must not stall the loop for the
+    # client's default 10 s, so requests time out after two control periods (1 s to 10 s).
+    timeout_ms = int(min(10.0, max(1.0, 2 * controls.control_period_s)) * 1000)
     store = InfluxStore(InfluxConfig(url=i.url, bucket=i.bucket, org=i.org,
-                                     token=_read_token(i.token_file)))
+                                     token=_read_token(i.token_file), timeout_ms=timeout_ms))
     store.start()
     stoppers.append(store.close)
+    # InfluxStore.ping() is being added by the telemetry module's owner; until it exists the
+    # client's own /ping (a 204 round trip) is the same question.
     ping = getattr(store, "ping", None) or store._client.ping
-    check = PeriodicCheck(ping, interval_s=5.0)
+    check = PeriodicCheck(ping, interval_s=INFLUX_CHECK_S)
+    check.run_once()  # ready reflects InfluxDB from the first probe, not after one interval
     check.start()
     stoppers.append(check.stop)
     checks["influxdb"] = check
-    return store, store
+    return store
 
 
 def _read_token(path: str) -> str:
@@ -343,7 +390,7 @@ def _read_token(path: str) -> str:
 
 def _mqtt(controls: Any, versions: Any, sink: TelemetrySink | None,
           checks: dict[str, Callable[[], bool]], stoppers: list[Callable[[], None]]
-          ) -> WeightPublisher:
+          ) -> tuple[WeightPublisher, Any]:
     from xapp.channel import ChannelSubscriber, MqttSettings, MqttWeightPublisher
 
     m = controls.mqtt
@@ -356,11 +403,47 @@ def _mqtt(controls: Any, versions: Any, sink: TelemetrySink | None,
                            f"({exc.filename or m.ca_file}); see controls.mqtt.*_file") from exc
     checks["broker"] = lambda: publisher.connected
     stoppers.append(publisher.stop)
-    if sink is not None:
-        # Agent telemetry (subflow throughput, RTT, cwnd) goes into InfluxDB with the radio KPIs.
-        subscriber = ChannelSubscriber(settings, on_telemetry=sink.write_kpis).start()
-        stoppers.append(subscriber.stop)
-    return publisher
+    # Agent telemetry (subflow throughput, RTT, cwnd) goes into InfluxDB with the radio KPIs,
+    # one point per message so each keeps its own time; agent states are logged when they
+    # change and served on /ric/v1/cpes.
+    subscriber = ChannelSubscriber(
+        settings, on_telemetry=None if sink is None else sink.write_kpis,
+        on_state=_AgentStateLog()).start()
+    stoppers.append(subscriber.stop)
+    # The subscriber also keeps every telemetry document for drain_telemetry(), which the
+    # callback above makes redundant; drain it regularly so the buffer never fills and counts
+    # false "buffer-full" drops.
+    drainer = PeriodicCheck(lambda: len(subscriber.drain_telemetry()) >= 0,
+                            interval_s=TELEMETRY_DRAIN_S)
+    drainer.start()
+    stoppers.insert(0, drainer.stop)
+    return publisher, subscriber
+
+
+class _AgentStateLog:
+    """Logs agent states as they change: online/offline transitions at INFO, errors at
+    WARNING, every applied version at DEBUG (a fleet applies thousands per second)."""
+
+    def __init__(self) -> None:
+        self._online: dict[str, bool] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, state: Any) -> None:
+        with self._lock:
+            was = self._online.get(state.cpe_id)
+            self._online[state.cpe_id] = bool(state.online)
+        if not state.online:
+            if was is not False:
+                log.warning("agent of CPE %s is offline", state.cpe_id)
+        elif state.last_error:
+            log.warning("agent of CPE %s applied version %d with error: %s", state.cpe_id,
+                        state.applied_version, state.last_error)
+        elif was is not True:
+            log.info("agent of CPE %s is online (%s backend, applied version %d)",
+                     state.cpe_id, state.backend or "unknown", state.applied_version)
+        else:
+            log.debug("agent of CPE %s applied version %d", state.cpe_id,
+                      state.applied_version)
 
 
 def run(args: argparse.Namespace) -> int:
