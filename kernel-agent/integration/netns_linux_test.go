@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -551,8 +552,11 @@ log_level: info
 	defer func() { close(stopWriter); conn.Close(); <-writerDone }()
 	time.Sleep(time.Second) // subflow join and slow start
 
+	var phases []phase
 	measure := func(name string) (float64, float64) {
+		from := time.Now()
 		nr, wifi := tp.share(t, 1500*time.Millisecond)
+		phases = append(phases, phase{name: name, from: from, to: time.Now()})
 		t.Logf("%-34s nr %6.1f Mbit/s  wifi %6.1f Mbit/s", name, nr, wifi)
 		return nr, wifi
 	}
@@ -628,6 +632,42 @@ log_level: info
 		t.Fatalf("no telemetry sample with subflows and delivered bytes on both WATs (%d samples, last %+v)", nTelemetry, lastTelemetry)
 	}
 	t.Logf("telemetry (last of %d samples): nr %+v wifi %+v", nTelemetry, lastTelemetry.WATs["nr"], lastTelemetry.WATs["wifi"])
+
+	// Saturation (the censoring flag of the capacity model): a WAT that
+	// carries what its bottleneck allows reports near 1, a WAT the weights
+	// switched off reports near 0, so its low throughput is not taken for
+	// its capacity.
+	x.mu.Lock()
+	samples := slices.Clone(x.telemetry)
+	x.mu.Unlock()
+	for _, c := range []struct {
+		phase     string
+		saturated string // the WAT that carries the traffic: median >= 0.6
+		censored  string // "" or the WAT switched off: median <= 0.2
+	}{
+		{"safe weights nr=1 wifi=1", "nr", ""},
+		{"safe weights nr=1 wifi=1", "wifi", ""},
+		{"published nr=0 wifi=1", "wifi", "nr"},
+		{"published nr=1 wifi=0", "nr", "wifi"},
+	} {
+		i := slices.IndexFunc(phases, func(p phase) bool { return p.name == c.phase })
+		if i < 0 {
+			t.Fatalf("no phase %q", c.phase)
+		}
+		sat := phases[i].saturation(samples, c.saturated)
+		t.Logf("%-34s %s saturated %v", c.phase, c.saturated, sat)
+		if len(sat) == 0 || median(sat) < 0.6 {
+			t.Errorf("%s: %s carried the traffic through its bottleneck but reports saturated %v, want near 1", c.phase, c.saturated, sat)
+		}
+		if c.censored == "" {
+			continue
+		}
+		cens := phases[i].saturation(samples, c.censored)
+		t.Logf("%-34s %s saturated %v (censored)", c.phase, c.censored, cens)
+		if len(cens) == 0 || median(cens) > 0.2 {
+			t.Errorf("%s: %s was switched off but reports saturated %v, want near 0", c.phase, c.censored, cens)
+		}
+	}
 
 	// Link down: the agent flags nr's endpoint backup by itself.
 	latency := linkDownLatency(t, tp)
@@ -770,4 +810,32 @@ func vmRSS(t *testing.T, pid int) int {
 		t.Fatal(err)
 	}
 	return kb
+}
+
+// phase is a stretch of the test with one set of weights.
+type phase struct {
+	name     string
+	from, to time.Time
+}
+
+// saturation returns wat's saturated figures of the telemetry samples whose
+// interval lies inside the phase.
+func (p phase) saturation(samples []payload.Telemetry, wat string) []float64 {
+	var out []float64
+	for _, tm := range samples {
+		start := time.UnixMilli(tm.TimeMs - tm.IntervalMs)
+		if start.Before(p.from) || time.UnixMilli(tm.TimeMs).After(p.to) {
+			continue
+		}
+		if w, ok := tm.WATs[wat]; ok && w.Saturated != nil {
+			out = append(out, *w.Saturated)
+		}
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

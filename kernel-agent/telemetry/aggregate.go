@@ -10,14 +10,75 @@ import (
 // Aggregator turns successive subflow dumps into per-WAT figures. Delivered
 // throughput is the growth of bytes_acked between two samples, per socket
 // (keyed by its cookie), so subflows that come and go are counted fairly.
+//
+// Saturation answers the censoring question of the capacity model: under
+// WRR with cwnd_limited=N a WAT's delivered throughput equals its capacity
+// only while its subflow was the bottleneck. Per subflow it is the smaller
+// of two fractions, each clipped to [0, 1]:
+//
+//   - busy: the growth of the time the socket had data queued or in flight
+//     and was limited by neither the receive window nor the send buffer
+//     (tcp_info chrono statistics, see Subflow), divided by the interval;
+//   - fill: the mean data in flight over the interval (Little's law:
+//     delivered bytes per second times the smoothed RTT) divided by the
+//     congestion window (in bytes; window and RTT are the means of their
+//     values at both ends of the interval), divided by FullFill; or 1 when
+//     the subflow had a standing queue: at least one full segment written
+//     but not yet sent (tcpi_notsent_bytes >= MSS) at both ends of the
+//     interval (at the end for a subflow born during it). A full segment
+//     waiting is held back by the window, pacing or the local qdisc (TCP
+//     small queues), all of them the path; Nagle holds back less.
+//
+// Busy time alone is not enough: it counts data in flight as well as data
+// queued, so a sender far below the path's rate that always has a packet in
+// flight (a long RTT, or a queue it shares with others) is busy the whole
+// time, and so is the low-weight subflow of a WRR connection, whose share
+// keeps trickling while its window is never full. The fill tells those
+// apart: they keep a small part of their window in flight, a path-limited
+// subflow keeps it nearly full (TestSaturationInNetns measures both through
+// one tbf bottleneck: 0.2 and 1).
+//
+// Per WAT the subflows are averaged weighted by the bytes each delivered in
+// the interval, so the figure is the share of the WAT's delivered bytes that
+// were carried while the path was the limit, the share of delivered_mbps
+// that measures capacity. A WAT that delivered nothing reports 0 (nothing
+// was in flight on average, so no window was full; a dead path is the link
+// watcher's business), and so does a WAT without subflows: nothing waited
+// for it.
+//
+// Known limit: a long-lived application-limited sender whose congestion
+// window has decayed to the window it uses (Linux shrinks an unused window
+// towards the used one after an RTO without being window-limited) fills its
+// window although it is not path-limited. The standing-queue test is what
+// mainline MPTCP shows for a bulk sender (it queues ahead into its
+// subflows: 1 MB measured); the WRR kernel with cwnd_limited feeds a
+// subflow only while its window is open, so there the fill decides.
+//
 // It is not safe for concurrent use.
 type Aggregator struct {
 	// MPTCPOnly restricts the sum to MPTCP subflows (sockets with the
 	// "mptcp" ULP); otherwise every TCP socket from the WAT's address counts.
 	MPTCPOnly bool
 
-	last     map[uint64]uint64
+	last     map[uint64]sockState
 	lastTime time.Time
+}
+
+// FullFill is the mean share of the congestion window in flight at which a
+// busy subflow without a standing queue counts as fully path-limited. Below
+// 1 because a saturated subflow's window saws (loss halves it, growth
+// overshoots between samples) and a local bottleneck keeps part of the
+// window in the qdisc under TCP small queues: through a tbf bottleneck a
+// bulk sender's fill measured 0.45 to 0.8 (one-second intervals, under
+// load), an application-limited sender sharing it 0.13 to 0.29.
+const FullFill = 0.75
+
+// sockState is what the aggregator remembers of a socket between samples.
+type sockState struct {
+	acked, pathLimited uint64
+	chrono             bool
+	cwnd, rttMicros    uint32
+	queued             bool // a full segment written but not sent
 }
 
 // WATInfo is what the aggregator needs per WAT.
@@ -26,8 +87,19 @@ type WATInfo struct {
 	Up   bool
 }
 
+// watSums accumulates one WAT's subflows during a sample.
+type watSums struct {
+	rttMs          float64
+	delivered      uint64
+	chronoSubflows int
+	satBytes       float64 // sum of fraction x bytes delivered
+	freshRate      uint64  // bytes/s, subflows that delivered in the interval
+	fresh          int
+}
+
 // Sample folds one dump taken at now into per-WAT telemetry. The first call
-// only sets the baseline (delivered_mbps 0).
+// only sets the baseline (delivered_mbps 0, saturated and
+// delivery_rate_mbps absent, i.e. unknown).
 func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]WATInfo) map[string]payload.WATTelemetry {
 	byAddr := make(map[netip.Addr]string, len(wats))
 	out := make(map[string]payload.WATTelemetry, len(wats))
@@ -39,9 +111,8 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 	}
 	first := a.last == nil
 	seconds := now.Sub(a.lastTime).Seconds()
-	next := make(map[uint64]uint64, len(subflows))
-	rttSum := map[string]float64{}
-	delivered := map[string]uint64{}
+	next := make(map[uint64]sockState, len(subflows))
+	sums := map[string]*watSums{}
 	for _, s := range subflows {
 		if a.MPTCPOnly && !s.MPTCP {
 			continue
@@ -50,25 +121,84 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		if !ok {
 			continue
 		}
-		next[s.Cookie] = s.BytesAcked
-		if prev, seen := a.last[s.Cookie]; seen && s.BytesAcked >= prev {
-			delivered[name] += s.BytesAcked - prev
-		} else if !seen && !first {
-			delivered[name] += s.BytesAcked // born during the interval
+		cur := sockState{acked: s.BytesAcked, pathLimited: s.PathLimitedMicros(), chrono: s.HasChrono, cwnd: s.Cwnd, rttMicros: s.RTTMicros,
+			queued: s.SndMSS > 0 && s.NotsentBytes >= s.SndMSS}
+		next[s.Cookie] = cur
+		prev, seen := a.last[s.Cookie]
+		var bytes, pathMicros uint64
+		switch {
+		case seen && cur.acked >= prev.acked:
+			bytes = cur.acked - prev.acked
+			if cur.pathLimited >= prev.pathLimited {
+				pathMicros = cur.pathLimited - prev.pathLimited
+			}
+		case !seen && !first: // born during the interval: everything is new
+			bytes, pathMicros = cur.acked, cur.pathLimited
+		}
+		w := sums[name]
+		if w == nil {
+			w = &watSums{}
+			sums[name] = w
+		}
+		w.delivered += bytes
+		w.rttMs += float64(s.RTTMicros) / 1000
+		if bytes > 0 {
+			w.freshRate += s.DeliveryRate
+			w.fresh++
+		}
+		if s.HasChrono && (!seen || prev.chrono) && !first && seconds > 0 {
+			cwnd, rtt := float64(s.Cwnd), float64(s.RTTMicros)
+			if seen { // the mean of both ends stands for the interval
+				cwnd = (cwnd + float64(prev.cwnd)) / 2
+				rtt = (rtt + float64(prev.rttMicros)) / 2
+			}
+			f := clip01(float64(pathMicros) / 1e6 / seconds)
+			window := cwnd * float64(s.SndMSS)
+			switch {
+			case cur.queued && (!seen || prev.queued):
+				// A standing queue: held back by the path all along, f
+				// stays the busy share.
+			case window > 0:
+				inflight := float64(bytes) / seconds * rtt / 1e6
+				f = min(f, clip01(inflight/window/FullFill))
+			default:
+				f = 0 // no window: nothing can have been limited by it
+			}
+			w.chronoSubflows++
+			w.satBytes += f * float64(bytes)
 		}
 		t := out[name]
 		t.Subflows++
 		t.Cwnd += int64(s.Cwnd)
 		t.BytesAcked += int64(s.BytesAcked)
-		rttSum[name] += float64(s.RTTMicros) / 1000
 		out[name] = t
 	}
 	for name, t := range out {
+		w := sums[name]
+		if w == nil {
+			w = &watSums{}
+		}
 		if t.Subflows > 0 {
-			t.RTTMs = round3(rttSum[name] / float64(t.Subflows))
+			t.RTTMs = round3(w.rttMs / float64(t.Subflows))
 		}
 		if !first && seconds > 0 {
-			t.DeliveredMbps = round3(float64(delivered[name]) * 8 / seconds / 1e6)
+			t.DeliveredMbps = round3(float64(w.delivered) * 8 / seconds / 1e6)
+			switch {
+			case w.chronoSubflows > 0 && w.delivered > 0:
+				t.Saturated = ptr(round3(w.satBytes / float64(w.delivered)))
+			case w.chronoSubflows > 0:
+				// Nothing delivered: nothing in flight on average, so no
+				// window was filled; a dead path is the link watcher's
+				// business, not a capacity sample.
+				t.Saturated = ptr(0.0)
+			case t.Subflows == 0:
+				// No subflow on the WAT: nothing waited for it, so its
+				// (zero) throughput says nothing about its capacity.
+				t.Saturated = ptr(0.0)
+			}
+			if w.fresh > 0 {
+				t.DeliveryRateMbps = ptr(round3(float64(w.freshRate) * 8 / 1e6))
+			}
 		}
 		out[name] = t
 	}
@@ -76,5 +206,9 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 	a.lastTime = now
 	return out
 }
+
+func clip01(v float64) float64 { return min(max(v, 0), 1) }
+
+func ptr(v float64) *float64 { return &v }
 
 func round3(v float64) float64 { return float64(int64(v*1000+0.5)) / 1000 }

@@ -22,7 +22,35 @@ type Subflow struct {
 	Cwnd         uint32 // segments
 	BytesAcked   uint64
 	BytesRecv    uint64
-	DeliveryRate uint64 // bytes per second
+	DeliveryRate uint64 // bytes per second: the kernel's latest rate sample
+	// DeliveryRateAppLimited marks the rate sample as taken while the
+	// sender had too little data to fill cwnd (a lower bound, not capacity).
+	DeliveryRateAppLimited bool
+	SndMSS                 uint32
+	Unacked                uint32 // segments in flight (tcpi_unacked, packets_out)
+	NotsentBytes           uint32 // written by the sender, not yet sent
+
+	// Chrono statistics (tcp_info since Linux 4.10), cumulative over the
+	// socket's life in microseconds at jiffy resolution. BusyMicros is the
+	// whole time the socket had data queued or in flight and includes the
+	// two limited times; the rest of it was limited by cwnd, i.e. by the
+	// path. HasChrono is false when the kernel's tcp_info is too short to
+	// carry them.
+	HasChrono           bool
+	BusyMicros          uint64
+	RwndLimitedMicros   uint64
+	SndbufLimitedMicros uint64
+}
+
+// PathLimitedMicros is the cumulative time the socket was busy but limited
+// neither by the receiver's window nor by its send buffer: the time its
+// congestion window, i.e. the path, was the bottleneck.
+func (s Subflow) PathLimitedMicros() uint64 {
+	limited := s.RwndLimitedMicros + s.SndbufLimitedMicros
+	if limited >= s.BusyMicros {
+		return 0
+	}
+	return s.BusyMicros - limited
 }
 
 // inet_diag constants (linux/inet_diag.h, linux/sock_diag.h).
@@ -38,15 +66,39 @@ const (
 	sizeofDiagMsg    = 72
 )
 
-// offsets in struct tcp_info (linux/tcp.h), a stable ABI that only grows.
+// Offsets in struct tcp_info (include/uapi/linux/tcp.h), an ABI that only
+// grows at its end: checked against the 6.1 uapi header and the 6.18 layout,
+// which appends tcpi_rcv_wnd and later fields after tcpi_snd_wnd (228).
+// Linux 5.4 (the 5G-CLARITY WRR kernel) already carries every field read
+// here. Fields up to tcpi_delivery_rate are required; the chrono times are
+// read when present.
 const (
-	offRTT          = 68
-	offSndCwnd      = 80
-	offBytesAcked   = 120
-	offBytesRecv    = 128
-	offDeliveryRate = 160
-	minTCPInfoLen   = offDeliveryRate + 8
+	offFlags7        = 7 // tcpi_delivery_rate_app_limited:1 is bit 0 of byte 7
+	offSndMSS        = 16
+	offUnacked       = 24
+	offRTT           = 68
+	offSndCwnd       = 80
+	offBytesAcked    = 120
+	offBytesRecv     = 128
+	offNotsentBytes  = 144
+	offDeliveryRate  = 160
+	offBusyTime      = 168
+	offRwndLimited   = 176
+	offSndbufLimited = 184
+	minTCPInfoLen    = offDeliveryRate + 8
+	chronoTCPInfoLen = offSndbufLimited + 8
 )
+
+// appLimitedBit is the mask of tcpi_delivery_rate_app_limited, the first
+// bit-field of its byte: C compilers allocate bit-fields from the least
+// significant bit on little-endian targets and from the most significant
+// one on big-endian targets (MIPS and PowerPC CPEs exist).
+func appLimitedBit() byte {
+	if binary.NativeEndian.Uint16([]byte{0, 1}) == 1 {
+		return 0x80
+	}
+	return 0x01
+}
 
 // request builds the inet_diag_req_v2 asking for established IPv4 TCP
 // sockets with tcp_info.
@@ -92,6 +144,16 @@ func parseMessage(b []byte) (Subflow, error) {
 			s.BytesAcked = binary.NativeEndian.Uint64(data[offBytesAcked:])
 			s.BytesRecv = binary.NativeEndian.Uint64(data[offBytesRecv:])
 			s.DeliveryRate = binary.NativeEndian.Uint64(data[offDeliveryRate:])
+			s.DeliveryRateAppLimited = data[offFlags7]&appLimitedBit() != 0
+			s.SndMSS = binary.NativeEndian.Uint32(data[offSndMSS:])
+			s.Unacked = binary.NativeEndian.Uint32(data[offUnacked:])
+			s.NotsentBytes = binary.NativeEndian.Uint32(data[offNotsentBytes:])
+			if len(data) >= chronoTCPInfoLen {
+				s.HasChrono = true
+				s.BusyMicros = binary.NativeEndian.Uint64(data[offBusyTime:])
+				s.RwndLimitedMicros = binary.NativeEndian.Uint64(data[offRwndLimited:])
+				s.SndbufLimitedMicros = binary.NativeEndian.Uint64(data[offSndbufLimited:])
+			}
 		case attrULPInfo:
 			s.MPTCP = ulpName(data) == "mptcp"
 		}

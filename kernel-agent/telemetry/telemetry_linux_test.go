@@ -3,15 +3,22 @@
 package telemetry
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/mcw-xapp/kernel-agent/internal/nstest"
+	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
 // TestSubflowsInNetns opens a TCP connection on loopback in a private
@@ -119,4 +126,159 @@ func TestMPTCPSubflowsInNetns(t *testing.T) {
 			t.Fatalf("%d MPTCP subflows in the dump, want 2", mptcp)
 		}
 	})
+}
+
+// TestSaturationInNetns runs two MPTCP connections through one tbf
+// bottleneck on the loopback of a private namespace: a bulk sender from
+// 127.0.0.1 ("nr"), which the bottleneck limits, and a sender from
+// 127.0.0.2 ("wifi") that writes 1 kB every 10 ms, far below the rate.
+// The trickle shares the bottleneck's queue, so it always has a packet in
+// flight and the kernel counts it busy the whole time: the case where the
+// chrono times alone would call a censored subflow saturated.
+func TestSaturationInNetns(t *testing.T) {
+	if _, err := exec.LookPath("tc"); err != nil {
+		t.Skip("needs tc (iproute2) for the tbf bottleneck")
+	}
+	nstest.Do(t, func(netns.NsHandle) {
+		lo, _ := netlink.LinkByName("lo")
+		if err := netlink.LinkSetUp(lo); err != nil {
+			t.Fatal(err)
+		}
+		// Ethernet-sized packets: tbf drops any packet larger than its burst.
+		if err := netlink.LinkSetMTU(lo, 1500); err != nil {
+			t.Fatal(err)
+		}
+		// The child inherits the namespace of this locked thread.
+		if out, err := exec.Command("tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "20mbit", "burst", "32kb", "latency", "50ms").CombinedOutput(); err != nil {
+			t.Skipf("cannot add a tbf qdisc: %v: %s", err, out)
+		}
+		var lc net.ListenConfig
+		lc.SetMultipathTCP(true)
+		ln, err := lc.Listen(t.Context(), "tcp4", "127.0.0.3:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { io.Copy(io.Discard, c); c.Close() }()
+			}
+		}()
+		dial := func(src string) net.Conn {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+			d.SetMultipathTCP(true)
+			c, err := d.Dial("tcp4", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mp, _ := c.(*net.TCPConn).MultipathTCP(); !mp {
+				c.Close()
+				t.Skip("MPTCP not available in this kernel/namespace")
+			}
+			return c
+		}
+		bulk, trickle := dial("127.0.0.1"), dial("127.0.0.2")
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 64<<10)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				bulk.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+				if _, err := bulk.Write(buf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			buf := make([]byte, 1000)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					if _, err := trickle.Write(buf); err != nil {
+						return
+					}
+				}
+			}
+		}()
+		defer func() { close(stop); bulk.Close(); trickle.Close(); wg.Wait() }()
+
+		conn, err := Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		wats := map[string]WATInfo{
+			"nr":   {Addr: netip.MustParseAddr("127.0.0.1"), Up: true},
+			"wifi": {Addr: netip.MustParseAddr("127.0.0.2"), Up: true},
+		}
+		a := Aggregator{MPTCPOnly: true}
+		trickleBusy := map[uint64]uint64{} // cookie -> busy µs of the trickle's subflow
+		sample := func() (map[string]payload.WATTelemetry, float64) {
+			subs, err := conn.Subflows()
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			seconds := now.Sub(a.lastTime).Seconds()
+			var busy float64
+			for _, s := range subs {
+				if s.MPTCP && s.Src == wats["wifi"].Addr {
+					if prev, ok := trickleBusy[s.Cookie]; ok {
+						busy = float64(s.BusyMicros-prev) / 1e6 / seconds
+					}
+					trickleBusy[s.Cookie] = s.BusyMicros
+				}
+			}
+			return a.Sample(now, subs, wats), busy
+		}
+		time.Sleep(1500 * time.Millisecond) // slow start, queue built
+		sample()
+		var nr, wifi, busy []float64
+		for range 3 {
+			time.Sleep(time.Second)
+			got, b := sample()
+			for _, w := range []string{"nr", "wifi"} {
+				if got[w].Saturated == nil || got[w].DeliveryRateMbps == nil || got[w].DeliveredMbps <= 0 {
+					t.Fatalf("%s: saturation or delivery rate missing: %+v", w, got[w])
+				}
+			}
+			t.Logf("nr: %.2f Mbit/s saturated %.3f | wifi: %.2f Mbit/s saturated %.3f, busy %.3f of the interval",
+				got["nr"].DeliveredMbps, *got["nr"].Saturated, got["wifi"].DeliveredMbps, *got["wifi"].Saturated, b)
+			nr = append(nr, *got["nr"].Saturated)
+			wifi = append(wifi, *got["wifi"].Saturated)
+			busy = append(busy, b)
+		}
+		// The trap is real: by busy time alone the trickle looks saturated.
+		if median(busy) < 0.8 {
+			t.Errorf("the trickle's busy fraction is %v, expected near 1 (data always in flight behind the bulk queue)", busy)
+		}
+		if median(nr) < 0.8 {
+			t.Errorf("the bottlenecked sender reports saturated %v, want near 1", nr)
+		}
+		if median(wifi) > 0.4 {
+			t.Errorf("the application-limited sender reports saturated %v, want near 0", wifi)
+		}
+	})
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -11,8 +11,55 @@ import (
 	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
-// fixture builds an inet_diag_msg as the kernel sends it.
-func fixture(src, dst string, sport, dport uint16, cookie uint64, rttUs, cwnd uint32, acked uint64, ulp string) []byte {
+// tcpInfo is the part of struct tcp_info a fixture sets.
+type tcpInfo struct {
+	rttUs, cwnd, mss, notsent uint32
+	acked, rate               uint64
+	appLimited                bool
+	busy, rwnd, sndbuf        uint64
+}
+
+// tcpInfoBytes lays out a tcp_info of size bytes as the kernel does.
+func tcpInfoBytes(size int, ti tcpInfo) []byte {
+	info := make([]byte, size)
+	put32 := func(off int, v uint32) {
+		if off+4 <= size {
+			binary.NativeEndian.PutUint32(info[off:], v)
+		}
+	}
+	put64 := func(off int, v uint64) {
+		if off+8 <= size {
+			binary.NativeEndian.PutUint64(info[off:], v)
+		}
+	}
+	put32(offSndMSS, ti.mss)
+	put32(offRTT, ti.rttUs)
+	put32(offSndCwnd, ti.cwnd)
+	put64(offBytesAcked, ti.acked)
+	put32(offNotsentBytes, ti.notsent)
+	put64(offDeliveryRate, ti.rate)
+	put64(offBusyTime, ti.busy)
+	put64(offRwndLimited, ti.rwnd)
+	put64(offSndbufLimited, ti.sndbuf)
+	// tcpi_fastopen_client_fail (the next bit-field) set, so that reading
+	// the wrong bit shows.
+	info[offFlags7] = 0b110 // little-endian layout; big-endian mirrors it
+	if appLimitedBit() == 0x80 {
+		info[offFlags7] = 0b0110_0000
+	}
+	if ti.appLimited {
+		info[offFlags7] |= appLimitedBit()
+	}
+	return info
+}
+
+// fixture builds an inet_diag_msg as the kernel sends it, with a 6.18-sized
+// tcp_info (248 bytes).
+func fixture(src, dst string, sport, dport uint16, cookie uint64, ti tcpInfo, ulp string) []byte {
+	return fixtureSized(src, dst, sport, dport, cookie, 248, ti, ulp)
+}
+
+func fixtureSized(src, dst string, sport, dport uint16, cookie uint64, size int, ti tcpInfo, ulp string) []byte {
 	b := make([]byte, sizeofDiagMsg)
 	b[0], b[1] = afInet, tcpEstablished
 	id := b[4:52]
@@ -23,11 +70,7 @@ func fixture(src, dst string, sport, dport uint16, cookie uint64, rttUs, cwnd ui
 	copy(id[20:24], d4[:])
 	binary.NativeEndian.PutUint32(id[40:44], uint32(cookie))
 	binary.NativeEndian.PutUint32(id[44:48], uint32(cookie>>32))
-	info := make([]byte, 232) // a 6.x-sized tcp_info
-	binary.NativeEndian.PutUint32(info[offRTT:], rttUs)
-	binary.NativeEndian.PutUint32(info[offSndCwnd:], cwnd)
-	binary.NativeEndian.PutUint64(info[offBytesAcked:], acked)
-	b = appendAttr(b, attrInfo, info)
+	b = appendAttr(b, attrInfo, tcpInfoBytes(size, ti))
 	if ulp != "" {
 		b = appendAttr(b, attrULPInfo|0x8000, appendAttr(nil, ulpInfoName, append([]byte(ulp), 0)))
 	}
@@ -46,29 +89,80 @@ func appendAttr(b []byte, typ uint16, data []byte) []byte {
 	return b
 }
 
+var addrCmp = cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
+
 func TestParseMessage(t *testing.T) {
-	got, err := parseMessage(fixture("10.31.1.1", "10.31.1.2", 40000, 5201, 1<<40|7, 20100, 100, 12345, "mptcp"))
-	if err != nil {
-		t.Fatal(err)
+	ti := tcpInfo{
+		rttUs: 20100, cwnd: 100, mss: 1448, notsent: 65536, acked: 12345, rate: 4_200_000,
+		appLimited: true, busy: 900_000, rwnd: 100_000, sndbuf: 50_000,
 	}
-	want := Subflow{
+	base := Subflow{
 		Src: netip.MustParseAddr("10.31.1.1"), Dst: netip.MustParseAddr("10.31.1.2"),
 		SrcPort: 40000, DstPort: 5201, Cookie: 1<<40 | 7, MPTCP: true,
-		RTTMicros: 20100, Cwnd: 100, BytesAcked: 12345,
+		RTTMicros: 20100, Cwnd: 100, BytesAcked: 12345, DeliveryRate: 4_200_000,
+		DeliveryRateAppLimited: true, SndMSS: 1448, NotsentBytes: 65536,
 	}
-	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
-		t.Fatalf("parseMessage (-want +got):\n%s", diff)
+	withChrono := base
+	withChrono.HasChrono = true
+	withChrono.BusyMicros, withChrono.RwndLimitedMicros, withChrono.SndbufLimitedMicros = 900_000, 100_000, 50_000
+	notLimited := withChrono
+	notLimited.DeliveryRateAppLimited = false
+	tiNotLimited := ti
+	tiNotLimited.appLimited = false
+	for _, tc := range []struct {
+		name string
+		size int
+		ti   tcpInfo
+		want Subflow
+	}{
+		{"linux 6.18 (248 bytes)", 248, ti, withChrono},
+		{"linux 5.4 to 6.1 (232 bytes)", 232, ti, withChrono},
+		{"linux 4.19 (224 bytes)", 224, ti, withChrono},
+		{"rate sample not app-limited", 248, tiNotLimited, notLimited},
+		{"chrono times in the kernel's tcp_info", chronoTCPInfoLen, ti, withChrono},
+		{"before chrono times (4.9, 168 bytes)", minTCPInfoLen, ti, base},
+		{"one byte short of the chrono times", chronoTCPInfoLen - 1, ti, base},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseMessage(fixtureSized("10.31.1.1", "10.31.1.2", 40000, 5201, 1<<40|7, tc.size, tc.ti, "mptcp"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got, addrCmp); diff != "" {
+				t.Fatalf("parseMessage (-want +got):\n%s", diff)
+			}
+		})
 	}
 	for name, b := range map[string][]byte{
-		"short":          make([]byte, 10),
-		"short tcp_info": appendAttr(make([]byte, sizeofDiagMsg), attrInfo, make([]byte, 20)),
-		"bad attr len":   append(make([]byte, sizeofDiagMsg), 0xff, 0x00, 0x02, 0x00),
+		"short":            make([]byte, 10),
+		"short tcp_info":   appendAttr(make([]byte, sizeofDiagMsg), attrInfo, make([]byte, 20)),
+		"no delivery rate": appendAttr(make([]byte, sizeofDiagMsg), attrInfo, make([]byte, minTCPInfoLen-1)),
+		"bad attr len":     append(make([]byte, sizeofDiagMsg), 0xff, 0x00, 0x02, 0x00),
 	} {
 		if _, err := parseMessage(b); err == nil {
 			t.Errorf("%s: parseMessage succeeded", name)
 		}
 	}
 }
+
+func TestPathLimitedMicros(t *testing.T) {
+	for _, tc := range []struct {
+		busy, rwnd, sndbuf, want uint64
+	}{
+		{1000, 0, 0, 1000},
+		{1000, 300, 200, 500},
+		{1000, 600, 400, 0},
+		{1000, 900, 400, 0}, // inconsistent counters never wrap around
+		{0, 0, 0, 0},
+	} {
+		s := Subflow{BusyMicros: tc.busy, RwndLimitedMicros: tc.rwnd, SndbufLimitedMicros: tc.sndbuf}
+		if got := s.PathLimitedMicros(); got != tc.want {
+			t.Errorf("busy %d rwnd %d sndbuf %d: PathLimitedMicros = %d, want %d", tc.busy, tc.rwnd, tc.sndbuf, got, tc.want)
+		}
+	}
+}
+
+func f64(v float64) *float64 { return &v }
 
 func TestAggregator(t *testing.T) {
 	nr, wifi := netip.MustParseAddr("10.31.1.1"), netip.MustParseAddr("10.31.2.1")
@@ -79,7 +173,7 @@ func TestAggregator(t *testing.T) {
 	a := Aggregator{MPTCPOnly: true}
 	t0 := time.Unix(100, 0)
 	first := a.Sample(t0, []Subflow{sf(nr, 1, 1_000_000, 20000, true), sf(wifi, 2, 5, 4000, true)}, wats)
-	if first["nr"].DeliveredMbps != 0 || first["nr"].Subflows != 1 || first["nr"].RTTMs != 20 {
+	if first["nr"].DeliveredMbps != 0 || first["nr"].Subflows != 1 || first["nr"].RTTMs != 20 || first["nr"].Saturated != nil || first["lifi"].Saturated != nil {
 		t.Fatalf("first sample = %+v", first["nr"])
 	}
 	got := a.Sample(t0.Add(500*time.Millisecond), []Subflow{
@@ -90,11 +184,191 @@ func TestAggregator(t *testing.T) {
 		sf(netip.MustParseAddr("192.0.2.1"), 5, 1, 1, true), // not a WAT
 	}, wats)
 	want := map[string]payload.WATTelemetry{
-		"nr":   {DeliveredMbps: 24, RTTMs: 25, Cwnd: 20, BytesAcked: 2_500_000, Subflows: 2, Up: true},
+		// No chrono times: saturation unknown. Delivery-rate samples of
+		// subflows that delivered: 0.
+		"nr":   {DeliveredMbps: 24, RTTMs: 25, Cwnd: 20, BytesAcked: 2_500_000, Subflows: 2, Up: true, DeliveryRateMbps: f64(0)},
 		"wifi": {DeliveredMbps: 0, RTTMs: 4, Cwnd: 10, BytesAcked: 5, Subflows: 1},
-		"lifi": {},
+		"lifi": {Saturated: f64(0)}, // no subflow: nothing waited for it
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("Sample (-want +got):\n%s", diff)
+	}
+}
+
+// chronoSF is an MPTCP subflow with chrono times (µs) and a delivery rate
+// (bytes/s). Its window (10 x 1000 bytes) and RTT (100 ms) are such that a
+// delivery of 1 MB/s fills the window: the fill binds only where a case
+// says so.
+func chronoSF(src netip.Addr, cookie, acked, busy, rwnd, sndbuf, rate uint64) Subflow {
+	return Subflow{
+		Src: src, Cookie: cookie, MPTCP: true, Cwnd: 10, SndMSS: 1000, RTTMicros: 100_000, BytesAcked: acked,
+		HasChrono: true, BusyMicros: busy, RwndLimitedMicros: rwnd, SndbufLimitedMicros: sndbuf,
+		DeliveryRate: rate,
+	}
+}
+
+// window sets a subflow's congestion window (segments) and RTT (µs).
+func window(s Subflow, cwnd, mss, rttUs uint32) Subflow {
+	s.Cwnd, s.SndMSS, s.RTTMicros = cwnd, mss, rttUs
+	return s
+}
+
+// queued sets the bytes written but not yet sent.
+func queued(s Subflow, notsent uint32) Subflow {
+	s.NotsentBytes = notsent
+	return s
+}
+
+// TestAggregatorSaturation runs two samples one second apart per case and
+// checks the WAT's saturation and delivery rate after the second.
+func TestAggregatorSaturation(t *testing.T) {
+	nr := netip.MustParseAddr("10.31.1.1")
+	wats := map[string]WATInfo{"nr": {Addr: nr, Up: true}}
+	for _, tc := range []struct {
+		name          string
+		before, after []Subflow
+		sat, rateMbps *float64
+	}{{
+		name:     "path-limited the whole second",
+		before:   []Subflow{chronoSF(nr, 1, 0, 5_000_000, 0, 0, 0)},
+		after:    []Subflow{chronoSF(nr, 1, 1_000_000, 6_000_000, 0, 0, 1_000_000)},
+		sat:      f64(1),
+		rateMbps: f64(8),
+	}, {
+		name:     "busy a quarter of the second (app-limited, idle the rest)",
+		before:   []Subflow{chronoSF(nr, 1, 0, 5_000_000, 0, 0, 0)},
+		after:    []Subflow{chronoSF(nr, 1, 125_000, 5_250_000, 0, 0, 2_500_000)},
+		sat:      f64(0.25),
+		rateMbps: f64(20),
+	}, {
+		name:     "busy but receive-window and send-buffer limited",
+		before:   []Subflow{chronoSF(nr, 1, 0, 0, 0, 0, 0)},
+		after:    []Subflow{chronoSF(nr, 1, 1_000_000, 1_000_000, 600_000, 300_000, 8000)},
+		sat:      f64(0.1),
+		rateMbps: f64(0.064),
+	}, {
+		name:     "jiffy rounding beyond the interval is clipped",
+		before:   []Subflow{chronoSF(nr, 1, 0, 0, 0, 0, 0)},
+		after:    []Subflow{chronoSF(nr, 1, 1_000_000, 1_004_000, 0, 0, 8000)},
+		sat:      f64(1),
+		rateMbps: f64(0.064),
+	}, {
+		// The trap: data always in flight (busy the whole second), but
+		// 100 kB/s x 30 ms = 3000 bytes in flight of a 14 x 1448 byte
+		// window: 0.148 of it, 0.197 of FullFill.
+		name:     "busy the whole time with the window barely used (WRR low weight)",
+		before:   []Subflow{window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 14, 1448, 30_000)},
+		after:    []Subflow{window(chronoSF(nr, 1, 100_000, 1_000_000, 0, 0, 100_000), 14, 1448, 30_000)},
+		sat:      f64(0.197),
+		rateMbps: f64(0.8),
+	}, {
+		// 150 kB/s x 100 ms = 15 kB in flight; the mean window is
+		// (20 + 60) / 2 x 1000 = 40 kB: fill 0.375, 0.5 of FullFill (the
+		// window at the end alone would give 0.333).
+		name:     "window is the mean of both ends of the interval",
+		before:   []Subflow{window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 20, 1000, 100_000)},
+		after:    []Subflow{window(chronoSF(nr, 1, 150_000, 1_000_000, 0, 0, 150_000), 60, 1000, 100_000)},
+		sat:      f64(0.5),
+		rateMbps: f64(1.2),
+	}, {
+		name:     "RTT is the mean of both ends of the interval",
+		before:   []Subflow{window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 40, 1000, 50_000)},
+		after:    []Subflow{window(chronoSF(nr, 1, 150_000, 1_000_000, 0, 0, 150_000), 40, 1000, 150_000)},
+		sat:      f64(0.5),
+		rateMbps: f64(1.2),
+	}, {
+		// The window is barely used on average (fill 0.197 as above), but
+		// two full segments wait to be sent at both ends of the interval:
+		// the path holds them back.
+		name:     "standing queue at both ends: path-limited whatever the fill",
+		before:   []Subflow{queued(window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 14, 1448, 30_000), 2896)},
+		after:    []Subflow{queued(window(chronoSF(nr, 1, 100_000, 900_000, 0, 0, 100_000), 14, 1448, 30_000), 2896)},
+		sat:      f64(0.9),
+		rateMbps: f64(0.8),
+	}, {
+		name:     "queue at one end only: the fill decides",
+		before:   []Subflow{window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 14, 1448, 30_000)},
+		after:    []Subflow{queued(window(chronoSF(nr, 1, 100_000, 1_000_000, 0, 0, 100_000), 14, 1448, 30_000), 1<<20)},
+		sat:      f64(0.197),
+		rateMbps: f64(0.8),
+	}, {
+		name:     "less than a segment queued (Nagle): the fill decides",
+		before:   []Subflow{queued(window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 14, 1448, 30_000), 1000)},
+		after:    []Subflow{queued(window(chronoSF(nr, 1, 100_000, 1_000_000, 0, 0, 100_000), 14, 1448, 30_000), 1447)},
+		sat:      f64(0.197),
+		rateMbps: f64(0.8),
+	}, {
+		name:     "standing queue of a subflow born during the interval",
+		before:   nil,
+		after:    []Subflow{queued(window(chronoSF(nr, 9, 100_000, 600_000, 0, 0, 100_000), 14, 1448, 30_000), 5000)},
+		sat:      f64(0.6),
+		rateMbps: f64(0.8),
+	}, {
+		name: "bytes-weighted over subflows",
+		before: []Subflow{
+			chronoSF(nr, 1, 0, 0, 0, 0, 0),
+			chronoSF(nr, 2, 0, 0, 0, 0, 0),
+		},
+		after: []Subflow{
+			chronoSF(nr, 1, 3_000_000, 1_000_000, 0, 0, 3_000_000), // saturated, 3 MB
+			chronoSF(nr, 2, 1_000_000, 0, 0, 0, 1_000_000),         // never busy, 1 MB
+		},
+		sat:      f64(0.75),
+		rateMbps: f64(32),
+	}, {
+		name: "an idle subflow does not dilute a saturated one",
+		before: []Subflow{
+			chronoSF(nr, 1, 0, 0, 0, 0, 0),
+			chronoSF(nr, 2, 0, 0, 0, 0, 9_000_000), // stale rate sample
+		},
+		after: []Subflow{
+			chronoSF(nr, 1, 1_000_000, 1_000_000, 0, 0, 1_000_000),
+			chronoSF(nr, 2, 0, 0, 0, 0, 9_000_000),
+		},
+		sat:      f64(1),
+		rateMbps: f64(8),
+	}, {
+		name:   "stalled path: busy, nothing delivered: no capacity sample",
+		before: []Subflow{chronoSF(nr, 1, 500, 0, 0, 0, 100_000)},
+		after:  []Subflow{chronoSF(nr, 1, 500, 1_000_000, 0, 0, 100_000)},
+		sat:    f64(0),
+	}, {
+		name:   "idle: nothing sent, nothing waiting",
+		before: []Subflow{chronoSF(nr, 1, 500, 70, 0, 0, 100_000)},
+		after:  []Subflow{chronoSF(nr, 1, 500, 70, 0, 0, 100_000)},
+		sat:    f64(0),
+	}, {
+		name:     "subflow born during the interval counts from zero",
+		before:   nil,
+		after:    []Subflow{chronoSF(nr, 7, 500_000, 500_000, 0, 0, 1_000_000)},
+		sat:      f64(0.5),
+		rateMbps: f64(8),
+	}, {
+		name:     "no window: nothing was limited by it",
+		before:   []Subflow{window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 0, 0, 0)},
+		after:    []Subflow{window(chronoSF(nr, 1, 1_000_000, 1_000_000, 0, 0, 1_000_000), 0, 0, 0)},
+		sat:      f64(0),
+		rateMbps: f64(8),
+	}, {
+		name:     "kernel without chrono times: unknown",
+		before:   []Subflow{{Src: nr, Cookie: 1, MPTCP: true}},
+		after:    []Subflow{{Src: nr, Cookie: 1, MPTCP: true, BytesAcked: 1000, DeliveryRate: 1000}},
+		rateMbps: f64(0.008),
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var a Aggregator
+			t0 := time.Unix(100, 0)
+			a.Sample(t0, tc.before, wats)
+			got := a.Sample(t0.Add(time.Second), tc.after, wats)["nr"]
+			if diff := cmp.Diff(tc.sat, got.Saturated); diff != "" {
+				t.Errorf("saturated (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.rateMbps, got.DeliveryRateMbps); diff != "" {
+				t.Errorf("delivery_rate_mbps (-want +got):\n%s", diff)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("aggregated telemetry does not validate: %v", err)
+			}
+		})
 	}
 }

@@ -8,8 +8,10 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.support.mosquitto import MosquittoBroker, connect_client
@@ -178,3 +180,70 @@ def test_subscription_topics(settings: MqttSettings, group: str | None) -> None:
     assert sub.topics[0] == "mcw/v1/cpe/+/state"
     assert sub.topics[1].endswith("mcw/v1/cpe/+/telemetry")
     assert sub.topics[1].startswith("$share/mcw-xapp/") == (group is not None)
+
+
+def test_saturation_and_delivery_rate_reach_the_kpi_frame(broker: MosquittoBroker,
+                                                          settings: MqttSettings) -> None:
+    """``saturated`` (0..1) and ``delivery_rate_mbps`` become KpiFrame columns; absent is NaN."""
+    frames: list[KpiFrame] = []
+    sub = ChannelSubscriber(settings, on_telemetry=frames.append).start()
+    cpe = connect_client(broker, "cpe-0001")
+    topic = "mcw/v1/cpe/cpe-0001/telemetry"
+
+    def doc(nr_extra: dict[str, Any]) -> bytes:
+        d = json.loads(telemetry_doc("cpe-0001", 250.5))
+        d["wats"]["nr"].update(nr_extra)
+        return json.dumps(d).encode()
+
+    try:
+        assert sub.wait_subscribed(10)
+        cpe.publish(topic, doc({"saturated": 0.25, "delivery_rate_mbps": 912.125}), qos=1)
+        cpe.publish(topic, doc({"saturated": 1.5}), qos=1)  # out of range: dropped
+        cpe.publish(topic, doc({"saturated": 1}), qos=1)
+        assert sub.wait_for(lambda s: s.received == 3, 5)
+        assert len(frames) == 2 and sub.drops.snapshot() == {"telemetry/schema": 1}
+        first, second = frames
+        assert list(first.wat) == ["nr", "wifi"]
+        assert first.column("saturated")[0] == 0.25
+        assert first.column("delivery_rate_mbps")[0] == 912.125
+        # wifi reported neither: unknown, not 0 (0 would mean "censored" to the model).
+        assert np.isnan(first.column("saturated")[1])
+        assert np.isnan(first.column("delivery_rate_mbps")[1])
+        assert second.column("saturated")[0] == 1.0
+        assert np.isnan(second.column("delivery_rate_mbps")[0])
+        batch = sub.drain_telemetry()
+        assert list(batch.column("saturated")[::2]) == [0.25, 1.0]
+    finally:
+        cpe.close()
+        sub.stop()
+
+
+#: The agent's telemetry JSON for one aggregated sample, pinned by the Go test
+#: ``TestTelemetryGolden`` (kernel-agent/telemetry): both sides test the same bytes.
+AGENT_TELEMETRY = (Path(__file__).resolve().parents[2] / "kernel-agent" / "telemetry"
+                   / "testdata" / "telemetry.golden.json")
+
+
+def test_the_agents_telemetry_validates_and_maps(broker: MosquittoBroker,
+                                                 settings: MqttSettings) -> None:
+    frames: list[KpiFrame] = []
+    sub = ChannelSubscriber(settings, on_telemetry=frames.append).start()
+    cpe = connect_client(broker, "cpe-0001")
+    try:
+        assert sub.wait_subscribed(10)
+        cpe.publish("mcw/v1/cpe/cpe-0001/telemetry", AGENT_TELEMETRY.read_bytes(), qos=1)
+        assert sub.wait_for(lambda s: s.received == 1, 5)
+        assert sub.drops.total() == 0 and len(frames) == 1
+        doc = json.loads(AGENT_TELEMETRY.read_bytes())
+        frame = frames[0]
+        for i, wat in enumerate(frame.wat):
+            for f in ("saturated", "delivery_rate_mbps", "delivered_mbps"):
+                want = doc["wats"][str(wat)].get(f)
+                got = frame.column(f)[i]
+                assert (np.isnan(got) if want is None else got == want), (wat, f, got, want)
+        # The fixture covers both sides of the censoring flag.
+        sat = dict(zip(frame.wat, frame.column("saturated"), strict=True))
+        assert sat["nr"] == 1.0 and 0.0 < sat["wifi"] < 0.5
+    finally:
+        cpe.close()
+        sub.stop()

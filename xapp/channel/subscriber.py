@@ -31,8 +31,13 @@ from xapp.estimator import KpiFrame
 
 log = logging.getLogger(__name__)
 
-#: KpiFrame columns made from a telemetry message (``up`` as 1.0 / 0.0).
-TELEMETRY_FIELDS: Final = ("delivered_mbps", "rtt_ms", "cwnd", "bytes_acked", "subflows", "up")
+#: KpiFrame columns made from a telemetry message (``up`` as 1.0 / 0.0). ``saturated`` is the
+#: fraction (0..1) of the interval the WAT's subflows were limited by the path (cwnd-limited,
+#: tcp_info chrono times), so ``delivered_mbps`` measures capacity only when it is near 1;
+#: ``delivery_rate_mbps`` is the kernel's own rate sample. Both are NaN (unknown) when the
+#: agent did not report them (first sample, old kernel, older agent).
+TELEMETRY_FIELDS: Final = ("delivered_mbps", "rtt_ms", "cwnd", "bytes_acked", "subflows", "up",
+                           "saturated", "delivery_rate_mbps")
 
 
 @dataclass(frozen=True)
