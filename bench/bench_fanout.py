@@ -4,11 +4,17 @@ What it does
 ------------
 1. Makes (or reuses) a test PKI with one real EC P-256 client certificate per CPE
    (``broker/make-test-pki.sh``), starts Mosquitto with the shipped test config and ACL.
-2. Connects N simulated CPE agents over mutual TLS from a few worker processes (asyncio, a
-   minimal MQTT 5 client: CONNECT, SUBSCRIBE QoS 1 to its own ``.../weights``, PUBACK).
+2. Connects N simulated CPE agents over mutual TLS from a few worker processes (a minimal
+   MQTT 5 client on one epoll loop per process: CONNECT, SUBSCRIBE QoS 1 to its own
+   ``.../weights``, PUBACK per message), kept lean so the figures measure the publisher and
+   the broker rather than the simulation.
 3. The xApp's real ``MqttWeightPublisher`` publishes one tick of weights to all N CPEs
-   (retained, QoS 1), ``--ticks`` times. Timed from the first ``publish()`` call to (a) every
-   PUBACK from the broker and (b) the last CPE receiving its message.
+   (retained, QoS 1), ``--ticks`` times, with one ``publish_many()`` call per tick
+   (``--api single``: one ``publish()`` call per CPE). Timed from the first publish call to
+   (a) every PUBACK from the broker and (b) the last CPE receiving its message; each worker
+   reports as soon as all its CPEs hold the tick's message, so nothing polls during a tick.
+   CPU seconds of the publisher process, the broker and the client processes are measured
+   per tick from ``/proc``.
 4. Verifies that every CPE holds exactly its own latest version (and nothing for another CPE).
 5. Baseline in the same run, same broker and connections: the same tick to only the first
    ``--baseline-clients`` CPEs; reported as per-message cost ratio.
@@ -24,19 +30,21 @@ Examples
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import multiprocessing as mp
 import os
 import resource
+import select
 import shutil
+import socket
 import ssl
 import statistics
 import struct
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -51,7 +59,12 @@ from tests.support.mosquitto import MosquittoBroker, Pki, cpe_name, make_pki  # 
 from xapp.channel import MemoryVersionStore, MqttSettings, MqttWeightPublisher  # noqa: E402
 from xapp.weights import WeightDecision  # noqa: E402
 
-# --- a minimal MQTT 5 client for the simulated CPEs -----------------------------------------
+# --- the simulated CPEs: lean, so the figures measure the publisher and the broker --------------
+#
+# Each worker process connects its CPEs with blocking TLS handshakes from a small thread pool
+# (the handshake releases the GIL), then serves every socket from one epoll loop: read what is
+# there, split MQTT packets, answer each PUBLISH with its PUBACK. No asyncio streams (their
+# TLS layer is pure Python and cost the clients more CPU than the broker used).
 
 
 def _varint(n: int) -> bytes:
@@ -72,27 +85,41 @@ def _packet(first: int, body: bytes) -> bytes:
     return bytes([first]) + _varint(len(body)) + body
 
 
-async def _read_packet(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    first = (await reader.readexactly(1))[0]
-    mult, length = 1, 0
-    while True:
-        b = (await reader.readexactly(1))[0]
-        length += (b & 0x7F) * mult
-        if not b & 0x80:
+def _split(buf: bytearray) -> list[tuple[int, bytes]]:
+    """Complete MQTT packets at the front of ``buf`` (removed from it)."""
+    out: list[tuple[int, bytes]] = []
+    pos, n = 0, len(buf)
+    while n - pos >= 2:
+        length, mult, i = 0, 1, pos + 1
+        while True:
+            if i >= n:
+                del buf[:pos]
+                return out
+            b = buf[i]
+            i += 1
+            length += (b & 0x7F) * mult
+            if not b & 0x80:
+                break
+            mult *= 128
+        if i + length > n:
             break
-        mult *= 128
-    return first, await reader.readexactly(length) if length else b""
+        out.append((buf[pos], bytes(buf[i:i + length])))
+        pos = i + length
+    del buf[:pos]
+    return out
 
 
-def _decode_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    mult, value = 1, 0
+def _recv_packet(sock: ssl.SSLSocket, buf: bytearray) -> tuple[int, bytes]:
     while True:
-        b = buf[pos]
-        pos += 1
-        value += (b & 0x7F) * mult
-        if not b & 0x80:
-            return value, pos
-        mult *= 128
+        got = _split(buf)
+        if got:
+            if len(got) > 1:  # keep the rest for later (re-encode is simplest)
+                buf[:0] = b"".join(_packet(f, b) for f, b in got[1:])
+            return got[0]
+        data = sock.recv(4096)
+        if not data:
+            raise ConnectionError("broker closed the connection")
+        buf += data
 
 
 @dataclass
@@ -102,106 +129,156 @@ class _Cpe:
     received_at: float = 0.0
     foreign: int = 0
     messages: int = 0
+    tick: int = -1
+    #: [tick, CPEs still missing it] shared by the CPEs a tick waits for, else None.
+    awaited: list[int] | None = None
+    sock: ssl.SSLSocket | None = None
+    buf: bytearray | None = None
+    topic: bytes = b""
 
 
-async def _run_cpe(cpe: _Cpe, port: int, ctx: ssl.SSLContext, ready: asyncio.Event,
-                   stop: asyncio.Event, keepalive: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx,
-                                                  server_hostname="localhost")
-    props = b"\x00"
-    connect = (_str("MQTT") + bytes([5, 0x02]) + struct.pack("!H", keepalive) + props
-               + _str(f"sim-{cpe.cpe_id}"))
-    writer.write(_packet(0x10, connect))
-    first, body = await _read_packet(reader)
+def _connect_cpe(cpe: _Cpe, port: int, pki: Pki, keepalive: int) -> None:
+    cert, key = pki.cert(cpe.cpe_id)
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(pki.ca))
+    ctx.load_cert_chain(str(cert), str(key))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=60)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock = ctx.wrap_socket(raw, server_hostname="localhost")
+    buf = bytearray()
+    sock.sendall(_packet(0x10, _str("MQTT") + bytes([5, 0x02]) + struct.pack("!H", keepalive)
+                         + b"\x00" + _str(f"sim-{cpe.cpe_id}")))
+    first, body = _recv_packet(sock, buf)
     if first >> 4 != 2 or body[1] != 0:
         raise RuntimeError(f"{cpe.cpe_id}: CONNACK refused: {body!r}")
-    sub = struct.pack("!H", 1) + b"\x00" + _str(f"mcw/v1/cpe/{cpe.cpe_id}/weights") + b"\x01"
-    writer.write(_packet(0x82, sub))
-    first, body = await _read_packet(reader)
+    cpe.topic = f"mcw/v1/cpe/{cpe.cpe_id}/weights".encode()
+    sock.sendall(_packet(0x82, struct.pack("!H", 1) + b"\x00" + _str(cpe.topic.decode())
+                         + b"\x01"))
+    first, body = _recv_packet(sock, buf)
     if first >> 4 != 9 or body[-1] >= 0x80:
         raise RuntimeError(f"{cpe.cpe_id}: SUBACK refused: {body!r}")
-    ready.set()
-    own_topic = f"mcw/v1/cpe/{cpe.cpe_id}/weights"
+    sock.setblocking(False)
+    cpe.sock, cpe.buf = sock, buf
 
-    async def ping() -> None:
-        while True:
-            await asyncio.sleep(keepalive / 2)
-            writer.write(b"\xc0\x00")
 
-    pinger = asyncio.create_task(ping())
-    try:
-        while not stop.is_set():
-            first, body = await _read_packet(reader)
-            if first >> 4 != 3:
-                continue  # PINGRESP and friends
-            qos = (first >> 1) & 3
-            tlen = struct.unpack_from("!H", body, 0)[0]
-            topic = body[2:2 + tlen].decode()
-            pos = 2 + tlen
-            if qos:
-                mid = body[pos:pos + 2]
-                pos += 2
-                writer.write(b"\x40\x02" + mid)
-            plen, pos = _decode_varint(body, pos)
-            payload = json.loads(body[pos + plen:])
-            now = time.monotonic()
-            cpe.messages += 1
-            if topic != own_topic or payload.get("cpe_id") != cpe.cpe_id:
-                cpe.foreign += 1
-                continue
-            cpe.version = max(cpe.version, int(payload["version"]))
-            cpe.received_at = now
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    finally:
-        pinger.cancel()
-        writer.close()
+def _on_publish(cpe: _Cpe, first: int, body: bytes, now: float) -> bytes:
+    """Record one PUBLISH; the PUBACK to send (empty for QoS 0)."""
+    tlen = (body[0] << 8) | body[1]
+    topic = body[2:2 + tlen]
+    pos = 2 + tlen
+    ack = b""
+    if first & 0x06:
+        ack = b"\x40\x02" + body[pos:pos + 2]
+        pos += 2
+    plen, mult = 0, 1
+    while True:  # property length (variable byte integer)
+        b = body[pos]
+        pos += 1
+        plen += (b & 0x7F) * mult
+        if not b & 0x80:
+            break
+        mult *= 128
+    doc = json.loads(body[pos + plen:])
+    cpe.messages += 1
+    if topic != cpe.topic or doc.get("cpe_id") != cpe.cpe_id:
+        cpe.foreign += 1
+        return ack
+    cpe.version = max(cpe.version, int(doc["version"]))
+    cpe.received_at = now
+    reason = doc.get("reason", "")
+    if reason.startswith("bench tick "):
+        cpe.tick = max(cpe.tick, int(reason[11:]))
+        if cpe.awaited and cpe.tick >= cpe.awaited[0]:
+            cpe.awaited[1] -= 1  # one CPE fewer that the current tick waits for
+            cpe.awaited = None
+    return ack
 
 
 def _worker(ids: list[str], port: int, pki_root: str, conn: Connection, progress: Any,
             concurrency: int, keepalive: int) -> None:
-    """One process: connect its CPEs, report readiness, answer ``report`` / ``stop``."""
-    pki = Pki(Path(pki_root))
+    """One process: connect its CPEs, then serve them; answers ``expect`` / ``report`` / stop.
 
-    async def main() -> None:
-        cpes = [_Cpe(c) for c in ids]
-        stop = asyncio.Event()
-        sem = asyncio.Semaphore(concurrency)
-        tasks = []
+    ``("expect", tick, ids)``: reply ``("done", [(cpe_id, version, received_at), ...])`` as
+    soon as every listed CPE received the message of that tick (or at once if they have).
+    """
+    try:
+        pki = Pki(Path(pki_root))
+        cpes = {c: _Cpe(c) for c in ids}
 
-        async def start(cpe: _Cpe) -> None:
-            cert, key = pki.cert(cpe.cpe_id)
-            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(pki.ca))
-            ctx.load_cert_chain(str(cert), str(key))
-            ready = asyncio.Event()
-            async with sem:
-                task = asyncio.create_task(_run_cpe(cpe, port, ctx, ready, stop, keepalive))
-                tasks.append(task)
-                done, _ = await asyncio.wait([task, asyncio.create_task(ready.wait())],
-                                            return_when=asyncio.FIRST_COMPLETED)
-                if task in done:
-                    task.result()  # raises the connection error
+        def one(cpe: _Cpe) -> None:
+            _connect_cpe(cpe, port, pki, keepalive)
             with progress.get_lock():
                 progress.value += 1
 
-        await asyncio.gather(*(start(c) for c in cpes))
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            for fut in [pool.submit(one, c) for c in cpes.values()]:
+                fut.result()
+        # epoll directly (no selectors layer): fd -> CPE, None for the command pipe.
+        poller = select.epoll()
+        by_fd: dict[int, Any] = {conn.fileno(): None}
+        poller.register(conn.fileno(), select.EPOLLIN)
+        for cpe in cpes.values():
+            assert cpe.sock is not None
+            by_fd[cpe.sock.fileno()] = cpe
+            poller.register(cpe.sock.fileno(), select.EPOLLIN)
         conn.send(("ready", len(cpes)))
-        loop = asyncio.get_running_loop()
+        waiting: tuple[list[int], list[_Cpe]] | None = None
+        last_ping = time.monotonic()
         while True:
-            cmd = await loop.run_in_executor(None, conn.recv)
-            if cmd == "report":
-                conn.send(("report", [(c.cpe_id, c.version, c.received_at, c.foreign,
-                                       c.messages) for c in cpes]))
-            else:
-                stop.set()
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                conn.send(("stopped", None))
-                return
-
-    try:
-        asyncio.run(main())
+            for fd, _ in poller.poll(1.0):
+                cpe = by_fd[fd]
+                if cpe is None:
+                    cmd = conn.recv()
+                    if cmd[0] == "expect":
+                        # A counter, not a scan of every CPE after every event (that was
+                        # quadratic and cost the clients more than the messages).
+                        members = [cpes[c] for c in cmd[2]]
+                        awaited = [cmd[1], 0]
+                        for c in members:
+                            c.awaited = awaited if c.tick < cmd[1] else None
+                            awaited[1] += c.awaited is not None
+                        waiting = (awaited, members)
+                    elif cmd[0] == "report":
+                        conn.send(("report", [(c.cpe_id, c.version, c.received_at, c.foreign,
+                                               c.messages) for c in cpes.values()]))
+                    else:
+                        for c in cpes.values():
+                            if c.sock is not None:
+                                c.sock.close()
+                        conn.send(("stopped", None))
+                        return
+                    continue
+                now = time.monotonic()
+                sock, buf = cpe.sock, cpe.buf
+                # One read per readiness event (epoll is level-triggered: what is left in
+                # the kernel wakes us again), then only what OpenSSL already decrypted.
+                try:
+                    data = sock.recv(65536)
+                    while sock.pending():
+                        data += sock.recv(65536)
+                except (ssl.SSLWantReadError, BlockingIOError):
+                    continue
+                if not data:
+                    raise ConnectionError(f"{cpe.cpe_id}: broker closed the connection")
+                buf += data
+                acks = b"".join([_on_publish(cpe, f, b, now) for f, b in _split(buf)
+                                 if f >> 4 == 3])
+                if acks:
+                    try:
+                        sock.send(acks)  # a few bytes into an idle socket: does not block
+                    except (ssl.SSLWantWriteError, BlockingIOError):
+                        sock.setblocking(True)
+                        sock.sendall(acks)
+                        sock.setblocking(False)
+            if waiting is not None and waiting[0][1] == 0:
+                conn.send(("done", [(c.cpe_id, c.version, c.received_at) for c in waiting[1]]))
+                waiting = None
+            if time.monotonic() - last_ping > keepalive / 3:
+                last_ping = time.monotonic()
+                for c in cpes.values():
+                    assert c.sock is not None
+                    c.sock.setblocking(True)
+                    c.sock.sendall(b"\xc0\x00")
+                    c.sock.setblocking(False)
     except Exception as exc:  # report instead of dying silently
         conn.send(("error", repr(exc)))
 
@@ -212,12 +289,19 @@ def _worker(ids: list[str], port: int, pki_root: str, conn: Connection, progress
 @dataclass
 class TickResult:
     clients: int
+    #: First publish call until the calls returned (payloads built, validated, queued).
     publish_calls_s: float
+    #: First publish call until the broker acknowledged every message.
     acked_s: float
+    #: First publish call until the last CPE received its message (the target figure).
     delivered_s: float
     delivery_p50_s: float
     delivery_p99_s: float
     msgs_per_s: float
+    #: CPU seconds used during the tick by the publisher process, the broker, the clients.
+    cpu_publisher_s: float
+    cpu_broker_s: float
+    cpu_clients_s: float
 
 
 def raise_nofile(need: int) -> int:
@@ -233,9 +317,15 @@ def _decision(i: int, tick: int) -> WeightDecision:
                           changed=True, reason=f"bench tick {tick}")
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (``/proc/PID/stat``), children excluded."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _collect(conns: list[Connection]) -> dict[str, tuple[int, float, int, int]]:
     for c in conns:
-        c.send("report")
+        c.send(("report",))
     out: dict[str, tuple[int, float, int, int]] = {}
     for c in conns:
         kind, rows = c.recv()
@@ -246,48 +336,84 @@ def _collect(conns: list[Connection]) -> dict[str, tuple[int, float, int, int]]:
     return out
 
 
-def run_tick(pub: MqttWeightPublisher, ids: list[str], tick: int, conns: list[Connection],
-             expected: dict[str, int], timeout_s: float) -> TickResult:
+@dataclass
+class Fleet:
+    """The worker processes and which CPEs each one serves."""
+
+    conns: list[Connection]
+    pids: list[int]
+    owner: dict[str, int]  # cpe_id -> index into conns
+    broker_pid: int
+
+
+def run_tick(pub: MqttWeightPublisher, ids: list[str], tick: int, fleet: Fleet,
+             expected: dict[str, int], timeout_s: float, api: str) -> TickResult:
+    """Publish one tick to ``ids``; wait until each of them holds this tick's version."""
     pub.prepare(ids)  # one version-store write for the whole tick
+    per_worker: dict[int, list[str]] = {}
+    for c in ids:
+        per_worker.setdefault(fleet.owner[c], []).append(c)
+    for w, chunk in per_worker.items():
+        fleet.conns[w].send(("expect", tick, chunk))
+    items = [(cpe_id, _decision(i, tick), "load_balancing", 30.0)
+             for i, cpe_id in enumerate(ids)]
+    cpu0 = (os.times(), _cpu_s(fleet.broker_pid), sum(_cpu_s(p) for p in fleet.pids))
     t0 = time.monotonic()
-    for i, cpe_id in enumerate(ids):
-        expected[cpe_id] = pub.publish(cpe_id, _decision(i, tick), mode="load_balancing",
-                                       lease_s=30)
+    if api == "many":
+        result = pub.publish_many(items)
+        if result.errors:
+            raise RuntimeError(f"refused: {list(result.errors.items())[:3]}")
+        expected.update(result.versions)
+    else:
+        for cpe_id, decision, mode, lease in items:
+            expected[cpe_id] = pub.publish(cpe_id, decision, mode=mode, lease_s=lease)
     t_calls = time.monotonic()
     if not pub.flush(timeout_s):
         raise RuntimeError(f"tick {tick}: broker did not acknowledge within {timeout_s} s")
     t_acked = time.monotonic()
-    # Wait for delivery: poll the workers until every CPE holds its expected version.
-    deadline = time.monotonic() + timeout_s
-    while True:
-        seen = _collect(conns)
-        missing = [c for c in ids if seen[c][0] != expected[c]]
-        if not missing or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    if missing:
-        raise RuntimeError(f"tick {tick}: {len(missing)} CPEs lack their latest version, "
-                           f"e.g. {missing[:3]}")
-    lat = sorted(seen[c][1] - t0 for c in ids)
+    rows: list[tuple[str, int, float]] = []
+    for w in per_worker:
+        if not fleet.conns[w].poll(timeout_s):
+            raise RuntimeError(f"tick {tick}: worker {w} saw no delivery within {timeout_s} s")
+        kind, got = fleet.conns[w].recv()
+        if kind != "done":
+            raise RuntimeError(f"worker {w} failed: {got}")
+        rows += got
+    t1 = os.times()
+    cpu_pub = (t1.user + t1.system) - (cpu0[0].user + cpu0[0].system)
+    cpu_broker = _cpu_s(fleet.broker_pid) - cpu0[1]
+    cpu_clients = sum(_cpu_s(p) for p in fleet.pids) - cpu0[2]
+    wrong = [c for c, v, _ in rows if v != expected[c]]
+    if wrong:
+        raise RuntimeError(f"tick {tick}: {len(wrong)} CPEs lack their latest version, "
+                           f"e.g. {wrong[:3]}")
+    lat = sorted(at - t0 for _, _, at in rows)
     delivered = lat[-1]
     return TickResult(
         clients=len(ids), publish_calls_s=t_calls - t0, acked_s=t_acked - t0,
         delivered_s=delivered, delivery_p50_s=lat[len(lat) // 2],
         delivery_p99_s=lat[min(len(lat) - 1, int(0.99 * len(lat)))],
-        msgs_per_s=len(ids) / delivered if delivered > 0 else float("inf"))
+        msgs_per_s=len(ids) / delivered if delivered > 0 else float("inf"),
+        cpu_publisher_s=round(cpu_pub, 3), cpu_broker_s=round(cpu_broker, 3),
+        cpu_clients_s=round(cpu_clients, 3))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=10_000, help="simulated CPEs (default 10000)")
-    ap.add_argument("--workers", type=int, default=4,
-                    help="client processes (default 4; asyncio inside each)")
-    ap.add_argument("--ticks", type=int, default=3, help="full ticks to publish (default 3)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="client processes (default 2, one per core; one epoll loop inside "
+                         "each: more processes cost more CPU in switching)")
+    ap.add_argument("--ticks", type=int, default=5,
+                    help="full ticks to publish; the median is reported (default 5)")
     ap.add_argument("--baseline-clients", type=int, default=100,
                     help="CPEs in the baseline tick (default 100)")
-    ap.add_argument("--concurrency", type=int, default=64,
-                    help="TLS handshakes in progress per worker (default 64)")
+    ap.add_argument("--concurrency", type=int, default=16,
+                    help="TLS handshakes in progress per worker (default 16)")
+    ap.add_argument("--api", choices=("many", "single"), default="many",
+                    help="publish a tick with one publish_many() call (default) or one "
+                         "publish() call per CPE")
     ap.add_argument("--workdir", type=Path,
                     default=Path(tempfile.gettempdir()) / "mcw-bench-fanout",
                     help="PKI cache and broker files (the PKI is reused between runs)")
@@ -315,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         progress = ctx.Value("i", 0)
         chunks = [ids[i::args.workers] for i in range(args.workers)]
+        owner = {c: w for w, chunk in enumerate(chunks) for c in chunk}
         t = time.monotonic()
         for chunk in chunks:
             if not chunk:
@@ -339,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.1)
             bar.update(progress.value - bar.n)
         connect_s = time.monotonic() - t
+        assert broker.proc is not None
+        fleet = Fleet(conns, [p.pid for p in procs if p.pid is not None], owner,
+                      broker.proc.pid)
 
         cert, key = pki.cert("mcw-xapp")
         settings = MqttSettings(host="127.0.0.1", port=broker.port, ca_file=str(pki.ca),
@@ -350,11 +480,11 @@ def main(argv: list[str] | None = None) -> int:
         timeout = max(30.0, args.clients / 200)
         # Warm-up: the baseline clients once (JIT-free Python, but caches and TLS buffers).
         base_ids = ids[:min(args.baseline_clients, len(ids))]
-        run_tick(pub, base_ids, 0, conns, expected, timeout)
-        ticks = [run_tick(pub, ids, k, conns, expected, timeout)
+        run_tick(pub, base_ids, 0, fleet, expected, timeout, args.api)
+        ticks = [run_tick(pub, ids, k, fleet, expected, timeout, args.api)
                  for k in tqdm(range(1, args.ticks + 1), desc="full ticks", disable=quiet,
                                file=sys.stderr)]
-        baselines = [run_tick(pub, base_ids, 100 + k, conns, expected, timeout)
+        baselines = [run_tick(pub, base_ids, 100 + k, fleet, expected, timeout, args.api)
                      for k in range(3)]
         final = _collect(conns)
         wrong = [c for c in ids if final[c][0] != expected[c]]
@@ -363,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for c in conns:
             with contextlib.suppress(BrokenPipeError, OSError):
-                c.send("stop")
+                c.send(("stop",))
         for proc in procs:
             proc.join(timeout=10)
             if proc.is_alive():
@@ -391,6 +521,10 @@ def main(argv: list[str] | None = None) -> int:
         "per_message_us_full": round(per_msg_full * 1e6, 1),
         "per_message_us_baseline": round(per_msg_base * 1e6, 1),
         "per_message_cost_ratio_full_vs_baseline": round(per_msg_full / per_msg_base, 2),
+        "api": args.api,
+        "cpu_median_s": {
+            part: round(statistics.median(getattr(r, f"cpu_{part}_s") for r in ticks), 3)
+            for part in ("publisher", "broker", "clients")},
         "ticks_detail": [asdict(r) for r in ticks],
         "baseline_detail": [asdict(r) for r in baselines],
         "publisher": asdict(pub.stats),
@@ -403,9 +537,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  PKI ready in {pki_s:.1f} s; connect+subscribe {connect_s:.1f} s "
               f"({result['connect_rate_per_s']}/s)")
         for k, r in enumerate(ticks, 1):
-            print(f"  tick {k}: publish() calls {r.publish_calls_s:.3f} s, broker acks "
+            print(f"  tick {k}: publish calls {r.publish_calls_s:.3f} s, broker acks "
                   f"{r.acked_s:.3f} s, all delivered {r.delivered_s:.3f} s "
-                  f"(p50 {r.delivery_p50_s:.3f}, p99 {r.delivery_p99_s:.3f})")
+                  f"(p50 {r.delivery_p50_s:.3f}, p99 {r.delivery_p99_s:.3f}); CPU s: "
+                  f"publisher {r.cpu_publisher_s}, broker {r.cpu_broker_s}, "
+                  f"clients {r.cpu_clients_s}")
         print(f"  full tick (median) {median_delivered:.3f} s vs target {args.target_s} s: "
               f"{'MET' if result['meets_target'] else 'MISSED'}")
         print(f"  every CPE holds its own latest version: {not wrong} "

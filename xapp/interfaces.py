@@ -6,7 +6,8 @@ and can be replaced by a plain in-memory object in tests of the loop itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from xapp.estimator import CapacityForecast, KpiFrame
@@ -35,10 +36,27 @@ class TelemetrySink(Protocol):
         ...
 
 
+#: One CPE's weights for a publish: (cpe_id, decision, steering mode, lease in seconds).
+WeightUpdate = tuple[str, WeightDecision, str, float]
+
+
+@dataclass
+class PublishResult:
+    """What a publisher did with each CPE of a batch."""
+
+    #: cpe_id -> the version its weights were given (queued for delivery).
+    versions: dict[str, int] = field(default_factory=dict)
+    #: cpe_id -> why its weights were refused (nothing queued, no version used).
+    errors: dict[str, Exception] = field(default_factory=dict)
+
+
 class WeightPublisher(Protocol):
     """Delivers weights to CPE agents (MQTT ``mcw/v1/cpe/{cpe_id}/weights``)."""
 
-    def publish(self, cpe_id: str, decision: WeightDecision, *, mode: str,
-                lease_s: float) -> int:
-        """Queue the CPE's latest weights; returns the version it was given (grows per CPE)."""
+    def publish_many(self, items: Iterable[WeightUpdate]) -> PublishResult:
+        """Queue the latest weights of many CPEs (one control tick) at once.
+
+        Versions grow per CPE.  A CPE whose weights are refused is reported in
+        ``errors``; an exception means nothing was queued for any CPE of the batch.
+        """
         ...

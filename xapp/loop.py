@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xapp.estimator import CapacityEstimator, CapacityForecast, KpiFrame
-from xapp.interfaces import KpiSource, TelemetrySink, WeightPublisher
+from xapp.interfaces import KpiSource, PublishResult, TelemetrySink, WeightPublisher, WeightUpdate
 from xapp.policy import KNOWN_WATS, Policy
 from xapp.ric.a1 import PolicyResolver
 from xapp.ric.metrics import Metrics
@@ -177,8 +177,8 @@ class ControlLoop:
         per_cpe = self._wat_states(frame, forecast, report)
         report.cpes = len(per_cpe)
         resolver = self.policies()
-        published: dict[str, tuple[int, WeightDecision]] = {}
-        records: dict[str, CpeRecord] = {}
+        batch: list[WeightUpdate] = []
+        sources: dict[str, tuple[str, WeightDecision, str]] = {}
         for cpe_id, states in per_cpe.items():
             policy, source = resolver.for_cpe(cpe_id)
             outcome = self._decide_one(cpe_id, states, policy, now_s, report)
@@ -189,21 +189,29 @@ class ControlLoop:
             if not must_publish and record is not None \
                     and now_s - record.time_s < s.lease_s * s.refresh_fraction:
                 continue
-            try:
-                version_no = self.publisher.publish(cpe_id, decision, mode=policy.mode.value,
-                                                    lease_s=s.lease_s)
-            except Exception as exc:
-                report.publish_errors += 1
-                self._unpublished.add(cpe_id)
-                log.error("publishing weights of CPE %s failed: %s", cpe_id, exc)
-                self._count_publish("error")
-                continue
+            batch.append((cpe_id, decision, policy.mode.value, s.lease_s))
+            sources[cpe_id] = (source, decision, policy.mode.value)
+        if not batch:
+            return
+        # One hand-over per tick: the publisher queues the whole batch with one wake-up.
+        try:
+            result = self.publisher.publish_many(batch)
+        except Exception as failure:  # nothing was queued: every CPE of the batch is retried
+            result = PublishResult(errors={cpe_id: failure for cpe_id, *_ in batch})
+        published: dict[str, tuple[int, WeightDecision]] = {}
+        records: dict[str, CpeRecord] = {}
+        for cpe_id, error in result.errors.items():
+            report.publish_errors += 1
+            self._unpublished.add(cpe_id)
+            log.error("publishing weights of CPE %s failed: %s", cpe_id, error)
+            self._count_publish("error")
+        for cpe_id, version_no in result.versions.items():
+            source, decision, mode = sources[cpe_id]
             self._unpublished.discard(cpe_id)
             self._count_publish("ok")
             report.published[cpe_id] = version_no
             published[cpe_id] = (version_no, decision)
-            records[cpe_id] = CpeRecord.from_decision(version_no, decision,
-                                                      mode=policy.mode.value,
+            records[cpe_id] = CpeRecord.from_decision(version_no, decision, mode=mode,
                                                       policy_source=source, time_s=now_s)
         if records:
             self.state.put_cpes(records)

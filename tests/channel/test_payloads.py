@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.channel.conftest import decision
 from xapp.channel import CpeState, DropCounter, PayloadError, build_weights, decode, topic
-from xapp.channel.payloads import check, encode, parse_topic
+from xapp.channel.payloads import check, encode, encode_weights, parse_topic
 from xapp.channel.subscriber import telemetry_frame
 
 WEIGHTS: dict[str, Any] = {
@@ -202,3 +202,25 @@ def test_fast_engine_agrees_on_random_weights(weights: dict[str, Any], lease: fl
     except PayloadError:
         fast_ok = False
     assert fast_ok == _reference_valid("weights", doc)
+
+
+@given(weights=st.dictionaries(st.sampled_from(["nr", "lte", "wifi", "lifi"]),
+                               st.integers(0, 255), min_size=1, max_size=4),
+       lease=st.one_of(st.floats(1, 3600, allow_nan=False), st.integers(1, 3600)),
+       version=st.integers(1, 2**53 - 1), issued=st.integers(0, 2**53 - 1),
+       reason=st.text(max_size=300),
+       mode=st.sampled_from(["load_balancing", "fixed_split", "active_standby",
+                             "latency_bound"]),
+       cpe_id=st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z"))
+@settings(max_examples=300, deadline=None)
+def test_template_encoding_is_byte_identical_to_json(
+        weights: dict[str, int], lease: float, version: int, issued: int, reason: str,
+        mode: str, cpe_id: str) -> None:
+    if not any(weights.values()):
+        weights = {**weights, "nr": 1}
+    doc = build_weights(cpe_id, version, decision(weights, reason), mode=mode, lease_s=lease,
+                        issued_at_ms=issued)
+    assert encode_weights(doc) == encode(doc)
+    doc.pop("reason")  # optional in the schema
+    check("weights", doc)
+    assert encode_weights(doc) == encode(doc)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pytest
 
 from xapp.estimator import CapacityForecast, KpiFrame
+from xapp.interfaces import PublishResult, WeightUpdate
 from xapp.loop import ControlLoop, LoopRunner, LoopSettings
 from xapp.policy import Policy
 from xapp.ric.a1 import PolicyBook, PolicyInstance
@@ -48,13 +49,15 @@ class FakePublisher:
         self.version: dict[str, int] = {}
         self.fail = False
 
-    def publish(self, cpe_id: str, decision: WeightDecision, *, mode: str,
-                lease_s: float) -> int:
+    def publish_many(self, items: Iterable[WeightUpdate]) -> PublishResult:
         if self.fail:
             raise ConnectionError("broker away")
-        v = self.version[cpe_id] = self.version.get(cpe_id, 0) + 1
-        self.sent.append((cpe_id, dict(decision.weights), mode, v))
-        return v
+        result = PublishResult()
+        for cpe_id, decision, mode, _lease_s in items:
+            v = self.version[cpe_id] = self.version.get(cpe_id, 0) + 1
+            self.sent.append((cpe_id, dict(decision.weights), mode, v))
+            result.versions[cpe_id] = v
+        return result
 
     def last(self, cpe_id: str) -> dict[str, int]:
         return [s for s in self.sent if s[0] == cpe_id][-1][1]

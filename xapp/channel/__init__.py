@@ -22,6 +22,7 @@ from xapp.channel.versions import (
     VersionAllocator,
     VersionStore,
 )
+from xapp.interfaces import PublishResult
 
 __all__ = [
     "ChannelSubscriber",
@@ -32,6 +33,7 @@ __all__ = [
     "MqttSettings",
     "MqttWeightPublisher",
     "PayloadError",
+    "PublishResult",
     "PublisherStats",
     "VersionAllocator",
     "VersionStore",

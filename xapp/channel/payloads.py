@@ -178,3 +178,29 @@ def decode(topic_name: str, payload: bytes, drops: DropCounter
         drops.drop(kind, "cpe-id-mismatch", f"payload cpe_id {doc['cpe_id']!r}", topic_name)
         return None
     return kind, doc
+
+
+_ENCODE_FLOAT = float.__repr__  # what json.dumps writes for a finite float
+
+
+def encode_weights(doc: Mapping[str, Any]) -> bytes:
+    """:func:`encode` of a *validated* ``mcw.weights.v1`` document, about 5x faster.
+
+    The publisher encodes one document per CPE and tick, so the generic sorted-keys
+    ``json.dumps`` was a tenth of the per-message cost. After validation every field has a
+    known type, and ``cpe_id`` and ``mode`` (pattern, enum) need no escaping, so the document
+    is written from a fixed template in sorted key order; the output is byte-identical to
+    :func:`encode` (``tests/channel/test_payloads.py`` checks that property-based).
+    """
+    lease = doc["lease_s"]
+    weights = doc["weights"]
+    reason = doc.get("reason")
+    return (
+        f'{{"cpe_id":"{doc["cpe_id"]}","issued_at_ms":{doc["issued_at_ms"]},'
+        f'"lease_s":{_ENCODE_FLOAT(lease) if isinstance(lease, float) else int(lease)},'
+        f'"mode":"{doc["mode"]}",'
+        + ("" if reason is None else f'"reason":{json.dumps(reason)},')
+        + f'"schema":"mcw.weights.v1","version":{doc["version"]},"weights":{{'
+        + ",".join(f'"{w}":{weights[w]}' for w in sorted(weights))
+        + "}}"
+    ).encode()

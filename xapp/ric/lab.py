@@ -19,13 +19,14 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from xapp.channel.versions import VersionAllocator, VersionStore
 from xapp.estimator import CapacityForecast, KpiFrame
+from xapp.interfaces import PublishResult, WeightUpdate
 from xapp.weights import WeightDecision
 
 
@@ -93,8 +94,13 @@ class JsonlPublisher:
         self._lock = threading.Lock()
         self.connected = True
 
-    def publish(self, cpe_id: str, decision: WeightDecision, *, mode: str,
-                lease_s: float) -> int:
+    def publish_many(self, items: Iterable[WeightUpdate]) -> PublishResult:
+        result = PublishResult()
+        for cpe_id, decision, mode, lease_s in items:
+            result.versions[cpe_id] = self._publish(cpe_id, decision, mode, lease_s)
+        return result
+
+    def _publish(self, cpe_id: str, decision: WeightDecision, mode: str, lease_s: float) -> int:
         with self._lock:
             version = self._versions.peek(cpe_id)
             line = json.dumps({"cpe_id": cpe_id, "version": version,
