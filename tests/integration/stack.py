@@ -19,15 +19,16 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.influxd import InfluxServer, free_port
+from tests.support.influxd import InfluxServer
 from tests.support.mosquitto import MosquittoBroker, Pki
+from tests.support.polling import free_port, wait_until
 from tests.support.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,13 +64,6 @@ def http_get(port: int, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
         return 0, b""
 
 
-def wait_until(cond: Callable[[], bool], timeout_s: float = 20.0, step_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step_s)
-    return cond()
 
 
 def influx_write(server: InfluxServer, lines: list[str]) -> bool:

@@ -15,14 +15,16 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 from xapp.ric import main
+from xapp.ric.lab import read_published as published
 
 CONTROLS: dict[str, Any] = {
     "control_period_s": 0.1, "log_level": "INFO", "kpi_max_age_s": 5.0,
@@ -48,19 +50,8 @@ def get(port: int, path: str) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
-def wait_until(cond: Callable[[], bool], timeout_s: float = 40.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
-def published(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -12,13 +12,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.polling import free_port, wait_until
+from tests.support.redis_server import RedisServer
+from xapp.ric.lab import read_published as published
 from xapp.ric.rmr_app import rmr_library_available
 
 _ok, _why = rmr_library_available()
@@ -32,19 +34,8 @@ KPIS = {"cpes": {"cpe-1": {"nr": {"delivered_mbps": 342, "cwnd_limited": 1},
                            "wifi": {"delivered_mbps": 600, "cwnd_limited": 1}}}}
 
 
-def wait_until(cond: Callable[[], bool], timeout_s: float = 40.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
-def published(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @pytest.fixture

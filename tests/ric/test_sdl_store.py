@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 
 import pytest
 
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 from xapp.ric.a1 import PolicyInstance
 from xapp.ric.sdl_store import (
@@ -42,13 +41,6 @@ def raw_keys() -> dict[str, bytes]:
         sdl.close()
 
 
-def wait_until(cond: Callable[[], bool], timeout_s: float = 40.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
 def test_state_survives_a_restart_of_the_xapp(redis: RedisServer) -> None:

@@ -33,6 +33,8 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from tests.support.polling import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 BROKER_DIR = REPO / "broker"
 PKI_SCRIPT = BROKER_DIR / "make-test-pki.sh"
@@ -48,11 +50,6 @@ def mosquitto_binary() -> str | None:
     return "/usr/sbin/mosquitto" if os.access("/usr/sbin/mosquitto", os.X_OK) else None
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpe_name(index: int) -> str:

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from tests.support.polling import free_port
+
 
 def redis_binary() -> str | None:
     """Path of redis-server, or None when it is not installed."""
@@ -30,11 +32,6 @@ def redis_binary() -> str | None:
     return "/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RedisServer:

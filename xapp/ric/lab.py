@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -111,3 +112,11 @@ class JsonlPublisher:
                 fh.write(line + "\n")
             self._versions.take(cpe_id)
             return version
+
+
+def read_published(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records :class:`JsonlPublisher` appended to ``path`` (empty when it has none yet)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]

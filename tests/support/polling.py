@@ -1,0 +1,24 @@
+"""Small helpers every server-backed test needs: a free loopback port, and waiting for a state."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(cond: Callable[[], bool], timeout_s: float = 40.0, step_s: float = 0.05) -> bool:
+    """Poll ``cond`` until it holds or ``timeout_s`` passes; the last answer is returned."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step_s)
+    return cond()
