@@ -36,6 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         f"  {name:13s} {spec.description}" for name, spec in SCENARIOS.items()) + (
         "\npolicies:\n"
         "  oracle        exact optimum for the true capacities, every step\n"
+        "  lagged-oracle the oracle one control period (--period) late: best weights for the\n"
+        "                previous period's mean capacities, the causal headroom\n"
         "  probe         the paper: 5 s iperf3 probe every 10 s, weights every 12 s\n"
         "  probe-replay  the paper's measured run: probe weights replayed, no probe traffic\n"
         "  equal         plain round-robin (all weights 1)\n"
@@ -101,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {label:20s} {value:10.1f} Mbps")
     ratio = doc["ratio_to_oracle"]
     print(f"  {'ratio to oracle':20s} {ratio if ratio is not None else float('nan'):10.3f}")
+    lagged = doc.get("lagged_oracle_ratio")
+    if lagged is not None:
+        late = doc["lagged_oracle_period_s"]
+        print(f"  {'lagged oracle':20s} {lagged:10.3f}   (the oracle {late:g} s late: what "
+              "perfect knowledge of the last period gives)")
     print(f"  {'weight updates':20s} {doc['weight_updates']:10.1f}")
     if "plot" in doc:
         print(f"  plot: {doc['plot']}")

@@ -70,7 +70,11 @@ class _DemoLoop:
             self.rows.append(row)
             self.window = []
             if self.out is not None:
-                self.out.write(_row_text(row) + "\n")
+                # tqdm.write clears the progress bar, prints the row and redraws the bar, so
+                # the live table and the bar do not interleave on the terminal.
+                from tqdm import tqdm
+
+                tqdm.write(_row_text(row), file=self.out)
         return w
 
 

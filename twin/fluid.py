@@ -28,7 +28,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from twin.scenarios import Scenario
-from xapp.weights import fluid_aggregate_batch
 
 Array = NDArray[np.float64]
 IntArray = NDArray[np.integer[Any]]
@@ -94,21 +93,23 @@ class SimResult:
 
 def deliver(capacity: Array, weights: IntArray
             ) -> tuple[Array, Array, NDArray[np.bool_]]:
-    """Per-WAT delivered rate, aggregate T and the cwnd-limited mask for arrays (..., k)."""
-    shape = capacity.shape
-    k = shape[-1]
+    """Per-WAT delivered rate, aggregate T and the cwnd-limited mask for arrays (..., k).
+
+    ``weights`` has the shape of ``capacity`` or broadcasts to it (one set held for a block).
+    T is :func:`xapp.weights.fluid_aggregate_batch`'s formula, computed here once so that the
+    per-WAT rates are reused for the cwnd-limited mask (this runs every control period).
+    """
     w = np.where(capacity > 0, weights, 0)
-    c2 = capacity.reshape(-1, k)
-    w2 = w.reshape(-1, k)
-    t = fluid_aggregate_batch(c2, w2)
-    total = w2.sum(axis=1)
-    wf = w2.astype(np.float64)
+    total = w.sum(axis=-1, keepdims=True)
+    wf = w.astype(np.float64)
+    used = w > 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(total[:, None] > 0, wf / total[:, None], 0.0)
-        rate = np.where(w2 > 0, c2 * total[:, None] / wf, np.inf)
-    delivered = t[:, None] * share
-    saturated = (w2 > 0) & (rate <= t[:, None] * (1.0 + SATURATION_TOLERANCE))
-    return (delivered.reshape(shape), t.reshape(shape[:-1]), saturated.reshape(shape))
+        rate = np.where(used, capacity * total / wf, np.inf)
+        share = np.where(total > 0, wf / total, 0.0)
+    t = rate.min(axis=-1, keepdims=True)
+    t = np.where(np.isfinite(t), t, 0.0)
+    saturated = used & (rate <= t * (1.0 + SATURATION_TOLERANCE))
+    return t * share, t[..., 0], saturated
 
 
 def _count_updates(prev: IntArray | None, block: IntArray) -> NDArray[np.int64]:
@@ -134,11 +135,18 @@ class _Recorder:
         self.delivered = np.zeros((steps, n, k), dtype=np.float32) if self.keep else None
         self.last: IntArray | None = None
 
-    def add(self, t0: int, t1: int, weights: IntArray, delivered: Array, agg: Array) -> None:
+    def add(self, t0: int, t1: int, weights: IntArray, delivered: Array, agg: Array,
+            held: IntArray | None = None) -> None:
+        """Record steps [t0, t1); ``held`` (n, k): the weights were these for every step."""
         self.aggregate[t0:t1] = agg
         self.per_wat += delivered.sum(axis=0)
-        self.updates += _count_updates(self.last, weights)
-        self.last = weights[-1]
+        if held is None:
+            self.updates += _count_updates(self.last, weights)
+            self.last = weights[-1]
+        else:  # one comparison instead of one per step
+            if self.last is not None:
+                self.updates += np.any(held != self.last, axis=-1)
+            self.last = held
         if self.weights is not None and self.delivered is not None:
             self.weights[t0:t1] = weights
             self.delivered[t0:t1] = delivered
@@ -183,14 +191,14 @@ def simulate_closed(scenario: Scenario, controller: ClosedLoop, policy: str,
     bar = None
     if progress:
         from tqdm import tqdm
+        # disable=None: no bar when stderr is not a terminal (logs, pipes)
         bar = tqdm(total=len(starts), desc=f"{scenario.name}/{policy}", unit="period",
-                   leave=False)
+                   leave=False, disable=None)
     for t0 in starts:
         t1 = min(scenario.steps, t0 + period)
         c = cap[t0:t1]
-        w = np.broadcast_to(weights, c.shape)
-        delivered, agg, saturated = deliver(c, w)
-        rec.add(t0, t1, w, delivered, agg)
+        delivered, agg, saturated = deliver(c, weights)
+        rec.add(t0, t1, weights, delivered, agg, held=weights)
         obs = Observation(t0=t0, t1=t1, delivered_mbps=delivered, saturated=saturated,
                           rtt_ms=scenario.rtt_ms[t0:t1], up=c > 0)
         weights = np.asarray(controller.update(obs), dtype=np.int64)

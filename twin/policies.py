@@ -18,25 +18,32 @@
     The paper's *measured* run: the weights of an earlier probing pass replayed every 12 s on a
     connection without probe traffic.  The twin replays the same trace, so this is the
     optimistic bound of the method (the paper could not guarantee identical radio conditions).
+``lagged-oracle``
+    The oracle one control period late (:func:`lagged_oracle_plan`): the best weights for the
+    previous period's mean true capacities.  ``mcw twin`` reports its ratio to the oracle as
+    ``lagged_oracle_ratio``: the headroom left for a causal controller at that period.
 ``equal``
     Plain round-robin with ``cwnd_limited=N``: all weights 1.
 ``fixed:A,B,C``
     Constant weights, one per WAT in scenario order (nr, wifi, lifi).
 ``xapp``
     The product's loop: each control period (default 1 s) the subflow signals an agent reports
-    (delivered Mbps, RTT, cwnd-limited fraction, link up) go to a capacity estimator
+    (delivered Mbps, RTT, cwnd-limited fraction, link up) and the radio KPIs of the period's
+    last step (:func:`twin.kpis.radio_kpis`: SINR, CQI, MCS, SNR, ...) go to a capacity estimator
     (:class:`xapp.estimator.CapacityEstimator`: ``ewma``, ``ewma-naive`` or ``model``) and
     its forecasts to the weight engine with the policy's hysteresis.  A WAT that is up but has
     no estimate yet (it was down when the loop started) is tried at the CPE's smallest estimate,
-    so it carries traffic and gets measured.  One CPE (or any policy beyond plain load
-    balancing) uses :func:`xapp.weights.decide`; many CPEs use the vectorised exact optimum
-    (:func:`xapp.weights.optimal_weights_batch`) with the same hysteresis rule.
+    so it carries traffic and gets measured.  The engine is fed the estimator's *lower* bound
+    (robust weights: a WAT whose forecast is uncertain gets a smaller share, so its dips do
+    not stall the connection).  Plain load balancing uses the vectorised exact optimum
+    (:func:`xapp.weights.optimal_weights_batch`) with :func:`xapp.weights.decide`'s hysteresis
+    rule for all CPEs at once; any other policy runs :func:`~xapp.weights.decide` per CPE.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -68,10 +75,8 @@ IntArray = NDArray[np.int64]
 
 #: Above this many (step, CPE) rows the oracle is recomputed once per control period.
 ORACLE_ROWS = 400_000
-#: Up to this many CPEs the xapp policy runs the full engine (decide) per CPE.
-DECIDE_MAX_CPES = 16
 ESTIMATORS = ("ewma", "ewma-naive", "model")
-POLICIES = ("oracle", "probe", "probe-replay", "equal", "fixed:A,B,C", "xapp")
+POLICIES = ("oracle", "lagged-oracle", "probe", "probe-replay", "equal", "fixed:A,B,C", "xapp")
 
 
 class TwinPolicyError(ValueError):
@@ -108,7 +113,10 @@ def make_estimator(name: str) -> CapacityEstimator:
         if factory is None:
             raise TwinPolicyError("xapp.model has no load_estimator(); cannot use --estimator "
                                   "model yet")
-        est = factory()
+        try:
+            est = factory()
+        except Exception as exc:  # a missing, damaged or incompatible artifact
+            raise TwinPolicyError(f"--estimator model: cannot load the model: {exc}") from exc
         if not isinstance(est, CapacityEstimator):
             raise TwinPolicyError("xapp.model.load_estimator() did not return a "
                                   "CapacityEstimator")
@@ -148,6 +156,32 @@ def oracle_plan(scenario: Scenario, opts: TwinOptions) -> Plan:
     if stride > 1:
         w = np.repeat(w, stride, axis=0)[:steps]
     return Plan(weights=w)
+
+
+def lagged_oracle_plan(scenario: Scenario, opts: TwinOptions) -> Plan:
+    """The oracle one control period late: each period gets the best weights for the previous
+    period's mean true capacities (the first period plain round-robin, as the xapp starts).
+
+    What a controller with perfect knowledge of the last period, and none of the next, can
+    do; a robust controller can still beat it by hedging (e.g. a volatile WAT's lower bound).
+    """
+    steps, n, k = scenario.capacity_mbps.shape
+    per = max(1, round(opts.period_s / scenario.dt_s))
+    m = -(-steps // per)
+    pad = m * per - steps
+    cap = scenario.capacity_mbps
+    if pad:
+        cap = np.concatenate([cap, np.repeat(cap[-1:], pad, axis=0)])
+    means = cap.reshape(m, per, n, k).mean(axis=1, dtype=np.float64)
+    w = np.ones((m, n, k), dtype=np.int16)
+    chunk = max(1, 200_000 // n)
+    for a in range(0, m - 1, chunk):
+        b = min(m - 1, a + chunk)
+        w[a + 1:b + 1] = optimal_weights_batch(means[a:b].reshape(-1, k),
+                                               opts.max_weight).reshape(-1, n, k)
+    dead = ~w.any(axis=-1)
+    w[dead] = 1
+    return Plan(weights=np.repeat(w, per, axis=0)[:steps])
 
 
 def constant_plan(scenario: Scenario, weights: IntArray) -> Plan:
@@ -194,17 +228,32 @@ class XappController:
     ----------
     estimator : CapacityEstimator
         Fed one :class:`KpiFrame` per period with columns ``delivered_mbps``, ``rtt_ms``,
-        ``cwnd_limited`` and ``up`` (rows: every (cpe, wat)).
+        ``saturated`` and ``up`` (rows: every (cpe, wat)), plus the radio KPIs of the
+        period's last step when ``radio_kpis`` is true.
     policy : Policy
-        Steering policy; its ``hysteresis_pct`` and ``max_weight`` apply.
+        Steering policy; its ``hysteresis_pct`` and ``max_weight`` apply.  The engine takes
+        the estimator's lower bound as the conservative capacity (robust weights under
+        fluctuation); the median is kept in :attr:`history`.
     period_steps : int
         Control period in simulation steps.
+    radio_kpis : bool, default=True
+        Add the synthetic radio KPIs (:func:`twin.kpis.radio_kpis`) to each frame; an
+        estimator that ignores them (the EWMA) runs faster without.
+    kpi_seed : int, default=0
+        Seed of the KPIs' measurement noise.
+    per_cpe : bool, default=False
+        Always run :func:`xapp.weights.decide` per CPE, even where the batch path reproduces it
+        (the reference the batch path is tested and benchmarked against).
     """
 
-    def __init__(self, estimator: CapacityEstimator, policy: Policy, period_steps: int) -> None:
+    def __init__(self, estimator: CapacityEstimator, policy: Policy, period_steps: int,
+                 radio_kpis: bool = True, kpi_seed: int = 0, per_cpe: bool = False) -> None:
         self.estimator = estimator
         self.policy = policy
         self.period_steps = period_steps
+        self.radio_kpis = radio_kpis
+        self.kpi_seed = kpi_seed
+        self.per_cpe = per_cpe
         self.history: list[tuple[float, Array]] = []
 
     def start(self, scenario: Scenario) -> IntArray:
@@ -215,22 +264,76 @@ class XappController:
         self.weights: IntArray = np.ones((n, k), dtype=np.int64)  # plain RR until we know more
         self.usable = np.ones((n, k), dtype=bool)
         self.decisions: list[WeightDecision | None] = [None] * n
-        self.plain = (policy_is_plain(self.policy) and n > DECIDE_MAX_CPES)
+        # The batch path reproduces decide() for plain load balancing and is several times
+        # cheaper per period, also for one CPE.
+        self.plain = policy_is_plain(self.policy) and not self.per_cpe
+        self._kpis = self._radio_table(scenario) if self.radio_kpis else {}
+        self._rtt_table, self._up_table = self._transport_tables(scenario)
         return self.weights.copy()
 
-    def frame(self, obs: Observation) -> KpiFrame:
-        """The KPIs an agent reports for the period: means over its steps."""
-        rtt = obs.rtt_ms
-        finite = np.isfinite(rtt)
-        count = finite.sum(axis=0)
+    def _last_steps(self, steps: int) -> NDArray[np.intp]:
+        """Last step of each control period (period i covers [i * P, (i + 1) * P))."""
+        per = self.period_steps
+        return np.minimum(np.arange(per, steps + per, per), steps) - 1
+
+    def _transport_tables(self, scenario: Scenario) -> tuple[Array, Array]:
+        """Per-period mean RTT over the steps the WAT was up, and ``up`` at the period's last
+        step, (periods, n * k): they do not depend on the weights, so one vectorised pass
+        replaces a few small array operations every period."""
+        steps, n, k = scenario.rtt_ms.shape
+        per = self.period_steps
+        last = self._last_steps(steps)
+        full = steps // per
+        sums = np.zeros((len(last), n * k))
+        counts = np.zeros((len(last), n * k))
+        chunk = max(1, 2_000_000 // max(1, n * k * per))  # bound the temporaries
+        for a in range(0, len(last), chunk):
+            b = min(len(last), a + chunk)
+            block = scenario.rtt_ms[a * per:min(steps, b * per)].reshape(-1, n * k)
+            finite = np.isfinite(block)
+            z = np.where(finite, block, 0.0)
+            stop = min(b, full) - a  # whole periods of this chunk
+            if stop > 0:
+                sums[a:a + stop] = z[:stop * per].reshape(stop, per, -1).sum(axis=1)
+                counts[a:a + stop] = finite[:stop * per].reshape(stop, per, -1).sum(axis=1)
+            if b > full:  # the last, shorter period
+                sums[full] = z[(full - a) * per:].sum(axis=0)
+                counts[full] = finite[(full - a) * per:].sum(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            rtt_mean = np.where(count > 0, np.where(finite, rtt, 0.0).sum(axis=0) / count, np.nan)
+            rtt = np.where(counts > 0, sums / np.maximum(counts, 1.0), np.nan)
+        up = (scenario.capacity_mbps[last] > 0).reshape(len(last), n * k).astype(np.float64)
+        return rtt, up
+
+    def _radio_table(self, scenario: Scenario) -> dict[str, Array]:
+        """Radio KPI columns (periods, n * k) at each period's last step, NaN where the WAT
+        does not report the field; computed once, so a frame is a row lookup."""
+        import twin.kpis  # lazily: pandas is not needed by the other policies
+
+        steps, n, k = scenario.capacity_mbps.shape
+        last = self._last_steps(steps)
+        sub = replace(scenario, capacity_mbps=scenario.capacity_mbps[last],
+                      rtt_ms=scenario.rtt_ms[last],
+                      context={key: np.asarray(v)[last] for key, v in scenario.context.items()})
+        kpis = twin.kpis.radio_kpis(sub, np.random.default_rng(self.kpi_seed))
+        table: dict[str, Array] = {}
+        for j, w in enumerate(scenario.wats):
+            for name, arr in kpis.get(w, {}).items():
+                col = table.setdefault(name, np.full((len(last), n * k), np.nan))
+                col[:, j::k] = arr
+        return table
+
+    def frame(self, obs: Observation) -> KpiFrame:
+        """The KPIs an agent reports for the period: means over its steps, and the radio KPIs
+        of its last step."""
+        row = (obs.t1 - 1) // self.period_steps
         values = {
             "delivered_mbps": obs.delivered_mbps.mean(axis=0).ravel(),
-            "rtt_ms": rtt_mean.ravel(),
-            "cwnd_limited": obs.saturated.mean(axis=0).ravel(),
-            "up": obs.up[-1].astype(np.float64).ravel(),
+            "rtt_ms": self._rtt_table[row],
+            "saturated": obs.saturated.mean(axis=0).ravel(),
+            "up": self._up_table[row],
         }
+        for name, col in self._kpis.items():
+            values[name] = col[row]
         return KpiFrame(time_s=obs.t1 * self.scenario.dt_s, cpe=self.cpe, wat=self.wat,
                         values=values)
 
@@ -270,14 +373,23 @@ class XappController:
         p = self.policy
         cons = np.where(up & (cons >= p.capacity_floor_mbps) & (cons > 0), cons, 0.0)
         usable = cons > 0
-        new = optimal_weights_batch(cons, p.max_weight)
-        t_new = fluid_aggregate_batch(cons, new)
+        gain = 1.0 + p.hysteresis_pct / 100.0
         held_ok = (usable == self.usable).all(axis=1) & self.weights.any(axis=1)
         t_old = fluid_aggregate_batch(cons, np.where(usable, self.weights, 0))
-        keep = held_ok & (t_new <= t_old * (1.0 + p.hysteresis_pct / 100.0))
-        keep |= ~new.any(axis=1)  # nothing usable: keep the weights in force
-        self.weights = np.where(keep[:, None], self.weights, new)
-        self.usable = np.where(keep[:, None], self.usable, usable)
+        # No weights can beat the sum of the capacities: where the weights in force are within
+        # the hysteresis of it, the exact search cannot change anything and is skipped.
+        keep = held_ok & (cons.sum(axis=1) <= t_old * gain)
+        rows = np.flatnonzero(~keep)
+        if len(rows) == 0:
+            return
+        c = cons[rows]
+        new = optimal_weights_batch(c, p.max_weight)
+        t_new = fluid_aggregate_batch(c, new)
+        hold = held_ok[rows] & (t_new <= t_old[rows] * gain)
+        hold |= ~new.any(axis=1)  # nothing usable: keep the weights in force
+        change = rows[~hold]
+        self.weights[change] = new[~hold]
+        self.usable[change] = usable[change]
 
 
 def policy_is_plain(p: Policy) -> bool:
@@ -312,6 +424,8 @@ def run_policy(scenario: Scenario, name: str, opts: TwinOptions | None = None,
         res = simulate_plan(scenario, oracle_plan(scenario, opts), name)
         res.extra["oracle_stride_s"] = oracle_stride(scenario, opts) * scenario.dt_s
         return res
+    if name == "lagged-oracle":
+        return simulate_plan(scenario, lagged_oracle_plan(scenario, opts), name)
     if name == "equal":
         return simulate_plan(scenario, constant_plan(scenario, np.ones(k, np.int64)), name)
     if name.startswith("fixed"):
@@ -325,7 +439,9 @@ def run_policy(scenario: Scenario, name: str, opts: TwinOptions | None = None,
         policy = Policy(max_weight=opts.max_weight, hysteresis_pct=opts.hysteresis_pct,
                         update_period_s=opts.period_s)
         est = estimator if estimator is not None else make_estimator(opts.estimator)
-        ctl = XappController(est, policy, round(opts.period_s / scenario.dt_s))
+        # The EWMA reads throughput only: skip building radio KPIs it would ignore.
+        ctl = XappController(est, policy, round(opts.period_s / scenario.dt_s),
+                             radio_kpis=not isinstance(est, EwmaEstimator))
         controller: ClosedLoop = ctl
         res = simulate_closed(scenario, controller, name, progress=progress)
         res.extra["estimator"] = opts.estimator if estimator is None else type(estimator).__name__
@@ -336,12 +452,17 @@ def run_policy(scenario: Scenario, name: str, opts: TwinOptions | None = None,
 
 def run_with_oracle(scenario: Scenario, name: str, opts: TwinOptions | None = None,
                     progress: bool = False) -> SimResult:
-    """Like :func:`run_policy`, with ``oracle_mbps`` filled from an oracle run."""
+    """Like :func:`run_policy`, with ``oracle_mbps`` filled from an oracle run and
+    ``extra["lagged_oracle_mbps"]`` (CPE- and time-mean) from a lagged-oracle run."""
     opts = opts or TwinOptions()
     res = run_policy(scenario, name, opts, progress=progress)
     oracle = res if name == "oracle" else run_policy(scenario, "oracle", opts)
+    lagged = res if name == "lagged-oracle" else run_policy(scenario, "lagged-oracle", opts)
     res.oracle_mbps = oracle.aggregate_mbps
     res.extra.setdefault("oracle_stride_s", oracle.extra.get("oracle_stride_s"))
+    res.extra["lagged_oracle_mbps"] = float(lagged.aggregate_mbps.mean())
+    res.extra["lagged_oracle_period_s"] = max(1, round(opts.period_s / scenario.dt_s)) * \
+        scenario.dt_s
     return res
 
 
@@ -361,10 +482,15 @@ def summary(res: SimResult) -> dict[str, Any]:
         "capacity_sum_mbps": round(cap, 3),
         "ratio_to_oracle": round(agg / oracle, 4) if oracle > 0 else None,
         "ratio_to_capacity_sum": round(agg / cap, 4) if cap > 0 else None,
+        "lagged_oracle_ratio": None,
         "per_wat_mbps": {w: round(float(v), 3) for w, v in zip(res.wats, per_wat, strict=True)},
         "weight_updates": round(float(res.weight_updates.mean()), 3),
     }
-    for key in ("estimator", "oracle_stride_s"):
+    lagged = res.extra.get("lagged_oracle_mbps")
+    if isinstance(lagged, float) and oracle > 0:
+        out["lagged_oracle_mbps"] = round(lagged, 3)
+        out["lagged_oracle_ratio"] = round(lagged / oracle, 4)
+    for key in ("estimator", "oracle_stride_s", "lagged_oracle_period_s"):
         if res.extra.get(key) is not None:
             out[key] = res.extra[key]
     return out

@@ -22,16 +22,43 @@ Scenarios
 
 How the traces are built
 ------------------------
-*Wi-Fi* (802.11ax, 160 MHz at 5.25 GHz, 2 spatial streams as the CPE's Intel AX201):
-log-distance path loss ``PL(d) = FSPL(1 m) + 10 n log10(d) + wall(d) + X_shadow + X_fast`` with
-``FSPL(1 m) = 46.8 dB``, ``n = 3.3`` (indoor corridor), 10 dB extra once the route leaves the lab
-(``d > 12 m``), log-normal shadowing (3 dB, correlated over 5 s) and fast fading (1.5 dB,
-correlated over 0.3 s).  SNR = 23 dBm EIRP - PL + 86 dB (noise floor of 160 MHz, -174 dBm/Hz
-+ 82 dB + 6 dB noise figure).  Rate adaptation picks the highest MCS whose threshold (1 dB
-margin) the SNR meets; the PHY rate of that MCS (:data:`HE160_2SS_MBPS`) times a MAC/TCP
-efficiency of 0.4955 (calibrated so that MCS 11 at 1 m gives the paper's 1.19 Gbps) times the
-airtime share ``1 / (1 + 0.5 * stations)`` times a log-normal interference factor (7 %, 2 s)
-is the capacity.  Below MCS 0 the link is out of range (capacity 0).
+*Wi-Fi* (802.11ax, 160 MHz at 5.25 GHz, 2 spatial streams as the CPE's Intel AX201), built so
+that it behaves like a real link at the 100 ms scale of the twin:
+
+1. *Mean SNR.* Log-distance path loss ``PL(d) = FSPL(1 m) + 10 n log10(d) + wall(d) + X_shadow``
+   with ``FSPL(1 m) = 46.8 dB``, ``n = 3.3`` (indoor corridor), 10 dB extra once the route leaves
+   the lab (``d > 12 m``, faded in over the door's ~1 m diffraction zone) and log-normal
+   shadowing (3 dB, correlated over 5 s: bodies and furniture change the path over metres,
+   i.e. seconds at walking pace; a smooth process, :func:`smooth_ar`, since shadows have soft
+   diffraction edges).  SNR = 23 dBm EIRP - PL + 86 dB (noise floor of 160 MHz: -174 dBm/Hz
+   + 82 dB + 6 dB noise figure).
+2. *Effective SNR with frequency diversity.*  Narrowband Rayleigh fading swings the SNR by
+   5.6 dB (std), but an OFDM receiver decoding a 160 MHz codeword sees about 2000 subcarriers
+   spread over ~30 independent fading blocks (coherence bandwidth ~5 MHz for the 30-50 ns delay
+   spread of offices), times 2 receive antennas.  The effective (EESM/MIESM) SNR of such a
+   channel fluctuates by about 1 dB per fading realisation (:data:`WIFI_EFF_SNR_DB`), and at
+   5.25 GHz with scatterers moving at walking speed (people, 1.2 m/s: Doppler 21 Hz, coherence
+   time ~20 ms; the AP itself is carried at 0.2 m/s) a 100 ms step averages ~5 realisations:
+   the step's effective SNR jitters by 1/sqrt(5) of that, independently from step to step
+   (:data:`WIFI_STEP_JITTER_DB`).
+3. *Goodput, not a step function.*  The packet error rate of MCS ``m`` is a logistic curve of the
+   effective SNR, ``PER_m(s) = 1 / (1 + 9 exp((s - s_m) / a))``, equal to 10 % at the MCS's
+   sensitivity SNR ``s_m`` (:data:`HE_MCS_SNR_DB`, the usual 802.11ax figures at 10 % PER).  The
+   scale ``a`` (:data:`WIFI_PER_SCALE_DB`) combines the LDPC waterfall (10 % to 1 % PER in about
+   1 dB, scale 0.45 dB) with the fading realisations averaged inside the step (1 dB, moment-matched
+   to a logistic).  With A-MPDU aggregation and block-ack every errored MPDU is retransmitted, so
+   the MCS delivers ``rate_m * (1 - PER_m(s))``.
+4. *Rate adaptation* (Minstrel-HT-like): the MCS is the one of the best expected goodput
+   ``rate_m * (1 - PER_m(s_hat))`` for ``s_hat``, the effective SNR averaged with Minstrel's
+   EWMA (weight 0.25 on each new 100 ms statistics interval: a 0.35 s time constant), so the
+   rate follows the channel with a lag and does not chase each step's jitter.  The step then
+   delivers that MCS's goodput at the step's own effective SNR.  ``context["wifi_mcs"]`` is that
+   MCS.  Below :data:`WIFI_ASSOC_MIN_SNR_DB` the station loses the beacons and the link is down
+   (capacity 0, MCS -1).
+5. *Capacity* = goodput x MAC/TCP efficiency 0.4955 (calibrated so that MCS 11 at 1 m gives the
+   paper's 1.19 Gbps) x the airtime share ``1 / (1 + 0.5 * stations)`` x a log-normal
+   interference factor (7 %, correlated over 2 s, smooth: other networks' load changes as
+   their flows start and end).
 
 *5G NR* (50 MHz, 2x2, throughput TDD pattern): 342 Mbps at SINR >= 25 dB, scaled by
 ``log2(1 + SINR) / log2(1 + 10^2.5)`` below, SINR falling 20 dB per decade of distance from
@@ -50,11 +77,12 @@ phase (time offset) for ``wifi-walk``, path-loss exponent ``n ± 0.2``, distance
 (2-15 m) and LiFi blockage episodes.  CPE 0 of ``paper-static`` and ``wifi-walk`` is the
 paper's CPE (no phase offset, 2 m from the gNB).
 
-``context`` keys (each an array of shape ``(steps, n_cpes)``, present in every scenario)
+``context`` keys (each an array of shape ``(steps, n_cpes)``, present in every scenario; values
+fixed per CPE are read-only broadcast views, so copy before writing)
 ---------------------------------------------------------------------------------------------
 ``wifi_distance_m``   distance CPE to Wi-Fi access point (m)
 ``wifi_stations``     other active stations contending for the Wi-Fi channel (count)
-``wifi_snr_db``       Wi-Fi SNR after path loss, shadowing and fast fading (dB)
+``wifi_snr_db``       Wi-Fi effective SNR of the step: path loss, shadowing, fading (dB)
 ``wifi_mcs``          802.11ax MCS index chosen by rate adaptation (0-11; -1 out of range)
 ``nr_distance_m``     distance CPE to gNB (m)
 ``nr_sinr_db``        5G NR downlink SINR (dB)
@@ -66,6 +94,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -81,10 +110,29 @@ DT_S = 0.1
 #: 802.11ax HE PHY rates (Mbps) for MCS 0..11, 160 MHz, 2 spatial streams, 0.8 µs guard interval.
 HE160_2SS_MBPS = np.array([144.1, 288.2, 432.4, 576.5, 864.7, 1152.9, 1297.1, 1441.2,
                            1729.4, 1921.6, 2161.8, 2401.9])
-#: Minimum SNR (dB) for each MCS (typical receiver sensitivity steps of 802.11ax).
+#: Effective SNR (dB) at which each MCS has 10 % PER: the usual 802.11ax sensitivity steps
+#: (BPSK 1/2 at 2 dB ... 1024-QAM 5/6 at 37 dB, 160 MHz, LDPC).
 HE_MCS_SNR_DB = np.array([2.0, 5.0, 9.0, 11.0, 15.0, 18.0, 20.0, 25.0, 29.0, 31.0, 34.0, 37.0])
 
 WIFI_MAC_EFFICIENCY = 0.4955  # 2401.9 Mbps PHY -> 1190 Mbps TCP goodput (paper, section 6.2)
+#: Std of the wideband effective SNR per fading realisation (dB): ~30 independent blocks of a
+#: 160 MHz channel x 2 antennas average the 5.6 dB of narrowband Rayleigh down to about 1 dB.
+WIFI_EFF_SNR_DB = 1.0
+#: Fading realisations in a 100 ms step: coherence time ~20 ms at 5.25 GHz and 1.2 m/s.
+WIFI_REALISATIONS_PER_STEP = 5
+#: Std of the step-averaged effective SNR (dB), independent from step to step.
+WIFI_STEP_JITTER_DB = WIFI_EFF_SNR_DB / float(np.sqrt(WIFI_REALISATIONS_PER_STEP))
+#: Logistic scale of the LDPC waterfall (dB): PER 10 % -> 1 % over about 1 dB.
+WIFI_WATERFALL_DB = 0.45
+#: PER curve scale (dB) of a step: the waterfall convolved with the in-step realisations
+#: (a Gaussian of std WIFI_EFF_SNR_DB, moment-matched: logistic std = scale * pi / sqrt(3)).
+WIFI_PER_SCALE_DB = float(np.sqrt(WIFI_WATERFALL_DB ** 2
+                                  + (WIFI_EFF_SNR_DB * np.sqrt(3.0) / np.pi) ** 2))
+#: Weight of the newest 100 ms interval in Minstrel-HT's EWMA of success probability.
+WIFI_RA_EWMA = 0.25
+#: Below this averaged SNR the station misses the beacons (sent at MCS 0 rates, PER > 80 %)
+#: and disassociates: the link is down.
+WIFI_ASSOC_MIN_SNR_DB = HE_MCS_SNR_DB[0] - 3.0
 NR_PEAK_MBPS = 342.0
 LIFI_PEAK_MBPS = 42.0
 ONE_WAY_MS = {"nr": 10.1, "wifi": 1.28, "lifi": 1.08}  # paper, section 6.3
@@ -136,43 +184,141 @@ class _Spec:
     description: str
 
 
+#: From this many CPEs on, first-order filters run as a loop over time steps on contiguous rows:
+#: scipy's lfilter along axis 0 walks each CPE's column with a stride of n values and is
+#: several times slower for thousands of CPEs.
+ROW_LOOP_MIN_CPES = 64
+
+
+def first_order(x: NDArray[np.floating[Any]], gain: float, a: float, y_prev: Array) -> Array:
+    """``y[t] = a * y[t-1] + gain * x[t]`` along axis 0, with ``y[-1] = y_prev`` (n,)."""
+    if x.shape[1] < ROW_LOOP_MIN_CPES:
+        y, _ = lfilter([gain], [1.0, -a], x, axis=0, zi=(a * y_prev)[None, :])
+        return np.asarray(y, dtype=np.float64)
+    y = np.multiply(x, gain, dtype=np.float64)
+    tmp = np.empty(x.shape[1])
+    np.multiply(y_prev, a, out=tmp)
+    y[0] += tmp
+    for t in range(1, len(y)):
+        np.multiply(y[t - 1], a, out=tmp)
+        y[t] += tmp
+    return y
+
+
 def ar1(rng: np.random.Generator, steps: int, n: int, corr_s: float) -> Array:
     """Unit-variance Gaussian AR(1) noise, shape (steps, n), correlation time ``corr_s``."""
     a = float(np.exp(-DT_S / corr_s)) if corr_s > 0 else 0.0
-    e = rng.standard_normal((steps, n))
+    e = rng.standard_normal((steps, n), dtype=np.float32)  # float32 draws: twice as fast
     x0 = rng.standard_normal(n)  # stationary start: var(y0) = (1 - a²) + a² = 1
     b = np.sqrt(1.0 - a * a)
-    y, _ = lfilter([b], [1.0, -a], e, axis=0, zi=(a * x0)[None, :])
-    return np.asarray(y, dtype=np.float64)
+    return first_order(e, b, a, x0)
+
+
+def smooth_ar(rng: np.random.Generator, steps: int, n: int, corr_s: float) -> Array:
+    """Unit-variance Gaussian noise with differentiable paths, correlation time about ``corr_s``.
+
+    Two cascaded first-order stages of ``corr_s / 2`` each (a critically damped second-order
+    process).  Slow physical drivers (an obstacle's shadow has soft diffraction edges ~0.5 m
+    wide; other networks' load changes flow by flow) change smoothly below their decorrelation
+    scale, whereas one first-order stage has white increments and jumps at every step.  The
+    first ``3 corr_s`` seconds are generated and dropped, so the trace starts stationary.
+    """
+    a = float(np.exp(-DT_S / (corr_s / 2.0)))
+    burn = int(np.ceil(3.0 * corr_s / DT_S))
+    x = ar1(rng, steps + burn, n, corr_s / 2.0)
+    y = first_order(x, 1.0 - a, a, x[0])
+    return np.asarray(y[burn:] * ((1.0 + a) / np.sqrt(1.0 + a * a)), dtype=np.float64)
 
 
 def _episodes(rng: np.random.Generator, steps: int, n: int, per_min: float,
               min_s: float, max_s: float) -> Array:
     """0/1 mask of episodes starting as a Poisson process, each of uniform length."""
-    mask = np.zeros((steps, n))
     p_start = per_min / 60.0 * DT_S
-    starts = rng.random((steps, n)) < p_start
-    lengths = np.rint(rng.uniform(min_s, max_s, (steps, n)) / DT_S).astype(np.int64)
-    for t, c in zip(*np.nonzero(starts), strict=True):
-        mask[t:t + max(1, lengths[t, c]), c] = 1.0
-    return mask
+    t, c = np.nonzero(rng.random((steps, n), dtype=np.float32) < p_start)
+    lengths = np.maximum(1, np.rint(rng.uniform(min_s, max_s, len(t)) / DT_S).astype(np.int64))
+    # Difference array: +1 where an episode starts, -1 one past its end; overlaps add up.
+    edges = np.zeros((steps + 1, n), dtype=np.int32)
+    np.add.at(edges, (t, c), 1)
+    np.add.at(edges, (np.minimum(t + lengths, steps), c), -1)
+    if n < ROW_LOOP_MIN_CPES:
+        np.cumsum(edges, axis=0, out=edges)
+    else:  # contiguous rows, as in first_order
+        for i in range(1, steps):
+            edges[i] += edges[i - 1]
+    return (edges[:-1] > 0).astype(np.float64)
 
 
-def wifi_capacity(snr_db: Array, stations: Array, interference: Array
-                  ) -> tuple[Array, Array]:
-    """Capacity (Mbps) and MCS index from SNR, contending stations and interference factor."""
-    mcs = np.searchsorted(HE_MCS_SNR_DB, snr_db - 1.0, side="right") - 1  # 1 dB margin
-    phy = np.where(mcs >= 0, HE160_2SS_MBPS[np.clip(mcs, 0, 11)], 0.0)
+def wifi_per(mcs: NDArray[np.intp], snr_db: Array) -> Array:
+    """Packet error rate of MCS ``mcs`` (0..11) at effective SNR ``snr_db`` (module docstring)."""
+    z = np.minimum((snr_db - HE_MCS_SNR_DB[mcs]) / WIFI_PER_SCALE_DB, 50.0)
+    return np.asarray(1.0 / (1.0 + 9.0 * np.exp(z)))
+
+
+def _mcs_switch_points() -> Array:
+    """Averaged SNR above which MCS m has the best expected goodput (m = 0..11).
+
+    The best MCS is a non-decreasing function of the SNR; its switch points are found once on
+    a 0.01 dB grid, so rate adaptation is a ``searchsorted`` per step.
+    """
+    grid = np.arange(-10.0, 60.0, 0.01)
+    goodput = HE160_2SS_MBPS[:, None] * (1.0 - wifi_per(np.arange(12)[:, None], grid[None, :]))
+    best = goodput.argmax(axis=0)
+    points = np.full(12, np.inf)
+    for m in range(12):
+        hit = np.flatnonzero(best >= m)
+        if len(hit):
+            points[m] = grid[hit[0]]
+    points[0] = -np.inf
+    return points
+
+
+MCS_SWITCH_DB = _mcs_switch_points()
+
+
+def rate_adaptation(snr_db: Array) -> Array:
+    """MCS chosen by the Minstrel-like rate adaptation for step SNRs ``snr_db`` (steps, n).
+
+    -1 where the averaged SNR is below :data:`WIFI_ASSOC_MIN_SNR_DB` (disassociated).
+    """
+    a = WIFI_RA_EWMA
+    avg = first_order(snr_db, a, 1.0 - a, snr_db[0])
+    mcs = np.searchsorted(MCS_SWITCH_DB, avg, side="right") - 1
+    return np.where(avg >= WIFI_ASSOC_MIN_SNR_DB, mcs, -1).astype(np.float64)
+
+
+def wifi_capacity(snr_db: Array, stations: Array, interference: Array,
+                  mcs: Array | None = None) -> tuple[Array, Array]:
+    """Capacity (Mbps) and MCS index from effective SNR, contending stations and interference.
+
+    ``mcs`` is the rate adaptation's choice (default: :func:`rate_adaptation` of ``snr_db``).
+    """
+    if mcs is None:
+        mcs = rate_adaptation(snr_db)
+    m = np.clip(mcs, 0, 11).astype(np.intp)
+    goodput = np.where(mcs >= 0, HE160_2SS_MBPS[m] * (1.0 - wifi_per(m, snr_db)), 0.0)
     share = 1.0 / (1.0 + 0.5 * stations)
-    return phy * WIFI_MAC_EFFICIENCY * share * interference, mcs.astype(np.float64)
+    return goodput * WIFI_MAC_EFFICIENCY * share * interference, mcs
 
 
-def wifi_snr(distance_m: Array, exponent: Array, shadow: Array, fast: Array) -> Array:
-    """SNR (dB) of the log-distance model described in the module docstring."""
+def wifi_snr(distance_m: Array, exponent: Array, shadow: Array,
+             fast: NDArray[np.floating[Any]]) -> Array:
+    """Effective SNR (dB) of the log-distance model described in the module docstring."""
     fspl_1m = 46.8
-    wall = np.where(distance_m > 12.0, 10.0, 0.0)
-    path_loss = fspl_1m + 10.0 * exponent * np.log10(np.maximum(distance_m, 0.5)) + wall
-    return 23.0 - path_loss + 86.0 - shadow - fast
+    # In place: at 10,000 CPEs each temporary is a 200 MB array.
+    path_loss = np.maximum(distance_m, 0.5)
+    np.log10(path_loss, out=path_loss)
+    path_loss *= 10.0 * exponent
+    # The lab door at 12 m: 10 dB once the AP is outside, faded in over the door's diffraction
+    # zone (Fresnel radius sqrt(lambda d / 2) ~ 0.6 m at 5.25 GHz: 10-90 % over ~1.2 m).
+    wall = np.subtract(12.0, distance_m)
+    wall /= 0.27
+    np.exp(wall, out=wall)
+    wall += 1.0
+    np.divide(10.0, wall, out=wall)
+    path_loss += wall
+    path_loss += shadow
+    path_loss += fast
+    return np.subtract(23.0 + 86.0 - fspl_1m, path_loss, out=path_loss)
 
 
 def nr_link(distance_m: Array, jitter: Array) -> tuple[Array, Array]:
@@ -196,19 +342,25 @@ def lifi_link(rng: np.random.Generator, steps: int, n: int, blocked: Array
     return cap, np.where(blocked > 0, np.nan, snr)
 
 
-def _rtt(rng: np.random.Generator, capacity: Array, wat: str) -> Array:
-    base = 2.0 * ONE_WAY_MS[wat]
-    with np.errstate(divide="ignore"):
-        rtt = (base + 24.0 / capacity) * (1.0 + 0.05 * np.abs(rng.standard_normal(capacity.shape)))
-    return np.where(capacity > 0, rtt, np.nan)
+def _rtt(rng: np.random.Generator, capacity: Array) -> Array:
+    """RTT (ms) of every WAT from the stacked capacities (steps, n, k)."""
+    up = capacity > 0
+    rtt = np.full(capacity.shape, np.nan)
+    np.divide(24.0, capacity, out=rtt, where=up)  # in place: these arrays are 600 MB at 10k CPEs
+    rtt += np.array([2.0 * ONE_WAY_MS[w] for w in WATS])
+    jitter = np.abs(rng.standard_normal(capacity.shape, dtype=np.float32))
+    jitter *= 0.05
+    jitter += 1.0
+    rtt *= jitter
+    return rtt
 
 
 def _assemble(rng: np.random.Generator, steps: int, n: int, *, wifi_distance: Array,
               wifi_stations: Array, wifi_interference: Array, exponent: Array,
               nr_distance: Array, lifi_blocked: Array, lifi_mean: float | None
               ) -> dict[str, Array]:
-    shadow = 3.0 * ar1(rng, steps, n, 5.0)
-    fast = 1.5 * ar1(rng, steps, n, 0.3)
+    shadow = 3.0 * smooth_ar(rng, steps, n, 5.0)
+    fast = WIFI_STEP_JITTER_DB * rng.standard_normal((steps, n), dtype=np.float32)
     snr = wifi_snr(wifi_distance, exponent, shadow, fast)
     wifi_cap, mcs = wifi_capacity(snr, wifi_stations, wifi_interference)
     nr_cap, nr_sinr = nr_link(nr_distance, ar1(rng, steps, n, 2.0))
@@ -216,24 +368,29 @@ def _assemble(rng: np.random.Generator, steps: int, n: int, *, wifi_distance: Ar
     if lifi_mean is not None:  # paper-static: match the measured average exactly
         lifi_cap = lifi_cap * (lifi_mean / lifi_cap.mean(axis=0, keepdims=True))
     caps = {"nr": nr_cap, "wifi": wifi_cap, "lifi": lifi_cap}
+    capacity = np.stack([caps[w] for w in WATS], axis=-1)
     out: dict[str, Array] = {
-        "capacity": np.stack([caps[w] for w in WATS], axis=-1),
-        "rtt": np.stack([_rtt(rng, caps[w], w) for w in WATS], axis=-1),
-        "wifi_distance_m": wifi_distance, "wifi_stations": wifi_stations,
-        "wifi_snr_db": snr, "wifi_mcs": mcs, "nr_distance_m": nr_distance,
-        "nr_sinr_db": nr_sinr, "lifi_blocked": lifi_blocked, "lifi_snr_db": lifi_snr,
+        "capacity": capacity,
+        "rtt": _rtt(rng, capacity),
+        "wifi_distance_m": wifi_distance,
+        "wifi_stations": np.broadcast_to(wifi_stations, (steps, n)),
+        "wifi_snr_db": snr, "wifi_mcs": mcs,
+        # The gNB distance is fixed per CPE: read-only views, not (steps, n) copies.
+        "nr_distance_m": np.broadcast_to(nr_distance, (steps, n)),
+        "nr_sinr_db": np.broadcast_to(nr_sinr, (steps, n)),
+        "lifi_blocked": lifi_blocked, "lifi_snr_db": lifi_snr,
     }
     return out
 
 
 def _interference(rng: np.random.Generator, steps: int, n: int) -> Array:
-    return np.exp(0.07 * ar1(rng, steps, n, 2.0) - 0.5 * 0.07 ** 2)
+    return np.exp(0.07 * smooth_ar(rng, steps, n, 2.0) - 0.5 * 0.07 ** 2)
 
 
 def _nr_distance(rng: np.random.Generator, steps: int, n: int) -> Array:
     d = rng.uniform(2.0, 15.0, n)
     d[0] = 2.0  # the paper's CPE sits next to the gNB
-    return np.broadcast_to(d, (steps, n)).copy()
+    return d[None, :]  # (1, n): fixed over time
 
 
 def _paper_static(steps: int, rng: np.random.Generator, n: int) -> dict[str, Array]:
@@ -244,15 +401,20 @@ def _paper_static(steps: int, rng: np.random.Generator, n: int) -> dict[str, Arr
     inter = np.clip(inter, 1000.0 / 1190.0, 1400.0 / 1190.0)  # within its 1.0-1.4 Gbps
     return _assemble(rng, steps, n, wifi_distance=zeros + 1.0, wifi_stations=zeros,
                      wifi_interference=inter, exponent=np.full((1, n), 3.3),
-                     nr_distance=np.full((steps, n), 2.0), lifi_blocked=zeros,
+                     nr_distance=np.full((1, n), 2.0), lifi_blocked=zeros,
                      lifi_mean=12.1)
 
 
 def walk_distance(time_s: Array, period_s: float = 250.0, far_m: float = 25.0,
                   near_m: float = 1.0) -> Array:
     """Distance of an AP carried at a steady pace away and back (50 m round trip)."""
-    phase = np.mod(time_s, period_s) / period_s
-    return near_m + (far_m - near_m) * (1.0 - np.abs(1.0 - 2.0 * phase))
+    d = np.mod(time_s, period_s)
+    d *= -2.0 / period_s
+    d += 1.0
+    np.abs(d, out=d)  # |1 - 2 phase|: 1 at the start, 0 at the turning point
+    d *= -(far_m - near_m)
+    d += far_m
+    return d
 
 
 def _wifi_walk(steps: int, rng: np.random.Generator, n: int) -> dict[str, Array]:
@@ -260,7 +422,7 @@ def _wifi_walk(steps: int, rng: np.random.Generator, n: int) -> dict[str, Array]
     offset = rng.uniform(0.0, 250.0, n)
     offset[0] = 0.0
     distance = walk_distance(t[:, None] + offset[None, :])
-    stations = np.broadcast_to(rng.integers(0, 3, n).astype(np.float64), (steps, n)).copy()
+    stations = rng.integers(0, 3, n).astype(np.float64)[None, :]  # (1, n): fixed over time
     stations[:, 0] = 0.0
     exponent = 3.3 + rng.uniform(-0.2, 0.2, (1, n))
     exponent[0, 0] = 3.3

@@ -6,20 +6,23 @@ it could) reports its capacity; every other WAT reports a lower bound.  A plain 
 throughput reads that lower bound as the capacity, gives the WAT a small weight, sees it carry
 little, and locks itself in (the design brief's "trap").  This estimator breaks the loop:
 
-* a **saturated** row (``cwnd_limited >= 0.5``: the subflow was the bottleneck most of the
+* a **saturated** row (``saturated >= 0.5``: the subflow was the bottleneck most of the
   period) is a measurement: ``est += alpha * (delivered - est)``, with ``alpha_down`` when the
   measurement is below the estimate (over-estimating is the expensive error under WRR);
 * an **unsaturated** row is a lower bound, and the estimate explores upwards like TCP probes for
   bandwidth: ``est = max(delivered, est * (1 + g))`` capped at ``headroom * delivered``, where
   the growth ``g`` restarts at ``explore_pct`` after each saturated period and grows by
-  ``explore_accel`` per unsaturated period up to ``explore_max_pct`` (rows start at the maximum,
-  a slow start).  The optimism is bounded and self-correcting: a WAT whose estimate overshoots
+  ``explore_accel`` per unsaturated period up to ``explore_max_pct``.  A row never saturated
+  yet knows nothing about its capacity and grows by ``slow_start_pct`` per period (like TCP's
+  slow start, which doubles every RTT until the first loss), so a loop that starts from plain
+  round-robin finds the capacities in a few periods rather than tens.
+  The optimism is bounded and self-correcting: a WAT whose estimate overshoots
   gets a larger weight, becomes the bottleneck, and its next (saturated) measurement pulls the
   estimate back; a WAT whose capacity rose keeps growing ever faster until it is found;
 * a row reported **down** (``up == 0``) forecasts 0 and keeps its estimate for when it returns;
 * without a saturation column (NaN), rows are treated as saturated: the classic EWMA.
 
-Frames carry the columns ``delivered_mbps`` (mean over the period), ``cwnd_limited`` (fraction
+Frames carry the columns ``delivered_mbps`` (mean over the period), ``saturated`` (fraction
 of the period the subflow was cwnd-limited, 0..1) and optionally ``up`` (1/0).
 """
 
@@ -42,9 +45,11 @@ class EwmaEstimator:
         Weight of a new saturated measurement above the estimate, in (0, 1].
     alpha_down : float, default=0.8
         Weight of a new saturated measurement below the estimate, in (0, 1].
-    explore_pct : float, default=1.0
+    explore_pct : float, default=2.0
         Growth of an unsaturated WAT's estimate in the first period after it was saturated,
-        in percent (0 disables exploration).
+        in percent (0 disables exploration).  Near an access point a walking CPE's Wi-Fi
+        capacity drifts by a few percent per second (about 1 dB/s of path loss); exploring at
+        a similar pace keeps a rising WAT's share close to its capacity.
     explore_accel : float, default=1.5
         Factor by which that growth increases for each further unsaturated period (>= 1).
     explore_max_pct : float, default=50.0
@@ -55,6 +60,9 @@ class EwmaEstimator:
         False reads every measurement as the capacity (the history-only EWMA that locks in).
     lower_z : float, default=0.0
         The lower forecast is ``median - lower_z * sd`` of the saturated measurements.
+    slow_start_pct : float, default=300.0
+        Growth per period of a row never saturated yet, in percent (still capped by
+        ``headroom`` times what it delivered); at most ``(headroom - 1) * 100`` is useful.
 
     Attributes
     ----------
@@ -64,9 +72,10 @@ class EwmaEstimator:
         Current capacity estimates (Mbps), NaN before a row's first measurement.
     """
 
-    def __init__(self, alpha: float = 0.5, alpha_down: float = 0.8, explore_pct: float = 1.0,
+    def __init__(self, alpha: float = 0.5, alpha_down: float = 0.8, explore_pct: float = 2.0,
                  explore_accel: float = 1.5, explore_max_pct: float = 50.0,
-                 headroom: float = 4.0, censoring: bool = True, lower_z: float = 0.0) -> None:
+                 headroom: float = 4.0, censoring: bool = True, lower_z: float = 0.0,
+                 slow_start_pct: float = 300.0) -> None:
         self.alpha = alpha
         self.alpha_down = alpha_down
         self.explore_pct = explore_pct
@@ -75,6 +84,9 @@ class EwmaEstimator:
         self.headroom = headroom
         self.censoring = censoring
         self.lower_z = lower_z
+        self.slow_start_pct = slow_start_pct
+        self._cpe_ref: NDArray[np.str_] | None = None
+        self._wat_ref: NDArray[np.str_] | None = None
 
     def _validate(self) -> None:
         for name in ("alpha", "alpha_down"):
@@ -87,18 +99,23 @@ class EwmaEstimator:
             raise ValueError(f"explore_accel must be >= 1, got {self.explore_accel}")
         if self.headroom < 1.0:
             raise ValueError(f"headroom must be >= 1, got {self.headroom}")
+        if not 0.0 <= self.slow_start_pct <= 10_000.0:
+            raise ValueError(f"slow_start_pct must be in [0, 10000], got {self.slow_start_pct}")
         if self.lower_z < 0.0:
             raise ValueError(f"lower_z must be >= 0, got {self.lower_z}")
 
     def _align(self, frame: KpiFrame) -> None:
         """Reorder the state to the frame's rows (new rows start unknown)."""
+        if frame.cpe is self._cpe_ref and frame.wat is self._wat_ref:
+            return  # the same row arrays as last tick (the twin, the loop): same order
+        self._cpe_ref, self._wat_ref = frame.cpe, frame.wat
         keys = np.char.add(np.char.add(frame.cpe.astype(str), "/"), frame.wat.astype(str))
         if not hasattr(self, "keys_"):
             self._validate()
             self.keys_ = keys
             self.estimate_ = np.full(len(keys), np.nan)
             self.var_ = np.zeros(len(keys))
-            self.growth_ = np.full(len(keys), self.explore_max_pct / 100.0)
+            self.growth_ = np.full(len(keys), self._start_growth())
             return
         if len(keys) == len(self.keys_) and np.array_equal(keys, self.keys_):
             return
@@ -107,17 +124,20 @@ class EwmaEstimator:
         known = old >= 0
         est = np.full(len(keys), np.nan)
         var = np.zeros(len(keys))
-        growth = np.full(len(keys), self.explore_max_pct / 100.0)
+        growth = np.full(len(keys), self._start_growth())
         est[known] = self.estimate_[old[known]]
         var[known] = self.var_[old[known]]
         growth[known] = self.growth_[old[known]]
         self.keys_, self.estimate_, self.var_, self.growth_ = keys, est, var, growth
 
+    def _start_growth(self) -> float:
+        return max(self.slow_start_pct, self.explore_max_pct) / 100.0
+
     def step(self, frame: KpiFrame) -> CapacityForecast:
         """Ingest one control period and forecast the next one for the same rows."""
         self._align(frame)
         d = frame.column("delivered_mbps")
-        sat_col = frame.column("cwnd_limited")
+        sat_col = frame.column("saturated")
         up = frame.column("up")
         seen = np.isfinite(d) & (up != 0)
         saturated = ~np.isfinite(sat_col) | (sat_col >= 0.5) | (not self.censoring)
@@ -140,7 +160,9 @@ class EwmaEstimator:
         grown = np.maximum(db, est[bound] * (1.0 + g))
         cap = np.where(db > 0, np.maximum(self.headroom * db, est[bound]), np.inf)
         est[bound] = np.minimum(grown, cap)
-        self.growth_[bound] = np.minimum(self.explore_max_pct / 100.0, g * self.explore_accel)
+        top = self.explore_max_pct / 100.0
+        # Slow-start rows (growth above the exploration maximum) keep their growth.
+        self.growth_[bound] = np.where(g > top, g, np.minimum(top, g * self.explore_accel))
 
         down = up == 0
         median = np.where(down, 0.0, est)

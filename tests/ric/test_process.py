@@ -32,9 +32,9 @@ CONTROLS: dict[str, Any] = {
     "default_policy": {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
                        "capacity_floor_mbps": 1.0},
 }
-KPIS = {"cpes": {"cpe-1": {"nr": {"delivered_mbps": 342, "cwnd_limited": 1},
-                           "wifi": {"delivered_mbps": 1190, "cwnd_limited": 1},
-                           "lifi": {"delivered_mbps": 12, "cwnd_limited": 1}}}}
+KPIS = {"cpes": {"cpe-1": {"nr": {"delivered_mbps": 342, "saturated": 1},
+                           "wifi": {"delivered_mbps": 1190, "saturated": 1},
+                           "lifi": {"delivered_mbps": 12, "saturated": 1}}}}
 
 
 def write_config(path: Path, controls: dict[str, Any]) -> Path:
@@ -119,8 +119,8 @@ def test_ready_tells_the_truth_about_redis(process: main.XappProcess, lab: dict[
     # The loop carries on from memory: a capacity change still reaches the CPE.
     before = len(published(lab["out"]))
     lab["kpis"].write_text(json.dumps({"cpes": {"cpe-1": {
-        "nr": {"delivered_mbps": 900, "cwnd_limited": 1},
-        "wifi": {"delivered_mbps": 100, "cwnd_limited": 1}}}}))
+        "nr": {"delivered_mbps": 900, "saturated": 1},
+        "wifi": {"delivered_mbps": 100, "saturated": 1}}}}))
     assert wait_until(lambda: len(published(lab["out"])) > before)
     assert get(port, "/ric/v1/health/alive")[0] == 200
     redis.start()

@@ -27,11 +27,11 @@ _ok, _why = rmr_library_available()
 pytestmark = pytest.mark.skipif(not _ok, reason=f"RMR round trips need RMR: {_why}")
 
 A1_POLICY_REQ, A1_POLICY_RESP, A1_POLICY_QUERY = 20010, 20011, 20012
-KPIS = {"cpes": {"cpe-1": {"nr": {"delivered_mbps": 342, "cwnd_limited": 1},
-                           "wifi": {"delivered_mbps": 1190, "cwnd_limited": 1},
-                           "lifi": {"delivered_mbps": 12, "cwnd_limited": 1}},
-                 "cpe-2": {"nr": {"delivered_mbps": 300, "cwnd_limited": 1},
-                           "wifi": {"delivered_mbps": 600, "cwnd_limited": 1}}}}
+KPIS = {"cpes": {"cpe-1": {"nr": {"delivered_mbps": 342, "saturated": 1},
+                           "wifi": {"delivered_mbps": 1190, "saturated": 1},
+                           "lifi": {"delivered_mbps": 12, "saturated": 1}},
+                 "cpe-2": {"nr": {"delivered_mbps": 300, "saturated": 1},
+                           "wifi": {"delivered_mbps": 600, "saturated": 1}}}}
 
 
 

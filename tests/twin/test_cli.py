@@ -16,8 +16,9 @@ def test_twin_json(capsys: pytest.CaptureFixture[str]) -> None:
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     for key in ("aggregate_mbps", "oracle_mbps", "capacity_sum_mbps", "ratio_to_oracle",
-                "per_wat_mbps", "weight_updates"):
+                "per_wat_mbps", "weight_updates", "lagged_oracle_ratio"):
         assert key in doc
+    assert 0.0 < doc["lagged_oracle_ratio"] <= 1.0
     assert set(doc["per_wat_mbps"]) == {"nr", "wifi", "lifi"}
     assert doc["aggregate_mbps"] >= 0.9 * doc["capacity_sum_mbps"]
 
@@ -28,6 +29,7 @@ def test_twin_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str])
                  "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "ratio to oracle" in out and png.read_bytes()[:4] == b"\x89PNG"
+    assert "lagged oracle" in out
 
 
 @pytest.mark.parametrize("argv", [["--policy", "fixed:1,2"], ["--cpes", "0"],

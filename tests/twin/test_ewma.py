@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ from xapp.ewma import EwmaEstimator
 def _frame(delivered: list[float], limited: list[float], up: list[float] | None = None
            ) -> KpiFrame:
     n = len(delivered)
-    values = {"delivered_mbps": np.array(delivered), "cwnd_limited": np.array(limited)}
+    values = {"delivered_mbps": np.array(delivered), "saturated": np.array(limited)}
     if up is not None:
         values["up"] = np.array(up)
     return KpiFrame(time_s=0.0, cpe=np.array(["a"] * n), wat=np.array(["nr", "wifi", "lifi"][:n]),
@@ -25,7 +27,7 @@ def test_is_a_capacity_estimator() -> None:
 
 def test_saturated_rows_are_measurements_unsaturated_are_lower_bounds() -> None:
     est = EwmaEstimator(alpha=0.5, alpha_down=1.0, explore_pct=10.0, explore_accel=2.0,
-                        explore_max_pct=50.0)
+                        explore_max_pct=50.0, slow_start_pct=0.0)
     est.step(_frame([100.0, 100.0], [1.0, 0.0]))
     fc = est.step(_frame([200.0, 100.0], [1.0, 0.0]))
     assert fc.median_mbps[0] == pytest.approx(150.0)  # EWMA towards the measurement
@@ -37,6 +39,21 @@ def test_saturated_rows_are_measurements_unsaturated_are_lower_bounds() -> None:
     assert fc.median_mbps[1] == pytest.approx(90.0)  # now saturated: measured, growth resets
     fc = est.step(_frame([60.0, 90.0], [0.0, 0.0]))
     assert fc.median_mbps[1] == pytest.approx(99.0)  # explore_pct after a saturation
+
+
+def test_slow_start_until_the_first_saturation() -> None:
+    est = EwmaEstimator(alpha_down=1.0, explore_pct=10.0, explore_max_pct=50.0,
+                        slow_start_pct=300.0)
+    est.step(_frame([10.0, 10.0], [1.0, 0.0]))
+    fc = est.step(_frame([10.0, 10.0], [1.0, 0.0]))
+    assert fc.median_mbps[1] == pytest.approx(40.0)  # x4 per period, never saturated
+    fc = est.step(_frame([10.0, 40.0], [1.0, 0.0]))
+    assert fc.median_mbps[1] == pytest.approx(160.0)
+    fc = est.step(_frame([10.0, 100.0], [1.0, 1.0]))  # found: a measurement
+    fc = est.step(_frame([10.0, 50.0], [1.0, 0.0]))
+    assert fc.median_mbps[1] == pytest.approx(110.0)  # then the gentle explore_pct
+    fc = est.step(_frame([10.0, 50.0], [1.0, 0.0]))
+    assert fc.median_mbps[1] == pytest.approx(110.0 * 1.15)  # accelerated 1.5x, below 50 %
 
 
 def test_naive_mode_locks_in() -> None:
@@ -60,14 +77,15 @@ def test_rows_are_matched_by_key() -> None:
     est.step(_frame([100.0, 80.0], [1.0, 1.0]))
     swapped = KpiFrame(time_s=1.0, cpe=np.array(["a", "a"]), wat=np.array(["wifi", "nr"]),
                        values={"delivered_mbps": np.array([80.0, 100.0]),
-                               "cwnd_limited": np.array([1.0, 1.0])})
+                               "saturated": np.array([1.0, 1.0])})
     fc = est.step(swapped)
     assert fc.median_mbps.tolist() == pytest.approx([80.0, 100.0])
 
 
 @pytest.mark.parametrize("kwargs", [{"alpha": 0.0}, {"alpha_down": 1.5}, {"explore_accel": 0.5},
                                     {"explore_pct": 60.0, "explore_max_pct": 50.0},
-                                    {"headroom": 0.5}, {"lower_z": -1.0}])
-def test_bad_parameters(kwargs: dict[str, float]) -> None:
+                                    {"headroom": 0.5}, {"lower_z": -1.0},
+                                    {"slow_start_pct": -1.0}])
+def test_bad_parameters(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         EwmaEstimator(**kwargs).step(_frame([1.0], [1.0]))

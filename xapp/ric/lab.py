@@ -6,8 +6,8 @@ re-read whenever it changes, so an experiment can change capacities while the xA
 
 KPI file format::
 
-    {"cpes": {"cpe-1": {"nr": {"delivered_mbps": 342, "cwnd_limited": 1, "rtt_ms": 20},
-                        "wifi": {"delivered_mbps": 1190, "cwnd_limited": 1}}}}
+    {"cpes": {"cpe-1": {"nr": {"delivered_mbps": 342, "saturated": 1, "rtt_ms": 20},
+                        "wifi": {"delivered_mbps": 1190, "saturated": 1}}}}
 
 Every row is taken as fresh (its time is the time of the call).
 """
