@@ -6,7 +6,7 @@ it could) reports its capacity; every other WAT reports a lower bound.  A plain 
 throughput reads that lower bound as the capacity, gives the WAT a small weight, sees it carry
 little, and locks itself in (the design brief's "trap").  This estimator breaks the loop:
 
-* a **saturated** row (``saturated >= 0.5``: the subflow was the bottleneck most of the
+* a **saturated** row (``saturated >= SATURATED_MIN``: the subflow was the bottleneck most of the
   period) is a measurement: ``est += alpha * (delivered - est)``, with ``alpha_down`` when the
   measurement is below the estimate (over-estimating is the expensive error under WRR);
 * an **unsaturated** row is a lower bound, and the estimate explores upwards like TCP probes for
@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from xapp.estimator import CapacityForecast, KpiFrame
+from xapp.telemetry.schema import SATURATED_MIN
 
 Array = NDArray[np.float64]
 
@@ -140,7 +141,7 @@ class EwmaEstimator:
         sat_col = frame.column("saturated")
         up = frame.column("up")
         seen = np.isfinite(d) & (up != 0)
-        saturated = ~np.isfinite(sat_col) | (sat_col >= 0.5) | (not self.censoring)
+        saturated = ~np.isfinite(sat_col) | (sat_col >= SATURATED_MIN) | (not self.censoring)
         est = self.estimate_
         fresh = seen & ~np.isfinite(est)
         est[fresh] = d[fresh]

@@ -11,9 +11,20 @@ import pytest
 from tests.support.influxd import InfluxServer, influxd_binary, start_influxd
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_openmp_thread() -> Iterator[None]:
+    """Tiny fits and predictions are slower with OpenMP threads (and the test machine is
+    shared): run the model code on one thread, as the benchmark measures it."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        yield
+
+
 @pytest.fixture
 def influx(tmp_path: Path) -> Iterator[InfluxServer]:
-    """A fresh InfluxDB 1.8 on a free loopback port with database ``mcw``."""
+    """A fresh InfluxDB 1.8 of this test alone (it may stop and restart it) on a free
+    loopback port with database ``mcw``."""
     if influxd_binary() is None:
         pytest.skip("influxd not installed (make deps-tools)")
     server = start_influxd(tmp_path)
@@ -21,6 +32,27 @@ def influx(tmp_path: Path) -> Iterator[InfluxServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def _influx_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InfluxServer]:
+    if influxd_binary() is None:
+        pytest.skip("influxd not installed (make deps-tools)")
+    server = start_influxd(tmp_path_factory.mktemp("influx-shared"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+_DB_COUNTER = iter(range(1_000_000))
+
+
+@pytest.fixture
+def influx_db(_influx_server: InfluxServer) -> InfluxServer:
+    """A real InfluxDB 1.8 shared by the session, with an empty database for this test
+    (never stop it: tests that simulate outages use :func:`influx`)."""
+    return _influx_server.with_database(f"t{next(_DB_COUNTER)}")
 
 
 def synthetic_table(seed: int = 0, n_cpes: int = 3, duration_s: float = 120.0) -> pd.DataFrame:

@@ -34,3 +34,29 @@ def test_lower_is_below_center_and_covers() -> None:
     coverage = float(np.mean(y[2000:] >= lower))
     assert 0.8 <= coverage <= 0.97
     assert float(np.mean(np.abs(center - y[2000:]))) < 6.0
+
+
+def test_base_column_and_huber_weights() -> None:
+    """Correcting a strong base column beats learning the level from scratch with the same few
+    trees, and Huber weights keep rare large outliers from dragging the forecast."""
+    rng = np.random.default_rng(2)
+    n = 4000
+    last = rng.uniform(0, 500, n)
+    X = np.column_stack([last, rng.normal(size=n)])
+    y = last + 5 * X[:, 1] + rng.normal(0, 2, n)
+    outlier = rng.uniform(size=n) < 0.03
+    y_dirty = np.where(outlier, y + 300.0, y)
+    kw = {"max_iter": 5, "huber_quantile": None}
+    plain = CapacityRegressor(**kw).fit(X[:3000], y[:3000])  # type: ignore[arg-type]
+    based = CapacityRegressor(base_column=0, **kw).fit(X[:3000], y[:3000])  # type: ignore[arg-type]
+    err = {name: float(np.mean(np.abs(m.predict(X[3000:]) - y[3000:])))
+           for name, m in (("plain", plain), ("based", based))}
+    assert err["based"] < 0.25 * err["plain"]
+    sq = CapacityRegressor(base_column=0, max_iter=20, huber_quantile=None).fit(
+        X[:3000], y_dirty[:3000])
+    hub = CapacityRegressor(base_column=0, max_iter=20, huber_quantile=0.7).fit(
+        X[:3000], y_dirty[:3000])
+    clean = ~outlier[3000:]
+    mae = {name: float(np.median(np.abs(m.predict(X[3000:])[clean] - y[3000:][clean])))
+           for name, m in (("sq", sq), ("huber", hub))}
+    assert mae["huber"] < mae["sq"]

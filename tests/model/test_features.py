@@ -30,7 +30,8 @@ def test_replay_equals_online_ticks() -> None:
         for name in online:
             if name in out:
                 online[name][rows] = out[name]
-    for name in ("lag0", "lag3", "mean10", "std30", "ewma0.1", "exp_max", "snr_db"):
+    for name in ("lag0", "lag3", "mean10", "std10", "min3", "trend10", "ewma1.0", "ewma0.1",
+                 "exp_max", "snr_db", "d_snr_db"):
         np.testing.assert_allclose(online[name], ds.features[name], equal_nan=True,
                                    err_msg=name)
 
@@ -45,6 +46,8 @@ def test_censored_periods_are_not_history_or_labels() -> None:
     assert np.isnan(out["lag0"][0]) and np.isnan(out["lag1"][0])
     assert out["lag2"][0] == 100.0
     assert out["exp_max"][0] == 100.0 and out["n_samples"][0] == 1.0
+    # The base of the regressor carries the last sample, and says how old it is.
+    assert out["ewma1.0"][0] == 100.0 and out["sample_age"][0] == 2.0
 
 
 def test_stale_key_restarts_history() -> None:
@@ -64,3 +67,24 @@ def test_cell_change_resets_since_cell() -> None:
     assert out["since_cell"][0] == 5.0  # ticks seen on this cell, the first counts
     out = state.update(idx, np.array([5.0]), np.array([1.0]), {}, np.array([8.0]))
     assert out["since_cell"][0] == 0.0
+
+
+def test_contiguous_and_scattered_slots_agree() -> None:
+    """The slice fast path (keys in slot order) and the gather path compute the same."""
+    rng = np.random.default_rng(5)
+    n, ticks = 7, 15
+    fast, slow = FeatureState(), FeatureState()
+    perm = rng.permutation(n)
+    for t in range(ticks):
+        sample = np.where(rng.uniform(size=n) < 0.2, np.nan, rng.uniform(0, 100, n))
+        kpis = {"sinr_db": rng.uniform(0, 30, n), "cqi": rng.integers(0, 16, n).astype(float)}
+        cell = rng.integers(0, 2, n).astype(float)
+        times = np.full(n, float(t))
+        a = fast.update(np.arange(n), times, sample, kpis, cell)
+        b = slow.update(perm, times[perm], sample[perm], {k: v[perm] for k, v in kpis.items()},
+                        cell[perm])
+        # Slot perm[i] of `slow` received row i of the permuted inputs.
+        for name in feature_names("cellular"):
+            if name in a:
+                np.testing.assert_allclose(b[name], a[name][perm], equal_nan=True,
+                                           err_msg=name)

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from tests.model.conftest import influx
+from tests.model.conftest import _influx_server, _one_openmp_thread, influx, influx_db
 
-__all__ = ["influx"]
+__all__ = ["_influx_server", "_one_openmp_thread", "influx", "influx_db"]

@@ -21,7 +21,8 @@ def _frame(t: float, n: int = 3) -> KpiFrame:
                             "rtt_ms": np.full(n, 5.0)})
 
 
-def test_round_trip_and_latest(influx: InfluxServer) -> None:
+def test_round_trip_and_latest(influx_db: InfluxServer) -> None:
+    influx = influx_db
     store = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket))
     now = time.time()
     store.write_kpis(_frame(now - 30))
@@ -43,6 +44,26 @@ def test_round_trip_and_latest(influx: InfluxServer) -> None:
     assert set(pred["model_version"]) == {"v1"} and len(pred) == 3
     weights = store.read_table("-1h", measurement="wat_weight")
     assert sorted(weights["weight"]) == [3.0, 10.0] and set(weights["version"]) == {7.0}
+    store.close()
+
+
+def test_latest_takes_each_field_from_its_newest_point(influx_db: InfluxServer) -> None:
+    """RAN KPIs and the agent's subflow telemetry arrive as separate points: the newer agent
+    point must not hide the radio KPIs of the older one."""
+    store = InfluxStore(InfluxConfig(url=influx_db.url, bucket=influx_db.bucket))
+    now = time.time()
+    one = np.array(["cpe0"])
+    nr = np.array(["nr"])
+    store.write_kpis(KpiFrame(time_s=now - 3, cpe=one, wat=nr,
+                              values={"sinr_db": np.array([21.0]), "cqi": np.array([12.0])}))
+    store.write_kpis(KpiFrame(time_s=now - 1, cpe=one, wat=nr,
+                              values={"delivered_mbps": np.array([300.0]),
+                                      "saturated": np.array([0.9])}))
+    assert store.flush()
+    frame = store.latest(now, max_age_s=10.0)
+    assert list(frame.cpe) == ["cpe0"]
+    assert frame.column("sinr_db")[0] == 21.0 and frame.column("cqi")[0] == 12.0
+    assert frame.column("delivered_mbps")[0] == 300.0 and frame.column("saturated")[0] == 0.9
     store.close()
 
 
@@ -79,7 +100,8 @@ def test_bounded_buffer_counts_drops(influx: InfluxServer) -> None:
     store.close()
 
 
-def test_table_import_skips_bad_rows(influx: InfluxServer) -> None:
+def test_table_import_skips_bad_rows(influx_db: InfluxServer) -> None:
+    influx = influx_db
     store = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket))
     now = time.time()
     df = pd.DataFrame({"time_s": [now - 5, np.nan, now - 4], "cpe": ["a", "a", "a"],
@@ -92,3 +114,14 @@ def test_table_import_skips_bad_rows(influx: InfluxServer) -> None:
     assert list(table["delivered_mbps"]) == [100.0, 200.0]
     assert set(table["cell"]) == {"ap1"}
     store.close()
+
+
+def test_ping(influx_db: InfluxServer) -> None:
+    from tests.support.influxd import free_port
+
+    up = InfluxStore(InfluxConfig(url=influx_db.url, bucket=influx_db.bucket))
+    down = InfluxStore(InfluxConfig(url=f"http://127.0.0.1:{free_port()}", bucket="mcw/autogen",
+                                    timeout_ms=500))
+    assert up.ping() is True and down.ping() is False
+    up.close()
+    down.close()

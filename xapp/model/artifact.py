@@ -31,7 +31,7 @@ from xapp.model.estimator import CapacityRegressor
 from xapp.model.features import feature_names
 
 #: Format of the artifact's top-level dict; bumped when the features change incompatibly.
-ARTIFACT_FORMAT = 1
+ARTIFACT_FORMAT = 3
 
 #: Types beyond skops' defaults that an artifact may contain.  Anything else is refused.
 TRUSTED_TYPES: tuple[str, ...] = (
@@ -76,6 +76,8 @@ def library_versions() -> dict[str, str]:
 def _atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        # mkstemp creates 0600; artifacts are read by the xApp's (non-root) user in the image.
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

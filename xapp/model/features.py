@@ -25,15 +25,15 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from xapp.telemetry.schema import CELLULAR_FIELDS, LIFI_FIELDS, WIFI_FIELDS
+from xapp.telemetry.schema import CELLULAR_FIELDS, LIFI_FIELDS, SATURATED_MIN, WIFI_FIELDS
 
 Array = NDArray[np.float64]
 
 #: Extra cellular fields some sources carry (Raca traces: the NR cell of an NSA attachment and
 #: the radio access technology generation, 5 = NR, 4 = LTE, 3 = HSPA/UMTS; the carrier RSSI;
-#: the speed of the terminal).
+#: the speed of the terminal; the uplink rate and whether the download was active).
 CELLULAR_EXTRA: tuple[str, ...] = ("nr_rsrp_dbm", "nr_rsrq_db", "rat", "cell_rssi_dbm",
-                                   "speed_kmh")
+                                   "speed_kmh", "ul_mbps", "active")
 
 #: Radio KPIs used as features, per technology family.
 RADIO_FIELDS: dict[str, tuple[str, ...]] = {
@@ -47,18 +47,28 @@ DIFF_FIELDS: tuple[str, ...] = ("rsrp_dbm", "sinr_db", "cqi", "snr_db", "rssi_db
                                 "phy_rate_mbps", "nr_rsrp_dbm")
 TRANSPORT_FIELDS: tuple[str, ...] = ("rtt_ms", "loss")
 
-HISTORY = 30
-LAGS = 6
-WINDOWS: tuple[int, ...] = (3, 10, 30)
-EWMA_ALPHAS: tuple[float, ...] = (0.3, 0.1)
-#: Ticks since the last cell change are capped: beyond a minute it carries no information.
+#: Capacity samples kept per key.  Ten covers the windows below; longer memory comes from the
+#: slow EWMAs, which cost one multiply-add per tick instead of a window pass.
+HISTORY = 10
+LAGS = 4
+WINDOWS: tuple[int, ...] = (3, 10)
+#: EWMA smoothing factors; 1.0 is the last capacity sample carried over censored periods (the
+#: persistence forecast, which the regressor refines: see ``BASE_FEATURE``).
+EWMA_ALPHAS: tuple[float, ...] = (1.0, 0.5, 0.3, 0.1, 0.03)
+#: The feature the regressor predicts a correction to (next capacity - last capacity sample).
+BASE_FEATURE = "ewma1.0"
+#: The volatility feature that widens the lower bound (see ``CapacityRegressor.scale_column``).
+SCALE_FEATURE = "std10"
+#: Ticks since the last cell change (and since the last capacity sample) are capped: beyond a
+#: minute they carry no information.
 MAX_SINCE_CELL = 600.0
 
 HISTORY_FEATURES: tuple[str, ...] = (
     tuple(f"lag{i}" for i in range(LAGS))
     + tuple(f"{s}{w}" for w in WINDOWS for s in ("mean", "std", "min", "max"))
     + tuple(f"ewma{a}" for a in EWMA_ALPHAS)
-    + ("exp_mean", "exp_max", "d01", "r0_mean10", "r0_max", "n_samples", "since_cell", "gap_s")
+    + ("exp_mean", "exp_max", "d01", "trend10", "r0_mean10", "r0_max", "n_samples",
+       "sample_age", "since_cell", "gap_s")
 )
 
 
@@ -71,30 +81,37 @@ def feature_names(family: str) -> tuple[str, ...]:
 
 def capacity_sample(delivered: Array, saturated: Array) -> Array:
     """``delivered`` where it measured capacity (saturated or unknown), NaN where censored."""
-    return np.where(saturated == 0.0, np.nan, delivered)
+    return np.where(saturated < SATURATED_MIN, np.nan, delivered)  # NaN (unknown) stays a sample
 
 
 def _nan_stats(h: Array) -> tuple[Array, Array, Array, Array]:
-    """Row-wise mean, sample std, min, max ignoring NaN, without all-NaN warnings."""
+    """Column-wise mean, sample std, min, max of ``h`` (window x rows) ignoring NaN.
+
+    The window is the short first axis, so every step is one vectorised pass over a
+    contiguous row of keys (a reduction over a short inner axis is several times slower).
+    """
     ok = ~np.isnan(h)
-    cnt = ok.sum(axis=1)
+    cnt = ok.sum(axis=0, dtype=np.float64)
     z = np.where(ok, h, 0.0)
-    s1 = z.sum(axis=1)
-    s2 = (z * z).sum(axis=1)
+    s1 = z.sum(axis=0)
+    s2 = np.einsum("ij,ij->j", z, z)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(cnt > 0, s1 / cnt, np.nan)
-        var = np.where(cnt > 1, (s2 - cnt * mean * mean) / (cnt - 1), np.nan)
+        mean = s1 / cnt
+        var = (s2 - cnt * mean * mean) / (cnt - 1.0)
+    var[cnt < 2] = np.nan
     std = np.sqrt(np.maximum(var, 0.0))
-    lo = np.where(ok, h, np.inf).min(axis=1)
-    hi = np.where(ok, h, -np.inf).max(axis=1)
-    lo[cnt == 0] = np.nan
-    hi[cnt == 0] = np.nan
+    # fmin/fmax skip NaN and give NaN only where the whole window is NaN.
+    lo = np.fmin.reduce(h, axis=0)
+    hi = np.fmax.reduce(h, axis=0)
     return mean, std, lo, hi
 
 
 @dataclass
 class _Slots:
-    """Per-key state, rows indexed by slot number; grown by doubling."""
+    """Per-key state indexed by slot number (the last axis); grown by doubling.
+
+    Two-dimensional state is stored (k, slots) so a tick touches contiguous rows.
+    """
 
     hist: Array
     ewma: Array
@@ -103,6 +120,7 @@ class _Slots:
     peak: Array
     cell: Array
     since_cell: Array
+    age: Array
     last_t: Array
     prev: Array
 
@@ -130,10 +148,11 @@ class FeatureState:
     @staticmethod
     def _alloc(n: int) -> _Slots:
         nan = np.full(n, np.nan)
-        return _Slots(hist=np.full((n, HISTORY), np.nan), ewma=np.full((n, len(EWMA_ALPHAS)),
+        return _Slots(hist=np.full((HISTORY, n), np.nan), ewma=np.full((len(EWMA_ALPHAS), n),
                       np.nan), n=np.zeros(n), total=np.zeros(n), peak=nan.copy(),
-                      cell=nan.copy(), since_cell=np.zeros(n), last_t=nan.copy(),
-                      prev=np.full((n, len(DIFF_FIELDS)), np.nan))
+                      cell=nan.copy(), since_cell=np.zeros(n), age=np.full(n, MAX_SINCE_CELL),
+                      last_t=nan.copy(),
+                      prev=np.full((len(DIFF_FIELDS), n), np.nan))
 
     def _grow(self, need: int) -> None:
         old = self._slots
@@ -143,7 +162,7 @@ class FeatureState:
         new_size = max(need, 2 * size)
         new = self._alloc(new_size)
         for name in old.__dataclass_fields__:
-            getattr(new, name)[:size] = getattr(old, name)
+            getattr(new, name)[..., :size] = getattr(old, name)
         self._slots = new
 
     def slots(self, cpe: NDArray[np.str_], wat: NDArray[np.str_]) -> NDArray[np.intp]:
@@ -170,66 +189,86 @@ class FeatureState:
         to columns; ``cell`` is a numeric cell identity (NaN if unknown).
         """
         st = self._slots
-        gap = time_s - st.last_t[idx]
-        stale = gap > self.stale_after_s
+        n_rows = len(idx)
+        # The online estimator sends the same keys every tick, so idx is usually one contiguous
+        # run of slots: a slice then reads and writes the state without gather/scatter copies.
+        sel: NDArray[np.intp] | slice = idx
+        if n_rows and int(idx[-1]) - int(idx[0]) == n_rows - 1 and (
+                n_rows == 1 or bool((np.diff(idx) == 1).all())):
+            sel = slice(int(idx[0]), int(idx[0]) + n_rows)
+        gap = time_s - st.last_t[sel]
+        with np.errstate(invalid="ignore"):
+            stale = gap > self.stale_after_s
         if stale.any():
             self.stale_resets += int(stale.sum())
             s_idx = idx[stale]
-            st.hist[s_idx] = np.nan
-            st.ewma[s_idx] = np.nan
+            st.hist[:, s_idx] = np.nan
+            st.ewma[:, s_idx] = np.nan
             st.n[s_idx] = 0.0
             st.total[s_idx] = 0.0
             st.peak[s_idx] = np.nan
-            st.prev[s_idx] = np.nan
+            st.age[s_idx] = MAX_SINCE_CELL
+            st.prev[:, s_idx] = np.nan
             gap = np.where(stale, np.nan, gap)
-        st.last_t[idx] = time_s
+        st.last_t[sel] = time_s
 
-        h = np.empty((len(idx), HISTORY))
-        h[:, :-1] = st.hist[idx, 1:]
-        h[:, -1] = sample
-        st.hist[idx] = h
+        h = np.empty((HISTORY, n_rows))
+        h[:-1] = st.hist[1:, sel]
+        h[-1] = sample
+        st.hist[:, sel] = h
 
         have = ~np.isnan(sample)
-        ew = st.ewma[idx]
+        ew = st.ewma[:, sel]
+        if not isinstance(sel, slice):
+            ew = ew.copy()
         for j, a in enumerate(EWMA_ALPHAS):
-            col = ew[:, j]
-            ew[:, j] = np.where(have, np.where(np.isnan(col), sample, a * sample + (1 - a) * col),
-                                col)
-        st.ewma[idx] = ew
-        n = st.n[idx] + have
-        total = st.total[idx] + np.where(have, sample, 0.0)
-        peak = np.fmax(st.peak[idx], sample)
-        st.n[idx], st.total[idx], st.peak[idx] = n, total, peak
+            col = ew[j]
+            upd = np.where(np.isnan(col), sample, col + a * (sample - col))
+            ew[j] = np.where(have, upd, col)
+        st.ewma[:, sel] = ew
+        n = st.n[sel] + have
+        # How stale the carried-forward sample (ewma1.0, the regressor's base) is: under WRR a
+        # WAT held at a small weight stops measuring its capacity, and the forecast must then
+        # lean on the radio KPIs instead.
+        age = np.where(have, 0.0, np.minimum(st.age[sel] + 1.0, MAX_SINCE_CELL))
+        st.age[sel] = age
+        total = st.total[sel] + np.where(have, sample, 0.0)
+        peak = np.fmax(st.peak[sel], sample)
+        st.n[sel], st.total[sel], st.peak[sel] = n, total, peak
 
-        old_cell = st.cell[idx]
+        old_cell = st.cell[sel]
         changed = (cell != old_cell) & ~np.isnan(cell) & ~np.isnan(old_cell)
-        since = np.where(changed, 0.0, np.minimum(st.since_cell[idx] + 1.0, MAX_SINCE_CELL))
-        st.since_cell[idx] = since
-        st.cell[idx] = np.where(np.isnan(cell), old_cell, cell)
+        since = np.where(changed, 0.0, np.minimum(st.since_cell[sel] + 1.0, MAX_SINCE_CELL))
+        st.since_cell[sel] = since
+        st.cell[sel] = np.where(np.isnan(cell), old_cell, cell)
 
         out: dict[str, Array] = {}
         for i in range(LAGS):
-            out[f"lag{i}"] = h[:, -1 - i]
+            out[f"lag{i}"] = h[-1 - i]
         for w in WINDOWS:
-            mean, std, lo, hi = _nan_stats(h[:, -w:])
+            mean, std, lo, hi = _nan_stats(h[-w:])
             out[f"mean{w}"], out[f"std{w}"], out[f"min{w}"], out[f"max{w}"] = mean, std, lo, hi
         for j, a in enumerate(EWMA_ALPHAS):
-            out[f"ewma{a}"] = ew[:, j]
+            out[f"ewma{a}"] = ew[j].copy()
         with np.errstate(invalid="ignore", divide="ignore"):
-            out["exp_mean"] = np.where(n > 0, total / n, np.nan)
+            out["exp_mean"] = total / n
             out["exp_max"] = peak
-            out["d01"] = h[:, -1] - h[:, -2]
-            out["r0_mean10"] = h[:, -1] / (out["mean10"] + 1.0)
-            out["r0_max"] = h[:, -1] / (peak + 1.0)
+            out["d01"] = h[-1] - h[-2]
+            out["trend10"] = h[-1] - out["mean10"]
+            out["r0_mean10"] = h[-1] / (out["mean10"] + 1.0)
+            out["r0_max"] = h[-1] / (peak + 1.0)
         out["n_samples"] = np.minimum(n, 1000.0)
+        out["sample_age"] = age
         out["since_cell"] = since
         out["gap_s"] = gap
 
-        prev = st.prev[idx]
-        cur = np.column_stack([kpis.get(f, np.full(len(idx), np.nan)) for f in DIFF_FIELDS])
+        prev = st.prev[:, sel]
+        nan = np.full(n_rows, np.nan)
+        cur = np.stack([kpis.get(f, nan) for f in DIFF_FIELDS])
+        d = cur - prev
         for j, f in enumerate(DIFF_FIELDS):
-            out[f"d_{f}"] = cur[:, j] - prev[:, j]
-        st.prev[idx] = np.where(np.isnan(cur), prev, cur)
+            out[f"d_{f}"] = d[j]
+        st.prev[:, sel] = np.where(np.isnan(cur), prev, cur)
         for name, col in kpis.items():
             out.setdefault(name, col)
         return out
@@ -237,14 +276,21 @@ class FeatureState:
 
 def matrix(features: dict[str, Array], names: Sequence[str], rows: NDArray[np.intp] | None = None
            ) -> Array:
-    """Stack the named feature columns (missing ones as NaN) into a float matrix."""
+    """Stack the named feature columns (missing ones as NaN) into a float matrix.
+
+    The matrix is built column by column into Fortran order (each column one contiguous
+    write) and returned as its transposed view: the tree predictor reads any strides, and a
+    C-order copy would cost more than it saves.
+    """
     n = len(next(iter(features.values())))
     m = n if rows is None else len(rows)
-    out = np.empty((m, len(names)))
+    out = np.empty((len(names), m))
     for j, name in enumerate(names):
         col = features.get(name)
         if col is None:
-            out[:, j] = np.nan
+            out[j] = np.nan
+        elif rows is None:
+            out[j] = col
         else:
-            out[:, j] = col if rows is None else col[rows]
-    return out
+            np.take(col, rows, out=out[j])
+    return out.T

@@ -219,11 +219,6 @@ class ModelEstimator:
             return CapacityForecast(median, lower)
         raw = {name: frame.values[name] for name in (*_INPUT_FIELDS, "delivered_mbps",
                                                      "saturated") if name in frame.values}
-        if "saturated" not in raw and "cwnd_limited" in frame.values:
-            # The agent's (and the twin's) fraction of the period the subflow was
-            # cwnd-limited: mostly limited counts as a capacity measurement.
-            limited = np.asarray(frame.values["cwnd_limited"], dtype=np.float64)
-            raw["saturated"] = np.where(np.isnan(limited), np.nan, (limited >= 0.8) * 1.0)
         values, counts = clean_columns(raw)
         c.values_non_finite += sum(counts.non_finite.values())
         c.values_out_of_range += sum(counts.out_of_range.values())

@@ -18,8 +18,10 @@ from numpy.typing import NDArray
 
 from xapp.model.estimator import CapacityRegressor
 from xapp.model.features import (
+    BASE_FEATURE,
     DIFF_FIELDS,
     RADIO_FIELDS,
+    SCALE_FEATURE,
     TRANSPORT_FIELDS,
     FeatureState,
     capacity_sample,
@@ -162,8 +164,21 @@ def fit_families(ds: Dataset, mask: NDArray[np.bool_] | None, params: dict[str, 
         rows = ds.rows(fam, mask)
         if len(rows) < 50:
             continue
-        models[fam] = CapacityRegressor(**params).fit(ds.matrix(fam, rows), ds.label[rows])  # type: ignore[arg-type]
+        # Rows in time order per group, groups in a seeded random order: the last rows (the
+        # regressor's calibration slice) are then whole groups drawn from every source.
+        rows = rows[np.lexsort((ds.time_s[rows], _shuffled_groups(ds.group[rows])))]
+        names = feature_names(fam)
+        models[fam] = CapacityRegressor(**{  # type: ignore[arg-type]
+            "base_column": names.index(BASE_FEATURE), "scale_column": names.index(SCALE_FEATURE),
+            **params}).fit(ds.matrix(fam, rows), ds.label[rows])
     return models
+
+
+def _shuffled_groups(groups: NDArray[np.str_], seed: int = 0) -> NDArray[np.intp]:
+    """A rank per row: its group's position in a seeded permutation of the groups."""
+    codes, uniq = pd.factorize(groups, sort=True)
+    perm = np.random.default_rng(seed).permutation(len(uniq))
+    return np.asarray(perm[codes], dtype=np.intp)
 
 
 def _scores(y: Array, pred: Array) -> dict[str, float]:

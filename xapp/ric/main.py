@@ -368,10 +368,7 @@ def _influx(controls: Any, checks: dict[str, Callable[[], bool]],
                                      token=_read_token(i.token_file), timeout_ms=timeout_ms))
     store.start()
     stoppers.append(store.close)
-    # InfluxStore.ping() is being added by the telemetry module's owner; until it exists the
-    # client's own /ping (a 204 round trip) is the same question.
-    ping = getattr(store, "ping", None) or store._client.ping
-    check = PeriodicCheck(ping, interval_s=INFLUX_CHECK_S)
+    check = PeriodicCheck(store.ping, interval_s=INFLUX_CHECK_S)
     check.run_once()  # ready reflects InfluxDB from the first probe, not after one interval
     check.start()
     stoppers.append(check.stop)

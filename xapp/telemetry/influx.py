@@ -36,6 +36,7 @@ from xapp.telemetry.schema import (
     MEASUREMENT_PREDICTION,
     MEASUREMENT_WEIGHT,
     cell_code,
+    clean_columns,
     in_range,
 )
 from xapp.weights import WeightDecision
@@ -122,6 +123,13 @@ class InfluxStore:
         self._retry_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def ping(self) -> bool:
+        """True when the server answers its health endpoint (readiness checks); never raises."""
+        try:
+            return bool(self._client.ping())
+        except Exception:  # any transport error means "not ready", not a crash of the caller
+            return False
 
     # ----------------------------------------------------------------- writing
     @property
@@ -328,7 +336,7 @@ class InfluxStore:
                                               ).reset_index(drop=True)
 
     def latest(self, now_s: float, max_age_s: float) -> KpiFrame:
-        """The newest ``wat_kpi`` row per (cpe, wat) in (now - max_age, now]; see KpiSource.
+        """The newest value of each ``wat_kpi`` field per (cpe, wat) in (now - max_age, now].
 
         The cell tag is carried as the numeric ``cell_id`` column (CRC-32, see
         :func:`xapp.telemetry.schema.cell_code`).  Out-of-range values read back are NaN.
@@ -340,14 +348,14 @@ class InfluxStore:
         if len(df) == 0:
             empty = np.array([], dtype=str)
             return KpiFrame(time_s=now_s, cpe=empty, wat=empty, values={})
-        df = df.groupby(["cpe", "wat"], sort=True).tail(1).sort_values(["cpe", "wat"])
-        values: dict[str, np.ndarray] = {}
-        for f in KPI_FIELDS:
-            if f in df:
-                col = pd.to_numeric(df[f], errors="coerce").to_numpy(dtype=np.float64)
-                ok = np.array([math.isnan(x) or in_range(f, x) for x in col])
-                self.counters.rejected_values += int((~ok).sum())
-                values[f] = np.where(ok, col, np.nan)
+        # The last value of each field, not the last row: RAN KPIs (E2) and the agent's subflow
+        # telemetry arrive as separate points, and the newest of them must not hide the other.
+        df = df.groupby(["cpe", "wat"], sort=True).last().reset_index()
+        values, counts = clean_columns(
+            {f: pd.to_numeric(df[f], errors="coerce").to_numpy(dtype=np.float64)
+             for f in KPI_FIELDS if f in df})
+        self.counters.rejected_values += (sum(counts.non_finite.values())
+                                          + sum(counts.out_of_range.values()))
         values["cell_id"] = np.array([cell_code(c) for c in df["cell"]], dtype=np.float64)
         return KpiFrame(time_s=now_s, cpe=df["cpe"].to_numpy(dtype=str),
                         wat=df["wat"].to_numpy(dtype=str), values=values)

@@ -41,7 +41,10 @@ NUMERIC_COLUMNS: dict[str, tuple[str, float]] = {
     "PINGAVG": ("rtt_ms", 1.0),
     "PINGLOSS": ("loss", 0.01),
     "DL_bitrate": ("delivered_mbps", 0.001),
+    "UL_bitrate": ("ul_mbps", 0.001),
 }
+#: ``State``: D while the download runs, I while idle (between files of the session).
+STATE_ACTIVE: dict[str, float] = {"D": 1.0, "I": 0.0}
 RAT_GENERATION: dict[str, float] = {"5G": 5.0, "LTE": 4.0, "HSPA+": 3.0, "HSUPA": 3.0,
                                     "HSDPA": 3.0, "UMTS": 3.0, "EDGE": 2.0, "GPRS": 2.0}
 TIME_FORMAT = "%Y.%m.%d_%H.%M.%S"
@@ -122,6 +125,9 @@ def read_session(path: str | Path) -> tuple[pd.DataFrame, ImportStats]:
             values[unparsable] = np.nan
         out[name] = values
     out["rat"] = raw["NetworkMode"].map(RAT_GENERATION).astype(np.float64).to_numpy()
+    state = raw.get("State")
+    out["active"] = (state.str.strip().map(STATE_ACTIVE).astype(np.float64).to_numpy()
+                     if state is not None else np.nan)
     # Full-buffer download: every second is a capacity sample (unknown = saturated).
     out["saturated"] = np.nan
     out["cpe"] = session_id(path)

@@ -45,6 +45,11 @@ LIFI_FIELDS: tuple[str, ...] = ("snr_db", "rx_optical_dbm")
 #: measurement of capacity under WRR); ``saturated`` says whether the subflow had data waiting
 #: for the whole period (send queue non-empty / cwnd-limited), i.e. whether delivered_mbps
 #: measured capacity.  NaN when the reporter does not know.
+#: A period counts as a capacity measurement when its subflow was path-limited (``saturated``)
+#: for at least this fraction of it; below, ``delivered_mbps`` is censored by the WRR weights.
+#: The agent reads about 0.93-1.0 for a bulk subflow and 0.2-0.4 for a weight-starved one.
+SATURATED_MIN = 0.5
+
 COMMON_FIELDS: tuple[str, ...] = ("delivered_mbps", "rtt_ms", "loss", "saturated")
 
 FIELDS_BY_FAMILY: dict[str, tuple[str, ...]] = {
