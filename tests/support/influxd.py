@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from tests.support.polling import free_port
 
 DATABASE = "mcw"
 
@@ -68,12 +69,6 @@ def influxd_binary() -> str | None:
         return found
     local = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "influxd"
     return str(local) if local.exists() else None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -117,7 +117,7 @@ def test_table_import_skips_bad_rows(influx_db: InfluxServer) -> None:
 
 
 def test_ping(influx_db: InfluxServer) -> None:
-    from tests.support.influxd import free_port
+    from tests.support.polling import free_port
 
     up = InfluxStore(InfluxConfig(url=influx_db.url, bucket=influx_db.bucket))
     down = InfluxStore(InfluxConfig(url=f"http://127.0.0.1:{free_port()}", bucket="mcw/autogen",
