@@ -60,6 +60,7 @@ from twin.fluid import (
 from twin.scenarios import Scenario
 from xapp.estimator import CapacityEstimator, KpiFrame
 from xapp.ewma import EwmaEstimator
+from xapp.exploration import ExploringEstimator
 from xapp.policy import Policy, SteeringMode
 from xapp.weights import (
     NoUsableWatError,
@@ -120,7 +121,7 @@ def make_estimator(name: str) -> CapacityEstimator:
         if not isinstance(est, CapacityEstimator):
             raise TwinPolicyError("xapp.model.load_estimator() did not return a "
                                   "CapacityEstimator")
-        return est
+        return ExploringEstimator(est)  # as the xApp runs it: see xapp.exploration
     raise TwinPolicyError(f"unknown estimator {name!r}; known: {list(ESTIMATORS)}")
 
 

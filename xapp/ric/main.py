@@ -344,9 +344,13 @@ def _estimator(args: argparse.Namespace, controls: Any, stoppers: list[Callable[
             holder = ModelHolder(controls.model.path)
             holder.start(interval_s=controls.model.reload_check_s)
             stoppers.append(holder.stop)
-            estimator = ModelEstimator(holder, stale_after_s=controls.kpi_max_age_s * 2)
-            log.info("capacity model %s loaded from %s", estimator.version, controls.model.path)
-            return estimator, lambda: str(estimator.version)
+            from xapp.exploration import ExploringEstimator
+
+            model = ModelEstimator(holder, stale_after_s=controls.kpi_max_age_s * 2)
+            log.info("capacity model %s loaded from %s", model.version, controls.model.path)
+            # The model's forecasts, with bounded exploration where delivered throughput was
+            # censored by the weights, so no WAT is locked out (xapp.exploration).
+            return ExploringEstimator(model), lambda: str(model.version)
         except Exception as exc:
             if args.estimator == "model":
                 raise RuntimeError(f"capacity model not loadable: {exc}") from exc
