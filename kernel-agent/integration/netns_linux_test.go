@@ -509,15 +509,7 @@ log_level: info
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
+	go nstest.ServeDiscard(ln)
 	var conn net.Conn
 	if err := nstest.In(tp.cpeNS, func() error {
 		var d net.Dialer

@@ -159,15 +159,7 @@ func TestSaturationInNetns(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ln.Close()
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { io.Copy(io.Discard, c); c.Close() }()
-			}
-		}()
+		go nstest.ServeDiscard(ln)
 		dial := func(src string) net.Conn {
 			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
 			d.SetMultipathTCP(true)

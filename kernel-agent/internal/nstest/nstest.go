@@ -6,6 +6,8 @@
 package nstest
 
 import (
+	"io"
+	"net"
 	"runtime"
 	"testing"
 
@@ -70,4 +72,20 @@ func In(ns netns.NsHandle, fn func() error) error {
 		errc <- err
 	}()
 	return <-errc
+}
+
+// ServeDiscard accepts connections on ln until ln is closed and reads each
+// one to its end: the receiving side of a bulk transfer in a test. It
+// returns when Accept fails, so run it in its own goroutine.
+func ServeDiscard(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			_, _ = io.Copy(io.Discard, c)
+			_ = c.Close()
+		}()
+	}
 }
