@@ -4,7 +4,6 @@ package telemetry
 
 import (
 	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -34,13 +33,7 @@ func TestSubflowsInNetns(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ln.Close()
-		go func() {
-			c, err := ln.Accept()
-			if err == nil {
-				io.Copy(io.Discard, c)
-				c.Close()
-			}
-		}()
+		go nstest.ServeDiscard(ln)
 		c, err := net.Dial("tcp4", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -88,13 +81,7 @@ func TestMPTCPSubflowsInNetns(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ln.Close()
-		go func() {
-			c, err := ln.Accept()
-			if err == nil {
-				io.Copy(io.Discard, c)
-				c.Close()
-			}
-		}()
+		go nstest.ServeDiscard(ln)
 		var d net.Dialer
 		d.SetMultipathTCP(true)
 		c, err := d.Dial("tcp4", ln.Addr().String())
