@@ -88,13 +88,9 @@ class ComponentCollector(Collector):
             return
         stats = _fields(getattr(pub, "stats", None))
         if stats:
-            fam = CounterMetricFamily("mcw_mqtt_publisher_events",
-                                      "MQTT weight publisher counters (requested, sent, acked, "
-                                      "rejected, coalesced, invalid, connects, disconnects).",
-                                      labels=["event"])
-            for name, n in stats.items():
-                fam.add_metric([name], n)
-            yield fam
+            yield _events("mcw_mqtt_publisher_events",
+                          "MQTT weight publisher counters (requested, sent, acked, rejected, "
+                          "coalesced, invalid, connects, disconnects).", stats)
         pending = getattr(pub, "pending", None)
         if callable(pending):
             yield GaugeMetricFamily("mcw_mqtt_publisher_pending",
@@ -141,14 +137,10 @@ class ComponentCollector(Collector):
         counts = _fields(getattr(self.estimator, "counters", None))
         if not counts:
             return
-        fam = CounterMetricFamily("mcw_estimator_events",
-                                  "Capacity model counters: frames and rows seen, values "
-                                  "skipped (non_finite, out_of_range), rows without KPIs, "
-                                  "unknown WATs, missing models, prediction errors.",
-                                  labels=["event"])
-        for name, n in counts.items():
-            fam.add_metric([name], n)
-        yield fam
+        yield _events("mcw_estimator_events",
+                      "Capacity model counters: frames and rows seen, values skipped "
+                      "(non_finite, out_of_range), rows without KPIs, unknown WATs, missing "
+                      "models, prediction errors.", counts)
 
     def _influx(self) -> Iterable[Metric]:
         store = self.influx
@@ -156,13 +148,10 @@ class ComponentCollector(Collector):
             return
         counts = _fields(getattr(store, "counters", None))
         if counts:
-            fam = CounterMetricFamily("mcw_influx_events",
-                                      "InfluxDB store counters (written_points, write_batches, "
-                                      "write_failures, dropped_points, rejected_values, "
-                                      "parse_skipped).", labels=["event"])
-            for name, n in counts.items():
-                fam.add_metric([name], n)
-            yield fam
+            yield _events("mcw_influx_events",
+                          "InfluxDB store counters (written_points, write_batches, "
+                          "write_failures, dropped_points, rejected_values, parse_skipped).",
+                          counts)
         buffered = getattr(store, "buffered", None)
         if isinstance(buffered, int):
             yield GaugeMetricFamily("mcw_influx_buffered_points",
@@ -174,3 +163,11 @@ class ComponentCollector(Collector):
         for (kind, reason), n in _drops(counter).items():
             fam.add_metric([kind, reason], n)
         yield fam
+
+
+def _events(name: str, help_text: str, counts: dict[str, int]) -> CounterMetricFamily:
+    """One counter family with an ``event`` label per entry of ``counts``."""
+    fam = CounterMetricFamily(name, help_text, labels=["event"])
+    for event, n in counts.items():
+        fam.add_metric([event], n)
+    return fam
