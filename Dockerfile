@@ -46,7 +46,6 @@ ENV PATH=/opt/venv/bin:${PATH}
 WORKDIR /src
 COPY pyproject.toml README.md* ./
 COPY xapp/ xapp/
-COPY twin/ twin/
 # pip compiles the bytecode here, so the read-only runtime never needs to write it.
 RUN pip install --no-cache-dir .
 

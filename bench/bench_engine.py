@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from xapp.policy import Policy
-from xapp.weights import WatState, decide, fluid_aggregate_batch, optimal_weights_batch
+from xapp.core.policy import Policy
+from xapp.core.weights import WatState, decide, fluid_aggregate_batch, optimal_weights_batch
 
 
 def proportional_rounding(capacity: np.ndarray, max_weight: int) -> np.ndarray:

@@ -56,8 +56,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.support.mosquitto import MosquittoBroker, Pki, cpe_name, make_pki  # noqa: E402
-from xapp.channel import MemoryVersionStore, MqttSettings, MqttWeightPublisher  # noqa: E402
-from xapp.weights import WeightDecision  # noqa: E402
+from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher  # noqa: E402
+from xapp.core.weights import WeightDecision  # noqa: E402
 
 # --- the simulated CPEs: lean, so the figures measure the publisher and the broker --------------
 #

@@ -31,7 +31,7 @@ import numpy as np
 from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
-from xapp.estimator import KpiFrame
+from xapp.core.forecast import KpiFrame
 from xapp.model import artifact, training
 from xapp.model.estimator import CapacityRegressor
 from xapp.model.online import ModelEstimator
@@ -46,7 +46,7 @@ def _r2(y: np.ndarray, p: np.ndarray) -> float:
 
 
 def raca(directory: Path, params: dict[str, object]) -> dict[str, float]:
-    from xapp.telemetry.raca5g import read_sessions
+    from xapp.adapters.raca5g import read_sessions
 
     df, _ = read_sessions([directory])
     ds = training.replay(df)

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from twin.fluid import simulate_closed
 from twin.policies import TwinOptions, XappController, run_policy
 from twin.scenarios import Scenario, build
-from xapp.ewma import EwmaEstimator
-from xapp.policy import Policy
-from xapp.weights import WatState, decide, fluid_aggregate
+from xapp.core.ewma import EwmaEstimator
+from xapp.core.policy import Policy
+from xapp.core.weights import WatState, decide, fluid_aggregate
 
 #: Targets of issue 2, seconds.
 ONE_CPE_TARGET_S = 1.0

@@ -1,10 +1,12 @@
 """``mcw demo``: the closed loop on embedded defaults, with a dry-run kernel backend.
 
 The wifi-walk scenario (paper 000, section 6.5) drives one CPE; every control period (1 s) the
-twin reports the subflow KPIs an agent would send, the EWMA estimator forecasts each WAT's
-capacity, the weight engine (:func:`xapp.weights.decide`, hysteresis 1 %) picks WRR weights, and
-each new set is written in the 5G-CLARITY sysctl format by :class:`twin.sysctl_backend.
-DryRunBackend` under ``OUT/sysroot`` (source addresses of the example CPE:
+twin's agent reports the subflow KPIs an agent sends, and the shipped control loop
+(:class:`xapp.core.loop.ControlLoop`, through :class:`twin.loop_driver.LoopDriver`) forecasts
+each WAT's capacity with the EWMA estimator, decides WRR weights (hysteresis 1 %) and publishes a
+validated weights message; each new set is written in the 5G-CLARITY sysctl format by
+:class:`twin.sysctl_backend.DryRunBackend` under ``OUT/sysroot``
+(source addresses of the example CPE:
 :data:`twin.sysctl_backend.DEMO_SOURCE_IPS`, destination 0.0.0.0 = any).  Prints a live table
 and writes ``OUT/demo.png`` and ``OUT/summary.json``; the paper's probe method and the oracle
 run on the same trace for comparison.
@@ -22,16 +24,16 @@ from typing import Any
 import numpy as np
 
 from twin.fluid import Observation, simulate_closed
-from twin.policies import TwinOptions, XappController, make_estimator, run_policy, summary
+from twin.loop_driver import LoopDriver
+from twin.policies import TwinOptions, loop_policy, make_estimator, run_policy, summary
 from twin.scenarios import Scenario, build
 from twin.sysctl_backend import DEMO_SOURCE_IPS, WEIGHTS_PATH, DryRunBackend
-from xapp.policy import Policy
 
 
 class _DemoLoop:
-    """Wraps the xApp controller: applies each weight change through the backend."""
+    """Wraps the loop driver: applies each weight change through the backend."""
 
-    def __init__(self, inner: XappController, backend: DryRunBackend, scenario: Scenario,
+    def __init__(self, inner: LoopDriver, backend: DryRunBackend, scenario: Scenario,
                  oracle: np.ndarray, table_every_s: float, out: Any) -> None:
         self.inner = inner
         self.backend = backend
@@ -116,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
     oracle = run_policy(scenario, "oracle", opts)
     probe = run_policy(scenario, "probe", opts)
     probe.oracle_mbps = oracle.aggregate_mbps
-    policy = Policy(hysteresis_pct=opts.hysteresis_pct, update_period_s=opts.period_s)
-    inner = XappController(make_estimator("ewma"), policy, round(opts.period_s / scenario.dt_s))
+    inner = LoopDriver(make_estimator("ewma"), loop_policy(opts),
+                       round(opts.period_s / scenario.dt_s), radio_kpis=False)
     backend = DryRunBackend(out / "sysroot")
     stream = None if args.quiet else sys.stdout
     if stream is not None:

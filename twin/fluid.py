@@ -1,7 +1,8 @@
 """Fluid model of one MPTCP connection per CPE under WRR with ``cwnd_limited=N``.
 
 With weights ``w`` a WRR round sends exactly ``w_i`` packets on WAT *i*, so the connection runs
-at ``T(w) = min over used WATs of C_i * sum(w) / w_i`` (:func:`xapp.weights.fluid_aggregate_batch`)
+at ``T(w) = min over used WATs of C_i * sum(w) / w_i``
+(:func:`xapp.core.weights.fluid_aggregate_batch`)
 and WAT *i* delivers ``T * w_i / sum(w)``.  The WAT reaching the minimum is the bottleneck: its
 subflow is cwnd-limited (it carried all it could); every other WAT carries less than it could.
 
@@ -96,7 +97,7 @@ def deliver(capacity: Array, weights: IntArray
     """Per-WAT delivered rate, aggregate T and the cwnd-limited mask for arrays (..., k).
 
     ``weights`` has the shape of ``capacity`` or broadcasts to it (one set held for a block).
-    T is :func:`xapp.weights.fluid_aggregate_batch`'s formula, computed here once so that the
+    T is :func:`xapp.core.weights.fluid_aggregate_batch`'s formula, computed here once so that the
     per-WAT rates are reused for the cwnd-limited mask (this runs every control period).
     """
     w = np.where(capacity > 0, weights, 0)

@@ -36,7 +36,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from twin.scenarios import HE160_2SS_MBPS, HE_MCS_SNR_DB, Scenario
-from xapp.estimator import KpiFrame
+from xapp.core.forecast import KpiFrame
 
 Array = NDArray[np.float64]
 

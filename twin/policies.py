@@ -27,47 +27,36 @@
 ``fixed:A,B,C``
     Constant weights, one per WAT in scenario order (nr, wifi, lifi).
 ``xapp``
-    The product's loop: each control period (default 1 s) the subflow signals an agent reports
-    (delivered Mbps, RTT, cwnd-limited fraction, link up) and the radio KPIs of the period's
-    last step (:func:`twin.kpis.radio_kpis`: SINR, CQI, MCS, SNR, ...) go to a capacity estimator
-    (:class:`xapp.estimator.CapacityEstimator`: ``ewma``, ``ewma-naive`` or ``model``) and
-    its forecasts to the weight engine with the policy's hysteresis.  A WAT that is up but has
-    no estimate yet (it was down when the loop started) is tried at the CPE's smallest estimate,
-    so it carries traffic and gets measured.  The engine is fed the estimator's *lower* bound
-    (robust weights: a WAT whose forecast is uncertain gets a smaller share, so its dips do
-    not stall the connection).  Plain load balancing uses the vectorised exact optimum
-    (:func:`xapp.weights.optimal_weights_batch`) with :func:`xapp.weights.decide`'s hysteresis
-    rule for all CPEs at once; any other policy runs :func:`~xapp.weights.decide` per CPE.
+    The product's loop: :class:`twin.loop_driver.LoopDriver` runs the shipped
+    :class:`xapp.core.loop.ControlLoop` every control period (default 1 s) through in-memory
+    adapters, with the fluid model as the network: the agents report the subflow signals
+    (delivered Mbps, RTT, cwnd-limited fraction, link up) and the radio KPIs, the loop
+    forecasts with the estimator (``ewma``, ``ewma-naive`` or ``model``), decides under the
+    default policy (hysteresis ``--hysteresis``, ``max_weight``, ``update_period_s`` = the
+    period) and publishes validated weights messages, which the agents apply.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from twin.fluid import (
-    ClosedLoop,
-    Observation,
     Plan,
     SimResult,
     simulate_closed,
     simulate_plan,
 )
+from twin.loop_driver import LoopDriver
 from twin.scenarios import Scenario
-from xapp.estimator import CapacityEstimator, KpiFrame
-from xapp.ewma import EwmaEstimator
-from xapp.exploration import ExploringEstimator
-from xapp.policy import Policy, SteeringMode
-from xapp.weights import (
-    NoUsableWatError,
-    WatState,
-    WeightDecision,
-    decide,
-    fluid_aggregate_batch,
+from xapp.core.ewma import EwmaEstimator
+from xapp.core.exploration import ExploringEstimator
+from xapp.core.forecast import CapacityEstimator
+from xapp.core.weights import (
     optimal_weights_batch,
 )
 
@@ -121,7 +110,7 @@ def make_estimator(name: str) -> CapacityEstimator:
         if not isinstance(est, CapacityEstimator):
             raise TwinPolicyError("xapp.model.load_estimator() did not return a "
                                   "CapacityEstimator")
-        return ExploringEstimator(est)  # as the xApp runs it: see xapp.exploration
+        return ExploringEstimator(est)  # as the xApp runs it: see xapp.core.exploration
     raise TwinPolicyError(f"unknown estimator {name!r}; known: {list(ESTIMATORS)}")
 
 
@@ -222,197 +211,10 @@ def probe_plan(scenario: Scenario, opts: TwinOptions, online: bool = True) -> Pl
     return Plan(weights=weights, available=available)
 
 
-class XappController:
-    """The xApp's closed loop: estimator + weight engine per control period.
-
-    Parameters
-    ----------
-    estimator : CapacityEstimator
-        Fed one :class:`KpiFrame` per period with columns ``delivered_mbps``, ``rtt_ms``,
-        ``saturated`` and ``up`` (rows: every (cpe, wat)), plus the radio KPIs of the
-        period's last step when ``radio_kpis`` is true.
-    policy : Policy
-        Steering policy; its ``hysteresis_pct`` and ``max_weight`` apply.  The engine takes
-        the estimator's lower bound as the conservative capacity (robust weights under
-        fluctuation); the median is kept in :attr:`history`.
-    period_steps : int
-        Control period in simulation steps.
-    radio_kpis : bool, default=True
-        Add the synthetic radio KPIs (:func:`twin.kpis.radio_kpis`) to each frame; an
-        estimator that ignores them (the EWMA) runs faster without.
-    kpi_seed : int, default=0
-        Seed of the KPIs' measurement noise.
-    per_cpe : bool, default=False
-        Always run :func:`xapp.weights.decide` per CPE, even where the batch path reproduces it
-        (the reference the batch path is tested and benchmarked against).
-    """
-
-    def __init__(self, estimator: CapacityEstimator, policy: Policy, period_steps: int,
-                 radio_kpis: bool = True, kpi_seed: int = 0, per_cpe: bool = False) -> None:
-        self.estimator = estimator
-        self.policy = policy
-        self.period_steps = period_steps
-        self.radio_kpis = radio_kpis
-        self.kpi_seed = kpi_seed
-        self.per_cpe = per_cpe
-        self.history: list[tuple[float, Array]] = []
-
-    def start(self, scenario: Scenario) -> IntArray:
-        self.scenario = scenario
-        n, k = scenario.n_cpes, len(scenario.wats)
-        self.cpe = np.repeat(np.array([f"cpe{i}" for i in range(n)]), k)
-        self.wat = np.tile(np.array(scenario.wats), n)
-        self.weights: IntArray = np.ones((n, k), dtype=np.int64)  # plain RR until we know more
-        self.usable = np.ones((n, k), dtype=bool)
-        self.decisions: list[WeightDecision | None] = [None] * n
-        # The batch path reproduces decide() for plain load balancing and is several times
-        # cheaper per period, also for one CPE.
-        self.plain = policy_is_plain(self.policy) and not self.per_cpe
-        self._kpis = self._radio_table(scenario) if self.radio_kpis else {}
-        self._rtt_table, self._up_table = self._transport_tables(scenario)
-        return self.weights.copy()
-
-    def _last_steps(self, steps: int) -> NDArray[np.intp]:
-        """Last step of each control period (period i covers [i * P, (i + 1) * P))."""
-        per = self.period_steps
-        return np.minimum(np.arange(per, steps + per, per), steps) - 1
-
-    def _transport_tables(self, scenario: Scenario) -> tuple[Array, Array]:
-        """Per-period mean RTT over the steps the WAT was up, and ``up`` at the period's last
-        step, (periods, n * k): they do not depend on the weights, so one vectorised pass
-        replaces a few small array operations every period."""
-        steps, n, k = scenario.rtt_ms.shape
-        per = self.period_steps
-        last = self._last_steps(steps)
-        full = steps // per
-        sums = np.zeros((len(last), n * k))
-        counts = np.zeros((len(last), n * k))
-        chunk = max(1, 2_000_000 // max(1, n * k * per))  # bound the temporaries
-        for a in range(0, len(last), chunk):
-            b = min(len(last), a + chunk)
-            block = scenario.rtt_ms[a * per:min(steps, b * per)].reshape(-1, n * k)
-            finite = np.isfinite(block)
-            z = np.where(finite, block, 0.0)
-            stop = min(b, full) - a  # whole periods of this chunk
-            if stop > 0:
-                sums[a:a + stop] = z[:stop * per].reshape(stop, per, -1).sum(axis=1)
-                counts[a:a + stop] = finite[:stop * per].reshape(stop, per, -1).sum(axis=1)
-            if b > full:  # the last, shorter period
-                sums[full] = z[(full - a) * per:].sum(axis=0)
-                counts[full] = finite[(full - a) * per:].sum(axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rtt = np.where(counts > 0, sums / np.maximum(counts, 1.0), np.nan)
-        up = (scenario.capacity_mbps[last] > 0).reshape(len(last), n * k).astype(np.float64)
-        return rtt, up
-
-    def _radio_table(self, scenario: Scenario) -> dict[str, Array]:
-        """Radio KPI columns (periods, n * k) at each period's last step, NaN where the WAT
-        does not report the field; computed once, so a frame is a row lookup."""
-        import twin.kpis  # lazily: pandas is not needed by the other policies
-
-        steps, n, k = scenario.capacity_mbps.shape
-        last = self._last_steps(steps)
-        sub = replace(scenario, capacity_mbps=scenario.capacity_mbps[last],
-                      rtt_ms=scenario.rtt_ms[last],
-                      context={key: np.asarray(v)[last] for key, v in scenario.context.items()})
-        kpis = twin.kpis.radio_kpis(sub, np.random.default_rng(self.kpi_seed))
-        table: dict[str, Array] = {}
-        for j, w in enumerate(scenario.wats):
-            for name, arr in kpis.get(w, {}).items():
-                col = table.setdefault(name, np.full((len(last), n * k), np.nan))
-                col[:, j::k] = arr
-        return table
-
-    def frame(self, obs: Observation) -> KpiFrame:
-        """The KPIs an agent reports for the period: means over its steps, and the radio KPIs
-        of its last step."""
-        row = (obs.t1 - 1) // self.period_steps
-        values = {
-            "delivered_mbps": obs.delivered_mbps.mean(axis=0).ravel(),
-            "rtt_ms": self._rtt_table[row],
-            "saturated": obs.saturated.mean(axis=0).ravel(),
-            "up": self._up_table[row],
-        }
-        for name, col in self._kpis.items():
-            values[name] = col[row]
-        return KpiFrame(time_s=obs.t1 * self.scenario.dt_s, cpe=self.cpe, wat=self.wat,
-                        values=values)
-
-    def update(self, obs: Observation) -> IntArray:
-        frame = self.frame(obs)
-        fc = self.estimator.step(frame)
-        n, k = self.weights.shape
-        up = obs.up[-1]
-        median = fc.median_mbps.reshape(n, k).astype(np.float64)
-        lower = np.minimum(fc.lower_mbps.reshape(n, k), median)
-        median, lower = _try_unknown(median, lower, up)
-        rtt = frame.values["rtt_ms"].reshape(n, k)
-        self.history.append((float(frame.time_s), median.copy()))
-        if self.plain:
-            self._batch(lower, up)
-        else:
-            self._per_cpe(median, lower, up, rtt)
-        return self.weights.copy()
-
-    def _per_cpe(self, median: Array, lower: Array, up: NDArray[np.bool_], rtt: Array) -> None:
-        wats = self.scenario.wats
-        for i in range(len(median)):
-            states = {
-                w: WatState(capacity_mbps=float(median[i, j]), lower_mbps=float(lower[i, j]),
-                            up=bool(up[i, j]),
-                            rtt_ms=float(rtt[i, j]) if np.isfinite(rtt[i, j]) else None)
-                for j, w in enumerate(wats)
-            }
-            try:
-                d = decide(states, self.policy, self.decisions[i])
-            except NoUsableWatError:
-                continue  # keep the weights in force, as the xApp does
-            self.decisions[i] = d
-            self.weights[i] = [d.weights[w] for w in wats]
-
-    def _batch(self, cons: Array, up: NDArray[np.bool_]) -> None:
-        p = self.policy
-        cons = np.where(up & (cons >= p.capacity_floor_mbps) & (cons > 0), cons, 0.0)
-        usable = cons > 0
-        gain = 1.0 + p.hysteresis_pct / 100.0
-        held_ok = (usable == self.usable).all(axis=1) & self.weights.any(axis=1)
-        t_old = fluid_aggregate_batch(cons, np.where(usable, self.weights, 0))
-        # No weights can beat the sum of the capacities: where the weights in force are within
-        # the hysteresis of it, the exact search cannot change anything and is skipped.
-        keep = held_ok & (cons.sum(axis=1) <= t_old * gain)
-        rows = np.flatnonzero(~keep)
-        if len(rows) == 0:
-            return
-        c = cons[rows]
-        new = optimal_weights_batch(c, p.max_weight)
-        t_new = fluid_aggregate_batch(c, new)
-        hold = held_ok[rows] & (t_new <= t_old[rows] * gain)
-        hold |= ~new.any(axis=1)  # nothing usable: keep the weights in force
-        change = rows[~hold]
-        self.weights[change] = new[~hold]
-        self.usable[change] = usable[change]
-
-
-def policy_is_plain(p: Policy) -> bool:
-    """True when the batch path reproduces decide(): load balancing without share limits."""
-    return (p.mode is SteeringMode.LOAD_BALANCING and not p.min_share and not p.excluded
-            and all(v >= 1.0 for v in p.max_share.values()))
-
-
-def _try_unknown(median: Array, lower: Array, up: NDArray[np.bool_]) -> tuple[Array, Array]:
-    """Give a WAT that is up but unknown (NaN) the CPE's smallest estimate, so it is tried."""
-    finite = np.isfinite(median)
-    if finite.all():
-        return median, np.where(np.isfinite(lower), lower, 0.0)
-    unknown = ~finite & up
-    if not unknown.any():
-        return np.where(finite, median, 0.0), np.where(np.isfinite(lower), lower, 0.0)
-    known = np.where(np.isfinite(median) & (median > 0), median, np.inf)
-    smallest = known.min(axis=1, keepdims=True)
-    smallest = np.where(np.isfinite(smallest), smallest, 1.0)
-    median = np.where(unknown, smallest, np.nan_to_num(median))
-    lower = np.where(unknown, smallest, np.nan_to_num(lower))
-    return median, lower
+def loop_policy(opts: TwinOptions) -> dict[str, object]:
+    """The loop's default policy for the twin's options (the A1 payload form)."""
+    return {"mode": "load_balancing", "max_weight": opts.max_weight,
+            "hysteresis_pct": opts.hysteresis_pct, "update_period_s": opts.period_s}
 
 
 def run_policy(scenario: Scenario, name: str, opts: TwinOptions | None = None,
@@ -437,16 +239,13 @@ def run_policy(scenario: Scenario, name: str, opts: TwinOptions | None = None,
     if name == "xapp":
         if opts.period_s < scenario.dt_s:
             raise TwinPolicyError(f"period_s must be >= the step {scenario.dt_s} s")
-        policy = Policy(max_weight=opts.max_weight, hysteresis_pct=opts.hysteresis_pct,
-                        update_period_s=opts.period_s)
         est = estimator if estimator is not None else make_estimator(opts.estimator)
         # The EWMA reads throughput only: skip building radio KPIs it would ignore.
-        ctl = XappController(est, policy, round(opts.period_s / scenario.dt_s),
-                             radio_kpis=not isinstance(est, EwmaEstimator))
-        controller: ClosedLoop = ctl
-        res = simulate_closed(scenario, controller, name, progress=progress)
+        driver = LoopDriver(est, loop_policy(opts), round(opts.period_s / scenario.dt_s),
+                            radio_kpis=not isinstance(est, EwmaEstimator))
+        res = simulate_closed(scenario, driver, name, progress=progress)
         res.extra["estimator"] = opts.estimator if estimator is None else type(estimator).__name__
-        res.extra["controller"] = ctl
+        res.extra["driver"] = driver
         return res
     raise TwinPolicyError(f"unknown policy {name!r}; known: {list(POLICIES)}")
 

@@ -1,7 +1,7 @@
 """Scenarios of the twin: per-WAT capacity and RTT traces, and the physical drivers behind them.
 
 A :class:`Scenario` holds arrays of shape ``(steps, n_cpes, k)`` sampled every ``dt_s`` (0.1 s)
-for the WATs ``wats`` (5G NR, Wi-Fi, LiFi, in :data:`xapp.policy.KNOWN_WATS` order).  Build one
+for the WATs ``wats`` (5G NR, Wi-Fi, LiFi, in :data:`xapp.core.policy.KNOWN_WATS` order).  Build one
 with :func:`build`; the same ``(name, n_cpes, seed, duration_s)`` always gives the same arrays.
 
 Scenarios
@@ -18,7 +18,7 @@ Scenarios
 ``lockin``
     The censoring trap of the design brief: Wi-Fi starts crowded (30 other active stations, about
     75 Mbps) and the crowd leaves after 60 s (about 1.19 Gbps).  A history-only estimator that
-    learnt "Wi-Fi is slow" under WRR never sees the rise; see ``xapp.ewma``.  Default 180 s.
+    learnt "Wi-Fi is slow" under WRR never sees the rise; see ``xapp.core.ewma``.  Default 180 s.
 
 How the traces are built
 ------------------------
@@ -100,9 +100,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.signal import lfilter
 
-from xapp.policy import KNOWN_WATS
+from xapp.core.policy import KNOWN_WATS
 
-#: WATs every scenario carries, in :data:`xapp.policy.KNOWN_WATS` order.
+#: WATs every scenario carries, in :data:`xapp.core.policy.KNOWN_WATS` order.
 WATS: tuple[str, ...] = tuple(w for w in KNOWN_WATS if w in ("nr", "wifi", "lifi"))
 
 DT_S = 0.1

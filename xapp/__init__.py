@@ -3,9 +3,9 @@
 The public facade of the engine; the RIC glue, model and channel live in sub-packages.
 """
 
-from xapp.estimator import CapacityEstimator, CapacityForecast, KpiFrame
-from xapp.policy import KNOWN_WATS, Policy, PolicyError, SteeringMode
-from xapp.weights import (
+from xapp.core.forecast import CapacityEstimator, CapacityForecast, KpiFrame
+from xapp.core.policy import KNOWN_WATS, Policy, PolicyError, SteeringMode
+from xapp.core.weights import (
     NoUsableWatError,
     WatState,
     WeightDecision,

@@ -12,16 +12,35 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
-#: command -> (module, one-line help)
+#: The xApp's own commands: command -> (module, one-line help).  Other packages add theirs
+#: through the ``mcw.commands`` entry-point group (the twin: ``twin``, ``demo``), so the xApp
+#: never imports them and its runtime image need not contain them.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "weights": ("xapp.weights_cli", "compute WRR weights from per-WAT capacities"),
-    "twin": ("twin.cli", "simulate a CPE's MPTCP WRR connection under a weight policy"),
-    "demo": ("twin.demo", "closed-loop demo on the wifi-walk scenario (dry-run kernel backend)"),
+    "weights": ("xapp.app.weights_cli", "compute WRR weights from per-WAT capacities"),
     "model": ("xapp.model.cli", "train, evaluate and inspect the capacity model"),
-    "telemetry": ("xapp.telemetry.cli", "generate, import and load per-WAT KPI telemetry"),
-    "run": ("xapp.ric.main", "run the xApp in the near-RT RIC (RMR, A1, SDL, MQTT)"),
+    "telemetry": ("xapp.app.telemetry_cli", "generate, import and load per-WAT KPI telemetry"),
+    "run": ("xapp.app.runtime", "run the xApp in the near-RT RIC (RMR, A1, SDL, MQTT)"),
 }
+
+
+def commands() -> dict[str, tuple[str, str]]:
+    """Every command: the xApp's own and those of installed plug-ins (whose help is the first
+    line of the module's docstring, read only when the top-level help is printed)."""
+    found = dict(COMMANDS)
+    for ep in entry_points(group="mcw.commands"):
+        found.setdefault(ep.name, (ep.value, ""))
+    return found
+
+
+def _plugin_help(module_name: str) -> str:
+    try:
+        doc = importlib.import_module(module_name).__doc__ or ""
+    except ImportError:
+        return "(not installed here)"
+    first = doc.strip().splitlines()[0] if doc.strip() else module_name
+    return first.split(": ", 1)[-1].rstrip(".")
 
 
 def _top_parser() -> argparse.ArgumentParser:
@@ -32,14 +51,15 @@ def _top_parser() -> argparse.ArgumentParser:
         epilog="Run 'mcw COMMAND --help' for the options of a command.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_, help_text) in COMMANDS.items():
-        sub.add_parser(name, help=help_text, add_help=False)
+    for name, (module_name, help_text) in commands().items():
+        sub.add_parser(name, help=help_text or _plugin_help(module_name), add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] not in COMMANDS:
+    known = commands()
+    if not args or args[0] not in known:
         parser = _top_parser()
         if not args:
             parser.print_help()
@@ -47,8 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.parse_args(args)  # prints --help, or the "invalid choice" error and exits 2
         return 2
     name, rest = args[0], args[1:]
-    module_name, help_text = COMMANDS[name]
-    module = importlib.import_module(module_name)
+    module_name, help_text = known[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:  # a plug-in registered but not installed in this image
+        print(f"mcw {name}: not available here ({exc})", file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(prog=f"mcw {name}", description=help_text)
     module.configure(parser)
     return int(module.run(parser.parse_args(rest)))

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.mosquitto import MosquittoBroker, Pki, make_pki, mosquitto_binary
-from xapp.channel import MqttSettings
-from xapp.weights import WeightDecision
+from xapp.adapters.mqtt import MqttSettings
+from xapp.core.weights import WeightDecision
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xapp.channel.connection import (
+from xapp.adapters.mqtt.connection import (
     RECEIVE_MAXIMUM,
     PacketReader,
     ProtocolError,

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.channel.conftest import decision
-from xapp.channel import CpeState, DropCounter, PayloadError, build_weights, decode, topic
-from xapp.channel.payloads import check, encode, encode_weights, parse_topic
-from xapp.channel.subscriber import telemetry_frame
+from xapp.adapters.mqtt import CpeState, DropCounter, PayloadError, build_weights, decode, topic
+from xapp.adapters.mqtt.payloads import check, encode, encode_weights, parse_topic
+from xapp.adapters.mqtt.subscriber import telemetry_frame
 
 WEIGHTS: dict[str, Any] = {
     "schema": "mcw.weights.v1", "cpe_id": "cpe-0001", "version": 42,
@@ -156,7 +156,7 @@ def _reference_valid(kind: str, doc: object) -> bool:
     """The pure-Python ``jsonschema`` verdict, the reference the fast engine must match."""
     from jsonschema import Draft202012Validator
 
-    from xapp.channel.payloads import load_schema
+    from xapp.adapters.mqtt.payloads import load_schema
     return bool(Draft202012Validator(load_schema(kind)).is_valid(doc))  # type: ignore[arg-type]
 
 

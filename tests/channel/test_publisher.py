@@ -10,14 +10,14 @@ import pytest
 
 from tests.channel.conftest import decision
 from tests.support.mosquitto import MosquittoBroker, TestClient, connect_client
-from xapp.channel import (
+from xapp.adapters.mqtt import (
     FileVersionStore,
     MemoryVersionStore,
     MqttSettings,
     MqttWeightPublisher,
     PayloadError,
 )
-from xapp.interfaces import WeightPublisher
+from xapp.core.ports import WeightPublisher
 
 W = "mcw/v1/cpe/{}/weights"
 

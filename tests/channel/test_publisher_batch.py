@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.channel.conftest import decision
 from tests.channel.test_publisher import W, retained_doc, versions
 from tests.support.mosquitto import MosquittoBroker, Pki, connect_client, free_port
-from xapp.channel import MemoryVersionStore, MqttSettings, MqttWeightPublisher, PayloadError
+from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher, PayloadError
 
 
 def test_publish_many_queues_the_valid_and_reports_the_refused(

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from tests.support.mosquitto import MosquittoBroker, connect_client
-from xapp.channel import ChannelSubscriber, CpeState, MqttSettings
-from xapp.estimator import KpiFrame
+from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttSettings
+from xapp.core.forecast import KpiFrame
 
 
 def state_doc(cpe_id: str, version: int, **extra: Any) -> bytes:

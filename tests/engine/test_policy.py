@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from xapp.policy import Policy, PolicyError, SteeringMode
+from xapp.core.policy import Policy, PolicyError, SteeringMode
 
 
 def test_round_trip() -> None:

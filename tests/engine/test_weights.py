@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xapp.policy import Policy, SteeringMode
-from xapp.weights import (
+from xapp.core.policy import Policy, SteeringMode
+from xapp.core.weights import (
     NoUsableWatError,
     WatState,
     WeightError,

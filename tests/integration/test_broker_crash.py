@@ -26,12 +26,13 @@ from tests.support.mosquitto import (
     make_pki,
     mosquitto_binary,
 )
-from xapp.channel import MemoryVersionStore, MqttSettings, MqttWeightPublisher
-from xapp.ewma import EwmaEstimator
-from xapp.loop import ControlLoop, LoopRunner, LoopSettings
-from xapp.ric.a1 import PolicyBook
-from xapp.ric.lab import FileKpiSource
-from xapp.ric.sdl_store import StateStore
+from xapp.adapters.lab import FileKpiSource
+from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher
+from xapp.adapters.sdl import StateStore
+from xapp.app.runner import LoopRunner
+from xapp.core.ewma import EwmaEstimator
+from xapp.core.loop import ControlLoop, LoopSettings
+from xapp.core.policy_book import PolicyBook
 
 CPES = ("cpe-0001", "cpe-0002")
 
@@ -73,7 +74,8 @@ def test_weights_resent_after_broker_crash(pki: Pki, broker: MosquittoBroker,
     book = PolicyBook({"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
                        "capacity_floor_mbps": 1.0})
     loop = ControlLoop(FileKpiSource(kpis), EwmaEstimator(), publisher, None, book.resolver,
-                       state, settings=LoopSettings(control_period_s=0.2, lease_s=60.0))
+                       state, settings=LoopSettings(control_period_s=0.2, lease_s=60.0),
+                       publisher_connects=lambda: publisher.stats.connects)
     runner = LoopRunner(loop)
     runner.start()
     try:

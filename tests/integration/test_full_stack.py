@@ -332,8 +332,8 @@ def test_restart_a1_in_process_and_versions_never_reused(
     policy survives in SDL and every CPE's versions keep growing across the three runs."""
     import argparse
 
-    from xapp.ric import main as ric_main
-    from xapp.ric.config import load_config
+    from xapp.app import runtime as ric_main
+    from xapp.app.config import load_config
 
     clients = {c: Cpe(stack, c) for c in CPES}
     try:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import skops.io as sio
 
-from xapp.estimator import CapacityEstimator, KpiFrame
+from xapp.core.forecast import CapacityEstimator, KpiFrame
 from xapp.model import ArtifactError, ModelEstimator, ModelHolder, load, load_estimator
 from xapp.model.artifact import LATEST, card_path, resolve
 

@@ -12,8 +12,8 @@ import pytest
 
 from tests.model.conftest import synthetic_table
 from tests.support.influxd import InfluxServer
+from xapp.adapters.influx import InfluxConfig, InfluxStore
 from xapp.cli import main
-from xapp.telemetry.influx import InfluxConfig, InfluxStore
 
 RACA_HEADER = ("Timestamp,Longitude,Latitude,Speed,Operatorname,CellID,NetworkMode,RSRP,RSRQ,"
                "SNR,CQI,RSSI,DL_bitrate,UL_bitrate,State,PINGAVG,PINGMIN,PINGMAX,PINGSTDEV,"

@@ -319,7 +319,7 @@ def test_route_table(rendered: dict[str, cr.Rendered]) -> None:
 
 def test_environment_overrides_are_ones_the_runtime_knows(
         rendered: dict[str, cr.Rendered], caplog: pytest.LogCaptureFixture) -> None:
-    config = pytest.importorskip("xapp.ric.config", reason="runtime config module not built yet")
+    config = pytest.importorskip("xapp.app.config", reason="runtime config module not built yet")
     env = _appenv(rendered["existing-secrets"])
     mcw = {k: v for k, v in env.items() if k.startswith("MCW_")}
     assert {"MCW_INFLUXDB_URL", "MCW_MQTT_HOST", "MCW_MQTT_PORT"} <= set(mcw)
@@ -545,7 +545,7 @@ def test_chart_version_matches_the_descriptor() -> None:
 
 
 def test_container_arguments_are_ones_mcw_run_accepts(rendered: dict[str, cr.Rendered]) -> None:
-    main = pytest.importorskip("xapp.ric.main", reason="mcw run is not built yet")
+    main = pytest.importorskip("xapp.app.runtime", reason="mcw run is not built yet")
     container = _container(rendered["default"])
     assert container["command"][:2] == ["mcw", "run"]
     parser = argparse.ArgumentParser(prog="mcw run")

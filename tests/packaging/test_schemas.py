@@ -21,7 +21,7 @@ from tests.packaging.paths import (
     SCHEMAS,
     load_json,
 )
-from xapp.policy import KNOWN_WATS, Policy, PolicyError, SteeringMode
+from xapp.core.policy import KNOWN_WATS, Policy, PolicyError, SteeringMode
 
 #: Policy rules that span several fields: JSON Schema cannot state them (and with
 #: default_policy merging they depend on the xApp's configuration), so the xApp checks them.
@@ -174,7 +174,7 @@ def test_controls_schema_is_self_contained() -> None:
 
 
 def test_controls_schema_matches_the_runtime_settings() -> None:
-    config = pytest.importorskip("xapp.ric.config", reason="runtime config module not built yet")
+    config = pytest.importorskip("xapp.app.config", reason="runtime config module not built yet")
     controls = load_json(CONTROLS_SCHEMA)["properties"]
     defaults = config.Controls().to_dict()
     assert set(controls) == set(defaults)
@@ -184,7 +184,7 @@ def test_controls_schema_matches_the_runtime_settings() -> None:
 
 
 def test_runtime_loads_the_descriptor() -> None:
-    config = pytest.importorskip("xapp.ric.config", reason="runtime config module not built yet")
+    config = pytest.importorskip("xapp.app.config", reason="runtime config module not built yet")
     loaded = config.load_config(DESCRIPTOR, schemas=SCHEMAS, environ={})
     raw = load_json(DESCRIPTOR)["controls"]
     assert loaded.controls.mqtt.port == raw["mqtt"]["port"]

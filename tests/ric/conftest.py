@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.redis_server import RedisServer, redis_binary
-from xapp.ric.a1 import PolicyType
+from xapp.adapters.a1 import PolicyType
 
 
 @pytest.fixture(scope="session")

@@ -7,16 +7,9 @@ from typing import Any
 
 import pytest
 
-from xapp.policy import SteeringMode
-from xapp.ric.a1 import (
-    A1Handler,
-    PolicyBook,
-    PolicyInstance,
-    PolicyType,
-    Status,
-    parse_request,
-    query_message,
-)
+from xapp.adapters.a1 import A1Handler, PolicyType, Status, parse_request, query_message
+from xapp.core.policy import SteeringMode
+from xapp.core.policy_book import PolicyBook, PolicyInstance
 
 DEFAULTS = {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
             "capacity_floor_mbps": 1.0}

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from xapp.ric.config import ConfigError, ConfigWatcher, apply_env_overrides, load_config
+from xapp.app.config import ConfigError, ConfigWatcher, apply_env_overrides, load_config
 
 CONTROLS: dict[str, Any] = {
     "control_period_s": 1.0, "log_level": "INFO", "kpi_max_age_s": 5.0, "sdl_namespace": "mcw",

@@ -23,8 +23,8 @@ import pytest
 
 from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
-from xapp.ric import main
-from xapp.ric.lab import read_published as published
+from xapp.adapters.lab import read_published as published
+from xapp.app import runtime as main
 
 CONTROLS: dict[str, Any] = {
     "control_period_s": 0.1, "log_level": "INFO", "kpi_max_age_s": 5.0,
@@ -127,7 +127,7 @@ def test_ready_tells_the_truth_about_redis(process: main.XappProcess, lab: dict[
     assert wait_until(lambda: get(port, "/ric/v1/health/ready")[0] == 200)
     # Caught up: the CPE's latest published version is in Redis.
     assert wait_until(lambda: process.state.pending() == 0)
-    from xapp.ric.sdl_store import ricsdl_backend
+    from xapp.adapters.sdl import ricsdl_backend
 
     sdl = ricsdl_backend()
     stored = json.loads(sdl.get("mcw-proc", {"cpe/cpe-1"})["cpe/cpe-1"])

@@ -20,8 +20,8 @@ import pytest
 
 from tests.support.polling import free_port, wait_until
 from tests.support.redis_server import RedisServer
-from xapp.ric.lab import read_published as published
-from xapp.ric.rmr_app import rmr_library_available
+from xapp.adapters.lab import read_published as published
+from xapp.adapters.rmr import rmr_library_available
 
 _ok, _why = rmr_library_available()
 pytestmark = pytest.mark.skipif(not _ok, reason=f"RMR round trips need RMR: {_why}")

@@ -8,15 +8,15 @@ import pytest
 
 from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
-from xapp.ric.a1 import PolicyInstance
-from xapp.ric.sdl_store import (
-    CpeRecord,
+from xapp.adapters.sdl import (
     Restored,
     SdlVersionStore,
     StateStore,
     ricsdl_backend,
 )
-from xapp.weights import WeightDecision
+from xapp.core.policy_book import PolicyInstance
+from xapp.core.ports import CpeRecord
+from xapp.core.weights import WeightDecision
 
 NS = "mcw-test"
 

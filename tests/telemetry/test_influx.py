@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 
 from tests.support.influxd import InfluxServer
-from xapp.estimator import CapacityForecast, KpiFrame
-from xapp.telemetry.influx import InfluxConfig, InfluxStore
-from xapp.weights import WeightDecision
+from xapp.adapters.influx import InfluxConfig, InfluxIntake, InfluxStore
+from xapp.core.forecast import CapacityForecast, KpiFrame
+from xapp.core.intake import LatestKpis
+from xapp.core.weights import WeightDecision
 
 
 def _frame(t: float, n: int = 3) -> KpiFrame:
@@ -37,8 +38,18 @@ def test_round_trip_and_latest(influx_db: InfluxServer) -> None:
     assert store.counters.rejected_values == 2  # sinr 99 dB twice
     table = store.read_table("-1h")
     assert len(table) == 6 and set(table["wat"]) == {"nr", "wifi", "lifi"}
-    frame = store.latest(now, max_age_s=10.0)
+    intake = LatestKpis()
+    reader = InfluxIntake(store, intake, fields=("delivered_mbps", "sinr_db"), lookback_s=60.0)
+    assert reader.poll_once() == 6
+    frame = intake.latest(now, max_age_s=10.0)
     assert list(frame.cpe) == ["cpe0", "cpe1", "cpe2"]
+    np.testing.assert_allclose(frame.column("delivered_mbps"), [10.0, 20.0, 30.0])
+    assert "rtt_ms" not in frame.values  # only the fields asked for
+    # The next poll reads only what is new, and reading a point again changes nothing.
+    store.write_kpis(_frame(now - 1, n=1))
+    assert store.flush()
+    assert reader.poll_once() == 4  # the new point and those of the 2 s overlap
+    frame = intake.latest(now, max_age_s=10.0)
     np.testing.assert_allclose(frame.column("delivered_mbps"), [10.0, 20.0, 30.0])
     pred = store.read_table("-1h", measurement="wat_prediction")
     assert set(pred["model_version"]) == {"v1"} and len(pred) == 3
@@ -47,7 +58,7 @@ def test_round_trip_and_latest(influx_db: InfluxServer) -> None:
     store.close()
 
 
-def test_latest_takes_each_field_from_its_newest_point(influx_db: InfluxServer) -> None:
+def test_intake_takes_each_field_from_its_newest_point(influx_db: InfluxServer) -> None:
     """RAN KPIs and the agent's subflow telemetry arrive as separate points: the newer agent
     point must not hide the radio KPIs of the older one."""
     store = InfluxStore(InfluxConfig(url=influx_db.url, bucket=influx_db.bucket))
@@ -60,7 +71,10 @@ def test_latest_takes_each_field_from_its_newest_point(influx_db: InfluxServer) 
                               values={"delivered_mbps": np.array([300.0]),
                                       "saturated": np.array([0.9])}))
     assert store.flush()
-    frame = store.latest(now, max_age_s=10.0)
+    intake = LatestKpis()
+    InfluxIntake(store, intake, fields=("sinr_db", "cqi", "delivered_mbps", "saturated")
+                 ).poll_once()
+    frame = intake.latest(now, max_age_s=10.0)
     assert list(frame.cpe) == ["cpe0"]
     assert frame.column("sinr_db")[0] == 21.0 and frame.column("cqi")[0] == 12.0
     assert frame.column("delivered_mbps")[0] == 300.0 and frame.column("saturated")[0] == 0.9

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.model.test_cli import write_raca
-from xapp.telemetry.raca5g import RacaFormatError, read_session, read_sessions
+from xapp.adapters.raca5g import RacaFormatError, read_session, read_sessions
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "raca5g"
 

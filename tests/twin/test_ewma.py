@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from xapp.estimator import CapacityEstimator, KpiFrame
-from xapp.ewma import EwmaEstimator
+from xapp.core.ewma import EwmaEstimator
+from xapp.core.forecast import CapacityEstimator, KpiFrame
 
 
 def _frame(delivered: list[float], limited: list[float], up: list[float] | None = None

@@ -8,8 +8,8 @@ import numpy as np
 
 from twin.policies import make_estimator, run_policy
 from twin.scenarios import build
-from xapp.estimator import CapacityForecast, KpiFrame
-from xapp.exploration import ExploringEstimator
+from xapp.core.exploration import ExploringEstimator
+from xapp.core.forecast import CapacityForecast, KpiFrame
 
 
 class StuckForecaster:

@@ -5,21 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from twin.fluid import deliver, simulate_closed
+from twin.fluid import deliver
 from twin.policies import (
     TwinOptions,
     TwinPolicyError,
-    XappController,
     parse_fixed,
     run_policy,
     run_with_oracle,
 )
 from twin.policies import summary as summarise
 from twin.scenarios import build
-from xapp.estimator import CapacityForecast, KpiFrame
-from xapp.ewma import EwmaEstimator
-from xapp.policy import Policy
-from xapp.weights import fluid_aggregate_batch
+from xapp.core.ewma import EwmaEstimator
+from xapp.core.forecast import CapacityForecast, KpiFrame
+from xapp.core.weights import fluid_aggregate_batch
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -89,14 +87,18 @@ def test_batch_engine_path_matches_per_cpe_quality() -> None:
     assert doc["ratio_to_oracle"] > 0.75
 
 
-def test_batch_path_matches_decide_per_cpe() -> None:
+def test_xapp_runs_the_shipped_loop_and_publishes_valid_messages() -> None:
     s = build("wifi-walk", n_cpes=3, seed=4, duration_s=60)
-    results = []
-    for per_cpe in (False, True):
-        ctl = XappController(EwmaEstimator(), Policy(hysteresis_pct=1.0), 10, radio_kpis=False,
-                             per_cpe=per_cpe)
-        results.append(simulate_closed(s, ctl, "xapp").aggregate_mbps.mean())
-    assert results[0] == pytest.approx(results[1], rel=0.01)
+    res = run_policy(s, "xapp")
+    driver = res.extra["driver"]
+    reports = driver.reports
+    assert len(reports) == 60 and reports[0].cpes == 3
+    assert sum(len(r.published) for r in reports) == driver.publisher.published > 3
+    # What the agents applied is what the loop published, message by message.
+    fleet = driver.loop.fleet
+    for i in range(3):
+        row = fleet.index[f"cpe{i}"]
+        assert driver.weights[i].tolist() == fleet.weights[row, [0, 2, 3]].tolist()
 
 
 def test_deliver_matches_the_fluid_formula() -> None:

@@ -87,7 +87,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _read_csv(files: list[str], fmt: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     if fmt == "raca5g":
-        from xapp.telemetry.raca5g import read_sessions
+        from xapp.adapters.raca5g import read_sessions
 
         df, stats = read_sessions(files)
         return df, {"files": stats.files, "rows": stats.rows, "skipped_rows": stats.skipped_rows}
@@ -137,7 +137,7 @@ def _train(args: argparse.Namespace) -> int:
         frames.append(df)
         sources["csv"] = {"format": args.format, **st}
     if args.influx:
-        from xapp.telemetry.influx import InfluxConfig, InfluxStore
+        from xapp.adapters.influx import InfluxConfig, InfluxStore
 
         store = InfluxStore(InfluxConfig(url=args.influx, bucket=args.bucket, org=args.org,
                                          token=args.token))

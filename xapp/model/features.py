@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from xapp.telemetry.schema import CELLULAR_FIELDS, LIFI_FIELDS, SATURATED_MIN, WIFI_FIELDS
+from xapp.core.kpis import CELLULAR_FIELDS, LIFI_FIELDS, SATURATED_MIN, WIFI_FIELDS
 
 Array = NDArray[np.float64]
 

@@ -1,6 +1,6 @@
 """Online use of the model: the per-tick estimator and the hot-reloading model holder.
 
-:class:`ModelEstimator` implements :class:`xapp.estimator.CapacityEstimator`: it cleans each
+:class:`ModelEstimator` implements :class:`xapp.core.forecast.CapacityEstimator`: it cleans each
 frame (infinite and out-of-range KPIs become NaN and are counted), updates the per-key history
 and forecasts all rows of the tick in one batch per technology family.  A row with nothing
 usable (no radio KPI and no throughput sample), or whose family has no model, gets a NaN
@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from xapp.estimator import CapacityForecast, KpiFrame
+from xapp.core.forecast import CapacityForecast, KpiFrame
+from xapp.core.kpis import FAMILIES, clean_columns, family_of, normalise_wat
 from xapp.model.artifact import ArtifactError, LoadedModel, load, resolve
 from xapp.model.features import (
     DIFF_FIELDS,
@@ -31,7 +32,6 @@ from xapp.model.features import (
     capacity_sample,
     matrix,
 )
-from xapp.telemetry.schema import FAMILIES, clean_columns, family_of, normalise_wat
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from xapp.core.kpis import FAMILIES, cell_code, family_of, normalise_wat
 from xapp.model.estimator import CapacityRegressor
 from xapp.model.features import (
     BASE_FEATURE,
@@ -27,7 +28,6 @@ from xapp.model.features import (
     capacity_sample,
     feature_names,
 )
-from xapp.telemetry.schema import FAMILIES, cell_code, family_of, normalise_wat
 
 Array = NDArray[np.float64]
 

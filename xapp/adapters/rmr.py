@@ -18,7 +18,7 @@ What the frame gets wrong for us, and what is done about it:
   send ``A1_POLICY_QUERY`` from a thread as soon as RMR can route it.
 * mdclogpy starts at ERROR: the frame's own logger gets our level.
 * The frame's SDL client is the in-memory fake: the xApp's state goes through
-  :mod:`xapp.ric.sdl_store`, which survives Redis going away; RIC health checks (100 -> 101)
+  :mod:`xapp.adapters.sdl`, which survives Redis going away; RIC health checks (100 -> 101)
   answer from that store's state.
 """
 
@@ -32,7 +32,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from xapp.ric.a1 import A1_POLICY_QUERY, A1_POLICY_REQ, A1_POLICY_RESP, A1Handler, query_message
+from xapp.adapters.a1 import (
+    A1_POLICY_QUERY,
+    A1_POLICY_REQ,
+    A1_POLICY_RESP,
+    A1Handler,
+    query_message,
+)
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from xapp.core.loop import TickReport
+
 #: Control ticks take milliseconds for a few CPEs and up to seconds for 10,000.
 _TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -47,6 +49,22 @@ class Metrics:
         self.dependency_up = Gauge("mcw_dependency_up",
                                    "1 when the dependency answered the last readiness check.",
                                    ["dependency"], registry=r)
+
+    def record_tick(self, report: TickReport) -> None:
+        """Count one control tick (the loop's ``on_tick``)."""
+        self.ticks.inc()
+        self.tick_duration.observe(report.duration_s)
+        self.cpes.set(report.cpes)
+        for reason, n in report.skipped_rows.items():
+            self.kpi_rows_skipped.labels(reason=reason).inc(n)
+        for result, n in (("changed", report.changed), ("held", report.held),
+                          ("no_usable_wat", report.no_usable), ("error", report.errors)):
+            if n:
+                self.decisions.labels(result=result).inc(n)
+        if report.published:
+            self.publishes.labels(result="ok").inc(len(report.published))
+        if report.publish_errors:
+            self.publishes.labels(result="error").inc(report.publish_errors)
 
     def observe_a1(self, operation: str, status: str) -> None:
         self.a1_requests.labels(operation=operation, status=status).inc()

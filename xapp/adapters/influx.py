@@ -20,7 +20,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,8 +29,9 @@ import pandas as pd
 from influxdb_client import InfluxDBClient
 from influxdb_client.client.write_api import SYNCHRONOUS
 
-from xapp.estimator import CapacityForecast, KpiFrame
-from xapp.telemetry.schema import (
+from xapp.core.forecast import CapacityForecast, KpiFrame
+from xapp.core.intake import LatestKpis
+from xapp.core.kpis import (
     KPI_FIELDS,
     MEASUREMENT_KPI,
     MEASUREMENT_PREDICTION,
@@ -39,7 +40,7 @@ from xapp.telemetry.schema import (
     clean_columns,
     in_range,
 )
-from xapp.weights import WeightDecision
+from xapp.core.weights import WeightDecision
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ class InfluxStore:
         self._backoff_s = 0.0
         self._retry_at = 0.0
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def ping(self) -> bool:
@@ -147,7 +149,9 @@ class InfluxStore:
                 self._buffer.append(ln)
             full = len(self._buffer) >= self.config.batch_size
         if full:
-            self.flush(force=False)
+            # Never flush here: writers are the loop and the MQTT network thread, and a slow
+            # InfluxDB must not stall them.  The flusher thread sends the batch now.
+            self._wake.set()
 
     def write_lines(self, lines: Iterable[str]) -> None:
         """Queue raw line-protocol lines."""
@@ -275,8 +279,11 @@ class InfluxStore:
             return
 
         def loop() -> None:
-            while not self._stop.wait(interval_s):
-                self.flush(force=False)
+            while not self._stop.is_set():
+                self._wake.wait(interval_s)
+                self._wake.clear()
+                if not self._stop.is_set():
+                    self.flush(force=False)
 
         self._thread = threading.Thread(target=loop, name="influx-flush", daemon=True)
         self._thread.start()
@@ -284,6 +291,7 @@ class InfluxStore:
     def close(self) -> None:
         """Stop the flusher, try a last flush, close the client."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
             self._thread = None
@@ -292,20 +300,26 @@ class InfluxStore:
         self._client.close()
 
     # ----------------------------------------------------------------- reading
-    def _flux(self, start: str, stop: str | None, measurement: str) -> str:
+    def _flux(self, start: str, stop: str | None, measurement: str,
+              fields: tuple[str, ...] | None = None) -> str:
         rng = f"start: {start}" + (f", stop: {stop}" if stop else "")
+        only = ""
+        if fields is not None:
+            only = "|> filter(fn: (r) => " + " or ".join(
+                f'r._field == "{f}"' for f in fields) + ") "
         return (f'from(bucket: "{self.config.bucket}") |> range({rng}) '
-                f'|> filter(fn: (r) => r._measurement == "{measurement}") '
+                f'|> filter(fn: (r) => r._measurement == "{measurement}") {only}'
                 '|> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")')
 
     def read_table(self, start: str = "-24h", stop: str | None = None,
-                   measurement: str = MEASUREMENT_KPI) -> pd.DataFrame:
+                   measurement: str = MEASUREMENT_KPI,
+                   fields: tuple[str, ...] | None = None) -> pd.DataFrame:
         """Points of ``measurement`` in [start, stop) as a long table sorted by time.
 
         ``start``/``stop`` are Flux times: relative (``-24h``) or RFC 3339.  Rows without a
         time, cpe or wat are skipped and counted; non-numeric field values become NaN (counted).
         """
-        tables = self._client.query_api().query(self._flux(start, stop, measurement),
+        tables = self._client.query_api().query(self._flux(start, stop, measurement, fields),
                                                 org=self.config.org)
         rows: list[dict[str, Any]] = []
         for table in tables:
@@ -335,27 +349,82 @@ class InfluxStore:
         return pd.DataFrame(rows).sort_values(["time_s", "cpe", "wat"], kind="mergesort"
                                               ).reset_index(drop=True)
 
-    def latest(self, now_s: float, max_age_s: float) -> KpiFrame:
-        """The newest value of each ``wat_kpi`` field per (cpe, wat) in (now - max_age, now].
 
-        The cell tag is carried as the numeric ``cell_id`` column (CRC-32, see
-        :func:`xapp.telemetry.schema.cell_code`).  Out-of-range values read back are NaN.
-        """
-        start = pd.Timestamp(now_s - max_age_s, unit="s", tz="UTC").isoformat()
-        stop = pd.Timestamp(now_s + 1e-6, unit="s", tz="UTC").isoformat()
-        df = self.read_table(start=start.replace("+00:00", "Z"),
-                             stop=stop.replace("+00:00", "Z"))
+class InfluxIntake:
+    """Feeds :class:`~xapp.core.intake.LatestKpis` with ``wat_kpi`` points as they reach InfluxDB.
+
+    Each poll reads only what is new since the previous one (with ``overlap_s`` of slack for
+    points that arrive late; re-reading a point changes nothing in the intake).  ``fields``
+    (default: every ``wat_kpi`` field) may limit the read, e.g. to the RAN KPIs when every
+    replica receives all agent telemetry over MQTT directly (:data:`~xapp.core.kpis.
+    AGENT_FIELDS` then need not be read back).  Runs in its own thread; a failing or hung
+    InfluxDB delays these KPIs (they age out of the intake) but never a tick.
+    """
+
+    def __init__(self, store: InfluxStore, intake: LatestKpis,
+                 fields: tuple[str, ...] | None = None, *, interval_s: float = 1.0,
+                 overlap_s: float = 2.0, lookback_s: float = 10.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.intake = intake
+        self.fields = fields
+        self.interval_s = interval_s
+        self.overlap_s = overlap_s
+        self.lookback_s = lookback_s
+        self.clock = clock
+        self.polls = 0
+        self.failures = 0
+        self.rows_read = 0
+        self._newest: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll_once(self) -> int:
+        """Read what is new and merge it into the intake; returns the rows read."""
+        now = self.clock()
+        start = (now - self.lookback_s if self._newest is None
+                 else max(now - self.lookback_s, self._newest - self.overlap_s))
+        df = self.store.read_table(start=_rfc3339(start), stop=_rfc3339(now + 1e-3),
+                                   fields=self.fields)
+        self.polls += 1
         if len(df) == 0:
-            empty = np.array([], dtype=str)
-            return KpiFrame(time_s=now_s, cpe=empty, wat=empty, values={})
-        # The last value of each field, not the last row: RAN KPIs (E2) and the agent's subflow
-        # telemetry arrive as separate points, and the newest of them must not hide the other.
-        df = df.groupby(["cpe", "wat"], sort=True).last().reset_index()
+            return 0
         values, counts = clean_columns(
             {f: pd.to_numeric(df[f], errors="coerce").to_numpy(dtype=np.float64)
              for f in KPI_FIELDS if f in df})
-        self.counters.rejected_values += (sum(counts.non_finite.values())
-                                          + sum(counts.out_of_range.values()))
+        self.store.counters.rejected_values += (sum(counts.non_finite.values())
+                                                + sum(counts.out_of_range.values()))
         values["cell_id"] = np.array([cell_code(c) for c in df["cell"]], dtype=np.float64)
-        return KpiFrame(time_s=now_s, cpe=df["cpe"].to_numpy(dtype=str),
-                        wat=df["wat"].to_numpy(dtype=str), values=values)
+        times = df["time_s"].to_numpy(dtype=np.float64)
+        frame = KpiFrame(time_s=float(times.max()), cpe=df["cpe"].to_numpy(dtype=str),
+                         wat=df["wat"].to_numpy(dtype=str), values=values)
+        self.intake.update(frame, times=times)
+        self._newest = float(times.max())
+        self.rows_read += len(df)
+        return len(df)
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.poll_once()
+                except Exception as exc:  # InfluxDB away or answering garbage: try again
+                    self.failures += 1
+                    log.warning("reading new KPIs from InfluxDB failed: %s", exc)
+                self._stop.wait(self.interval_s)
+
+        self._thread = threading.Thread(target=loop, name="influx-intake", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+
+def _rfc3339(t: float) -> str:
+    return pd.Timestamp(t, unit="s", tz="UTC").isoformat().replace("+00:00", "Z")

@@ -4,8 +4,8 @@ Under WRR with ``cwnd_limited=N`` a subflow that was not saturated delivered onl
 its capacity is at least what it delivered, possibly much more.  A forecaster that learnt "this
 WAT is slow" while the weights held it back keeps it held back (the trap of the design brief;
 ``mcw twin --scenario lockin`` shows it).  :class:`ExploringEstimator` wraps any
-:class:`~xapp.estimator.CapacityEstimator` and, on censored rows only, raises the forecast to
-at least the exploring EWMA's (:class:`xapp.ewma.EwmaEstimator`), whose estimate of an
+:class:`~xapp.core.forecast.CapacityEstimator` and, on censored rows only, raises the forecast to
+at least the exploring EWMA's (:class:`xapp.core.ewma.EwmaEstimator`), whose estimate of an
 unsaturated WAT grows step by step until the WAT becomes the bottleneck and is measured.  Rows
 that measured capacity keep the wrapped forecast; rows the wrapped forecaster cannot forecast
 (NaN: no model for the WAT, stale history) get the EWMA's.
@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from xapp.estimator import CapacityEstimator, CapacityForecast, KpiFrame
-from xapp.ewma import EwmaEstimator
-from xapp.telemetry.schema import SATURATED_MIN
+from xapp.core.ewma import EwmaEstimator
+from xapp.core.forecast import CapacityEstimator, CapacityForecast, KpiFrame
+from xapp.core.kpis import SATURATED_MIN
 
 
 class ExploringEstimator:
-    """A :class:`~xapp.estimator.CapacityEstimator` that cannot lock a WAT out.
+    """A :class:`~xapp.core.forecast.CapacityEstimator` that cannot lock a WAT out.
 
     Parameters
     ----------

@@ -10,17 +10,17 @@ Delivery rules, and why:
   weights for it replace the queued ones: after an outage each CPE gets its latest weights
   once, not the backlog of every tick. A message that was in flight when the connection
   dropped is sent again after the reconnect, unless newer weights replaced it meanwhile.
-* **Versions only grow**, across restarts: see :mod:`xapp.channel.versions`.
+* **Versions only grow**, across restarts: see :mod:`xapp.adapters.mqtt.versions`.
 * **Reconnect with exponential backoff** (bounds in
-  :class:`~xapp.channel.connection.MqttSettings`), from ``reconnect_min_s`` doubling to
+  :class:`~xapp.adapters.mqtt.connection.MqttSettings`), from ``reconnect_min_s`` doubling to
   ``reconnect_max_s``, reset after a successful CONNACK.
 
 Performance (issue 5: a tick of 10,000 CPEs delivered in at most 1 s): one network thread owns
 the TLS socket and does all of the MQTT work; callers only build and validate payloads and
 queue them under a short lock, then wake the thread once per batch. The thread writes the
 queued PUBLISH packets in 64 KiB TLS writes and parses PUBACKs in bulk with the minimal codec
-of :mod:`xapp.channel.connection` (paho-mqtt took 45 to 90 µs of CPU per message, most of it in
-per-packet objects and thread hand-overs; see ``bench/bench_fanout.py``). Use
+of :mod:`xapp.adapters.mqtt.connection` (paho-mqtt took 45 to 90 µs of CPU per message, most
+of it in per-packet objects and thread hand-overs; see ``bench/bench_fanout.py``). Use
 :meth:`MqttWeightPublisher.publish_many` for a whole tick.
 
 Thread-safety: :meth:`publish` and :meth:`publish_many` may be called from any thread.
@@ -38,7 +38,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from xapp.channel.connection import (
+from xapp.adapters.mqtt.connection import (
     CONNACK,
     DISCONNECT,
     DISCONNECT_PACKET,
@@ -55,16 +55,16 @@ from xapp.channel.connection import (
     parse_puback,
     publish_parts,
 )
-from xapp.channel.payloads import (
+from xapp.adapters.mqtt.payloads import (
     DropCounter,
     PayloadError,
     build_weights,
     encode_weights,
     topic,
 )
-from xapp.channel.versions import VersionAllocator, VersionStore
-from xapp.interfaces import PublishResult, WeightUpdate
-from xapp.weights import WeightDecision
+from xapp.adapters.mqtt.versions import VersionAllocator, VersionStore
+from xapp.core.ports import PublishResult, WeightUpdate
+from xapp.core.weights import WeightDecision
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class _State:
 
 
 class MqttWeightPublisher:
-    """Implements :class:`xapp.interfaces.WeightPublisher` over MQTT 5 and mutual TLS.
+    """Implements :class:`xapp.core.ports.WeightPublisher` over MQTT 5 and mutual TLS.
 
     Parameters
     ----------

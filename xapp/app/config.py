@@ -28,8 +28,8 @@ from typing import Any
 
 import jsonschema
 
-from xapp.policy import PolicyError
-from xapp.ric.a1 import build_policy
+from xapp.core.policy import PolicyError
+from xapp.core.policy_book import build_policy
 from xapp.schemas import schemas_dir
 
 log = logging.getLogger(__name__)

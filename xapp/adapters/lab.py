@@ -1,4 +1,9 @@
-"""Lab mode of ``mcw run``: KPIs from a JSON file, weights to a JSON-lines file.
+"""In-memory and file adapters: the twin's and the benches' ports, and ``mcw run``'s lab mode.
+
+:class:`MemoryPublisher` builds and validates every weights message exactly as the MQTT
+publisher does and hands it to whoever plays the agents (the twin); :class:`NullSink` keeps
+nothing.  Lab mode of ``mcw run`` reads KPIs from a JSON file and appends weights to a
+JSON-lines file:
 
 For a bench or a test where the RIC parts (RMR, A1, SDL) are real but there is no InfluxDB or
 MQTT broker: ``mcw run --kpi-file kpis.json --publish-file weights.jsonl``.  The KPI file is
@@ -25,14 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from xapp.channel.versions import VersionAllocator, VersionStore
-from xapp.estimator import CapacityForecast, KpiFrame
-from xapp.interfaces import PublishResult, WeightUpdate
-from xapp.weights import WeightDecision
+from xapp.adapters.mqtt.payloads import PayloadError, build_weights
+from xapp.adapters.mqtt.versions import MemoryVersionStore, VersionAllocator, VersionStore
+from xapp.core.forecast import CapacityForecast, KpiFrame
+from xapp.core.ports import PublishResult, WeightUpdate
+from xapp.core.weights import WeightDecision
 
 
 class FileKpiSource:
-    """:class:`~xapp.interfaces.KpiSource` over a JSON file (format in the module docstring)."""
+    """:class:`~xapp.core.ports.KpiSource` over a JSON file (format in the module docstring)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -65,8 +71,52 @@ class FileKpiSource:
         )
 
 
+class MemoryPublisher:
+    """:class:`~xapp.core.ports.WeightPublisher` that keeps the messages in memory.
+
+    Each message is the ``mcw.weights.v1`` document :func:`~xapp.adapters.mqtt.payloads.
+    build_weights` makes and validates for MQTT, with versions from the same
+    :class:`~xapp.adapters.mqtt.versions.VersionAllocator`; a refused one is reported in the
+    result's ``errors`` like the MQTT publisher does.  :meth:`take` hands the messages published
+    since the last call to the simulated agents.
+    """
+
+    def __init__(self, versions: VersionStore | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._versions = VersionAllocator(versions if versions is not None
+                                          else MemoryVersionStore(), block=1000)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._outbox: list[dict[str, Any]] = []
+        self.published = 0
+
+    def publish_many(self, items: Iterable[WeightUpdate]) -> PublishResult:
+        result = PublishResult()
+        issued = int(self._clock() * 1000)
+        with self._lock:
+            for cpe_id, decision, mode, lease_s in items:
+                version = self._versions.peek(cpe_id)
+                try:
+                    doc = build_weights(cpe_id, version, decision, mode=mode, lease_s=lease_s,
+                                        issued_at_ms=issued)
+                except PayloadError as exc:
+                    result.errors[cpe_id] = exc
+                    continue
+                self._versions.take(cpe_id)
+                self._outbox.append(doc)
+                result.versions[cpe_id] = version
+            self.published += len(result.versions)
+        return result
+
+    def take(self) -> list[dict[str, Any]]:
+        """The messages published since the last call, oldest first."""
+        with self._lock:
+            out, self._outbox = self._outbox, []
+        return out
+
+
 class NullSink:
-    """A :class:`~xapp.interfaces.TelemetrySink` that keeps nothing (no InfluxDB in the lab)."""
+    """A :class:`~xapp.core.ports.TelemetrySink` that keeps nothing (no InfluxDB in the lab)."""
 
     def write_kpis(self, frame: KpiFrame) -> None:
         return None
@@ -81,9 +131,9 @@ class NullSink:
 
 
 class JsonlPublisher:
-    """:class:`~xapp.interfaces.WeightPublisher` appending one JSON line per message.
+    """:class:`~xapp.core.ports.WeightPublisher` appending one JSON line per message.
 
-    Versions come from the same :class:`~xapp.channel.versions.VersionAllocator` as the MQTT
+    Versions come from the same :class:`~xapp.adapters.mqtt.versions.VersionAllocator` as the MQTT
     publisher's, so they keep growing across restarts when ``versions`` is the SDL store.
     """
 

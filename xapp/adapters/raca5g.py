@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from xapp.telemetry.schema import FIELD_RANGES
+from xapp.core.kpis import FIELD_RANGES
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("Timestamp", "DL_bitrate", "NetworkMode", "RSRP", "RSRQ",
                                      "SNR", "CQI")

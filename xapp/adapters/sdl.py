@@ -2,7 +2,7 @@
 
 What is kept, in the SDL namespace of ``controls.sdl_namespace`` (default ``mcw``):
 
-``policy/<instance id>``  an accepted A1 policy instance (:class:`~xapp.ric.a1.PolicyInstance`)
+``policy/<instance id>``  an accepted A1 policy instance (:class:`~xapp.adapters.a1.PolicyInstance`)
 ``cpe/<cpe id>``          the CPE's last published weights, their version and decision
 ``model/version``         the capacity model version in use
 ``meta/writer``           a marker; when it is missing after a reconnect, Redis lost its data
@@ -25,11 +25,11 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from xapp.ric.a1 import PolicyInstance
-from xapp.weights import WeightDecision
+from xapp.core.policy_book import PolicyInstance
+from xapp.core.ports import CpeRecord
 
 log = logging.getLogger(__name__)
 
@@ -61,49 +61,6 @@ def ricsdl_backend() -> SdlBackend:
     from ricsdl.syncstorage import SyncStorage
 
     return SyncStorage()  # type: ignore[no-any-return]
-
-
-@dataclass(frozen=True)
-class CpeRecord:
-    """What the xApp remembers about one CPE between ticks and across restarts."""
-
-    version: int
-    weights: Mapping[str, int]
-    shares: Mapping[str, float]
-    aggregate_mbps: float
-    usable: tuple[str, ...]
-    reason: str
-    mode: str
-    #: The instance id whose policy produced the weights ("default" without one).
-    policy_source: str
-    time_s: float
-
-    @classmethod
-    def from_decision(cls, version: int, decision: WeightDecision, *, mode: str,
-                      policy_source: str, time_s: float) -> CpeRecord:
-        return cls(version, dict(decision.weights), dict(decision.shares),
-                   float(decision.aggregate_mbps), tuple(sorted(decision.usable)),
-                   decision.reason, mode, policy_source, time_s)
-
-    def decision(self) -> WeightDecision:
-        """The decision in force, as the engine's ``previous`` argument."""
-        return WeightDecision(weights=dict(self.weights), shares=dict(self.shares),
-                              aggregate_mbps=self.aggregate_mbps, usable=frozenset(self.usable),
-                              changed=False, reason=self.reason)
-
-    def to_dict(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["weights"], doc["shares"] = dict(self.weights), dict(self.shares)
-        doc["usable"] = list(self.usable)
-        return doc
-
-    @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> CpeRecord:
-        return cls(int(doc["version"]), {str(k): int(v) for k, v in doc["weights"].items()},
-                   {str(k): float(v) for k, v in doc.get("shares", {}).items()},
-                   float(doc.get("aggregate_mbps", 0.0)), tuple(doc.get("usable", ())),
-                   str(doc.get("reason", "")), str(doc.get("mode", "")),
-                   str(doc.get("policy_source", "")), float(doc.get("time_s", 0.0)))
 
 
 @dataclass
@@ -370,7 +327,7 @@ VERSION_PREFIX = "version/"
 
 
 class SdlVersionStore:
-    """Per-CPE weight-version ceilings in SDL (:class:`xapp.channel.versions.VersionStore`).
+    """Per-CPE weight-version ceilings in SDL (:class:`xapp.adapters.mqtt.versions.VersionStore`).
 
     Unlike the rest of the state this is written through, synchronously: the publisher reserves
     a block of versions and must know the ceiling is stored before it sends any of them, or a

@@ -31,8 +31,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from xapp.estimator import CapacityForecast, KpiFrame
-from xapp.telemetry.schema import SATURATED_MIN
+from xapp.core.forecast import CapacityForecast, KpiFrame
+from xapp.core.kpis import SATURATED_MIN
 
 Array = NDArray[np.float64]
 

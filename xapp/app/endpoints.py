@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from xapp.ric.metrics import Metrics
+from xapp.app.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

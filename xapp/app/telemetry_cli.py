@@ -57,7 +57,7 @@ def _emit(df: pd.DataFrame, args: argparse.Namespace, extra: dict[str, object]) 
         df.to_csv(args.out, index=False)
         summary["out"] = args.out
     else:
-        from xapp.telemetry.influx import InfluxConfig, InfluxStore
+        from xapp.adapters.influx import InfluxConfig, InfluxStore
 
         store = InfluxStore(InfluxConfig(url=args.influx, bucket=args.bucket, org=args.org,
                                          token=args.token))
@@ -66,6 +66,7 @@ def _emit(df: pd.DataFrame, args: argparse.Namespace, extra: dict[str, object]) 
             for i in tqdm(range(0, len(df), step), desc="write", unit="batch", file=sys.stderr,
                           disable=None):
                 store.write_table(df.iloc[i:i + step])
+                ok = store.flush()  # this CLI's own thread: send each batch as it goes
             ok = store.flush()
         finally:
             store.close()
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             start = time.time() - scn.duration_s if args.start is None else args.start
             df = synthesize(scn, period_s=args.period, seed=args.seed, start_time_s=start)
             return _emit(df, args, {"scenario": args.scenario})
-        from xapp.telemetry.raca5g import read_sessions
+        from xapp.adapters.raca5g import read_sessions
 
         df, stats = read_sessions(args.paths)
         return _emit(df, args, {"files": stats.files, "skipped_rows": stats.skipped_rows})

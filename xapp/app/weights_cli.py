@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from xapp.policy import KNOWN_WATS, Policy, PolicyError, SteeringMode
-from xapp.weights import WatState, WeightError, decide
+from xapp.core.policy import KNOWN_WATS, Policy, PolicyError, SteeringMode
+from xapp.core.weights import WatState, WeightError, decide
 
 
 def _pairs(values: Sequence[str] | None, option: str) -> dict[str, float]:

@@ -52,6 +52,10 @@ SATURATED_MIN = 0.5
 
 COMMON_FIELDS: tuple[str, ...] = ("delivered_mbps", "rtt_ms", "loss", "saturated")
 
+#: What a CPE agent reports per WAT in its MQTT telemetry (``schemas/mqtt-telemetry.schema.json``).
+AGENT_FIELDS: tuple[str, ...] = ("delivered_mbps", "rtt_ms", "cwnd", "bytes_acked", "subflows",
+                                 "up", "saturated", "delivery_rate_mbps")
+
 FIELDS_BY_FAMILY: dict[str, tuple[str, ...]] = {
     "cellular": CELLULAR_FIELDS + COMMON_FIELDS,
     "wifi": WIFI_FIELDS + COMMON_FIELDS,

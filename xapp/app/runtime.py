@@ -22,19 +22,26 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from xapp.estimator import CapacityEstimator
-from xapp.interfaces import KpiSource, TelemetrySink, WeightPublisher
-from xapp.loop import ControlLoop, LoopRunner, LoopSettings
-from xapp.policy import PolicyError
-from xapp.ric.a1 import A1Handler, PolicyBook, PolicyType
-from xapp.ric.collector import ComponentCollector
-from xapp.ric.config import ConfigError, ConfigWatcher, LoadedConfig, load_config
-from xapp.ric.http import CPES_PATH, Health, HttpServer, PeriodicCheck
-from xapp.ric.logging import set_level, setup_logging
-from xapp.ric.metrics import Metrics
-from xapp.ric.sdl_store import Restored, SdlVersionStore, StateStore, ricsdl_backend
+from xapp.adapters.a1 import A1Handler, PolicyType
+from xapp.adapters.sdl import Restored, SdlVersionStore, StateStore, ricsdl_backend
+from xapp.app.collector import ComponentCollector
+from xapp.app.config import ConfigError, ConfigWatcher, LoadedConfig, load_config
+from xapp.app.endpoints import CPES_PATH, Health, HttpServer, PeriodicCheck
+from xapp.app.json_logs import set_level, setup_logging
+from xapp.app.metrics import Metrics
+from xapp.app.runner import LoopRunner
+from xapp.core.forecast import CapacityEstimator, KpiFrame
+from xapp.core.intake import LatestKpis
+from xapp.core.loop import ControlLoop, LoopSettings
+from xapp.core.policy import PolicyError
+from xapp.core.policy_book import PolicyBook
+from xapp.core.ports import KpiSource, TelemetrySink, WeightPublisher
+
+if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs no servers
+    from xapp.adapters.influx import InfluxIntake, InfluxStore
+    from xapp.adapters.mqtt import ChannelSubscriber, MqttWeightPublisher
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +104,12 @@ class Components:
     sink: TelemetrySink | None
     checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
     stoppers: list[Callable[[], None]] = field(default_factory=list)
-    #: The MQTT publisher, channel subscriber and InfluxDB store when they run (for metrics
-    #: and ``/ric/v1/cpes``); None in lab mode.
-    mqtt_publisher: Any = None
-    subscriber: Any = None
-    influx: Any = None
+    #: The MQTT publisher, channel subscriber and InfluxDB store and intake when they run (for
+    #: metrics and ``/ric/v1/cpes``); None in lab mode.
+    mqtt_publisher: MqttWeightPublisher | None = None
+    subscriber: ChannelSubscriber | None = None
+    influx: InfluxStore | None = None
+    influx_intake: InfluxIntake | None = None
 
 
 class XappProcess:
@@ -127,7 +135,7 @@ class XappProcess:
             self.versions: Any = SdlVersionStore(controls.sdl_namespace, factory,
                                                  floor=self._published_version)
         else:
-            from xapp.channel.versions import MemoryVersionStore
+            from xapp.adapters.mqtt.versions import MemoryVersionStore
 
             self.versions = MemoryVersionStore()
         self.components: Components | None = None
@@ -158,10 +166,11 @@ class XappProcess:
             published_version=self._published_version))
         self.loop = ControlLoop(
             comp.kpis, comp.estimator, comp.publisher, comp.sink, self.book.resolver,
-            self.state, model_version=comp.model_version, metrics=self.metrics,
+            self.state, model_version=comp.model_version, on_tick=self.metrics.record_tick,
+            publisher_connects=_connects(comp.mqtt_publisher),
             settings=LoopSettings(control_period_s=c.control_period_s,
                                   kpi_max_age_s=c.kpi_max_age_s, lease_s=c.mqtt.lease_s))
-        self.runner = LoopRunner(self.loop)
+        self.runner = LoopRunner(self.loop, on_error=self.metrics.tick_errors.inc)
         self.runner.start()
         self.http = HttpServer(self.health(), lambda: self.config_view(), self.metrics,
                                host=self.args.http_host, port=self.args.http_port,
@@ -177,7 +186,7 @@ class XappProcess:
     def _start_rmr(self) -> None:
         if self.args.rmr == "off":
             return
-        from xapp.ric.rmr_app import RmrGlue, rmr_library_available
+        from xapp.adapters.rmr import RmrGlue, rmr_library_available
 
         ok, why = rmr_library_available()
         if not ok:
@@ -307,32 +316,52 @@ def _restart_only_changed(old: Any, new: Any, name: str) -> bool:
     return bool(a != b)
 
 
+def _connects(publisher: MqttWeightPublisher | None) -> Callable[[], int] | None:
+    if publisher is None:
+        return None
+    return lambda: publisher.stats.connects
+
+
 def build_components(args: argparse.Namespace, controls: Any, versions: Any) -> Components:
-    """KPI source, estimator, publisher and sink from the controls (or lab files)."""
+    """KPI intake, estimator, publisher and sink from the controls (or lab files).
+
+    The loop reads KPIs from the in-memory intake (:class:`~xapp.core.intake.LatestKpis`):
+    MQTT telemetry lands there as it arrives, and the InfluxDB intake adds, once a second, the
+    RAN KPIs that only InfluxDB has.  In lab mode a JSON file stands in for both.
+    """
     stoppers: list[Callable[[], None]] = []
     checks: dict[str, Callable[[], bool]] = {}
     estimator, model_version = _estimator(args, controls, stoppers)
     sink: TelemetrySink | None
-    influx: Any = None
+    kpis: KpiSource
+    influx: InfluxStore | None = None
+    influx_intake: InfluxIntake | None = None
+    intake = LatestKpis()
     if args.kpi_file is not None:
-        from xapp.ric.lab import FileKpiSource, NullSink
+        from xapp.adapters.lab import FileKpiSource, NullSink
 
-        kpis: KpiSource = FileKpiSource(args.kpi_file)
-        sink = NullSink()
+        kpis, sink = FileKpiSource(args.kpi_file), NullSink()
     else:
+        from xapp.adapters.influx import InfluxIntake
+
         influx = _influx(controls, checks, stoppers)
-        kpis, sink = influx, influx
+        influx_intake = InfluxIntake(influx, intake, interval_s=min(1.0, controls.control_period_s))
+        influx_intake.start()
+        stoppers.insert(0, influx_intake.stop)
+        kpis, sink = intake, influx
     publisher: WeightPublisher
-    subscriber: Any = None
+    mqtt_publisher: MqttWeightPublisher | None = None
+    subscriber: ChannelSubscriber | None = None
     if args.publish_file is not None:
-        from xapp.ric.lab import JsonlPublisher
+        from xapp.adapters.lab import JsonlPublisher
 
         publisher = JsonlPublisher(args.publish_file, versions)
     else:
-        publisher, subscriber = _mqtt(controls, versions, sink, checks, stoppers)
+        mqtt_publisher, subscriber = _mqtt(controls, versions, intake, sink, checks, stoppers)
+        publisher = mqtt_publisher
     return Components(kpis, estimator, model_version, publisher, sink, checks, stoppers,
-                      mqtt_publisher=None if args.publish_file is not None else publisher,
-                      subscriber=subscriber, influx=influx)
+                      mqtt_publisher=mqtt_publisher, subscriber=subscriber, influx=influx,
+                      influx_intake=influx_intake)
 
 
 def _estimator(args: argparse.Namespace, controls: Any, stoppers: list[Callable[[], None]]
@@ -344,29 +373,30 @@ def _estimator(args: argparse.Namespace, controls: Any, stoppers: list[Callable[
             holder = ModelHolder(controls.model.path)
             holder.start(interval_s=controls.model.reload_check_s)
             stoppers.append(holder.stop)
-            from xapp.exploration import ExploringEstimator
+            from xapp.core.exploration import ExploringEstimator
 
             model = ModelEstimator(holder, stale_after_s=controls.kpi_max_age_s * 2)
             log.info("capacity model %s loaded from %s", model.version, controls.model.path)
             # The model's forecasts, with bounded exploration where delivered throughput was
-            # censored by the weights, so no WAT is locked out (xapp.exploration).
+            # censored by the weights, so no WAT is locked out (xapp.core.exploration).
             return ExploringEstimator(model), lambda: str(model.version)
         except Exception as exc:
             if args.estimator == "model":
                 raise RuntimeError(f"capacity model not loadable: {exc}") from exc
             log.warning("capacity model not loadable (%s); using the EWMA baseline", exc)
-    from xapp.ewma import EwmaEstimator
+    from xapp.core.ewma import EwmaEstimator
 
     return EwmaEstimator(), lambda: "ewma-baseline"
 
 
 def _influx(controls: Any, checks: dict[str, Callable[[], bool]],
-            stoppers: list[Callable[[], None]]) -> Any:
-    from xapp.telemetry.influx import InfluxConfig, InfluxStore
+            stoppers: list[Callable[[], None]]) -> InfluxStore:
+    from xapp.adapters.influx import InfluxConfig, InfluxStore
 
     i = controls.influxdb
-    # The KPI read runs inside the tick: a hung InfluxDB must not stall the loop for the
-    # client's default 10 s, so requests time out after two control periods (1 s to 10 s).
+    # Reads and writes run on their own threads, never on the tick; a hung InfluxDB still must
+    # not hold them for the client's default 10 s, so requests time out after two control
+    # periods (1 s to 10 s).
     timeout_ms = int(min(10.0, max(1.0, 2 * controls.control_period_s)) * 1000)
     store = InfluxStore(InfluxConfig(url=i.url, bucket=i.bucket, org=i.org,
                                      token=_read_token(i.token_file), timeout_ms=timeout_ms))
@@ -389,10 +419,10 @@ def _read_token(path: str) -> str:
         return ""
 
 
-def _mqtt(controls: Any, versions: Any, sink: TelemetrySink | None,
+def _mqtt(controls: Any, versions: Any, intake: LatestKpis, sink: TelemetrySink | None,
           checks: dict[str, Callable[[], bool]], stoppers: list[Callable[[], None]]
-          ) -> tuple[WeightPublisher, Any]:
-    from xapp.channel import ChannelSubscriber, MqttSettings, MqttWeightPublisher
+          ) -> tuple[MqttWeightPublisher, ChannelSubscriber]:
+    from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, MqttWeightPublisher
 
     m = controls.mqtt
     settings = MqttSettings(host=m.host, port=m.port, client_id=m.client_id, ca_file=m.ca_file,
@@ -408,7 +438,7 @@ def _mqtt(controls: Any, versions: Any, sink: TelemetrySink | None,
     # one point per message so each keeps its own time; agent states are logged when they
     # change and served on /ric/v1/cpes.
     subscriber = ChannelSubscriber(
-        settings, on_telemetry=None if sink is None else sink.write_kpis,
+        settings, on_telemetry=_Telemetry(intake, sink),
         on_state=_AgentStateLog()).start()
     stoppers.append(subscriber.stop)
     # The subscriber also keeps every telemetry document for drain_telemetry(), which the
@@ -419,6 +449,20 @@ def _mqtt(controls: Any, versions: Any, sink: TelemetrySink | None,
     drainer.start()
     stoppers.insert(0, drainer.stop)
     return publisher, subscriber
+
+
+class _Telemetry:
+    """Agent telemetry as it arrives (on the subscriber's network thread): into the intake the
+    next tick reads, and into InfluxDB's write buffer (flushed by its own thread)."""
+
+    def __init__(self, intake: LatestKpis, sink: TelemetrySink | None) -> None:
+        self.intake = intake
+        self.sink = sink
+
+    def __call__(self, frame: KpiFrame) -> None:
+        self.intake.update(frame)
+        if self.sink is not None:
+            self.sink.write_kpis(frame)
 
 
 class _AgentStateLog:

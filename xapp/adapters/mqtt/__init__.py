@@ -5,8 +5,8 @@ retained, last will) and ``.../telemetry`` (agent to xApp). Contracts in ``schem
 broker configuration and ACL in ``broker/``.
 """
 
-from xapp.channel.connection import MqttSettings
-from xapp.channel.payloads import (
+from xapp.adapters.mqtt.connection import MqttSettings
+from xapp.adapters.mqtt.payloads import (
     DropCounter,
     PayloadError,
     build_weights,
@@ -14,15 +14,15 @@ from xapp.channel.payloads import (
     parse_topic,
     topic,
 )
-from xapp.channel.publisher import MqttWeightPublisher, PublisherStats
-from xapp.channel.subscriber import ChannelSubscriber, CpeState, telemetry_frame
-from xapp.channel.versions import (
+from xapp.adapters.mqtt.publisher import MqttWeightPublisher, PublisherStats
+from xapp.adapters.mqtt.subscriber import ChannelSubscriber, CpeState, telemetry_frame
+from xapp.adapters.mqtt.versions import (
     FileVersionStore,
     MemoryVersionStore,
     VersionAllocator,
     VersionStore,
 )
-from xapp.interfaces import PublishResult
+from xapp.core.ports import PublishResult
 
 __all__ = [
     "ChannelSubscriber",

@@ -2,7 +2,7 @@
 
 Subscribes to ``mcw/v1/cpe/+/state`` (retained, last will) and ``mcw/v1/cpe/+/telemetry``,
 drops what does not validate (counted), keeps the latest :class:`CpeState` per CPE, and turns
-telemetry into :class:`xapp.estimator.KpiFrame` rows. It does not write to InfluxDB itself: the
+telemetry into :class:`xapp.core.forecast.KpiFrame` rows. It does not write to InfluxDB itself: the
 xApp passes a callback, or drains a batch per tick with :meth:`ChannelSubscriber.drain_telemetry`
 and hands it to its ``TelemetrySink``.
 
@@ -25,9 +25,10 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from xapp.channel.connection import MqttSettings, new_client
-from xapp.channel.payloads import TOPIC_PREFIX, DropCounter, decode
-from xapp.estimator import KpiFrame
+from xapp.adapters.mqtt.connection import MqttSettings, new_client
+from xapp.adapters.mqtt.payloads import TOPIC_PREFIX, DropCounter, decode
+from xapp.core.forecast import KpiFrame
+from xapp.core.kpis import AGENT_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +37,7 @@ log = logging.getLogger(__name__)
 #: tcp_info chrono times), so ``delivered_mbps`` measures capacity only when it is near 1;
 #: ``delivery_rate_mbps`` is the kernel's own rate sample. Both are NaN (unknown) when the
 #: agent did not report them (first sample, old kernel, older agent).
-TELEMETRY_FIELDS: Final = ("delivered_mbps", "rtt_ms", "cwnd", "bytes_acked", "subflows", "up",
-                           "saturated", "delivery_rate_mbps")
+TELEMETRY_FIELDS: Final = AGENT_FIELDS
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class CpeState:
 def telemetry_frame(docs: Sequence[Mapping[str, Any]]) -> KpiFrame:
     """Rows (cpe, wat) of validated telemetry documents; ``time_s`` is the newest ``time_ms``.
 
-    Fields a WAT did not report are NaN, as :class:`~xapp.estimator.KpiFrame` expects.
+    Fields a WAT did not report are NaN, as :class:`~xapp.core.forecast.KpiFrame` expects.
     """
     cpes: list[str] = []
     wats: list[str] = []

@@ -28,8 +28,8 @@ from typing import Any, Final, Literal
 import jsonschema_rs
 from jsonschema import Draft202012Validator
 
+from xapp.core.weights import WeightDecision
 from xapp.schemas import schemas_dir
-from xapp.weights import WeightDecision
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,286 @@
+"""Benchmark of one control tick of the shipped loop, for 1,000 and 10,000 CPEs x 3 WATs.
+
+Each run is a closed loop: CPE capacities drift every tick (Wi-Fi a few percent per second,
+5G and LiFi less), the fluid model turns the weights the CPEs hold into what their subflows
+deliver and whether they were saturated, that telemetry reaches the loop, the loop ticks
+(:class:`xapp.core.loop.ControlLoop`, EWMA estimator with bounded exploration, hysteresis 1 %),
+and the CPEs apply the weights published.  Timed: ``ControlLoop.tick`` from its call to the
+return of the publisher's ``publish_many`` (wall and CPU time of the ticking thread), after
+warm-up ticks; the first (cold) tick, which decides every CPE, is reported apart.
+
+Paths:
+
+``memory``
+    In-memory intake (:class:`~xapp.core.intake.LatestKpis`) and the in-memory publisher,
+    which builds and validates every weights message as the MQTT one does.
+``real``
+    KPIs written to a real InfluxDB 1.8 by a feeder and read by the shipped
+    :class:`~xapp.adapters.influx.InfluxIntake` on its own thread; weights published with the
+    shipped :class:`~xapp.adapters.mqtt.MqttWeightPublisher` to a real Mosquitto over mTLS
+    (retained, QoS 1).  Agent telemetry over MQTT is not part of this path (it lands in the same
+    intake; see ``bench/bench_fanout.py`` for the broker's side).
+``per-cpe``
+    The baseline, in the same run: the same loop with every decision made by the per-CPE
+    reference :func:`xapp.core.weights.decide` (the previous design).
+
+    python bench/bench_tick.py [--cpes 1000 10000] [--ticks 40] [--json] [--no-real]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import xapp.core.loop as loop_module  # noqa: E402
+from twin.fluid import deliver  # noqa: E402
+from xapp.adapters.lab import MemoryPublisher, NullSink  # noqa: E402
+from xapp.adapters.sdl import StateStore  # noqa: E402
+from xapp.core import decisions  # noqa: E402
+from xapp.core.ewma import EwmaEstimator  # noqa: E402
+from xapp.core.forecast import KpiFrame  # noqa: E402
+from xapp.core.intake import LatestKpis  # noqa: E402
+from xapp.core.loop import ControlLoop, LoopSettings  # noqa: E402
+from xapp.core.policy_book import PolicyBook  # noqa: E402
+from xapp.core.ports import WeightPublisher  # noqa: E402
+
+WATS = ("nr", "wifi", "lifi")
+#: Targets of issue 8 (ms, one core).
+TARGET_MEMORY_P99_MS = 150.0
+TARGET_REAL_P99_MS = 500.0
+TARGET_SPEEDUP = 10.0
+
+
+class Fleet:
+    """N CPEs whose capacities drift; they hold the weights they were sent."""
+
+    def __init__(self, n: int, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.rng = rng
+        self.n = n
+        self.base = np.column_stack([rng.uniform(150, 350, n), rng.uniform(200, 1200, n),
+                                     rng.uniform(5, 20, n)])
+        self.drift = np.zeros((n, 3))
+        self.weights = np.ones((n, 3), dtype=np.int64)
+        self.names = [f"cpe-{i:05d}" for i in range(n)]
+        self.index = {c: i for i, c in enumerate(self.names)}
+        self.cpe = np.repeat(np.array(self.names), 3)
+        self.wat = np.tile(np.array(WATS), n)
+
+    def step(self, t: float) -> KpiFrame:
+        """One control period: capacities drift, the subflows deliver under the weights held."""
+        sd = np.array([0.01, 0.04, 0.05])
+        self.drift = 0.95 * self.drift + self.rng.normal(0.0, 1.0, (self.n, 3)) * sd
+        cap = self.base * np.exp(self.drift)
+        delivered, _, saturated = deliver(cap, self.weights)
+        return KpiFrame(time_s=t, cpe=self.cpe, wat=self.wat, values={
+            "delivered_mbps": delivered.ravel(), "saturated": saturated.astype(float).ravel(),
+            "rtt_ms": (20.0 + 24.0 / np.maximum(cap, 1.0)).ravel(), "up": np.ones(self.n * 3)})
+
+    def apply(self, messages: list[dict[str, Any]]) -> None:
+        for doc in messages:
+            i = self.index[doc["cpe_id"]]
+            self.weights[i] = [doc["weights"].get(w, 0) for w in WATS]
+
+
+def _loop(intake: LatestKpis, publisher: WeightPublisher) -> ControlLoop:
+    return ControlLoop(intake, EwmaEstimator(), publisher, NullSink(),
+                       PolicyBook({"hysteresis_pct": 1.0}).resolver, StateStore(),
+                       settings=LoopSettings(control_period_s=1.0, kpi_max_age_s=5.0))
+
+
+def _percentiles(wall: list[float], cpu: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(wall, n=100, method="inclusive") if len(wall) > 1 else wall * 99
+    return {"p50_ms": round(statistics.median(wall) * 1e3, 2), "p99_ms": round(q[98] * 1e3, 2),
+            "cpu_ms_p50": round(statistics.median(cpu) * 1e3, 2)}
+
+
+def run_memory(n: int, ticks: int, warm: int, per_cpe: bool = False) -> dict[str, Any]:
+    fleet = Fleet(n)
+    intake = LatestKpis()
+    publisher = MemoryPublisher()
+    loop = _loop(intake, publisher)
+    wall: list[float] = []
+    cpu: list[float] = []
+    first = 0.0
+    t0 = 1_800_000_000.0
+    for k in range(warm + ticks):
+        now = t0 + k
+        intake.update(fleet.step(now))
+        w, c = time.perf_counter(), time.thread_time()
+        report = loop.tick(now)
+        w, c = time.perf_counter() - w, time.thread_time() - c
+        fleet.apply(publisher.take())
+        if k == 0:
+            first = w
+            assert report.decided == n, "the first tick decides every CPE"
+        if k >= warm:
+            wall.append(w)
+            cpu.append(c)
+    path = "per-cpe" if per_cpe else "memory"
+    return {"cpes": n, "path": path, **_percentiles(wall, cpu),
+            "first_tick_ms": round(first * 1e3, 1), "ticks": ticks}
+
+
+def _reference_batch(wats: tuple[str, ...], capacity: Any, lower: Any, present: Any, up: Any,
+                     rtt: Any, policy: Any, prev_weights: Any, prev_present: Any,
+                     prev_usable: Any, has_prev: Any) -> decisions.BatchDecision:
+    """decide_batch with every row through the per-CPE reference decide()."""
+    n, _ = capacity.shape
+    out = decisions.BatchDecision(
+        weights=prev_weights.astype(np.int64, copy=True), usable=np.zeros_like(present),
+        aggregate=np.zeros(n), changed=np.zeros(n, dtype=bool),
+        status=np.zeros(n, dtype=np.int8), reason=np.full(n, "", dtype=object))
+    decisions._reference(out, np.arange(n), wats, capacity, lower, present, up, rtt, policy,
+                         prev_weights, prev_present, prev_usable, has_prev)
+    return out
+
+
+def run_per_cpe(n: int, ticks: int, warm: int) -> dict[str, Any]:
+    shipped = loop_module.decide_batch
+    loop_module.decide_batch = _reference_batch  # type: ignore[assignment]
+    try:
+        return run_memory(n, ticks, warm, per_cpe=True)
+    finally:
+        loop_module.decide_batch = shipped
+
+
+def run_real(n: int, ticks: int, warm: int, work: Path) -> dict[str, Any]:
+    from tests.support.influxd import start_influxd
+    from tests.support.mosquitto import MosquittoBroker, make_pki
+    from xapp.adapters.influx import InfluxConfig, InfluxIntake, InfluxStore
+    from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher
+
+    influx = start_influxd(work)
+    pki = make_pki(work / "pki", n_cpes=1)
+    broker = MosquittoBroker(pki, work / "broker").start()
+    cert, key = pki.cert("mcw-xapp")
+    publisher = MqttWeightPublisher(MqttSettings(
+        host="127.0.0.1", port=broker.port, ca_file=str(pki.ca), cert_file=str(cert),
+        key_file=str(key), client_id="bench-tick"), MemoryVersionStore()).start()
+    writer = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, batch_size=20_000))
+    reader = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket))
+    intake = LatestKpis()
+    fields = ("delivered_mbps", "saturated", "rtt_ms", "up")
+    # The intake polls on its own thread, as in mcw run; its clock follows the simulated time.
+    clock = {"now": 0.0}
+    influx_intake = InfluxIntake(reader, intake, fields=fields, interval_s=0.2,
+                                 clock=lambda: clock["now"])
+    try:
+        assert publisher.wait_connected(10)
+        fleet = Fleet(n)
+        loop = _loop(intake, publisher)
+        applied: dict[str, dict[str, int]] = {}
+        wall: list[float] = []
+        cpu: list[float] = []
+        lag: list[float] = []
+        t0 = time.time() - (warm + ticks) - 5
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.is_set():
+                try:
+                    influx_intake.poll_once()
+                except Exception as exc:
+                    print(f"intake poll failed: {exc}", file=sys.stderr)
+                stop.wait(0.2)
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        first = 0.0
+        for k in range(warm + ticks):
+            now = t0 + k
+            writer.write_kpis(fleet.step(now))  # the feeder: KPIs into InfluxDB
+            writer.flush()
+            clock["now"] = now
+            # wait until the intake thread has read this period (its lag is reported)
+            start = time.perf_counter()
+            while True:
+                frame = intake.latest(now, 0.5)
+                if len(frame) == 3 * n and np.isfinite(frame.column("delivered_mbps")).all():
+                    break
+                time.sleep(0.01)
+            lag.append(time.perf_counter() - start)
+            w, c = time.perf_counter(), time.thread_time()
+            report = loop.tick(now)
+            w, c = time.perf_counter() - w, time.thread_time() - c
+            for cpe_id in report.published:
+                record = loop.fleet.index[cpe_id]
+                applied[cpe_id] = {wat: int(loop.fleet.weights[record, j])
+                                   for j, wat in enumerate(("nr", "lte", "wifi", "lifi"))
+                                   if loop.fleet.present[record, j]}
+            fleet.apply([{"cpe_id": c_, "weights": w_} for c_, w_ in applied.items()])
+            applied.clear()
+            if k == 0:
+                first = w
+            if k >= warm:
+                wall.append(w)
+                cpu.append(c)
+        stop.set()
+        assert publisher.flush(30), "the broker did not acknowledge every weights message"
+        return {"cpes": n, "path": "real", **_percentiles(wall, cpu),
+                "first_tick_ms": round(first * 1e3, 1), "ticks": ticks,
+                "intake_lag_ms_p50": round(statistics.median(lag) * 1e3, 1),
+                "acked": publisher.stats.acked}
+    finally:
+        publisher.stop()
+        writer.close()
+        reader.close()
+        broker.stop()
+        influx.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpes", type=int, nargs="+", default=[1000, 10_000])
+    parser.add_argument("--ticks", type=int, default=40, help="timed ticks per run")
+    parser.add_argument("--warm", type=int, default=5, help="untimed ticks first")
+    parser.add_argument("--no-real", action="store_true", help="skip the InfluxDB/MQTT path")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    for n in args.cpes:
+        rows.append(run_memory(n, args.ticks, args.warm))
+        rows.append(run_per_cpe(n, max(5, args.ticks // 4), args.warm))
+        if not args.no_real:
+            with tempfile.TemporaryDirectory(prefix="mcw-bench-tick-") as tmp:
+                rows.append(run_real(n, args.ticks, args.warm, Path(tmp)))
+    big = max(args.cpes)
+    by = {(r["cpes"], r["path"]): r for r in rows}
+    mem, base = by[(big, "memory")], by[(big, "per-cpe")]
+    doc: dict[str, Any] = {
+        "ticks": rows,
+        "speedup_vs_per_cpe": round(base["p50_ms"] / max(mem["p50_ms"], 1e-9), 1),
+        "targets": {"memory_p99_ms": TARGET_MEMORY_P99_MS, "real_p99_ms": TARGET_REAL_P99_MS,
+                    "speedup": TARGET_SPEEDUP},
+    }
+    doc["memory_p99_met"] = mem["p99_ms"] <= TARGET_MEMORY_P99_MS
+    if (big, "real") in by:
+        doc["real_p99_met"] = by[(big, "real")]["p99_ms"] <= TARGET_REAL_P99_MS
+    doc["speedup_met"] = doc["speedup_vs_per_cpe"] >= TARGET_SPEEDUP
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    for r in rows:
+        extra = f", intake lag p50 {r['intake_lag_ms_p50']} ms" if "intake_lag_ms_p50" in r else ""
+        print(f"{r['cpes']:>6} CPEs {r['path']:>8}: p50 {r['p50_ms']:8.2f} ms  p99 "
+              f"{r['p99_ms']:8.2f} ms  cpu p50 {r['cpu_ms_p50']:8.2f} ms  first tick "
+              f"{r['first_tick_ms']:8.1f} ms{extra}")
+    print(f"speed-up of the batched loop over per-CPE decisions at {big} CPEs: "
+          f"{doc['speedup_vs_per_cpe']}x (target {TARGET_SPEEDUP:g}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

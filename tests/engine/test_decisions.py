@@ -1,0 +1,83 @@
+"""The batched decisions against the per-CPE reference, decide(), row by row."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xapp.core.decisions import NO_USABLE, OK, decide_batch
+from xapp.core.policy import KNOWN_WATS, Policy
+from xapp.core.weights import NoUsableWatError, WatState, WeightDecision, decide
+
+K = len(KNOWN_WATS)
+
+POLICIES = [
+    Policy(),
+    Policy(hysteresis_pct=2.0, capacity_floor_mbps=5.0, max_weight=50),
+    Policy(excluded=frozenset({"lte"}), hysteresis_pct=1.0),
+    Policy(mode="fixed_split", split_pct={"nr": 30.0, "wifi": 70.0}),  # type: ignore[arg-type]
+    Policy(mode="active_standby", priority=("wifi", "nr")),  # type: ignore[arg-type]
+    Policy(min_share={"nr": 0.2}, max_share={"wifi": 0.6}),
+    Policy(mode="latency_bound", rtt_bound_ms=20.0, demand_mbps=300.0),  # type: ignore[arg-type]
+]
+
+capacity = st.one_of(st.just(0.0), st.floats(0.5, 2000.0))
+
+
+@st.composite
+def fleet(draw: st.DrawFn) -> dict[str, np.ndarray]:
+    n = draw(st.integers(1, 6))
+    cap = np.array(draw(st.lists(capacity, min_size=n * K, max_size=n * K))).reshape(n, K)
+    frac = np.array(draw(st.lists(st.floats(0.3, 1.0), min_size=n * K, max_size=n * K)))
+    present = np.array(draw(st.lists(st.booleans(), min_size=n * K, max_size=n * K))
+                       ).reshape(n, K)
+    present[:, 0] = True  # every CPE reports at least one WAT
+    up = np.array(draw(st.lists(st.booleans(), min_size=n * K, max_size=n * K))).reshape(n, K)
+    rtt = np.array(draw(st.lists(st.floats(1.0, 60.0), min_size=n * K, max_size=n * K))
+                   ).reshape(n, K)
+    prev = np.array(draw(st.lists(st.integers(0, 100), min_size=n * K, max_size=n * K))
+                    ).reshape(n, K)
+    has = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    return {"cap": cap, "low": cap * frac.reshape(n, K), "present": present, "up": up,
+            "rtt": rtt, "prev": prev, "has": has}
+
+
+def _reference(f: dict[str, np.ndarray], i: int, policy: Policy, prev_usable: np.ndarray
+               ) -> WeightDecision | None:
+    cols = np.flatnonzero(f["present"][i])
+    states = {KNOWN_WATS[j]: WatState(float(f["cap"][i, j]), float(f["low"][i, j]),
+                                      up=bool(f["up"][i, j]), rtt_ms=float(f["rtt"][i, j]))
+              for j in cols}
+    previous = None
+    if f["has"][i]:
+        pw = {KNOWN_WATS[j]: int(f["prev"][i, j]) for j in cols}
+        previous = WeightDecision(pw, {}, 0.0, frozenset(
+            KNOWN_WATS[j] for j in cols if prev_usable[i, j]), False, "")
+    try:
+        return decide(states, policy, previous)
+    except NoUsableWatError:
+        return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(f=fleet(), which=st.integers(0, len(POLICIES) - 1))
+def test_batch_matches_decide(f: dict[str, np.ndarray], which: int) -> None:
+    policy = POLICIES[which]
+    # The previous usability: what the current inputs make usable, so hysteresis can apply.
+    prev_usable = f["present"] & f["up"] & (f["low"] > 0) & (f["low"] >= policy.capacity_floor_mbps)
+    out = decide_batch(KNOWN_WATS, f["cap"], f["low"], f["present"], f["up"], f["rtt"], policy,
+                       f["prev"], f["present"], prev_usable, f["has"])
+    for i in range(len(f["cap"])):
+        ref = _reference(f, i, policy, prev_usable)
+        if ref is None:
+            assert out.status[i] == NO_USABLE
+            continue
+        assert out.status[i] == OK
+        cols = np.flatnonzero(f["present"][i])
+        assert {KNOWN_WATS[j]: int(out.weights[i, j]) for j in cols} == ref.weights
+        assert bool(out.changed[i]) == ref.changed
+        assert out.reason[i] == ref.reason
+        assert out.aggregate[i] == ref.aggregate_mbps or abs(
+            out.aggregate[i] - ref.aggregate_mbps) <= 1e-9 * max(1.0, ref.aggregate_mbps)
+        assert {KNOWN_WATS[j] for j in cols if out.usable[i, j]} == set(ref.usable)

@@ -1,0 +1,189 @@
+"""The shipped control loop on the twin's network: the ``xapp`` policy of ``mcw twin``.
+
+:class:`LoopDriver` is a :class:`twin.fluid.ClosedLoop` that runs :class:`xapp.core.loop.
+ControlLoop`, the code ``mcw run`` runs, through in-memory adapters, with the fluid model as the
+network between them:
+
+* **agents** (one per CPE) report what an agent's telemetry carries for each control period:
+  delivered Mbps and the cwnd-limited fraction (``saturated``) as means over the period, the
+  mean RTT over the steps the WAT was up, ``up`` at the period's last step, plus the radio KPIs
+  of that step (:func:`twin.kpis.radio_kpis`: SINR, CQI, MCS, SNR, ...) for estimators that
+  read them.  The report goes into the intake (:class:`xapp.core.intake.LatestKpis`) as MQTT
+  telemetry does in the xApp;
+* the **loop** ticks at the end of the period (its clock is simulated time) under a
+  :class:`~xapp.core.policy_book.PolicyBook` whose default policy carries the twin's options;
+* the **publisher** (:class:`xapp.adapters.lab.MemoryPublisher`) builds and validates every
+  weights message as the MQTT publisher does; the agents apply each message from the next step
+  on, and revert to safe weights (all 1) when a lease runs out without a refresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from numpy.typing import NDArray
+
+from twin.fluid import Observation
+from twin.scenarios import Scenario
+from xapp.adapters.lab import MemoryPublisher, NullSink
+from xapp.adapters.sdl import StateStore
+from xapp.core.forecast import CapacityEstimator, KpiFrame
+from xapp.core.intake import LatestKpis
+from xapp.core.loop import ControlLoop, LoopSettings, TickReport
+from xapp.core.policy_book import PolicyBook
+
+Array = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+#: Weights an agent applies when it has none or its lease ran out (plain round-robin).
+SAFE_WEIGHT = 1
+
+
+class LoopDriver:
+    """Runs the shipped :class:`ControlLoop` once per control period of a twin simulation.
+
+    Parameters
+    ----------
+    estimator : CapacityEstimator
+        The loop's capacity estimator.
+    policy : dict
+        The default policy (the A1 payload form: ``hysteresis_pct``, ``max_weight``, ...).
+    period_steps : int
+        Control period in simulation steps.
+    radio_kpis : bool, default=True
+        Add the synthetic radio KPIs to the agents' reports; an estimator that ignores them
+        (the EWMA) runs faster without.
+    kpi_seed : int, default=0
+        Seed of the radio KPIs' measurement noise.
+    lease_s : float, default=30.0
+        Lease of the weights messages, as ``controls.mqtt.lease_s``.
+    """
+
+    def __init__(self, estimator: CapacityEstimator, policy: dict[str, object],
+                 period_steps: int, radio_kpis: bool = True, kpi_seed: int = 0,
+                 lease_s: float = 30.0) -> None:
+        self.estimator = estimator
+        self.policy = policy
+        self.period_steps = period_steps
+        self.radio_kpis = radio_kpis
+        self.kpi_seed = kpi_seed
+        self.lease_s = lease_s
+        self.reports: list[TickReport] = []
+
+    def start(self, scenario: Scenario) -> IntArray:
+        self.scenario = scenario
+        n, k = scenario.n_cpes, len(scenario.wats)
+        self.names = [f"cpe{i}" for i in range(n)]
+        self._index = {name: i for i, name in enumerate(self.names)}
+        self._cols = {w: j for j, w in enumerate(scenario.wats)}
+        self.cpe = np.repeat(np.array(self.names), k)
+        self.wat = np.tile(np.array(scenario.wats), n)
+        self.weights: IntArray = np.full((n, k), SAFE_WEIGHT, dtype=np.int64)
+        self.expires = np.full(n, np.inf)
+        self.intake = LatestKpis()
+        self.publisher = MemoryPublisher(clock=lambda: self._now)
+        self._now = 0.0
+        dt = scenario.dt_s
+        self.loop = ControlLoop(
+            self.intake, self.estimator, self.publisher, NullSink(),
+            PolicyBook(self.policy).resolver, StateStore(),
+            settings=LoopSettings(control_period_s=self.period_steps * dt,
+                                  kpi_max_age_s=max(5.0, 3 * self.period_steps * dt),
+                                  lease_s=self.lease_s))
+        self._kpis = self._radio_table(scenario) if self.radio_kpis else {}
+        self._rtt_table, self._up_table = self._transport_tables(scenario)
+        return self.weights.copy()
+
+    def update(self, obs: Observation) -> IntArray:
+        self._now = obs.t1 * self.scenario.dt_s
+        self.intake.update(self.frame(obs))
+        self.reports.append(self.loop.tick(self._now))
+        self._apply(self.publisher.take())
+        return self.weights.copy()
+
+    def _apply(self, messages: list[dict[str, object]]) -> None:
+        """The agents apply their messages; expired leases fall back to safe weights."""
+        for doc in messages:
+            i = self._index[str(doc["cpe_id"])]
+            row = np.zeros(len(self._cols), dtype=np.int64)
+            weights = doc["weights"]
+            assert isinstance(weights, dict)
+            for wat, w in weights.items():
+                row[self._cols[wat]] = int(w)
+            self.weights[i] = row
+            lease = doc["lease_s"]
+            assert isinstance(lease, int | float)
+            self.expires[i] = self._now + float(lease)
+        expired = self.expires <= self._now
+        if expired.any():
+            self.weights[expired] = SAFE_WEIGHT
+            self.expires[expired] = np.inf
+
+    # --- what the agents report ---------------------------------------------------------------
+
+    def _last_steps(self, steps: int) -> NDArray[np.intp]:
+        """Last step of each control period (period i covers [i * P, (i + 1) * P))."""
+        per = self.period_steps
+        return np.minimum(np.arange(per, steps + per, per), steps) - 1
+
+    def _transport_tables(self, scenario: Scenario) -> tuple[Array, Array]:
+        """Per-period mean RTT over the steps the WAT was up, and ``up`` at the period's last
+        step, (periods, n * k): they do not depend on the weights, so one vectorised pass
+        replaces a few small array operations every period."""
+        steps, n, k = scenario.rtt_ms.shape
+        per = self.period_steps
+        last = self._last_steps(steps)
+        full = steps // per
+        sums = np.zeros((len(last), n * k))
+        counts = np.zeros((len(last), n * k))
+        chunk = max(1, 2_000_000 // max(1, n * k * per))  # bound the temporaries
+        for a in range(0, len(last), chunk):
+            b = min(len(last), a + chunk)
+            block = scenario.rtt_ms[a * per:min(steps, b * per)].reshape(-1, n * k)
+            finite = np.isfinite(block)
+            z = np.where(finite, block, 0.0)
+            stop = min(b, full) - a  # whole periods of this chunk
+            if stop > 0:
+                sums[a:a + stop] = z[:stop * per].reshape(stop, per, -1).sum(axis=1)
+                counts[a:a + stop] = finite[:stop * per].reshape(stop, per, -1).sum(axis=1)
+            if b > full:  # the last, shorter period
+                sums[full] = z[(full - a) * per:].sum(axis=0)
+                counts[full] = finite[(full - a) * per:].sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rtt = np.where(counts > 0, sums / np.maximum(counts, 1.0), np.nan)
+        up = (scenario.capacity_mbps[last] > 0).reshape(len(last), n * k).astype(np.float64)
+        return rtt, up
+
+    def _radio_table(self, scenario: Scenario) -> dict[str, Array]:
+        """Radio KPI columns (periods, n * k) at each period's last step, NaN where the WAT
+        does not report the field; computed once, so a report is a row lookup."""
+        import twin.kpis  # lazily: pandas is not needed by the other policies
+
+        steps, n, k = scenario.capacity_mbps.shape
+        last = self._last_steps(steps)
+        sub = replace(scenario, capacity_mbps=scenario.capacity_mbps[last],
+                      rtt_ms=scenario.rtt_ms[last],
+                      context={key: np.asarray(v)[last] for key, v in scenario.context.items()})
+        kpis = twin.kpis.radio_kpis(sub, np.random.default_rng(self.kpi_seed))
+        table: dict[str, Array] = {}
+        for j, w in enumerate(scenario.wats):
+            for name, arr in kpis.get(w, {}).items():
+                col = table.setdefault(name, np.full((len(last), n * k), np.nan))
+                col[:, j::k] = arr
+        return table
+
+    def frame(self, obs: Observation) -> KpiFrame:
+        """The agents' reports for the period: means over its steps, and the radio KPIs of
+        its last step."""
+        row = (obs.t1 - 1) // self.period_steps
+        values = {
+            "delivered_mbps": obs.delivered_mbps.mean(axis=0).ravel(),
+            "rtt_ms": self._rtt_table[row],
+            "saturated": obs.saturated.mean(axis=0).ravel(),
+            "up": self._up_table[row],
+        }
+        for name, col in self._kpis.items():
+            values[name] = col[row]
+        return KpiFrame(time_s=obs.t1 * self.scenario.dt_s, cpe=self.cpe, wat=self.wat,
+                        values=values)

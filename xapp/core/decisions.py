@@ -1,0 +1,202 @@
+"""Batched weight decisions: every due CPE of one policy at once, with :func:`decide`'s answers.
+
+:func:`xapp.core.weights.decide` is the readable reference for one CPE; :func:`decide_batch`
+gives the same weights, usability, aggregate, ``changed`` flag and reason for an array of CPEs
+that share one policy (the property tests in ``tests/engine/test_decisions.py`` compare the two
+row by row).  Load balancing without share limits, ``fixed_split`` and ``active_standby`` are
+vectorised; a policy with share limits or ``latency_bound`` (per-CPE candidate sets) runs the
+reference per CPE, which is exact and fast enough for the few CPEs operators scope such policies
+to.  Columns are the WATs of ``wats`` (normally :data:`~xapp.core.policy.KNOWN_WATS`); a WAT a CPE
+does not report is not ``present`` and is not part of its decision, as a missing key is not part
+of ``decide``'s ``states``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from xapp.core.policy import Policy, SteeringMode
+from xapp.core.weights import (
+    NoUsableWatError,
+    WatState,
+    WeightDecision,
+    WeightError,
+    decide,
+    fluid_aggregate_batch,
+    optimal_weights_batch,
+)
+
+Array = NDArray[np.float64]
+Mask = NDArray[np.bool_]
+IntArray = NDArray[np.int64]
+
+#: Outcome codes of :attr:`BatchDecision.status`.
+OK, NO_USABLE, ERROR = 0, 1, 2
+
+
+@dataclass
+class BatchDecision:
+    """Decisions for n CPEs; row i answers row i of the inputs."""
+
+    weights: IntArray  # (n, k); the previous weights where status is not OK
+    usable: Mask  # (n, k)
+    aggregate: Array  # (n,) T(w) over the conservative capacities
+    changed: Mask  # (n,)
+    status: NDArray[np.int8]  # (n,) OK, NO_USABLE or ERROR
+    reason: NDArray[np.object_]  # (n,) str: decide()'s reason, or why nothing was decided
+
+
+def policy_is_plain(p: Policy) -> bool:
+    """True for load balancing without share limits: the engine's unconstrained optimum."""
+    return (p.mode is SteeringMode.LOAD_BALANCING and not p.min_share
+            and all(v >= 1.0 for v in p.max_share.values()))
+
+
+def decide_batch(wats: tuple[str, ...], capacity: Array, lower: Array, present: Mask, up: Mask,
+                 rtt: Array, policy: Policy, prev_weights: IntArray, prev_present: Mask,
+                 prev_usable: Mask, has_prev: Mask) -> BatchDecision:
+    """:func:`decide` for every row, under one policy.
+
+    ``capacity`` and ``lower`` (n, k) are finite and ``0 <= lower <= capacity`` where
+    ``present``; ``rtt`` is NaN where unknown.  ``has_prev`` marks rows with a decision in force
+    (``prev_*``, pass False after a policy change), whose hysteresis then applies.
+    """
+    n, k = capacity.shape
+    cons = np.where(present, lower, 0.0)
+    allowed = np.array([w not in policy.excluded for w in wats])
+    usable = present & up & allowed & (cons > 0) & (cons >= policy.capacity_floor_mbps)
+    out = BatchDecision(weights=prev_weights.astype(np.int64, copy=True), usable=usable,
+                        aggregate=np.zeros(n), changed=np.zeros(n, dtype=bool),
+                        status=np.full(n, OK, dtype=np.int8),
+                        reason=np.full(n, "", dtype=object))
+    none = ~usable.any(axis=1)
+    out.status[none] = NO_USABLE
+    out.reason[none] = "no usable WAT"
+    rows = np.flatnonzero(~none)
+    if len(rows) == 0:
+        return out
+    prev = _Previous(prev_weights, prev_present, prev_usable, has_prev, cons, present, usable)
+    mode = policy.mode
+    if mode is SteeringMode.LOAD_BALANCING and policy_is_plain(policy):
+        _balanced(out, rows, prev, policy)
+    elif mode is SteeringMode.FIXED_SPLIT:
+        pct = np.array([policy.split_pct.get(w, 0.0) for w in wats])
+        p = np.where(usable[rows], pct, 0.0)
+        top = p.max(axis=1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scaled = np.where(p > 0, np.maximum(1.0, np.round(p / top * policy.max_weight)), 0.0)
+        ok = np.asarray(top[:, 0] > 0, dtype=bool)
+        _finish(out, rows, scaled.astype(np.int64), ok, "fixed_split", prev, policy)
+    elif mode is SteeringMode.ACTIVE_STANDBY:
+        new = np.zeros((len(rows), k), dtype=np.int64)
+        chosen = np.full(len(rows), -1)
+        for wat in reversed(policy.priority):  # the first usable WAT of the list wins
+            if wat in wats:
+                j = wats.index(wat)
+                chosen = np.where(usable[rows, j], j, chosen)
+        ok = chosen >= 0
+        new[np.flatnonzero(ok), chosen[ok]] = policy.max_weight
+        names = np.array([f"active_standby:{w}" for w in wats] + [""], dtype=object)
+        _finish(out, rows, new, ok, names[chosen], prev, policy)
+        out.reason[rows[~ok]] = f"active_standby: none of {list(policy.priority)} is usable"
+    else:
+        _reference(out, rows, wats, capacity, lower, present, up, rtt, policy, prev_weights,
+                   prev_present, prev_usable, has_prev)
+    return out
+
+
+@dataclass(frozen=True)
+class _Previous:
+    """The decisions in force and the inputs the hysteresis compares them with."""
+
+    weights: IntArray
+    present: Mask
+    usable: Mask
+    has: Mask
+    cons: Array
+    now_present: Mask
+    now_usable: Mask
+
+    def held(self, rows: IntArray, policy: Policy) -> tuple[Mask, Array]:
+        """Rows whose decision in force may be held (decide()'s condition) and its T."""
+        pw = self.weights[rows]
+        ok = (self.has[rows] & (self.usable[rows] == self.now_usable[rows]).all(axis=1)
+              & (self.present[rows] == self.now_present[rows]).all(axis=1)
+              & (pw <= policy.max_weight).all(axis=1) & (pw >= 0).all(axis=1))
+        return ok, fluid_aggregate_batch(self.cons[rows], np.where(self.now_present[rows], pw, 0))
+
+
+def _balanced(out: BatchDecision, rows: IntArray, prev: _Previous, policy: Policy) -> None:
+    c = np.where(prev.now_usable, prev.cons, 0.0)
+    held_ok, t_old = prev.held(rows, policy)
+    # No weights beat the sum of the usable capacities: where the weights in force are within
+    # the hysteresis of it, the exact search cannot change the outcome and is skipped.
+    # Strictly below, with a margin: T(w) is computed as C_i * sum(w) / w_i, which can exceed
+    # the plain sum by an ulp, and a tie must be settled by decide()'s own comparison.
+    skip = held_ok & (c[rows].sum(axis=1) * (1.0 + 1e-12)
+                      < t_old * (1.0 + policy.hysteresis_pct / 100.0))
+    out.aggregate[rows[skip]] = t_old[skip]
+    out.reason[rows[skip]] = "hysteresis"
+    todo = rows[~skip]
+    new = optimal_weights_batch(c[todo], policy.max_weight)
+    _finish(out, todo, new, np.asarray(new.any(axis=1), dtype=bool), "load_balancing", prev,
+            policy)
+
+
+def _finish(out: BatchDecision, rows: IntArray, new: IntArray, ok: Mask,
+            reason: str | NDArray[np.object_], prev: _Previous, policy: Policy) -> None:
+    """Apply hysteresis to the new weights of ``rows`` and write them into ``out``."""
+    bad = rows[~ok]
+    out.status[bad] = NO_USABLE
+    out.reason[bad] = f"policy mode {policy.mode.value} leaves no WAT to use"
+    rows, new = rows[ok], new[ok]
+    reasons = reason if isinstance(reason, str) else reason[ok]
+    if len(rows) == 0:
+        return
+    t_new = fluid_aggregate_batch(prev.cons[rows], new)
+    held_ok, t_old = prev.held(rows, policy)
+    hold = held_ok & (t_new <= t_old * (1.0 + policy.hysteresis_pct / 100.0))
+    change = ~hold
+    out.weights[rows[change]] = new[change]
+    out.aggregate[rows] = np.where(hold, t_old, t_new)
+    out.changed[rows[change]] = True
+    out.reason[rows[hold]] = "hysteresis"
+    out.reason[rows[change]] = reasons if isinstance(reasons, str) else reasons[change]
+
+
+def _reference(out: BatchDecision, rows: IntArray, wats: tuple[str, ...], capacity: Array,
+               lower: Array, present: Mask, up: Mask, rtt: Array, policy: Policy,
+               prev_weights: IntArray, prev_present: Mask, prev_usable: Mask,
+               has_prev: Mask) -> None:
+    """decide() per CPE: policies with share limits or a latency bound."""
+    for i in rows.tolist():
+        cols = np.flatnonzero(present[i])
+        states = {wats[j]: WatState(capacity_mbps=float(capacity[i, j]),
+                                    lower_mbps=float(lower[i, j]), up=bool(up[i, j]),
+                                    rtt_ms=float(rtt[i, j]) if np.isfinite(rtt[i, j]) else None)
+                  for j in cols.tolist()}
+        previous = None
+        if has_prev[i] and (prev_present[i] == present[i]).all():
+            pw = {wats[j]: int(prev_weights[i, j]) for j in cols.tolist()}
+            total = sum(pw.values()) or 1
+            previous = WeightDecision(
+                weights=pw, shares={w: v / total for w, v in pw.items()}, aggregate_mbps=0.0,
+                usable=frozenset(wats[j] for j in np.flatnonzero(prev_usable[i]).tolist()),
+                changed=False, reason="")
+        try:
+            d = decide(states, policy, previous)
+        except NoUsableWatError as exc:
+            out.status[i], out.reason[i] = NO_USABLE, str(exc)
+            continue
+        except WeightError as exc:
+            out.status[i], out.reason[i] = ERROR, str(exc)
+            continue
+        for j in cols.tolist():
+            out.weights[i, j] = d.weights[wats[j]]
+        out.usable[i] = [w in d.usable for w in wats]
+        out.aggregate[i] = d.aggregate_mbps
+        out.changed[i] = d.changed
+        out.reason[i] = d.reason

@@ -1,0 +1,154 @@
+"""The loop's per-CPE state: one array-backed table, a row per CPE, a column per WAT.
+
+A row holds the decision in force at the CPE's agent (the last *published* weights, their
+version, usability, mode, policy source and time), plus what the loop needs between ticks: when
+it last decided, under which policy, and whether a publish is owed.  Arrays instead of per-CPE
+records make a tick over 10,000 CPEs a handful of vector operations.  New rows are seeded from
+the :class:`~xapp.core.ports.StateStore` record, so a restarted xApp holds its hysteresis
+against the weights the agents already have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from xapp.core.policy import KNOWN_WATS, Policy
+from xapp.core.ports import CpeRecord
+from xapp.core.weights import WeightDecision
+
+_T = TypeVar("_T", bound=np.generic)
+
+
+class FleetTable:
+    """Per-CPE state of the control loop; not safe for concurrent use (the loop owns it).
+
+    Parameters
+    ----------
+    restore : callable
+        ``restore(cpe_id)`` gives the stored record of a CPE seen for the first time, or None.
+    wats : tuple of str, default=KNOWN_WATS
+        The WAT columns.
+    """
+
+    def __init__(self, restore: Callable[[str], CpeRecord | None],
+                 wats: tuple[str, ...] = KNOWN_WATS) -> None:
+        self.wats = wats
+        self._restore = restore
+        self.ids: list[str] = []
+        self.index: dict[str, int] = {}
+        k = len(wats)
+        self.weights: NDArray[np.int64] = np.zeros((0, k), dtype=np.int64)
+        self.present: NDArray[np.bool_] = np.zeros((0, k), dtype=bool)
+        self.usable: NDArray[np.bool_] = np.zeros((0, k), dtype=bool)
+        #: A decision is in force (published, or restored from the state store).
+        self.has: NDArray[np.bool_] = np.zeros(0, dtype=bool)
+        self.version: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.published_s: NDArray[np.float64] = np.zeros(0)
+        self.aggregate: NDArray[np.float64] = np.zeros(0)
+        #: When the loop last decided (NaN: never since start).
+        self.decided_s: NDArray[np.float64] = np.zeros(0)
+        #: A publish is owed (it failed, or the broker came back and may have lost it).
+        self.unpublished: NDArray[np.bool_] = np.zeros(0, dtype=bool)
+        #: The policy the decision in force was made under (None: unknown, e.g. restored).
+        self.applied: NDArray[np.object_] = np.zeros(0, dtype=object)
+        self.mode: NDArray[np.object_] = np.zeros(0, dtype=object)
+        self.source: NDArray[np.object_] = np.zeros(0, dtype=object)
+        self.reason: NDArray[np.object_] = np.zeros(0, dtype=object)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def _grow(self, size: int) -> None:
+        def more(old: NDArray[_T], fill: object) -> NDArray[_T]:
+            new = np.full((size, *old.shape[1:]), fill, dtype=old.dtype)
+            new[:len(old)] = old
+            return new
+
+        self.weights = more(self.weights, 0)
+        self.present = more(self.present, False)
+        self.usable = more(self.usable, False)
+        self.has = more(self.has, False)
+        self.version = more(self.version, 0)
+        self.published_s = more(self.published_s, -np.inf)
+        self.aggregate = more(self.aggregate, 0.0)
+        self.decided_s = more(self.decided_s, np.nan)
+        self.unpublished = more(self.unpublished, False)
+        self.applied = more(self.applied, None)
+        self.mode = more(self.mode, "")
+        self.source = more(self.source, "")
+        self.reason = more(self.reason, "")
+
+    def rows(self, cpe_ids: Sequence[str]) -> NDArray[np.intp]:
+        """The row of each CPE, adding (and restoring) CPEs seen for the first time."""
+        out = np.empty(len(cpe_ids), dtype=np.intp)
+        for i, cpe_id in enumerate(cpe_ids):
+            r = self.index.get(cpe_id)
+            if r is None:
+                r = self._add(cpe_id)
+            out[i] = r
+        return out
+
+    def _add(self, cpe_id: str) -> int:
+        r = len(self.ids)
+        if r >= len(self.has):
+            self._grow(max(64, 2 * r))
+        self.ids.append(cpe_id)
+        self.index[cpe_id] = r
+        record = self._restore(cpe_id)
+        if record is not None:
+            for j, wat in enumerate(self.wats):
+                if wat in record.weights:
+                    self.present[r, j] = True
+                    self.weights[r, j] = int(record.weights[wat])
+                self.usable[r, j] = wat in record.usable
+            self.has[r] = True
+            self.version[r] = record.version
+            self.published_s[r] = record.time_s
+            self.aggregate[r] = record.aggregate_mbps
+            self.mode[r], self.source[r] = record.mode, record.policy_source
+            self.reason[r] = record.reason
+        return r
+
+    def decision(self, weights: list[int], present: list[bool], usable: list[bool],
+                 aggregate: float, changed: bool, reason: str) -> WeightDecision:
+        """A :class:`WeightDecision` (the engine's record type) from one row, as lists."""
+        chosen = {w: v for w, v, p in zip(self.wats, weights, present, strict=True) if p}
+        total = sum(chosen.values()) or 1
+        return WeightDecision(
+            weights=chosen, shares={w: v / total for w, v in chosen.items()},
+            aggregate_mbps=aggregate,
+            usable=frozenset(w for w, u, p in zip(self.wats, usable, present, strict=True)
+                             if u and p),
+            changed=changed, reason=reason)
+
+    def in_force(self, r: int) -> WeightDecision:
+        """The decision in force at row ``r`` (as published)."""
+        return self.decision(self.weights[r].tolist(), self.present[r].tolist(),
+                             self.usable[r].tolist(), float(self.aggregate[r]), False,
+                             str(self.reason[r]))
+
+    def store(self, rows: NDArray[np.intp], versions: list[int],
+              decisions: list[WeightDecision], modes: list[str], sources: list[str],
+              time_s: float) -> None:
+        """Record published decisions at ``rows`` (one vector assignment per column)."""
+        wats = self.wats
+        self.present[rows] = [[w in d.weights for w in wats] for d in decisions]
+        self.weights[rows] = [[d.weights.get(w, 0) for w in wats] for d in decisions]
+        self.usable[rows] = [[w in d.usable for w in wats] for d in decisions]
+        self.has[rows] = True
+        self.version[rows] = versions
+        self.published_s[rows] = time_s
+        self.aggregate[rows] = [d.aggregate_mbps for d in decisions]
+        self.mode[rows] = modes
+        self.source[rows] = sources
+        self.reason[rows] = [d.reason for d in decisions]
+        self.unpublished[rows] = False
+
+    def applied_is(self, rows: NDArray[np.intp], policy: Policy) -> NDArray[np.bool_]:
+        """Rows whose decision was made under ``policy`` (or an equal one)."""
+        return np.array([a is policy or (a is not None and a == policy)
+                         for a in self.applied[rows].tolist()], dtype=bool)
