@@ -122,11 +122,12 @@ class _Previous:
 
     def held(self, rows: IntArray, policy: Policy) -> tuple[Mask, Array]:
         """Rows whose decision in force may be held (decide()'s condition) and its T."""
-        pw = self.weights[rows]
+        # Only the WATs of the decision count, as only they are keys of decide()'s weights.
+        pw = np.where(self.now_present[rows], self.weights[rows], 0)
         ok = (self.has[rows] & (self.usable[rows] == self.now_usable[rows]).all(axis=1)
               & (self.present[rows] == self.now_present[rows]).all(axis=1)
               & (pw <= policy.max_weight).all(axis=1) & (pw >= 0).all(axis=1))
-        return ok, fluid_aggregate_batch(self.cons[rows], np.where(self.now_present[rows], pw, 0))
+        return ok, fluid_aggregate_batch(self.cons[rows], pw)
 
 
 def _balanced(out: BatchDecision, rows: IntArray, prev: _Previous, policy: Policy) -> None:
