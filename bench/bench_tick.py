@@ -33,7 +33,6 @@ import json
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -181,23 +180,11 @@ def run_real(n: int, ticks: int, warm: int, work: Path) -> dict[str, Any]:
         assert publisher.wait_connected(10)
         fleet = Fleet(n)
         loop = _loop(intake, publisher)
-        applied: dict[str, dict[str, int]] = {}
         wall: list[float] = []
         cpu: list[float] = []
         lag: list[float] = []
         t0 = time.time() - (warm + ticks) - 5
-        stop = threading.Event()
-
-        def poll() -> None:
-            while not stop.is_set():
-                try:
-                    influx_intake.poll_once()
-                except Exception as exc:
-                    print(f"intake poll failed: {exc}", file=sys.stderr)
-                stop.wait(0.2)
-
-        poller = threading.Thread(target=poll, daemon=True)
-        poller.start()
+        influx_intake.start()
         first = 0.0
         for k in range(warm + ticks):
             now = t0 + k
@@ -215,25 +202,21 @@ def run_real(n: int, ticks: int, warm: int, work: Path) -> dict[str, Any]:
             w, c = time.perf_counter(), time.thread_time()
             report = loop.tick(now)
             w, c = time.perf_counter() - w, time.thread_time() - c
-            for cpe_id in report.published:
-                record = loop.fleet.index[cpe_id]
-                applied[cpe_id] = {wat: int(loop.fleet.weights[record, j])
-                                   for j, wat in enumerate(("nr", "lte", "wifi", "lifi"))
-                                   if loop.fleet.present[record, j]}
-            fleet.apply([{"cpe_id": c_, "weights": w_} for c_, w_ in applied.items()])
-            applied.clear()
+            # the CPEs apply what was published (recorded in the loop's table)
+            fleet.apply([{"cpe_id": c_, "weights": loop.fleet.in_force(loop.fleet.index[c_])
+                          .weights} for c_ in report.published])
             if k == 0:
                 first = w
             if k >= warm:
                 wall.append(w)
                 cpu.append(c)
-        stop.set()
         assert publisher.flush(30), "the broker did not acknowledge every weights message"
         return {"cpes": n, "path": "real", **_percentiles(wall, cpu),
                 "first_tick_ms": round(first * 1e3, 1), "ticks": ticks,
                 "intake_lag_ms_p50": round(statistics.median(lag) * 1e3, 1),
                 "acked": publisher.stats.acked}
     finally:
+        influx_intake.stop()
         publisher.stop()
         writer.close()
         reader.close()

@@ -148,7 +148,8 @@ class FleetTable:
         self.reason[rows] = [d.reason for d in decisions]
         self.unpublished[rows] = False
 
-    def applied_is(self, rows: NDArray[np.intp], policy: Policy) -> NDArray[np.bool_]:
-        """Rows whose decision was made under ``policy`` (or an equal one)."""
-        return np.array([a is policy or (a is not None and a == policy)
+    def policy_changed(self, rows: NDArray[np.intp], policy: Policy) -> NDArray[np.bool_]:
+        """Rows whose decision in force was made under a policy other than ``policy`` (rows
+        with no known policy, e.g. restored after a restart, have not changed)."""
+        return np.array([a is not None and a is not policy and a != policy
                          for a in self.applied[rows].tolist()], dtype=bool)

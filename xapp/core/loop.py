@@ -298,9 +298,7 @@ class ControlLoop:
                       meta: dict[str, tuple[int, str, str, WeightDecision]]) -> None:
         s, fleet, policy = self.settings, self.fleet, g.policy
         rows = rm.fleet_rows[g.positions]
-        same_policy = fleet.applied_is(rows, policy)
-        changed_policy = ~same_policy & np.array([a is not None for a in
-                                                  fleet.applied[rows].tolist()], dtype=bool)
+        changed_policy = fleet.policy_changed(rows, policy)
         last = fleet.decided_s[rows]
         # Half a control period of slack, so tick jitter does not turn a 1 s update period
         # into 2 s.
