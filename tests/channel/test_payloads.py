@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from tests.channel.conftest import decision
 from xapp.adapters.mqtt import CpeState, DropCounter, PayloadError, build_weights, decode, topic
-from xapp.adapters.mqtt.payloads import check, encode, encode_weights, parse_topic
+from xapp.adapters.mqtt.payloads import check, encode, encode_weights_batch, parse_topic
 from xapp.adapters.mqtt.subscriber import telemetry_frame
+from xapp.core.ports import WeightBatch
 
 WEIGHTS: dict[str, Any] = {
     "schema": "mcw.weights.v1", "cpe_id": "cpe-0001", "version": 42,
@@ -204,23 +205,50 @@ def test_fast_engine_agrees_on_random_weights(weights: dict[str, Any], lease: fl
     assert fast_ok == _reference_valid("weights", doc)
 
 
-@given(weights=st.dictionaries(st.sampled_from(["nr", "lte", "wifi", "lifi"]),
-                               st.integers(0, 255), min_size=1, max_size=4),
-       lease=st.one_of(st.floats(1, 3600, allow_nan=False), st.integers(1, 3600)),
-       version=st.integers(1, 2**53 - 1), issued=st.integers(0, 2**53 - 1),
-       reason=st.text(max_size=300),
-       mode=st.sampled_from(["load_balancing", "fixed_split", "active_standby",
-                             "latency_bound"]),
-       cpe_id=st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z"))
-@settings(max_examples=300, deadline=None)
-def test_template_encoding_is_byte_identical_to_json(
-        weights: dict[str, int], lease: float, version: int, issued: int, reason: str,
-        mode: str, cpe_id: str) -> None:
-    if not any(weights.values()):
-        weights = {**weights, "nr": 1}
-    doc = build_weights(cpe_id, version, decision(weights, reason), mode=mode, lease_s=lease,
-                        issued_at_ms=issued)
-    assert encode_weights(doc) == encode(doc)
-    doc.pop("reason")  # optional in the schema
-    check("weights", doc)
-    assert encode_weights(doc) == encode(doc)
+_ROW = st.fixed_dictionaries({
+    "weights": st.dictionaries(st.sampled_from(["nr", "lte", "wifi", "lifi"]),
+                               st.integers(-2, 258), max_size=4),
+    "mode": st.sampled_from(["load_balancing", "fixed_split", "active_standby",
+                             "latency_bound", "sideways"]),
+    "cpe_id": st.one_of(st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z"),
+                        st.sampled_from(["", "a/b", "+", "x" * 65, "cpe\n"])),
+    "reason": st.text(max_size=300),
+})
+
+
+@given(rows=st.lists(_ROW, min_size=1, max_size=6, unique_by=lambda r: r["cpe_id"]),
+       lease=st.one_of(st.floats(-1, 4000, allow_nan=False), st.integers(-1, 4000)),
+       first_version=st.integers(1, 2**53 + 3), issued=st.integers(-1, 2**53))
+@settings(max_examples=400, deadline=None)
+def test_batch_encoding_matches_the_schema_and_json(rows: list[dict[str, Any]], lease: float,
+                                                    first_version: int, issued: int) -> None:
+    """Every row is refused exactly when its document fails the reference validator, and a
+    row that is sent is byte-identical to the sorted-keys JSON of that document."""
+    batch = WeightBatch.of([(r["cpe_id"], decision(r["weights"], r["reason"]), r["mode"])
+                            for r in rows], lease)
+    taken: list[str] = []
+
+    def take(ids: list[str]) -> list[int]:
+        taken.extend(ids)
+        return list(range(first_version, first_version + len(ids)))
+
+    out = encode_weights_batch(batch, issued, take)
+    versions = dict(zip(taken, range(first_version, first_version + len(taken)), strict=False))
+    sent = dict(zip(out.rows, out.payloads, strict=True))
+    assert set(sent) | set(out.refused) == set(range(len(rows)))
+    assert not set(sent) & set(out.refused)
+    for i, r in enumerate(rows):
+        version = versions.get(r["cpe_id"], first_version)
+        doc = {"schema": "mcw.weights.v1", "cpe_id": r["cpe_id"], "version": version,
+               "issued_at_ms": issued, "lease_s": lease, "mode": r["mode"],
+               "reason": r["reason"][:256], "weights": r["weights"]}
+        # Python's ``re`` lets "$" match before a final newline; ECMA-262 (the schema's
+        # dialect, and Go's regexp) does not: such an id is invalid.
+        valid = _reference_valid("weights", doc) and not r["cpe_id"].endswith("\n")
+        if i in sent:
+            assert valid, doc
+            assert sent[i] == encode(doc)
+        elif r["cpe_id"] in taken and "version" in str(out.refused[i]):
+            assert not 1 <= version <= 2**53 - 1  # refused after a version was taken
+        else:
+            assert not valid, (doc, out.refused[i])

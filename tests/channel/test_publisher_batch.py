@@ -11,6 +11,7 @@ from tests.channel.conftest import decision
 from tests.channel.test_publisher import W, retained_doc, versions
 from tests.support.mosquitto import MosquittoBroker, Pki, connect_client, free_port
 from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher, PayloadError
+from xapp.core.ports import WeightBatch
 
 
 def test_publish_many_queues_the_valid_and_reports_the_refused(
@@ -21,11 +22,12 @@ def test_publish_many_queues_the_valid_and_reports_the_refused(
         assert pub.wait_connected(10)
         cpe.subscribe(W.format("cpe-0002"))
         ids = [f"sim-{i:03d}" for i in range(30)] + ["cpe-0002"]
-        result = pub.publish_many(
-            [(c, decision({"nr": 3, "wifi": 1}), "load_balancing", 30.0) for c in ids]
-            + [("cpe-0003", decision({"nr": 0}), "load_balancing", 30.0),   # all zero
-               ("bad/+", decision({"nr": 1}), "load_balancing", 30.0),      # bad cpe_id
-               ("cpe-0002", decision({"nr": 9}), "fixed_split", 30.0)])     # newer, wins
+        result = pub.publish_many(WeightBatch.of(
+            [(c, decision({"nr": 3, "wifi": 1}), "load_balancing") for c in ids]
+            + [("cpe-0003", decision({"nr": 0}), "load_balancing"),   # all zero
+               ("bad/+", decision({"nr": 1}), "load_balancing"),      # bad cpe_id
+               ("cpe-0002", decision({"nr": 9}), "fixed_split")],     # newer, wins
+            lease_s=30.0))
         assert result.versions == {**dict.fromkeys(ids, 1), "cpe-0002": 2}
         assert sorted(result.errors) == ["bad/+", "cpe-0003"]
         assert all(isinstance(e, PayloadError) for e in result.errors.values())
@@ -38,8 +40,8 @@ def test_publish_many_queues_the_valid_and_reports_the_refused(
         doc = json.loads(cpe.messages[-1].payload)
         assert doc["weights"] == {"nr": 9} and doc["mode"] == "fixed_split"
         # A second tick: every CPE moves to its next version, nothing is coalesced away.
-        again = pub.publish_many([(c, decision({"lte": 4}), "active_standby", 60.0)
-                                  for c in ids])
+        again = pub.publish_many(WeightBatch.of(
+            [(c, decision({"lte": 4}), "active_standby") for c in ids], lease_s=60.0))
         assert set(again.versions.values()) == {2, 3} and not again.errors
         assert pub.flush(10)
         assert retained_doc(broker, "cpe-0002")["version"] == 3
@@ -52,10 +54,10 @@ def test_empty_batch_and_the_single_call_agree(broker: MosquittoBroker,
                                                settings: MqttSettings) -> None:
     pub = MqttWeightPublisher(settings, MemoryVersionStore()).start()
     try:
-        assert pub.publish_many([]).versions == {}
+        assert pub.publish_many(WeightBatch.of([], lease_s=5.0)).versions == {}
         assert pub.publish("cpe-0001", decision({"nr": 1}), mode="fixed_split", lease_s=5) == 1
-        assert pub.publish_many([("cpe-0001", decision({"nr": 2}), "fixed_split", 5.0)]
-                                ).versions == {"cpe-0001": 2}
+        assert pub.publish_many(WeightBatch.of([("cpe-0001", decision({"nr": 2}), "fixed_split")],
+                                               lease_s=5.0)).versions == {"cpe-0001": 2}
         assert pub.flush(10) and pub.stats.requested == 2
     finally:
         pub.stop()
@@ -118,10 +120,12 @@ def test_messages_in_flight_at_a_crash_are_resent_or_replaced_by_newer(
     try:
         assert pub.wait_connected(10)
         ids = [f"sim-{i:04d}" for i in range(3000)] + [f"cpe-000{i}" for i in range(1, 5)]
-        pub.publish_many([(c, decision({"nr": 1}), "load_balancing", 30.0) for c in ids])
+        pub.publish_many(WeightBatch.of([(c, decision({"nr": 1}), "load_balancing") for c in ids],
+                                        lease_s=30.0))
         broker.kill()  # mid-stream: some acknowledged, some in flight, most still queued
         newer = ids[::2]
-        pub.publish_many([(c, decision({"nr": 2}), "load_balancing", 30.0) for c in newer])
+        pub.publish_many(WeightBatch.of([(c, decision({"nr": 2}), "load_balancing")
+                                         for c in newer], lease_s=30.0))
         broker.start()
         assert pub.wait_connected(10) and pub.flush(20)
         assert all(pub.acked_version(c) == pub.last_version(c) for c in ids)

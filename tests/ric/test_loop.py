@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-
 import numpy as np
 import pytest
 
@@ -14,8 +12,8 @@ from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.loop import ControlLoop, LoopSettings
 from xapp.core.policy import Policy
 from xapp.core.policy_book import PolicyBook, PolicyInstance
-from xapp.core.ports import PublishResult, WeightUpdate
-from xapp.core.weights import WatState, WeightDecision, decide
+from xapp.core.ports import Published, PublishResult, WeightBatch
+from xapp.core.weights import WatState, decide
 
 DEFAULTS = {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
             "capacity_floor_mbps": 1.0}
@@ -50,13 +48,13 @@ class FakePublisher:
         self.version: dict[str, int] = {}
         self.fail = False
 
-    def publish_many(self, items: Iterable[WeightUpdate]) -> PublishResult:
+    def publish_many(self, batch: WeightBatch) -> PublishResult:
         if self.fail:
             raise ConnectionError("broker away")
         result = PublishResult()
-        for cpe_id, decision, mode, _lease_s in items:
+        for i, cpe_id in enumerate(batch.cpe_ids):
             v = self.version[cpe_id] = self.version.get(cpe_id, 0) + 1
-            self.sent.append((cpe_id, dict(decision.weights), mode, v))
+            self.sent.append((cpe_id, dict(batch.decision(i).weights), batch.modes[i], v))
             result.versions[cpe_id] = v
         return result
 
@@ -76,9 +74,9 @@ class FakeSink:
                         model_version: str) -> None:
         self.forecasts.append(model_version)
 
-    def write_weights(self, time_s: float,
-                      weights: Mapping[str, tuple[int, WeightDecision]]) -> None:
-        self.weights.append({c: v for c, (v, _) in weights.items()})
+    def write_weights(self, published: Published) -> None:
+        self.weights.append(dict(zip(published.batch.cpe_ids, published.versions.tolist(),
+                                     strict=True)))
 
 
 def make(lease_s: float = 30.0) -> tuple[ControlLoop, FakeKpis, FakePublisher, FakeSink,

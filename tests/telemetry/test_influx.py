@@ -11,6 +11,7 @@ from tests.support.influxd import InfluxServer
 from xapp.adapters.influx import InfluxConfig, InfluxIntake, InfluxStore
 from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.intake import LatestKpis
+from xapp.core.ports import Published, WeightBatch
 from xapp.core.weights import WeightDecision
 
 
@@ -33,7 +34,8 @@ def test_round_trip_and_latest(influx_db: InfluxServer) -> None:
     dec = WeightDecision(weights={"nr": 3, "wifi": 10}, shares={"nr": 0.23, "wifi": 0.77},
                          aggregate_mbps=100.0, usable=frozenset({"nr", "wifi"}), changed=True,
                          reason="test")
-    store.write_weights(now - 2, {"cpe0": (7, dec)})
+    batch = WeightBatch.of([("cpe0", dec, "load_balancing")], lease_s=30.0)
+    store.write_weights(Published(batch, np.array([7]), ["default"], now - 2))
     assert store.flush()
     assert store.counters.rejected_values == 2  # sinr 99 dB twice
     table = store.read_table("-1h")
@@ -55,6 +57,7 @@ def test_round_trip_and_latest(influx_db: InfluxServer) -> None:
     assert set(pred["model_version"]) == {"v1"} and len(pred) == 3
     weights = store.read_table("-1h", measurement="wat_weight")
     assert sorted(weights["weight"]) == [3.0, 10.0] and set(weights["version"]) == {7.0}
+    np.testing.assert_allclose(sorted(weights["share"]), [3 / 13, 10 / 13])
     store.close()
 
 

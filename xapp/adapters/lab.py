@@ -1,6 +1,6 @@
 """In-memory and file adapters: the twin's and the benches' ports, and ``mcw run``'s lab mode.
 
-:class:`MemoryPublisher` builds and validates every weights message exactly as the MQTT
+:class:`MemoryPublisher` validates and encodes every weights message exactly as the MQTT
 publisher does and hands it to whoever plays the agents (the twin); :class:`NullSink` keeps
 nothing.  Lab mode of ``mcw run`` reads KPIs from a JSON file and appends weights to a
 JSON-lines file:
@@ -24,17 +24,16 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from xapp.adapters.mqtt.payloads import PayloadError, build_weights
+from xapp.adapters.mqtt.payloads import encode_weights_batch
 from xapp.adapters.mqtt.versions import MemoryVersionStore, VersionAllocator, VersionStore
 from xapp.core.forecast import CapacityForecast, KpiFrame
-from xapp.core.ports import PublishResult, WeightUpdate
-from xapp.core.weights import WeightDecision
+from xapp.core.ports import Published, PublishResult, WeightBatch
 
 
 class FileKpiSource:
@@ -74,11 +73,11 @@ class FileKpiSource:
 class MemoryPublisher:
     """:class:`~xapp.core.ports.WeightPublisher` that keeps the messages in memory.
 
-    Each message is the ``mcw.weights.v1`` document :func:`~xapp.adapters.mqtt.payloads.
-    build_weights` makes and validates for MQTT, with versions from the same
-    :class:`~xapp.adapters.mqtt.versions.VersionAllocator`; a refused one is reported in the
-    result's ``errors`` like the MQTT publisher does.  :meth:`take` hands the messages published
-    since the last call to the simulated agents.
+    Each message is the ``mcw.weights.v1`` payload that
+    :func:`~xapp.adapters.mqtt.payloads.encode_weights_batch` validates and encodes for MQTT,
+    with versions from the same :class:`~xapp.adapters.mqtt.versions.VersionAllocator`; a
+    refused one is reported in the result's ``errors`` like the MQTT publisher does.
+    :meth:`take` hands the messages published since the last call to the simulated agents.
     """
 
     def __init__(self, versions: VersionStore | None = None,
@@ -87,32 +86,23 @@ class MemoryPublisher:
                                           else MemoryVersionStore(), block=1000)
         self._clock = clock
         self._lock = threading.Lock()
-        self._outbox: list[dict[str, Any]] = []
+        self._outbox: list[bytes] = []
         self.published = 0
 
-    def publish_many(self, items: Iterable[WeightUpdate]) -> PublishResult:
-        result = PublishResult()
-        issued = int(self._clock() * 1000)
+    def publish_many(self, batch: WeightBatch) -> PublishResult:
         with self._lock:
-            for cpe_id, decision, mode, lease_s in items:
-                version = self._versions.peek(cpe_id)
-                try:
-                    doc = build_weights(cpe_id, version, decision, mode=mode, lease_s=lease_s,
-                                        issued_at_ms=issued)
-                except PayloadError as exc:
-                    result.errors[cpe_id] = exc
-                    continue
-                self._versions.take(cpe_id)
-                self._outbox.append(doc)
-                result.versions[cpe_id] = version
-            self.published += len(result.versions)
-        return result
+            out = encode_weights_batch(batch, int(self._clock() * 1000),
+                                       self._versions.take_many)
+            self._outbox += out.payloads
+            self.published += len(out.payloads)
+        return out.result(batch)
 
     def take(self) -> list[dict[str, Any]]:
-        """The messages published since the last call, oldest first."""
+        """The messages published since the last call, oldest first, as the agents parse
+        them."""
         with self._lock:
             out, self._outbox = self._outbox, []
-        return out
+        return [json.loads(payload) for payload in out]
 
 
 class NullSink:
@@ -125,16 +115,16 @@ class NullSink:
                         model_version: str) -> None:
         return None
 
-    def write_weights(self, time_s: float,
-                      weights: Mapping[str, tuple[int, WeightDecision]]) -> None:
+    def write_weights(self, published: Published) -> None:
         return None
 
 
 class JsonlPublisher:
-    """:class:`~xapp.core.ports.WeightPublisher` appending one JSON line per message.
+    """:class:`~xapp.core.ports.WeightPublisher` appending each weights message as a line.
 
-    Versions come from the same :class:`~xapp.adapters.mqtt.versions.VersionAllocator` as the MQTT
-    publisher's, so they keep growing across restarts when ``versions`` is the SDL store.
+    The lines are the MQTT payloads (validated and encoded the one way); versions come from
+    the same :class:`~xapp.adapters.mqtt.versions.VersionAllocator` as the MQTT publisher's,
+    so they keep growing across restarts when ``versions`` is the SDL store.
     """
 
     def __init__(self, path: str | os.PathLike[str], versions: VersionStore,
@@ -145,23 +135,13 @@ class JsonlPublisher:
         self._lock = threading.Lock()
         self.connected = True
 
-    def publish_many(self, items: Iterable[WeightUpdate]) -> PublishResult:
-        result = PublishResult()
-        for cpe_id, decision, mode, lease_s in items:
-            result.versions[cpe_id] = self._publish(cpe_id, decision, mode, lease_s)
-        return result
-
-    def _publish(self, cpe_id: str, decision: WeightDecision, mode: str, lease_s: float) -> int:
+    def publish_many(self, batch: WeightBatch) -> PublishResult:
         with self._lock:
-            version = self._versions.peek(cpe_id)
-            line = json.dumps({"cpe_id": cpe_id, "version": version,
-                               "issued_at_ms": int(self._clock() * 1000), "lease_s": lease_s,
-                               "mode": mode, "reason": decision.reason,
-                               "weights": dict(decision.weights)}, sort_keys=True)
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.write(line + "\n")
-            self._versions.take(cpe_id)
-            return version
+            out = encode_weights_batch(batch, int(self._clock() * 1000),
+                                       self._versions.take_many)
+            with self.path.open("ab") as fh:
+                fh.write(b"".join(payload + b"\n" for payload in out.payloads))
+        return out.result(batch)
 
 
 def read_published(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from xapp.core.policy_book import PolicyInstance
-from xapp.core.ports import CpeRecord
+from xapp.core.ports import CpeRecord, Published
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,22 @@ class Restored:
     policies: list[PolicyInstance] = field(default_factory=list)
     cpes: dict[str, CpeRecord] = field(default_factory=dict)
     model_version: str | None = None
+
+
+class _PublishedRow(NamedTuple):
+    """A CPE's record as row ``i`` of what a tick published (made into a record lazily)."""
+
+    published: Published
+    i: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.published.record(self.i).to_dict()
+
+
+def _record(value: object) -> CpeRecord | None:
+    if isinstance(value, _PublishedRow):
+        return value.published.record(value.i)
+    return value if isinstance(value, CpeRecord) else None
 
 
 def _encode(doc: Any) -> bytes:
@@ -166,23 +182,28 @@ class StateStore:
     def put_cpe(self, cpe_id: str, record: CpeRecord) -> None:
         self._put(CPE_PREFIX + cpe_id, record)
 
-    def put_cpes(self, records: Mapping[str, CpeRecord]) -> None:
+    def put_published(self, published: Published) -> None:
+        # Kept as (tick, row) and made into a record only when read or written to SDL: the
+        # loop publishes thousands of CPEs a tick and most records are overwritten unread.
         with self._lock:
-            for cpe_id, record in records.items():
+            values, dirty, removed = self._values, self._dirty, self._removed
+            for i, cpe_id in enumerate(published.batch.cpe_ids):
                 key = CPE_PREFIX + cpe_id
-                self._values[key] = record
-                self._dirty.add(key)
-                self._removed.discard(key)
+                values[key] = _PublishedRow(published, i)
+                dirty.add(key)
+            if removed:
+                removed.difference_update(CPE_PREFIX + c for c in published.batch.cpe_ids)
 
     def cpe(self, cpe_id: str) -> CpeRecord | None:
         with self._lock:
             value = self._values.get(CPE_PREFIX + cpe_id)
-        return value if isinstance(value, CpeRecord) else None
+        return _record(value)
 
     def cpes(self) -> dict[str, CpeRecord]:
         with self._lock:
-            return {k[len(CPE_PREFIX):]: v for k, v in self._values.items()
-                    if k.startswith(CPE_PREFIX) and isinstance(v, CpeRecord)}
+            items = [(k[len(CPE_PREFIX):], v) for k, v in self._values.items()
+                     if k.startswith(CPE_PREFIX)]
+        return {cpe_id: r for cpe_id, v in items if (r := _record(v)) is not None}
 
     def set_model_version(self, version: str) -> None:
         with self._lock:

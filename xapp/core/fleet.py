@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from xapp.core.policy import KNOWN_WATS, Policy
-from xapp.core.ports import CpeRecord
+from xapp.core.ports import CpeRecord, WeightBatch, row_decision
 from xapp.core.weights import WeightDecision
 
 _T = TypeVar("_T", bound=np.generic)
@@ -113,39 +113,25 @@ class FleetTable:
             self.reason[r] = record.reason
         return r
 
-    def decision(self, weights: list[int], present: list[bool], usable: list[bool],
-                 aggregate: float, changed: bool, reason: str) -> WeightDecision:
-        """A :class:`WeightDecision` (the engine's record type) from one row, as lists."""
-        chosen = {w: v for w, v, p in zip(self.wats, weights, present, strict=True) if p}
-        total = sum(chosen.values()) or 1
-        return WeightDecision(
-            weights=chosen, shares={w: v / total for w, v in chosen.items()},
-            aggregate_mbps=aggregate,
-            usable=frozenset(w for w, u, p in zip(self.wats, usable, present, strict=True)
-                             if u and p),
-            changed=changed, reason=reason)
-
     def in_force(self, r: int) -> WeightDecision:
         """The decision in force at row ``r`` (as published)."""
-        return self.decision(self.weights[r].tolist(), self.present[r].tolist(),
-                             self.usable[r].tolist(), float(self.aggregate[r]), False,
-                             str(self.reason[r]))
+        return row_decision(self.wats, self.weights[r], self.present[r], self.usable[r],
+                            float(self.aggregate[r]), str(self.reason[r]))
 
-    def store(self, rows: NDArray[np.intp], versions: list[int],
-              decisions: list[WeightDecision], modes: list[str], sources: list[str],
-              time_s: float) -> None:
-        """Record published decisions at ``rows`` (one vector assignment per column)."""
-        wats = self.wats
-        self.present[rows] = [[w in d.weights for w in wats] for d in decisions]
-        self.weights[rows] = [[d.weights.get(w, 0) for w in wats] for d in decisions]
-        self.usable[rows] = [[w in d.usable for w in wats] for d in decisions]
+    def store(self, rows: NDArray[np.intp], batch: WeightBatch, versions: NDArray[np.int64],
+              sources: Sequence[str], time_s: float) -> None:
+        """Record that row ``rows[i]`` published row ``i`` of ``batch`` (one vector
+        assignment per column)."""
+        self.present[rows] = batch.present
+        self.weights[rows] = np.where(batch.present, batch.weights, 0)
+        self.usable[rows] = batch.usable & batch.present
         self.has[rows] = True
         self.version[rows] = versions
         self.published_s[rows] = time_s
-        self.aggregate[rows] = [d.aggregate_mbps for d in decisions]
-        self.mode[rows] = modes
+        self.aggregate[rows] = batch.aggregate_mbps
+        self.mode[rows] = batch.modes
         self.source[rows] = sources
-        self.reason[rows] = [d.reason for d in decisions]
+        self.reason[rows] = batch.reasons
         self.unpublished[rows] = False
 
     def policy_changed(self, rows: NDArray[np.intp], policy: Policy) -> NDArray[np.bool_]:

@@ -107,17 +107,6 @@ def family_of(wat: str) -> str | None:
     return WAT_FAMILY.get(wat)
 
 
-def in_range(name: str, value: float) -> bool:
-    """True when ``value`` is finite and inside the physical range of field ``name``.
-
-    Fields without a declared range only need to be finite.
-    """
-    if not math.isfinite(value):
-        return False
-    bounds = FIELD_RANGES.get(name)
-    return bounds is None or bounds[0] <= value <= bounds[1]
-
-
 @dataclass
 class CleanCounts:
     """How many values a cleaning pass replaced by NaN, and why (per field)."""

@@ -49,15 +49,15 @@ from xapp.core.forecast import CapacityEstimator, KpiFrame
 from xapp.core.policy import KNOWN_WATS, Policy
 from xapp.core.policy_book import PolicyResolver
 from xapp.core.ports import (
-    CpeRecord,
     KpiSource,
+    Published,
     PublishResult,
     StateStore,
     TelemetrySink,
+    WeightBatch,
     WeightPublisher,
-    WeightUpdate,
 )
-from xapp.core.weights import WeightDecision, WeightError
+from xapp.core.weights import WeightError
 
 log = logging.getLogger(__name__)
 
@@ -204,13 +204,11 @@ class ControlLoop:
         report.cpes = len(rm.cpe_ids)
         cap, low, present, up, rtt = self._inputs(frame, rm, np.asarray(forecast.median_mbps),
                                                   np.asarray(forecast.lower_mbps), report)
-        batch: list[WeightUpdate] = []
-        meta: dict[str, tuple[int, str, str, WeightDecision]] = {}
+        out = _Outgoing()
         for group in self._policy_groups(rm):
-            self._decide_group(group, rm, now_s, cap, low, present, up, rtt, report, batch,
-                               meta)
-        if batch:
-            self._publish(batch, meta, now_s, report)
+            self._decide_group(group, rm, now_s, cap, low, present, up, rtt, report, out)
+        if out.rows:
+            self._publish(out, now_s, report)
 
     def _check_reconnect(self) -> None:
         if self.publisher_connects is None:
@@ -294,8 +292,7 @@ class ControlLoop:
 
     def _decide_group(self, g: _Group, rm: _RowMap, now_s: float, cap: Array, low: Array,
                       present: NDArray[np.bool_], up: NDArray[np.bool_], rtt: Array,
-                      report: TickReport, batch: list[WeightUpdate],
-                      meta: dict[str, tuple[int, str, str, WeightDecision]]) -> None:
+                      report: TickReport, out: _Outgoing) -> None:
         s, fleet, policy = self.settings, self.fleet, g.policy
         rows = rm.fleet_rows[g.positions]
         changed_policy = fleet.policy_changed(rows, policy)
@@ -305,12 +302,9 @@ class ControlLoop:
         due = (np.isnan(last) | changed_policy | fleet.unpublished[rows]
                | (now_s - last >= policy.update_period_s - s.control_period_s / 2))
         refresh_at = s.lease_s * s.refresh_fraction
-        mode = policy.mode.value
         # CPEs not due keep their weights; those half a lease old are re-sent as they are.
-        for r in rows[~due & fleet.has[rows] & (now_s - fleet.published_s[rows] >= refresh_at)
-                      ].tolist():
-            self._queue(r, fleet.in_force(r), str(fleet.mode[r]), str(fleet.source[r]),
-                        batch, meta)
+        out.in_force(fleet, rows[~due & fleet.has[rows]
+                                 & (now_s - fleet.published_s[rows] >= refresh_at)])
         idx = g.positions[due]
         if len(idx) == 0:
             return
@@ -331,66 +325,85 @@ class ControlLoop:
         # Publish what changed, what is owed, a new mode, and what is half a lease old.
         owed = fleet.unpublished[r_due]
         stale = now_s - fleet.published_s[r_due] >= refresh_at
+        mode = policy.mode.value
         differs = ((d.weights != fleet.weights[r_due]) | (present[idx] != fleet.present[r_due])
                    ).any(axis=1) | (fleet.mode[r_due] != mode)
         send = np.flatnonzero(ok & (d.changed | ~fleet.has[r_due] | owed | differs | stale))
-        rows_out = r_due[send].tolist()
-        for r, w, p, u, agg, ch, why in zip(rows_out, d.weights[send].tolist(),
-                                            present[idx[send]].tolist(), d.usable[send].tolist(),
-                                            d.aggregate[send].tolist(), d.changed[send].tolist(),
-                                            d.reason[send].tolist(), strict=True):
-            self._queue(r, fleet.decision(w, p, u, agg, ch, why), mode, g.source, batch, meta)
+        out.add(r_due[send], d.weights[send], present[idx[send]], d.usable[send],
+                d.aggregate[send], [mode] * len(send), d.reason[send].tolist(),
+                [g.source] * len(send))
         # No usable WAT: the weights in force stay; re-send them if owed or half a lease old.
-        keep = no_usable & fleet.has[r_due] & (owed | stale)
-        for i in np.flatnonzero(keep).tolist():
-            r = int(r_due[i])
-            self._queue(r, fleet.in_force(r), str(fleet.mode[r]), str(fleet.source[r]), batch,
-                        meta)
+        out.in_force(fleet, r_due[no_usable & fleet.has[r_due] & (owed | stale)])
 
-    def _queue(self, r: int, decision: WeightDecision, mode: str, source: str,
-               batch: list[WeightUpdate],
-               meta: dict[str, tuple[int, str, str, WeightDecision]]) -> None:
-        cpe_id = self.fleet.ids[r]
-        batch.append((cpe_id, decision, mode, self.settings.lease_s))
-        meta[cpe_id] = (r, mode, source, decision)
-
-    def _publish(self, batch: list[WeightUpdate],
-                 meta: dict[str, tuple[int, str, str, WeightDecision]], now_s: float,
-                 report: TickReport) -> None:
-        # One hand-over per tick: the publisher queues the whole batch with one wake-up.
+    def _publish(self, out: _Outgoing, now_s: float, report: TickReport) -> None:
+        fleet = self.fleet
+        rows = np.concatenate(out.rows)
+        batch = WeightBatch(
+            [fleet.ids[r] for r in rows.tolist()], np.concatenate(out.weights),
+            np.concatenate(out.present), np.concatenate(out.usable),
+            np.concatenate(out.aggregate), out.modes, out.reasons, self.settings.lease_s)
+        # One hand-over per tick: the publisher encodes and queues the whole batch at once.
         try:
             result = self.publisher.publish_many(batch)
         except Exception as failure:  # nothing was queued: every CPE of the batch is retried
-            result = PublishResult(errors={cpe_id: failure for cpe_id, *_ in batch})
-        fleet = self.fleet
-        for cpe_id, error in result.errors.items():
-            report.publish_errors += 1
-            fleet.unpublished[meta[cpe_id][0]] = True
-            log.error("publishing weights of CPE %s failed: %s", cpe_id, error)
-        records: dict[str, CpeRecord] = {}
-        published: dict[str, tuple[int, WeightDecision]] = {}
-        rows: list[int] = []
-        versions: list[int] = []
-        decided: list[WeightDecision] = []
-        modes: list[str] = []
-        sources: list[str] = []
-        for cpe_id, version in result.versions.items():
-            r, mode, source, decision = meta[cpe_id]
-            rows.append(r)
-            versions.append(version)
-            decided.append(decision)
-            modes.append(mode)
-            sources.append(source)
-            records[cpe_id] = CpeRecord.from_decision(version, decision, mode=mode,
-                                                      policy_source=source, time_s=now_s)
-            published[cpe_id] = (version, decision)
-        report.published = {cpe_id: v for cpe_id, (v, _) in published.items()}
-        if rows:
-            fleet.store(np.array(rows, dtype=np.intp), versions, decided, modes, sources, now_s)
-        if records:
-            self.state.put_cpes(records)
-        if published and self.sink is not None:
+            result = PublishResult(errors={cpe_id: failure for cpe_id in batch.cpe_ids})
+        sent = np.ones(len(rows), dtype=bool)
+        if result.errors:
+            for i, cpe_id in enumerate(batch.cpe_ids):
+                error = result.errors.get(cpe_id)
+                if error is not None:
+                    sent[i] = False
+                    report.publish_errors += 1
+                    log.error("publishing weights of CPE %s failed: %s", cpe_id, error)
+            fleet.unpublished[rows[~sent]] = True
+            batch = batch.subset(np.flatnonzero(sent))
+            sources = [src for src, ok in zip(out.sources, sent.tolist(), strict=True) if ok]
+            rows = rows[sent]
+        else:
+            sources = out.sources
+        report.published = result.versions
+        if len(rows) == 0:
+            return
+        versions = np.array([result.versions[c] for c in batch.cpe_ids], dtype=np.int64)
+        fleet.store(rows, batch, versions, sources, now_s)
+        published = Published(batch, versions, sources, now_s)
+        self.state.put_published(published)
+        if self.sink is not None:
             try:
-                self.sink.write_weights(now_s, published)
+                self.sink.write_weights(published)
             except Exception:
                 log.exception("writing weights failed")
+
+
+class _Outgoing:
+    """The parts of one tick's publish, gathered group by group, joined once."""
+
+    def __init__(self) -> None:
+        self.rows: list[NDArray[np.intp]] = []
+        self.weights: list[NDArray[np.int64]] = []
+        self.present: list[NDArray[np.bool_]] = []
+        self.usable: list[NDArray[np.bool_]] = []
+        self.aggregate: list[Array] = []
+        self.modes: list[str] = []
+        self.reasons: list[str] = []
+        self.sources: list[str] = []
+
+    def add(self, rows: NDArray[np.intp], weights: NDArray[np.int64],
+            present: NDArray[np.bool_], usable: NDArray[np.bool_], aggregate: Array,
+            modes: list[str], reasons: list[str], sources: list[str]) -> None:
+        if len(rows) == 0:
+            return
+        self.rows.append(rows)
+        self.weights.append(weights)
+        self.present.append(present)
+        self.usable.append(usable)
+        self.aggregate.append(aggregate)
+        self.modes += modes
+        self.reasons += reasons
+        self.sources += sources
+
+    def in_force(self, fleet: FleetTable, rows: NDArray[np.intp]) -> None:
+        """Re-send the decisions in force at ``rows`` as they are."""
+        self.add(rows, fleet.weights[rows], fleet.present[rows], fleet.usable[rows],
+                 fleet.aggregate[rows], fleet.mode[rows].tolist(), fleet.reason[rows].tolist(),
+                 fleet.source[rows].tolist())

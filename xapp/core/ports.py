@@ -7,11 +7,15 @@ the same loop through.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+from numpy.typing import NDArray
+
 from xapp.core.forecast import CapacityForecast, KpiFrame
+from xapp.core.policy import KNOWN_WATS
 from xapp.core.weights import WeightDecision
 
 
@@ -24,6 +28,96 @@ class KpiSource(Protocol):
         ...
 
 
+def row_decision(wats: tuple[str, ...], weights: NDArray[np.int64], present: NDArray[np.bool_],
+                 usable: NDArray[np.bool_], aggregate_mbps: float, reason: str
+                 ) -> WeightDecision:
+    """One CPE's row of weight columns as a :class:`WeightDecision` (naming the present WATs)."""
+    names = [w for w, p in zip(wats, present.tolist(), strict=True) if p]
+    chosen = dict(zip(names, weights[present].tolist(), strict=True))
+    total = sum(chosen.values()) or 1
+    return WeightDecision(
+        weights=chosen, shares={w: v / total for w, v in chosen.items()},
+        aggregate_mbps=aggregate_mbps,
+        usable=frozenset(w for w, u in zip(wats, (usable & present).tolist(), strict=True) if u),
+        changed=False, reason=reason)
+
+
+@dataclass(frozen=True)
+class WeightBatch:
+    """The weights of many CPEs to publish at once (one tick), one row per CPE.
+
+    Column-wise, so a tick over 10,000 CPEs makes no per-CPE objects on its way to the wire:
+    the publishers validate and encode messages straight from these arrays.  Row ``i`` names
+    WAT ``wats[j]`` in its message iff ``present[i, j]``.
+    """
+
+    cpe_ids: Sequence[str]
+    weights: NDArray[np.int64]  # (n, k)
+    present: NDArray[np.bool_]  # (n, k)
+    usable: NDArray[np.bool_]  # (n, k)
+    aggregate_mbps: NDArray[np.float64]  # (n,)
+    modes: Sequence[str]
+    reasons: Sequence[str]
+    lease_s: float
+    wats: tuple[str, ...] = KNOWN_WATS
+
+    def __len__(self) -> int:
+        return len(self.cpe_ids)
+
+    @classmethod
+    def of(cls, items: Iterable[tuple[str, WeightDecision, str]], lease_s: float,
+           wats: tuple[str, ...] = KNOWN_WATS) -> WeightBatch:
+        """A batch from per-CPE ``(cpe_id, decision, mode)``; a WAT outside ``wats`` raises
+        ValueError (a message can only name known WATs)."""
+        rows = list(items)
+        n, k = len(rows), len(wats)
+        col = {w: j for j, w in enumerate(wats)}
+        weights = np.zeros((n, k), dtype=np.int64)
+        present = np.zeros((n, k), dtype=bool)
+        usable = np.zeros((n, k), dtype=bool)
+        for i, (_, d, _) in enumerate(rows):
+            for wat, w in d.weights.items():
+                if wat not in col:
+                    raise ValueError(f"unknown WAT {wat!r}; known: {list(wats)}")
+                weights[i, col[wat]], present[i, col[wat]] = w, True
+            usable[i] = [w in d.usable for w in wats]
+        return cls([c for c, _, _ in rows], weights, present, usable,
+                   np.array([d.aggregate_mbps for _, d, _ in rows], dtype=np.float64),
+                   [m for _, _, m in rows], [d.reason for _, d, _ in rows], lease_s, wats)
+
+    def decision(self, i: int) -> WeightDecision:
+        """Row ``i`` as the engine's record type (for logs, tests and the per-CPE API)."""
+        return row_decision(self.wats, self.weights[i], self.present[i], self.usable[i],
+                            float(self.aggregate_mbps[i]), self.reasons[i])
+
+    def subset(self, idx: NDArray[np.intp]) -> WeightBatch:
+        """The rows ``idx``, in that order."""
+        pick = idx.tolist()
+        return WeightBatch([self.cpe_ids[i] for i in pick], self.weights[idx],
+                           self.present[idx], self.usable[idx], self.aggregate_mbps[idx],
+                           [self.modes[i] for i in pick], [self.reasons[i] for i in pick],
+                           self.lease_s, self.wats)
+
+
+@dataclass(frozen=True)
+class Published:
+    """What one tick published: row ``i`` of ``batch`` got version ``versions[i]`` under the
+    policy of A1 instance ``sources[i]`` ("default" without one), at ``time_s``."""
+
+    batch: WeightBatch
+    versions: NDArray[np.int64]
+    sources: Sequence[str]
+    time_s: float
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def record(self, i: int) -> CpeRecord:
+        return CpeRecord.from_decision(int(self.versions[i]), self.batch.decision(i),
+                                       mode=self.batch.modes[i],
+                                       policy_source=self.sources[i], time_s=self.time_s)
+
+
 class TelemetrySink(Protocol):
     """Where KPIs, forecasts and weights are written for dashboards and retraining."""
 
@@ -32,14 +126,7 @@ class TelemetrySink(Protocol):
     def write_forecasts(self, frame: KpiFrame, forecast: CapacityForecast,
                         model_version: str) -> None: ...
 
-    def write_weights(self, time_s: float, weights: Mapping[str, tuple[int, WeightDecision]]
-                      ) -> None:
-        """``weights`` maps cpe_id to (published version, decision)."""
-        ...
-
-
-#: One CPE's weights for a publish: (cpe_id, decision, steering mode, lease in seconds).
-WeightUpdate = tuple[str, WeightDecision, str, float]
+    def write_weights(self, published: Published) -> None: ...
 
 
 @dataclass
@@ -55,7 +142,7 @@ class PublishResult:
 class WeightPublisher(Protocol):
     """Delivers weights to CPE agents (MQTT ``mcw/v1/cpe/{cpe_id}/weights``)."""
 
-    def publish_many(self, items: Iterable[WeightUpdate]) -> PublishResult:
+    def publish_many(self, batch: WeightBatch) -> PublishResult:
         """Queue the latest weights of many CPEs (one control tick) at once.
 
         Versions grow per CPE.  A CPE whose weights are refused is reported in
@@ -115,6 +202,8 @@ class StateStore(Protocol):
 
     def cpes(self) -> dict[str, CpeRecord]: ...
 
-    def put_cpes(self, records: Mapping[str, CpeRecord]) -> None: ...
+    def put_published(self, published: Published) -> None:
+        """Remember what a tick published (cheap: records are made when read or stored)."""
+        ...
 
     def set_model_version(self, version: str) -> None: ...

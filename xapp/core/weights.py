@@ -124,8 +124,14 @@ def optimal_weights_batch(capacity: NDArray[np.floating], max_weight: int = 100
     if c.ndim != 2:
         raise WeightError("capacity must have shape (n_cpes, n_wats)")
     c = np.where(c > 0, c, 0.0)  # NaN and negative capacities carry nothing
+    out = np.zeros(c.shape, dtype=np.int64)
+    # A WAT with no capacity in any row only adds candidates λ = 0, below every rank that
+    # counts: leave its column out of the sort (a fleet without LTE sorts 3/4 of the work).
+    used = np.flatnonzero((c > 0).any(axis=0))
+    if len(used) < c.shape[1]:
+        out[:, used] = optimal_weights_batch(c[:, used], max_weight)
+        return out
     n, k = c.shape
-    out = np.zeros((n, k), dtype=np.int64)
     if n == 0 or k == 0:
         return out
     inverse = 1.0 / np.arange(1, max_weight + 1, dtype=np.float64)

@@ -20,14 +20,16 @@ import logging
 import re
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Final, Literal
 
 import jsonschema_rs
+import numpy as np
 from jsonschema import Draft202012Validator
 
+from xapp.core.ports import PublishResult, WeightBatch
 from xapp.core.weights import WeightDecision
 from xapp.schemas import schemas_dir
 
@@ -37,7 +39,9 @@ TOPIC_PREFIX: Final = "mcw/v1/cpe"
 WATS: Final = ("nr", "lte", "wifi", "lifi")
 MODES: Final = ("load_balancing", "fixed_split", "active_standby", "latency_bound")
 MAX_WEIGHT: Final = 255
-CPE_ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: The schema's cpe_id pattern with ECMA-262 anchors: Python's ``$`` also matches before a
+#: final newline, which would let "cpe-1\n" through (and the Go agent refuses it).
+CPE_ID_RE: Final = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 Kind = Literal["weights", "state", "telemetry"]
 KINDS: Final[tuple[Kind, ...]] = ("weights", "state", "telemetry")
@@ -105,23 +109,128 @@ def check(kind: Kind, doc: object) -> None:
         raise PayloadError("schema", f"{kind} {problem}")
 
 
+@dataclass
+class EncodedWeights:
+    """The weights messages of a batch: ``payloads[n]`` is row ``rows[n]``'s message, with
+    version ``versions[n]``; ``refused`` maps the other rows to why they may not be sent."""
+
+    rows: list[int]
+    versions: list[int]
+    payloads: list[bytes]
+    refused: dict[int, PayloadError]
+
+    def result(self, batch: WeightBatch) -> PublishResult:
+        """The publisher's answer for ``batch``: versions of the rows sent, errors of the rest."""
+        ids = batch.cpe_ids
+        return PublishResult(
+            versions=dict(zip([ids[i] for i in self.rows], self.versions, strict=True)),
+            errors={ids[i]: exc for i, exc in self.refused.items()})
+
+
+_MAX_SAFE_INT: Final = 2**53 - 1
+_ENCODE_FLOAT: Final = float.__repr__  # what json.dumps writes for a finite float
+
+
+@lru_cache(maxsize=1 << 17)
+def weights_topic(cpe_id: str) -> str:
+    """:func:`topic` of the weights, cached: a fleet's ids are checked once, not every tick."""
+    return topic(cpe_id, "weights")
+
+
+def encode_weights_batch(batch: WeightBatch, issued_at_ms: int,
+                         take_versions: Callable[[list[str]], list[int]]) -> EncodedWeights:
+    """Validate and encode the ``mcw.weights.v1`` message of every row of ``batch``.
+
+    The one way weights messages are made (the MQTT and in-memory publishers, and
+    :func:`build_weights`).  The schema's constraints are checked over the whole batch at once
+    (weights 0..255 with one above 0, known WATs and mode, lease 1..3600 s, the cpe_id pattern,
+    versions and times below 2^53), and each message is written from a fixed template in sorted
+    key order: byte-identical to :func:`encode` of the document, which validates against the
+    schema (``tests/channel/test_payloads.py`` checks both, property-based, against the
+    reference validator).  Rows that may not be sent are refused and take no version;
+    ``take_versions`` is called once with the cpe_ids of the others, in order.
+    """
+    n = len(batch)
+    refused: dict[int, PayloadError] = {}
+    lease = batch.lease_s
+    unknown = sorted(set(batch.wats) - set(WATS))
+    problem = (f"weights: unknown WAT {unknown}" if unknown
+               else None if isinstance(lease, (int, float)) and not isinstance(lease, bool)
+               and 1 <= lease <= 3600 else f"lease_s: {lease!r} is not within 1..3600")
+    if problem is None and not 0 <= issued_at_ms <= _MAX_SAFE_INT:
+        problem = f"issued_at_ms: {issued_at_ms} is out of range"
+    if problem is not None:
+        return EncodedWeights([], [], [], {i: PayloadError("schema", problem) for i in range(n)})
+    w, present = batch.weights, batch.present
+    out_of_range = np.flatnonzero((present & ((w < 0) | (w > MAX_WEIGHT))).any(axis=1))
+    for i in np.flatnonzero(~(present & (w > 0)).any(axis=1)).tolist():
+        refused[i] = PayloadError("schema", "weights: no WAT has a weight above 0")
+    for i in out_of_range.tolist():
+        refused[i] = PayloadError("schema", f"weights: {w[i][present[i]].tolist()} are not all "
+                                  f"within 0..{MAX_WEIGHT}")
+    for i, mode in enumerate(batch.modes):
+        if mode not in MODES:
+            refused[i] = PayloadError("schema", f"mode: {mode!r} is not one of {list(MODES)}")
+    ids = batch.cpe_ids
+    for i, cpe_id in enumerate(ids):
+        try:
+            weights_topic(cpe_id)
+        except PayloadError as exc:
+            refused[i] = exc
+        except TypeError:
+            refused[i] = PayloadError("bad-cpe-id", f"{cpe_id!r} is not a valid cpe_id")
+    rows = [i for i in range(n) if i not in refused] if refused else list(range(n))
+    versions = take_versions([ids[i] for i in rows])
+    for i, v in zip(rows, versions, strict=True):
+        if not 1 <= v <= _MAX_SAFE_INT:  # a version store corrupted or at its end
+            refused[i] = PayloadError("schema", f"version: {v} is out of range")
+    if len(refused) > n - len(rows):
+        keep = [(i, v) for i, v in zip(rows, versions, strict=True) if i not in refused]
+        rows, versions = [i for i, _ in keep], [v for _, v in keep]
+    # The "weights" object of each row, one format string per presence pattern (few).
+    order = sorted(range(len(batch.wats)), key=lambda j: batch.wats[j])
+    sel = np.array(rows, dtype=np.intp)
+    pattern = present[sel][:, order] @ (1 << np.arange(len(order)))
+    inner: list[str] = [""] * len(rows)
+    for code in np.unique(pattern).tolist():
+        cols = [order[b] for b in range(len(order)) if code >> b & 1]
+        fmt = ",".join(f'"{batch.wats[j]}":{{}}' for j in cols)
+        at = np.flatnonzero(pattern == code)
+        for a, vals in zip(at.tolist(), w[sel[at]][:, cols].tolist(), strict=True):
+            inner[a] = fmt.format(*vals)
+    lease_text = _ENCODE_FLOAT(lease) if isinstance(lease, float) else str(int(lease))
+    head = f'"issued_at_ms":{int(issued_at_ms)},"lease_s":{lease_text},"mode":"'
+    reasons: dict[str, str] = {}
+    modes, texts = batch.modes, batch.reasons
+    payloads = []
+    for a, i in enumerate(rows):
+        text = texts[i]
+        reason = reasons.get(text)
+        if reason is None:
+            reason = reasons[text] = json.dumps(text[:256])
+        payloads.append(
+            f'{{"cpe_id":"{ids[i]}",{head}{modes[i]}","reason":{reason},'
+            f'"schema":"mcw.weights.v1","version":{versions[a]},"weights":{{{inner[a]}}}}}'
+            .encode())
+    return EncodedWeights(rows, versions, payloads, refused)
+
+
 def build_weights(cpe_id: str, version: int, decision: WeightDecision, *, mode: str,
                   lease_s: float, issued_at_ms: int) -> dict[str, Any]:
-    """The ``mcw.weights.v1`` document for one CPE, validated.
+    """The ``mcw.weights.v1`` document of one CPE (the batch path with one row, checked
+    against the schema again).
 
     Raises :class:`PayloadError` for weights that may never be sent (all zero, out of range,
     unknown WAT) so nothing invalid leaves the xApp.
     """
-    doc: dict[str, Any] = {
-        "schema": SCHEMA_IDS["weights"],
-        "cpe_id": cpe_id,
-        "version": int(version),
-        "issued_at_ms": int(issued_at_ms),
-        "lease_s": lease_s,
-        "mode": mode,
-        "reason": decision.reason[:256],
-        "weights": {str(w): v for w, v in decision.weights.items()},
-    }
+    try:
+        batch = WeightBatch.of([(cpe_id, decision, mode)], lease_s)
+    except ValueError as exc:
+        raise PayloadError("schema", f"weights: {exc}") from None
+    out = encode_weights_batch(batch, issued_at_ms, lambda ids: [version] * len(ids))
+    if out.refused:
+        raise out.refused[0]
+    doc: dict[str, Any] = json.loads(out.payloads[0])
     check("weights", doc)
     return doc
 
@@ -178,29 +287,3 @@ def decode(topic_name: str, payload: bytes, drops: DropCounter
         drops.drop(kind, "cpe-id-mismatch", f"payload cpe_id {doc['cpe_id']!r}", topic_name)
         return None
     return kind, doc
-
-
-_ENCODE_FLOAT = float.__repr__  # what json.dumps writes for a finite float
-
-
-def encode_weights(doc: Mapping[str, Any]) -> bytes:
-    """:func:`encode` of a *validated* ``mcw.weights.v1`` document, about 5x faster.
-
-    The publisher encodes one document per CPE and tick, so the generic sorted-keys
-    ``json.dumps`` was a tenth of the per-message cost. After validation every field has a
-    known type, and ``cpe_id`` and ``mode`` (pattern, enum) need no escaping, so the document
-    is written from a fixed template in sorted key order; the output is byte-identical to
-    :func:`encode` (``tests/channel/test_payloads.py`` checks that property-based).
-    """
-    lease = doc["lease_s"]
-    weights = doc["weights"]
-    reason = doc.get("reason")
-    return (
-        f'{{"cpe_id":"{doc["cpe_id"]}","issued_at_ms":{doc["issued_at_ms"]},'
-        f'"lease_s":{_ENCODE_FLOAT(lease) if isinstance(lease, float) else int(lease)},'
-        f'"mode":"{doc["mode"]}",'
-        + ("" if reason is None else f'"reason":{json.dumps(reason)},')
-        + f'"schema":"mcw.weights.v1","version":{doc["version"]},"weights":{{'
-        + ",".join(f'"{w}":{weights[w]}' for w in sorted(weights))
-        + "}}"
-    ).encode()

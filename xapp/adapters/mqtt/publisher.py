@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from xapp.adapters.mqtt.connection import (
@@ -57,20 +57,20 @@ from xapp.adapters.mqtt.connection import (
 )
 from xapp.adapters.mqtt.payloads import (
     DropCounter,
+    EncodedWeights,
     PayloadError,
-    build_weights,
-    encode_weights,
-    topic,
+    encode_weights_batch,
+    weights_topic,
 )
 from xapp.adapters.mqtt.versions import VersionAllocator, VersionStore
-from xapp.core.ports import PublishResult, WeightUpdate
+from xapp.core.ports import PublishResult, WeightBatch
 from xapp.core.weights import WeightDecision
 
 log = logging.getLogger(__name__)
 
 _CONNECT_TIMEOUT_S = 10.0
-#: CPEs of a ``publish_many`` call built and queued per lock hold and wake-up.
-_BATCH_CHUNK = 250
+#: CPEs of a ``publish_many`` call queued per lock hold and wake-up.
+_BATCH_CHUNK = 1000
 
 
 @dataclass
@@ -149,7 +149,8 @@ class MqttWeightPublisher:
     ... # doctest: +SKIP
     >>> pub.start().wait_connected(10)                                # doctest: +SKIP
     >>> pub.publish("cpe-0001", decision, mode="load_balancing", lease_s=30)  # doctest: +SKIP
-    >>> pub.publish_many([("cpe-0002", decision, "load_balancing", 30)])     # doctest: +SKIP
+    >>> pub.publish_many(WeightBatch.of([("cpe-0002", decision, "load_balancing")], 30))
+    ... # doctest: +SKIP
     """
 
     def __init__(self, settings: MqttSettings, versions: VersionStore, *,
@@ -244,60 +245,48 @@ class MqttWeightPublisher:
             The weights would not validate (all zero, out of range, unknown WAT or mode, bad
             cpe_id, lease out of 1..3600 s); nothing is queued and no version is used.
         """
-        result = self.publish_many([(cpe_id, decision, mode, lease_s)])
+        try:
+            batch = WeightBatch.of([(cpe_id, decision, mode)], lease_s)
+        except ValueError as exc:
+            raise PayloadError("schema", f"weights: {exc}") from None
+        result = self.publish_many(batch)
         if cpe_id in result.errors:
             raise result.errors[cpe_id]
         return result.versions[cpe_id]
 
-    def publish_many(self, items: Iterable[WeightUpdate]) -> PublishResult:
-        """Queue the latest weights of many CPEs at once (one tick); one wake-up in all.
+    def publish_many(self, batch: WeightBatch) -> PublishResult:
+        """Queue the latest weights of many CPEs at once (one tick); one wake-up per chunk.
 
-        ``items`` are ``(cpe_id, decision, mode, lease_s)``. Same rules as :meth:`publish`
-        per CPE, but a refused CPE does not raise: it is counted, logged and reported in
-        :attr:`PublishResult.errors`, and the others are queued. A CPE named twice keeps the
-        later weights (the earlier ones are coalesced).
+        Same rules as :meth:`publish` per CPE, but a refused CPE does not raise: it is counted,
+        logged and reported in :attr:`PublishResult.errors`, and the others are queued. A CPE
+        named twice keeps the later weights (the earlier ones are coalesced).
         """
-        staged: list[tuple[str, str, WeightDecision, str, float]] = []
-        result = PublishResult()
-        for cpe_id, decision, mode, lease_s in items:
-            try:
-                staged.append((cpe_id, topic(cpe_id, "weights"), decision, mode, lease_s))
-            except PayloadError as exc:
-                self.stats.invalid += 1
-                self.drops.drop("weights", exc.reason, exc.detail, cpe_id)
-                result.errors[cpe_id] = exc
-        if not staged:
-            return result
-        issued = int(self._clock() * 1000)
-        with self._lock:
-            if len(staged) > 1:
-                self._versions.reserve([s[0] for s in staged])
+        if len(batch) == 0:
+            return PublishResult()
+        out = encode_weights_batch(batch, int(self._clock() * 1000), self._take_versions)
+        ids = batch.cpe_ids
+        for i, exc in out.refused.items():
+            self.stats.invalid += 1
+            self.drops.drop("weights", exc.reason, exc.detail, str(ids[i]))
         # In chunks, each handed to the network thread at once: the broker starts on the
-        # first messages while the rest of a large tick is still being built.
-        for start in range(0, len(staged), _BATCH_CHUNK):
-            self._queue(staged[start:start + _BATCH_CHUNK], issued, result)
-        return result
+        # first messages while the rest of a large tick is still being queued, and the
+        # network thread never waits long for the lock.
+        for start in range(0, len(out.rows), _BATCH_CHUNK):
+            self._queue(ids, out, start, start + _BATCH_CHUNK)
+        return out.result(batch)
 
-    def _queue(self, staged: list[tuple[str, str, WeightDecision, str, float]], issued: int,
-               result: PublishResult) -> None:
+    def _take_versions(self, cpe_ids: list[str]) -> list[int]:
+        with self._lock:
+            return self._versions.take_many(cpe_ids)
+
+    def _queue(self, ids: Sequence[str], out: EncodedWeights, start: int, stop: int) -> None:
         with self._lock:
             st = self._st
-            for cpe_id, name, decision, mode, lease_s in staged:
-                version = self._versions.peek(cpe_id)
-                try:
-                    doc = build_weights(cpe_id, version, decision, mode=mode, lease_s=lease_s,
-                                        issued_at_ms=issued)
-                except PayloadError as exc:
-                    self.stats.invalid += 1
-                    self.drops.drop("weights", exc.reason, exc.detail, name)
-                    result.errors[cpe_id] = exc
-                    continue
-                self._versions.take(cpe_id)
-                head, tail = publish_parts(name, encode_weights(doc))
+            for i, version, payload in zip(out.rows[start:stop], out.versions[start:stop],
+                                           out.payloads[start:stop], strict=True):
+                cpe_id = ids[i]
+                head, tail = publish_parts(weights_topic(cpe_id), payload)
                 msg = _Outgoing(cpe_id, version, head, tail)
-                self.stats.requested += 1
-                result.versions[cpe_id] = version
-                result.errors.pop(cpe_id, None)
                 if cpe_id in st.inflight:
                     if cpe_id in st.waiting:
                         self.stats.coalesced += 1
@@ -306,6 +295,7 @@ class MqttWeightPublisher:
                     if cpe_id in st.ready:
                         self.stats.coalesced += 1
                     st.ready[cpe_id] = msg
+            self.stats.requested += min(stop, len(out.rows)) - start
             wake = st.connected and bool(st.ready) and not st.wake_pending
             if wake:
                 st.wake_pending = True

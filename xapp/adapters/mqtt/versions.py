@@ -145,6 +145,19 @@ class VersionAllocator:
         self._last[cpe_id] = version
         return version
 
+    def take_many(self, cpe_ids: Collection[str]) -> list[int]:
+        """The next version of each CPE, in order (one store write in all, if any)."""
+        self.reserve(cpe_ids)
+        last, ceiling = self._last, self._ceiling
+        out: list[int] = []
+        for cpe_id in cpe_ids:
+            version = last[cpe_id] + 1
+            if version > ceiling[cpe_id]:  # named twice in the batch: the block ran out
+                self.reserve([cpe_id])
+            last[cpe_id] = version
+            out.append(version)
+        return out
+
     def last(self, cpe_id: str) -> int:
         """The last version handed out in this process (0 if none)."""
         return self._last.get(cpe_id, 0)
