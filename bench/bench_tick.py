@@ -50,6 +50,7 @@ import xapp.core.loop as loop_module  # noqa: E402
 from twin.fluid import deliver  # noqa: E402
 from xapp.adapters.lab import MemoryPublisher, NullSink  # noqa: E402
 from xapp.adapters.sdl import StateStore  # noqa: E402
+from xapp.app.runner import tune_gc  # noqa: E402
 from xapp.core import decisions  # noqa: E402
 from xapp.core.ewma import EwmaEstimator  # noqa: E402
 from xapp.core.forecast import KpiFrame  # noqa: E402
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the per-CPE baseline (no speed-up is reported)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
+    tune_gc()  # the process set up as mcw run sets it up
     rows: list[dict[str, Any]] = []
     for n in args.cpes:
         rows.append(run_memory(n, args.ticks, args.warm, args.period))

@@ -31,7 +31,7 @@ from xapp.app.config import ConfigError, ConfigWatcher, LoadedConfig, load_confi
 from xapp.app.endpoints import CPES_PATH, Health, HttpServer, PeriodicCheck
 from xapp.app.json_logs import set_level, setup_logging
 from xapp.app.metrics import Metrics
-from xapp.app.runner import LoopRunner
+from xapp.app.runner import LoopRunner, tune_gc
 from xapp.core.forecast import CapacityEstimator, KpiFrame
 from xapp.core.intake import LatestKpis
 from xapp.core.loop import ControlLoop, LoopSettings
@@ -510,6 +510,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         process = XappProcess(args, config)
         process.start()
+        tune_gc()
     except Exception as exc:
         log.error("start-up failed: %s", exc)
         if process is not None:
