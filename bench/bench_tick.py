@@ -21,7 +21,8 @@ Paths:
     intake; see ``bench/bench_fanout.py`` for the broker's side).
 ``per-cpe``
     The baseline, in the same run: the same loop with every decision made by the per-CPE
-    reference :func:`xapp.core.weights.decide` (the previous design).
+    reference :func:`xapp.core.weights.decide` (``decide=decide_per_cpe``, the previous
+    design).
 
     python bench/bench_tick.py [--cpes 1000 10000] [--ticks 40] [--period 1.0] [--json]
                                [--no-real] [--no-baseline]
@@ -46,12 +47,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import xapp.core.loop as loop_module  # noqa: E402
 from twin.fluid import deliver  # noqa: E402
 from xapp.adapters.lab import MemoryPublisher, NullSink  # noqa: E402
 from xapp.adapters.sdl import StateStore  # noqa: E402
 from xapp.app.runner import tune_gc  # noqa: E402
-from xapp.core import decisions  # noqa: E402
+from xapp.core.decisions import DecideBatch, decide_batch, decide_per_cpe  # noqa: E402
 from xapp.core.ewma import EwmaEstimator  # noqa: E402
 from xapp.core.forecast import KpiFrame  # noqa: E402
 from xapp.core.intake import LatestKpis  # noqa: E402
@@ -99,12 +99,13 @@ class Fleet:
 
 
 def _loop(intake: LatestKpis, publisher: WeightPublisher, period_s: float,
-          sink: TelemetrySink | None = None) -> ControlLoop:
+          sink: TelemetrySink | None = None, decide: DecideBatch = decide_batch) -> ControlLoop:
     # Every CPE is due every period: the policy's update period is the control period.
     policy = {"hysteresis_pct": 1.0, "update_period_s": period_s}
     return ControlLoop(intake, EwmaEstimator(), publisher, sink or NullSink(),
                        PolicyBook(policy).resolver, StateStore(),
-                       settings=LoopSettings(control_period_s=period_s, kpi_max_age_s=5.0))
+                       settings=LoopSettings(control_period_s=period_s, kpi_max_age_s=5.0),
+                       decide=decide)
 
 
 def _percentiles(wall: list[float], cpu: list[float]) -> dict[str, float]:
@@ -118,7 +119,8 @@ def run_memory(n: int, ticks: int, warm: int, period_s: float = 1.0,
     fleet = Fleet(n)
     intake = LatestKpis()
     publisher = MemoryPublisher()
-    loop = _loop(intake, publisher, period_s)
+    loop = _loop(intake, publisher, period_s,
+                 decide=decide_per_cpe if per_cpe else decide_batch)
     wall: list[float] = []
     cpu: list[float] = []
     first = 0.0
@@ -141,27 +143,8 @@ def run_memory(n: int, ticks: int, warm: int, period_s: float = 1.0,
             "first_tick_ms": round(first * 1e3, 1), "ticks": ticks}
 
 
-def _reference_batch(wats: tuple[str, ...], capacity: Any, lower: Any, present: Any, up: Any,
-                     rtt: Any, policy: Any, prev_weights: Any, prev_present: Any,
-                     prev_usable: Any, has_prev: Any) -> decisions.BatchDecision:
-    """decide_batch with every row through the per-CPE reference decide()."""
-    n, _ = capacity.shape
-    out = decisions.BatchDecision(
-        weights=prev_weights.astype(np.int64, copy=True), usable=np.zeros_like(present),
-        aggregate=np.zeros(n), changed=np.zeros(n, dtype=bool),
-        status=np.zeros(n, dtype=np.int8), reason=np.full(n, "", dtype=object))
-    decisions._reference(out, np.arange(n), wats, capacity, lower, present, up, rtt, policy,
-                         prev_weights, prev_present, prev_usable, has_prev)
-    return out
-
-
 def run_per_cpe(n: int, ticks: int, warm: int, period_s: float = 1.0) -> dict[str, Any]:
-    shipped = loop_module.decide_batch
-    loop_module.decide_batch = _reference_batch  # type: ignore[assignment]
-    try:
-        return run_memory(n, ticks, warm, period_s, per_cpe=True)
-    finally:
-        loop_module.decide_batch = shipped
+    return run_memory(n, ticks, warm, period_s, per_cpe=True)
 
 
 def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0

@@ -24,10 +24,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from twin.fluid import simulate_closed
-from twin.policies import TwinOptions, XappController, run_policy
+from twin.loop_driver import LoopDriver
+from twin.policies import TwinOptions, loop_policy, run_policy
 from twin.scenarios import Scenario, build
+from xapp.core.decisions import decide_per_cpe
 from xapp.core.ewma import EwmaEstimator
-from xapp.core.policy import Policy
 from xapp.core.weights import WatState, decide, fluid_aggregate
 
 #: Targets of issue 2, seconds.
@@ -83,10 +84,10 @@ def one_cpe(hours: float, model: bool) -> dict[str, Any]:
     naive = naive_loop(short, 1) * hour.steps / short.steps
     fig["naive_loop_s"] = round(naive, 3)
     fig["speedup_xapp_vs_naive"] = round(naive / max(fig["xapp_s"], 1e-9), 1)
-    # The same closed loop through the engine's per-CPE decide() (the previous path for few
-    # CPEs): the baseline of the batch path's per-period overhead.
-    ctl = XappController(EwmaEstimator(), Policy(hysteresis_pct=1.0), 10, radio_kpis=False,
-                         per_cpe=True)
+    # The same closed loop (the shipped ControlLoop) with every decision through the per-CPE
+    # decide(): the baseline of the batch path's per-period overhead.
+    ctl = LoopDriver(EwmaEstimator(), loop_policy(TwinOptions()), 10, radio_kpis=False,
+                     decide=decide_per_cpe)
     sec, ref = _timed(simulate_closed, hour, ctl, "xapp-decide")
     fig["xapp_decide_s"] = round(sec, 3)
     fig["xapp_decide_ratio_to_oracle"] = _ratio(ref, runs["oracle"])

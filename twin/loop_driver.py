@@ -28,6 +28,7 @@ from twin.fluid import Observation
 from twin.scenarios import Scenario
 from xapp.adapters.lab import MemoryPublisher, NullSink
 from xapp.adapters.sdl import StateStore
+from xapp.core.decisions import DecideBatch, decide_batch
 from xapp.core.forecast import CapacityEstimator, KpiFrame
 from xapp.core.intake import LatestKpis
 from xapp.core.loop import ControlLoop, LoopSettings, TickReport
@@ -62,13 +63,14 @@ class LoopDriver:
 
     def __init__(self, estimator: CapacityEstimator, policy: dict[str, object],
                  period_steps: int, radio_kpis: bool = True, kpi_seed: int = 0,
-                 lease_s: float = 30.0) -> None:
+                 lease_s: float = 30.0, decide: DecideBatch = decide_batch) -> None:
         self.estimator = estimator
         self.policy = policy
         self.period_steps = period_steps
         self.radio_kpis = radio_kpis
         self.kpi_seed = kpi_seed
         self.lease_s = lease_s
+        self.decide = decide
         self.reports: list[TickReport] = []
 
     def start(self, scenario: Scenario) -> IntArray:
@@ -90,7 +92,8 @@ class LoopDriver:
             PolicyBook(self.policy).resolver, StateStore(),
             settings=LoopSettings(control_period_s=self.period_steps * dt,
                                   kpi_max_age_s=max(5.0, 3 * self.period_steps * dt),
-                                  lease_s=self.lease_s))
+                                  lease_s=self.lease_s),
+            decide=self.decide)
         self._kpis = self._radio_table(scenario) if self.radio_kpis else {}
         self._rtt_table, self._up_table = self._transport_tables(scenario)
         return self.weights.copy()

@@ -13,6 +13,7 @@ of ``decide``'s ``states``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -201,3 +202,23 @@ def _reference(out: BatchDecision, rows: IntArray, wats: tuple[str, ...], capaci
         out.aggregate[i] = d.aggregate_mbps
         out.changed[i] = d.changed
         out.reason[i] = d.reason
+
+
+def decide_per_cpe(wats: tuple[str, ...], capacity: Array, lower: Array, present: Mask,
+                   up: Mask, rtt: Array, policy: Policy, prev_weights: IntArray,
+                   prev_present: Mask, prev_usable: Mask, has_prev: Mask) -> BatchDecision:
+    """:func:`decide_batch`'s answer with every row through the per-CPE :func:`decide`: the
+    reference, and the baseline the benches measure the batch path against."""
+    n = len(capacity)
+    out = BatchDecision(weights=prev_weights.astype(np.int64, copy=True),
+                        usable=np.zeros_like(present), aggregate=np.zeros(n),
+                        changed=np.zeros(n, dtype=bool), status=np.full(n, OK, dtype=np.int8),
+                        reason=np.full(n, "", dtype=object))
+    _reference(out, np.arange(n), wats, capacity, lower, present, up, rtt, policy,
+               prev_weights, prev_present, prev_usable, has_prev)
+    return out
+
+
+#: The signature of :func:`decide_batch` and :func:`decide_per_cpe`.
+DecideBatch = Callable[[tuple[str, ...], Array, Array, Mask, Mask, Array, Policy, IntArray, Mask,
+                        Mask, Mask], BatchDecision]

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from xapp.core.decisions import ERROR, NO_USABLE, OK, decide_batch
+from xapp.core.decisions import ERROR, NO_USABLE, OK, DecideBatch, decide_batch
 from xapp.core.fleet import FleetTable
 from xapp.core.forecast import CapacityEstimator, KpiFrame
 from xapp.core.policy import KNOWN_WATS, Policy
@@ -132,6 +132,9 @@ class ControlLoop:
     publisher_connects : callable or None
         The publisher's count of successful broker connections; when it grows after the first,
         every CPE's weights are re-sent (the broker may have lost its retained messages).
+    decide : callable, default=decide_batch
+        How a group of CPEs under one policy is decided; the benches pass
+        :func:`~xapp.core.decisions.decide_per_cpe` for their baseline.
     """
 
     def __init__(self, kpis: KpiSource, estimator: CapacityEstimator,
@@ -140,7 +143,8 @@ class ControlLoop:
                  model_version: Callable[[], str] = lambda: "unknown",
                  settings: LoopSettings | None = None,
                  on_tick: Callable[[TickReport], None] | None = None,
-                 publisher_connects: Callable[[], int] | None = None) -> None:
+                 publisher_connects: Callable[[], int] | None = None,
+                 decide: DecideBatch = decide_batch) -> None:
         self.kpis = kpis
         self.estimator = estimator
         self.publisher = publisher
@@ -151,6 +155,7 @@ class ControlLoop:
         self.settings = settings or LoopSettings()
         self.on_tick = on_tick
         self.publisher_connects = publisher_connects
+        self.decide = decide
         self.fleet = FleetTable(state.cpe)
         self._connects_seen: int | None = None
         self._rowmap: tuple[object, object, _RowMap] | None = None
@@ -309,9 +314,9 @@ class ControlLoop:
         if len(idx) == 0:
             return
         r_due = rows[due]
-        d = decide_batch(KNOWN_WATS, cap[idx], low[idx], present[idx], up[idx], rtt[idx], policy,
-                         fleet.weights[r_due], fleet.present[r_due], fleet.usable[r_due],
-                         fleet.has[r_due] & ~changed_policy[due])
+        d = self.decide(KNOWN_WATS, cap[idx], low[idx], present[idx], up[idx], rtt[idx],
+                        policy, fleet.weights[r_due], fleet.present[r_due], fleet.usable[r_due],
+                        fleet.has[r_due] & ~changed_policy[due])
         ok, no_usable, error = d.status == OK, d.status == NO_USABLE, d.status == ERROR
         fleet.decided_s[r_due[ok | no_usable]] = now_s
         fleet.applied[r_due[ok]] = policy
