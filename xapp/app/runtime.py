@@ -19,7 +19,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from xapp.adapters.a1 import A1Handler, PolicyType
 from xapp.adapters.sdl import Restored, SdlVersionStore, StateStore, ricsdl_backend
 from xapp.app.collector import ComponentCollector
-from xapp.app.config import ConfigError, ConfigWatcher, LoadedConfig, load_config
+from xapp.app.config import ConfigError, ConfigWatcher, Controls, LoadedConfig, load_config
 from xapp.app.endpoints import CPES_PATH, Health, HttpServer, PeriodicCheck
 from xapp.app.json_logs import set_level, setup_logging
 from xapp.app.metrics import Metrics
@@ -41,7 +41,9 @@ from xapp.core.ports import KpiSource, TelemetrySink, WeightPublisher
 
 if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs no servers
     from xapp.adapters.influx import InfluxIntake, InfluxStore
-    from xapp.adapters.mqtt import ChannelSubscriber, MqttWeightPublisher
+    from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttWeightPublisher
+    from xapp.adapters.mqtt.versions import VersionStore
+    from xapp.adapters.rmr import RmrGlue
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,8 @@ class Components:
     subscriber: ChannelSubscriber | None = None
     influx: InfluxStore | None = None
     influx_intake: InfluxIntake | None = None
+    #: The capacity model's input-check counters (None for the EWMA baseline).
+    estimator_counters: Callable[[], Mapping[str, int]] | None = None
 
 
 class XappProcess:
@@ -132,7 +136,7 @@ class XappProcess:
         self.a1 = A1Handler(self.book, self.policy_type, self.handler_id,
                             persistence=self.state, observe=self.metrics.observe_a1)
         if factory is not None:
-            self.versions: Any = SdlVersionStore(controls.sdl_namespace, factory,
+            self.versions: VersionStore = SdlVersionStore(controls.sdl_namespace, factory,
                                                  floor=self._published_version)
         else:
             from xapp.adapters.mqtt.versions import MemoryVersionStore
@@ -142,7 +146,7 @@ class XappProcess:
         self.loop: ControlLoop | None = None
         self.runner: LoopRunner | None = None
         self.http: HttpServer | None = None
-        self.rmr: Any = None
+        self.rmr: RmrGlue | None = None
         self.rmr_required = False
         self.watcher = ConfigWatcher(config, schemas=args.schemas_dir,
                                      interval_s=args.config_poll_s)
@@ -162,7 +166,7 @@ class XappProcess:
         comp = self.components
         self.metrics.registry.register(ComponentCollector(
             publisher=comp.mqtt_publisher, subscriber=comp.subscriber,
-            estimator=comp.estimator, influx=comp.influx,
+            estimator_counters=comp.estimator_counters, influx=comp.influx,
             published_version=self._published_version))
         self.loop = ControlLoop(
             comp.kpis, comp.estimator, comp.publisher, comp.sink, self.book.resolver,
@@ -306,7 +310,7 @@ class XappProcess:
         return 0 if record is None else record.version
 
 
-def _restart_only_changed(old: Any, new: Any, name: str) -> bool:
+def _restart_only_changed(old: Controls, new: Controls, name: str) -> bool:
     a, b = getattr(old, name), getattr(new, name)
     if name == "mqtt":  # lease_s applies live
         return bool(a.__class__(**{**a.__dict__, "lease_s": 0}) !=
@@ -322,7 +326,8 @@ def _connects(publisher: MqttWeightPublisher | None) -> Callable[[], int] | None
     return lambda: publisher.stats.connects
 
 
-def build_components(args: argparse.Namespace, controls: Any, versions: Any) -> Components:
+def build_components(args: argparse.Namespace, controls: Controls,
+                     versions: VersionStore) -> Components:
     """KPI intake, estimator, publisher and sink from the controls (or lab files).
 
     The loop reads KPIs from the in-memory intake (:class:`~xapp.core.intake.LatestKpis`):
@@ -331,7 +336,7 @@ def build_components(args: argparse.Namespace, controls: Any, versions: Any) -> 
     """
     stoppers: list[Callable[[], None]] = []
     checks: dict[str, Callable[[], bool]] = {}
-    estimator, model_version = _estimator(args, controls, stoppers)
+    estimator, model_version, estimator_counters = _estimator(args, controls, stoppers)
     sink: TelemetrySink | None
     kpis: KpiSource
     influx: InfluxStore | None = None
@@ -361,11 +366,13 @@ def build_components(args: argparse.Namespace, controls: Any, versions: Any) -> 
         publisher = mqtt_publisher
     return Components(kpis, estimator, model_version, publisher, sink, checks, stoppers,
                       mqtt_publisher=mqtt_publisher, subscriber=subscriber, influx=influx,
-                      influx_intake=influx_intake)
+                      influx_intake=influx_intake, estimator_counters=estimator_counters)
 
 
-def _estimator(args: argparse.Namespace, controls: Any, stoppers: list[Callable[[], None]]
-               ) -> tuple[CapacityEstimator, Callable[[], str]]:
+def _estimator(args: argparse.Namespace, controls: Controls,
+               stoppers: list[Callable[[], None]]
+               ) -> tuple[CapacityEstimator, Callable[[], str],
+                          Callable[[], Mapping[str, int]] | None]:
     if args.estimator in ("auto", "model"):
         try:
             from xapp.model.online import ModelEstimator, ModelHolder
@@ -379,17 +386,18 @@ def _estimator(args: argparse.Namespace, controls: Any, stoppers: list[Callable[
             log.info("capacity model %s loaded from %s", model.version, controls.model.path)
             # The model's forecasts, with bounded exploration where delivered throughput was
             # censored by the weights, so no WAT is locked out (xapp.core.exploration).
-            return ExploringEstimator(model), lambda: str(model.version)
+            return (ExploringEstimator(model), lambda: str(model.version),
+                    model.counters.as_dict)
         except Exception as exc:
             if args.estimator == "model":
                 raise RuntimeError(f"capacity model not loadable: {exc}") from exc
             log.warning("capacity model not loadable (%s); using the EWMA baseline", exc)
     from xapp.core.ewma import EwmaEstimator
 
-    return EwmaEstimator(), lambda: "ewma-baseline"
+    return EwmaEstimator(), lambda: "ewma-baseline", None
 
 
-def _influx(controls: Any, checks: dict[str, Callable[[], bool]],
+def _influx(controls: Controls, checks: dict[str, Callable[[], bool]],
             stoppers: list[Callable[[], None]]) -> InfluxStore:
     from xapp.adapters.influx import InfluxConfig, InfluxStore
 
@@ -419,9 +427,9 @@ def _read_token(path: str) -> str:
         return ""
 
 
-def _mqtt(controls: Any, versions: Any, intake: LatestKpis, sink: TelemetrySink | None,
-          checks: dict[str, Callable[[], bool]], stoppers: list[Callable[[], None]]
-          ) -> tuple[MqttWeightPublisher, ChannelSubscriber]:
+def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
+          sink: TelemetrySink | None, checks: dict[str, Callable[[], bool]],
+          stoppers: list[Callable[[], None]]) -> tuple[MqttWeightPublisher, ChannelSubscriber]:
     from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, MqttWeightPublisher
 
     m = controls.mqtt
@@ -473,7 +481,7 @@ class _AgentStateLog:
         self._online: dict[str, bool] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, state: Any) -> None:
+    def __call__(self, state: CpeState) -> None:
         with self._lock:
             was = self._online.get(state.cpe_id)
             self._online[state.cpe_id] = bool(state.online)

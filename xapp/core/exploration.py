@@ -44,11 +44,6 @@ class ExploringEstimator:
         """The wrapped forecaster's model version (None when it has none)."""
         return getattr(self.base, "version", None)
 
-    @property
-    def counters(self) -> Any:
-        """The wrapped forecaster's input-check counters, for ``/metrics``."""
-        return getattr(self.base, "counters", None)
-
     def step(self, frame: KpiFrame) -> CapacityForecast:
         """Both forecasters ingest the tick; censored rows take the larger forecast."""
         own = self.base.step(frame)
