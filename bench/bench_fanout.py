@@ -57,6 +57,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.mosquitto import MosquittoBroker, Pki, cpe_name, make_pki  # noqa: E402
 from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher  # noqa: E402
+from xapp.core.ports import WeightBatch  # noqa: E402
 from xapp.core.weights import WeightDecision  # noqa: E402
 
 # --- the simulated CPEs: lean, so the figures measure the publisher and the broker --------------
@@ -357,10 +358,11 @@ def run_tick(pub: MqttWeightPublisher, ids: list[str], tick: int, fleet: Fleet,
         fleet.conns[w].send(("expect", tick, chunk))
     items = [(cpe_id, _decision(i, tick), "load_balancing", 30.0)
              for i, cpe_id in enumerate(ids)]
+    batch = WeightBatch.of([(c, d, m) for c, d, m, _ in items], lease_s=30.0)
     cpu0 = (os.times(), _cpu_s(fleet.broker_pid), sum(_cpu_s(p) for p in fleet.pids))
     t0 = time.monotonic()
     if api == "many":
-        result = pub.publish_many(items)
+        result = pub.publish_many(batch)
         if result.errors:
             raise RuntimeError(f"refused: {list(result.errors.items())[:3]}")
         expected.update(result.versions)
