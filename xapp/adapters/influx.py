@@ -220,7 +220,7 @@ class InfluxStore:
         self._append(column_lines(
             MEASUREMENT_KPI, {"cpe": frame.cpe.astype(str).tolist(),
                               "wat": frame.wat.astype(str).tolist()},
-            self._in_range({k: v for k, v in frame.values.items() if k in KPI_FIELDS}),
+            self.clean_kpis({k: v for k, v in frame.values.items() if k in KPI_FIELDS}),
             round(frame.time_s * 1e9)))
 
     def write_table(self, df: pd.DataFrame) -> int:
@@ -234,13 +234,13 @@ class InfluxStore:
         lines = column_lines(
             MEASUREMENT_KPI, {"cpe": df["cpe"].astype(str).tolist(),
                               "wat": df["wat"].astype(str).tolist(), "cell": cells},
-            self._in_range({f: pd.to_numeric(df[f], errors="coerce").to_numpy(dtype=np.float64)
+            self.clean_kpis({f: pd.to_numeric(df[f], errors="coerce").to_numpy(dtype=np.float64)
                             for f in df.columns if f in KPI_FIELDS}),
             times[ok].astype(np.int64))
         self._append(lines)
         return len(lines)
 
-    def _in_range(self, columns: Mapping[str, Any]) -> dict[str, NDArray[np.float64]]:
+    def clean_kpis(self, columns: Mapping[str, Any]) -> dict[str, NDArray[np.float64]]:
         """The KPI columns with infinite and out-of-range values made NaN (not written),
         counted."""
         clean, counts = clean_columns(columns)
@@ -479,11 +479,9 @@ class InfluxIntake:
         self.polls += 1
         if len(df) == 0:
             return 0
-        values, counts = clean_columns(
+        values = self.store.clean_kpis(
             {f: pd.to_numeric(df[f], errors="coerce").to_numpy(dtype=np.float64)
              for f in KPI_FIELDS if f in df})
-        self.store.counters.rejected_values += (sum(counts.non_finite.values())
-                                                + sum(counts.out_of_range.values()))
         cells, which = np.unique(df["cell"].to_numpy(dtype=str), return_inverse=True)
         values["cell_id"] = np.array([cell_code(c) for c in cells.tolist()],
                                      dtype=np.float64)[which]

@@ -215,6 +215,15 @@ def encode_weights_batch(batch: WeightBatch, issued_at_ms: int,
     return EncodedWeights(rows, versions, payloads, refused)
 
 
+def single_batch(cpe_id: str, decision: WeightDecision, mode: str, lease_s: float
+                 ) -> WeightBatch:
+    """A batch of one CPE; a WAT no message may name raises :class:`PayloadError`."""
+    try:
+        return WeightBatch.of([(cpe_id, decision, mode)], lease_s)
+    except ValueError as exc:
+        raise PayloadError("schema", f"weights: {exc}") from None
+
+
 def build_weights(cpe_id: str, version: int, decision: WeightDecision, *, mode: str,
                   lease_s: float, issued_at_ms: int) -> dict[str, Any]:
     """The ``mcw.weights.v1`` document of one CPE (the batch path with one row, checked
@@ -223,11 +232,8 @@ def build_weights(cpe_id: str, version: int, decision: WeightDecision, *, mode: 
     Raises :class:`PayloadError` for weights that may never be sent (all zero, out of range,
     unknown WAT) so nothing invalid leaves the xApp.
     """
-    try:
-        batch = WeightBatch.of([(cpe_id, decision, mode)], lease_s)
-    except ValueError as exc:
-        raise PayloadError("schema", f"weights: {exc}") from None
-    out = encode_weights_batch(batch, issued_at_ms, lambda ids: [version] * len(ids))
+    out = encode_weights_batch(single_batch(cpe_id, decision, mode, lease_s), issued_at_ms,
+                               lambda ids: [version] * len(ids))
     if out.refused:
         raise out.refused[0]
     doc: dict[str, Any] = json.loads(out.payloads[0])

@@ -58,8 +58,8 @@ from xapp.adapters.mqtt.connection import (
 from xapp.adapters.mqtt.payloads import (
     DropCounter,
     EncodedWeights,
-    PayloadError,
     encode_weights_batch,
+    single_batch,
     weights_topic,
 )
 from xapp.adapters.mqtt.versions import VersionAllocator, VersionStore
@@ -245,11 +245,7 @@ class MqttWeightPublisher:
             The weights would not validate (all zero, out of range, unknown WAT or mode, bad
             cpe_id, lease out of 1..3600 s); nothing is queued and no version is used.
         """
-        try:
-            batch = WeightBatch.of([(cpe_id, decision, mode)], lease_s)
-        except ValueError as exc:
-            raise PayloadError("schema", f"weights: {exc}") from None
-        result = self.publish_many(batch)
+        result = self.publish_many(single_batch(cpe_id, decision, mode, lease_s))
         if cpe_id in result.errors:
             raise result.errors[cpe_id]
         return result.versions[cpe_id]
