@@ -7,6 +7,11 @@ sends the type id as a string and the payload as a JSON-encoded string.  Both ar
 answer, ``A1_POLICY_RESP`` (20011), always carries the type id as an integer.
 
 The combination rule of instances lives in :mod:`xapp.core.policy_book`.
+
+Nothing a request holds can stop the handler: it is parsed within :data:`A1_LIMITS` (size,
+depth, number length) before it is decoded, identifiers are checked whole, and anything that
+still goes wrong becomes an ERROR answer with a logged reason.  The RMR dispatch thread that
+calls :meth:`A1Handler.handle` never sees an exception.
 """
 
 from __future__ import annotations
@@ -16,13 +21,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
 import jsonschema
 
+from xapp.adapters.bounded_json import BoundedJsonError, JsonLimits
+from xapp.adapters.bounded_json import loads as bounded_loads
+from xapp.core.ids import TYPE_ID_RE, is_cpe_id, is_instance_id
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import (
     PolicyBook,
@@ -41,8 +50,9 @@ A1_POLICY_QUERY = 20012
 POLICY_TYPE_ID = 20100
 POLICY_TYPE_NAME = "mcw_steering"
 POLICY_TYPE_FILE = f"a1-policy-type-{POLICY_TYPE_ID}.json"
-
-
+#: What one A1 request may hold.  A policy with a scope of 10,000 CPE ids is about 300 KiB;
+#: the deepest valid document (request > payload > limits > wat) has four levels.
+A1_LIMITS = JsonLimits(max_bytes=1024 * 1024, max_depth=16, max_int_digits=20)
 
 class Operation(StrEnum):
     CREATE = "CREATE"
@@ -125,16 +135,11 @@ class PolicyPersistence(Protocol):
 
 def parse_request(raw: bytes | str | Mapping[str, Any]) -> A1Request:
     """Decode an ``A1_POLICY_REQ`` in either encoding; raises :class:`A1Error`."""
-    if isinstance(raw, bytes | bytearray):
+    if isinstance(raw, bytes | bytearray | str):
         try:
-            raw = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise A1Error("request is not UTF-8") from exc
-    if isinstance(raw, str):
-        try:
-            doc = json.loads(raw)
-        except ValueError as exc:
-            raise A1Error(f"request is not JSON: {exc}") from exc
+            doc = bounded_loads(raw, A1_LIMITS)
+        except BoundedJsonError as exc:
+            raise A1Error(f"request refused: {exc}") from exc
     else:
         doc = raw
     if not isinstance(doc, Mapping):
@@ -145,37 +150,45 @@ def parse_request(raw: bytes | str | Mapping[str, Any]) -> A1Request:
         raise A1Error(f"unknown operation {doc.get('operation')!r}") from exc
     type_id = _type_id(doc.get("policy_type_id"))
     instance_id = doc.get("policy_instance_id")
-    if not isinstance(instance_id, str | int) or isinstance(instance_id, bool) \
-            or str(instance_id) == "":
-        raise A1Error("policy_instance_id missing")
+    if isinstance(instance_id, int) and not isinstance(instance_id, bool) and instance_id >= 0:
+        instance_id = str(instance_id)
+    if not is_instance_id(instance_id):
+        raise A1Error(f"policy_instance_id must be 1-128 of A-Z a-z 0-9 _ . : ~ -, "
+                      f"got {_excerpt(instance_id)}")
     payload = doc.get("payload")
     if operation is Operation.DELETE:
         return A1Request(operation, type_id, str(instance_id), None)
     if isinstance(payload, str | bytes):
         try:
-            payload = json.loads(payload)
-        except ValueError as exc:
-            raise A1Error(f"payload is a string but not JSON: {exc}") from exc
+            payload = bounded_loads(payload, A1_LIMITS)
+        except BoundedJsonError as exc:
+            raise A1Error(f"payload is a string but not acceptable JSON: {exc}") from exc
     if not isinstance(payload, Mapping):
         raise A1Error("payload must be a JSON object (or a JSON-encoded object)")
     return A1Request(operation, type_id, str(instance_id), payload)
 
 
 def _type_id(value: Any) -> int:
-    if isinstance(value, bool):
-        raise A1Error("policy_type_id must be an integer")
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9:
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and TYPE_ID_RE.fullmatch(value):
         return int(value)
-    raise A1Error(f"policy_type_id must be an integer or a decimal string, got {value!r}")
+    raise A1Error(f"policy_type_id must be an integer of at most 9 digits or such a decimal "
+                  f"string, got {_excerpt(value)}")
+
+
+def _excerpt(value: Any) -> str:
+    """A log-safe, bounded rendering of a value taken from a request."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _ids_best_effort(raw: bytes | str | Mapping[str, Any]) -> tuple[int, str]:
-    """Ids for an ERROR answer to a request that did not parse (0 and "" when unknown)."""
+    """Ids for an ERROR answer to a request that did not parse (0 and "" when unknown); only
+    ids that pass their checks are echoed back."""
     try:
-        doc = json.loads(raw) if isinstance(raw, bytes | bytearray | str) else raw
-    except ValueError:
+        doc = bounded_loads(raw, A1_LIMITS) if isinstance(raw, bytes | bytearray | str) else raw
+    except BoundedJsonError:
         return 0, ""
     if not isinstance(doc, Mapping):
         return 0, ""
@@ -184,7 +197,9 @@ def _ids_best_effort(raw: bytes | str | Mapping[str, Any]) -> tuple[int, str]:
     except A1Error:
         type_id = 0
     iid = doc.get("policy_instance_id")
-    return type_id, "" if iid is None else str(iid)
+    if isinstance(iid, int) and not isinstance(iid, bool):
+        iid = str(iid)
+    return type_id, iid if is_instance_id(iid) else ""
 
 
 class A1Handler:
@@ -205,26 +220,73 @@ class A1Handler:
         self._observe = observe
         self._clock = clock
         self._validator = policy_type.validator()
+        self._monotonic = time.monotonic
+        #: Instance id -> monotonic time of its last applied request.
+        self._seen: dict[str, float] = {}
         # Serialises requests: the RMR dispatch thread is the only caller in production, but
         # tests and a future REST path may call concurrently.
         self._lock = threading.Lock()
 
     def handle(self, raw: bytes | str | Mapping[str, Any]) -> A1Response:
-        """Apply one request and return the response to send back by RTS."""
+        """Apply one request and return the response to send back by RTS; never raises."""
         with self._lock:
             try:
                 req = parse_request(raw)
-            except A1Error as exc:
-                type_id, iid = _ids_best_effort(raw)
-                return self._done("?", A1Response(type_id or self.policy_type.policy_type_id,
-                                                  iid, self.handler_id, Status.ERROR, str(exc)))
+            except Exception as exc:
+                return self._refused(raw, "?", exc)
             try:
                 status = self._apply(req)
                 reason = ""
-            except A1Error as exc:
-                status, reason = Status.ERROR, str(exc)
+            except Exception as exc:
+                if not isinstance(exc, A1Error):
+                    log.exception("A1 %s of policy instance %r failed unexpectedly",
+                                  req.operation.value, req.policy_instance_id)
+                status, reason = Status.ERROR, _reason(exc)
+            else:
+                self._seen[req.policy_instance_id] = self._monotonic()
             return self._done(req.operation.value, A1Response(
                 req.policy_type_id, req.policy_instance_id, self.handler_id, status, reason))
+
+    def responsive(self, timeout_s: float = 1.0) -> bool:
+        """Whether a request could be handled now: no request has held the handler longer
+        than ``timeout_s`` (the RMR health check answers OK only then)."""
+        if not self._lock.acquire(timeout=timeout_s):
+            return False
+        self._lock.release()
+        return True
+
+    def _refused(self, raw: Any, operation: str, exc: Exception) -> A1Response:
+        if not isinstance(exc, A1Error):
+            log.exception("A1 request failed to parse unexpectedly")
+        try:
+            type_id, iid = _ids_best_effort(raw)
+        except Exception:
+            type_id, iid = 0, ""
+        return self._done(operation, A1Response(type_id or self.policy_type.policy_type_id,
+                                                iid, self.handler_id, Status.ERROR,
+                                                _reason(exc)))
+
+    def seen_since(self, t_monotonic: float) -> tuple[set[str], float | None]:
+        """Instance ids applied (CREATE, UPDATE or DELETE) since ``t_monotonic``, and when the
+        last of them arrived; what :class:`A1Resync` reconciles against."""
+        with self._lock:
+            recent = {iid: t for iid, t in self._seen.items() if t >= t_monotonic}
+        return set(recent), max(recent.values(), default=None)
+
+    def remove_stale(self, instance_ids: Iterable[str], reason: str) -> list[str]:
+        """Remove instances the mediator no longer has (book and persistence); the removed."""
+        removed = []
+        with self._lock:
+            for iid in instance_ids:
+                if self.book.remove(iid):
+                    removed.append(iid)
+                if self._persistence is not None:
+                    self._persistence.delete_policy(iid)
+        for iid in removed:
+            log.warning("A1 policy instance %r removed: %s", iid, reason)
+            if self._observe is not None:
+                self._observe("RECONCILE", Status.DELETED.value)
+        return removed
 
     def _apply(self, req: A1Request) -> Status:
         if req.policy_type_id != self.policy_type.policy_type_id:
@@ -244,6 +306,12 @@ class A1Handler:
                           f"{where}: {first.message}")
         body = {k: v for k, v in req.payload.items() if k != "scope"}
         cpes = frozenset((req.payload.get("scope") or {}).get("cpes") or [])
+        # The schema's pattern is checked with re.search, where "$" also matches before a
+        # final newline: "cpe-1\n" passes it, and would silently match no CPE.
+        bad = sorted(c for c in cpes if not is_cpe_id(c))
+        if bad:
+            raise A1Error(f"payload scope/cpes has ids that are not CPE ids: "
+                          f"{_excerpt(bad[:3])}")
         try:
             policy = self.book.check(body)
         except PolicyError as exc:
@@ -269,6 +337,136 @@ class A1Handler:
         return resp
 
 
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, A1Error):
+        return str(exc)
+    return f"internal error ({type(exc).__name__}); the request changed nothing"
+
+
 def query_message(policy_type_id: int = POLICY_TYPE_ID) -> bytes:
     """Payload of ``A1_POLICY_QUERY``: asks the mediator to resend this type's instances."""
     return json.dumps({"policy_type_id": policy_type_id}).encode()
+
+
+#: How long the mediator's resends may pause before the resync counts them as complete.
+RESYNC_QUIET_S = 5.0
+#: How long to wait for a first resend before concluding the mediator has nothing to send.
+RESYNC_GIVE_UP_S = 60.0
+
+
+class A1Resync:
+    """After a (re)start, makes the instances in force exactly the mediator's.
+
+    The xApp restores its instances from SDL at start, then sends ``A1_POLICY_QUERY``; the
+    mediator answers by resending every instance it has as a CREATE, one message each, with no
+    end marker.  An instance deleted at the mediator while the xApp was down is simply not
+    resent, so the restored set must be cut down to what the mediator confirms.  Two ways to
+    know the mediator's set, the first that works wins:
+
+    1. **The mediator's northbound list** (``GET /A1-P/v2/policytypes/{id}/policies``, when
+       ``list_instances`` is given): exact, and the only way to learn that the mediator has
+       *no* instances.
+    2. **A quiet period** after the resends: once at least one instance came back and none
+       for ``quiet_s``, every restored instance that was not resent is removed.
+
+    If neither answers (no list, and not one resend within ``give_up_s``), the restored
+    instances stay: the mediator may be down, and dropping the operator's policies because a
+    RIC component is away is the worse error.  That case is logged.  An instance the mediator
+    sends after the resync is applied as usual; an instance restored from SDL after the
+    resync (Redis came back late) is admitted only if the mediator confirmed it.
+    """
+
+    def __init__(self, handler: A1Handler,
+                 list_instances: Callable[[], Iterable[str]] | None = None, *,
+                 quiet_s: float = RESYNC_QUIET_S, give_up_s: float = RESYNC_GIVE_UP_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.handler = handler
+        self._list = list_instances
+        self.quiet_s = quiet_s
+        self.give_up_s = give_up_s
+        self._clock = clock
+        self._query_at: float | None = None
+        self._lock = threading.Lock()
+        #: The mediator's set once known (None before, or when it could not be learned).
+        self.confirmed: frozenset[str] | None = None
+        self.done = threading.Event()
+        #: How the resync ended: "list", "quiet-period", "nothing-resent"; "" while running.
+        self.outcome = ""
+        self.removed: list[str] = []
+
+    def query_sent(self) -> None:
+        """``A1_POLICY_QUERY`` went out: resends count from now."""
+        with self._lock:
+            if self._query_at is None:
+                self._query_at = self._clock()
+
+    def admits(self, instance_id: str) -> bool:
+        """Whether an instance restored from SDL may be put in force."""
+        confirmed = self.confirmed
+        return confirmed is None or instance_id in confirmed
+
+    def step(self) -> bool:
+        """Try to finish the resync; True once done (call until then, e.g. every second)."""
+        if self.done.is_set():
+            return True
+        with self._lock:
+            query_at = self._query_at
+        if query_at is None:
+            return False
+        seen, last = self.handler.seen_since(query_at)
+        if self._list is not None:
+            try:
+                listed = {str(i) for i in self._list()}
+            except Exception as exc:
+                log.warning("A1 mediator's instance list not available (%s); reconciling "
+                            "by the quiet period after the query", exc)
+            else:
+                return self._finish(listed | seen, "list")
+        now = self._clock()
+        if last is not None and now - last >= self.quiet_s and now - query_at >= self.quiet_s:
+            return self._finish(seen, "quiet-period")
+        if last is None and now - query_at >= self.give_up_s:
+            log.warning("the A1 mediator resent no instance within %.0f s of the query; the "
+                        "%d restored instances stay in force (configure the mediator URL for "
+                        "an exact resync)", self.give_up_s, len(self.handler.book.instances()))
+            self.outcome = "nothing-resent"
+            self.done.set()
+            return True
+        return False
+
+    def _finish(self, confirmed: set[str], outcome: str) -> bool:
+        self.confirmed = frozenset(confirmed)
+        stale = [i.instance_id for i in self.handler.book.instances()
+                 if i.instance_id not in self.confirmed]
+        self.removed = self.handler.remove_stale(
+            stale, f"not at the A1 mediator after the restart ({outcome})")
+        self.outcome = outcome
+        self.done.set()
+        log.info("A1 instances reconciled with the mediator (%s): %d in force, %d removed",
+                 outcome, len(self.handler.book.instances()), len(self.removed))
+        return True
+
+
+#: What the mediator's instance list may hold (ids only; 100,000 ids is under 4 MiB).
+_LIST_LIMITS = JsonLimits(max_bytes=4 * 1024 * 1024, max_depth=2, max_int_digits=20)
+
+
+def mediator_lister(base_url: str, policy_type_id: int = POLICY_TYPE_ID,
+                    timeout_s: float = 5.0) -> Callable[[], list[str]]:
+    """``list_instances`` for :class:`A1Resync` from the mediator's northbound API
+    (``base_url`` like ``http://service-ricplt-a1mediator-http.ricplt:10000``)."""
+    url = f"{base_url.rstrip('/')}/A1-P/v2/policytypes/{policy_type_id}/policies"
+
+    def list_instances() -> list[str]:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            body = resp.read(_LIST_LIMITS.max_bytes + 1)
+        doc = bounded_loads(body, _LIST_LIMITS)
+        if not isinstance(doc, list):
+            raise A1Error(f"{url} did not answer a JSON list")
+        ids = [str(i) if isinstance(i, int) and not isinstance(i, bool) else i for i in doc]
+        bad = [i for i in ids if not is_instance_id(i)]
+        if bad:
+            raise A1Error(f"{url} listed invalid instance ids {_excerpt(bad[:3])}")
+        return ids
+
+    return list_instances

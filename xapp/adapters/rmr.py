@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from xapp.adapters.a1 import (
     A1Handler,
     query_message,
 )
+from xapp.core.workers import Worker
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,8 @@ class RmrGlue:
         RMR data port.
     on_config_event : callable, default=None
         Called when the frame's inotify watch sees ``CONFIG_FILE`` change.
+    on_query_sent : callable, default=None
+        Called once ``A1_POLICY_QUERY`` is sent (starts the A1 resync).
     log_level : int, default=logging.INFO
         Level for the frame's own mdclogpy logger.
     query_retry_s : float, default=2.0
@@ -96,8 +100,10 @@ class RmrGlue:
 
     def __init__(self, a1: A1Handler, healthy: Callable[[], bool], *, port: int = 4560,
                  on_config_event: Callable[[], object] | None = None,
+                 on_query_sent: Callable[[], object] | None = None,
                  log_level: int = logging.INFO, query_retry_s: float = 2.0) -> None:
         self.a1 = a1
+        self._on_query_sent = on_query_sent
         self._healthy = healthy
         self.port = port
         self._on_config_event = on_config_event
@@ -105,9 +111,14 @@ class RmrGlue:
         self._query_retry_s = query_retry_s
         self._xapp: Any = None
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        #: Dispatches received messages to the handlers; made by :meth:`start`.
+        self.dispatcher: Worker | None = None
+        self.query_worker = Worker("mcw-a1-query", self._send_query, query_retry_s,
+                                   deadline_s=60.0)
         self.query_sent = threading.Event()
         self.registered = False
+        #: Messages whose handler failed outside the A1 handler (RTS errors), answered or not.
+        self.callback_errors = 0
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -120,12 +131,15 @@ class RmrGlue:
         # After the constructor: only now does RMRXapp have its dispatch table.
         self._xapp.register_callback(self._on_a1_request, A1_POLICY_REQ)
         self._xapp.register_callback(self._on_health_check, RIC_HEALTH_CHECK_REQ)
-        # rmr_timeout bounds how long stop() waits for the dispatch thread.
+        # Our own dispatch loop, a supervised worker (see McwRmrXapp.run); rmr_timeout bounds
+        # how long stop() waits for it.
         self._xapp.run(thread=True, rmr_timeout=0.5)
-        t = threading.Thread(target=self._send_query, name="mcw-a1-query", daemon=True)
-        t.start()
-        self._threads.append(t)
+        self.query_worker.start()
         log.info("RMR started on port %d", self.port)
+
+    def workers(self) -> list[Worker]:
+        """The threads this glue owns, for the supervisor (the dispatch loop, the query)."""
+        return [w for w in (self.dispatcher, self.query_worker) if w is not None]
 
     def rmr_healthy(self) -> bool:
         """RMR's receive thread is running and not stuck."""
@@ -141,6 +155,9 @@ class RmrGlue:
         deadline = time.monotonic() + timeout_s
         x._keep_registration = False
         x._keep_going = False
+        self.query_worker.stop(timeout_s=1.0)
+        if self.dispatcher is not None:
+            self.dispatcher.stop(timeout_s=max(0.0, deadline - time.monotonic()))
         if self.registered:
             try:
                 x.deregister()
@@ -161,21 +178,47 @@ class RmrGlue:
 
     # --- handlers (run in the frame's dispatch thread) -----------------------------------------
 
-    def _on_a1_request(self, xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
-        from ricxappframe.rmr import rmr
+    # The frame's dispatch thread dies with the first exception out of a callback, and with it
+    # every later A1 request and health check: each handler catches everything.
 
-        payload = summary.get(rmr.RMR_MS_PAYLOAD, b"")
-        response = self.a1.handle(payload)
-        self._rts(sbuf, response.encode(), A1_POLICY_RESP)
+    def _on_a1_request(self, xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
+        try:
+            from ricxappframe.rmr import rmr
+
+            payload = summary.get(rmr.RMR_MS_PAYLOAD, b"")
+            response = self.a1.handle(payload)  # never raises
+            self._rts(sbuf, response.encode(), A1_POLICY_RESP)
+        except Exception:
+            self.callback_errors += 1
+            log.exception("A1 request could not be answered")
+            self._free(sbuf)
 
     def _on_health_check(self, xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
-        ok = self.frame_healthy()
-        payload = b"OK\n" if ok else b"ERROR [RMR or SDL is unhealthy]\n"
-        self._rts(sbuf, payload, RIC_HEALTH_CHECK_RESP)
+        try:
+            # OK only while A1 requests can be handled: a handler held by a stuck request is
+            # as broken as a dead dispatch thread, which answers nothing at all.
+            ok = self.frame_healthy() and self.a1.responsive(timeout_s=0.5)
+            payload = b"OK\n" if ok else b"ERROR [RMR, SDL or A1 handling is unhealthy]\n"
+            self._rts(sbuf, payload, RIC_HEALTH_CHECK_RESP)
+        except Exception:
+            self.callback_errors += 1
+            log.exception("RIC health check could not be answered")
+            self._free(sbuf)
+
+    def _free(self, sbuf: Any) -> None:
+        try:
+            from ricxappframe.rmr import rmr
+
+            rmr.rmr_free_msg(sbuf)
+        except Exception:
+            log.debug("freeing an RMR buffer failed", exc_info=True)
 
     def _config_handler(self, xapp: Any, config: Any) -> None:
-        if self._on_config_event is not None:
-            self._on_config_event()
+        try:
+            if self._on_config_event is not None:
+                self._on_config_event()
+        except Exception:
+            log.exception("config change handling failed")
 
     def frame_healthy(self) -> bool:
         """What the frame calls ``healthcheck``: RMR and SDL."""
@@ -206,18 +249,22 @@ class RmrGlue:
         return bool(ok)
 
     def _send_query(self) -> None:
-        """Send ``A1_POLICY_QUERY`` once RMR can route it, so the mediator resends instances."""
+        """Send ``A1_POLICY_QUERY`` once RMR can route it, so the mediator resends instances
+        (one attempt per step of :attr:`query_worker`, which stops once it is sent)."""
         from ricxappframe.rmr import rmr
 
+        if self.query_sent.is_set() or self._stop.is_set():
+            self.query_worker.stop()
+            return
+        x = self._xapp
         message = query_message(self.a1.policy_type.policy_type_id)
-        while not self._stop.is_set():
-            x = self._xapp
-            if rmr.rmr_ready(x._mrc) and x.rmr_send(message, A1_POLICY_QUERY, retries=5):
-                self.query_sent.set()
-                log.info("A1_POLICY_QUERY sent for policy type %d",
-                         self.a1.policy_type.policy_type_id)
-                return
-            self._stop.wait(self._query_retry_s)
+        if rmr.rmr_ready(x._mrc) and x.rmr_send(message, A1_POLICY_QUERY, retries=5):
+            self.query_sent.set()
+            log.info("A1_POLICY_QUERY sent for policy type %d",
+                     self.a1.policy_type.policy_type_id)
+            if self._on_query_sent is not None:
+                self._on_query_sent()
+            self.query_worker.stop()
 
 
 def _default_handler(xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
@@ -246,6 +293,29 @@ def _xapp_class() -> type:
 
         def healthcheck(self) -> bool:
             return self._glue.frame_healthy()
+
+        def run(self, thread: bool = True, rmr_timeout: float = 0.5,
+                inotify_timeout: int = 0) -> None:
+            # The frame's own loop runs in an anonymous thread that nobody can watch and that
+            # ends with the first exception out of a handler; this one is a supervised worker
+            # with the same body, one message (or timeout) per step.
+            self._glue.dispatcher = Worker("mcw-rmr-dispatch",
+                                           lambda: self._dispatch_one(rmr_timeout), 0.0,
+                                           deadline_s=30.0).start()
+
+        def _dispatch_one(self, timeout_s: float) -> None:
+            from ricxappframe.rmr import rmr
+
+            try:
+                summary, sbuf = self._rmr_loop.rcv_queue.get(block=True, timeout=timeout_s)
+            except queue.Empty:
+                pass
+            else:
+                handler = self._dispatch.get(summary[rmr.RMR_MS_MSG_TYPE]) \
+                    or self._default_handler
+                handler(self, summary, sbuf)
+            for _event in self.config_check(timeout=0):
+                self._config_handler(self, None)
 
         def registerXapp(self) -> None:
             missing = registration_env_missing(

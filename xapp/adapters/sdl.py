@@ -30,6 +30,7 @@ from typing import Any, NamedTuple, Protocol
 
 from xapp.core.policy_book import PolicyInstance
 from xapp.core.ports import CpeRecord, Published
+from xapp.core.workers import Worker
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +128,8 @@ class StateStore:
         self._last_ok = 0.0
         self._loaded = False
         self._last_error = ""
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        #: Flushes every ``interval_s`` once started (only when there is a Redis to flush to).
+        self.worker = Worker("mcw-sdl", self.sync, interval_s)
 
     # --- state API (memory only, never blocks on Redis) -------------------------------------
 
@@ -312,25 +313,12 @@ class StateStore:
 
     def start(self) -> None:
         """Flush in a background thread every ``interval_s`` until :meth:`stop`."""
-        if self._factory is None or self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name="mcw-sdl", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sync()
-            self._stop.wait(self._interval_s)
+        if self._factory is not None:
+            self.worker.start()
 
     def stop(self, timeout_s: float = 3.0) -> None:
         """Stop the flusher after one last pass (bounded by ``timeout_s``)."""
-        self._stop.set()
-        hung = False
-        if self._thread is not None:
-            self._thread.join(timeout=timeout_s)
-            hung = self._thread.is_alive()
-            self._thread = None
-        if hung:
+        if not self.worker.stop(timeout_s=timeout_s):
             log.warning("SDL flusher did not stop within %.1f s; %d keys not written",
                         timeout_s, self.pending())
             return

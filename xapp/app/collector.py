@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from xapp.core.workers import WorkerStatus
+
 if TYPE_CHECKING:
     from xapp.adapters.influx import InfluxStore
     from xapp.adapters.mqtt import ChannelSubscriber, DropCounter, MqttWeightPublisher
@@ -43,14 +45,18 @@ class ComponentCollector(Collector):
         The capacity model's input-check counters (None for the EWMA, which keeps none).
     published_version : callable or None
         ``cpe_id -> version`` the xApp last published, to count agents that lag behind.
+    workers : callable or None
+        The supervisor's check (restarts dead workers, returns every worker's status).
     """
 
     def __init__(self, *, publisher: MqttWeightPublisher | None = None,
                  subscriber: ChannelSubscriber | None = None,
                  estimator_counters: Callable[[], Mapping[str, int]] | None = None,
                  influx: InfluxStore | None = None,
-                 published_version: Callable[[str], int] | None = None) -> None:
+                 published_version: Callable[[str], int] | None = None,
+                 workers: Callable[[], list[WorkerStatus]] | None = None) -> None:
         self.publisher = publisher
+        self.workers = workers
         self.subscriber = subscriber
         self.estimator_counters = estimator_counters
         self.influx = influx
@@ -66,8 +72,25 @@ class ComponentCollector(Collector):
             yield from self._subscriber()
             yield from self._estimator()
             yield from self._influx()
+            yield from self._workers()
         except Exception:  # a scrape must never fail because one component misbehaves
             log.exception("collecting component metrics failed")
+
+    def _workers(self) -> Iterable[Metric]:
+        if self.workers is None:
+            return
+        up = GaugeMetricFamily("mcw_worker_up", "1 while the worker (thread) is running and not "
+                               "stuck; 0 when dead or stuck.", labels=["worker", "state"])
+        restarts = CounterMetricFamily("mcw_worker_restarts", "Times the supervisor restarted "
+                                       "a dead worker.", labels=["worker"])
+        failures = CounterMetricFamily("mcw_worker_step_failures", "Steps of the worker that "
+                                       "raised (logged; the worker carried on).",
+                                       labels=["worker"])
+        for st in self.workers():
+            up.add_metric([st.name, st.state.value], 1 if st.healthy else 0)
+            restarts.add_metric([st.name], st.restarts)
+            failures.add_metric([st.name], st.failures)
+        yield from (up, restarts, failures)
 
     def _publisher(self) -> Iterable[Metric]:
         pub = self.publisher

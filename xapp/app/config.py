@@ -30,6 +30,7 @@ import jsonschema
 
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import build_policy
+from xapp.core.workers import Worker
 from xapp.schemas import schemas_dir
 
 log = logging.getLogger(__name__)
@@ -269,11 +270,9 @@ class ConfigWatcher:
                  interval_s: float = 2.0) -> None:
         self._current = current
         self._schemas = schemas
-        self._interval_s = interval_s
         self._listeners: list[Callable[[LoadedConfig, LoadedConfig], None]] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.worker = Worker("mcw-config", self.check, interval_s)
         self._last_bad = ""
 
     @property
@@ -320,14 +319,7 @@ class ConfigWatcher:
             self._last_bad = message
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="mcw-config", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self.check()
+        self.worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self.worker.stop()

@@ -1,6 +1,7 @@
 """The xApp's HTTP endpoints on port 8080: health, configuration and Prometheus metrics.
 
-``GET /ric/v1/health/alive``  200 while the control loop has ticked recently, else 503
+``GET /ric/v1/health/alive``  200 while every worker thread runs and none is stuck, else 503;
+                              the body names each worker's state
 ``GET /ric/v1/health/ready``  200 when every dependency check passes, else 503; the body names
                               each check (``{"ready": false, "checks": {"sdl": false, ...}}``)
 ``GET /ric/v1/config``        the running configuration (the descriptor, controls as applied)
@@ -23,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from xapp.app.metrics import Metrics
+from xapp.core.workers import Worker
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,8 @@ class Health:
     A check that raises counts as failing (and is logged at DEBUG)."""
 
     ready_checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
-    alive_check: Callable[[], bool] = lambda: True
+    #: ``(alive, {worker: state})``: the supervisor's verdict.
+    alive_check: Callable[[], tuple[bool, dict[str, str]]] = lambda: (True, {})
 
     def readiness(self) -> tuple[bool, dict[str, bool]]:
         results: dict[str, bool] = {}
@@ -52,24 +55,23 @@ class Health:
                 results[name] = False
         return all(results.values()), results
 
-    def alive(self) -> bool:
+    def alive(self) -> tuple[bool, dict[str, str]]:
         try:
-            return bool(self.alive_check())
+            ok, workers = self.alive_check()
+            return bool(ok), workers
         except Exception:
-            log.debug("liveness check raised", exc_info=True)
-            return False
+            log.exception("liveness check raised")
+            return False, {}
 
 
 class PeriodicCheck:
-    """Runs a slow check (a network round trip) in the background; calling it returns the
+    """Runs a slow check (a network round trip) in a supervised worker; calling it returns the
     last result, so a readiness probe never waits on a dependency's timeout."""
 
-    def __init__(self, check: Callable[[], bool], interval_s: float = 5.0) -> None:
+    def __init__(self, name: str, check: Callable[[], bool], interval_s: float = 5.0) -> None:
         self._check = check
-        self._interval_s = interval_s
         self._ok = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.worker = Worker(f"mcw-check-{name}", self.run_once, interval_s)
 
     def __call__(self) -> bool:
         return self._ok
@@ -83,18 +85,10 @@ class PeriodicCheck:
         return self._ok
 
     def start(self) -> None:
-        def loop() -> None:
-            while not self._stop.is_set():
-                self.run_once()
-                self._stop.wait(self._interval_s)
-
-        self._thread = threading.Thread(target=loop, name="mcw-check", daemon=True)
-        self._thread.start()
+        self.worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self.worker.stop()
 
 
 class HttpServer:
@@ -137,8 +131,8 @@ def _make_handler(app: HttpServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == ALIVE_PATH:
-                ok = app.health.alive()
-                self._json(200 if ok else 503, {"alive": ok})
+                ok, workers = app.health.alive()
+                self._json(200 if ok else 503, {"alive": ok, "workers": workers})
             elif path == READY_PATH:
                 ok, checks = app.health.readiness()
                 app.metrics.ready.set(1 if ok else 0)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xapp.adapters.a1 import A1Handler, PolicyType
+from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType
 from xapp.adapters.sdl import Restored, SdlVersionStore, StateStore, ricsdl_backend
 from xapp.app.collector import ComponentCollector
 from xapp.app.config import ConfigError, ConfigWatcher, Controls, LoadedConfig, load_config
@@ -38,6 +38,7 @@ from xapp.core.loop import ControlLoop, LoopSettings
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import PolicyBook
 from xapp.core.ports import KpiSource, TelemetrySink, WeightPublisher
+from xapp.core.workers import Supervisor, Worker
 
 if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs no servers
     from xapp.adapters.influx import InfluxIntake, InfluxStore
@@ -105,7 +106,11 @@ class Components:
     publisher: WeightPublisher
     sink: TelemetrySink | None
     checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
-    stoppers: list[Callable[[], None]] = field(default_factory=list)
+    stoppers: list[Callable[[], object]] = field(default_factory=list)
+    #: Threads the components own (supervised), and probes of threads they do not own
+    #: (paho's network loop): name -> healthy().
+    workers: list[Worker] = field(default_factory=list)
+    probes: dict[str, Callable[[], bool]] = field(default_factory=dict)
     #: The MQTT publisher, channel subscriber and InfluxDB store and intake when they run (for
     #: metrics and ``/ric/v1/cpes``); None in lab mode.
     mqtt_publisher: MqttWeightPublisher | None = None
@@ -125,6 +130,8 @@ class XappProcess:
         self.started_monotonic = time.monotonic()
         self.stopping = threading.Event()
         self.metrics = Metrics()
+        #: Knows every thread; /ric/v1/health/alive fails when one is dead or stuck.
+        self.supervisor = Supervisor()
         controls = config.controls
         factory = ricsdl_backend if args.sdl == "redis" else None
         self.state = StateStore(controls.sdl_namespace, factory,
@@ -135,6 +142,8 @@ class XappProcess:
         self.handler_id = os.environ.get("HOSTNAME") or config.name
         self.a1 = A1Handler(self.book, self.policy_type, self.handler_id,
                             persistence=self.state, observe=self.metrics.observe_a1)
+        # Restored instances stay provisional until the mediator confirms them (A1Resync).
+        self.resync = A1Resync(self.a1)
         if factory is not None:
             self.versions: VersionStore = SdlVersionStore(controls.sdl_namespace, factory,
                                                  floor=self._published_version)
@@ -167,7 +176,7 @@ class XappProcess:
         self.metrics.registry.register(ComponentCollector(
             publisher=comp.mqtt_publisher, subscriber=comp.subscriber,
             estimator_counters=comp.estimator_counters, influx=comp.influx,
-            published_version=self._published_version))
+            published_version=self._published_version, workers=self.supervisor.check))
         self.loop = ControlLoop(
             comp.kpis, comp.estimator, comp.publisher, comp.sink, self.book.resolver,
             self.state, model_version=comp.model_version, on_tick=self.metrics.record_tick,
@@ -176,6 +185,10 @@ class XappProcess:
                                   kpi_max_age_s=c.kpi_max_age_s, lease_s=c.mqtt.lease_s))
         self.runner = LoopRunner(self.loop, on_error=self.metrics.tick_errors.inc)
         self.runner.start()
+        for worker in (self.runner, self.state.worker, self.watcher.worker, *comp.workers):
+            self.supervisor.add(worker)
+        for name, probe in comp.probes.items():
+            self.supervisor.watch(name, probe)
         self.http = HttpServer(self.health(), lambda: self.config_view(), self.metrics,
                                host=self.args.http_host, port=self.args.http_port,
                                views={CPES_PATH: self.cpes_view})
@@ -201,8 +214,19 @@ class XappProcess:
         self.rmr_required = True
         self.rmr = RmrGlue(self.a1, lambda: self.state.connected, port=self.args.rmr_port,
                            on_config_event=self.watcher.check,
+                           on_query_sent=self.resync.query_sent,
                            log_level=logging.getLogger().level)
         self.rmr.start()
+        for worker in self.rmr.workers():
+            self.supervisor.add(worker)
+        self.supervisor.watch("rmr-receive", self.rmr.rmr_healthy)
+
+        def resync_step() -> None:
+            if self.resync.step():
+                resync.stop()  # done: the worker ends (a stopped worker is healthy)
+
+        resync = self.supervisor.add(Worker("mcw-a1-resync", resync_step, 1.0))
+        resync.start()
 
     def stop(self, grace_s: float = 25.0) -> None:
         """Stop in reverse order; every step is bounded so the whole fits in ``grace_s``."""
@@ -242,14 +266,12 @@ class XappProcess:
             checks.update(comp.checks)
         return Health(checks, self.alive)
 
-    def alive(self) -> bool:
-        """The loop ticked within three periods (at least 10 s), or start-up is recent."""
-        loop = self.loop
-        last = None if loop is None else loop.last_tick_monotonic
-        now = time.monotonic()
-        if last is None:
-            return now - self.started_monotonic < STARTUP_GRACE_S
-        return now - last < max(10.0, 3 * self.watcher.current.controls.control_period_s)
+    def alive(self) -> tuple[bool, dict[str, str]]:
+        """Every worker runs and none is stuck (the supervisor restarts dead ones within its
+        budget first); the body of /ric/v1/health/alive names each worker's state."""
+        statuses = self.supervisor.check()
+        return (all(st.healthy for st in statuses),
+                {st.name: st.state.value for st in statuses})
 
     def config_view(self) -> dict[str, Any]:
         current = self.watcher.current
@@ -300,6 +322,11 @@ class XappProcess:
         for inst in restored.policies:
             if self.book.get(inst.instance_id) is not None:
                 continue  # an A1 request got here first; it is newer
+            if not self.resync.admits(inst.instance_id):
+                log.warning("A1 instance %s restored from SDL is not at the mediator; removed",
+                            inst.instance_id)
+                self.state.delete_policy(inst.instance_id)
+                continue
             try:
                 self.book.put(inst)
             except PolicyError as exc:
@@ -334,8 +361,10 @@ def build_components(args: argparse.Namespace, controls: Controls,
     MQTT telemetry lands there as it arrives, and the InfluxDB intake adds, once a second, the
     RAN KPIs that only InfluxDB has.  In lab mode a JSON file stands in for both.
     """
-    stoppers: list[Callable[[], None]] = []
+    stoppers: list[Callable[[], object]] = []
     checks: dict[str, Callable[[], bool]] = {}
+    workers: list[Worker] = []
+    probes: dict[str, Callable[[], bool]] = {}
     estimator, model_version, estimator_counters = _estimator(args, controls, stoppers)
     sink: TelemetrySink | None
     kpis: KpiSource
@@ -349,7 +378,7 @@ def build_components(args: argparse.Namespace, controls: Controls,
     else:
         from xapp.adapters.influx import InfluxIntake
 
-        influx = _influx(controls, checks, stoppers)
+        influx = _influx(controls, checks, stoppers, workers)
         influx_intake = InfluxIntake(influx, intake, interval_s=min(1.0, controls.control_period_s))
         influx_intake.start()
         stoppers.insert(0, influx_intake.stop)
@@ -362,15 +391,17 @@ def build_components(args: argparse.Namespace, controls: Controls,
 
         publisher = JsonlPublisher(args.publish_file, versions)
     else:
-        mqtt_publisher, subscriber = _mqtt(controls, versions, intake, sink, checks, stoppers)
+        mqtt_publisher, subscriber = _mqtt(controls, versions, intake, sink, checks, stoppers,
+                                           workers)
         publisher = mqtt_publisher
     return Components(kpis, estimator, model_version, publisher, sink, checks, stoppers,
-                      mqtt_publisher=mqtt_publisher, subscriber=subscriber, influx=influx,
-                      influx_intake=influx_intake, estimator_counters=estimator_counters)
+                      workers, probes, mqtt_publisher=mqtt_publisher, subscriber=subscriber,
+                      influx=influx, influx_intake=influx_intake,
+                      estimator_counters=estimator_counters)
 
 
 def _estimator(args: argparse.Namespace, controls: Controls,
-               stoppers: list[Callable[[], None]]
+               stoppers: list[Callable[[], object]]
                ) -> tuple[CapacityEstimator, Callable[[], str],
                           Callable[[], Mapping[str, int]] | None]:
     if args.estimator in ("auto", "model"):
@@ -398,7 +429,7 @@ def _estimator(args: argparse.Namespace, controls: Controls,
 
 
 def _influx(controls: Controls, checks: dict[str, Callable[[], bool]],
-            stoppers: list[Callable[[], None]]) -> InfluxStore:
+            stoppers: list[Callable[[], object]], workers: list[Worker]) -> InfluxStore:
     from xapp.adapters.influx import InfluxConfig, InfluxStore
 
     i = controls.influxdb
@@ -410,10 +441,11 @@ def _influx(controls: Controls, checks: dict[str, Callable[[], bool]],
                                      token=_read_token(i.token_file), timeout_ms=timeout_ms))
     store.start()
     stoppers.append(store.close)
-    check = PeriodicCheck(store.ping, interval_s=INFLUX_CHECK_S)
+    check = PeriodicCheck("influxdb", store.ping, interval_s=INFLUX_CHECK_S)
     check.run_once()  # ready reflects InfluxDB from the first probe, not after one interval
     check.start()
     stoppers.append(check.stop)
+    workers.append(check.worker)
     checks["influxdb"] = check
     return store
 
@@ -429,7 +461,8 @@ def _read_token(path: str) -> str:
 
 def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
           sink: TelemetrySink | None, checks: dict[str, Callable[[], bool]],
-          stoppers: list[Callable[[], None]]) -> tuple[MqttWeightPublisher, ChannelSubscriber]:
+          stoppers: list[Callable[[], object]], workers: list[Worker]
+          ) -> tuple[MqttWeightPublisher, ChannelSubscriber]:
     from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, MqttWeightPublisher
 
     m = controls.mqtt
@@ -452,10 +485,10 @@ def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
     # The subscriber also keeps every telemetry document for drain_telemetry(), which the
     # callback above makes redundant; drain it regularly so the buffer never fills and counts
     # false "buffer-full" drops.
-    drainer = PeriodicCheck(lambda: len(subscriber.drain_telemetry()) >= 0,
-                            interval_s=TELEMETRY_DRAIN_S)
+    drainer = Worker("mcw-telemetry-drain", subscriber.drain_telemetry, TELEMETRY_DRAIN_S)
     drainer.start()
     stoppers.insert(0, drainer.stop)
+    workers.append(drainer)
     return publisher, subscriber
 
 

@@ -1,0 +1,75 @@
+"""The bounded JSON parser: the same answers as ``json.loads`` inside the limits, one error type
+outside them, and linear time on hostile text."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xapp.adapters.bounded_json import BoundedJsonError, JsonLimits, loads
+
+LIMITS = JsonLimits(max_bytes=4096, max_depth=8, max_int_digits=20)
+
+# JSON values within LIMITS: depth at most 4 (the recursion below), short numbers.
+scalars = (st.none() | st.booleans() | st.integers(-(10**18), 10**18)
+           | st.floats(allow_nan=False, allow_infinity=False, min_value=-1e50, max_value=1e50)
+           | st.text(max_size=20))
+documents = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                         | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents)
+def test_documents_within_limits_parse_as_the_standard_library_does(doc: object) -> None:
+    text = json.dumps(doc)
+    assert loads(text, LIMITS) == json.loads(text)
+    assert loads(text.encode(), LIMITS) == json.loads(text)
+
+
+JSONISH = '[]{}",:0123456789.eE+-\\ntrufalsN'
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=512) | st.text(alphabet=JSONISH, max_size=512))
+def test_any_bytes_parse_or_raise_the_one_error(data: bytes | str) -> None:
+    with contextlib.suppress(BoundedJsonError):
+        loads(data, LIMITS)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("[" * 2000 + "]" * 2000, "nested deeper"),
+    ('{"a":' * 9 + "1" + "}" * 9, "nested deeper"),
+    ("[" + "9" * 500 + "]", "out of range"),
+    ("-" + "1" * 21, "out of range"),
+    ("1e999", "out of range"),
+    ("[1E+400]", "out of range"),
+    ("NaN", "not JSON"),
+    ("[Infinity]", "not JSON"),
+    (b"\xff\xfe[]", "not UTF-8"),
+    (b" " * 5000, "exceeds"),
+])
+def test_hostile_documents_are_refused_with_a_reason(text: str | bytes, why: str) -> None:
+    with pytest.raises(BoundedJsonError, match=why):
+        loads(text, LIMITS)
+
+
+def test_brackets_and_digits_inside_strings_do_not_count() -> None:
+    doc = {"s": "[" * 100 + "1" * 100, "cpe": "cpe-000000000000000000000001"}
+    assert loads(json.dumps(doc), LIMITS) == doc
+
+
+@pytest.mark.parametrize("text", [
+    '"' + '\\"' * 200_000 + "\\",      # a plain string regex retries from every quote
+    '"' * 400_000,
+    "[" * 400_000,
+])
+def test_hostile_text_is_refused_in_linear_time(text: str) -> None:
+    t0 = time.perf_counter()
+    with pytest.raises(BoundedJsonError):
+        loads(text, JsonLimits(max_bytes=1 << 20))
+    assert time.perf_counter() - t0 < 1.0  # quadratic would take minutes

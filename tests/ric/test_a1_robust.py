@@ -1,0 +1,122 @@
+"""Nothing an A1 request holds stops the handler: hostile requests get ERROR and change
+nothing, the next request is handled; a fuzzer runs in CI over the handler (issue 9)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis_jsonschema import from_schema
+
+from xapp.adapters.a1 import A1Handler, PolicyType, Status
+from xapp.core.policy_book import PolicyBook
+
+DEFAULTS = {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
+            "capacity_floor_mbps": 1.0}
+
+
+def request(payload: Any, *, type_id: Any = "20100", iid: Any = "p1", op: str = "CREATE") -> bytes:
+    return json.dumps({"operation": op, "policy_type_id": type_id, "policy_instance_id": iid,
+                       "payload": payload}).encode()
+
+
+def deep(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+# Each of these raised out of A1Handler.handle() before issue 9, killing the RMR dispatch
+# thread: RecursionError, ValueError from int("²"), OverflowError, a trailing-newline id.
+HOSTILE = {
+    "deep request": ('{"operation":"CREATE","policy_type_id":20100,"policy_instance_id":"p1",'
+                     '"payload":' + deep(5000) + "}").encode(),
+    "deep payload string": request(deep(5000)),
+    "deep payload object": ('{"operation":"CREATE","policy_type_id":20100,'
+                            '"policy_instance_id":"p1","payload":{"x":' + deep(3000) + "}}"
+                            ).encode(),
+    "500-digit number": request({"max_weight": int("9" * 500)}),
+    "500-digit type id": request({}, type_id=int("9" * 500)),
+    "huge float": b'{"operation":"CREATE","policy_type_id":20100,"policy_instance_id":"p1",'
+                  b'"payload":{"capacity_floor_mbps":1e999}}',
+    "superscript-two type id": request({}, type_id="\u00b2"),
+    "arabic-indic type id": request({}, type_id="\u0662\u0660\u0661\u0660\u0660"),
+    "trailing-newline cpe id": request({"scope": {"cpes": ["cpe-1\n"]}}),
+    "instance id with newline": request({}, iid="p1\n"),
+    "instance id with slash": request({}, iid="../../p1"),
+    "instance id of 10 KiB": request({}, iid="p" * 10_000),
+    "2 MiB request": request({"x": "a" * (2 << 20)}),
+    "NaN": b'{"operation":"CREATE","policy_type_id":20100,"policy_instance_id":"p1",'
+           b'"payload":{"max_weight":NaN}}',
+    "invalid UTF-8": b'{"operation":"CREATE","policy_type_id":20100,"policy_instance_id":"\xff"}',
+}
+
+
+@pytest.fixture
+def handler(policy_type: PolicyType) -> A1Handler:
+    return A1Handler(PolicyBook(DEFAULTS), policy_type, "mcw-xapp-0")
+
+
+@pytest.mark.parametrize("raw", HOSTILE.values(), ids=HOSTILE.keys())
+def test_hostile_request_is_refused_and_the_next_one_works(handler: A1Handler,
+                                                           raw: bytes) -> None:
+    assert handler.handle(request({"max_weight": 40})).status is Status.OK
+    before = handler.book.resolver().for_cpe("cpe-1")
+    resp = handler.handle(raw)
+    assert resp.status is Status.ERROR
+    assert isinstance(json.loads(resp.encode())["policy_type_id"], int)
+    assert handler.book.resolver().for_cpe("cpe-1") == before
+    assert handler.handle(request({"max_weight": 41})).status is Status.OK
+    assert handler.book.resolver().for_cpe("cpe-1")[0].max_weight == 41
+
+
+def test_an_unexpected_failure_inside_is_an_error_reply(handler: A1Handler,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("a bug in the policy book")
+
+    monkeypatch.setattr(handler.book, "check", broken)
+    resp = handler.handle(request({"max_weight": 40}))
+    assert resp.status is Status.ERROR and "internal error" in resp.reason
+    assert handler.book.instances() == []
+    assert handler.responsive()
+
+
+def test_scope_ids_are_matched_whole(handler: A1Handler) -> None:
+    assert handler.handle(request({"scope": {"cpes": ["cpe-1"]}, "max_weight": 9})
+                          ).status is Status.OK
+    assert handler.book.resolver().for_cpe("cpe-1")[1] == "p1"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=400)
+       | st.builds(request, st.recursive(st.none() | st.booleans() | st.integers()
+                                         | st.floats() | st.text(max_size=30),
+                                         lambda inner: st.lists(inner, max_size=3)
+                                         | st.dictionaries(st.text(max_size=12), inner,
+                                                           max_size=3), max_leaves=10),
+                   type_id=st.integers() | st.text(max_size=6), iid=st.text(max_size=8)
+                   | st.integers()))
+def test_fuzz_any_request_gets_an_answer_and_never_raises(policy_type: PolicyType,
+                                                           raw: bytes) -> None:
+    handler = A1Handler(PolicyBook(DEFAULTS), policy_type, "mcw-xapp-0")
+    resp = handler.handle(raw)
+    json.loads(resp.encode())  # the answer is always sendable
+    assert "internal error" not in resp.reason
+    assert handler.responsive()
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_fuzz_schema_valid_payloads_are_applied_or_refused_with_a_reason(
+        policy_type: PolicyType, data: st.DataObject) -> None:
+    payload = data.draw(from_schema(policy_type.create_schema))
+    handler = A1Handler(PolicyBook(DEFAULTS), policy_type, "mcw-xapp-0")
+    resp = handler.handle(request(payload))
+    # Valid by the schema: accepted, or refused by a rule the schema cannot express (with a
+    # reason), never by an internal error.
+    assert resp.status is Status.OK or (resp.reason and "internal error" not in resp.reason)
+    if resp.status is Status.OK:
+        handler.book.resolver().for_cpe("cpe-1")

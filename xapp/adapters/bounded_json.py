@@ -1,0 +1,116 @@
+"""JSON from outside the process, bounded before it is parsed.
+
+Every document the xApp takes from another party (A1 requests, agent messages, the config
+file) goes through :func:`loads`.  The standard library's parser is correct but unbounded in
+three ways that matter to a long-running process:
+
+* **Depth.** A document nested a few thousand levels deep makes ``json.loads`` raise
+  ``RecursionError`` (not ``ValueError``), and anything that walks the result recursively
+  (``jsonschema``) overflows the stack further down.  Depth is counted on the raw text, with
+  strings blanked out, before the parser sees it.
+* **Number size.** ``int`` parsing is quadratic in the number of digits and an integer of
+  hundreds of digits overflows ``float()`` later (``OverflowError``, not ``ValueError``);
+  ``1e999`` parses as ``inf``.  Digit runs are limited, positive exponents have at most two
+  digits (every float is finite, below 1e100), and ``NaN``/``Infinity`` (not JSON) are refused.
+* **Size.** Bytes are counted before decoding.
+
+Every failure is a :class:`BoundedJsonError` (a ``ValueError``), so a caller catches one type.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+
+class BoundedJsonError(ValueError):
+    """The document is not JSON, or is JSON outside the limits; the message says which."""
+
+
+@dataclass(frozen=True)
+class JsonLimits:
+    """What one document may hold.  The defaults fit every message of the product's channels
+    (the largest, a telemetry message of a CPE with many subflows, is a few KiB)."""
+
+    max_bytes: int = 256 * 1024
+    max_depth: int = 32
+    #: Digits of an integer literal; 2^63 has 19, a millisecond timestamp 13.
+    max_int_digits: int = 20
+
+
+DEFAULT_LIMITS = JsonLimits()
+
+# A JSON string, escapes included, blanked out so brackets inside strings are not counted.  The
+# possessive loop and the unterminated alternatives make every match succeed from any quote, so
+# the scan is linear even for hostile runs of escaped quotes (a plain ``"(...)*"`` retries from
+# each quote of an unterminated string: quadratic).
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+# Digits to 0, exponent markers and signs to one spelling: long digit runs and three-digit
+# exponents become plain substrings.
+_FOLD = str.maketrans({**{str(d): "0" for d in range(10)}, "E": "e", "+": "-"})
+
+
+def loads(data: bytes | bytearray | str, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
+    """Parse one JSON document within ``limits``; raises :class:`BoundedJsonError`."""
+    if isinstance(data, bytes | bytearray):
+        if len(data) > limits.max_bytes:
+            raise BoundedJsonError(f"document of {len(data)} bytes exceeds {limits.max_bytes}")
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BoundedJsonError(f"not UTF-8: {exc}") from exc
+    elif isinstance(data, str):
+        # Characters, not bytes: a cheap upper bound is enough to refuse early.
+        if len(data) > limits.max_bytes:
+            raise BoundedJsonError(f"document of {len(data)} characters exceeds "
+                                   f"{limits.max_bytes}")
+        text = data
+    else:
+        raise BoundedJsonError(f"expected bytes or str, got {type(data).__name__}")
+    # Fast checks on the raw text first (C-speed counting); only a document that might break a
+    # limit pays for the exact check, on a skeleton with the strings blanked out, so brackets
+    # and digits inside strings (``"cpe-000001"``) are not counted.
+    skeleton: str | None = None
+    if text.count("[") + text.count("{") > limits.max_depth:
+        skeleton = _STRING.sub('""', text)
+        _check_depth(skeleton, limits.max_depth)
+    folded = text.translate(_FOLD)
+    if "0" * (limits.max_int_digits + 1) in folded or "e000" in folded or "e-000" in folded:
+        _check_numbers(_STRING.sub('""', text) if skeleton is None else skeleton,
+                       limits.max_int_digits)
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except BoundedJsonError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise BoundedJsonError(f"not JSON: {exc}") from exc
+
+
+def _check_depth(skeleton: str, max_depth: int) -> None:
+    depth = 0
+    # Stops at the first bracket past the limit: the work is bounded by max_depth for a
+    # hostile document, and by its brackets for a normal one.
+    for match in _BRACKET.finditer(skeleton):
+        if match.group() in "[{":
+            depth += 1
+            if depth > max_depth:
+                raise BoundedJsonError(f"nested deeper than {max_depth} levels")
+        else:
+            depth -= 1
+
+
+def _check_numbers(skeleton: str, max_digits: int) -> None:
+    # One regex pass instead of a Python callback per number (parse_int/parse_float cost
+    # 6x the parse itself).  A run of more than max_digits digits is an integer (or mantissa)
+    # too long to be a measurement; a positive exponent of three digits is beyond any
+    # quantity here and is how 1e999 (parsed as inf) would get in (1e-999 is only 0.0).
+    found = re.search(rf"\d{{{max_digits + 1},}}|[eE]\+?\d{{3,}}", skeleton)
+    if found is not None:
+        raise BoundedJsonError(f"number {found.group()[:24]}... is out of range")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BoundedJsonError(f"{name} is not JSON")

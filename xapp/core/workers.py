@@ -1,0 +1,256 @@
+"""Background workers and their supervisor: the one thread pattern of the xApp.
+
+Every long-lived thread the xApp owns is a :class:`Worker`: a named loop that calls one
+``step`` function every interval, catches and counts what the step raises (a failing
+dependency must not end the loop), and records when each step starts and ends.  A
+:class:`Supervisor` knows every worker, and also every thread the xApp does not own but
+depends on (paho's network thread, RMR's receive thread) through a probe.
+
+What a supervisor does about a worker, as OTP's one-for-one supervisors do:
+
+* **dead** (its thread ended without being stopped: a ``BaseException`` out of a step, a bug
+  in the loop): restarted, up to ``max_restarts`` within ``restart_window_s``; past that the
+  worker stays dead and :meth:`Supervisor.alive` is False, so Kubernetes restarts the pod.
+* **stuck** (a step running longer than its deadline, or no step started for interval +
+  deadline): a Python thread cannot be killed, so :meth:`Supervisor.alive` is False at once.
+* a **probe** that answers False counts as dead (it cannot be restarted from here).
+
+:meth:`Supervisor.check` runs when ``/ric/v1/health/alive`` or ``/metrics`` is read: the
+probes that ask are the clock, so no supervising thread needs supervising in turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+log = logging.getLogger(__name__)
+
+
+class WorkerState(StrEnum):
+    OK = "ok"
+    STUCK = "stuck"
+    DEAD = "dead"
+    STOPPED = "stopped"
+    NOT_STARTED = "not-started"
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    name: str
+    state: WorkerState
+    restarts: int
+    failures: int
+    #: Seconds since the last step ended (or since start when none has).
+    idle_s: float
+    last_error: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.state in (WorkerState.OK, WorkerState.STOPPED, WorkerState.NOT_STARTED)
+
+
+class Worker:
+    """Calls ``step()`` every ``interval_s`` seconds in a daemon thread until :meth:`stop`.
+
+    Parameters
+    ----------
+    name : str
+        Thread name, log and metric label.
+    step : callable
+        One unit of work; what it raises is logged and counted, and the loop carries on.
+    interval_s : float or callable returning float
+        Time between the starts of two steps (fixed rate: an overrunning step makes the next
+        start at once rather than queueing missed ones).  A callable is read before each wait,
+        so a configuration change applies at the next step.
+    deadline_s : float or callable returning float, optional
+        How long one step may take before the worker counts as stuck (default: ten intervals,
+        at least 30 s).
+    on_error : callable, optional
+        Called with the exception after each failing step (metrics).
+    """
+
+    def __init__(self, name: str, step: Callable[[], object],
+                 interval_s: float | Callable[[], float], *,
+                 deadline_s: float | Callable[[], float] | None = None,
+                 on_error: Callable[[BaseException], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self._step = step
+        self._interval = interval_s if callable(interval_s) else (lambda: float(interval_s))
+        self._deadline = deadline_s if callable(deadline_s) or deadline_s is None \
+            else (lambda: float(deadline_s))
+        self._on_error = on_error
+        self._clock = clock
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._busy_since: float | None = None
+        self._last_end = 0.0
+        self.failures = 0
+        self._failing = 0
+        self.restarts = 0
+        self.last_error = ""
+
+    @property
+    def deadline_s(self) -> float:
+        if self._deadline is not None:
+            return self._deadline()
+        return max(30.0, 10 * self._interval())
+
+    def start(self) -> Worker:
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._last_end = self._clock()
+            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self._thread.start()
+        return self
+
+    def wake(self) -> None:
+        """Run the next step now instead of at the end of the interval."""
+        self._wake.set()
+
+    def stop(self, timeout_s: float = 5.0) -> bool:
+        """Stop after the current step; True if the thread ended within ``timeout_s``."""
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is None:
+            return True
+        if thread is not threading.current_thread():
+            thread.join(timeout=timeout_s)
+        return not thread.is_alive()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def status(self) -> WorkerStatus:
+        now = self._clock()
+        thread = self._thread
+        busy = self._busy_since
+        idle = now - self._last_end
+        if thread is None:
+            state = WorkerState.NOT_STARTED
+        elif self._stop.is_set():
+            state = WorkerState.STOPPED
+        elif not thread.is_alive():
+            state = WorkerState.DEAD
+        elif busy is not None and now - busy > self.deadline_s:
+            state = WorkerState.STUCK
+        elif busy is None and idle > self._interval() + self.deadline_s:
+            state = WorkerState.STUCK  # not stepping, yet neither busy nor stopped
+        else:
+            state = WorkerState.OK
+        return WorkerStatus(self.name, state, self.restarts, self.failures, max(0.0, idle),
+                            self.last_error)
+
+    def _run(self) -> None:
+        next_at = self._clock()
+        while not self._stop.is_set():
+            self._busy_since = self._clock()
+            try:
+                self._step()
+                if self._failing:
+                    log.info("worker %s works again after %d failed steps", self.name,
+                             self._failing)
+                    self._failing = 0
+            except BaseException as exc:
+                if not isinstance(exc, Exception):  # ends the thread; the supervisor sees it
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    raise
+                self.failures += 1
+                self._failing += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                # A dependency outage fails every step: the traceback once, then one line each.
+                if self._failing == 1:
+                    log.exception("worker %s: step failed", self.name)
+                else:
+                    log.error("worker %s: step failed again (%d in a row): %s", self.name,
+                              self._failing, self.last_error)
+                if self._on_error is not None:
+                    try:
+                        self._on_error(exc)
+                    except Exception:
+                        log.exception("worker %s: error callback failed", self.name)
+            finally:
+                self._busy_since = None
+                self._last_end = self._clock()
+            next_at = max(next_at + self._interval(), self._clock())
+            self._wake.wait(max(0.0, next_at - self._clock()))
+            self._wake.clear()
+
+
+@dataclass(frozen=True)
+class _Probe:
+    name: str
+    healthy: Callable[[], bool]
+
+
+class Supervisor:
+    """Knows every worker and probe; restarts dead workers within a budget; says if all live."""
+
+    def __init__(self, max_restarts: int = 5, restart_window_s: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_restarts = max_restarts
+        self.restart_window_s = restart_window_s
+        self._clock = clock
+        self._workers: dict[str, Worker] = {}
+        self._probes: dict[str, _Probe] = {}
+        self._restarted_at: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, worker: Worker) -> Worker:
+        with self._lock:
+            if worker.name in self._workers or worker.name in self._probes:
+                raise ValueError(f"a worker named {worker.name!r} is already supervised")
+            self._workers[worker.name] = worker
+        return worker
+
+    def watch(self, name: str, healthy: Callable[[], bool]) -> None:
+        """Supervise a thread the xApp does not own: ``healthy()`` False (or raising) is dead."""
+        with self._lock:
+            if name in self._workers or name in self._probes:
+                raise ValueError(f"a worker named {name!r} is already supervised")
+            self._probes[name] = _Probe(name, healthy)
+
+    def check(self) -> list[WorkerStatus]:
+        """Every worker's status, after restarting the dead ones that are within budget."""
+        with self._lock:
+            out = [self._check_worker(w) for w in self._workers.values()]
+            out.extend(self._check_probe(p) for p in self._probes.values())
+        return out
+
+    def alive(self) -> bool:
+        return all(s.healthy for s in self.check())
+
+    def _check_worker(self, worker: Worker) -> WorkerStatus:
+        status = worker.status()
+        if status.state is not WorkerState.DEAD:
+            return status
+        now = self._clock()
+        recent = [t for t in self._restarted_at.get(worker.name, [])
+                  if now - t < self.restart_window_s]
+        if len(recent) >= self.max_restarts:
+            self._restarted_at[worker.name] = recent
+            return status  # out of budget: stays dead, /alive fails, the pod restarts
+        recent.append(now)
+        self._restarted_at[worker.name] = recent
+        worker.restarts += 1
+        log.error("worker %s died (%s); restarting it (%d in %.0f s)", worker.name,
+                  worker.last_error or "no error recorded", len(recent),
+                  self.restart_window_s)
+        worker.start()
+        return worker.status()
+
+    def _check_probe(self, probe: _Probe) -> WorkerStatus:
+        try:
+            ok = bool(probe.healthy())
+        except Exception as exc:
+            log.debug("probe %s raised: %s", probe.name, exc)
+            ok = False
+        return WorkerStatus(probe.name, WorkerState.OK if ok else WorkerState.DEAD, 0, 0, 0.0)
