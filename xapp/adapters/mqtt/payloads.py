@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import jsonschema_rs
 import numpy as np
 from jsonschema import Draft202012Validator
 
+from xapp.adapters.bounded_json import BoundedJsonError, JsonLimits, loads
 from xapp.core.ports import PublishResult, WeightBatch
 from xapp.core.weights import WeightDecision
 from xapp.schemas import schemas_dir
@@ -47,6 +49,27 @@ Kind = Literal["weights", "state", "telemetry"]
 KINDS: Final[tuple[Kind, ...]] = ("weights", "state", "telemetry")
 SCHEMA_IDS: Final[dict[Kind, str]] = {
     "weights": "mcw.weights.v1", "state": "mcw.state.v1", "telemetry": "mcw.telemetry.v1",
+}
+
+#: What a received document may hold before it is parsed (:mod:`xapp.adapters.bounded_json`).
+#: Sizes cover the largest valid message of each kind, with room to spare:
+#:
+#: * state: a ``last_error`` of 1024 characters, each escaped as a surrogate pair
+#:   (``\ud83d\ude00``, 12 bytes), plus every other field at its longest: about 12.8 KiB;
+#:   the limit is the broker's ``max_packet_size`` (16 KiB), so no valid state is refused
+#:   however it is escaped.
+#: * telemetry: four WATs of eight numeric fields: about 1.5 KiB (the Go agent's golden
+#:   sample is 0.6 KiB); 8 KiB leaves room for indentation. It is not larger than state:
+#:   the schema has no free text and no per-subflow list.
+#: * weights: a ``reason`` of 256 characters escaped as above: about 3.4 KiB.
+#:
+#: Depth: the schemas nest three levels (telemetry -> wats -> wat); 8 leaves room for a
+#: schema that grows a level without letting a nesting attack near the parser or validator.
+#: Integers: ``bytes_acked`` is a uint64 on the agent, 20 digits at most.
+RECEIVE_LIMITS: Final[dict[Kind, JsonLimits]] = {
+    "state": JsonLimits(max_bytes=16 * 1024, max_depth=8, max_int_digits=20),
+    "telemetry": JsonLimits(max_bytes=8 * 1024, max_depth=8, max_int_digits=20),
+    "weights": JsonLimits(max_bytes=8 * 1024, max_depth=8, max_int_digits=20),
 }
 
 
@@ -248,15 +271,37 @@ def encode(doc: Mapping[str, Any]) -> bytes:
 
 @dataclass
 class DropCounter:
-    """Counts (and logs) payloads dropped per (kind, reason); safe for concurrent use."""
+    """Counts (and logs) payloads dropped per (kind, reason); safe for concurrent use.
+
+    Every drop is counted; the log is rate-limited per (kind, reason): the first drop at once,
+    then at most one line per ``log_interval_s`` saying how many were not logged in between,
+    so a CPE flooding garbage costs a line every few seconds, not one per message.
+    """
 
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    log_interval_s: float = 10.0
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _logged_at: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
+    _unlogged: Counter[tuple[str, str]] = field(default_factory=Counter, repr=False)
 
-    def drop(self, kind: str, reason: str, detail: str, topic_name: str = "") -> None:
+    def drop(self, kind: str, reason: str, detail: str, topic_name: str = "", *,
+             exc_info: BaseException | None = None) -> None:
+        key = (kind, reason)
+        now = self.clock()
         with self._lock:
-            self.counts[(kind, reason)] += 1
-        log.warning("dropped %s payload on %r: %s: %s", kind, topic_name, reason, detail)
+            self.counts[key] += 1
+            last = self._logged_at.get(key)
+            if last is not None and now - last < self.log_interval_s:
+                self._unlogged[key] += 1
+                return
+            self._logged_at[key] = now
+            skipped = self._unlogged.pop(key, 0)
+        # Outside bytes end up in the detail (a schema message quotes the value): bounded.
+        log.warning("dropped %s payload on %r: %s: %s%s", kind, topic_name[:_LOG_CHARS], reason,
+                    detail[:_LOG_CHARS],
+                    f" (and {skipped} more since the last report)" if skipped else "",
+                    exc_info=exc_info)
 
     def total(self, kind: str | None = None) -> int:
         with self._lock:
@@ -268,21 +313,48 @@ class DropCounter:
             return {f"{k}/{r}": n for (k, r), n in sorted(self.counts.items())}
 
 
+_LOG_CHARS: Final = 300
+
+
 def decode(topic_name: str, payload: bytes, drops: DropCounter
            ) -> tuple[Kind, dict[str, Any]] | None:
     """Parse and validate a received message; None (counted, logged) when it must be dropped.
 
-    Reasons: ``bad-topic``, ``bad-json``, ``schema``, ``cpe-id-mismatch`` (the topic's
-    cpe_id differs from the payload's: a CPE may only speak for itself).
+    Never raises: any CPE can publish any bytes on its own topics with its own certificate,
+    and this runs on the thread that receives every CPE's messages.
+
+    Reasons: ``bad-topic``, ``too-large`` (over :data:`RECEIVE_LIMITS`), ``bad-json`` (not
+    UTF-8, not JSON, nested too deep, a number out of range, ``NaN``/``Infinity``, a lone
+    surrogate escape), ``schema``, ``cpe-id-mismatch`` (the topic's cpe_id differs from the
+    payload's: a CPE may only speak for itself), ``internal`` (a bug here: counted, not raised).
     """
-    parsed = parse_topic(topic_name)
-    if parsed is None:
-        drops.drop("unknown", "bad-topic", "not a channel topic", topic_name)
-        return None
-    cpe_id, kind = parsed
+    kind: str = "unknown"
     try:
-        doc = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        parsed = parse_topic(topic_name)
+        if parsed is None:
+            drops.drop(kind, "bad-topic", "not a channel topic", topic_name)
+            return None
+        cpe_id, kind = parsed
+        return _decode(kind, cpe_id, topic_name, payload, drops)
+    except Exception as exc:
+        drops.drop(kind, "internal", f"{type(exc).__name__}: {exc}", topic_name, exc_info=exc)
+        return None
+
+
+def _decode(kind: Kind, cpe_id: str, topic_name: str, payload: bytes, drops: DropCounter
+            ) -> tuple[Kind, dict[str, Any]] | None:
+    limits = RECEIVE_LIMITS[kind]
+    if len(payload) > limits.max_bytes:
+        drops.drop(kind, "too-large", f"{len(payload)} bytes, at most {limits.max_bytes}",
+                   topic_name)
+        return None
+    try:
+        doc = loads(payload, limits)
+        # "\ud800" is valid JSON but no Unicode string: it would fail later, when a string of
+        # the document is encoded for Redis or InfluxDB, far from here. Only escapes make one.
+        if b"\\u" in payload:
+            json.dumps(doc, ensure_ascii=False).encode()
+    except (BoundedJsonError, UnicodeEncodeError) as exc:
         drops.drop(kind, "bad-json", str(exc), topic_name)
         return None
     problem = _first_error(kind, doc)

@@ -7,12 +7,16 @@ xApp passes a callback, or drains a batch per tick with :meth:`ChannelSubscriber
 and hands it to its ``TelemetrySink``.
 
 Callbacks run on paho's network thread; keep them short (append to a queue) or use the drain.
-An exception in a callback is logged and counted, never kills the network thread.
+Nothing raised while handling a message (a hostile payload, a bug, an exception in a callback)
+reaches paho: it is counted as a drop and logged, because an exception out of ``on_message``
+ends paho's network thread and, with it, every CPE's state and telemetry. Should the thread end
+anyway, :meth:`ChannelSubscriber.healthy` (the supervisor's probe) starts a new one.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -65,11 +69,13 @@ class CpeState:
         """Build from a validated document; a last will (online false only) keeps what was known."""
         caps = doc.get("capabilities", {})
         base = previous if previous is not None else cls(cpe_id=doc["cpe_id"], online=False)
+        # JSON Schema's "integer" admits 5.0: int() keeps the fields what their types say.
+        time_ms = doc.get("time_ms")
         return cls(
             cpe_id=doc["cpe_id"],
             online=bool(doc["online"]),
-            time_ms=doc.get("time_ms", base.time_ms),
-            applied_version=doc.get("applied_version", base.applied_version),
+            time_ms=base.time_ms if time_ms is None else int(time_ms),
+            applied_version=int(doc.get("applied_version", base.applied_version)),
             applied_weights=dict(doc.get("applied_weights", base.applied_weights)),
             backend=doc.get("backend", base.backend),
             max_weight=caps.get("max_weight", base.max_weight),
@@ -97,14 +103,29 @@ def telemetry_frame(docs: Sequence[Mapping[str, Any]]) -> KpiFrame:
             cpes.append(doc["cpe_id"])
             wats.append(wat)
             for f in TELEMETRY_FIELDS:
-                v = stats.get(f)
-                cols[f].append(float("nan") if v is None else float(v))
+                cols[f].append(_measurement(stats.get(f)))
     return KpiFrame(
         time_s=newest / 1000.0,
         cpe=np.asarray(cpes, dtype=np.str_),
         wat=np.asarray(wats, dtype=np.str_),
         values={f: np.asarray(v, dtype=np.float64) for f, v in cols.items()},
     )
+
+
+def _measurement(v: object) -> float:
+    """A KPI as a float; NaN (unknown) for what is not a finite number.
+
+    The schemas bound no magnitudes and :func:`~xapp.adapters.mqtt.payloads.decode` bounds
+    them (integers of 20 digits, floats below 1e100), but this is public: an integer beyond
+    float range or ``inf`` from elsewhere must not raise or reach the model as a measurement.
+    """
+    if not isinstance(v, int | float):  # bool is an int: "up" becomes 1.0 / 0.0
+        return math.nan
+    try:
+        f = float(v)
+    except OverflowError:
+        return math.nan
+    return f if math.isfinite(f) else math.nan
 
 
 class ChannelSubscriber:
@@ -138,8 +159,13 @@ class ChannelSubscriber:
         self.on_state = on_state
         self.share_group = share_group
         self.buffer_limit = buffer_limit
+        #: Exceptions raised by ``on_telemetry`` / ``on_state`` (also counted as ``internal``).
         self.callback_errors = 0
+        #: Messages handled (dropped ones included), counted once handling has finished.
         self.received = 0
+        #: Network threads started again after the previous one died.
+        self.restarts = 0
+        self._restarted_at: list[float] = []
         # Re-entrant: wait_for() predicates call state()/online() under the same lock.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -175,6 +201,56 @@ class ChannelSubscriber:
             self._client.loop_stop()
             self._started = False
 
+    # --- supervision -----------------------------------------------------------------------
+
+    #: Restarts :meth:`healthy` makes within :attr:`RESTART_WINDOW_S` before it reports the
+    #: subscriber dead (a thread that dies again at once would otherwise restart forever).
+    MAX_RESTARTS: Final = 5
+    RESTART_WINDOW_S: Final = 300.0
+
+    @property
+    def thread_alive(self) -> bool:
+        """True while paho's network thread runs (connected, or reconnecting with backoff)."""
+        # paho keeps the thread private and sets it to None when it ends (its _thread_main).
+        thread = self._client._thread
+        return thread is not None and thread.is_alive()
+
+    def healthy(self) -> bool:
+        """Probe for ``Supervisor.watch``: False only when the network thread is dead for good.
+
+        True when not started or stopped (nothing should run) and while the thread runs. A
+        thread found dead is started again at once (:meth:`restart`) and the answer is True;
+        after :attr:`MAX_RESTARTS` restarts within :attr:`RESTART_WINDOW_S` it is False, so
+        the pod restarts. Cheap: one attribute read while all is well.
+        """
+        if not self._started or self.thread_alive:
+            return True
+        now = time.monotonic()
+        recent = [t for t in self._restarted_at if now - t < self.RESTART_WINDOW_S]
+        if len(recent) >= self.MAX_RESTARTS:
+            self._restarted_at = recent
+            return False
+        self._restarted_at = [*recent, now]
+        self.restart()
+        return self.thread_alive
+
+    def restart(self) -> bool:
+        """Start a new network thread if the running one died; True if one was started.
+
+        The new thread reconnects first: whatever the old one left half-read on the socket is
+        discarded with it, and the broker sends again the QoS 1 messages not acknowledged.
+        """
+        if not self._started or self.thread_alive:
+            return False
+        log.error("the subscriber's network thread died; starting a new one")
+        with self._lock:
+            self._connected = self._subscribed = False
+        self.restarts += 1
+        self._client.connect_async(self.settings.host, self.settings.port,
+                                   keepalive=self.settings.keepalive_s)
+        self._client.loop_start()
+        return True
+
     def wait_subscribed(self, timeout_s: float) -> bool:
         """True once connected and the broker acknowledged the subscriptions."""
         with self._cond:
@@ -208,66 +284,96 @@ class ChannelSubscriber:
 
     # --- paho callbacks --------------------------------------------------------------------------
 
+    # Every callback catches everything: what escapes a paho callback ends the network thread.
+
     def _on_connect(self, client: mqtt.Client, _userdata: object, _flags: object,
                     reason: ReasonCode, _props: Properties | None) -> None:
-        if reason.is_failure:
-            log.warning("broker refused the subscriber: %s", reason)
-            return
-        with self._lock:
-            self._connected = True
-        # Re-subscribe on every connect: the session does not outlive the connection.
-        client.subscribe([(t, 1) for t in self.topics])
+        try:
+            if reason.is_failure:
+                log.warning("broker refused the subscriber: %s", reason)
+                return
+            with self._lock:
+                self._connected = True
+            # Re-subscribe on every connect: the session does not outlive the connection.
+            client.subscribe([(t, 1) for t in self.topics])
+        except Exception:
+            log.exception("subscriber: on_connect failed")
 
     def _on_disconnect(self, _client: mqtt.Client, _userdata: object, _flags: object,
                        reason: ReasonCode, _props: Properties | None) -> None:
-        with self._lock:
-            self._connected = self._subscribed = False
-        if reason.value == 0:
-            log.info("subscriber disconnected")
-        else:
-            log.warning("subscriber lost the broker (%s); reconnecting with backoff", reason)
+        try:
+            with self._lock:
+                self._connected = self._subscribed = False
+            if reason.value == 0:
+                log.info("subscriber disconnected")
+            else:
+                log.warning("subscriber lost the broker (%s); reconnecting with backoff", reason)
+        except Exception:
+            log.exception("subscriber: on_disconnect failed")
 
     def _on_subscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
                       reasons: list[ReasonCode], _props: Properties | None) -> None:
-        failed = [str(r) for r in reasons if r.is_failure]
-        if failed:
-            log.error("broker refused subscriptions %s: %s", self.topics, failed)
-        with self._cond:
-            self._subscribed = not failed
-            self._cond.notify_all()
+        try:
+            failed = [str(r) for r in reasons if r.is_failure]
+            if failed:
+                log.error("broker refused subscriptions %s: %s", self.topics, failed)
+            with self._cond:
+                self._subscribed = not failed
+                self._cond.notify_all()
+        except Exception:
+            log.exception("subscriber: on_subscribe failed")
 
     def _on_message(self, _client: mqtt.Client, _userdata: object,
                     msg: mqtt.MQTTMessage) -> None:
-        decoded = decode(msg.topic, bytes(msg.payload), self.drops)
-        with self._cond:
-            self.received += 1
-            if decoded is None:
+        name = ""
+        try:
+            # paho decodes the topic on access; the broker checks it is UTF-8, but a raise
+            # here would still end the thread.
+            name = msg.topic
+            self._handle(name, bytes(msg.payload))
+        except Exception as exc:
+            self.drops.drop("unknown", "internal", f"{type(exc).__name__}: {exc}", name,
+                            exc_info=exc)
+        finally:
+            with self._cond:
+                self.received += 1
                 self._cond.notify_all()
-                return
-            kind, doc = decoded
-            state: CpeState | None = None
-            if kind == "state":
+
+    def _handle(self, name: str, payload: bytes) -> None:
+        decoded = decode(name, payload, self.drops)
+        if decoded is None:
+            return
+        kind, doc = decoded
+        state: CpeState | None = None
+        frame: KpiFrame | None = None
+        if kind == "state":
+            with self._cond:
                 state = CpeState.from_doc(doc, self._states.get(doc["cpe_id"]),
                                           time.monotonic())
                 self._states[state.cpe_id] = state
-            elif kind == "telemetry":
+                self._cond.notify_all()
+        elif kind == "telemetry":
+            if self.on_telemetry is not None:
+                # Before buffering: a document the frame cannot be made of is not kept for
+                # the drain either (it would fail there, in the xApp's loop).
+                frame = telemetry_frame([doc])
+            with self._cond:
                 if len(self._buffer) >= self.buffer_limit:
                     self._buffer.popleft()
-                    self.drops.drop("telemetry", "buffer-full", "nobody drains telemetry",
-                                    msg.topic)
+                    self.drops.drop("telemetry", "buffer-full", "nobody drains telemetry", name)
                 self._buffer.append(doc)
-            else:
-                # The ACL never lets weights reach us; if it does, the broker is misconfigured.
-                self.drops.drop(kind, "unexpected-kind", "the xApp does not consume weights",
-                                msg.topic)
                 self._cond.notify_all()
-                return
-            self._cond.notify_all()
+        else:
+            # The ACL never lets weights reach us; if it does, the broker is misconfigured.
+            self.drops.drop(kind, "unexpected-kind", "the xApp does not consume weights", name)
+            return
         try:
             if state is not None and self.on_state is not None:
                 self.on_state(state)
-            elif kind == "telemetry" and self.on_telemetry is not None:
-                self.on_telemetry(telemetry_frame([doc]))
-        except Exception:
-            self.callback_errors += 1
-            log.exception("channel subscriber callback failed on %s", msg.topic)
+            elif frame is not None and self.on_telemetry is not None:
+                self.on_telemetry(frame)
+        except Exception as exc:
+            with self._lock:
+                self.callback_errors += 1
+            self.drops.drop(kind, "internal", f"callback failed: {type(exc).__name__}: {exc}",
+                            name, exc_info=exc)
