@@ -2,17 +2,20 @@
 #
 # Image of the mcw-xapp (multi-connectivity weights xApp) for the O-RAN SC near-RT RIC.
 #
-#   docker build -t registry.example.com/mcw/mcw-xapp:0.1.0 .            # runtime image
+#   docker build -t registry.example.com/mcw/mcw-xapp:0.1.0 .            # runtime image (default)
 #   docker build --target test .                                         # runs the test suite
 #
 # Stages: rmr (RMR's runtime library, as O-RAN SC xApps install it: the .deb from the O-RAN SC
-# packagecloud repository, amd64 only), build (the Python package in a virtualenv), runtime (the
-# image the chart runs: non-root 10001:10001, nothing written outside /tmp, so it runs with a
-# read-only root file system), tools and test (the test suite, with RMR present, so the RMR
-# round-trip tests run instead of skipping).
+# packagecloud repository, amd64 only, checked against its published sha256), build (the Python
+# package in a virtualenv), xapp (the image's content: non-root 10001:10001, nothing written
+# outside /tmp, so it runs with a read-only root file system), tools and test (the test suite on
+# top of xapp, with RMR present, so the RMR round-trip tests run instead of skipping), and
+# runtime, last so that a plain `docker build .` builds it: the image the chart runs. The test
+# stage (servers, dev dependencies, the source tree) is only built when asked for by name.
 #
 # Paths are the contract with config-file.json and charts/mcw-xapp: the chart mounts its
-# ConfigMaps over /opt/ric/config and its Secrets at /opt/ric/tls and /opt/ric/secret/influxdb.
+# ConfigMaps over /opt/ric/config and its Secrets at /opt/ric/tls, /opt/ric/secret/influxdb and,
+# when given, the model-signing public key's directory /opt/mcw/keys.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG GO_IMAGE=golang:1.26-bookworm
@@ -21,20 +24,25 @@ ARG GO_IMAGE=golang:1.26-bookworm
 FROM ${PYTHON_IMAGE} AS rmr
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG RMR_VERSION=4.9.4
-# Optional: the .deb's sha256, checked when given (pin it in CI).
-ARG RMR_DEB_SHA256=""
+# Required: the sha256 of rmr_${RMR_VERSION}_amd64.deb as packagecloud publishes it on the
+# package's page (https://packagecloud.io/o-ran-sc/release/packages/debian/stretch/
+# rmr_4.9.4_amd64.deb, "Checksums"). A new RMR_VERSION needs its own RMR_DEB_SHA256.
+ARG RMR_DEB_SHA256=76b48a28fc7b3fe38b1f3784e2ef958bd85265613b4793f8ec2c6b09bd10f84a
 ARG RMR_DEB_URL=https://packagecloud.io/o-ran-sc/release/packages/debian/stretch/rmr_${RMR_VERSION}_amd64.deb/download.deb
 # Download tools of a throw-away stage: the base image pins the Debian release, not each package.
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates wget \
  && rm -rf /var/lib/apt/lists/*
-RUN wget -nv -O /tmp/rmr.deb "${RMR_DEB_URL}" \
- && if [ -n "${RMR_DEB_SHA256}" ]; then echo "${RMR_DEB_SHA256}  /tmp/rmr.deb" | sha256sum -c -; fi \
+RUN { printf '%s\n' "${RMR_DEB_SHA256}" | grep -Eqx '[0-9a-f]{64}' \
+      || { echo "RMR_DEB_SHA256 must be the sha256 of rmr_${RMR_VERSION}_amd64.deb (64 hex digits)" >&2; exit 1; }; } \
+ && wget -nv -O /tmp/rmr.deb "${RMR_DEB_URL}" \
+ && echo "${RMR_DEB_SHA256}  /tmp/rmr.deb" | sha256sum -c - \
  && dpkg -i /tmp/rmr.deb \
  && rm -f /tmp/rmr.deb \
  && mkdir -p /out/lib \
  && cp -a /usr/local/lib*/librmr_si.so* /out/lib/ \
+ && test -e "/out/lib/librmr_si.so.${RMR_VERSION}" \
  && test -e /out/lib/librmr_si.so
 
 # --- build -----------------------------------------------------------------------------------
@@ -49,8 +57,8 @@ COPY xapp/ xapp/
 # pip compiles the bytecode here, so the read-only runtime never needs to write it.
 RUN pip install --no-cache-dir .
 
-# --- runtime ---------------------------------------------------------------------------------
-FROM ${PYTHON_IMAGE} AS runtime
+# --- xapp: the runtime image's content (the test stage builds on it) --------------------------
+FROM ${PYTHON_IMAGE} AS xapp
 RUN groupadd --system --gid 10001 mcw \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin mcw
@@ -62,6 +70,9 @@ COPY config-file.json /opt/ric/config/config-file.json
 COPY charts/mcw-xapp/files/router.txt /opt/ric/config/router.txt
 COPY schemas/ /opt/mcw/schemas/
 COPY models/ /opt/mcw/models/
+# The project's release key, which the shipped artifacts are signed with (controls.model.
+# public_key_file); the chart mounts an operator's key over /opt/mcw/keys when given one.
+COPY keys/model-signing.pub /opt/mcw/keys/model-signing.pub
 ENV PATH=/opt/venv/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -89,8 +100,8 @@ ARG HELM_LDFLAGS="-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} -X
 RUN GOBIN=/out go install github.com/influxdata/influxdb/cmd/influxd@${INFLUXD_VERSION} \
  && GOBIN=/out go install -ldflags="${HELM_LDFLAGS}" helm.sh/helm/v3/cmd/helm@${HELM_VERSION}
 
-# --- test ------------------------------------------------------------------------------------
-FROM runtime AS test
+# --- test (only with --target test) -----------------------------------------------------------
+FROM xapp AS test
 USER 0:0
 # Test servers only, never in the runtime image; the base image pins the Debian release.
 # hadolint ignore=DL3008
@@ -107,3 +118,9 @@ USER 10001:10001
 # The RMR tests must run here, not skip: fail early if the library cannot be loaded.
 RUN python -c "import ctypes; ctypes.CDLL('librmr_si.so')" \
  && pytest -q -p no:cacheprovider
+
+# --- runtime (the default target: the last stage) --------------------------------------------
+# The xapp stage as it is (its user restated, so the default target is non-root by itself),
+# kept last so that `docker build .` never builds the test image.
+FROM xapp AS runtime
+USER 10001:10001

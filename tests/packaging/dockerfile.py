@@ -86,6 +86,18 @@ class Dockerfile:
             chain.append(self.stage(chain[-1].base))
         return chain
 
+    @property
+    def default_target(self) -> Stage:
+        """The stage `docker build` builds without --target: the last one."""
+        return self.stages[-1]
+
+    def image(self, name: str) -> Stage:
+        """The stage with the instructions of the stages it is built FROM before its own: what
+        the image of that target is made of (its base is the root image)."""
+        chain = self.lineage(name)
+        instructions = [i for stage in reversed(chain) for i in stage.instructions]
+        return Stage(name, chain[-1].base, instructions)
+
     def effective_env(self, name: str) -> dict[str, str]:
         env: dict[str, str] = {}
         for stage in reversed(self.lineage(name)):

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import logging
+import posixpath
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,12 @@ from tests.packaging.paths import (
 )
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+#: An Ed25519 public key (PEM), the form `mcw model keygen` writes.
+PUBLIC_KEY_PEM = ("-----BEGIN PUBLIC KEY-----\n"
+                  "MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n"
+                  "-----END PUBLIC KEY-----\n")
+#: Where the xApp reads the model-signing public key unless controls.model says otherwise.
+DEFAULT_MODEL_KEY_FILE = "/opt/mcw/keys/model-signing.pub"
 
 #: name -> (values, namespace passed to helm)
 VARIANTS: dict[str, tuple[dict[str, Any], str | None]] = {
@@ -44,14 +53,26 @@ VARIANTS: dict[str, tuple[dict[str, Any], str | None]] = {
         "allowFrom": [{"ipBlock": {"cidr": "10.20.0.0/16"}}],
         "persistence": {"existingClaim": "mosquitto-data"}}}}, "ricxapp"),
     "existing-secrets": ({
-        "broker": {"clientTls": {"existingSecret": "fleet-mqtt-client"}},
-        "influxdb": {"auth": {"existingSecret": "influx-ro", "existingSecretKey": "api-token"},
-                     "networkPolicy": {"to": [{"namespaceSelector": {"matchLabels": {
-                         "kubernetes.io/metadata.name": "tsdb"}}}]}},
-        "dbaas": {"configMapName": "", "host": "redis.ricplt", "port": 6380}}, "ricxapp"),
+        "broker": {"clientTls": {"existingSecret": "fleet-mqtt-client"},
+                   "host": "mqtt.example.net"},
+        "influxdb": {"url": "http://influxdb.tsdb:8086",
+                     "auth": {"existingSecret": "influx-ro", "existingSecretKey": "api-token"}},
+        "dbaas": {"configMapName": "", "host": "redis.ricplt", "port": 6380},
+        "model": {"signingPublicKey": {"existingSecret": "mcw-release-key",
+                                       "existingSecretKey": "ed25519.pub"}},
+        "networkPolicy": {"egress": {
+            "influxdb": {"to": [{"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": "tsdb"}}}], "ports": [8086]},
+            "sdl": {"to": [{"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": "ricplt"}},
+                "podSelector": {"matchLabels": {"app": "redis"}}}], "ports": [6380, 26379]},
+            "broker": {"to": [{"ipBlock": {"cidr": "192.0.2.10/32"}}], "ports": [8884]}},
+            "extraEgress": [{"to": [{"ipBlock": {"cidr": "198.51.100.0/24"}}],
+                             "ports": [{"port": 443, "protocol": "TCP"}]}]}}, "ricxapp"),
     "inline-secrets": ({
         "broker": {"clientTls": {"existingSecret": "", "ca": PEM, "cert": PEM, "key": PEM}},
-        "influxdb": {"auth": {"existingSecret": "", "token": "s3cr3t"}}}, "ricxapp"),
+        "influxdb": {"auth": {"existingSecret": "", "token": "s3cr3t"}},
+        "model": {"signingPublicKey": {"pem": PUBLIC_KEY_PEM}}}, "ricxapp"),
     "minimal-other-namespace": ({
         "namespace": "", "clusterDomain": "cluster.local",
         "networkPolicy": {"enabled": False}, "pdb": {"create": False},
@@ -113,6 +134,24 @@ def test_validation_catches_a_broken_manifest(rendered: dict[str, cr.Rendered]) 
     ({"influxdb": {"auth": {"existingSecret": ""}}}, "influxdb.auth.token is required"),
     ({"pdb": {"minAvailable": 1}}, "either pdb.minAvailable or pdb.maxUnavailable"),
     ({"rmr": {"routeTable": "rte|1|x:1"}}, "routeTable"),
+    # Egress: no rule without destinations or ports, peers as Kubernetes defines them.
+    ({"networkPolicy": {"egress": {"influxdb": {"to": []}}}},
+     "networkPolicy.egress.influxdb.to"),
+    ({"networkPolicy": {"egress": {"rmr": {"ports": []}}}}, "networkPolicy.egress.rmr.ports"),
+    ({"networkPolicy": {"egress": {"broker": {"to": [{}]}}}}, "networkPolicy.egress.broker.to.0"),
+    ({"networkPolicy": {"egress": {"broker": {"to": [{"ipBlock": {"cidr": "10.0.0.0/8"},
+                                                      "podSelector": {}}]}}}},
+     "networkPolicy.egress.broker.to.0"),
+    ({"networkPolicy": {"egress": {"dns": {"to": [{"podSelector": {"matchExpressions": [
+        {"key": "k8s-app", "operator": "Is"}]}}]}}}}, "operator"),
+    ({"networkPolicy": {"extraEgress": [{"ports": [{"port": 443}]}]}},
+     "networkPolicy.extraEgress.0"),
+    ({"networkPolicy": {"platformEgressPorts": [8080]}}, "platformEgressPorts"),
+    ({"influxdb": {"networkPolicy": {"to": []}}}, "networkPolicy"),
+    # The model-signing key: one source, and a PEM public key.
+    ({"model": {"signingPublicKey": {"existingSecret": "k", "pem": PUBLIC_KEY_PEM}}},
+     "set existingSecret or pem, not both"),
+    ({"model": {"signingPublicKey": {"pem": PEM}}}, "model.signingPublicKey.pem"),
 ])
 def test_bad_values_are_refused(helm: str, tmp_path: Path, values: dict[str, Any],
                                 message: str) -> None:
@@ -288,6 +327,58 @@ def test_inline_secrets_are_created(rendered: dict[str, cr.Rendered]) -> None:
     assert base64.b64decode(influx["data"]["token"]).decode() == "s3cr3t"
 
 
+def _model_key_file() -> str:
+    """controls.model.public_key_file of the descriptor, or the xApp's default."""
+    model = load_json(DESCRIPTOR)["controls"].get("model", {})
+    path: str = model.get("public_key_file") or DEFAULT_MODEL_KEY_FILE
+    return path
+
+
+def test_model_signing_key_is_mounted_only_when_given(rendered: dict[str, cr.Rendered]) -> None:
+    path = _model_key_file()
+    key_dir = posixpath.dirname(path)
+    # Unset: nothing mounted, the image's bundled key stays visible.
+    for name in ("default", "broker-deploy", "minimal-other-namespace"):
+        r = rendered[name]
+        assert path not in _mounted_files(r), name
+        assert all(m["mountPath"] != key_dir for m in _container(r)["volumeMounts"]), name
+        assert all("model" not in s["metadata"]["name"] for s in r.of_kind("Secret")), name
+    # An existing Secret, under its own key, read-only at the path the xApp reads.
+    r = rendered["existing-secrets"]
+    assert _mounted_files(r)[path] == ("Secret", "mcw-release-key", "ed25519.pub")
+    [mount] = [m for m in _container(r)["volumeMounts"] if m["mountPath"] == key_dir]
+    assert mount["readOnly"] is True and "subPath" not in mount
+    volume = next(v for v in _pod(r)["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["defaultMode"] == 0o440
+    # Inline PEM: the chart's Secret holds exactly the key.
+    r = rendered["inline-secrets"]
+    kind, name, key = _mounted_files(r)[path]
+    assert kind == "Secret"
+    assert base64.b64decode(r.get("Secret", name)["data"][key]).decode() == PUBLIC_KEY_PEM
+    # The xApp reads the key once at start: a new inline key rolls the pod.
+    def annotations(r: cr.Rendered) -> dict[str, str]:
+        meta: dict[str, Any] = r.get("Deployment", XAPP_NAME)["spec"]["template"]["metadata"]
+        found: dict[str, str] = meta.get("annotations", {})
+        return found
+    assert annotations(r)["checksum/model-signing-key"] == hashlib.sha256(
+        PUBLIC_KEY_PEM.encode()).hexdigest()
+    assert "checksum/model-signing-key" not in annotations(rendered["default"])
+
+
+def test_model_signing_key_follows_controls(helm: str, tmp_path: Path) -> None:
+    model = load_json(CONTROLS_SCHEMA)["properties"]["model"]["properties"]
+    if "public_key_file" not in model:
+        pytest.skip("controls.model.public_key_file is not in schemas/controls.schema.json yet")
+    key = {"signingPublicKey": {"pem": PUBLIC_KEY_PEM}}
+    r = cr.template(helm, tmp_path, {"model": key, "controls": {"model": {
+        "public_key_file": "/opt/mcw/trust/release.pub"}}}, namespace="ricxapp")
+    assert _mounted_files(r)["/opt/mcw/trust/release.pub"][0] == "Secret"
+    # A directory the image or another mount uses would be hidden by the key's mount.
+    with pytest.raises(cr.HelmError, match="would be hidden"):
+        cr.template(helm, tmp_path, {"model": key, "controls": {"model": {
+            "public_key_file": "/opt/mcw/models/release.pub"}}}, namespace="ricxapp")
+
+
 def test_config_file_is_the_descriptor_with_controls_overrides(
         rendered: dict[str, cr.Rendered]) -> None:
     descriptor = load_json(DESCRIPTOR)
@@ -327,7 +418,7 @@ def test_environment_overrides_are_ones_the_runtime_knows(
         controls = config.apply_env_overrides(load_json(DESCRIPTOR)["controls"], mcw)
     assert not [r for r in caplog.records if "matches no controls key" in r.getMessage()]
     assert controls["mqtt"]["port"] == 8883
-    assert controls["influxdb"]["url"] == "http://influxdb:8086"
+    assert controls["influxdb"]["url"] == "http://influxdb.tsdb:8086"
     config.parse_controls(controls, ROOT / "schemas")
     assert env["DBAAS_SERVICE_HOST"] == "redis.ricplt" and env["DBAAS_SERVICE_PORT"] == "6380"
     assert "dbaas-appconfig" not in json.dumps(_container(rendered["existing-secrets"]))
@@ -337,7 +428,18 @@ def _egress_ports(policy: dict[str, Any]) -> set[int]:
     return {p["port"] for rule in policy["spec"]["egress"] for p in rule.get("ports", [])}
 
 
-def test_network_policy(rendered: dict[str, cr.Rendered]) -> None:
+def _egress_rule(policy: dict[str, Any], port: int) -> dict[str, Any]:
+    rules = [r for r in policy["spec"]["egress"] if port in {p["port"] for p in r["ports"]}]
+    assert len(rules) == 1, (port, rules)
+    return rules[0]
+
+
+def _ns(peer: dict[str, Any]) -> str:
+    name: str = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+    return name
+
+
+def test_network_policy_ingress(rendered: dict[str, cr.Rendered]) -> None:
     policy = rendered["default"].get("NetworkPolicy", XAPP_NAME)
     ingress = policy["spec"]["ingress"]
     rmr_rule = next(r for r in ingress if {p["port"] for p in r["ports"]} == {"rmrdata",
@@ -347,14 +449,82 @@ def test_network_policy(rendered: dict[str, cr.Rendered]) -> None:
     http_rule = next(r for r in ingress if [p["port"] for p in r["ports"]] == ["http"])
     assert http_rule["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == [
         "monitoring"]
-    assert {53, 6379, 8086, 8883, 4562} <= _egress_ports(policy)
-    # Custom InfluxDB peers and dbaas port.
-    policy = rendered["existing-secrets"].get("NetworkPolicy", XAPP_NAME)
-    assert 6380 in _egress_ports(policy)
-    influx = next(r for r in policy["spec"]["egress"] if r["ports"][0]["port"] == 8086)
-    assert influx["to"][0]["namespaceSelector"]["matchLabels"] == {
-        "kubernetes.io/metadata.name": "tsdb"}
     assert rendered["minimal-other-namespace"].of_kind("NetworkPolicy") == []
+
+
+def test_every_egress_rule_names_its_destinations(rendered: dict[str, cr.Rendered]) -> None:
+    """No egress rule of any variant opens a port to anywhere: each has peers, and each peer
+    selects something narrower than "every pod of every namespace" or is an explicit ipBlock."""
+    for name, r in rendered.items():
+        for policy in r.of_kind("NetworkPolicy"):
+            assert "Egress" in policy["spec"]["policyTypes"]
+            for rule in policy["spec"].get("egress", []):
+                assert rule.get("to"), (name, policy["metadata"]["name"], rule)
+                assert rule.get("ports"), (name, rule)
+                for peer in rule["to"]:
+                    assert peer, (name, rule)
+                    if "ipBlock" not in peer:
+                        selectors = [peer.get("namespaceSelector"), peer.get("podSelector")]
+                        assert any(selectors), (name, peer)
+
+
+def test_default_egress_fits_an_oran_sc_ric(rendered: dict[str, cr.Rendered]) -> None:
+    """The defaults name the platform pods of a ric-dep install (ricplt, app=ricplt-<name>),
+    the cluster DNS in kube-system and the broker beside the xApp."""
+    policy = rendered["default"].get("NetworkPolicy", XAPP_NAME)
+    dns = _egress_rule(policy, 53)
+    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+    assert [(_ns(p), p["podSelector"]["matchLabels"]) for p in dns["to"]] == [
+        ("kube-system", {"k8s-app": "kube-dns"})]
+    sdl = _egress_rule(policy, 6379)
+    assert [(_ns(p), p["podSelector"]["matchLabels"]) for p in sdl["to"]] == [
+        ("ricplt", {"app": "ricplt-dbaas"})]
+    rmr = _egress_rule(policy, 4562)
+    assert {p["port"] for p in rmr["ports"]} == {4560, 4561, 4562, 38000}
+    [peer] = rmr["to"]
+    assert _ns(peer) == "ricplt"
+    [expr] = peer["podSelector"]["matchExpressions"]
+    assert (expr["key"], expr["operator"]) == ("app", "In")
+    assert set(expr["values"]) == {"ricplt-a1mediator", "ricplt-rtmgr", "ricplt-e2term-alpha",
+                                   "ricplt-submgr"}
+    appmgr = _egress_rule(policy, 8080)
+    assert [(_ns(p), p["podSelector"]["matchLabels"]) for p in appmgr["to"]] == [
+        ("ricplt", {"app": "ricplt-appmgr"})]
+    influx = _egress_rule(policy, 8086)
+    assert [(_ns(p), p["podSelector"]["matchLabels"]) for p in influx["to"]] == [
+        ("ricplt", {"app.kubernetes.io/name": "influxdb2"})]
+    broker = _egress_rule(policy, 8883)
+    assert broker["to"] == [{"podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "mosquitto"}}}]
+    assert len(policy["spec"]["egress"]) == 6
+    # The default URLs point where the default policy lets the xApp go.
+    env = _appenv(rendered["default"])
+    influx_host = urllib.parse.urlsplit(env["MCW_INFLUXDB_URL"]).hostname or ""
+    assert influx_host.split(".")[1] == "ricplt"
+    assert env["MCW_MQTT_HOST"] == "mosquitto"  # a Service in the xApp's own namespace
+    # The route table's peers are among the RMR destinations.
+    table = rendered["default"].get("ConfigMap", "configmap-ricxapp-mcw-xapp-routes")
+    for line in table["data"]["router.txt"].splitlines():
+        if line.startswith("rte|"):
+            host, _, port = line.split("|")[2].rpartition(":")
+            assert host.startswith("service-ricplt-") and host.endswith(".ricplt"), host
+            assert f"ricplt-{host.split('-')[2]}" in expr["values"]
+            assert int(port) in {p["port"] for p in rmr["ports"]}
+
+
+def test_egress_destinations_come_from_values(rendered: dict[str, cr.Rendered]) -> None:
+    policy = rendered["existing-secrets"].get("NetworkPolicy", XAPP_NAME)
+    influx = _egress_rule(policy, 8086)
+    assert influx["to"] == [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "tsdb"}}}]
+    sdl = _egress_rule(policy, 6380)
+    assert {p["port"] for p in sdl["ports"]} == {6380, 26379}
+    assert sdl["to"][0]["podSelector"] == {"matchLabels": {"app": "redis"}}
+    broker = _egress_rule(policy, 8884)
+    assert broker["to"] == [{"ipBlock": {"cidr": "192.0.2.10/32"}}]
+    extra = _egress_rule(policy, 443)
+    assert extra["to"] == [{"ipBlock": {"cidr": "198.51.100.0/24"}}]
+    assert 6379 not in _egress_ports(policy) and 8883 not in _egress_ports(policy)
 
 
 def test_pdb(rendered: dict[str, cr.Rendered]) -> None:

@@ -200,24 +200,47 @@ this file to find its SERVICE_<NS>_<NAME>_*_PORT variables (it assumes ricxapp w
 {{- end }}
 
 {{/*
-The port of influxdb.url (80 for http, 443 for https when the URL names none).
-*/}}
-{{- define "mcw-xapp.influxdbPort" -}}
-{{- $u := urlParse .Values.influxdb.url }}
-{{- $parts := splitList ":" $u.host }}
-{{- if gt (len $parts) 1 }}
-{{- last $parts }}
-{{- else if eq $u.scheme "https" }}
-{{- 443 }}
-{{- else }}
-{{- 80 }}
-{{- end }}
-{{- end }}
-
-{{/*
 The port the deployed broker listens on: the first `listener` line of broker/mosquitto.conf.
 */}}
 {{- define "mcw-xapp.brokerListenerPort" -}}
 {{- $line := regexFind "(?m)^listener\\s+[0-9]+" (.Files.Get "files/mosquitto.conf") }}
 {{- required "files/mosquitto.conf has no listener line" (regexFind "[0-9]+$" $line) }}
+{{- end }}
+
+{{/*
+The model-signing public key (model.signingPublicKey): the Secret holding it, empty when none is
+given (the xApp then uses the key bundled in the image).
+*/}}
+{{- define "mcw-xapp.modelKeySecret" -}}
+{{- $k := .Values.model.signingPublicKey }}
+{{- if and $k.existingSecret $k.pem }}
+{{- fail "model.signingPublicKey: set existingSecret or pem, not both" }}
+{{- end }}
+{{- if $k.existingSecret }}
+{{- $k.existingSecret }}
+{{- else if $k.pem }}
+{{- printf "%s-model-signing" (include "mcw-xapp.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where the xApp reads the model-signing public key: controls.model.public_key_file of the
+descriptor with .Values.controls merged over it, /opt/mcw/keys/model-signing.pub when unset.
+Its directory is mounted whole (over the image's bundled key; no subPath, which would not follow
+a changed Secret): it must be one of its own, not a directory the image or other mounts use.
+*/}}
+{{- define "mcw-xapp.modelKeyFile" -}}
+{{- $desc := .Files.Get "files/config-file.json" | fromJson }}
+{{- $model := deepCopy (get (get $desc "controls") "model" | default dict) }}
+{{- $model = mergeOverwrite $model (deepCopy (.Values.controls.model | default dict)) }}
+{{- $path := get $model "public_key_file" | default "/opt/mcw/keys/model-signing.pub" }}
+{{- $dir := dir $path }}
+{{- if not (isAbs $path) }}
+{{- fail (printf "controls.model.public_key_file must be an absolute path, not %q" $path) }}
+{{- end }}
+{{- $taken := list "/" "/tmp" "/opt" "/opt/ric" "/opt/ric/config" "/opt/ric/tls" "/opt/ric/secret" "/opt/ric/secret/influxdb" "/opt/mcw" "/opt/mcw/models" "/opt/mcw/schemas" "/opt/venv" }}
+{{- if or (has $dir $taken) (hasPrefix "/usr" $dir) (hasPrefix "/etc" $dir) (hasPrefix "/opt/venv/" $dir) }}
+{{- fail (printf "controls.model.public_key_file: its directory %s would be hidden by the key's mount; put the key in a directory of its own (default /opt/mcw/keys)" $dir) }}
+{{- end }}
+{{- $path }}
 {{- end }}
