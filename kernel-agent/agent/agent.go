@@ -4,8 +4,11 @@
 // the state topic; it falls back to safe weights when a lease runs out and
 // streams per-WAT subflow telemetry.
 //
-// All decisions happen on one goroutine (Run's loop), so the agent's state
-// needs no locks; the MQTT client hands payloads in through HandleWeights.
+// All decisions happen on one goroutine (the "loop" worker), so the agent's
+// state needs no locks; the MQTT client hands payloads in through
+// HandleWeights. The loop, the link watcher, the persister, the publisher
+// and the telemetry sampler are workers of a supervisor (Workers), which
+// notices when one dies or stalls.
 package agent
 
 import (
@@ -23,6 +26,7 @@ import (
 	"github.com/mcw-xapp/kernel-agent/metrics"
 	"github.com/mcw-xapp/kernel-agent/payload"
 	"github.com/mcw-xapp/kernel-agent/state"
+	"github.com/mcw-xapp/kernel-agent/supervisor"
 	"github.com/mcw-xapp/kernel-agent/telemetry"
 )
 
@@ -35,7 +39,13 @@ type Publisher interface {
 // LinkSource reports the WAT interfaces' status; linkwatch.Watcher
 // implements it.
 type LinkSource interface {
-	Start(ctx context.Context) (map[string]linkwatch.Status, <-chan linkwatch.Status, <-chan error, error)
+	// Start subscribes to changes and returns the current status by
+	// interface name.
+	Start(ctx context.Context) (map[string]linkwatch.Status, error)
+	// Run sends every change after Start on out until ctx ends (then it
+	// returns nil) or the subscription fails; it calls beat at least once a
+	// second while healthy.
+	Run(ctx context.Context, out chan<- linkwatch.Status, beat func()) error
 }
 
 // SubflowSource dumps the kernel's TCP subflows; telemetry.Conn implements it.
@@ -53,7 +63,24 @@ type Config struct {
 	TelemetryInterval time.Duration
 	// MPTCPOnly restricts telemetry to MPTCP subflows.
 	MPTCPOnly bool
+	// MaxClockSkew is how far a weights update's issue time may lie ahead
+	// of this CPE's clock (see lease.Config); zero allows none.
+	MaxClockSkew time.Duration
 }
+
+// How often the workers prove their progress, and how long each may go
+// without doing so before the supervisor counts it as dead. The limits sit
+// well above the slowest legitimate step: a backend apply takes
+// milliseconds, a publish is bounded by its 10 s timeout, an fsync on slow
+// flash by a few seconds.
+const (
+	beatEvery      = time.Second
+	loopStall      = 10 * time.Second
+	linksStall     = 10 * time.Second
+	persisterStall = 30 * time.Second
+	publisherStall = 30 * time.Second
+	telemetryStall = 10 * time.Second // plus the interval
+)
 
 // Deps are the agent's collaborators. Backend, Store, Links, Metrics and
 // Log are required; Subflows may be nil (no telemetry); Now defaults to
@@ -79,26 +106,31 @@ type Agent struct {
 	republish chan struct{}
 	states    chan []byte
 	telem     chan []byte
+	linkCh    chan linkwatch.Status
+	started   chan struct{} // closed when Start has read the links
 
 	// Owned by the loop goroutine (or by the caller of Start and
 	// ProcessWeights when there is no loop).
-	tracker   lease.Tracker
+	tracker   *lease.Tracker
 	requested payload.Weights // xApp's (or safe) weights before link masking
 	safe      bool            // requested are the safe weights
 	mode      string
 	links     map[string]linkwatch.Status
 	applied   []backend.Path
-	linkCh    <-chan linkwatch.Status
-	linkErr   <-chan error
 	timer     *time.Timer
-	agg       telemetry.Aggregator
 	lastError string
 
 	mu        sync.Mutex
-	lastState []byte // latest state payload, republished on reconnect
+	lastState []byte                       // latest state payload, republished on reconnect
+	linkInfo  map[string]telemetry.WATInfo // the links as the telemetry sampler needs them
 
 	persistCh chan state.Record // latest-wins queue to the persister
-	persistWG sync.WaitGroup
+	stall     stalls
+}
+
+// stalls are the workers' stall limits (constants, shortened by tests).
+type stalls struct {
+	loop, links, persister, publisher, telemetry time.Duration
 }
 
 type received struct {
@@ -136,9 +168,13 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		republish: make(chan struct{}, 1),
 		states:    make(chan []byte, 64),
 		telem:     make(chan []byte, 1),
+		linkCh:    make(chan linkwatch.Status, 16),
+		started:   make(chan struct{}),
 		persistCh: make(chan state.Record, 1),
+		tracker:   lease.New(lease.Config{MaxClockSkew: cfg.MaxClockSkew}),
 		timer:     t,
-		agg:       telemetry.Aggregator{MPTCPOnly: cfg.MPTCPOnly},
+		stall: stalls{loop: loopStall, links: linksStall, persister: persisterStall,
+			publisher: publisherStall, telemetry: cfg.TelemetryInterval + telemetryStall},
 	}, nil
 }
 
@@ -165,19 +201,19 @@ func (a *Agent) Republish() {
 
 // Start restores the persisted state, reads the WATs' links and applies
 // the starting weights (restored ones while their lease runs, safe ones
-// otherwise). Run calls it; benchmarks call it alone.
+// otherwise). The loop worker calls it first; benchmarks call it alone. It
+// must be called once.
 func (a *Agent) Start(ctx context.Context) error {
-	initial, ch, errc, err := a.deps.Links.Start(ctx)
+	initial, err := a.deps.Links.Start(ctx)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	a.persistWG.Add(1)
-	go func() { defer a.persistWG.Done(); a.persistLoop(ctx) }()
-	a.linkCh, a.linkErr = ch, errc
 	a.links = map[string]linkwatch.Status{}
 	for _, w := range a.wats {
 		a.links[w] = initial[a.cfg.WATs[w]]
 	}
+	a.publishLinks()
+	close(a.started)
 
 	now := a.deps.Now()
 	rec, ok, err := a.deps.Store.Load()
@@ -186,6 +222,12 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	event := payload.EventStarted
 	a.useSafe()
+	if ok && rec.Version > lease.MaxVersion {
+		// Written by an agent without the version bound: keeping it would
+		// lock the CPE out of every later update, so forget it.
+		a.deps.Log.Warn("persisted version above the bound, discarded", "version", rec.Version, "max", int64(lease.MaxVersion))
+		ok = false
+	}
 	if ok {
 		until := time.UnixMilli(rec.LeaseUntilMs)
 		if rec.Weights != nil && rec.LeaseUntilMs > 0 && until.After(now) {
@@ -207,48 +249,56 @@ func (a *Agent) Start(ctx context.Context) error {
 	return nil
 }
 
-// Wait returns when the background work Start began (the persister) has
-// finished, which happens after Start's ctx ends; the last queued record is
-// written first.
-func (a *Agent) Wait() { a.persistWG.Wait() }
+// Workers returns the agent's long-lived goroutines for a supervisor:
+// "loop" (Start, then every decision), "links" (the link watcher),
+// "persister", "publisher" (when pub is not nil) and "telemetry" (when
+// telemetry is configured). Each must run exactly once.
+func (a *Agent) Workers(pub Publisher) []supervisor.Worker {
+	ws := []supervisor.Worker{
+		{Name: "loop", Run: a.runLoop, Stall: a.stall.loop},
+		{Name: "links", Run: a.runLinks, Stall: a.stall.links},
+		{Name: "persister", Run: a.RunPersister, Stall: a.stall.persister},
+	}
+	if pub != nil {
+		ws = append(ws, supervisor.Worker{Name: "publisher", Stall: a.stall.publisher,
+			Run: func(ctx context.Context, beat func()) error { return a.runPublisher(ctx, pub, beat) }})
+	}
+	if a.cfg.TelemetryInterval > 0 && a.deps.Subflows != nil {
+		ws = append(ws, supervisor.Worker{Name: "telemetry", Run: a.runTelemetry, Stall: a.stall.telemetry})
+	}
+	return ws
+}
 
-// Run starts the agent and processes updates, link changes, lease expiry
-// and telemetry until ctx ends; it returns nil on cancellation. pub may
-// be nil (no channel, e.g. in tests of the core).
+// Run runs the agent's workers under a supervisor of its own until ctx
+// ends (it returns nil) or a worker dies or stalls (it returns the
+// supervisor's error). pub may be nil (no channel, e.g. in tests of the
+// core). The agent binary puts the workers under its own supervisor
+// instead, beside the MQTT and HTTP workers.
 func (a *Agent) Run(ctx context.Context, pub Publisher) error {
+	sup := supervisor.New(supervisor.Config{Log: a.deps.Log, OnChange: a.deps.Metrics.SetWorkerUp})
+	for _, w := range a.Workers(pub) {
+		sup.Add(w)
+	}
+	return sup.Run(ctx)
+}
+
+// runLoop is the decision loop: updates, link changes, lease expiry and
+// republish requests meet here, one at a time.
+func (a *Agent) runLoop(ctx context.Context, beat func()) error {
 	if err := a.Start(ctx); err != nil {
 		return err
 	}
-	defer a.persistWG.Wait()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	if pub != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); a.publishLoop(ctx, pub) }()
-	}
-	var tick <-chan time.Time
-	if a.cfg.TelemetryInterval > 0 && a.deps.Subflows != nil {
-		t := time.NewTicker(a.cfg.TelemetryInterval)
-		defer t.Stop()
-		tick = t.C
-	}
+	tick := time.NewTicker(beatEvery)
+	defer tick.Stop()
 	for {
+		beat()
 		select {
 		case <-ctx.Done():
 			return nil
 		case u := <-a.updates:
 			a.ProcessWeights(ctx, u.data, u.at)
-		case s, ok := <-a.linkCh:
-			if !ok {
-				a.linkCh = nil
-				continue
-			}
+		case s := <-a.linkCh:
 			a.handleLink(ctx, s)
-		case err := <-a.linkErr:
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("agent: %w", err)
 		case <-a.timer.C:
 			a.expireLease(ctx)
 		case <-a.republish:
@@ -258,8 +308,41 @@ func (a *Agent) Run(ctx context.Context, pub Publisher) error {
 			if b != nil {
 				a.enqueueState(b)
 			}
-		case <-tick:
-			a.sampleTelemetry()
+		case <-tick.C:
+			// The timer runs on the monotonic clock, which stands still
+			// while the CPE is suspended; the lease ends by the wall
+			// clock, so check it here as well.
+			if a.tracker.Active() && !a.deps.Now().Before(a.tracker.Until()) {
+				a.expireLease(ctx)
+			}
+		}
+	}
+}
+
+// runLinks runs the link watcher once Start has subscribed it.
+func (a *Agent) runLinks(ctx context.Context, beat func()) error {
+	if err := a.waitStarted(ctx, beat); err != nil {
+		return nil
+	}
+	if err := a.deps.Links.Run(ctx, a.linkCh, beat); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	return nil
+}
+
+// waitStarted waits for Start, beating meanwhile (a slow Start is the
+// loop's stall, not this worker's); it fails when ctx ends first.
+func (a *Agent) waitStarted(ctx context.Context, beat func()) error {
+	t := time.NewTicker(beatEvery)
+	defer t.Stop()
+	for {
+		beat()
+		select {
+		case <-a.started:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
 		}
 	}
 }
@@ -276,14 +359,43 @@ func (a *Agent) ProcessWeights(ctx context.Context, data []byte, at time.Time) s
 		a.report(payload.EventRejected, err)
 		return payload.EventRejected
 	}
-	if err := a.tracker.Check(u.Version); err != nil {
-		if errors.Is(err, lease.ErrReplay) {
-			// A retained message delivered again on reconnect: not news.
-			m.Updates.WithLabelValues("replay").Inc()
-			a.deps.Log.Debug("weights ignored", "reason", err.Error())
-			return ""
+	now := a.deps.Now()
+	until, err := a.tracker.Check(lease.Update{
+		Version:  u.Version,
+		IssuedAt: time.UnixMilli(u.IssuedAtMs),
+		Lease:    time.Duration(u.LeaseS * float64(time.Second)),
+	}, now)
+	switch {
+	case errors.Is(err, lease.ErrReplay):
+		// A retained message delivered again on reconnect: not news.
+		m.Updates.WithLabelValues("replay").Inc()
+		a.deps.Log.Debug("weights ignored", "reason", err.Error())
+		return ""
+	case errors.Is(err, lease.ErrExpired):
+		// The newest word of the xApp has lapsed (an old retained message,
+		// or one delayed in the broker): it ends any older lease, and the
+		// safe weights stand until a fresh update.
+		m.Updates.WithLabelValues("expired").Inc()
+		a.deps.Log.Warn("weights rejected", "reason", err.Error())
+		a.tracker.Supersede(u.Version)
+		a.timer.Stop()
+		var aerr error
+		if !a.safe {
+			a.useSafe()
+			aerr = a.applyRequested(ctx, "safe", true)
 		}
-		m.Updates.WithLabelValues("stale").Inc()
+		a.persist(now)
+		a.report(payload.EventRejected, errors.Join(err, aerr))
+		return payload.EventRejected
+	case err != nil:
+		result := "stale"
+		switch {
+		case errors.Is(err, lease.ErrVersionBound):
+			result = "version_bound"
+		case errors.Is(err, lease.ErrFuture):
+			result = "future"
+		}
+		m.Updates.WithLabelValues(result).Inc()
 		a.deps.Log.Warn("weights rejected", "reason", err.Error())
 		a.report(payload.EventRejected, err)
 		return payload.EventRejected
@@ -307,8 +419,7 @@ func (a *Agent) ProcessWeights(ctx context.Context, data []byte, at time.Time) s
 		return payload.EventRejected
 	}
 	m.UpdateSeconds.Observe(time.Since(at).Seconds())
-	now := a.deps.Now()
-	a.tracker.Grant(u.Version, u.LeaseS, now)
+	a.tracker.Grant(u.Version, until)
 	a.timer.Stop()
 	a.timer.Reset(a.tracker.Remaining(now))
 	m.Updates.WithLabelValues("applied").Inc()
@@ -317,7 +428,7 @@ func (a *Agent) ProcessWeights(ctx context.Context, data []byte, at time.Time) s
 	// applied once more after restart.
 	a.persist(now)
 	a.deps.Log.Info("weights applied", "version", u.Version, "weights", req.String(), "mode", u.Mode,
-		"lease_s", u.LeaseS, "reason", u.Reason)
+		"lease_s", u.LeaseS, "lease_until_ms", until.UnixMilli(), "reason", u.Reason)
 	a.report(payload.EventApplied, nil)
 	return payload.EventApplied
 }
@@ -330,6 +441,7 @@ func (a *Agent) handleLink(ctx context.Context, s linkwatch.Status) {
 		}
 		was := a.links[w].Usable()
 		a.links[w] = s
+		a.publishLinks()
 		event := payload.EventLinkUp
 		if !s.Usable() {
 			event = payload.EventLinkDown
@@ -344,6 +456,17 @@ func (a *Agent) handleLink(ctx context.Context, s linkwatch.Status) {
 			a.report(event, err)
 		}
 	}
+}
+
+// publishLinks hands the links to the telemetry sampler.
+func (a *Agent) publishLinks() {
+	info := make(map[string]telemetry.WATInfo, len(a.wats))
+	for _, w := range a.wats {
+		info[w] = telemetry.WATInfo{Addr: a.links[w].Addr, Up: a.links[w].Usable()}
+	}
+	a.mu.Lock()
+	a.linkInfo = info
+	a.mu.Unlock()
 }
 
 // expireLease falls back to the safe weights.
@@ -448,15 +571,21 @@ func (a *Agent) persist(now time.Time) {
 	a.persistCh <- rec
 }
 
-// persistLoop writes queued records; on shutdown it writes the last one.
-func (a *Agent) persistLoop(ctx context.Context) {
+// RunPersister writes the records the loop queues until ctx ends, then
+// the last one still queued; it is the "persister" worker (benchmarks that
+// call Start and ProcessWeights alone run it themselves).
+func (a *Agent) RunPersister(ctx context.Context, beat func()) error {
 	save := func(rec state.Record) {
 		if err := a.deps.Store.Save(rec); err != nil {
 			a.deps.Log.Error("persist failed", "err", err)
 		}
 	}
+	t := time.NewTicker(beatEvery)
+	defer t.Stop()
 	for {
+		beat()
 		select {
+		case <-t.C:
 		case rec := <-a.persistCh:
 			save(rec)
 		case <-ctx.Done():
@@ -465,7 +594,7 @@ func (a *Agent) persistLoop(ctx context.Context) {
 				save(rec)
 			default:
 			}
-			return
+			return nil
 		}
 	}
 }
@@ -526,22 +655,41 @@ func (a *Agent) LastState() []byte {
 	return a.lastState
 }
 
-func (a *Agent) sampleTelemetry() {
+// runTelemetry samples the subflows every interval, off the loop: a slow
+// sock_diag dump never delays a kernel write.
+func (a *Agent) runTelemetry(ctx context.Context, beat func()) error {
+	if err := a.waitStarted(ctx, beat); err != nil {
+		return nil
+	}
+	agg := telemetry.Aggregator{MPTCPOnly: a.cfg.MPTCPOnly}
+	t := time.NewTicker(a.cfg.TelemetryInterval)
+	defer t.Stop()
+	for {
+		beat()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			a.sampleTelemetry(&agg)
+		}
+	}
+}
+
+func (a *Agent) sampleTelemetry(agg *telemetry.Aggregator) {
 	subs, err := a.deps.Subflows.Subflows()
 	if err != nil {
 		a.deps.Log.Warn("telemetry sample failed", "err", err)
 		return
 	}
 	now := a.deps.Now()
-	info := make(map[string]telemetry.WATInfo, len(a.wats))
-	for _, w := range a.wats {
-		info[w] = telemetry.WATInfo{Addr: a.links[w].Addr, Up: a.links[w].Usable()}
-	}
+	a.mu.Lock()
+	info := a.linkInfo
+	a.mu.Unlock()
 	t := payload.Telemetry{
 		CPEID:      a.cfg.CPEID,
 		TimeMs:     now.UnixMilli(),
 		IntervalMs: a.cfg.TelemetryInterval.Milliseconds(),
-		WATs:       a.agg.Sample(now, subs, info),
+		WATs:       agg.Sample(now, subs, info),
 	}
 	b, err := t.Marshal()
 	if err != nil {
@@ -555,13 +703,17 @@ func (a *Agent) sampleTelemetry() {
 	}
 }
 
-// publishLoop sends queued reports so that a slow broker never delays the
-// kernel path.
-func (a *Agent) publishLoop(ctx context.Context, pub Publisher) {
+// runPublisher sends queued reports so that a slow broker never delays
+// the kernel path; each publish is bounded by a timeout.
+func (a *Agent) runPublisher(ctx context.Context, pub Publisher, beat func()) error {
+	t := time.NewTicker(beatEvery)
+	defer t.Stop()
 	for {
+		beat()
 		select {
+		case <-t.C:
 		case <-ctx.Done():
-			return
+			return nil
 		case b := <-a.states:
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if err := pub.PublishState(pctx, b); err != nil && ctx.Err() == nil {

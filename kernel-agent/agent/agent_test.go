@@ -36,8 +36,21 @@ func newFakeLinks() *fakeLinks {
 	}
 }
 
-func (f *fakeLinks) Start(context.Context) (map[string]linkwatch.Status, <-chan linkwatch.Status, <-chan error, error) {
-	return f.initial, f.ch, make(chan error), nil
+func (f *fakeLinks) Start(context.Context) (map[string]linkwatch.Status, error) {
+	return f.initial, nil
+}
+
+func (f *fakeLinks) Run(ctx context.Context, out chan<- linkwatch.Status, beat func()) error {
+	for {
+		beat()
+		select {
+		case <-ctx.Done():
+			return nil
+		case s := <-f.ch:
+			out <- s
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // recorder is a Publisher that keeps every state payload.
@@ -85,9 +98,14 @@ func (r *recorder) waitEvent(t *testing.T, ev string, from int) (payload.State, 
 	return payload.State{}, 0
 }
 
+// weightsMsg is an update issued now.
 func weightsMsg(version int64, lease float64, w string) []byte {
-	return []byte(fmt.Sprintf(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":%d,"issued_at_ms":1,`+
-		`"lease_s":%g,"mode":"load_balancing","reason":"test","weights":%s}`, version, lease, w))
+	return weightsMsgAt(version, time.Now(), lease, w)
+}
+
+func weightsMsgAt(version int64, issued time.Time, lease float64, w string) []byte {
+	return []byte(fmt.Sprintf(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":%d,"issued_at_ms":%d,`+
+		`"lease_s":%g,"mode":"load_balancing","reason":"test","weights":%s}`, version, issued.UnixMilli(), lease, w))
 }
 
 type harness struct {
@@ -107,9 +125,10 @@ func start(t *testing.T, dir string) *harness {
 	}
 	h := &harness{be: dryrun.New(), links: newFakeLinks(), pub: &recorder{}, store: store}
 	a, err := New(Config{
-		CPEID:       "cpe-0001",
-		WATs:        map[string]string{"nr": "nr0", "wifi": "wlan0"},
-		SafeWeights: payload.Weights{"nr": 1, "wifi": 1},
+		CPEID:        "cpe-0001",
+		WATs:         map[string]string{"nr": "nr0", "wifi": "wlan0"},
+		SafeWeights:  payload.Weights{"nr": 1, "wifi": 1},
+		MaxClockSkew: 2 * time.Second,
 	}, Deps{Backend: h.be, Store: store, Links: h.links, Metrics: metrics.New(),
 		Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	if err != nil {
@@ -153,7 +172,7 @@ func TestAgentLifecycle(t *testing.T) {
 		{"all zero", weightsMsg(6, 60, `{"nr":0,"wifi":0}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
 		{"out of range", weightsMsg(6, 60, `{"nr":256}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
 		{"only an unconfigured WAT", weightsMsg(6, 60, `{"lifi":9}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
-		{"other CPE", []byte(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0002","version":9,"issued_at_ms":1,"lease_s":5,"mode":"fixed_split","weights":{"nr":1}}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
+		{"other CPE", []byte(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0002","version":9,"issued_at_ms":1763800000000,"lease_s":5,"mode":"fixed_split","weights":{"nr":1}}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
 		{"newer version", weightsMsg(7, 60, `{"nr":0,"wifi":3}`), payload.EventApplied, 7, payload.Weights{"nr": 0, "wifi": 3}},
 	}
 	for _, st := range steps {

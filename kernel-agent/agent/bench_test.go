@@ -28,7 +28,9 @@ func BenchmarkProcessWeightsWRR(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(func() { cancel(); a.Wait() })
+	persisted := make(chan error, 1)
+	go func() { persisted <- a.RunPersister(ctx, func() {}) }()
+	b.Cleanup(func() { cancel(); <-persisted })
 	if err := a.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -45,8 +47,8 @@ func BenchmarkProcessWeightsWRR(b *testing.B) {
 }
 
 func benchPayload(version int64, i int) []byte {
-	return []byte(fmt.Sprintf(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":%d,"issued_at_ms":1763800000123,`+
-		`"lease_s":30,"mode":"load_balancing","reason":"bench","weights":{"nr":%d,"wifi":100,"lifi":1}}`, version, 1+i%255))
+	return []byte(fmt.Sprintf(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":%d,"issued_at_ms":%d,`+
+		`"lease_s":30,"mode":"load_balancing","reason":"bench","weights":{"nr":%d,"wifi":100,"lifi":1}}`, version, time.Now().UnixMilli(), 1+i%255))
 }
 
 // memDir returns a directory on tmpfs when the machine has /dev/shm, like

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"net/url"
@@ -35,6 +36,7 @@ type Config struct {
 	// "" disables it.
 	MetricsListen string    `yaml:"metrics_listen"`
 	Telemetry     Telemetry `yaml:"telemetry"`
+	Lease         Lease     `yaml:"lease"`
 	// LogLevel: debug, info, warn, error.
 	LogLevel string `yaml:"log_level"`
 }
@@ -69,15 +71,48 @@ type Telemetry struct {
 	MPTCPOnly *bool `yaml:"mptcp_only"`
 }
 
+// Lease configures how the agent checks a weights update's issue time.
+type Lease struct {
+	// MaxClockSkewMs is how far (milliseconds) an update's issued_at_ms may
+	// lie ahead of this CPE's clock before the update is refused; default
+	// 5000, at most MaxClockSkewMs.
+	MaxClockSkewMs *int `yaml:"max_clock_skew_ms"`
+}
+
+// MaxClockSkew returns the skew allowance with its default.
+func (l Lease) MaxClockSkew() time.Duration {
+	if l.MaxClockSkewMs == nil {
+		return DefaultMaxClockSkew
+	}
+	return time.Duration(*l.MaxClockSkewMs) * time.Millisecond
+}
+
+// Clock-skew allowance: the default covers CPEs whose clock is synchronised
+// loosely (SNTP every few minutes); the bound keeps a misconfigured value
+// from re-opening the hole the issue-time lease closes.
+const (
+	DefaultMaxClockSkew = 5 * time.Second
+	MaxClockSkewMs      = 60_000
+)
+
 // Interval returns the telemetry interval.
 func (t Telemetry) Interval() time.Duration { return time.Duration(t.IntervalMs) * time.Millisecond }
 
 // OnlyMPTCP returns MPTCPOnly with its default.
 func (t Telemetry) OnlyMPTCP() bool { return t.MPTCPOnly == nil || *t.MPTCPOnly }
 
+// MaxFileBytes bounds the configuration file (the example with every key
+// and its comments is under 4 KB).
+const MaxFileBytes = 64 << 10
+
 // Load reads and validates the file at path.
 func Load(path string) (Config, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
@@ -88,8 +123,13 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-// Parse decodes YAML (unknown keys are errors), fills defaults and validates.
+// Parse decodes YAML (unknown keys are errors), fills defaults and
+// validates. Input above MaxFileBytes is refused before parsing; the YAML
+// decoder bounds nesting depth and alias expansion itself.
 func Parse(b []byte) (Config, error) {
+	if len(b) > MaxFileBytes {
+		return Config{}, fmt.Errorf("%d bytes, at most %d", len(b), MaxFileBytes)
+	}
 	c := Config{
 		Backend:       payload.BackendMPTCPUpstream,
 		StateDir:      "/var/lib/mcw-agent",
@@ -166,6 +206,9 @@ func (c Config) Validate() error {
 	}
 	if c.Telemetry.IntervalMs != 0 && (c.Telemetry.IntervalMs < 100 || c.Telemetry.IntervalMs > 3_600_000) {
 		add("telemetry.interval_ms %d: want 0 (off) or 100..3600000", c.Telemetry.IntervalMs)
+	}
+	if ms := c.Lease.MaxClockSkewMs; ms != nil && (*ms < 0 || *ms > MaxClockSkewMs) {
+		add("lease.max_clock_skew_ms %d: want 0..%d", *ms, MaxClockSkewMs)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -66,3 +66,19 @@ func TestParseBad(t *testing.T) {
 		})
 	}
 }
+
+func TestLeaseSkew(t *testing.T) {
+	c, err := Parse([]byte(good))
+	if err != nil || c.Lease.MaxClockSkew() != DefaultMaxClockSkew {
+		t.Fatalf("default skew: %v %v", c.Lease.MaxClockSkew(), err)
+	}
+	c, err = Parse([]byte(good + "lease: {max_clock_skew_ms: 0}\n"))
+	if err != nil || c.Lease.MaxClockSkew() != 0 {
+		t.Fatalf("zero skew: %v %v", c.Lease.MaxClockSkew(), err)
+	}
+	for _, bad := range []string{"-1", "60001"} {
+		if _, err := Parse([]byte(good + "lease: {max_clock_skew_ms: " + bad + "}\n")); err == nil || !strings.Contains(err.Error(), "max_clock_skew_ms") {
+			t.Fatalf("skew %s: %v", bad, err)
+		}
+	}
+}

@@ -689,22 +689,30 @@ log_level: info
 		t.Fatalf("nr endpoint still backup after link up: %s", f)
 	}
 
-	// Prometheus metrics on the loopback of the CPE namespace.
-	var metricsText string
-	if err := nstest.In(tp.cpeNS, func() error {
-		c, err := net.Dial("tcp", "127.0.0.1:9472")
-		if err != nil {
+	// Prometheus metrics and the health endpoint on the loopback of the
+	// CPE namespace.
+	get := func(path string) string {
+		var text string
+		if err := nstest.In(tp.cpeNS, func() error {
+			c, err := net.Dial("tcp", "127.0.0.1:9472")
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path)
+			b, err := io.ReadAll(c)
+			text = string(b)
 			return err
+		}); err != nil {
+			t.Fatalf("GET %s: %v", path, err)
 		}
-		defer c.Close()
-		fmt.Fprint(c, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-		b, err := io.ReadAll(c)
-		metricsText = string(b)
-		return err
-	}); err != nil {
-		t.Fatalf("metrics: %v", err)
+		return text
 	}
-	for _, want := range []string{`mcw_agent_applies_total{cause="link"}`, `mcw_agent_lease_expiries_total 1`, `mcw_agent_link_events_total{state="down",wat="nr"} 1`, `mcw_agent_updates_total{result="applied"} 3`} {
+	if h := get("/healthz"); !strings.HasPrefix(h, "HTTP/1.0 200") || !strings.Contains(h, `"ok":true`) {
+		t.Errorf("healthz: %s", h)
+	}
+	metricsText := get("/metrics")
+	for _, want := range []string{`mcw_agent_applies_total{cause="link"}`, `mcw_agent_lease_expiries_total 1`, `mcw_agent_link_events_total{state="down",wat="nr"} 1`, `mcw_agent_updates_total{result="applied"} 3`, `mcw_agent_worker_up{worker="loop"} 1`, `mcw_agent_worker_up{worker="mqtt"} 1`} {
 		if !strings.Contains(metricsText, want) {
 			t.Errorf("metrics lack %q", want)
 		}

@@ -41,10 +41,20 @@ func TestWatcherInNetns(t *testing.T) {
 
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		initial, updates, _, err := New([]string{"wat0", "absent0"}).Start(ctx)
+		w := New([]string{"wat0", "absent0"})
+		initial, err := w.Start(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
+		updates := make(chan Status, 16)
+		runErr := make(chan error, 1)
+		go func() { runErr <- w.Run(ctx, updates, func() {}) }()
+		defer func() {
+			cancel()
+			if err := <-runErr; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}()
 		want := netip.MustParseAddr("10.44.0.1")
 		if s := initial["wat0"]; !s.Usable() || s.Addr != want {
 			t.Fatalf("initial wat0 = %+v", s)

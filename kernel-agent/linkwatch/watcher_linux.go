@@ -4,104 +4,125 @@ package linkwatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
 // Watcher follows a set of interfaces in the calling thread's network
-// namespace.
+// namespace. Call Start, then Run once.
 type Watcher struct {
 	ifaces []string
+
+	// Set by Start, used by Run.
+	table     *table
+	linkCh    chan netlink.LinkUpdate
+	addrCh    chan netlink.AddrUpdate
+	errs      chan error
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 // New returns a Watcher for the named interfaces.
 func New(ifaces []string) *Watcher { return &Watcher{ifaces: append([]string(nil), ifaces...)} }
 
 // Start subscribes to link and address notifications, then reads the
-// current state. It returns that initial state and a channel of status
-// changes (only changes), which is closed when ctx ends or the netlink
-// subscription fails (the error is sent on errc first).
-func (w *Watcher) Start(ctx context.Context) (initial map[string]Status, updates <-chan Status, errc <-chan error, err error) {
-	done := make(chan struct{})
-	linkCh := make(chan netlink.LinkUpdate, 64)
-	addrCh := make(chan netlink.AddrUpdate, 64)
-	errs := make(chan error, 2)
+// current state, which it returns. The subscription ends when ctx ends or
+// Run returns.
+func (w *Watcher) Start(ctx context.Context) (map[string]Status, error) {
+	if w.done != nil {
+		return nil, errors.New("linkwatch: Start called twice")
+	}
+	w.done = make(chan struct{})
+	context.AfterFunc(ctx, w.close)
+	w.linkCh = make(chan netlink.LinkUpdate, 64)
+	w.addrCh = make(chan netlink.AddrUpdate, 64)
+	w.errs = make(chan error, 2)
 	onErr := func(err error) {
 		select {
-		case errs <- err:
+		case w.errs <- err:
 		default:
 		}
 	}
 	// Subscribe before listing so that no change between the two is lost.
-	if err := netlink.LinkSubscribeWithOptions(linkCh, done, netlink.LinkSubscribeOptions{ErrorCallback: onErr}); err != nil {
-		close(done)
-		return nil, nil, nil, fmt.Errorf("linkwatch: subscribe links: %w", err)
+	if err := netlink.LinkSubscribeWithOptions(w.linkCh, w.done, netlink.LinkSubscribeOptions{ErrorCallback: onErr}); err != nil {
+		w.close()
+		return nil, fmt.Errorf("linkwatch: subscribe links: %w", err)
 	}
-	if err := netlink.AddrSubscribeWithOptions(addrCh, done, netlink.AddrSubscribeOptions{ErrorCallback: onErr}); err != nil {
-		close(done)
-		return nil, nil, nil, fmt.Errorf("linkwatch: subscribe addresses: %w", err)
+	if err := netlink.AddrSubscribeWithOptions(w.addrCh, w.done, netlink.AddrSubscribeOptions{ErrorCallback: onErr}); err != nil {
+		w.close()
+		return nil, fmt.Errorf("linkwatch: subscribe addresses: %w", err)
 	}
-	t := newTable(w.ifaces)
+	w.table = newTable(w.ifaces)
 	for _, name := range w.ifaces {
 		l, err := netlink.LinkByName(name)
 		if err != nil {
 			continue // absent for now; a later RTM_NEWLINK brings it
 		}
-		t.link(name, l.Attrs().Index, l.Attrs().RawFlags, false)
+		w.table.link(name, l.Attrs().Index, l.Attrs().RawFlags, false)
 		addrs, err := netlink.AddrList(l, unix.AF_INET)
 		if err != nil {
-			close(done)
-			return nil, nil, nil, fmt.Errorf("linkwatch: list addresses of %s: %w", name, err)
+			w.close()
+			return nil, fmt.Errorf("linkwatch: list addresses of %s: %w", name, err)
 		}
 		for _, a := range addrs {
 			if ip, ok := netip.AddrFromSlice(a.IP); ok {
-				t.addr(l.Attrs().Index, ip.Unmap(), true)
+				w.table.addr(l.Attrs().Index, ip.Unmap(), true)
 			}
 		}
 	}
-	initial = t.snapshot()
-	out := make(chan Status, 16)
-	outErr := make(chan error, 1)
-	last := t.snapshot()
-	go func() {
-		defer close(out)
-		defer close(done)
-		emit := func(s Status, ok bool) {
-			if !ok || last[s.Interface] == s {
-				return
+	return w.table.snapshot(), nil
+}
+
+func (w *Watcher) close() { w.closeOnce.Do(func() { close(w.done) }) }
+
+// Run sends every status change after Start on out (only changes) until
+// ctx ends, when it returns nil, or the netlink subscription fails or
+// closes, when it returns the error. It calls beat every second and after
+// each notification.
+func (w *Watcher) Run(ctx context.Context, out chan<- Status, beat func()) error {
+	if w.table == nil {
+		return errors.New("linkwatch: Run before Start")
+	}
+	defer w.close()
+	last := w.table.snapshot()
+	emit := func(s Status, ok bool) {
+		if !ok || last[s.Interface] == s {
+			return
+		}
+		last[s.Interface] = s
+		select {
+		case out <- s:
+		case <-ctx.Done():
+		}
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		beat()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case err := <-w.errs:
+			return fmt.Errorf("linkwatch: %w", err)
+		case u, ok := <-w.linkCh:
+			if !ok {
+				return errors.New("linkwatch: link subscription closed")
 			}
-			last[s.Interface] = s
-			select {
-			case out <- s:
-			case <-ctx.Done():
+			emit(w.table.link(u.Attrs().Name, int(u.Index), u.Flags, u.Header.Type == unix.RTM_DELLINK))
+		case u, ok := <-w.addrCh:
+			if !ok {
+				return errors.New("linkwatch: address subscription closed")
+			}
+			if ip, ok := netip.AddrFromSlice(u.LinkAddress.IP); ok {
+				emit(w.table.addr(u.LinkIndex, ip.Unmap(), u.NewAddr))
 			}
 		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case err := <-errs:
-				outErr <- fmt.Errorf("linkwatch: %w", err)
-				return
-			case u, ok := <-linkCh:
-				if !ok {
-					outErr <- fmt.Errorf("linkwatch: link subscription closed")
-					return
-				}
-				emit(t.link(u.Attrs().Name, int(u.Index), u.Flags, u.Header.Type == unix.RTM_DELLINK))
-			case u, ok := <-addrCh:
-				if !ok {
-					outErr <- fmt.Errorf("linkwatch: address subscription closed")
-					return
-				}
-				if ip, ok := netip.AddrFromSlice(u.LinkAddress.IP); ok {
-					emit(t.addr(u.LinkIndex, ip.Unmap(), u.NewAddr))
-				}
-			}
-		}
-	}()
-	return initial, out, outErr, nil
+	}
 }

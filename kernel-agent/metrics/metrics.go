@@ -13,7 +13,7 @@ import (
 
 // Metrics are the agent's collectors.
 type Metrics struct {
-	Updates        *prometheus.CounterVec // result: applied, invalid, stale, replay, apply_error
+	Updates        *prometheus.CounterVec // result: applied, invalid, stale, replay, version_bound, future, expired, apply_error, dropped
 	Applies        *prometheus.CounterVec // cause: update, safe, link, restore, start
 	ApplyErrors    prometheus.Counter     // failed backend applies
 	ApplySeconds   prometheus.Histogram   // backend apply + verify
@@ -24,6 +24,7 @@ type Metrics struct {
 	AppliedVersion prometheus.Gauge       // version in force (0: safe weights)
 	PublishErrors  *prometheus.CounterVec // topic kind
 	Connected      prometheus.Gauge       // MQTT connection up
+	WorkerUp       *prometheus.GaugeVec   // worker: 1 while running, 0 once dead, stalled or stopped
 	registry       *prometheus.Registry
 }
 
@@ -67,12 +68,24 @@ func New() *Metrics {
 		Connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mcw_agent_mqtt_connected", Help: "1 while the MQTT connection is up.",
 		}),
+		WorkerUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mcw_agent_worker_up", Help: "1 while the worker runs and beats; 0 once it died, stalled or stopped.",
+		}, []string{"worker"}),
 		registry: r,
 	}
 	r.MustRegister(m.Updates, m.Applies, m.ApplyErrors, m.ApplySeconds, m.UpdateSeconds,
-		m.LinkEvents, m.LeaseExpiries, m.Weight, m.AppliedVersion, m.PublishErrors, m.Connected,
+		m.LinkEvents, m.LeaseExpiries, m.Weight, m.AppliedVersion, m.PublishErrors, m.Connected, m.WorkerUp,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// SetWorkerUp sets WorkerUp of worker (a supervisor.Config.OnChange).
+func (m *Metrics) SetWorkerUp(worker string, up bool) {
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.WorkerUp.WithLabelValues(worker).Set(v)
 }
 
 // Handler serves the registry in the Prometheus exposition format.

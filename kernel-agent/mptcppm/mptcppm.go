@@ -127,8 +127,22 @@ func encodeEndpoint(ae *netlink.AttributeEncoder, e Endpoint, withFlags bool) {
 	})
 }
 
-// decodeEndpoints parses the attributes of one GET_ADDR reply.
+// Bounds of one path-manager reply: the kernel sends one endpoint of
+// about 60 bytes per GET_ADDR message and allows at most 255 endpoint IDs;
+// anything beyond is not a reply to the agent's request.
+const (
+	maxReplyBytes = 4096
+	maxEndpoints  = 256
+)
+
+var errReplyTooLarge = fmt.Errorf("reply larger than %d bytes", maxReplyBytes)
+
+// decodeEndpoints parses the attributes of one GET_ADDR reply. Malformed
+// attributes (wrong lengths, truncated nesting) are errors.
 func decodeEndpoints(b []byte) ([]Endpoint, error) {
+	if len(b) > maxReplyBytes {
+		return nil, errReplyTooLarge
+	}
 	ad, err := netlink.NewAttributeDecoder(b)
 	if err != nil {
 		return nil, err
@@ -138,6 +152,9 @@ func decodeEndpoints(b []byte) ([]Endpoint, error) {
 		if ad.Type() != attrAddr {
 			continue
 		}
+		if len(out) == maxEndpoints {
+			return nil, fmt.Errorf("more than %d endpoints", maxEndpoints)
+		}
 		var e Endpoint
 		ad.Nested(func(nad *netlink.AttributeDecoder) error {
 			for nad.Next() {
@@ -145,13 +162,17 @@ func decodeEndpoints(b []byte) ([]Endpoint, error) {
 				case addrAttrID:
 					e.ID = nad.Uint8()
 				case addrAttrAddr4:
-					if b := nad.Bytes(); len(b) == 4 {
-						e.Addr = netip.AddrFrom4([4]byte(b))
+					b := nad.Bytes()
+					if len(b) != 4 {
+						return fmt.Errorf("IPv4 address of %d bytes", len(b))
 					}
+					e.Addr = netip.AddrFrom4([4]byte(b))
 				case addrAttrAddr6:
-					if b := nad.Bytes(); len(b) == 16 {
-						e.Addr = netip.AddrFrom16([16]byte(b))
+					b := nad.Bytes()
+					if len(b) != 16 {
+						return fmt.Errorf("IPv6 address of %d bytes", len(b))
 					}
+					e.Addr = netip.AddrFrom16([16]byte(b))
 				case addrAttrPort:
 					e.Port = nad.Uint16()
 				case addrAttrFlags:
@@ -172,6 +193,9 @@ func decodeEndpoints(b []byte) ([]Endpoint, error) {
 
 // decodeLimits parses a GET_LIMITS reply.
 func decodeLimits(b []byte) (Limits, error) {
+	if len(b) > maxReplyBytes {
+		return Limits{}, errReplyTooLarge
+	}
 	ad, err := netlink.NewAttributeDecoder(b)
 	if err != nil {
 		return Limits{}, err

@@ -179,6 +179,10 @@ func (c *Client) publish(ctx context.Context, topic string, b []byte, qos byte, 
 	return nil
 }
 
+// Done is closed when the connection manager has stopped for good (its
+// context ended or Disconnect); before that it keeps reconnecting.
+func (c *Client) Done() <-chan struct{} { return c.cm.Done() }
+
 // Disconnect sends DISCONNECT (so the broker does not publish the will:
 // the agent publishes its offline state itself first) and waits for the
 // connection manager to stop.

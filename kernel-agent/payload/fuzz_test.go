@@ -3,6 +3,7 @@ package payload
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -44,4 +45,59 @@ func FuzzParseWeights(f *testing.F) {
 			t.Fatalf("re-encoded payload rejected: %v\n%s", err, again)
 		}
 	})
+}
+
+// FuzzParseState checks that ParseState never panics, bounds its input and
+// that what it accepts re-encodes to itself.
+func FuzzParseState(f *testing.F) {
+	good, err := State{CPEID: "cpe-0001", Online: true, TimeMs: 1763800000000, AppliedVersion: 7,
+		AppliedWeights: Weights{"nr": 30, "wifi": 100}, Backend: BackendWRRSysctl,
+		Capabilities: Capabilities{MaxWeight: 255}, Links: map[string]string{"nr": "up", "wifi": "down"},
+		Event: EventApplied}.Marshal()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(Offline("cpe-0001"))
+	f.Add([]byte(`{"schema":"mcw.state.v1","applied_version":1e400}`))
+	f.Add([]byte(`{"schema":"mcw.state.v1","links":{"nr":[[[[[]]]]]}}`))
+	f.Add([]byte(`{"schema":"mcw.state.v1","last_error":"\"\\\"{{{{{{"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParseState(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if len(data) > MaxPayloadBytes || depth(data) > MaxDepth {
+			t.Fatalf("accepted %d bytes nested %d deep", len(data), depth(data))
+		}
+		b, err := s.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseState(b); err != nil && len(b) <= MaxPayloadBytes {
+			t.Fatalf("re-encoded state rejected: %v\n%s", err, b)
+		}
+	})
+}
+
+func TestBounds(t *testing.T) {
+	deep := `{"schema":"mcw.state.v1","links":{"nr":[[[[[]]]]]}}`
+	tests := []struct {
+		name, data, wantErr string
+	}{
+		{"too deep", deep, "nested 7 levels deep"},
+		{"brackets in strings do not count", `{"schema":"mcw.state.v1","last_error":"[[[[[[\"{{{{"}`, ""},
+		{"too large", `{"schema":"mcw.state.v1","last_error":"` + strings.Repeat("x", MaxPayloadBytes) + `"}`, "at most 4096"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseState([]byte(tt.data))
+			if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("ParseState = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
 }

@@ -19,6 +19,9 @@ const (
 	// MaxPayloadBytes bounds every payload the agent reads: weights are a
 	// few hundred bytes, anything larger is a bug or an attack.
 	MaxPayloadBytes = 4096
+	// MaxDepth bounds the nesting of objects and arrays in a payload; the
+	// deepest schema (state, telemetry) nests 3 levels.
+	MaxDepth = 4
 	// MinLeaseSeconds and MaxLeaseSeconds bound lease_s.
 	MinLeaseSeconds = 1
 	MaxLeaseSeconds = 3600
@@ -255,10 +258,14 @@ func ValidCPEID(id string) bool {
 }
 
 // decodeStrict decodes exactly one JSON object into v, refusing unknown keys,
-// trailing data and oversized input.
+// trailing data, oversized and too deeply nested input; size and depth are
+// checked before the decoder runs.
 func decodeStrict(data []byte, v any) error {
 	if len(data) > MaxPayloadBytes {
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalid, len(data), MaxPayloadBytes)
+	}
+	if d := depth(data); d > MaxDepth {
+		return fmt.Errorf("%w: nested %d levels deep, at most %d", ErrInvalid, d, MaxDepth)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -270,6 +277,30 @@ func decodeStrict(data []byte, v any) error {
 		return fmt.Errorf("%w: trailing data after the JSON object", ErrInvalid)
 	}
 	return nil
+}
+
+// depth returns the deepest nesting of objects and arrays in data, skipping
+// strings; it does not validate (the decoder does).
+func depth(data []byte) int {
+	d, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range data {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString:
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			d++
+			deepest = max(deepest, d)
+		case c == '}' || c == ']':
+			d--
+		}
+	}
+	return deepest
 }
 
 // intField checks that n is present and an integer in [min, 2^53-1].

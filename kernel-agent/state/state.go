@@ -5,9 +5,11 @@
 package state
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -31,6 +33,45 @@ type Record struct {
 	SavedAtMs int64 `json:"saved_at_ms"`
 }
 
+// MaxFileBytes bounds the state file: a record is about 200 bytes, so a
+// larger file is not one the agent wrote.
+const MaxFileBytes = 4096
+
+// maxSafeInt is the largest integer a JSON number carries exactly.
+const maxSafeInt = 1<<53 - 1
+
+// Decode parses a state file's content: one JSON object with the Record's
+// keys only, numbers in [0, 2^53-1], valid weights and a known mode. It
+// checks the size before parsing.
+func Decode(b []byte) (Record, error) {
+	if len(b) > MaxFileBytes {
+		return Record{}, fmt.Errorf("%d bytes, at most %d", len(b), MaxFileBytes)
+	}
+	var r Record
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Record{}, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Record{}, errors.New("trailing data after the record")
+	}
+	for _, n := range []int64{r.Version, r.LeaseUntilMs, r.SavedAtMs} {
+		if n < 0 || n > maxSafeInt {
+			return Record{}, fmt.Errorf("number %d outside [0, 2^53-1]", n)
+		}
+	}
+	if r.Weights != nil {
+		if err := r.Weights.Validate(); err != nil {
+			return Record{}, err
+		}
+	}
+	if r.Mode != "" && !payload.KnownMode(r.Mode) {
+		return Record{}, fmt.Errorf("unknown mode %q", r.Mode)
+	}
+	return r, nil
+}
+
 // Store reads and writes the record in one directory. It is not safe for
 // concurrent use.
 type Store struct {
@@ -51,18 +92,20 @@ func (s *Store) Path() string { return filepath.Join(s.dir, FileName) }
 // Load returns the persisted record; ok is false when there is none. A
 // corrupt file is an error (the caller decides to start from safe weights).
 func (s *Store) Load() (r Record, ok bool, err error) {
-	b, err := os.ReadFile(s.Path())
+	f, err := os.Open(s.Path())
 	if errors.Is(err, os.ErrNotExist) {
 		return Record{}, false, nil
 	}
 	if err != nil {
 		return Record{}, false, fmt.Errorf("load state: %w", err)
 	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return Record{}, false, fmt.Errorf("load state %s: %w", s.Path(), err)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return Record{}, false, fmt.Errorf("load state: %w", err)
 	}
-	if r.Version < 0 || (r.Weights != nil && r.Weights.Validate() != nil) {
-		return Record{}, false, fmt.Errorf("load state %s: invalid record", s.Path())
+	if r, err = Decode(b); err != nil {
+		return Record{}, false, fmt.Errorf("load state %s: %w", s.Path(), err)
 	}
 	return r, true, nil
 }

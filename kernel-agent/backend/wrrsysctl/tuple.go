@@ -77,10 +77,25 @@ func Format(tuples []Tuple) (string, error) {
 	return strings.Join(fields, " "), nil
 }
 
+// Bounds of the sysctl's text: the agent writes one tuple per WAT (at most
+// 4, under 250 bytes); rules of other writers are tolerated up to
+// MaxTuples, and the kernel prints a sysctl within one page.
+const (
+	MaxTextBytes = 16384
+	MaxTuples    = 256
+)
+
 // Parse reads the sysctl's text back into tuples; any whitespace separates
-// fields (the kernel may print tabs or a trailing newline).
+// fields (the kernel may print tabs or a trailing newline). The text's size
+// and the number of tuples are bounded before fields are split.
 func Parse(text string) ([]Tuple, error) {
+	if len(text) > MaxTextBytes {
+		return nil, fmt.Errorf("%d bytes, at most %d", len(text), MaxTextBytes)
+	}
 	f := strings.Fields(text)
+	if len(f) > 5*MaxTuples {
+		return nil, fmt.Errorf("%d fields, at most %d tuples", len(f), MaxTuples)
+	}
 	if len(f)%5 != 0 {
 		return nil, fmt.Errorf("%d fields, not a multiple of 5", len(f))
 	}

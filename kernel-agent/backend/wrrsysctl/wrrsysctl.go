@@ -11,6 +11,7 @@ package wrrsysctl
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -125,7 +126,7 @@ func (b *Backend) Apply(_ context.Context, paths []backend.Path) error {
 // non-root user with CAP_NET_ADMIN) a privileged ExecStartPre sets it and
 // the agent only verifies.
 func ensure(path, text string, same func(want, got string) bool) error {
-	if got, err := os.ReadFile(path); err == nil && same(text, string(got)) {
+	if got, err := readBounded(path); err == nil && same(text, string(got)) {
 		return nil
 	}
 	return writeVerify(path, text, same)
@@ -145,7 +146,7 @@ func writeVerify(path, text string, same func(want, got string) bool) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	got, err := os.ReadFile(path)
+	got, err := readBounded(path)
 	if err != nil {
 		return err
 	}
@@ -153,6 +154,23 @@ func writeVerify(path, text string, same func(want, got string) bool) error {
 		return fmt.Errorf("read back %q, wrote %q", strings.TrimSpace(string(got)), text)
 	}
 	return nil
+}
+
+// readBounded reads a sysctl or sysfs file of at most MaxTextBytes.
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxTextBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxTextBytes {
+		return nil, fmt.Errorf("%s: more than %d bytes", path, MaxTextBytes)
+	}
+	return b, nil
 }
 
 func sameWord(want, got string) bool { return strings.TrimSpace(got) == want }

@@ -117,7 +117,9 @@ func run(n int, asJSON bool) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer a.Wait()
+	persisted := make(chan error, 1)
+	go func() { persisted <- a.RunPersister(ctx, func() {}) }() // its fsyncs compete, as in the agent
+	defer func() { <-persisted }()
 	defer cancel()
 	if err := a.Start(ctx); err != nil {
 		return err
@@ -140,8 +142,8 @@ func run(n int, asJSON bool) error {
 
 	msgs := make([][]byte, n)
 	for i := range msgs {
-		msgs[i] = []byte(fmt.Sprintf(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":%d,"issued_at_ms":1763800000123,`+
-			`"lease_s":30,"mode":"load_balancing","reason":"bench","weights":{"nr":%d,"wifi":100,"lifi":1}}`, i+1, 1+i%255))
+		msgs[i] = []byte(fmt.Sprintf(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":%d,"issued_at_ms":%d,`+
+			`"lease_s":30,"mode":"load_balancing","reason":"bench","weights":{"nr":%d,"wifi":100,"lifi":1}}`, i+1, time.Now().UnixMilli(), 1+i%255))
 	}
 	applied := make([]time.Duration, 0, n)
 	total := make([]time.Duration, 0, n)

@@ -36,6 +36,7 @@ import (
 	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
 	"github.com/mcw-xapp/kernel-agent/state"
+	"github.com/mcw-xapp/kernel-agent/supervisor"
 	"github.com/mcw-xapp/kernel-agent/telemetry"
 )
 
@@ -72,7 +73,9 @@ func main() {
 	}
 }
 
-// run wires the agent together and runs it until ctx ends.
+// run wires the agent together and runs it until ctx ends (nil) or one of
+// its workers dies or stalls (the error; main exits 1 and systemd restarts
+// the agent from its persisted state).
 func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	be, err := newBackend(cfg)
 	if err != nil {
@@ -103,10 +106,12 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	a, err := agent.New(agent.Config{
 		CPEID: cfg.CPEID, WATs: wats, SafeWeights: cfg.SafeWeights,
 		TelemetryInterval: cfg.Telemetry.Interval(), MPTCPOnly: cfg.Telemetry.OnlyMPTCP(),
+		MaxClockSkew: cfg.Lease.MaxClockSkew(),
 	}, deps)
 	if err != nil {
 		return err
 	}
+	sup := supervisor.New(supervisor.Config{Log: log, OnChange: m.SetWorkerUp})
 
 	if cfg.MetricsListen != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsListen)
@@ -115,13 +120,8 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", m.Handler())
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go srv.Serve(ln)
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			srv.Shutdown(sctx)
-		}()
+		mux.Handle("/healthz", sup)
+		sup.Add(serveWorker(ln, mux))
 		log.Info("metrics listening", "addr", ln.Addr().String())
 	}
 
@@ -145,8 +145,22 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("agent starting", "backend", be.Name(), "wats", wats, "safe_weights", cfg.SafeWeights.String())
-	runErr := a.Run(ctx, client)
+	for _, w := range a.Workers(client) {
+		sup.Add(w)
+	}
+	sup.Add(supervisor.Worker{Name: "mqtt", Run: func(ctx context.Context, _ func()) error {
+		// autopaho reconnects by itself and its keepalive detects a dead
+		// connection; what must not happen is the manager giving up.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-client.Done():
+			return errors.New("mqtt: connection manager stopped")
+		}
+	}})
+	log.Info("agent starting", "backend", be.Name(), "wats", wats, "safe_weights", cfg.SafeWeights.String(),
+		"max_clock_skew", cfg.Lease.MaxClockSkew().String())
+	runErr := sup.Run(ctx)
 
 	// Goodbye within a deadline: say offline (what the will would say),
 	// then disconnect cleanly so the broker does not fire the will again.

@@ -1,0 +1,333 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/mcw-xapp/kernel-agent/backend"
+	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
+	"github.com/mcw-xapp/kernel-agent/lease"
+	"github.com/mcw-xapp/kernel-agent/linkwatch"
+	"github.com/mcw-xapp/kernel-agent/metrics"
+	"github.com/mcw-xapp/kernel-agent/payload"
+	"github.com/mcw-xapp/kernel-agent/state"
+	"github.com/mcw-xapp/kernel-agent/supervisor"
+)
+
+// value reads a counter or gauge.
+func value(c prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := c.Write(&d); err != nil {
+		return -1
+	}
+	if d.Counter != nil {
+		return d.Counter.GetValue()
+	}
+	return d.Gauge.GetValue()
+}
+
+func updates(t *testing.T, a *Agent, result string) float64 {
+	t.Helper()
+	return value(a.deps.Metrics.Updates.WithLabelValues(result))
+}
+
+// TestLeaseFromIssueTime is the regression test of the lease start: an
+// agent without saved state used to apply an old retained message with a
+// full lease counted from its arrival.
+func TestLeaseFromIssueTime(t *testing.T) {
+	dir := t.TempDir()
+	h := start(t, dir)
+	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+	safe := payload.Weights{"nr": 1, "wifi": 1}
+
+	// The retained message of ten minutes ago, lease 60 s: not applied.
+	h.agent.HandleWeights(weightsMsgAt(7, time.Now().Add(-10*time.Minute), 60, `{"nr":0,"wifi":9}`), time.Now())
+	s, n := h.pub.waitEvent(t, payload.EventRejected, n)
+	if diff := cmp.Diff(safe, s.AppliedWeights); diff != "" || s.AppliedVersion != 0 {
+		t.Fatalf("old message: version %d, weights (-want +got):\n%s", s.AppliedVersion, diff)
+	}
+	if !strings.Contains(s.LastError, "lease already expired") || !strings.Contains(s.LastError, "version 7") {
+		t.Fatalf("old message: last_error %q", s.LastError)
+	}
+	if diff := cmp.Diff(safe, h.be.Last()); diff != "" {
+		t.Fatalf("old message reached the kernel (-want +got):\n%s", diff)
+	}
+	if got := updates(t, h.agent, "expired"); got != 1 {
+		t.Fatalf("updates{result=expired} = %v", got)
+	}
+
+	// Issued 58.5 s ago with a lease of 60 s: applied, and the lease ends
+	// 1.5 s after arrival, not 60 s.
+	issued := time.Now().Add(-58500 * time.Millisecond)
+	t0 := time.Now()
+	h.agent.HandleWeights(weightsMsgAt(8, issued, 60, `{"nr":0,"wifi":9}`), t0)
+	if s, n = h.pub.waitEvent(t, payload.EventApplied, n); s.AppliedVersion != 8 {
+		t.Fatalf("fresh enough message: %+v", s)
+	}
+	waitRecord(t, h.store, func(r state.Record) bool {
+		return r.Version == 8 && r.LeaseUntilMs == issued.UnixMilli()+60_000
+	})
+	s, _ = h.pub.waitEvent(t, payload.EventLeaseExpired, n)
+	if el := time.Since(t0); el > 3*time.Second {
+		t.Fatalf("lease expired %v after arrival, want about 1.5 s", el)
+	}
+	if diff := cmp.Diff(safe, s.AppliedWeights); diff != "" {
+		t.Fatalf("after expiry (-want +got):\n%s", diff)
+	}
+}
+
+// TestIssueTimeChecks covers the rest of the issue-time rules: a message
+// from beyond the skew allowance is refused and leaves the lease alone, a
+// newer message that arrives expired ends the lease in force.
+func TestIssueTimeChecks(t *testing.T) {
+	h := start(t, t.TempDir())
+	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+	h.agent.HandleWeights(weightsMsg(5, 600, `{"nr":4,"wifi":9}`), time.Now())
+	_, n = h.pub.waitEvent(t, payload.EventApplied, n)
+
+	h.agent.HandleWeights(weightsMsgAt(6, time.Now().Add(time.Minute), 600, `{"nr":1,"wifi":0}`), time.Now())
+	s, n := h.pub.waitEvent(t, payload.EventRejected, n)
+	if s.AppliedVersion != 5 || !strings.Contains(s.LastError, "issued in the future") || updates(t, h.agent, "future") != 1 {
+		t.Fatalf("future message: %+v", s)
+	}
+	// Within the skew allowance (2 s) it is accepted.
+	h.agent.HandleWeights(weightsMsgAt(6, time.Now().Add(time.Second), 600, `{"nr":3,"wifi":9}`), time.Now())
+	if s, n = h.pub.waitEvent(t, payload.EventApplied, n); s.AppliedVersion != 6 {
+		t.Fatalf("message within the skew: %+v", s)
+	}
+
+	// Version 7 arrives after its lease: safe weights replace version 6.
+	h.agent.HandleWeights(weightsMsgAt(7, time.Now().Add(-time.Hour), 60, `{"nr":0,"wifi":9}`), time.Now())
+	s, _ = h.pub.waitEvent(t, payload.EventRejected, n)
+	if diff := cmp.Diff(payload.Weights{"nr": 1, "wifi": 1}, s.AppliedWeights); diff != "" || s.AppliedVersion != 0 {
+		t.Fatalf("expired newer message: version %d (-want +got):\n%s", s.AppliedVersion, diff)
+	}
+	waitRecord(t, h.store, func(r state.Record) bool { return r.Version == 7 && r.Weights == nil && r.LeaseUntilMs == 0 })
+}
+
+// TestVersionLockout is the regression test of the version lock-out: a
+// version near 2^53 used to be applied and persisted, after which every
+// later update of the xApp was stale, across restarts.
+func TestVersionLockout(t *testing.T) {
+	dir := t.TempDir()
+	h := start(t, dir)
+	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+
+	steps := []struct {
+		name        string
+		version     int64
+		wantEvent   string
+		wantVersion int64
+	}{
+		{"near 2^53, no saved state", 1<<53 - 2, payload.EventRejected, 0},
+		{"the xApp's next version", 3, payload.EventApplied, 3},
+		{"jump beyond 2^32", 4 + lease.MaxVersionJump, payload.EventRejected, 3},
+		{"next after the jump", 4, payload.EventApplied, 4},
+		{"xApp restarted, skipped its block", 4 + 100, payload.EventApplied, 104},
+	}
+	for _, st := range steps {
+		h.agent.HandleWeights(weightsMsg(st.version, 600, `{"nr":2,"wifi":3}`), time.Now())
+		var s payload.State
+		s, n = h.pub.waitEvent(t, st.wantEvent, n)
+		if s.AppliedVersion != st.wantVersion {
+			t.Fatalf("%s: applied_version %d, want %d (%s)", st.name, s.AppliedVersion, st.wantVersion, s.LastError)
+		}
+		if st.wantEvent == payload.EventRejected && !strings.Contains(s.LastError, "version out of bounds") {
+			t.Fatalf("%s: last_error %q", st.name, s.LastError)
+		}
+	}
+	if got := updates(t, h.agent, "version_bound"); got != 2 {
+		t.Fatalf("updates{result=version_bound} = %v", got)
+	}
+	waitRecord(t, h.store, func(r state.Record) bool { return r.Version == 104 })
+
+	// A CPE locked out by an older agent (persisted version near 2^53)
+	// recovers: the persisted version is discarded at start.
+	h.stop()
+	store, err := state.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Save(state.Record{Version: 1<<53 - 2, SavedAtMs: time.Now().UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	h2 := start(t, dir)
+	_, n = h2.pub.waitEvent(t, payload.EventStarted, 0)
+	h2.agent.HandleWeights(weightsMsg(1, 600, `{"nr":2,"wifi":3}`), time.Now())
+	if s, _ := h2.pub.waitEvent(t, payload.EventApplied, n); s.AppliedVersion != 1 {
+		t.Fatalf("after a locked-out state: %+v", s)
+	}
+}
+
+func waitRecord(t *testing.T, store *state.Store, ok func(state.Record) bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		rec, found, err := store.Load()
+		if found && err == nil && ok(rec) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("persisted record %+v (found %v, err %v)", rec, found, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// blocking is a backend whose Apply can be made to hang, like a netlink
+// call that never returns.
+type blocking struct {
+	*dryrun.Backend
+	mu      sync.Mutex
+	hang    bool
+	release chan struct{}
+}
+
+func (b *blocking) Apply(ctx context.Context, p []backend.Path) error {
+	b.mu.Lock()
+	hang := b.hang
+	b.mu.Unlock()
+	if hang {
+		<-b.release
+	}
+	return b.Backend.Apply(ctx, p)
+}
+
+// failingLinks is a link source whose subscription fails after a while.
+type failingLinks struct {
+	*fakeLinks
+	fail chan error
+}
+
+func (f *failingLinks) Run(ctx context.Context, out chan<- linkwatch.Status, beat func()) error {
+	for {
+		beat()
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-f.fail:
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func health(t *testing.T, sup *supervisor.Supervisor) (int, map[string]supervisor.Status) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	sup.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	var body struct {
+		OK      bool                `json:"ok"`
+		Workers []supervisor.Status `json:"workers"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatalf("healthz body %q: %v", rec.Body.String(), err)
+	}
+	byName := map[string]supervisor.Status{}
+	for _, w := range body.Workers {
+		byName[w.Name] = w
+	}
+	return rec.Code, byName
+}
+
+// TestSupervisedWorkers stalls the decision loop (a backend call that
+// hangs) and kills the link watcher, and checks that the health endpoint
+// fails, the worker's metric drops and the supervisor returns the error
+// that makes the agent exit.
+func TestSupervisedWorkers(t *testing.T) {
+	tests := []struct {
+		name    string
+		worker  string
+		wantErr error
+		kill    func(be *blocking, links *failingLinks, a *Agent)
+	}{
+		{"loop stalls in a backend call", "loop", supervisor.ErrStalled, func(be *blocking, _ *failingLinks, a *Agent) {
+			be.mu.Lock()
+			be.hang = true
+			be.mu.Unlock()
+			a.HandleWeights(weightsMsg(3, 60, `{"nr":4,"wifi":9}`), time.Now())
+		}},
+		{"link watcher dies", "links", errNetlinkGone, func(_ *blocking, links *failingLinks, _ *Agent) {
+			links.fail <- errNetlinkGone
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store, err := state.New(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			be := &blocking{Backend: dryrun.New(), release: make(chan struct{})}
+			links := &failingLinks{fakeLinks: newFakeLinks(), fail: make(chan error, 1)}
+			m := metrics.New()
+			a, err := New(Config{
+				CPEID: "cpe-0001", WATs: map[string]string{"nr": "nr0", "wifi": "wlan0"},
+				SafeWeights: payload.Weights{"nr": 1, "wifi": 1},
+			}, Deps{Backend: be, Store: store, Links: links, Metrics: m, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.stall = stalls{loop: 300 * time.Millisecond, links: 300 * time.Millisecond, persister: time.Second, publisher: time.Second}
+			sup := supervisor.New(supervisor.Config{OnChange: m.SetWorkerUp, Grace: 2 * time.Second})
+			for _, w := range a.Workers(&recorder{}) {
+				sup.Add(w)
+			}
+			done := make(chan error, 1)
+			go func() { done <- sup.Run(context.Background()) }()
+
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				code, ws := health(t, sup)
+				if code == http.StatusOK && ws["loop"].State == supervisor.StateRunning && a.LastState() != nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("never healthy: %d %+v", code, ws)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := value(m.WorkerUp.WithLabelValues(tt.worker)); got != 1 {
+				t.Fatalf("worker_up{%s} = %v before", tt.worker, got)
+			}
+
+			tt.kill(be, links, a)
+			for {
+				code, ws := health(t, sup)
+				if code == http.StatusServiceUnavailable && ws[tt.worker].State != supervisor.StateRunning {
+					if ws[tt.worker].Error == "" {
+						t.Fatalf("%s: no error in %+v", tt.worker, ws[tt.worker])
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("health never failed: %d %+v", code, ws)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := value(m.WorkerUp.WithLabelValues(tt.worker)); got != 0 {
+				t.Fatalf("worker_up{%s} = %v after", tt.worker, got)
+			}
+			close(be.release) // let the hung call return so the shutdown is clean
+			err = <-done
+			var werr *supervisor.WorkerError
+			if !errors.As(err, &werr) || werr.Worker != tt.worker || !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Run = %v, want worker %s failing with %v", err, tt.worker, tt.wantErr)
+			}
+		})
+	}
+}
+
+var errNetlinkGone = errors.New("netlink: no buffer space")
