@@ -78,7 +78,7 @@ test-python: deps
 	$(VENV)/bin/pytest -q
 
 test-agent: agent
-	@if [ -f kernel-agent/go.mod ]; then cd kernel-agent && go test -race -count=1 ./...; fi
+	@if [ -f kernel-agent/go.mod ]; then cd kernel-agent && go test -race -count=1 ./... && ./fuzz.sh 50000; fi
 
 bench: deps
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
