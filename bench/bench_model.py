@@ -80,18 +80,25 @@ def raca(directory: Path, params: dict[str, object]) -> dict[str, float]:
             "raca_lower_coverage": float(np.concatenate(cover).mean())}
 
 
-def _latency_model(params: dict[str, object], directory: Path) -> Path:
-    """An artifact of the shipped shape (all families) trained on twin telemetry."""
+def _latency_model(params: dict[str, object], directory: Path) -> artifact.LoadedModel:
+    """An artifact of the shipped shape (all families) trained on twin telemetry, signed with
+    a throw-away key and loaded back through the xApp's verifying loader."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     from twin.kpis import synthesize
     from twin.scenarios import build
 
     scn = build("wifi-walk", n_cpes=8, seed=0)
     ds = training.replay(synthesize(scn, period_s=1.0, censor_fraction=0.1, seed=0))
-    return artifact.save(training.fit_families(ds, None, params), directory, {})
+    key = Ed25519PrivateKey.generate()
+    path = artifact.save(training.fit_families(ds, None, params), directory, {},
+                         signing_key=key)
+    return artifact.load(path, public_key=key.public_key())
 
 
-def latency(model_path: Path, n_cpes: int = 10_000, repeats: int = 7) -> dict[str, float]:
-    est = ModelEstimator(artifact.load(model_path))
+def latency(model: artifact.LoadedModel, n_cpes: int = 10_000, repeats: int = 7
+            ) -> dict[str, float]:
+    est = ModelEstimator(model)
     rng = np.random.default_rng(0)
     cpe = np.repeat(np.array([f"cpe{i}" for i in range(n_cpes)]), 3)
     wat = np.tile(np.array(["nr", "wifi", "lifi"]), n_cpes)

@@ -1,19 +1,23 @@
-"""Artifacts: hash-verified skops loading, refusal of damaged ones, hot reload, bad KPIs."""
+"""Artifacts: signed skops loading, refusal of damaged ones, hot reload, bad KPIs."""
 
 from __future__ import annotations
 
 import fractions
 import json
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import skops.io as sio
 
+from tests.model.conftest import KeyPair, write_signed
 from xapp.core.forecast import CapacityEstimator, KpiFrame
 from xapp.model import ArtifactError, ModelEstimator, ModelHolder, load, load_estimator
 from xapp.model.artifact import LATEST, card_path, resolve
+from xapp.model.estimator import CapacityRegressor
 
 
 def _copy(model_dir: Path, tmp_path: Path) -> Path:
@@ -22,35 +26,30 @@ def _copy(model_dir: Path, tmp_path: Path) -> Path:
     return dst
 
 
-def test_load_verifies_hash_and_families(model_dir: Path) -> None:
-    loaded = load(model_dir)
+def test_load_verifies_signature_and_families(model_dir: Path, signing_key: KeyPair) -> None:
+    loaded = load(model_dir, public_key=signing_key.public_file)
     assert set(loaded.models) == {"cellular", "wifi", "lifi"}
     assert loaded.card["sha256"] and loaded.card["libraries"]["scikit-learn"]
+    assert loaded.key_id == loaded.card["signing_key_id"]
 
 
-def test_damaged_artifact_is_refused(model_dir: Path, tmp_path: Path) -> None:
+def test_damaged_artifact_is_refused(model_dir: Path, tmp_path: Path,
+                                     signing_key: KeyPair) -> None:
     d = _copy(model_dir, tmp_path)
     path = resolve(d)
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(ArtifactError, match="SHA-256"):
-        load(d)
+    with pytest.raises(ArtifactError, match="artifact changed after it was signed"):
+        load(d, public_key=signing_key.public)
 
 
-def test_untrusted_type_is_refused_even_with_matching_hash(model_dir: Path,
-                                                           tmp_path: Path) -> None:
-    d = _copy(model_dir, tmp_path)
-    path = resolve(d)
+def test_untrusted_type_is_refused_even_when_signed(tmp_path: Path,
+                                                    signing_key: KeyPair) -> None:
     evil = sio.dumps({"format": 1, "families": {"wifi": fractions.Fraction(1, 3)}})
-    path.write_bytes(evil)
-    card = json.loads(card_path(path).read_text())
-    import hashlib
-
-    card["sha256"] = hashlib.sha256(evil).hexdigest()
-    card_path(path).write_text(json.dumps(card))
+    write_signed(tmp_path, evil, signing_key.private)
     with pytest.raises(ArtifactError, match="untrusted"):
-        load(d)
+        load(tmp_path, public_key=signing_key.public)
 
 
 def _frame(t: float, values: dict[str, np.ndarray], wats: list[str]) -> KpiFrame:
@@ -59,8 +58,8 @@ def _frame(t: float, values: dict[str, np.ndarray], wats: list[str]) -> KpiFrame
                     values=values)
 
 
-def test_estimator_handles_bad_kpis_and_counts(model_dir: Path) -> None:
-    est = load_estimator(model_dir)
+def test_estimator_handles_bad_kpis_and_counts(model_dir: Path, signing_key: KeyPair) -> None:
+    est = load_estimator(model_dir, public_key=signing_key.public_file)
     assert isinstance(est, CapacityEstimator)
     wats = ["nr", "wifi", "lifi", "wifi", "carrier-pigeon"]
     good = {"delivered_mbps": np.array([300.0, 800.0, 10.0, 500.0, 1.0]),
@@ -83,9 +82,10 @@ def test_estimator_handles_bad_kpis_and_counts(model_dir: Path) -> None:
     assert np.isnan(fc.median_mbps[0]) and c.rows_no_kpis >= 1
 
 
-def test_hot_reload_swaps_good_and_refuses_damaged(model_dir: Path, tmp_path: Path) -> None:
+def test_hot_reload_swaps_good_and_refuses_damaged(model_dir: Path, tmp_path: Path,
+                                                   signing_key: KeyPair) -> None:
     d = _copy(model_dir, tmp_path)
-    holder = ModelHolder(d)
+    holder = ModelHolder(d, signing_key.public_file)
     est = ModelEstimator(holder)
     first = holder.current.version
     assert not holder.poll()
@@ -102,6 +102,86 @@ def test_hot_reload_swaps_good_and_refuses_damaged(model_dir: Path, tmp_path: Pa
     # A good new artifact: swapped in.
     from xapp.model import artifact
 
-    artifact.save(dict(holder.current.models), d, {"training": {"note": "second"}})
+    artifact.save(dict(holder.current.models), d, {"training": {"note": "second"}},
+                  signing_key=signing_key.private)
     assert holder.poll()
     assert holder.current.version != first and holder.reloads == 1
+    assert est.counters.as_dict()["model_reloads"] == 1
+    assert est.counters.as_dict()["model_reload_failures"] == 1
+
+
+def _wait(cond: Callable[[], bool], timeout_s: float = 30.0) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def test_reload_thread_survives_bad_artifacts(model_dir: Path, tmp_path: Path,
+                                              signing_key: KeyPair, other_key: KeyPair,
+                                              trained_models: dict[str, CapacityRegressor]
+                                              ) -> None:
+    """Regression: an artifact with an unexpected family raised KeyError in the reload thread,
+    which died, so later good artifacts were never loaded."""
+    from tests.model import crafted
+    from xapp.model import artifact
+
+    d = _copy(model_dir, tmp_path)
+    holder = ModelHolder(d, signing_key.public)
+    est = ModelEstimator(holder)
+    first = holder.current.version
+    holder.start(interval_s=0.02)
+    try:
+        bad = [
+            crafted.payload({**trained_models, "carrier-pigeon": trained_models["wifi"]},
+                            {f: ["lag0"] for f in (*trained_models, "carrier-pigeon")}),
+            crafted.payload(trained_models, {"cellular": 5, "wifi": None, "lifi": [1]}),
+            crafted.payload({}),
+        ]
+        for i, data in enumerate(bad, start=1):
+            write_signed(d, data, signing_key.private, name=f"capacity-bad{i}.skops")
+            assert _wait(lambda i=i: holder.reload_failures >= i), holder.last_error
+            assert holder.alive and holder.current.version == first
+        # Signed with another key: refused the same way.
+        artifact.save(trained_models, d, {}, signing_key=other_key.private)
+        assert _wait(lambda: holder.reload_failures >= 4)
+        assert "signed by key" in holder.last_error and holder.current.version == first
+        # A good one afterwards is loaded by the same thread.
+        good = artifact.save(trained_models, d, {"training": {"note": "after"}},
+                             signing_key=signing_key.private)
+        assert _wait(lambda: holder.current.path == good), holder.last_error
+        assert holder.alive and holder.reloads == 1
+        counts = est.counters.as_dict()
+        assert counts["model_reload_failures"] == 4 and counts["model_reloads"] == 1
+    finally:
+        holder.stop()
+    assert not holder.alive
+
+
+def test_poll_counts_unexpected_errors_and_keeps_the_model(
+        model_dir: Path, tmp_path: Path, signing_key: KeyPair,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    d = _copy(model_dir, tmp_path)
+    holder = ModelHolder(d, signing_key.public)
+    first = holder.current
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise KeyError("a bug, not a bad file")
+
+    monkeypatch.setattr("xapp.model.online.load", broken)
+    (d / LATEST).write_text(resolve(d).name + "\n\n")
+    assert not holder.poll()
+    assert holder.reload_failures == 1 and holder.current is first
+    assert "a bug" in holder.last_error
+
+
+def test_unsigned_first_artifact_is_refused_at_start(model_dir: Path, tmp_path: Path,
+                                                     signing_key: KeyPair) -> None:
+    from xapp.model.signing import signature_path
+
+    d = _copy(model_dir, tmp_path)
+    signature_path(resolve(d)).unlink()
+    with pytest.raises(ArtifactError, match="unsigned"):
+        ModelHolder(d, signing_key.public_file)

@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.model.conftest import synthetic_table
+from tests.model.conftest import KeyPair, synthetic_table
 from tests.support.influxd import InfluxServer
 from xapp.adapters.influx import InfluxConfig, InfluxStore
 from xapp.cli import main
+from xapp.model.signing import key_id
 
 RACA_HEADER = ("Timestamp,Longitude,Latitude,Speed,Operatorname,CellID,NetworkMode,RSRP,RSRQ,"
                "SNR,CQI,RSSI,DL_bitrate,UL_bitrate,State,PINGAVG,PINGMIN,PINGMAX,PINGSTDEV,"
@@ -34,7 +35,7 @@ def write_raca(path: Path, seed: int, rows: int = 400) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def test_train_evaluate_info_raca_format(tmp_path: Path,
+def test_train_evaluate_info_raca_format(tmp_path: Path, signing_key: KeyPair,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     files = []
     for s in range(4):
@@ -42,40 +43,62 @@ def test_train_evaluate_info_raca_format(tmp_path: Path,
         write_raca(f, s)
         files.append(str(f))
     out = tmp_path / "models"
-    rc = main(["model", "train", "--format", "raca5g", "--csv", *files[:3], "--out", str(out),
-               "--max-iter", "20", "--json"])
+    key = ["--signing-key", str(signing_key.private_file)]
+    # Raca traces are 4G/5G only: the xApp needs every family, so train refuses ...
+    rc = main(["model", "train", *key, "--format", "raca5g", "--csv", *files[:3], "--out",
+               str(out), "--max-iter", "20"])
+    assert rc == 2 and "fewer than 50 labelled rows of wifi, lifi" in capsys.readouterr().err
+    assert not out.exists()
+    # ... unless the twin's telemetry covers the other technologies.
+    rc = main(["model", "train", *key, "--format", "raca5g", "--csv", *files[:3], "--synthetic",
+               "wifi-walk", "--synthetic-cpes", "1", "--out", str(out), "--max-iter", "20",
+               "--json"])
     assert rc == 0
     card = json.loads(capsys.readouterr().out)
     assert card["training"]["test_groups"] and card["metrics_heldout"]["rows"] > 0
     assert card["training"]["sources"]["csv"]["skipped_rows"] == 3
-    rc = main(["model", "evaluate", "--format", "raca5g", files[3], "--model", str(out),
+    assert card["signing_key_id"] == key_id(signing_key.public)
+    pub = ["--public-key", str(signing_key.public_file)]
+    rc = main(["model", "evaluate", "--format", "raca5g", files[3], "--model", str(out), *pub,
                "--json"])
     assert rc == 0
     res = json.loads(capsys.readouterr().out)
     for key in ("r2", "mae_kbps", "persistence_mae_kbps", "rows"):
         assert key in res
     assert res["rows"] == 399 and res["r2"] > 0.3
-    assert main(["model", "info", "--model", str(out), "--json"]) == 0
+    assert main(["model", "info", "--model", str(out), *pub, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sha256"] == card["sha256"]
+    # The shipped release key did not sign it.
+    assert main(["model", "info", "--model", str(out)]) == 1
+    assert "signed by key" in capsys.readouterr().err
 
 
-def test_train_long_csv_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                      ) -> None:
+def test_train_long_csv_and_bad_input(tmp_path: Path, signing_key: KeyPair,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
     csv = tmp_path / "walk.csv"
     pd.concat([synthetic_table(0), synthetic_table(1)]).to_csv(csv, index=False)
     out = tmp_path / "m"
-    assert main(["model", "train", "--csv", str(csv), "--out", str(out), "--max-iter",
+    key = ["--signing-key", str(signing_key.private_file)]
+    assert main(["model", "train", *key, "--csv", str(csv), "--out", str(out), "--max-iter",
                  "10"]) == 0
     assert (out / "LATEST").exists()
     before = sorted(p.name for p in out.iterdir())
+    assert sum(p.suffix == ".sig" for p in out.iterdir()) == 1
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")
-    assert main(["model", "train", "--csv", str(bad), "--out", str(out)]) == 1
+    assert main(["model", "train", *key, "--csv", str(bad), "--out", str(out)]) == 1
     assert "missing" in capsys.readouterr().err
+    # A bad key fails before any training, and writes nothing.
+    assert main(["model", "train", "--signing-key", str(bad), "--csv", str(csv), "--out",
+                 str(out)]) == 1
+    assert "signing key" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == before
+    with pytest.raises(SystemExit):  # the key is not optional
+        main(["model", "train", "--csv", str(csv), "--out", str(out)])
 
 
 def test_train_from_influx_since_24h(influx_db: InfluxServer, tmp_path: Path,
+                                     signing_key: KeyPair,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     """A day of history in a real influxd: train from it, then score the artifact."""
     influx = influx_db
@@ -96,7 +119,8 @@ def test_train_from_influx_since_24h(influx_db: InfluxServer, tmp_path: Path,
     store.close()
     assert written == len(table) + len(old)
     out = tmp_path / "models"
-    rc = main(["model", "train", "--influx", influx.url, "--bucket", influx.bucket, "--since",
+    rc = main(["model", "train", "--signing-key", str(signing_key.private_file), "--influx",
+               influx.url, "--bucket", influx.bucket, "--since",
                "24h", "--out", str(out), "--max-iter", "10", "--json"])
     assert rc == 0
     card = json.loads(capsys.readouterr().out)
@@ -110,7 +134,7 @@ def test_train_from_influx_since_24h(influx_db: InfluxServer, tmp_path: Path,
     csv = tmp_path / "hist.csv"
     table.to_csv(csv, index=False)
     assert main(["model", "evaluate", "--format", "long", str(csv), "--model", str(out),
-                 "--json"]) == 0
+                 "--public-key", str(signing_key.public_file), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["rows"] > 0 and res["r2"] > 0.5
     assert res["persistence_mae_kbps"] > 0 and res["mae_kbps"] > 0

@@ -70,6 +70,11 @@ class MqttSettings:
 class ModelSettings:
     path: str = "/opt/mcw/models/default"
     reload_check_s: float = 10.0
+    # The Ed25519 public key an artifact's signature must verify with (xapp.model.signing).
+    # The image carries the project's release key here (it signs models/default); the chart
+    # mounts the operator's key over it from a Secret.  Kept apart from path: whoever can
+    # write the model volume must not be able to choose the key.
+    public_key_file: str = "/opt/mcw/keys/model-signing.pub"
 
 
 @dataclass(frozen=True)

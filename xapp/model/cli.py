@@ -2,10 +2,16 @@
 
 Examples::
 
-    mcw model train --format raca5g --csv ../shared/data/raca5g --synthetic wifi-walk --out models
-    mcw model train --influx http://127.0.0.1:8086 --bucket mcw/autogen --since 24h
-    mcw model evaluate --format raca5g FILE... --json
+    mcw model keygen ~/.mcw/model-signing.key        # and ~/.mcw/model-signing.key.pub
+    mcw model train --signing-key ~/.mcw/model-signing.key --format raca5g \
+        --csv ../shared/data/raca5g --synthetic wifi-walk --out models
+    mcw model train --signing-key KEY --influx http://127.0.0.1:8086 --since 24h
+    mcw model sign --signing-key KEY --model models/default
+    mcw model evaluate --public-key KEY.pub --format raca5g FILE... --json
     mcw model info --json
+
+The xApp loads only artifacts signed by the key whose public half it is given
+(``controls.model.public_key_file``); see :mod:`xapp.model.artifact`.
 """
 
 from __future__ import annotations
@@ -22,10 +28,16 @@ import pandas as pd
 from tqdm import tqdm
 
 from xapp.model import artifact as art
-from xapp.model import training
-from xapp.model.online import default_model_path
+from xapp.model import signing, training
+from xapp.model.online import default_model_path, default_public_key_path
 
 SYNTHETIC_PERIODS_S: tuple[float, ...] = (1.0,)
+KEY_HELP = ("Ed25519 private key file: PEM PKCS#8 (unencrypted, as `mcw model keygen` or "
+            "`openssl genpkey -algorithm ed25519` write it) or the raw 32-byte key")
+PUBLIC_KEY_HELP = ("trusted Ed25519 public key file (PEM or raw 32 bytes); default "
+                   "$MCW_MODEL_PUBLIC_KEY_FILE, else the project's release key keys/"
+                   "model-signing.pub")
+
 #: Fraction of censored (not saturated) periods in each synthetic replica.  Under WRR most
 #: subflows are held below capacity most of the time, so the model must learn to forecast
 #: from radio KPIs with little or no throughput history: one replica is mostly censored.
@@ -41,7 +53,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         description="Replay KPI history into features, hold out the latest "
                         "traces/CPEs as a test set (group-wise, time-ordered), fit one model "
                         "per technology family, score it against the baselines, and write a "
-                        "versioned skops artifact and model card into --out.")
+                        "versioned skops artifact, its model card and their Ed25519 signature "
+                        "into --out.  Every family (cellular, wifi, lifi) needs 50 labelled "
+                        "rows: add --synthetic for technologies the data lacks.")
+    tr.add_argument("--signing-key", required=True, metavar="PATH", help=KEY_HELP)
     src = tr.add_argument_group("data")
     src.add_argument("--csv", nargs="+", default=[], metavar="FILE",
                      help="CSV files or directories (see --format)")
@@ -78,11 +93,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
     ev.add_argument("--format", choices=["raca5g", "long"], default="raca5g")
     ev.add_argument("--model", default=str(default_model_path()),
                     help="artifact file or directory with LATEST (default: shipped model)")
+    ev.add_argument("--public-key", default=str(default_public_key_path()), metavar="PATH",
+                    help=PUBLIC_KEY_HELP)
     ev.add_argument("--json", action="store_true", help="print JSON")
 
-    info = sub.add_parser("info", help="show an artifact's model card")
+    info = sub.add_parser("info", help="verify an artifact and show its model card")
     info.add_argument("--model", default=str(default_model_path()))
+    info.add_argument("--public-key", default=str(default_public_key_path()), metavar="PATH",
+                      help=PUBLIC_KEY_HELP)
     info.add_argument("--json", action="store_true")
+
+    kg = sub.add_parser("keygen", help="make a new Ed25519 signing key pair",
+                        description="Write a new private key to KEY (PEM, mode 0600) and its "
+                        "public key to KEY.pub (or --public); never overwrites.  Keep the "
+                        "private key off the xApp; give the xApp the public key "
+                        "(controls.model.public_key_file, from a Secret in the chart).")
+    kg.add_argument("key", metavar="KEY", help="private key file to create")
+    kg.add_argument("--public", metavar="PATH", help="public key file (default KEY.pub)")
+
+    sg = sub.add_parser("sign", help="sign an existing artifact and its card",
+                        description="Write the Ed25519 signature of an artifact and its card "
+                        "as they are (capacity-<version>.sig beside them), e.g. to re-sign "
+                        "with a new key.  The card's SHA-256 must match the artifact.")
+    sg.add_argument("--signing-key", required=True, metavar="PATH", help=KEY_HELP)
+    sg.add_argument("--model", default=str(default_model_path()),
+                    help="artifact file or directory with LATEST (default: shipped model)")
 
 
 def _read_csv(files: list[str], fmt: str) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -129,6 +164,7 @@ def _clean(obj: Any) -> Any:
 
 
 def _train(args: argparse.Namespace) -> int:
+    key = signing.load_private_key(args.signing_key)  # a bad key fails before the training
     frames: list[pd.DataFrame] = []
     sources: dict[str, Any] = {}
     if args.csv:
@@ -173,13 +209,16 @@ def _train(args: argparse.Namespace) -> int:
     test_groups: list[str] = []
     if args.test_fraction > 0:
         train_mask, test_groups = training.time_ordered_group_split(ds, args.test_fraction)
-    fams = [f for f in ("cellular", "wifi", "lifi") if len(ds.rows(f, train_mask)) >= 50]
+    short = [f for f in art.REQUIRED_FAMILIES if len(ds.rows(f, train_mask)) < 50]
+    if short:
+        print(f"mcw model train: fewer than 50 labelled rows of {', '.join(short)}; the xApp "
+              "needs a model of every family (add --synthetic SCENARIO for technologies the "
+              "data lacks)", file=sys.stderr)
+        return 2
+    fams = list(art.REQUIRED_FAMILIES)
     models = {}
     for fam in tqdm(fams, desc="fit", unit="family", file=sys.stderr, disable=None):
         models.update(training.fit_families(ds, train_mask & (ds.family == fam), params))
-    if not models:
-        print("mcw model train: fewer than 50 labelled rows in every family", file=sys.stderr)
-        return 2
     metrics = training.evaluate(models, ds, ~train_mask) if test_groups else {}
     if test_groups and len(set(ds.source.tolist())) > 1:
         metrics["by_source"] = {src: training.evaluate(models, ds, ~train_mask & (ds.source == src))
@@ -204,12 +243,13 @@ def _train(args: argparse.Namespace) -> int:
         },
         "metrics_heldout": _clean(metrics),
     }
-    path = art.save(models, args.out, card)
+    path = art.save(models, args.out, card, signing_key=key)
     full = json.loads(art.card_path(path).read_text())
     if args.json:
         print(json.dumps(full, indent=2))
     else:
-        print(f"wrote {path} ({full['size_bytes']} bytes, sha256 {full['sha256'][:16]}...)")
+        print(f"wrote {path} ({full['size_bytes']} bytes, sha256 {full['sha256'][:16]}..., "
+              f"signed by key {full['signing_key_id']})")
         if metrics:
             print(f"held-out {len(test_groups)} groups: R2 {metrics['r2']:.3f}, MAE "
                   f"{metrics['mae_mbps']:.3f} Mbps vs persistence "
@@ -220,7 +260,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    loaded = art.load(args.model)
+    loaded = art.load(args.model, public_key=args.public_key)
     df, st = _read_csv(args.files, args.format)
     if len(df) == 0:
         print("mcw model evaluate: no rows", file=sys.stderr)
@@ -238,13 +278,14 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    loaded = art.load(args.model)
+    loaded = art.load(args.model, public_key=args.public_key)
     if args.json:
         print(json.dumps(loaded.card, indent=2))
     else:
         c = loaded.card
         print(f"{loaded.path}\n  version {loaded.version}\n  families {', '.join(loaded.models)}"
-              f"\n  sha256 {c.get('sha256')}\n  created {c.get('created_utc')}")
+              f"\n  sha256 {c.get('sha256')}\n  created {c.get('created_utc')}"
+              f"\n  signed by key {loaded.key_id}")
         m = c.get("metrics_heldout") or {}
         if m:
             print(f"  held-out R2 {m.get('r2')}, MAE ratio vs persistence "
@@ -252,13 +293,25 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keygen(args: argparse.Namespace) -> int:
+    public = args.public or f"{args.key}.pub"
+    kid = signing.generate_key_pair(args.key, public)
+    print(f"wrote private key {args.key} (mode 0600) and public key {public}; key id {kid}")
+    return 0
+
+
+def _sign(args: argparse.Namespace) -> int:
+    key = signing.load_private_key(args.signing_key)
+    out = art.sign(args.model, key)
+    print(f"wrote {out}; key id {signing.key_id(key.public_key())}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    actions = {"train": _train, "evaluate": _evaluate, "info": _info, "keygen": _keygen,
+               "sign": _sign}
     try:
-        if args.action == "train":
-            return _train(args)
-        if args.action == "evaluate":
-            return _evaluate(args)
-        return _info(args)
+        return actions[args.action](args)
     except (art.ArtifactError, ValueError, OSError) as exc:
         print(f"mcw model {args.action}: {exc}", file=sys.stderr)
         return 1

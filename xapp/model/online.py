@@ -7,23 +7,36 @@ usable (no radio KPI and no throughput sample), or whose family has no model, ge
 forecast: the weight engine treats the WAT as unknown.  It never raises on bad data.
 
 :class:`ModelHolder` owns the current :class:`~xapp.model.artifact.LoadedModel` and swaps in a
-new artifact only after it verified the hash, loaded it and made a finite prediction on a probe
-frame; a refused artifact is logged and counted and the old model stays.
+new artifact only after it verified the signature, loaded it within bounds and made a finite
+prediction on a probe frame; a refused artifact is logged with the reason and counted
+(``model_reload_failures`` among the estimator's counters, which the xApp exports as
+``mcw_estimator_events``), and the old model stays.  Nothing a file in the model directory
+holds can stop the reload thread: it outlives any exception of a reload.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from numpy.typing import NDArray
 
 from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.kpis import FAMILIES, clean_columns, family_of, normalise_wat
-from xapp.model.artifact import ArtifactError, LoadedModel, load, resolve
+from xapp.model.artifact import (
+    LoadedModel,
+    PublicKey,
+    card_path,
+    load,
+    release_public_key_path,
+    resolve,
+    signature_path,
+)
+from xapp.model.errors import ArtifactError
 from xapp.model.features import (
     DIFF_FIELDS,
     RADIO_FIELDS,
@@ -32,6 +45,7 @@ from xapp.model.features import (
     capacity_sample,
     matrix,
 )
+from xapp.model.signing import load_public_key
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +65,28 @@ def default_model_path() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[2] / "models" / "default"
 
 
+def default_public_key_path() -> Path:
+    """``$MCW_MODEL_PUBLIC_KEY_FILE`` if set (the same variable overrides
+    ``controls.model.public_key_file`` of ``mcw run``), else the project's release key
+    shipped with the repository, which signs ``models/default``."""
+    import os
+
+    env = os.environ.get("MCW_MODEL_PUBLIC_KEY_FILE")
+    return Path(env) if env else release_public_key_path()
+
+
+@dataclass
+class ReloadCounters:
+    """Cumulative counts of a :class:`ModelHolder`'s reloads."""
+
+    model_reloads: int = 0
+    model_reload_failures: int = 0
+
+
 @dataclass
 class EstimatorCounters:
-    """Cumulative counts for Prometheus (names are metric suffixes)."""
+    """Cumulative counts for Prometheus (names are metric suffixes); with ``reload`` set, the
+    model holder's reload counts are reported with them."""
 
     frames: int = 0
     rows: int = 0
@@ -64,9 +97,14 @@ class EstimatorCounters:
     rows_no_model: int = 0
     stale_resets: int = 0
     predict_errors: int = 0
+    reload: ReloadCounters | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "reload"}
+        if self.reload is not None:
+            out.update(model_reloads=self.reload.model_reloads,
+                       model_reload_failures=self.reload.model_reload_failures)
+        return out
 
 
 class ModelHolder:
@@ -79,15 +117,26 @@ class ModelHolder:
     ----------
     path : str or Path
         An artifact file or a directory with a ``LATEST`` file.
+    public_key : Ed25519PublicKey, str or Path, default=None
+        The key (or key file) whose signature an artifact must carry; None means
+        :func:`default_public_key_path`.  A key file is read once, here: rotating the trusted
+        key is a restart (a writable key file must not be able to change whom the xApp trusts).
+
+    Raises
+    ------
+    ArtifactError
+        If the first artifact cannot be loaded (there is no old model to keep).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, public_key: PublicKey | None = None) -> None:
         self.path = Path(path)
+        key = default_public_key_path() if public_key is None else public_key
+        self.public_key = key if isinstance(key, Ed25519PublicKey) else load_public_key(key)
+        self.counters = ReloadCounters()
+        self.last_error = ""
         self._lock = threading.Lock()
         self._model = self._checked_load()
         self._stamp = self._fingerprint()
-        self.reloads = 0
-        self.reload_failures = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -96,42 +145,63 @@ class ModelHolder:
         with self._lock:
             return self._model
 
+    @property
+    def reloads(self) -> int:
+        return self.counters.model_reloads
+
+    @property
+    def reload_failures(self) -> int:
+        return self.counters.model_reload_failures
+
     def _fingerprint(self) -> tuple[object, ...]:
         stamp: list[object] = []
         try:
             target = resolve(self.path)
-            for p in (self.path / "LATEST" if self.path.is_dir() else None, target):
+            latest = self.path / "LATEST" if self.path.is_dir() else None
+            # The card and signature too: a signature that arrives after its artifact (a
+            # copy file by file) makes the next poll try again.
+            for p in (latest, target, card_path(target), signature_path(target)):
                 if p is not None:
-                    st = p.stat()
-                    stamp.extend([str(p), st.st_mtime_ns, st.st_size])
+                    try:
+                        st = p.stat()
+                    except OSError:
+                        stamp.extend([str(p), "missing"])
+                        continue
+                    stamp.extend([str(p), st.st_mtime_ns, st.st_size, st.st_ino])
         except (OSError, ArtifactError):
             stamp.append("unreadable")
         return tuple(stamp)
 
     def _checked_load(self) -> LoadedModel:
-        model = load(self.path)
-        probe = ModelEstimator(model)
-        forecast = probe.step(probe_frame(tuple(model.models)))
-        if not np.isfinite(forecast.median_mbps).all():
+        model = load(self.path, public_key=self.public_key)
+        try:
+            probe = ModelEstimator(model)
+            forecast = probe.step(probe_frame(tuple(model.models)))
+        except Exception as exc:  # the loader checked the shape; this is the last guard
+            raise ArtifactError(f"{model.path}: probe forecast failed: {exc}") from exc
+        if not np.isfinite(forecast.median_mbps).all() or probe.counters.predict_errors:
             raise ArtifactError(f"{model.path}: probe forecast is not finite")
         return model
 
     def poll(self) -> bool:
-        """Reload if the artifact changed; True when a new model was swapped in."""
+        """Reload if the artifact changed; True when a new model was swapped in.  Never raises
+        on a bad artifact: it is counted, logged with the reason, and the old model stays."""
         stamp = self._fingerprint()
         if stamp == self._stamp:
             return False
         self._stamp = stamp
         try:
             new = self._checked_load()
-        except ArtifactError as exc:
-            self.reload_failures += 1
+        except Exception as exc:  # ArtifactError, or a bug: either way the old model stays
+            self.counters.model_reload_failures += 1
+            self.last_error = str(exc)
             log.error("model reload refused, keeping %s: %s", self.current.version, exc)
             return False
         with self._lock:
             old, self._model = self._model, new
-        self.reloads += 1
-        log.info("model reloaded: %s -> %s", old.version, new.version)
+        self.counters.model_reloads += 1
+        self.last_error = ""
+        log.info("model reloaded: %s -> %s (key %s)", old.version, new.version, new.key_id)
         return True
 
     def start(self, interval_s: float = 5.0) -> None:
@@ -141,10 +211,18 @@ class ModelHolder:
 
         def loop() -> None:
             while not self._stop.wait(interval_s):
-                self.poll()
+                try:
+                    self.poll()
+                except Exception:  # e.g. a stat() race; the next poll tries again
+                    log.exception("model reload check failed")
 
         self._thread = threading.Thread(target=loop, name="model-reload", daemon=True)
         self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the reload thread runs (False before :meth:`start` and after :meth:`stop`)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
         self._stop.set()
@@ -181,7 +259,8 @@ class ModelEstimator:
     def __init__(self, model: LoadedModel | ModelHolder, stale_after_s: float = 10.0) -> None:
         self.model = model
         self.state = FeatureState(stale_after_s=stale_after_s)
-        self.counters = EstimatorCounters()
+        self.counters = EstimatorCounters(
+            reload=model.counters if isinstance(model, ModelHolder) else None)
         self._wat_cache: tuple[object, NDArray[np.str_]] | None = None
 
     @property

@@ -1,0 +1,48 @@
+"""The model package's file I/O: reads bounded before they allocate, writes atomic.
+
+An artifact directory may be a volume someone else writes; every file read from it is read
+with a size cap first (a 10 GB "card" must not be read into memory to find out it is wrong),
+and every file this package writes is replaced atomically (write, fsync, rename), so a reader
+sees the old or the new content, never half of one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from xapp.model.errors import ArtifactError
+
+
+def read_bounded(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path`` if it holds at most ``limit`` bytes; :class:`ArtifactError` if it
+    is larger, missing or unreadable.  Reads at most ``limit + 1`` bytes whatever the file
+    claims, so a file that grows between ``stat`` and ``read`` is still caught."""
+    try:
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                raise ArtifactError(f"{what} {path} is {size} bytes, above the {limit}-byte cap")
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise ArtifactError(f"{what} {path} grew above the {limit}-byte cap while read")
+    return data
+
+
+def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` by ``data`` atomically; the file gets ``mode`` (artifacts are read by
+    the xApp's non-root user in the image, so 0644 unless it is a secret)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
