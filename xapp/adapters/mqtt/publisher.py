@@ -49,6 +49,7 @@ from xapp.adapters.mqtt.connection import (
     MqttSettings,
     PacketReader,
     ProtocolError,
+    RestartBudget,
     TlsStream,
     connect_packet,
     parse_connack,
@@ -180,6 +181,10 @@ class MqttWeightPublisher:
         self._thread: threading.Thread | None = None
         self._next_pid = 1
         self._started = False
+        #: Network threads started again after the previous one died.
+        self.restarts = 0
+        self._budget = RestartBudget()
+        self._last_loop = time.monotonic()
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -194,6 +199,56 @@ class MqttWeightPublisher:
             self._thread.start()
             self._started = True
         return self
+
+    # --- supervision -----------------------------------------------------------------------
+    #
+    # The network thread is not an xapp.core.workers.Worker: its loop keeps a connection's
+    # state (stream, packet reader, keep-alive clock) between select rounds and wakes on a
+    # socket pair, not on the worker's event. It catches everything a round raises (what is
+    # not a network error is logged as a bug and handled as a lost connection), and these
+    # give the supervisor what it needs: a probe that restarts it, and a heartbeat.
+
+    @property
+    def thread_alive(self) -> bool:
+        """True while the network thread runs (connected, or reconnecting with backoff)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    @property
+    def last_loop_monotonic(self) -> float:
+        """``time.monotonic()`` when the network thread last went round its loop: at most
+        1 s apart while connected; while disconnected, at each connection attempt (a failed
+        attempt takes up to 10 s per step, and attempts are up to ``reconnect_max_s`` apart).
+        """
+        return self._last_loop
+
+    def healthy(self) -> bool:
+        """Probe for ``Supervisor.watch``: False only when the network thread is dead for good.
+
+        True when not started or stopped and while the thread runs; a thread found dead is
+        started again (:meth:`restart`), up to 5 times in 300 s (:class:`RestartBudget`),
+        and the answer is True; past that it is False, so the pod restarts.
+        """
+        if not self._started or self.thread_alive:
+            return True
+        if not self._budget.take():
+            return False
+        self.restart()
+        return self.thread_alive
+
+    def restart(self) -> bool:
+        """Start a new network thread if the running one died; True if one was started.
+
+        Queued and in-flight weights survive: the new thread connects and sends them, as
+        after any reconnect.
+        """
+        if not self._started or self.thread_alive:
+            return False
+        log.error("the publisher's network thread died; starting a new one")
+        self.restarts += 1
+        self._thread = threading.Thread(target=self._run, name="mcw-pub-net", daemon=True)
+        self._thread.start()
+        return True
 
     def wait_connected(self, timeout_s: float) -> bool:
         with self._idle:
@@ -327,22 +382,31 @@ class MqttWeightPublisher:
     def _run(self) -> None:
         delay = self.settings.reconnect_min_s
         while not self._stopping.is_set():
+            self._last_loop = time.monotonic()
             try:
                 stream, receive_max = self._connect()
-            except (OSError, ProtocolError) as exc:
-                log.warning("publisher cannot reach the broker %s:%d (%s); retry in %.1f s",
-                            self.settings.host, self.settings.port, exc, delay)
+            except Exception as exc:
+                if isinstance(exc, OSError | ProtocolError):
+                    log.warning("publisher cannot reach the broker %s:%d (%s); retry in %.1f s",
+                                self.settings.host, self.settings.port, exc, delay)
+                else:
+                    log.exception("publisher: connecting failed; retry in %.1f s", delay)
                 if self._stopping.wait(delay):
                     return
                 delay = min(delay * 2, self.settings.reconnect_max_s)
                 continue
             delay = self.settings.reconnect_min_s
-            self._connected(receive_max)
             reason: str | None = None
             try:
+                self._connected(receive_max)
                 self._serve(stream)
             except (OSError, ProtocolError) as exc:
                 reason = str(exc) or type(exc).__name__
+            except Exception as exc:
+                # A bug, not the network: the connection goes (what was in flight is sent
+                # again after the reconnect) and the thread carries on.
+                log.exception("publisher: the network loop failed")
+                reason = f"{type(exc).__name__}: {exc}"
             finally:
                 self._disconnected(stream, reason)
 
@@ -482,7 +546,7 @@ class MqttWeightPublisher:
                 out.clear()
                 last_out = time.monotonic()
             all_sent = stream.flush()
-            now = time.monotonic()
+            now = self._last_loop = time.monotonic()
             if ping_sent is not None and now - ping_sent > keepalive:
                 raise ConnectionError(f"no PINGRESP within {keepalive:.0f} s")
             if ping_sent is None and now - last_out >= keepalive / 2:

@@ -29,7 +29,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from xapp.adapters.mqtt.connection import MqttSettings, new_client
+from xapp.adapters.mqtt.connection import MqttSettings, RestartBudget, new_client
 from xapp.adapters.mqtt.payloads import TOPIC_PREFIX, DropCounter, decode
 from xapp.core.forecast import KpiFrame
 from xapp.core.kpis import AGENT_FIELDS
@@ -165,7 +165,7 @@ class ChannelSubscriber:
         self.received = 0
         #: Network threads started again after the previous one died.
         self.restarts = 0
-        self._restarted_at: list[float] = []
+        self._budget = RestartBudget()
         # Re-entrant: wait_for() predicates call state()/online() under the same lock.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -203,11 +203,6 @@ class ChannelSubscriber:
 
     # --- supervision -----------------------------------------------------------------------
 
-    #: Restarts :meth:`healthy` makes within :attr:`RESTART_WINDOW_S` before it reports the
-    #: subscriber dead (a thread that dies again at once would otherwise restart forever).
-    MAX_RESTARTS: Final = 5
-    RESTART_WINDOW_S: Final = 300.0
-
     @property
     def thread_alive(self) -> bool:
         """True while paho's network thread runs (connected, or reconnecting with backoff)."""
@@ -220,17 +215,13 @@ class ChannelSubscriber:
 
         True when not started or stopped (nothing should run) and while the thread runs. A
         thread found dead is started again at once (:meth:`restart`) and the answer is True;
-        after :attr:`MAX_RESTARTS` restarts within :attr:`RESTART_WINDOW_S` it is False, so
-        the pod restarts. Cheap: one attribute read while all is well.
+        after 5 restarts within 300 s (:class:`RestartBudget`) it is False, so the pod
+        restarts. Cheap: one attribute read while all is well.
         """
         if not self._started or self.thread_alive:
             return True
-        now = time.monotonic()
-        recent = [t for t in self._restarted_at if now - t < self.RESTART_WINDOW_S]
-        if len(recent) >= self.MAX_RESTARTS:
-            self._restarted_at = recent
+        if not self._budget.take():
             return False
-        self._restarted_at = [*recent, now]
         self.restart()
         return self.thread_alive
 

@@ -1,0 +1,214 @@
+"""Property-based tests of :func:`xapp.adapters.mqtt.payloads.decode`, the receive boundary.
+
+Three properties, over the two kinds the xApp receives:
+
+* every document valid under the schema, inside the parser's documented number range
+  (integers of at most 20 digits, floats below 1e100 in magnitude), is
+  accepted and becomes a :class:`CpeState` / :class:`KpiFrame` without raising;
+* any bytes either decode or are dropped, counted once, with a known reason (never
+  ``internal``, never an exception);
+* so does a valid message with hostile fragments spliced in, flipped bytes or a cut.
+
+Example counts are fixed (``max_examples``) so the file runs in a few seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from hypothesis_jsonschema import from_schema
+
+from tests.channel.test_payloads import STATE, TELEMETRY
+from tests.channel.test_subscriber import AGENT_TELEMETRY
+from xapp.adapters.mqtt import CpeState, DropCounter, decode
+from xapp.adapters.mqtt.payloads import CPE_ID_RE, RECEIVE_LIMITS, Kind, load_schema
+from xapp.adapters.mqtt.subscriber import telemetry_frame
+
+RECEIVED: tuple[Kind, ...] = ("state", "telemetry")
+#: Reasons decode() may give for bytes on a channel topic; "internal" would be a bug.
+EXPECTED_REASONS = {"too-large", "bad-json", "schema", "cpe-id-mismatch"}
+
+SCHEMA_VALID_EXAMPLES = 100
+BYTES_EXAMPLES = 500
+MUTATION_EXAMPLES = 1000
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quiet_drops() -> Iterator[None]:
+    # Every example drops into a fresh counter, whose first line is always logged.
+    logger = logging.getLogger("xapp.adapters.mqtt.payloads")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    yield
+    logger.setLevel(level)
+
+
+def generated_schema(kind: Kind) -> dict[str, Any]:
+    """The kind's schema, with ``last_error`` at most 64 characters long: generating 1024
+    costs most of the run and overruns hypothesis' buffer; the longest state is checked by
+    :func:`test_the_longest_state_fits_however_it_is_escaped` instead."""
+    schema = copy.deepcopy(load_schema(kind))
+    if kind == "state":
+        schema["properties"]["last_error"]["maxLength"] = 64
+    return schema
+
+
+DOCS: dict[Kind, st.SearchStrategy[dict[str, Any]]] = {
+    kind: from_schema(generated_schema(kind)) for kind in RECEIVED}
+
+
+
+def fuzz(max_examples: int) -> settings:
+    return settings(max_examples=max_examples, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def outside_number_range(doc: object) -> bool:
+    """Whether ``json.dumps(doc)`` holds a number the bounded parser refuses by design."""
+    if isinstance(doc, dict):
+        return any(outside_number_range(v) for v in doc.values())
+    if isinstance(doc, list):
+        return any(outside_number_range(v) for v in doc)
+    if isinstance(doc, bool):
+        return False
+    if isinstance(doc, int):
+        return len(str(abs(doc))) > RECEIVE_LIMITS["state"].max_int_digits
+    if isinstance(doc, float):
+        # repr() (what json.dumps writes) has a three-digit positive exponent from 1e100 on;
+        # tiny ones (1e-300) are accepted: they parse as what they are, or 0.0.
+        return abs(doc) >= 1e100
+    return False
+
+
+def check_converts(kind: Kind, doc: dict[str, Any]) -> None:
+    """What the subscriber makes of an accepted document, checked for sane values."""
+    if kind == "state":
+        state = CpeState.from_doc(doc, None, 0.0)
+        assert state.cpe_id == doc["cpe_id"]
+        assert isinstance(state.applied_version, int)
+        assert state.time_ms is None or isinstance(state.time_ms, int)
+        state.last_error.encode()  # a real Unicode string: Redis and InfluxDB can take it
+    else:
+        frame = telemetry_frame([doc])
+        assert len(frame) == len(doc["wats"]) and math.isfinite(frame.time_s)
+        for column in frame.values.values():
+            assert not np.isinf(column).any()
+
+
+def decode_counted(topic_name: str, payload: bytes) -> tuple[DropCounter, Any]:
+    drops = DropCounter()
+    out = decode(topic_name, payload, drops)
+    assert drops.total() == (0 if out is not None else 1)
+    if out is None:
+        ((_kind, reason),) = drops.counts
+        assert reason in EXPECTED_REASONS, drops.snapshot()
+    return drops, out
+
+
+@st.composite
+def schema_valid(draw: st.DrawFn) -> tuple[Kind, dict[str, Any]]:
+    kind = draw(st.sampled_from(RECEIVED))
+    doc = draw(DOCS[kind])
+    # Python's "$" (which hypothesis and the reference validator use) also matches before a
+    # final newline; the channel's ids are ECMA-262 anchored (CPE_ID_RE), as the topic is.
+    assume(CPE_ID_RE.match(doc["cpe_id"]) is not None)
+    return kind, doc
+
+
+@fuzz(SCHEMA_VALID_EXAMPLES)
+@given(schema_valid(), st.booleans())
+def test_schema_valid_documents_are_accepted_and_convert(
+        case: tuple[Kind, dict[str, Any]], ascii_only: bool) -> None:
+    kind, doc = case
+    payload = json.dumps(doc, ensure_ascii=ascii_only, separators=(",", ":")).encode()
+    drops, out = decode_counted(f"mcw/v1/cpe/{doc['cpe_id']}/{kind}", payload)
+    if outside_number_range(doc):
+        assert out is None and drops.snapshot() == {f"{kind}/bad-json": 1}
+        return
+    assert out == (kind, doc), drops.snapshot()
+    check_converts(kind, doc)
+
+
+def test_the_longest_state_fits_however_it_is_escaped() -> None:
+    doc = {"schema": "mcw.state.v1", "cpe_id": "c" * 64, "online": False,
+           "time_ms": 2**53 - 1, "applied_version": 2**53 - 1,
+           "applied_weights": dict.fromkeys(("nr", "lte", "wifi", "lifi"), 255),
+           "backend": "mptcp-upstream", "capabilities": {"max_weight": 255, "on_off_only": False},
+           "links": dict.fromkeys(("nr", "lte", "wifi", "lifi"), "down"),
+           "event": "lease-expired", "last_error": "\U0001f600" * 1024}
+    payload = json.dumps(doc).encode()  # every character as a 12-byte surrogate pair
+    assert len(payload) > 12_000
+    _drops, out = decode_counted(f"mcw/v1/cpe/{doc['cpe_id']}/state", payload)
+    assert out == ("state", doc)
+    check_converts("state", doc)
+
+
+TOPICS = st.sampled_from([
+    "mcw/v1/cpe/cpe-0001/telemetry", "mcw/v1/cpe/cpe-0001/state", "mcw/v1/cpe/x/weights",
+])
+
+
+@fuzz(BYTES_EXAMPLES)
+@given(TOPICS, st.one_of(st.binary(max_size=2_000),
+                         st.text(max_size=2_000).map(str.encode)))
+def test_arbitrary_bytes_are_decoded_or_dropped_with_a_reason(topic_name: str,
+                                                             payload: bytes) -> None:
+    _drops, out = decode_counted(topic_name, payload)
+    if out is not None:
+        check_converts(*out)
+
+
+#: Fragments an attacker would try, spliced into valid messages.
+HOSTILE = [b"[" * 5000, b"{" * 40, b"]", b"9" * 500, b"1e999", b"-1e999", b"NaN", b"Infinity",
+           b"\\ud800", b'"\\udfff"', b"\xff", b"\xc0\x80", b"\xed\xa0\x80", b"\x00", b'"',
+           b"\\", b",", b'"cpe_id":"cpe-0002"', b"1" * 21, b"0.1e-100", b"1e100", b"1.5", b"true",
+           b"null", b" " * 9000]
+
+
+#: Valid messages to mutate: fixed ones, not generated (from_schema costs ~50 ms a document).
+SEEDS: list[tuple[Kind, bytes]] = [
+    ("state", json.dumps(STATE).encode()),
+    ("state", json.dumps({"schema": "mcw.state.v1", "cpe_id": "cpe-0001", "online": False})
+     .encode()),
+    ("telemetry", json.dumps(TELEMETRY).encode()),
+    ("telemetry", AGENT_TELEMETRY.read_bytes()),
+]
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> tuple[str, bytes]:
+    kind, seed = draw(st.sampled_from(SEEDS))
+    doc = json.loads(seed)
+    payload = bytearray(seed)
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(payload)))
+        op = draw(st.sampled_from(["splice", "replace", "flip", "cut"]))
+        if op == "splice":
+            payload[at:at] = draw(st.sampled_from(HOSTILE))
+        elif op == "replace":
+            end = draw(st.integers(at, min(len(payload), at + 30)))
+            payload[at:end] = draw(st.sampled_from(HOSTILE))
+        elif op == "flip" and at < len(payload):
+            payload[at] ^= 1 << draw(st.integers(0, 7))
+        else:
+            del payload[at:]
+    return f"mcw/v1/cpe/{doc['cpe_id']}/{kind}", bytes(payload)
+
+
+@fuzz(MUTATION_EXAMPLES)
+@given(mutated())
+def test_mutated_valid_messages_are_decoded_or_dropped_with_a_reason(
+        case: tuple[str, bytes]) -> None:
+    topic_name, payload = case
+    _drops, out = decode_counted(topic_name, payload)
+    if out is not None:
+        check_converts(*out)

@@ -1,0 +1,76 @@
+"""The channel's network threads as a supervisor sees them (real Mosquitto).
+
+``healthy()`` is the probe the xApp registers with ``Supervisor.watch``: True while the
+thread runs, a dead thread started again (within a budget), False only past the budget.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.channel.conftest import decision
+from tests.support.mosquitto import MosquittoBroker, connect_client
+from tests.support.polling import wait_until
+from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher
+from xapp.adapters.mqtt.connection import RestartBudget
+
+
+class _Fatal(BaseException):
+    """Not an Exception: the network loop does not catch it, so the thread ends."""
+
+
+def test_restart_budget() -> None:
+    budget = RestartBudget(max_restarts=2, window_s=10.0)
+    assert budget.take(0.0) and budget.take(1.0)
+    assert not budget.take(2.0)
+    assert budget.take(10.5)  # the first restart left the window
+
+
+def test_the_publishers_heartbeat_advances_while_connected(settings: MqttSettings) -> None:
+    pub = MqttWeightPublisher(settings, MemoryVersionStore())
+    assert pub.healthy() and not pub.thread_alive  # not started is not dead
+    pub.start()
+    try:
+        assert pub.wait_connected(10) and pub.thread_alive and pub.healthy()
+        first = pub.last_loop_monotonic
+        # Idle, the loop still goes round at least once a second (select's timeout).
+        assert wait_until(lambda: pub.last_loop_monotonic > first + 0.5, 5)
+        assert time.monotonic() - pub.last_loop_monotonic < 2.0
+    finally:
+        pub.stop()
+    assert pub.healthy() and not pub.thread_alive
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_publisher_thread_is_restarted_and_delivers(broker: MosquittoBroker,
+                                                           settings: MqttSettings) -> None:
+    pub = MqttWeightPublisher(settings, MemoryVersionStore())
+    cpe = connect_client(broker, "cpe-0001")
+    serve = pub._serve
+    calls = 0
+
+    def serve_once_then_die(stream: object) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise _Fatal
+        serve(stream)  # type: ignore[arg-type]
+
+    # The one fault injected: the first connection's loop ends the thread.
+    pub._serve = serve_once_then_die  # type: ignore[method-assign]
+    try:
+        pub.start()
+        assert wait_until(lambda: calls == 1 and not pub.thread_alive, 10)
+        assert not pub.connected
+        assert pub.healthy() and pub.restarts == 1 and pub.thread_alive
+        assert cpe.subscribe("mcw/v1/cpe/cpe-0001/weights") == [1]
+        version = pub.publish("cpe-0001", decision({"nr": 3, "wifi": 1}), mode="load_balancing",
+                              lease_s=30)
+        assert pub.flush(10)
+        assert cpe.wait_for(lambda: bool(cpe.on("mcw/v1/cpe/cpe-0001/weights")), 5)
+        assert pub.acked_version("cpe-0001") == version
+    finally:
+        cpe.close()
+        pub.stop()
