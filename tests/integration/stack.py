@@ -346,6 +346,7 @@ def operator_env(root: Path, pki: Pki, broker: MosquittoBroker, influx: InfluxSe
         # Unchanged weights are re-sent every half lease: 3 s keeps the restart test short.
         "MCW_MQTT_LEASE_S": "6",
         "MCW_MODEL_PATH": str(REPO / "models" / "default"),
+        "MCW_MODEL_PUBLIC_KEY_FILE": str(REPO / "keys" / "model-signing.pub"),
         "MCW_SDL_NAMESPACE": "mcw-it",
         "MCW_LOG_LEVEL": "INFO",
         "HOSTNAME": "mcw-xapp-it",

@@ -28,6 +28,7 @@ from typing import Any
 
 import jsonschema
 
+from xapp.adapters import bounded_json
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import build_policy
 from xapp.core.workers import Worker
@@ -41,6 +42,8 @@ ENV_PREFIX = "MCW_"
 _NOT_OVERRIDES = frozenset({"MCW_SCHEMAS_DIR"})
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: What the descriptor may hold: O-RAN SC descriptors are a few KiB.
+CONFIG_LIMITS = bounded_json.JsonLimits(max_bytes=1024 * 1024, max_depth=32)
 
 
 class ConfigError(ValueError):
@@ -149,8 +152,8 @@ def apply_env_overrides(controls: Mapping[str, Any],
 
 def _env_value(raw: str) -> Any:
     try:
-        return json.loads(raw)
-    except ValueError:
+        return bounded_json.loads(raw, CONFIG_LIMITS)
+    except bounded_json.BoundedJsonError:
         return raw
 
 
@@ -240,21 +243,37 @@ def _level(value: Any) -> str:
 
 def load_config(path: str | os.PathLike[str] | None, *, schemas: str | os.PathLike[str] | None
                 = None, environ: Mapping[str, str] | None = None) -> LoadedConfig:
-    """Read the descriptor at ``path`` (None: built-in defaults) and type its controls."""
+    """Read the descriptor at ``path`` (None: built-in defaults) and type its controls.
+
+    Whatever the file holds, the only exception is :class:`ConfigError` (the watcher keeps the
+    running configuration on it; ``mcw run`` exits with its message)."""
+    try:
+        return _load_config(path, schemas, environ)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"{path}: unusable configuration ({type(exc).__name__}: {exc})"
+                          ) from exc
+
+
+def _load_config(path: str | os.PathLike[str] | None,
+                 schemas: str | os.PathLike[str] | None,
+                 environ: Mapping[str, str] | None) -> LoadedConfig:
     if path is None:
         raw_doc: dict[str, Any] = {}
         digest = ""
     else:
         p = Path(path)
         try:
-            data = p.read_bytes()
+            with p.open("rb") as f:
+                data = f.read(CONFIG_LIMITS.max_bytes + 1)
         except OSError as exc:
             raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from exc
         digest = hashlib.sha256(data).hexdigest()
         try:
-            raw_doc = json.loads(data)
-        except ValueError as exc:
-            raise ConfigError(f"{p} is not JSON: {exc}") from exc
+            raw_doc = bounded_json.loads(data, CONFIG_LIMITS)
+        except bounded_json.BoundedJsonError as exc:
+            raise ConfigError(f"{p} is not usable JSON: {exc}") from exc
         if not isinstance(raw_doc, dict):
             raise ConfigError(f"{p}: the top level must be an object")
     raw_controls = raw_doc.get("controls", {})
@@ -304,7 +323,7 @@ class ConfigWatcher:
                 return False
             try:
                 new = load_config(current.path, schemas=self._schemas)
-            except (ConfigError, jsonschema.SchemaError, ValueError) as exc:
+            except (ConfigError, jsonschema.SchemaError) as exc:
                 self._last_bad = digest
                 log.error("configuration change in %s ignored, the running configuration "
                           "stays: %s", current.path, exc)

@@ -365,7 +365,7 @@ def build_components(args: argparse.Namespace, controls: Controls,
     checks: dict[str, Callable[[], bool]] = {}
     workers: list[Worker] = []
     probes: dict[str, Callable[[], bool]] = {}
-    estimator, model_version, estimator_counters = _estimator(args, controls, stoppers)
+    estimator, model_version, estimator_counters = _estimator(args, controls, stoppers, workers)
     sink: TelemetrySink | None
     kpis: KpiSource
     influx: InfluxStore | None = None
@@ -393,6 +393,10 @@ def build_components(args: argparse.Namespace, controls: Controls,
     else:
         mqtt_publisher, subscriber = _mqtt(controls, versions, intake, sink, checks, stoppers,
                                            workers)
+        # paho's network thread and the publisher's own select loop are not Workers; their
+        # probes restart a dead thread (within a budget) and answer False past it.
+        probes["mqtt-publisher"] = mqtt_publisher.healthy
+        probes["mqtt-subscriber"] = subscriber.healthy
         publisher = mqtt_publisher
     return Components(kpis, estimator, model_version, publisher, sink, checks, stoppers,
                       workers, probes, mqtt_publisher=mqtt_publisher, subscriber=subscriber,
@@ -401,15 +405,15 @@ def build_components(args: argparse.Namespace, controls: Controls,
 
 
 def _estimator(args: argparse.Namespace, controls: Controls,
-               stoppers: list[Callable[[], object]]
+               stoppers: list[Callable[[], object]], workers: list[Worker]
                ) -> tuple[CapacityEstimator, Callable[[], str],
                           Callable[[], Mapping[str, int]] | None]:
     if args.estimator in ("auto", "model"):
         try:
             from xapp.model.online import ModelEstimator, ModelHolder
 
-            holder = ModelHolder(controls.model.path)
-            holder.start(interval_s=controls.model.reload_check_s)
+            holder = ModelHolder(controls.model.path, controls.model.public_key_file)
+            workers.append(holder.start(interval_s=controls.model.reload_check_s))
             stoppers.append(holder.stop)
             from xapp.core.exploration import ExploringEstimator
 

@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 
 from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.kpis import FAMILIES, clean_columns, family_of, normalise_wat
+from xapp.core.workers import Worker
 from xapp.model.artifact import (
     LoadedModel,
     PublicKey,
@@ -137,8 +138,8 @@ class ModelHolder:
         self._lock = threading.Lock()
         self._model = self._checked_load()
         self._stamp = self._fingerprint()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        #: Polls for a new artifact once started (:meth:`start`).
+        self.worker: Worker | None = None
 
     @property
     def current(self) -> LoadedModel:
@@ -204,31 +205,20 @@ class ModelHolder:
         log.info("model reloaded: %s -> %s (key %s)", old.version, new.version, new.key_id)
         return True
 
-    def start(self, interval_s: float = 5.0) -> None:
-        """Poll in a daemon thread every ``interval_s`` until :meth:`stop`."""
-        if self._thread is not None:
-            return
-
-        def loop() -> None:
-            while not self._stop.wait(interval_s):
-                try:
-                    self.poll()
-                except Exception:  # e.g. a stat() race; the next poll tries again
-                    log.exception("model reload check failed")
-
-        self._thread = threading.Thread(target=loop, name="model-reload", daemon=True)
-        self._thread.start()
+    def start(self, interval_s: float = 5.0) -> Worker:
+        """Poll every ``interval_s`` in a supervised worker until :meth:`stop`."""
+        if self.worker is None:
+            self.worker = Worker("mcw-model-reload", self.poll, interval_s)
+        return self.worker.start()
 
     @property
     def alive(self) -> bool:
-        """Whether the reload thread runs (False before :meth:`start` and after :meth:`stop`)."""
-        return self._thread is not None and self._thread.is_alive()
+        """Whether the reload worker runs (False before :meth:`start` and after :meth:`stop`)."""
+        return self.worker is not None and self.worker.status().state.value == "ok"
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            self._thread = None
+        if self.worker is not None:
+            self.worker.stop()
 
 
 def probe_frame(families: tuple[str, ...]) -> KpiFrame:
