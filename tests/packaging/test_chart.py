@@ -490,18 +490,25 @@ def test_default_egress_fits_an_oran_sc_ric(rendered: dict[str, cr.Rendered]) ->
     appmgr = _egress_rule(policy, 8080)
     assert [(_ns(p), p["podSelector"]["matchLabels"]) for p in appmgr["to"]] == [
         ("ricplt", {"app": "ricplt-appmgr"})]
+    a1mediator = _egress_rule(policy, 10000)
+    assert [(_ns(p), p["podSelector"]["matchLabels"]) for p in a1mediator["to"]] == [
+        ("ricplt", {"app": "ricplt-a1mediator"})]
     influx = _egress_rule(policy, 8086)
     assert [(_ns(p), p["podSelector"]["matchLabels"]) for p in influx["to"]] == [
         ("ricplt", {"app.kubernetes.io/name": "influxdb2"})]
     broker = _egress_rule(policy, 8883)
     assert broker["to"] == [{"podSelector": {"matchLabels": {
         "app.kubernetes.io/name": "mosquitto"}}}]
-    assert len(policy["spec"]["egress"]) == 6
+    assert len(policy["spec"]["egress"]) == 7
     # The default URLs point where the default policy lets the xApp go.
     env = _appenv(rendered["default"])
     influx_host = urllib.parse.urlsplit(env["MCW_INFLUXDB_URL"]).hostname or ""
     assert influx_host.split(".")[1] == "ricplt"
     assert env["MCW_MQTT_HOST"] == "mosquitto"  # a Service in the xApp's own namespace
+    descriptor = json.loads(rendered["default"].get(
+        "ConfigMap", "configmap-ricxapp-mcw-xapp-appconfig")["data"]["config-file.json"])
+    mediator = urllib.parse.urlsplit(descriptor["controls"]["a1"]["mediator_url"])
+    assert (mediator.hostname or "").endswith(".ricplt") and mediator.port == 10000
     # The route table's peers are among the RMR destinations.
     table = rendered["default"].get("ConfigMap", "configmap-ricxapp-mcw-xapp-routes")
     for line in table["data"]["router.txt"].splitlines():

@@ -81,6 +81,12 @@ class ModelSettings:
 
 
 @dataclass(frozen=True)
+class A1Settings:
+    #: The mediator's northbound API; empty: resync by a quiet period only (A1Resync).
+    mediator_url: str = ""
+
+
+@dataclass(frozen=True)
 class Controls:
     """The ``controls`` section, typed and checked."""
 
@@ -91,6 +97,7 @@ class Controls:
     influxdb: InfluxSettings = field(default_factory=InfluxSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     model: ModelSettings = field(default_factory=ModelSettings)
+    a1: A1Settings = field(default_factory=A1Settings)
     default_policy: Mapping[str, Any] = field(default_factory=lambda: {
         "mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
         "capacity_floor_mbps": 1.0})
@@ -194,6 +201,7 @@ def parse_controls(raw: Mapping[str, Any], schemas: str | os.PathLike[str] | Non
             influxdb=InfluxSettings(**_section(raw, "influxdb", InfluxSettings)),
             mqtt=MqttSettings(**_section(raw, "mqtt", MqttSettings)),
             model=ModelSettings(**_section(raw, "model", ModelSettings)),
+            a1=A1Settings(**_section(raw, "a1", A1Settings)),
             default_policy=dict(raw.get("default_policy", base.default_policy)),
         )
     except TypeError as exc:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType
+from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, mediator_lister
 from xapp.adapters.sdl import Restored, SdlVersionStore, StateStore, ricsdl_backend
 from xapp.app.collector import ComponentCollector
 from xapp.app.config import ConfigError, ConfigWatcher, Controls, LoadedConfig, load_config
@@ -143,7 +143,8 @@ class XappProcess:
         self.a1 = A1Handler(self.book, self.policy_type, self.handler_id,
                             persistence=self.state, observe=self.metrics.observe_a1)
         # Restored instances stay provisional until the mediator confirms them (A1Resync).
-        self.resync = A1Resync(self.a1)
+        url = controls.a1.mediator_url
+        self.resync = A1Resync(self.a1, mediator_lister(url) if url else None)
         if factory is not None:
             self.versions: VersionStore = SdlVersionStore(controls.sdl_namespace, factory,
                                                  floor=self._published_version)
@@ -311,7 +312,7 @@ class XappProcess:
             self.book.set_default(c.default_policy)
         except PolicyError as exc:
             log.error("new default_policy refused, the previous one stays: %s", exc)
-        restart_only = [name for name in ("influxdb", "mqtt", "model", "sdl_namespace")
+        restart_only = [name for name in ("influxdb", "mqtt", "model", "sdl_namespace", "a1")
                         if _restart_only_changed(old.controls, new.controls, name)]
         if restart_only:
             log.warning("controls %s changed; connections keep their settings until the "
