@@ -20,6 +20,7 @@ from tests.support.mosquitto import MosquittoBroker, TestClient, connect_client
 from tests.support.polling import wait_until
 from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttSettings
 from xapp.core.forecast import KpiFrame
+from xapp.core.workers import Supervisor
 
 ATTACKER = "cpe-0001"
 OTHER = "cpe-0002"
@@ -177,7 +178,10 @@ def test_a_dead_network_thread_is_restarted_by_the_health_probe(
         other.publish(f"mcw/v1/cpe/{OTHER}/state", state_doc(OTHER, 1), retain=True)
         assert fired.wait(5)
         assert sub.wait_for(lambda s: not s.thread_alive, 5)
-        assert sub.healthy()  # the probe starts a new thread and says so
+        assert not sub.healthy()
+        supervisor = Supervisor()
+        supervisor.watch("mqtt-subscriber", sub.healthy, sub.restart)
+        assert supervisor.alive()  # the supervisor starts a new thread
         assert sub.thread_alive and sub.restarts == 1
         assert sub.wait_subscribed(10)
         other.publish(f"mcw/v1/cpe/{OTHER}/state", state_doc(OTHER, 2))

@@ -1,7 +1,8 @@
 """The channel's network threads as a supervisor sees them (real Mosquitto).
 
-``healthy()`` is the probe the xApp registers with ``Supervisor.watch``: True while the
-thread runs, a dead thread started again (within a budget), False only past the budget.
+``healthy()`` and ``restart()`` are what the xApp registers with ``Supervisor.watch``: the
+probe is False while the started thread is dead, and the supervisor starts it again within
+its restart budget.
 """
 
 from __future__ import annotations
@@ -14,18 +15,11 @@ from tests.channel.conftest import decision
 from tests.support.mosquitto import MosquittoBroker, connect_client
 from tests.support.polling import wait_until
 from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher
-from xapp.adapters.mqtt.connection import RestartBudget
+from xapp.core.workers import Supervisor
 
 
 class _Fatal(BaseException):
     """Not an Exception: the network loop does not catch it, so the thread ends."""
-
-
-def test_restart_budget() -> None:
-    budget = RestartBudget(max_restarts=2, window_s=10.0)
-    assert budget.take(0.0) and budget.take(1.0)
-    assert not budget.take(2.0)
-    assert budget.take(10.5)  # the first restart left the window
 
 
 def test_the_publishers_heartbeat_advances_while_connected(settings: MqttSettings) -> None:
@@ -63,8 +57,10 @@ def test_a_dead_publisher_thread_is_restarted_and_delivers(broker: MosquittoBrok
     try:
         pub.start()
         assert wait_until(lambda: calls == 1 and not pub.thread_alive, 10)
-        assert not pub.connected
-        assert pub.healthy() and pub.restarts == 1 and pub.thread_alive
+        assert not pub.connected and not pub.healthy()
+        supervisor = Supervisor()
+        supervisor.watch("mqtt-publisher", pub.healthy, pub.restart)
+        assert supervisor.alive() and pub.restarts == 1 and pub.thread_alive
         assert cpe.subscribe("mcw/v1/cpe/cpe-0001/weights") == [1]
         version = pub.publish("cpe-0001", decision({"nr": 3, "wifi": 1}), mode="load_balancing",
                               lease_s=30)

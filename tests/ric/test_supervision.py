@@ -171,3 +171,20 @@ def test_a_killed_loop_is_noticed_restarted_and_counted(process: main.XappProces
     assert process.http is not None
     _, metrics = get(process.http.port, "/metrics")
     assert b'mcw_worker_restarts_total{worker="mcw-loop"} 1.0' in metrics
+
+
+def test_a_dead_probe_is_restarted_within_the_same_budget() -> None:
+    thread = {"alive": False, "starts": 0}
+
+    def restart() -> None:
+        thread["starts"] += 1
+        thread["alive"] = True
+
+    sup = Supervisor(max_restarts=2, restart_window_s=60)
+    sup.watch("paho", lambda: thread["alive"], restart)
+    for starts in (1, 2):
+        thread["alive"] = False
+        [status] = sup.check()
+        assert status.state is WorkerState.OK and status.restarts == starts
+    thread["alive"] = False
+    assert not sup.alive() and thread["starts"] == 2  # out of budget

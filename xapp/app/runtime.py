@@ -107,10 +107,11 @@ class Components:
     sink: TelemetrySink | None
     checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
     stoppers: list[Callable[[], object]] = field(default_factory=list)
-    #: Threads the components own (supervised), and probes of threads they do not own
-    #: (paho's network loop): name -> healthy().
+    #: Threads the components own (supervised), and probes of the threads that are not
+    #: workers (the MQTT network loops): name -> (healthy, restart).
     workers: list[Worker] = field(default_factory=list)
-    probes: dict[str, Callable[[], bool]] = field(default_factory=dict)
+    probes: dict[str, tuple[Callable[[], bool], Callable[[], object]]] = field(
+        default_factory=dict)
     #: The MQTT publisher, channel subscriber and InfluxDB store and intake when they run (for
     #: metrics and ``/ric/v1/cpes``); None in lab mode.
     mqtt_publisher: MqttWeightPublisher | None = None
@@ -188,8 +189,8 @@ class XappProcess:
         self.runner.start()
         for worker in (self.runner, self.state.worker, self.watcher.worker, *comp.workers):
             self.supervisor.add(worker)
-        for name, probe in comp.probes.items():
-            self.supervisor.watch(name, probe)
+        for name, (healthy, restart) in comp.probes.items():
+            self.supervisor.watch(name, healthy, restart)
         self.http = HttpServer(self.health(), lambda: self.config_view(), self.metrics,
                                host=self.args.http_host, port=self.args.http_port,
                                views={CPES_PATH: self.cpes_view})
@@ -365,7 +366,7 @@ def build_components(args: argparse.Namespace, controls: Controls,
     stoppers: list[Callable[[], object]] = []
     checks: dict[str, Callable[[], bool]] = {}
     workers: list[Worker] = []
-    probes: dict[str, Callable[[], bool]] = {}
+    probes: dict[str, tuple[Callable[[], bool], Callable[[], object]]] = {}
     estimator, model_version, estimator_counters = _estimator(args, controls, stoppers, workers)
     sink: TelemetrySink | None
     kpis: KpiSource
@@ -394,10 +395,10 @@ def build_components(args: argparse.Namespace, controls: Controls,
     else:
         mqtt_publisher, subscriber = _mqtt(controls, versions, intake, sink, checks, stoppers,
                                            workers)
-        # paho's network thread and the publisher's own select loop are not Workers; their
-        # probes restart a dead thread (within a budget) and answer False past it.
-        probes["mqtt-publisher"] = mqtt_publisher.healthy
-        probes["mqtt-subscriber"] = subscriber.healthy
+        # paho's network thread and the publisher's own select loop are not Workers: the
+        # supervisor probes them and restarts a dead one within its budget.
+        probes["mqtt-publisher"] = (mqtt_publisher.healthy, mqtt_publisher.restart)
+        probes["mqtt-subscriber"] = (subscriber.healthy, subscriber.restart)
         publisher = mqtt_publisher
     return Components(kpis, estimator, model_version, publisher, sink, checks, stoppers,
                       workers, probes, mqtt_publisher=mqtt_publisher, subscriber=subscriber,

@@ -13,7 +13,8 @@ What a supervisor does about a worker, as OTP's one-for-one supervisors do:
   worker stays dead and :meth:`Supervisor.alive` is False, so Kubernetes restarts the pod.
 * **stuck** (a step running longer than its deadline, or no step started for interval +
   deadline): a Python thread cannot be killed, so :meth:`Supervisor.alive` is False at once.
-* a **probe** that answers False counts as dead (it cannot be restarted from here).
+* a **probe** that answers False counts as dead, and is restarted like a worker when it was
+  registered with a restart function.
 
 :meth:`Supervisor.check` runs when ``/ric/v1/health/alive`` or ``/metrics`` is read: the
 probes that ask are the clock, so no supervising thread needs supervising in turn.
@@ -185,10 +186,12 @@ class Worker:
             self._wake.clear()
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Probe:
     name: str
     healthy: Callable[[], bool]
+    restart: Callable[[], object] | None
+    restarts: int = 0
 
 
 class Supervisor:
@@ -211,12 +214,15 @@ class Supervisor:
             self._workers[worker.name] = worker
         return worker
 
-    def watch(self, name: str, healthy: Callable[[], bool]) -> None:
-        """Supervise a thread the xApp does not own: ``healthy()`` False (or raising) is dead."""
+    def watch(self, name: str, healthy: Callable[[], bool],
+              restart: Callable[[], object] | None = None) -> None:
+        """Supervise a thread that is not a :class:`Worker` (paho's network loop): ``healthy()``
+        False (or raising) is dead; ``restart()``, when given, starts it again, within the
+        same budget as a worker's restarts."""
         with self._lock:
             if name in self._workers or name in self._probes:
                 raise ValueError(f"a worker named {name!r} is already supervised")
-            self._probes[name] = _Probe(name, healthy)
+            self._probes[name] = _Probe(name, healthy, restart)
 
     def check(self) -> list[WorkerStatus]:
         """Every worker's status, after restarting the dead ones that are within budget."""
@@ -230,27 +236,42 @@ class Supervisor:
 
     def _check_worker(self, worker: Worker) -> WorkerStatus:
         status = worker.status()
-        if status.state is not WorkerState.DEAD:
-            return status
-        now = self._clock()
-        recent = [t for t in self._restarted_at.get(worker.name, [])
-                  if now - t < self.restart_window_s]
-        if len(recent) >= self.max_restarts:
-            self._restarted_at[worker.name] = recent
-            return status  # out of budget: stays dead, /alive fails, the pod restarts
-        recent.append(now)
-        self._restarted_at[worker.name] = recent
+        if status.state is not WorkerState.DEAD or not self._may_restart(worker.name):
+            return status  # out of budget, a dead worker stays dead: /alive fails, pod restarts
         worker.restarts += 1
-        log.error("worker %s died (%s); restarting it (%d in %.0f s)", worker.name,
-                  worker.last_error or "no error recorded", len(recent),
-                  self.restart_window_s)
+        log.error("worker %s died (%s); restarting it", worker.name,
+                  worker.last_error or "no error recorded")
         worker.start()
         return worker.status()
 
     def _check_probe(self, probe: _Probe) -> WorkerStatus:
+        ok = self._probe_ok(probe)
+        if not ok and probe.restart is not None and self._may_restart(probe.name):
+            probe.restarts += 1
+            log.error("thread %s died; restarting it", probe.name)
+            try:
+                probe.restart()
+            except Exception:
+                log.exception("restarting %s failed", probe.name)
+            ok = self._probe_ok(probe)
+        return WorkerStatus(probe.name, WorkerState.OK if ok else WorkerState.DEAD,
+                            probe.restarts, 0, 0.0)
+
+    def _may_restart(self, name: str) -> bool:
+        """Spend one restart of ``name``'s budget; False when it is used up (a thread that
+        dies again at once would otherwise be restarted forever, hiding the fault)."""
+        now = self._clock()
+        recent = [t for t in self._restarted_at.get(name, []) if now - t < self.restart_window_s]
+        self._restarted_at[name] = recent
+        if len(recent) >= self.max_restarts:
+            return False
+        recent.append(now)
+        return True
+
+    @staticmethod
+    def _probe_ok(probe: _Probe) -> bool:
         try:
-            ok = bool(probe.healthy())
+            return bool(probe.healthy())
         except Exception as exc:
             log.debug("probe %s raised: %s", probe.name, exc)
-            ok = False
-        return WorkerStatus(probe.name, WorkerState.OK if ok else WorkerState.DEAD, 0, 0, 0.0)
+            return False

@@ -11,8 +11,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import paho.mqtt.client as mqtt
@@ -67,27 +66,6 @@ def new_client(settings: MqttSettings, suffix: str) -> mqtt.Client:
     # paho accepts floats here although its annotation says int.
     client.reconnect_delay_set(settings.reconnect_min_s, settings.reconnect_max_s)  # type: ignore[arg-type]
     return client
-
-
-@dataclass
-class RestartBudget:
-    """How often a network thread found dead may be started again: ``max_restarts`` within
-    ``window_s``, as ``xapp.core.workers.Supervisor`` allows its workers. Past that the
-    owner's ``healthy()`` says False and the pod restarts: a thread that dies again at once
-    would otherwise be restarted forever, hiding the fault."""
-
-    max_restarts: int = 5
-    window_s: float = 300.0
-    _at: list[float] = field(default_factory=list)
-
-    def take(self, now: float | None = None) -> bool:
-        """Spend one restart; False when the budget is used up."""
-        now = time.monotonic() if now is None else now
-        self._at = [t for t in self._at if now - t < self.window_s]
-        if len(self._at) >= self.max_restarts:
-            return False
-        self._at.append(now)
-        return True
 
 
 # --- the publisher's data path: a minimal MQTT 5 codec ---------------------------------------

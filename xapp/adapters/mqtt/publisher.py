@@ -49,7 +49,6 @@ from xapp.adapters.mqtt.connection import (
     MqttSettings,
     PacketReader,
     ProtocolError,
-    RestartBudget,
     TlsStream,
     connect_packet,
     parse_connack,
@@ -183,7 +182,6 @@ class MqttWeightPublisher:
         self._started = False
         #: Network threads started again after the previous one died.
         self.restarts = 0
-        self._budget = RestartBudget()
         self._last_loop = time.monotonic()
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -206,7 +204,7 @@ class MqttWeightPublisher:
     # state (stream, packet reader, keep-alive clock) between select rounds and wakes on a
     # socket pair, not on the worker's event. It catches everything a round raises (what is
     # not a network error is logged as a bug and handled as a lost connection), and these
-    # give the supervisor what it needs: a probe that restarts it, and a heartbeat.
+    # give the supervisor what it needs: a probe, a restart and a heartbeat.
 
     @property
     def thread_alive(self) -> bool:
@@ -223,18 +221,9 @@ class MqttWeightPublisher:
         return self._last_loop
 
     def healthy(self) -> bool:
-        """Probe for ``Supervisor.watch``: False only when the network thread is dead for good.
-
-        True when not started or stopped and while the thread runs; a thread found dead is
-        started again (:meth:`restart`), up to 5 times in 300 s (:class:`RestartBudget`),
-        and the answer is True; past that it is False, so the pod restarts.
-        """
-        if not self._started or self.thread_alive:
-            return True
-        if not self._budget.take():
-            return False
-        self.restart()
-        return self.thread_alive
+        """Probe for ``Supervisor.watch`` (with :meth:`restart`): False only while started
+        and the network thread is dead; the supervisor restarts it within its budget."""
+        return not self._started or self.thread_alive
 
     def restart(self) -> bool:
         """Start a new network thread if the running one died; True if one was started.

@@ -29,7 +29,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from xapp.adapters.mqtt.connection import MqttSettings, RestartBudget, new_client
+from xapp.adapters.mqtt.connection import MqttSettings, new_client
 from xapp.adapters.mqtt.payloads import TOPIC_PREFIX, DropCounter, decode
 from xapp.core.forecast import KpiFrame
 from xapp.core.kpis import AGENT_FIELDS
@@ -165,7 +165,6 @@ class ChannelSubscriber:
         self.received = 0
         #: Network threads started again after the previous one died.
         self.restarts = 0
-        self._budget = RestartBudget()
         # Re-entrant: wait_for() predicates call state()/online() under the same lock.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -211,19 +210,9 @@ class ChannelSubscriber:
         return thread is not None and thread.is_alive()
 
     def healthy(self) -> bool:
-        """Probe for ``Supervisor.watch``: False only when the network thread is dead for good.
-
-        True when not started or stopped (nothing should run) and while the thread runs. A
-        thread found dead is started again at once (:meth:`restart`) and the answer is True;
-        after 5 restarts within 300 s (:class:`RestartBudget`) it is False, so the pod
-        restarts. Cheap: one attribute read while all is well.
-        """
-        if not self._started or self.thread_alive:
-            return True
-        if not self._budget.take():
-            return False
-        self.restart()
-        return self.thread_alive
+        """Probe for ``Supervisor.watch`` (with :meth:`restart`): False only while started
+        and the network thread is dead; the supervisor restarts it within its budget."""
+        return not self._started or self.thread_alive
 
     def restart(self) -> bool:
         """Start a new network thread if the running one died; True if one was started.
