@@ -131,3 +131,28 @@ def test_sigterm_with_rmr_stops_within_grace(rig: dict[str, Any]) -> None:
     out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 0, out.decode()[-3000:]
     assert time.monotonic() - started < 10
+
+
+def test_hostile_a1_requests_do_not_stop_a1_or_health_checks(rig: dict[str, Any]) -> None:
+    """Issue 9: before, a deep or non-ASCII-digit request raised out of the handler and killed
+    the frame's dispatch thread; nothing was answered again."""
+    peer = rig["peer"]
+    peer.receive(A1_POLICY_QUERY, timeout_s=20)
+    hostile = [
+        b'{"operation":"CREATE","policy_type_id":20100,"policy_instance_id":"p",'
+        b'"payload":' + b"[" * 5000 + b"]" * 5000 + b"}",
+        json.dumps({"operation": "CREATE", "policy_type_id": "\u00b2",
+                    "policy_instance_id": "p", "payload": {}}).encode(),
+        json.dumps({"operation": "CREATE", "policy_type_id": 20100,
+                    "policy_instance_id": "p", "payload": {"scope": {"cpes": ["cpe-1\n"]}}}
+                   ).encode(),
+    ]
+    for raw in hostile:
+        peer.send(A1_POLICY_REQ, raw)
+        assert json.loads(peer.receive(A1_POLICY_RESP, timeout_s=20))["status"] == "ERROR"
+    peer.send(100, b"ping")
+    assert peer.receive(101, timeout_s=20) == b"OK\n"
+    resp = peer.request(A1_POLICY_REQ, {"operation": "CREATE", "policy_type_id": 20100,
+                                        "policy_instance_id": "after", "payload": {}},
+                        A1_POLICY_RESP)
+    assert resp["status"] == "OK"
