@@ -4,10 +4,26 @@ Uses the maintained ``influxdb-client`` (v2 API), so the same code talks to Infl
 1.8 through its ``/api/v2/write`` and ``/api/v2/query`` compatibility endpoints (1.8: bucket
 ``database/retention-policy``, token ``user:password`` or empty, ``flux-enabled = true``).
 
-Writes are buffered and sent in batches.  A batch that fails stays at the head of the buffer
-and is retried after an exponential backoff (with jitter, capped); nothing is dropped silently:
-the buffer is bounded, and when it is full the *oldest* points are dropped and counted in
-:attr:`InfluxCounters.dropped_points` (fresh telemetry is worth more than old).
+Writes are buffered and sent in batches.  What happens to a batch depends on why it failed
+(:func:`_transient`):
+
+* **Transient** (connection refused or reset, timeouts, 5xx, 429, 408, and 401/403/404, which
+  say the destination is wrong or not there yet, not that the batch is): the batch stays at the
+  head of the buffer and is retried after an exponential backoff (with jitter, capped, longer if
+  the server sends ``Retry-After``).  Nothing is lost while the buffer has room; the buffer is
+  bounded, and when it is full the *oldest* points are dropped and counted in
+  :attr:`InfluxCounters.dropped_points` (fresh telemetry is worth more than old).
+* **Permanent** (any other 4xx): sending the same bytes again can never succeed, so the batch
+  leaves the buffer at once and the next one is sent.  A *partial write* (1.8's 400 "partial
+  write: ...", 2.x's 422) has already stored the good points; the rejected ones are counted by
+  reason.  A 400 that stored nothing (2.x rejects a whole batch for one bad line; 1.8 does so
+  for a field-type conflict *inside* one batch) and a 413 are split in halves and re-sent, so
+  one bad line costs its batch about ``2 log2(n)`` requests, not its good points; a line
+  isolated alone is dropped.  Re-sending points already stored is harmless: InfluxDB keeps one
+  point per series and timestamp.
+
+Tag values are written so that InfluxDB reads back exactly what was written (see
+:func:`escape_tag`); values line protocol cannot carry are refused and counted.
 
 Reads skip and count rows they cannot parse; they never raise on bad data.
 """
@@ -16,21 +32,23 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import logging
 import random
 import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 import urllib3
 from influxdb_client import InfluxDBClient
 from influxdb_client.client.write_api import SYNCHRONOUS
+from influxdb_client.rest import ApiException
 from numpy.typing import NDArray
 
 from xapp.core.forecast import CapacityForecast, KpiFrame
@@ -69,71 +87,156 @@ class InfluxConfig:
 
 @dataclass
 class InfluxCounters:
-    """Cumulative counts for Prometheus."""
+    """Cumulative counts for Prometheus (``mcw_influx_events{event=<field name>}``).
+
+    ``dropped_points`` counts overflow of the bounded buffer (points never sent);
+    ``refused_points`` points not queued because a tag value cannot be carried by line protocol
+    (:func:`escape_tag`); ``rejected_points_<reason>`` points InfluxDB refused for good (the
+    reason from its error message: ``parse``, ``type_conflict``, ``too_large``, ``other``) and
+    ``rejected_batches`` the requests such refusals came in; ``write_failures`` transient
+    failures (each retried).
+    """
 
     written_points: int = 0
     write_batches: int = 0
     write_failures: int = 0
     dropped_points: int = 0
+    refused_points: int = 0
+    rejected_batches: int = 0
+    rejected_points_parse: int = 0
+    rejected_points_type_conflict: int = 0
+    rejected_points_too_large: int = 0
+    rejected_points_other: int = 0
     rejected_values: int = 0
     parse_skipped: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
+    def add_rejected(self, reason: str, points: int) -> None:
+        """Count ``points`` InfluxDB rejected for ``reason`` (one of :data:`REJECT_REASONS`)."""
+        if reason == "parse":
+            self.rejected_points_parse += points
+        elif reason == "type_conflict":
+            self.rejected_points_type_conflict += points
+        elif reason == "too_large":
+            self.rejected_points_too_large += points
+        else:
+            self.rejected_points_other += points
 
-def _escape_tag(value: str) -> str:
-    return (value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
-            .replace(" ", "\\ ").replace("\n", "\\n"))
+    @property
+    def rejected_points(self) -> int:
+        return (self.rejected_points_parse + self.rejected_points_type_conflict
+                + self.rejected_points_too_large + self.rejected_points_other)
 
 
-def _escape_str(value: str) -> str:
+#: Why InfluxDB may refuse points for good (suffixes of the ``rejected_points_`` counters).
+REJECT_REASONS = ("parse", "type_conflict", "too_large", "other")
+
+
+
+def escape_tag(value: str) -> str | None:
+    """The line-protocol text of a tag value (or tag or field key) that InfluxDB reads back as
+    exactly ``value``; ``""`` for an empty value (no tag); None when there is no such text.
+
+    InfluxDB 1.8 unescapes ``\\,``, ``\\=`` and ``\\ `` in tags and keeps every other
+    backslash as written (``a\\b`` reads back as ``a\\b``), so backslashes are written as
+    they are: doubling them is what made them come back doubled.  A separator with a backslash
+    before it counts as escaped, so a value that *ends* in a backslash can never end, and a
+    newline ends the line whatever precedes it: such values are refused (None), and the caller
+    drops the point and counts it rather than store a different identity.  Tags cannot be empty
+    in InfluxDB: an empty value is written as an absent tag, which reads back as empty.
+    Everything else (quotes, commas, equals signs, spaces, tabs, carriage returns, any unicode)
+    round-trips; ``tests/telemetry/test_influx_errors.py`` proves it against a real influxd.
+    """
+    if not value:
+        return ""
+    if value[-1] == "\\" or "\n" in value:
+        return None
+    # Exactly the three characters InfluxDB unescapes (str.replace: 3x faster than translate).
+    return value.replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ")
+
+
+def escape_str(value: str) -> str:
+    """A string field value, quotes excluded: every string round-trips (newlines included)."""
     return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _key(name: str) -> str:
+    """A tag or field key, escaped; our keys are constants, so an impossible one is a bug."""
+    escaped = escape_tag(name)
+    if not escaped:
+        raise ValueError(f"{name!r} cannot be a line-protocol key")
+    return escaped
+
+
+@dataclass
+class Lines:
+    """Line protocol for a table: ``lines`` to send, and ``refused`` points that were not
+    formatted because a tag value line protocol cannot carry (:func:`escape_tag`)."""
+
+    lines: list[str]
+    refused: int = 0
 
 
 def column_lines(measurement: str, tags: Mapping[str, Sequence[str]],
                  fields: Mapping[str, NDArray[Any]], time_ns: int | NDArray[np.int64],
-                 text: Mapping[str, str] | None = None, decimals: int | None = None
-                 ) -> list[str]:
+                 text: Mapping[str, str] | None = None, decimals: int | None = None,
+                 required: Collection[str] = ()) -> Lines:
     """Line protocol for a table of points, column by column (the loop writes 30,000 points
     a tick, so rows are never made into dicts).
 
     ``fields`` are float columns (NaN and infinite values are omitted) or integer columns
     (written with the ``i`` suffix); ``text`` adds string fields with one value for every
-    point; empty tag values are left out.  A point with no field left is not written.  Floats
-    are written exactly, or with ``decimals`` digits after the point (half the formatting
-    time).  Rows with every tag and field present, the usual case, go through one format
-    string.
+    point; empty tag values are left out (InfluxDB has no empty tags).  A point with no field
+    left is not written; a point with a tag value line protocol cannot carry
+    (:func:`escape_tag`), or an empty value of a ``required`` tag, is not written either, and
+    is counted in :attr:`Lines.refused`.
+    Floats are written exactly, or with ``decimals`` digits after the point (half the
+    formatting time).  Rows with every tag and field present, the usual case, go through one
+    format string.
     """
     keys = sorted(tags)
     n = len(tags[keys[0]]) if keys else len(next(iter(fields.values())))
     tag_cols: list[list[str]] = []
     full = np.ones(n, dtype=bool)
+    refused: NDArray[np.bool_] | None = None
     for key in keys:
-        escaped = {v: _escape_tag(v) for v in set(tags[key])}
-        tag_cols.append([escaped[v] for v in tags[key]])
+        # Escaped once per distinct value: a column holds few (WATs) or each once (CPEs).
+        escaped = {v: escape_tag(v) for v in set(tags[key])}
+        if None in escaped.values() or (key in required and "" in escaped):
+            # rare: those rows are skipped, whatever their text
+            bad = np.array([escaped[v] is None or (key in required and v == "")
+                            for v in tags[key]], dtype=bool)
+            refused = bad if refused is None else refused | bad
+        text_of: Mapping[str, str] = cast(Mapping[str, str], escaped)  # None: never formatted
+        tag_cols.append([text_of[v] for v in tags[key]])
         if "" in escaped:
             full &= np.array([v != "" for v in tags[key]], dtype=bool)
+    keep = np.ones(n, dtype=bool) if refused is None else ~refused
     names = list(fields)
     arrays = [np.asarray(fields[k]) for k in names]
     is_int = [a.dtype.kind in "iu" for a in arrays]
     for a, integer in zip(arrays, is_int, strict=True):
         if not integer:
             full &= np.isfinite(a.astype(np.float64))
-    consts = "".join(f',{k}="{_escape_str(v)}"' for k, v in (text or {}).items())
+    consts = "".join(f',{_key(k)}="{escape_str(v)}"' for k, v in (text or {}).items())
     times = (None if isinstance(time_ns, int | np.integer)
              else np.asarray(time_ns, dtype=np.int64))
 
     def braces(t: str) -> str:
         return t.replace("{", "{{").replace("}", "}}")
 
+    meas = _measurement(measurement)
+    tag_keys = [_key(k) for k in keys]
+    field_keys = [_key(k) for k in names]
     spec = "{!r}" if decimals is None else f"{{:.{decimals}f}}"
     field_fmt = ",".join(f"{braces(k)}={{}}i" if integer else f"{braces(k)}={spec}"
-                         for k, integer in zip(names, is_int, strict=True))
-    fmt = (braces(measurement) + "".join(f",{braces(k)}={{}}" for k in keys) + " " + field_fmt
+                         for k, integer in zip(field_keys, is_int, strict=True))
+    fmt = (braces(meas) + "".join(f",{braces(k)}={{}}" for k in tag_keys) + " " + field_fmt
            + braces(consts) + (" {}" if times is not None else f" {int(time_ns)}"))
     out: list[str | None] = [None] * n
-    fast = np.flatnonzero(full)
+    fast = np.flatnonzero(full if refused is None else full & keep)
     if len(fast):
         cols: list[list[Any]] = [[c[i] for i in fast.tolist()] if len(fast) < n else c
                                  for c in tag_cols]
@@ -143,18 +246,27 @@ def column_lines(measurement: str, tags: Mapping[str, Sequence[str]],
             cols.append(times[fast].tolist())
         for i, row in zip(fast.tolist(), zip(*cols, strict=True), strict=True):
             out[i] = fmt.format(*row)
-    for i in np.flatnonzero(~full).tolist():  # an empty tag or a missing value
-        tag_text = "".join(f",{k}={c[i]}" for k, c in zip(keys, tag_cols, strict=True) if c[i])
+    for i in np.flatnonzero(~full & keep).tolist():  # an empty tag or a missing value
+        tag_text = "".join(f",{k}={c[i]}" for k, c in zip(tag_keys, tag_cols, strict=True)
+                           if c[i])
         parts = [f"{k}={int(a[i])}i" if integer else f"{k}={spec.format(float(a[i]))}"
-                 for k, a, integer in zip(names, arrays, is_int, strict=True)
+                 for k, a, integer in zip(field_keys, arrays, is_int, strict=True)
                  if integer or np.isfinite(a[i])]
         if parts:
             t = int(time_ns) if times is None else int(times[i])
-            out[i] = f"{measurement}{tag_text} {','.join(parts)}{consts} {t}"
+            out[i] = f"{meas}{tag_text} {','.join(parts)}{consts} {t}"
         elif consts:
             t = int(time_ns) if times is None else int(times[i])
-            out[i] = f"{measurement}{tag_text} {consts[1:]} {t}"
-    return [line for line in out if line is not None]
+            out[i] = f"{meas}{tag_text} {consts[1:]} {t}"
+    return Lines([line for line in out if line is not None],
+                 0 if refused is None else int(refused.sum()))
+
+
+def _measurement(name: str) -> str:
+    """A measurement name, escaped (commas and spaces); like keys, a constant of ours."""
+    if not name or name[-1] == "\\" or "\n" in name or name.startswith("#"):
+        raise ValueError(f"{name!r} cannot be a line-protocol measurement")
+    return name.replace(",", "\\,").replace(" ", "\\ ")
 
 
 class InfluxStore:
@@ -192,8 +304,9 @@ class InfluxStore:
     def buffered(self) -> int:
         return len(self._buffer)
 
-    def _append(self, lines: Iterable[str | None]) -> None:
+    def _append(self, lines: Iterable[str | None], refused: int = 0) -> None:
         with self._lock:
+            self.counters.refused_points += refused
             for ln in lines:
                 if ln is None:
                     continue
@@ -208,8 +321,11 @@ class InfluxStore:
             self._wake.set()
 
     def write_lines(self, lines: Iterable[str]) -> None:
-        """Queue raw line-protocol lines."""
+        """Queue raw line-protocol lines (as they are: InfluxDB judges them)."""
         self._append(lines)
+
+    def _queue(self, lines: Lines) -> None:
+        self._append(lines.lines, lines.refused)
 
     def write_kpis(self, frame: KpiFrame) -> None:
         """Queue one ``wat_kpi`` point per row; out-of-range values are dropped and counted.
@@ -217,11 +333,11 @@ class InfluxStore:
         A ``cell`` column of strings is not part of :class:`KpiFrame`; rows are tagged with
         the ``cell`` given in ``frame.values`` only through :meth:`write_table`.
         """
-        self._append(column_lines(
+        self._queue(column_lines(
             MEASUREMENT_KPI, {"cpe": frame.cpe.astype(str).tolist(),
                               "wat": frame.wat.astype(str).tolist()},
             self.clean_kpis({k: v for k, v in frame.values.items() if k in KPI_FIELDS}),
-            round(frame.time_s * 1e9)))
+            round(frame.time_s * 1e9), required=_IDENTITY))
 
     def write_table(self, df: pd.DataFrame) -> int:
         """Queue a long table (time_s, cpe, wat, [cell], fields); returns points queued."""
@@ -229,16 +345,17 @@ class InfluxStore:
         ok = np.isfinite(times)
         self.counters.parse_skipped += int((~ok).sum())
         df = df[ok]
-        cells = (df["cell"].astype(str).replace("nan", "").tolist() if "cell" in df
-                 else [""] * len(df))
+        cells = (df["cell"].where(df["cell"].notna(), "").astype(str).tolist() if "cell" in df
+                 else [""] * len(df))  # (a missing cell is no tag; a cell named "nan" is one)
         lines = column_lines(
-            MEASUREMENT_KPI, {"cpe": df["cpe"].astype(str).tolist(),
-                              "wat": df["wat"].astype(str).tolist(), "cell": cells},
+            MEASUREMENT_KPI, {"cpe": df["cpe"].where(df["cpe"].notna(), "").astype(str).tolist(),
+                              "wat": df["wat"].where(df["wat"].notna(), "").astype(str).tolist(),
+                              "cell": cells},
             self.clean_kpis({f: pd.to_numeric(df[f], errors="coerce").to_numpy(dtype=np.float64)
                             for f in df.columns if f in KPI_FIELDS}),
-            times[ok].astype(np.int64))
-        self._append(lines)
-        return len(lines)
+            times[ok].astype(np.int64), required=_IDENTITY)
+        self._queue(lines)
+        return len(lines.lines)
 
     def clean_kpis(self, columns: Mapping[str, Any]) -> dict[str, NDArray[np.float64]]:
         """The KPI columns with infinite and out-of-range values made NaN (not written),
@@ -249,29 +366,32 @@ class InfluxStore:
 
     def write_forecasts(self, frame: KpiFrame, forecast: CapacityForecast,
                         model_version: str) -> None:
-        self._append(column_lines(
+        self._queue(column_lines(
             MEASUREMENT_PREDICTION, {"cpe": frame.cpe.astype(str).tolist(),
                                      "wat": frame.wat.astype(str).tolist()},
             {"median_mbps": np.asarray(forecast.median_mbps),
              "lower_mbps": np.asarray(forecast.lower_mbps)},
-            round(frame.time_s * 1e9), text={"model_version": model_version}, decimals=3))
+            round(frame.time_s * 1e9), text={"model_version": model_version}, decimals=3,
+            required=_IDENTITY))
 
     def write_weights(self, published: Published) -> None:
         b = published.batch
         rows, cols = np.nonzero(b.present)
         weights = b.weights[rows, cols]
         totals = np.maximum(np.where(b.present, b.weights, 0).sum(axis=1), 1)
-        self._append(column_lines(
+        self._queue(column_lines(
             MEASUREMENT_WEIGHT, {"cpe": [b.cpe_ids[i] for i in rows.tolist()],
                                  "wat": [b.wats[j] for j in cols.tolist()]},
             {"weight": weights, "share": weights / totals[rows],
              "version": published.versions[rows]},
-            round(published.time_s * 1e9), decimals=4))
+            round(published.time_s * 1e9), decimals=4, required=_IDENTITY))
 
     def flush(self, force: bool = True) -> bool:
         """Send buffered points batch by batch; True when the buffer is empty afterwards.
 
-        Without ``force`` a flush during the backoff after a failure does nothing.
+        A batch InfluxDB refuses for good is counted and dropped, and the next one is sent; a
+        transient failure stops the flush (False) and starts a backoff, and without ``force``
+        a flush during the backoff does nothing.
         """
         with self._flush_lock:
             if not force and time.monotonic() < self._retry_at:
@@ -283,14 +403,15 @@ class InfluxStore:
                 if not batch:
                     return True
                 try:
-                    self._write.write(bucket=self.config.bucket, org=self.config.org,
-                                      record="\n".join(batch))
-                except Exception as exc:  # urllib3/HTTP errors of many types
+                    rejected = self._send(batch, [_SPLIT_BUDGET])
+                except _TransientWriteError as exc:
                     self.counters.write_failures += 1
                     self._backoff_s = min(self.config.backoff_max_s,
                                           max(self.config.backoff_initial_s,
                                               self._backoff_s * 2))
                     delay = self._backoff_s * (0.5 + random.random() / 2)
+                    if exc.retry_after_s is not None:  # the server knows best, within bounds
+                        delay = max(delay, min(exc.retry_after_s, self.config.backoff_max_s))
                     self._retry_at = time.monotonic() + delay
                     log.warning("influx write of %d points failed (retry in %.1fs): %s",
                                 len(batch), delay, exc)
@@ -302,10 +423,55 @@ class InfluxStore:
                         if not self._buffer or self._buffer[0] is not sent:
                             break
                         self._buffer.popleft()
-                self.counters.written_points += n
+                lost = 0
+                for refusal in rejected:  # one per request InfluxDB refused
+                    self.counters.rejected_batches += 1
+                    for reason, points in refusal.items():
+                        self.counters.add_rejected(reason, points)
+                        lost += points
+                self.counters.written_points += n - lost
                 self.counters.write_batches += 1
                 self._backoff_s = 0.0
                 self._retry_at = 0.0
+
+    def _send(self, batch: list[str], budget: list[int]) -> list[dict[str, int]]:
+        """Write ``batch``; the points InfluxDB refused for good, by reason, one dict per
+        refused request.
+
+        Raises :class:`_TransientWriteError` when the batch should be sent again later.  A
+        refused batch that stored nothing is split in halves while ``budget[0]`` (requests
+        left for this batch) allows, to keep its good points.
+        """
+        try:
+            self._write.write(bucket=self.config.bucket, org=self.config.org,
+                              record="\n".join(batch))
+            return []
+        except ApiException as exc:
+            status = int(exc.status or 0)
+            message = _error_message(exc)
+            if _transient(status):
+                raise _TransientWriteError(f"HTTP {status}: {message}",
+                                           _retry_after(exc.headers)) from exc
+        except Exception as exc:  # urllib3/socket errors of many kinds: the server is away
+            raise _TransientWriteError(f"{type(exc).__name__}: {exc}", None) from exc
+        if status == 422 or "partial write" in message:
+            # The good points are stored already: re-sending would store them again and
+            # reject the same bad ones.
+            counts = _rejections(message, len(batch))
+            log.warning("influx stored %d of %d points; refused %s: %s", len(batch)
+                        - sum(counts.values()), len(batch), counts, message[:_LOG_CHARS])
+            return [counts]
+        unparsable = message.count("unable to parse")
+        if (status in (400, 413) and len(batch) > 1 and budget[0] >= 2
+                and unparsable < len(batch)):  # (1.8 names every unparsable line)
+            budget[0] -= 2
+            half = len(batch) // 2
+            return self._send(batch[:half], budget) + self._send(batch[half:], budget)
+        reason = ("too_large" if status == 413 else "parse" if unparsable
+                  else "type_conflict" if "field type conflict" in message else "other")
+        log.warning("influx refused %d points (HTTP %d), dropped: %s", len(batch), status,
+                    message[:_LOG_CHARS])
+        return [{reason: len(batch)}]
 
     def start(self, interval_s: float = 1.0) -> None:
         """Flush in a daemon thread every ``interval_s`` (honouring backoff) until close()."""
@@ -367,11 +533,12 @@ class InfluxStore:
             raise InfluxReadError(f"InfluxDB answered {resp.status}: {resp.data[:200]!r}")
         if not resp.data.strip():
             return pd.DataFrame()
-        text = {c: str for c in ("name", "tags", "cpe", "wat", "cell", "error",
-                                 "model_version")}
+        text = {c: str for c in ("name", "tags", "error", *_TAGS, *_TEXT_FIELDS)}
+        # Tags are bytes as another writer sent them: undecodable ones are replaced, not
+        # allowed to fail every read from now on.
         table = pd.read_csv(io.BytesIO(resp.data), dtype=text, keep_default_na=False,
-                            na_values=[""], low_memory=False)
-        if "error" in table:
+                            na_values=[""], low_memory=False, encoding_errors="replace")
+        if list(table.columns) == ["error"]:  # (a *field* named error is data, not this)
             raise InfluxReadError(str(table["error"].dropna().iloc[0]))
         return table
 
@@ -404,9 +571,12 @@ class InfluxStore:
             "wat": raw["wat"].astype(str).to_numpy(),
             "cell": raw["cell"].fillna("").astype(str).to_numpy()})
         for name in raw.columns:
-            if name in ("name", "tags", "time", "cpe", "wat", "cell"):
-                continue
+            if name in ("name", "tags", "time", "time_s", *_TAGS):
+                continue  # (a field another writer named time_s must not replace the times)
             col = raw[name]
+            if name in _TEXT_FIELDS:  # CSV cannot tell an empty string from no value
+                df[name] = col.fillna("").astype(str).to_numpy()
+                continue
             if col.dtype.kind in "fiub":  # numbers (and empty values) only: the usual case
                 df[name] = col.to_numpy(dtype=np.float64)
                 continue
@@ -417,6 +587,83 @@ class InfluxStore:
             else:
                 df[name] = col.to_numpy()
         return df.sort_values(["time_s", "cpe", "wat"], kind="mergesort").reset_index(drop=True)
+
+
+_TAGS = ("cpe", "wat", "cell")
+#: Tags without which a point of ours means nothing (the reader skips such rows).
+_IDENTITY = ("cpe", "wat")
+#: String fields this xApp writes, read back as text (``""`` where empty or absent).
+_TEXT_FIELDS = ("model_version",)
+
+
+class _TransientWriteError(Exception):
+    """A write to send again later; ``retry_after_s`` from the server's Retry-After."""
+
+    def __init__(self, message: str, retry_after_s: float | None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+#: Requests one batch may spend isolating its bad lines (a batch of 5,000 with one bad line
+#: needs about 26); past it the pieces still refused are dropped whole.
+_SPLIT_BUDGET = 64
+_LOG_CHARS = 500
+_DROPPED = re.compile(r"dropped=(\d+)")
+
+
+def _transient(status: int) -> bool:
+    """Whether a write answered with HTTP ``status`` may succeed later unchanged.
+
+    401/403/404 are about the destination (credentials, a database not created yet), not the
+    batch: every batch would fail alike, so they wait like an outage instead of emptying the
+    buffer; the bounded buffer still drops (and counts) the oldest points if it lasts.
+    """
+    return status >= 500 or status in (0, 401, 403, 404, 408, 429) or status < 400
+
+
+def _error_message(exc: ApiException) -> str:
+    """InfluxDB's error text: ``{"error": ...}`` (1.8) or ``{"message": ...}`` (2.x)."""
+    body = exc.body
+    text = (body.decode("utf-8", "replace") if isinstance(body, bytes)
+            else str(body) if body is not None else str(exc.reason or ""))
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text.strip()
+    if isinstance(parsed, dict):
+        for key in ("error", "message"):
+            if isinstance(parsed.get(key), str):
+                return str(parsed[key])
+    return text.strip()
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds of a Retry-After header (the delta form), or None."""
+    try:
+        value = headers.get("Retry-After") if headers is not None else None
+        return None if value is None else max(0.0, float(value))
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _rejections(message: str, n: int) -> dict[str, int]:
+    """Points a partial write refused, by reason, from its message (1.8: ``dropped=N`` for
+    type conflicts and retention, one ``unable to parse`` per unparsable line)."""
+    counts: dict[str, int] = {}
+    unparsable = message.count("unable to parse")
+    if unparsable:
+        counts["parse"] = unparsable
+    match = _DROPPED.search(message)
+    dropped = int(match.group(1)) if match else 0
+    if dropped:
+        reason = "type_conflict" if "field type conflict" in message else "other"
+        counts[reason] = counts.get(reason, 0) + dropped
+    if not counts:  # the server did not say how many: at least one
+        counts["other"] = 1
+    total = sum(counts.values())
+    if total > n:  # never count more than were sent
+        counts = {k: v * n // total for k, v in counts.items()}
+    return counts
 
 
 class InfluxReadError(RuntimeError):
