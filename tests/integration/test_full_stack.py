@@ -125,6 +125,12 @@ def test_weights_follow_kpis_and_validate(stack: Stack) -> None:
     """KPIs in InfluxDB become schema-valid retained weights that follow Wi-Fi's capacity."""
     assert wait_until(lambda: stack.xapp.ready()[0], 40), (stack.xapp.ready(),
                                                           stack.xapp.log_path.read_text()[-3000:])
+    # Every thread of the running xApp is supervised and running.
+    alive = stack.xapp.json("/ric/v1/health/alive")
+    assert alive["alive"] is True, alive
+    assert {"mcw-loop", "mcw-sdl", "mcw-config", "influx-flush", "influx-intake",
+            "mcw-check-influxdb", "mcw-telemetry-drain", "mcw-model-reload", "mqtt-publisher",
+            "mqtt-subscriber"} <= set(alive["workers"]), alive
     cpe = Cpe(stack, "cpe-0001")
     try:
         first = cpe.wait(lambda d: True)

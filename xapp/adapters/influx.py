@@ -62,6 +62,7 @@ from xapp.core.kpis import (
     clean_columns,
 )
 from xapp.core.ports import Published
+from xapp.core.workers import Worker
 
 log = logging.getLogger(__name__)
 
@@ -288,9 +289,8 @@ class InfluxStore:
         self._flush_lock = threading.Lock()
         self._backoff_s = 0.0
         self._retry_at = 0.0
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        #: The flusher, once started (:meth:`start`).
+        self.worker: Worker | None = None
 
     def ping(self) -> bool:
         """True when the server answers its health endpoint (readiness checks); never raises."""
@@ -318,7 +318,9 @@ class InfluxStore:
         if full:
             # Never flush here: writers are the loop and the MQTT network thread, and a slow
             # InfluxDB must not stall them.  The flusher thread sends the batch now.
-            self._wake.set()
+            worker = self.worker
+            if worker is not None:
+                worker.wake()
 
     def write_lines(self, lines: Iterable[str]) -> None:
         """Queue raw line-protocol lines (as they are: InfluxDB judges them)."""
@@ -473,28 +475,19 @@ class InfluxStore:
                     message[:_LOG_CHARS])
         return [{reason: len(batch)}]
 
-    def start(self, interval_s: float = 1.0) -> None:
-        """Flush in a daemon thread every ``interval_s`` (honouring backoff) until close()."""
-        if self._thread is not None:
-            return
-
-        def loop() -> None:
-            while not self._stop.is_set():
-                self._wake.wait(interval_s)
-                self._wake.clear()
-                if not self._stop.is_set():
-                    self.flush(force=False)
-
-        self._thread = threading.Thread(target=loop, name="influx-flush", daemon=True)
-        self._thread.start()
+    def start(self, interval_s: float = 1.0) -> Worker:
+        """Flush every ``interval_s`` (honouring backoff), or as soon as a batch is full, in a
+        supervised worker until :meth:`close`.  Its deadline allows a whole split of a refused
+        batch (up to 64 requests) against a slow server."""
+        if self.worker is None:
+            self.worker = Worker("influx-flush", lambda: self.flush(force=False), interval_s,
+                                 deadline_s=120.0)
+        return self.worker.start()
 
     def close(self) -> None:
         """Stop the flusher, try a last flush, close the client."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            self._thread = None
+        if self.worker is not None:
+            self.worker.stop(timeout_s=5.0)
         if self._buffer:
             self.flush(force=True)
         self._client.close()
@@ -710,11 +703,11 @@ class InfluxIntake:
         self.lookback_s = lookback_s
         self.clock = clock
         self.polls = 0
-        self.failures = 0
         self.rows_read = 0
         self._newest: float | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        #: Polls every ``interval_s``; a failed poll (InfluxDB away or answering garbage) is
+        #: logged and counted by the worker, and the next one tries again.
+        self.worker = Worker("influx-intake", self.poll_once, interval_s)
 
     def poll_once(self) -> int:
         """Read what is new and merge it into the intake; returns the rows read."""
@@ -740,27 +733,11 @@ class InfluxIntake:
         self.rows_read += len(df)
         return len(df)
 
-    def start(self) -> None:
-        def loop() -> None:
-            while not self._stop.is_set():
-                try:
-                    self.poll_once()
-                except Exception as exc:  # InfluxDB away or answering garbage: try again
-                    self.failures += 1
-                    log.warning("reading new KPIs from InfluxDB failed: %s", exc)
-                self._stop.wait(self.interval_s)
-
-        self._thread = threading.Thread(target=loop, name="influx-intake", daemon=True)
-        self._thread.start()
+    def start(self) -> Worker:
+        return self.worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        self.worker.stop(timeout_s=5.0)
 
 
 def _rfc3339(t: float) -> str:

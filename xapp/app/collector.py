@@ -146,8 +146,9 @@ class ComponentCollector(Collector):
         if store is None:
             return
         yield _events("mcw_influx_events",
-                      "InfluxDB store counters (written_points, write_batches, "
-                      "write_failures, dropped_points, rejected_values, parse_skipped).",
+                      "InfluxDB store counters (xapp.adapters.influx.InfluxCounters: points "
+                      "written, transient failures retried, points dropped on overflow, "
+                      "refused before sending, rejected by InfluxDB per reason).",
                       store.counters.as_dict())
         yield GaugeMetricFamily("mcw_influx_buffered_points",
                                 "Points waiting to be written to InfluxDB.", value=store.buffered)

@@ -382,7 +382,7 @@ def build_components(args: argparse.Namespace, controls: Controls,
 
         influx = _influx(controls, checks, stoppers, workers)
         influx_intake = InfluxIntake(influx, intake, interval_s=min(1.0, controls.control_period_s))
-        influx_intake.start()
+        workers.append(influx_intake.start())
         stoppers.insert(0, influx_intake.stop)
         kpis, sink = intake, influx
     publisher: WeightPublisher
@@ -445,7 +445,7 @@ def _influx(controls: Controls, checks: dict[str, Callable[[], bool]],
     timeout_ms = int(min(10.0, max(1.0, 2 * controls.control_period_s)) * 1000)
     store = InfluxStore(InfluxConfig(url=i.url, bucket=i.bucket, org=i.org,
                                      token=_read_token(i.token_file), timeout_ms=timeout_ms))
-    store.start()
+    workers.append(store.start())
     stoppers.append(store.close)
     check = PeriodicCheck("influxdb", store.ping, interval_s=INFLUX_CHECK_S)
     check.run_once()  # ready reflects InfluxDB from the first probe, not after one interval
