@@ -70,3 +70,18 @@ def test_a_dead_publisher_thread_is_restarted_and_delivers(broker: MosquittoBrok
     finally:
         cpe.close()
         pub.stop()
+
+
+def test_a_stuck_publisher_thread_is_unhealthy(settings: MqttSettings) -> None:
+    pub = MqttWeightPublisher(settings, MemoryVersionStore()).start()
+    try:
+        assert pub.wait_connected(10) and pub.healthy()
+        # Probed as if the loop had not gone round for longer than any reconnect may take.
+        later = time.monotonic() + settings.reconnect_max_s + 60
+        assert pub.thread_alive and not pub.healthy(now=later)
+        supervisor = Supervisor()
+        supervisor.watch("mqtt-publisher", lambda: pub.healthy(now=later), pub.restart)
+        assert not supervisor.alive()  # a live but stuck thread is not restarted: pod restart
+        assert pub.restarts == 0
+    finally:
+        pub.stop()

@@ -193,6 +193,7 @@ class MqttWeightPublisher:
             self._wake_r, self._wake_w = socket.socketpair()
             self._wake_r.setblocking(False)
             self._wake_w.setblocking(False)
+            self._last_loop = time.monotonic()
             self._thread = threading.Thread(target=self._run, name="mcw-pub-net", daemon=True)
             self._thread.start()
             self._started = True
@@ -220,10 +221,16 @@ class MqttWeightPublisher:
         """
         return self._last_loop
 
-    def healthy(self) -> bool:
-        """Probe for ``Supervisor.watch`` (with :meth:`restart`): False only while started
-        and the network thread is dead; the supervisor restarts it within its budget."""
-        return not self._started or self.thread_alive
+    def healthy(self, now: float | None = None) -> bool:
+        """Probe for ``Supervisor.watch`` (with :meth:`restart`): False while started and the
+        network thread is dead (the supervisor restarts it within its budget) or stuck: no
+        turn of its loop for longer than the slowest reconnect (backoff plus the connect
+        steps' timeouts), which no restart can cure, so /alive fails and the pod restarts."""
+        if not self._started:
+            return True
+        stall_s = self.settings.reconnect_max_s + 4 * _CONNECT_TIMEOUT_S
+        now = time.monotonic() if now is None else now
+        return self.thread_alive and now - self._last_loop < stall_s
 
     def restart(self) -> bool:
         """Start a new network thread if the running one died; True if one was started.
