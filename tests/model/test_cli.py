@@ -58,6 +58,12 @@ def test_train_evaluate_info_raca_format(tmp_path: Path, signing_key: KeyPair,
     assert card["training"]["test_groups"] and card["metrics_heldout"]["rows"] > 0
     assert card["training"]["sources"]["csv"]["skipped_rows"] == 3
     assert card["signing_key_id"] == key_id(signing_key.public)
+    # The card carries how each family's bound was calibrated and its coverage per family on
+    # the held-out groups.
+    assert card["training"]["calibration"]["cellular"]["method"] == "grouped_conformal"
+    for fam in ("cellular", "wifi", "lifi"):
+        block = card["metrics_heldout"]["families"][fam]
+        assert 0.0 <= block["lower_coverage"] <= 1.0 and block["lower_coverage_target"] == 0.9
     pub = ["--public-key", str(signing_key.public_file)]
     rc = main(["model", "evaluate", "--format", "raca5g", files[3], "--model", str(out), *pub,
                "--json"])
@@ -66,6 +72,12 @@ def test_train_evaluate_info_raca_format(tmp_path: Path, signing_key: KeyPair,
     for key in ("r2", "mae_kbps", "persistence_mae_kbps", "rows"):
         assert key in res
     assert res["rows"] == 399 and res["r2"] > 0.3
+    assert set(res["families"]) == {"cellular"}  # Raca traces are 4G/5G only
+    assert res["families"]["cellular"]["lower_coverage"] == res["lower_coverage"]
+    assert res["families"]["cellular"]["lower_coverage_target"] == 0.9
+    assert main(["model", "evaluate", "--format", "raca5g", files[3], "--model", str(out),
+                 *pub]) == 0
+    assert "lower-bound coverage" in capsys.readouterr().out
     assert main(["model", "info", "--model", str(out), *pub, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sha256"] == card["sha256"]
     # The shipped release key did not sign it.

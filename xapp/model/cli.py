@@ -237,6 +237,9 @@ def _train(args: argparse.Namespace) -> int:
             "data_time_range_s": [float(finite_t.min()), float(finite_t.max())]
             if len(finite_t) else None,
             "params": params,
+            # How each family's lower bound was calibrated (held-out groups, rows, coverage
+            # on them); the coverage on the held-out test groups is in metrics_heldout.
+            "calibration": {fam: getattr(m, "calibration_", None) for fam, m in models.items()},
             "seconds": round(time.perf_counter() - t0, 2),
             "label": "next period's capacity: capacity_mbps when known, else delivered_mbps "
                      "of a saturated period (censored periods give no label)",
@@ -255,8 +258,14 @@ def _train(args: argparse.Namespace) -> int:
                   f"{metrics['mae_mbps']:.3f} Mbps vs persistence "
                   f"{metrics['persistence_mae_mbps']:.3f} "
                   f"(ratio {metrics['mae_ratio_vs_persistence']:.3f}), EWMA "
-                  f"{metrics['ewma_mae_mbps']:.3f}")
+                  f"{metrics['ewma_mae_mbps']:.3f}; {_coverage_text(metrics)}")
     return 0
+
+
+def _coverage_text(metrics: dict[str, Any]) -> str:
+    fams = ", ".join(f"{fam} {b['lower_coverage']:.3f}"
+                     for fam, b in metrics.get("families", {}).items())
+    return f"lower-bound coverage {metrics['lower_coverage']:.3f} ({fams})"
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -273,7 +282,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     else:
         print(f"model {loaded.version} on {out['rows']} rows: R2 {metrics['r2']:.3f}, MAE "
               f"{metrics['mae_kbps']:.0f} kbps vs persistence {metrics['persistence_mae_kbps']:.0f}"
-              f" kbps (ratio {metrics['mae_ratio_vs_persistence']:.3f})")
+              f" kbps (ratio {metrics['mae_ratio_vs_persistence']:.3f}); "
+              f"{_coverage_text(metrics)}")
     return 0
 
 

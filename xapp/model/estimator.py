@@ -16,7 +16,17 @@ single small tree ensemble:
   multiple of a scale, ``lower = center - q * (|center| + c + volatility)``: errors grow with
   the level and with the recent volatility of the link, and ``q`` is the empirical
   ``lower_quantile`` of the scaled residuals on training rows held out of the trees (a
-  split-conformal bound).
+  split-conformal bound).  Given ``groups`` (sessions, CPEs), the held-out rows are whole
+  groups and ``q`` is the conformal quantile with the finite-sample correction: rows of a
+  session the trees saw have smaller residuals than rows of a new place, so a bound calibrated
+  on them is too high where the model has never been.
+
+MAPIE was considered for the calibration and not used: its split-conformal regressor has no
+notion of groups at the calibration step (the split is ours either way), gives two-sided
+intervals (a one-sided bound needs confidence-level arithmetic), and would only compute one
+quantile of our own scale-normalised scores, which we need as a plain float applied by the
+xApp's hot path (the artifact holds only trusted types) after the trees are refit on all rows,
+which MAPIE's prefit mode does not model.  Split conformal is a few lines here.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.ensemble import HistGradientBoostingRegressor
@@ -32,6 +43,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 Array = NDArray[np.float64]
+Rows = slice | NDArray[np.intp]
 
 
 class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
@@ -58,9 +70,12 @@ class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     lower_quantile : float, default=0.1
         Target miss rate of the lower bound (the fraction of periods below it).
     calibration_fraction : float, default=0.2
-        Fraction of the rows (the last ones, i.e. the latest in time order) held out of the
-        trees to calibrate the lower bound; with fewer than 50 such rows the training
-        residuals are used.  The trees are then refit on all rows.
+        Fraction of the rows held out of the trees to calibrate the lower bound.  Without
+        ``groups``: the last rows (the latest in time order), with fewer than 50 such rows the
+        training residuals are used.  With ``groups``: whole groups drawn at random (seeded by
+        ``random_state``) until they hold this fraction of the rows, at least one group left
+        for the trees (fewer than 2 groups or 50 calibration rows: as without groups).  The
+        trees are then refit on all rows.
     max_iter : int, default=15
         Boosting iterations (trees); prediction cost grows linearly with it.
     learning_rate : float, default=0.3
@@ -79,6 +94,10 @@ class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     lower_c_ : float
         Additive part of the scale (median absolute target, 5 %), so the bound stays
         meaningful near zero.
+    calibration_ : dict
+        How the bound was calibrated: ``method`` ("grouped_conformal", "last_rows" or
+        "training_rows"), ``rows``, ``groups`` (number of calibration groups, 0 without) and
+        ``coverage`` (fraction of calibration rows at or above the bound).
     n_iter_ : int
 
     Examples
@@ -140,9 +159,50 @@ class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     def _scale(self, X: Array, center: Array) -> Array:
         return np.abs(center) + self.lower_c_ + np.abs(self._column(X, self.scale_column))
 
-    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
-            ) -> CapacityRegressor:
-        """Fit the trees and calibrate the lower bound (NaN in ``X`` means "not reported")."""
+    def _split(self, n: int, groups: ArrayLike | None
+               ) -> tuple[Rows, Rows, str, int]:
+        """(tree rows, calibration rows, method, calibration groups)."""
+        if groups is not None:
+            g = np.asarray(groups)
+            if g.shape != (n,):
+                raise ValueError(f"groups has shape {g.shape}, expected ({n},)")
+            codes, uniq = pd.factorize(g)
+            if len(uniq) >= 2:
+                counts = np.bincount(codes, minlength=len(uniq))
+                order = np.random.default_rng(self.random_state).permutation(len(uniq))
+                # Draw groups until they hold the calibration fraction; always leave one.
+                n_cal_groups = int(np.searchsorted(np.cumsum(counts[order]),
+                                                   n * self.calibration_fraction) + 1)
+                n_cal_groups = min(n_cal_groups, len(uniq) - 1)
+                is_cal = np.isin(codes, order[:n_cal_groups])
+                if is_cal.sum() >= 50 and self.calibration_fraction > 0:
+                    return (np.flatnonzero(~is_cal), np.flatnonzero(is_cal),
+                            "grouped_conformal", n_cal_groups)
+        n_cal = int(n * self.calibration_fraction)
+        if n_cal >= 50:
+            return slice(0, n - n_cal), slice(n - n_cal, n), "last_rows", 0
+        return slice(0, n), slice(0, n), "training_rows", 0
+
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None,
+            groups: ArrayLike | None = None) -> CapacityRegressor:
+        """Fit the trees and calibrate the lower bound (NaN in ``X`` means "not reported").
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weights of the trees' loss (not of the calibration).
+        groups : array-like of shape (n_samples,), default=None
+            Group of each row (session, CPE): the lower bound is then calibrated on whole
+            groups held out of the trees, by split conformal prediction (the
+            ``ceil((n + 1) (1 - lower_quantile)) / n`` quantile of the calibration rows'
+            scaled over-estimates).  None: on the last rows, by their empirical quantile.
+
+        Returns
+        -------
+        self : CapacityRegressor
+        """
         self._validate_params()
         X_arr, y_arr = validate_data(self, X, y, ensure_all_finite="allow-nan", y_numeric=True)
         for name in ("base_column", "scale_column"):
@@ -151,12 +211,10 @@ class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
                 raise ValueError(f"{name} {j} >= {X_arr.shape[1]} features")
         w = None if sample_weight is None else _check_sample_weight(sample_weight, X_arr)
         n = len(y_arr)
-        n_cal = int(n * self.calibration_fraction)
-        fit_rows = slice(0, n - n_cal) if n_cal >= 50 else slice(0, n)
-        cal_rows = slice(n - n_cal, n) if n_cal >= 50 else slice(0, n)
+        fit_rows, cal_rows, method, cal_groups = self._split(n, groups)
         target = y_arr - self._base(X_arr)
 
-        def trees(rows: slice) -> HistGradientBoostingRegressor:
+        def trees(rows: Rows) -> HistGradientBoostingRegressor:
             X_fit = X_arr[rows]
             # A column with no value at all (a KPI this data set never reports) breaks the
             # binning of HistGradientBoosting; a constant stands in, it is never split on.
@@ -185,9 +243,20 @@ class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         self.model_ = trees(fit_rows)
         self.lower_c_ = float(0.05 * np.median(np.abs(y_arr))) + 1e-9
         center = self._center(X_arr[cal_rows])
-        scaled = (y_arr[cal_rows] - center) / self._scale(X_arr[cal_rows], center)
-        self.lower_q_ = max(0.0, -float(np.quantile(scaled, self.lower_quantile)))
-        if fit_rows != cal_rows:
+        scale = self._scale(X_arr[cal_rows], center)
+        # Nonconformity score: the scaled over-estimate; the bound is center - q * scale.
+        over = (center - y_arr[cal_rows]) / scale
+        if method == "grouped_conformal":
+            m = len(over)
+            level = min(1.0, np.ceil((m + 1) * (1.0 - self.lower_quantile)) / m)
+            q = float(np.quantile(over, level, method="higher"))
+        else:
+            q = float(np.quantile(over, 1.0 - self.lower_quantile))
+        self.lower_q_ = max(0.0, q)
+        self.calibration_ = {
+            "method": method, "rows": len(over), "groups": cal_groups,
+            "coverage": float(np.mean(over <= self.lower_q_))}
+        if method != "training_rows":
             # The bound is calibrated on rows the trees did not see; the final trees then
             # learn from every row (they are no worse for it, the bound slightly conservative).
             self.model_ = trees(slice(0, n))
