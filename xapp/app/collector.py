@@ -1,10 +1,11 @@
 """Prometheus collector over the counters other components keep themselves.
 
 The MQTT publisher (``stats``, ``drops``), the channel subscriber (``drops``, agent states),
-the model estimator (``counters``) and the InfluxDB store (``counters``, ``buffered``) count in
-plain attributes and know nothing of Prometheus.  :class:`ComponentCollector` reads them at
-scrape time, so their modules stay free of metrics code and nothing is double counted.  Every
-source is optional: lab mode has no MQTT or InfluxDB, the EWMA estimator has no counters.
+the model estimator (``counters``, and the lower bound's calibration per family) and the
+InfluxDB store (``counters``, ``buffered``) count in plain attributes and know nothing of
+Prometheus.  :class:`ComponentCollector` reads them at scrape time, so their modules stay free
+of metrics code and nothing is double counted.  Every source is optional: lab mode has no MQTT
+or InfluxDB, the EWMA estimator has no counters.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from xapp.core.workers import WorkerStatus
 if TYPE_CHECKING:
     from xapp.adapters.influx import InfluxStore
     from xapp.adapters.mqtt import ChannelSubscriber, DropCounter, MqttWeightPublisher
+    from xapp.model.adaptive import FamilyCalibration
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,9 @@ class ComponentCollector(Collector):
     publisher, subscriber, influx : the running adapters, or None where they do not run
     estimator_counters : callable or None
         The capacity model's input-check counters (None for the EWMA, which keeps none).
+    estimator_calibration : callable or None
+        The capacity model's lower-bound calibration per family
+        (:meth:`xapp.model.online.ModelEstimator.calibration`; None for the EWMA).
     published_version : callable or None
         ``cpe_id -> version`` the xApp last published, to count agents that lag behind.
     workers : callable or None
@@ -52,6 +57,8 @@ class ComponentCollector(Collector):
     def __init__(self, *, publisher: MqttWeightPublisher | None = None,
                  subscriber: ChannelSubscriber | None = None,
                  estimator_counters: Callable[[], Mapping[str, int]] | None = None,
+                 estimator_calibration: Callable[[], Mapping[str, FamilyCalibration]] | None
+                 = None,
                  influx: InfluxStore | None = None,
                  published_version: Callable[[str], int] | None = None,
                  workers: Callable[[], list[WorkerStatus]] | None = None) -> None:
@@ -59,6 +66,7 @@ class ComponentCollector(Collector):
         self.workers = workers
         self.subscriber = subscriber
         self.estimator_counters = estimator_counters
+        self.estimator_calibration = estimator_calibration
         self.influx = influx
         self.published_version = published_version
 
@@ -71,6 +79,7 @@ class ComponentCollector(Collector):
             yield from self._publisher()
             yield from self._subscriber()
             yield from self._estimator()
+            yield from self._calibration()
             yield from self._influx()
             yield from self._workers()
         except Exception:  # a scrape must never fail because one component misbehaves
@@ -140,6 +149,23 @@ class ComponentCollector(Collector):
                       "Capacity model counters: frames and rows seen, values skipped "
                       "(non_finite, out_of_range), rows without KPIs, unknown WATs, missing "
                       "models, prediction errors.", self.estimator_counters())
+
+    def _calibration(self) -> Iterable[Metric]:
+        if self.estimator_calibration is None:
+            return
+        coverage = GaugeMetricFamily(
+            "mcw_model_lower_coverage", "Fraction of control periods whose capacity was at or "
+            "above the model's lower bound, among those where it is known (saturated, or "
+            "delivered at or above the bound), exponentially weighted (xapp.model.adaptive); "
+            "the target is 1 - the model's lower quantile.", labels=["family"])
+        multiplier = GaugeMetricFamily(
+            "mcw_model_lower_multiplier", "Mean adaptive multiplier of the lower bound's scale "
+            "over the family's (CPE, WAT) keys in the last tick (the model's own lower_q_ "
+            "until the keys adapt).", labels=["family"])
+        for fam, cal in sorted(self.estimator_calibration().items()):
+            coverage.add_metric([fam], cal.coverage)
+            multiplier.add_metric([fam], cal.multiplier)
+        yield from (coverage, multiplier)
 
     def _influx(self) -> Iterable[Metric]:
         store = self.influx

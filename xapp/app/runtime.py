@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs n
     from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttWeightPublisher
     from xapp.adapters.mqtt.versions import VersionStore
     from xapp.adapters.rmr import RmrGlue
+    from xapp.model.adaptive import FamilyCalibration
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,8 @@ class Components:
     influx_intake: InfluxIntake | None = None
     #: The capacity model's input-check counters (None for the EWMA baseline).
     estimator_counters: Callable[[], Mapping[str, int]] | None = None
+    #: The capacity model's lower-bound coverage and multiplier per family (None for the EWMA).
+    estimator_calibration: Callable[[], Mapping[str, FamilyCalibration]] | None = None
 
 
 class XappProcess:
@@ -177,7 +180,8 @@ class XappProcess:
         comp = self.components
         self.metrics.registry.register(ComponentCollector(
             publisher=comp.mqtt_publisher, subscriber=comp.subscriber,
-            estimator_counters=comp.estimator_counters, influx=comp.influx,
+            estimator_counters=comp.estimator_counters,
+            estimator_calibration=comp.estimator_calibration, influx=comp.influx,
             published_version=self._published_version, workers=self.supervisor.check))
         self.loop = ControlLoop(
             comp.kpis, comp.estimator, comp.publisher, comp.sink, self.book.resolver,
@@ -367,7 +371,8 @@ def build_components(args: argparse.Namespace, controls: Controls,
     checks: dict[str, Callable[[], bool]] = {}
     workers: list[Worker] = []
     probes: dict[str, tuple[Callable[[], bool], Callable[[], object]]] = {}
-    estimator, model_version, estimator_counters = _estimator(args, controls, stoppers, workers)
+    estimator, model_version, estimator_counters, calibration = _estimator(
+        args, controls, stoppers, workers)
     sink: TelemetrySink | None
     kpis: KpiSource
     influx: InfluxStore | None = None
@@ -403,13 +408,14 @@ def build_components(args: argparse.Namespace, controls: Controls,
     return Components(kpis, estimator, model_version, publisher, sink, checks, stoppers,
                       workers, probes, mqtt_publisher=mqtt_publisher, subscriber=subscriber,
                       influx=influx, influx_intake=influx_intake,
-                      estimator_counters=estimator_counters)
+                      estimator_counters=estimator_counters, estimator_calibration=calibration)
 
 
 def _estimator(args: argparse.Namespace, controls: Controls,
                stoppers: list[Callable[[], object]], workers: list[Worker]
                ) -> tuple[CapacityEstimator, Callable[[], str],
-                          Callable[[], Mapping[str, int]] | None]:
+                          Callable[[], Mapping[str, int]] | None,
+                          Callable[[], Mapping[str, FamilyCalibration]] | None]:
     if args.estimator in ("auto", "model"):
         try:
             from xapp.model.online import ModelEstimator, ModelHolder
@@ -424,14 +430,14 @@ def _estimator(args: argparse.Namespace, controls: Controls,
             # The model's forecasts, with bounded exploration where delivered throughput was
             # censored by the weights, so no WAT is locked out (xapp.core.exploration).
             return (ExploringEstimator(model), lambda: str(model.version),
-                    model.counters.as_dict)
+                    model.counters.as_dict, model.calibration)
         except Exception as exc:
             if args.estimator == "model":
                 raise RuntimeError(f"capacity model not loadable: {exc}") from exc
             log.warning("capacity model not loadable (%s); using the EWMA baseline", exc)
     from xapp.core.ewma import EwmaEstimator
 
-    return EwmaEstimator(), lambda: "ewma-baseline", None
+    return EwmaEstimator(), lambda: "ewma-baseline", None, None
 
 
 def _influx(controls: Controls, checks: dict[str, Callable[[], bool]],

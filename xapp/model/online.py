@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.kpis import FAMILIES, clean_columns, family_of, normalise_wat
 from xapp.core.workers import Worker
+from xapp.model.adaptive import AdaptiveLowerBound, FamilyCalibration
 from xapp.model.artifact import (
     LoadedModel,
     PublicKey,
@@ -243,15 +244,26 @@ class ModelEstimator:
     ----------
     model : LoadedModel or ModelHolder
     stale_after_s : float, default=10.0
-        History of a key unseen for longer is dropped.
+        History of a key unseen for longer is dropped (and its adaptive multiplier).
+    adaptive : AdaptiveLowerBound or None, default=None
+        Online calibration of the lower bound per (CPE, WAT) (:mod:`xapp.model.adaptive`);
+        None means one with its defaults.  ``AdaptiveLowerBound(eta_scale=0)`` keeps the
+        model's static bound and still measures its coverage.
     """
 
-    def __init__(self, model: LoadedModel | ModelHolder, stale_after_s: float = 10.0) -> None:
+    def __init__(self, model: LoadedModel | ModelHolder, stale_after_s: float = 10.0,
+                 adaptive: AdaptiveLowerBound | None = None) -> None:
         self.model = model
         self.state = FeatureState(stale_after_s=stale_after_s)
         self.counters = EstimatorCounters(
             reload=model.counters if isinstance(model, ModelHolder) else None)
+        self.adaptive = AdaptiveLowerBound() if adaptive is None else adaptive
+        self._adaptive_for: LoadedModel | None = None
         self._wat_cache: tuple[object, NDArray[np.str_]] | None = None
+
+    def calibration(self) -> dict[str, FamilyCalibration]:
+        """Running coverage and mean multiplier of the lower bound per family (any thread)."""
+        return self.adaptive.snapshot()
 
     @property
     def version(self) -> str:
@@ -295,8 +307,9 @@ class ModelEstimator:
         known = fams != ""
         c.rows_unknown_wat += int((~known).sum())
         nan = np.full(n, np.nan)
-        sample = capacity_sample(values.get("delivered_mbps", nan),
-                                 values.get("saturated", nan))
+        delivered = values.get("delivered_mbps", nan)
+        saturated = values.get("saturated", nan)
+        sample = capacity_sample(delivered, saturated)
         cell = frame.column(CELL_COLUMN)
         times = np.full(n, float(frame.time_s))
         idx = self.state.slots(frame.cpe, frame.wat)
@@ -306,10 +319,17 @@ class ModelEstimator:
         c.stale_resets += self.state.stale_resets - before
 
         loaded = self._loaded()
-        for fam in FAMILIES:
-            rows = np.flatnonzero(fams == fam)
-            if len(rows) == 0:
-                continue
+        adaptive = self.adaptive
+        if loaded is not self._adaptive_for:
+            self._adaptive_for = loaded
+            adaptive.reset(
+                {f: float(getattr(m, "lower_q_", np.nan)) for f, m in loaded.models.items()},
+                {f: float(getattr(m, "lower_quantile", np.nan))
+                 for f, m in loaded.models.items()})
+        by_family = {fam: rows for fam in FAMILIES
+                     if len(rows := np.flatnonzero(fams == fam))}
+        adaptive.observe(idx, fams, delivered, saturated, ~np.isnan(feats["gap_s"]))
+        for fam, rows in by_family.items():
             usable = np.isfinite(feats["exp_mean"][rows])
             for f in RADIO_FIELDS[fam]:
                 col = values.get(f)
@@ -331,5 +351,9 @@ class ModelEstimator:
                 log.exception("prediction failed for family %s", fam)
                 continue
             median[rows] = np.maximum(med, 0.0)
+            slots = idx[rows]
+            lo = adaptive.adjust(fam, slots, med, lo, float(getattr(model, "lower_q_", np.nan)))
             lower[rows] = np.clip(lo, 0.0, median[rows])
+            adaptive.remember(slots, lower[rows])
+        adaptive.publish(tuple(by_family))
         return CapacityForecast(median, lower)
