@@ -220,7 +220,6 @@ class A1Handler:
         self._observe = observe
         self._clock = clock
         self._validator = policy_type.validator()
-        self._monotonic = time.monotonic
         #: Instance id -> monotonic time of its last applied request.
         self._seen: dict[str, float] = {}
         # Serialises requests: the RMR dispatch thread is the only caller in production, but
@@ -243,7 +242,7 @@ class A1Handler:
                                   req.operation.value, req.policy_instance_id)
                 status, reason = Status.ERROR, _reason(exc)
             else:
-                self._seen[req.policy_instance_id] = self._monotonic()
+                self._seen[req.policy_instance_id] = time.monotonic()
             return self._done(req.operation.value, A1Response(
                 req.policy_type_id, req.policy_instance_id, self.handler_id, status, reason))
 
@@ -378,13 +377,11 @@ class A1Resync:
 
     def __init__(self, handler: A1Handler,
                  list_instances: Callable[[], Iterable[str]] | None = None, *,
-                 quiet_s: float = RESYNC_QUIET_S, give_up_s: float = RESYNC_GIVE_UP_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 quiet_s: float = RESYNC_QUIET_S, give_up_s: float = RESYNC_GIVE_UP_S) -> None:
         self.handler = handler
         self._list = list_instances
         self.quiet_s = quiet_s
         self.give_up_s = give_up_s
-        self._clock = clock
         self._query_at: float | None = None
         self._lock = threading.Lock()
         #: The mediator's set once known (None before, or when it could not be learned).
@@ -398,7 +395,8 @@ class A1Resync:
         """``A1_POLICY_QUERY`` went out: resends count from now."""
         with self._lock:
             if self._query_at is None:
-                self._query_at = self._clock()
+                # The handler stamps requests with time.monotonic(): the same clock here.
+                self._query_at = time.monotonic()
 
     def admits(self, instance_id: str) -> bool:
         """Whether an instance restored from SDL may be put in force."""
@@ -422,7 +420,7 @@ class A1Resync:
                             "by the quiet period after the query", exc)
             else:
                 return self._finish(listed | seen, "list")
-        now = self._clock()
+        now = time.monotonic()
         if last is not None and now - last >= self.quiet_s and now - query_at >= self.quiet_s:
             return self._finish(seen, "quiet-period")
         if last is None and now - query_at >= self.give_up_s:

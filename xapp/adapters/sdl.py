@@ -302,12 +302,8 @@ class StateStore:
                       self.namespace, message)
         self._connected = False
         self._last_error = message
-        backend, self._backend = self._backend, None
-        if backend is not None:
-            try:
-                backend.close()
-            except Exception:  # closing a broken client may fail too; nothing to do about it
-                log.debug("closing the SDL client failed", exc_info=True)
+        _close_quietly(self._backend)
+        self._backend = None
         if self._on_error is not None:
             self._on_error()
 
@@ -324,12 +320,18 @@ class StateStore:
             return
         if self._factory is not None and self.connected:
             self.sync()
-        backend, self._backend = self._backend, None
-        if backend is not None:
-            try:
-                backend.close()
-            except Exception:
-                log.debug("closing the SDL client failed", exc_info=True)
+        _close_quietly(self._backend)
+        self._backend = None
+
+
+def _close_quietly(backend: SdlBackend | None) -> None:
+    """Close a client that may be broken: closing it may fail too, and nothing can be done."""
+    if backend is None:
+        return
+    try:
+        backend.close()
+    except Exception:
+        log.debug("closing the SDL client failed", exc_info=True)
 
 
 VERSION_PREFIX = "version/"
@@ -363,12 +365,8 @@ class SdlVersionStore:
         return self._backend
 
     def _reset(self) -> None:
-        backend, self._backend = self._backend, None
-        if backend is not None:
-            try:
-                backend.close()
-            except Exception:
-                log.debug("closing the SDL client failed", exc_info=True)
+        _close_quietly(self._backend)
+        self._backend = None
 
     def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
         keys = {VERSION_PREFIX + c for c in cpe_ids}

@@ -52,7 +52,3 @@ class LoopRunner(Worker):
         super().__init__("mcw-loop", lambda: loop.tick(clock()), period,
                          deadline_s=lambda: max(TICK_DEADLINE_FLOOR_S, 2 * period()),
                          on_error=None if on_error is None else (lambda _exc: on_error()))
-
-    @property
-    def running(self) -> bool:
-        return self.status().state.value == "ok"

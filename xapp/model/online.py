@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.kpis import FAMILIES, clean_columns, family_of, normalise_wat
-from xapp.core.workers import Worker
+from xapp.core.workers import Worker, WorkerState
 from xapp.model.adaptive import AdaptiveLowerBound, FamilyCalibration
 from xapp.model.artifact import (
     LoadedModel,
@@ -215,7 +215,7 @@ class ModelHolder:
     @property
     def alive(self) -> bool:
         """Whether the reload worker runs (False before :meth:`start` and after :meth:`stop`)."""
-        return self.worker is not None and self.worker.status().state.value == "ok"
+        return self.worker is not None and self.worker.status().state is WorkerState.OK
 
     def stop(self) -> None:
         if self.worker is not None:
