@@ -17,9 +17,11 @@ from numpy.lib import format as npy_format
 
 from xapp.model.estimator import CapacityRegressor
 from xapp.model.features import feature_names
+from xapp.model.payload import ARTIFACT_FORMAT
 
 
-def payload(models: Mapping[str, object], names: object = None, fmt: object = 3) -> bytes:
+def payload(models: Mapping[str, object], names: object = None,
+            fmt: object = ARTIFACT_FORMAT) -> bytes:
     """A skops archive of a payload dict, with no check of what it holds (``names`` None:
     the right feature names of each family)."""
     feats = names if names is not None else {

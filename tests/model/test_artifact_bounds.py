@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.model import crafted
@@ -18,6 +19,7 @@ from tests.model.conftest import KeyPair, write_signed
 from xapp.model import ArtifactError, Limits, load, save
 from xapp.model.artifact import resolve
 from xapp.model.estimator import CapacityRegressor
+from xapp.model.payload import ARTIFACT_FORMAT
 
 _MiB = 1 << 20
 
@@ -174,10 +176,27 @@ def test_unsound_trees_are_refused_before_predicting(
         _load_signed(tmp_path, data, signing_key)
 
 
+@pytest.mark.parametrize(("attribute", "value"), [
+    ("quantile_q_", np.array([np.nan] * 9)),
+    ("quantile_q_", np.array([1.0, 0.5])),
+    ("quantile_levels_", np.array([0.5, 0.1] + [0.2] * 7)),
+    ("quantile_levels_", None),
+])
+def test_bad_quantile_multiples_are_refused(
+        tmp_path: Path, signing_key: KeyPair, trained_models: dict[str, CapacityRegressor],
+        attribute: str, value: object) -> None:
+    """The planning level is read from these arrays on every tick: a NaN or a shape that does
+    not match would turn every forecast of the family into NaN or an exception."""
+    bad = copy.deepcopy(trained_models["wifi"])
+    setattr(bad, attribute, value)
+    with pytest.raises(ArtifactError, match="quantile levels and multiples"):
+        _load_signed(tmp_path, crafted.payload({**trained_models, "wifi": bad}), signing_key)
+
+
 def test_wrong_format_and_payload_type_are_refused(tmp_path: Path, signing_key: KeyPair,
                                                    trained_models: dict[str, CapacityRegressor]
                                                    ) -> None:
-    with pytest.raises(ArtifactError, match="format 2 is not 3"):
+    with pytest.raises(ArtifactError, match=f"format 2 is not {ARTIFACT_FORMAT}: .*retrain"):
         _load_signed(tmp_path, crafted.payload(trained_models, fmt=2), signing_key)
     import skops.io as sio
 

@@ -101,3 +101,62 @@ def test_evaluate_reports_lower_coverage_per_family(
         assert block["lower_coverage_target"] == pytest.approx(0.9)
     assert 0.0 <= float(res["lower_coverage"]) <= 1.0  # type: ignore[arg-type]
     assert res["lower_coverage_target"] == pytest.approx(0.9)
+
+
+def test_quantile_multiples_are_calibrated_and_ordered() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 10, 20_000)
+    y = 20 + 3 * x + rng.normal(0, 1, len(x)) * (1 + 0.3 * x)
+    X = x[:, None]
+    model = CapacityRegressor(max_iter=50, min_samples_leaf=20).fit(X[:10_000], y[:10_000])
+    test = np.arange(10_000, 20_000)
+    assert (np.diff(model.quantile_q_) <= 0).all()
+    np.testing.assert_allclose(model.predict_quantile(X[test], 0.1),
+                               model.predict_lower(X[test]))
+    for level in (0.02, 0.1, 0.3, 0.5):
+        covered = float(np.mean(y[test] >= model.predict_quantile(X[test], level)))
+        assert abs(covered - (1.0 - level)) < 0.03, (level, covered)
+    # Per-row levels, interpolated between the calibrated ones and clipped to their range.
+    both = model.predict_quantile(X[:2], [0.001, 0.99])
+    np.testing.assert_allclose(both, [model.predict_quantile(X[:1], 0.01)[0],
+                                      model.predict_quantile(X[1:2], 0.5)[0]])
+
+
+def test_censored_rows_push_the_forecast_up_to_what_was_carried() -> None:
+    """Under WRR the periods a WAT was not the bottleneck delivered less than its capacity;
+    labels from the saturated periods only are biased low (saturation happens when capacity
+    is low).  Censored rows with their delivered throughput as a floor correct the bias."""
+    rng = np.random.default_rng(3)
+    n = 6000
+    x = rng.uniform(0, 10, n)
+    capacity = 50 + 5 * x + rng.normal(0, 8, n)
+    share = 50 + 5 * x  # what the weights let the WAT carry
+    saturated = capacity < share
+    delivered = np.minimum(capacity, share)
+    X = x[:, None]
+    kw = {"max_iter": 40, "min_samples_leaf": 20}
+    dropped = CapacityRegressor(**kw).fit(X[saturated], delivered[saturated])
+    aware = CapacityRegressor(**kw).fit(X, delivered, censored=~saturated)
+    grid = np.linspace(1, 9, 9)[:, None]
+    truth = 50 + 5 * grid[:, 0]
+    bias_dropped = float(np.mean(dropped.predict(grid) - truth))
+    bias_aware = float(np.mean(aware.predict(grid) - truth))
+    assert bias_dropped < -4.0  # the selection bias: under-forecast
+    assert abs(bias_aware) < abs(bias_dropped) / 2
+    # Censored rows never calibrate the bound; a fit with nothing exact is refused.
+    assert aware.calibration_["rows"] <= int(saturated.sum())
+    with pytest.raises(ValueError, match="every row is censored"):
+        CapacityRegressor().fit(X[:100], delivered[:100], censored=np.ones(100, dtype=bool))
+
+
+def test_replay_gives_censored_periods_a_floor_not_a_label() -> None:
+    df = pd.DataFrame({
+        "time_s": [0.0, 1.0, 2.0, 3.0], "cpe": ["c"] * 4, "wat": ["wifi"] * 4,
+        "delivered_mbps": [100.0, 40.0, 120.0, 90.0], "saturated": [1.0, 0.2, 1.0, 0.1],
+        "snr_db": [30.0] * 4})
+    ds = training.replay(df)
+    np.testing.assert_array_equal(ds.label[:3], [np.nan, 120.0, np.nan])
+    np.testing.assert_array_equal(ds.floor[:3], [40.0, np.nan, 90.0])
+    assert np.isnan(ds.label[3]) and np.isnan(ds.floor[3])  # no next period
+    np.testing.assert_array_equal(ds.rows("wifi"), [1])
+    np.testing.assert_array_equal(ds.rows("wifi", censored=True), [0, 1, 2])

@@ -109,6 +109,22 @@ def test_train_long_csv_and_bad_input(tmp_path: Path, signing_key: KeyPair,
         main(["model", "train", "--csv", str(csv), "--out", str(out)])
 
 
+def test_train_on_closed_loop_telemetry(tmp_path: Path, signing_key: KeyPair) -> None:
+    """The shipped loop's own telemetry as training data: no true capacity, censored periods
+    passed to the fit as lower bounds."""
+    out = tmp_path / "m"
+    assert main(["model", "train", "--signing-key", str(signing_key.private_file),
+                 "--synthetic", "paper-static", "--closed-loop", "paper-static", "lockin",
+                 "--synthetic-cpes", "1", "--max-iter", "5", "--out", str(out),
+                 "--json"]) == 0
+    card = json.loads(next(out.glob("*.card.json")).read_text())
+    src = card["training"]["sources"]["closed-loop"]
+    assert src["scenarios"] == ["paper-static", "lockin"] and src["rows"] > 0
+    assert card["training"]["censored_rows"] > 0
+    assert "lower bound" in card["training"]["label"]
+    assert set(card["metrics_heldout"]["by_source"]) == {"closed-loop", "synthetic"}
+
+
 def test_train_from_influx_since_24h(influx_db: InfluxServer, tmp_path: Path,
                                      signing_key: KeyPair,
                                      capsys: pytest.CaptureFixture[str]) -> None:

@@ -34,6 +34,10 @@ def test_controls_are_typed(tmp_path: Path) -> None:
     assert (c.control_period_s, c.mqtt.host, c.mqtt.port, c.model.reload_check_s) == \
         (1.0, "mosquitto", 8883, 10.0)
     assert cfg.name == "mcw-xapp" and cfg.digest
+    assert c.model.planning_level == "cost"
+    fixed = load_config(write(tmp_path / "f.json", CONTROLS), environ={
+        "MCW_MODEL_PLANNING_LEVEL": "0.1"}).controls
+    assert fixed.model.planning_level == 0.1
 
 
 def test_environment_overrides(tmp_path: Path) -> None:
@@ -55,6 +59,8 @@ def test_environment_overrides(tmp_path: Path) -> None:
     ({"mqtt": {**CONTROLS["mqtt"], "port": 70000}}, "port"),
     ({"mqtt": {**CONTROLS["mqtt"], "colour": "red"}}, "colour"),
     ({"default_policy": {"max_weight": 0}}, "max_weight"),
+    ({"model": {"planning_level": 0.7}}, "planning_level"),
+    ({"model": {"planning_level": "median"}}, "planning_level"),
 ])
 def test_bad_controls_are_refused(tmp_path: Path, change: dict[str, Any], word: str) -> None:
     with pytest.raises(ConfigError, match=word):

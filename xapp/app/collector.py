@@ -155,17 +155,22 @@ class ComponentCollector(Collector):
             return
         coverage = GaugeMetricFamily(
             "mcw_model_lower_coverage", "Fraction of control periods whose capacity was at or "
-            "above the model's lower bound, among those where it is known (saturated, or "
-            "delivered at or above the bound), exponentially weighted (xapp.model.adaptive); "
-            "the target is 1 - the model's lower quantile.", labels=["family"])
+            "above the capacity the weights were planned with, among those where it is known "
+            "(saturated, or delivered at or above it), exponentially weighted "
+            "(xapp.model.adaptive).", labels=["family"])
+        target = GaugeMetricFamily(
+            "mcw_model_lower_coverage_target", "The coverage aimed at over the same periods: "
+            "1 - the planning level, weighted alike (with the level chosen by cost it moves "
+            "with the WATs' shares, xapp.core.planning).", labels=["family"])
         multiplier = GaugeMetricFamily(
-            "mcw_model_lower_multiplier", "Mean adaptive multiplier of the lower bound's scale "
-            "over the family's (CPE, WAT) keys in the last tick (the model's own lower_q_ "
-            "until the keys adapt).", labels=["family"])
+            "mcw_model_lower_multiplier", "Mean adaptive factor on the model's calibrated "
+            "margins over the family's (CPE, WAT) keys in the last tick (1: the model's own "
+            "calibration).", labels=["family"])
         for fam, cal in sorted(self.estimator_calibration().items()):
             coverage.add_metric([fam], cal.coverage)
+            target.add_metric([fam], cal.target)
             multiplier.add_metric([fam], cal.multiplier)
-        yield from (coverage, multiplier)
+        yield from (coverage, target, multiplier)
 
     def _influx(self) -> Iterable[Metric]:
         store = self.influx

@@ -29,6 +29,7 @@ from typing import Any
 import jsonschema
 
 from xapp.adapters import bounded_json
+from xapp.core.planning import check_level
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import build_policy
 from xapp.core.workers import Worker
@@ -78,6 +79,10 @@ class ModelSettings:
     # mounts the operator's key over it from a Secret.  Kept apart from path: whoever can
     # write the model volume must not be able to choose the key.
     public_key_file: str = "/opt/mcw/keys/model-signing.pub"
+    # The quantile of each WAT's capacity the weights are planned with: "cost" chooses it per
+    # WAT from what an error costs under WRR (its forecast share of the CPE's total,
+    # xapp.core.planning); a number in [0.01, 0.5] fixes it (0.1: the former bound).
+    planning_level: str | float = "cost"
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,10 @@ def parse_controls(raw: Mapping[str, Any], schemas: str | os.PathLike[str] | Non
         raise ConfigError(f"controls: {exc}") from exc
     _positive(controls.mqtt.lease_s, "mqtt.lease_s")
     _positive(controls.model.reload_check_s, "model.reload_check_s")
+    try:
+        check_level(controls.model.planning_level)
+    except ValueError as exc:
+        raise ConfigError(f"controls.model.planning_level: {exc}") from exc
     if not isinstance(controls.mqtt.port, int) or not 0 < controls.mqtt.port < 65536:
         raise ConfigError(f"controls.mqtt.port must be a port number, got {controls.mqtt.port!r}")
     try:

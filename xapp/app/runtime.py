@@ -425,7 +425,8 @@ def _estimator(args: argparse.Namespace, controls: Controls,
             stoppers.append(holder.stop)
             from xapp.core.exploration import ExploringEstimator
 
-            model = ModelEstimator(holder, stale_after_s=controls.kpi_max_age_s * 2)
+            model = ModelEstimator(holder, stale_after_s=controls.kpi_max_age_s * 2,
+                                   level=controls.model.planning_level)
             log.info("capacity model %s loaded from %s", model.version, controls.model.path)
             # The model's forecasts, with bounded exploration where delivered throughput was
             # censored by the weights, so no WAT is locked out (xapp.core.exploration).

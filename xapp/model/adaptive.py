@@ -1,35 +1,37 @@
-"""Online adaptive calibration of the model's lower bound (adaptive conformal inference).
+"""Online adaptive calibration of the planned capacity (adaptive conformal inference).
 
-The capacity model's lower bound is ``center - q * scale`` with ``q`` the family model's
-``lower_q_``, calibrated once at training time for a miss rate ``alpha`` (the model's
-``lower_quantile``, 0.10).  On a radio environment the training data never saw, that miss rate
-is not what the running xApp gets.  :class:`AdaptiveLowerBound` keeps one multiplier ``q_t``
-per key (a (CPE, WAT) pair, so per CPE and WAT family) and tracks the quantile online, the "P"
-part of conformal PID control (Angelopoulos, Candès and Tibshirani, *Conformal PID control for
-time series prediction*, NeurIPS 2023), which is adaptive conformal inference (Gibbs and
-Candès, *Adaptive conformal inference under distribution shift*, NeurIPS 2021) applied to the
-score threshold::
+The capacity model plans each WAT at a level ``tau`` of its capacity distribution (chosen per
+period by what an error costs, :mod:`xapp.core.planning`): ``center - Q(tau) * scale``,
+``Q`` the multiples the model calibrated once at training time (split conformal on held-out
+sessions).  On a radio environment the training data never saw, the fraction of periods whose
+capacity falls below that bound is not ``tau``.  :class:`AdaptiveLowerBound` keeps one factor
+``m`` per key (a (CPE, WAT) pair, so per CPE and WAT family) on the calibrated multiples, the
+bound becoming ``center - m * Q(tau) * scale``, and tracks the quantile online, the "P" part of
+conformal PID control (Angelopoulos, Candès and Tibshirani, *Conformal PID control for time
+series prediction*, NeurIPS 2023), which is adaptive conformal inference (Gibbs and Candès,
+*Adaptive conformal inference under distribution shift*, NeurIPS 2021) on the score threshold::
 
-    q_{t+1} = max(0, q_t + eta * (err_t - alpha)),    eta = eta_scale * max(q_0, 0.1)
+    m_{t+1} = max(0, m_t + eta * (err_t - tau_t)),    m_0 = 1
 
-with ``q_0`` the family model's ``lower_q_`` (where every key starts) and ``err_t`` 1 when the
-period's capacity fell below the lower bound forecast for it.  Whatever the drift, as long as
-some multiplier ``q_max`` would cover every period, the miss rate of each key over ``T``
-scored periods is within ``(q_max + eta) / (eta T)`` of ``alpha`` (Angelopoulos et al.,
-Proposition 1): no distributional assumption, only the bounded score.  A family whose model has
-``lower_q_ == 0`` has no recoverable scale: its bound is measured but not adjusted.
+with ``err_t`` 1 when the period's capacity fell below the bound forecast for it and ``tau_t``
+that period's level.  With a constant level, whatever the drift, as long as some factor covers
+every period, the miss rate of each key over ``T`` scored periods is within ``O(1 / (eta T))``
+of ``tau`` (Angelopoulos et al., Proposition 1); with a level that varies, the miss rate tracks
+the mean level.  The factor moves the bound only where ``Q(tau) > 0`` (a bound below the central
+forecast); a period planned at or above the centre is scored for the coverage but does not
+move the factor (there a larger factor would raise the bound, not lower it).
 
 Under weighted round-robin the delivered throughput is a capacity sample only when the subflow
 was saturated (``saturated >= SATURATED_MIN``, or unknown), so the error is censoring-aware:
 
-* saturated: ``err = delivered < lower``;
-* not saturated and ``delivered >= lower``: covered (capacity >= delivered >= lower), ``err = 0``;
-* not saturated and ``delivered < lower``: unknown, no update (nor for a missing ``delivered``).
+* saturated: ``err = delivered < bound``;
+* not saturated and ``delivered >= bound``: covered (capacity >= delivered >= bound), ``err = 0``;
+* not saturated and ``delivered < bound``: unknown, no update (nor for a missing ``delivered``).
 
 Every update is vectorised over the keys of a tick.  The state is indexed by the slots of the
 estimator's :class:`~xapp.model.features.FeatureState` and resets with it: a key unseen for
-longer than the feature state's ``stale_after_s`` starts again from ``q_0``, so what is kept is
-bounded by the keys the feature state holds.
+longer than the feature state's ``stale_after_s`` starts again from ``m = 1``, so what is kept
+is bounded by the keys the feature state holds.
 
 Not safe for concurrent use (one control loop owns it); :meth:`snapshot` may be read from
 another thread (it reads a dict that is replaced, never mutated, by the loop).
@@ -37,6 +39,7 @@ another thread (it reads a dict that is replaced, never mutated, by the loop).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,10 +49,10 @@ from xapp.core.kpis import FAMILIES, SATURATED_MIN
 
 Array = NDArray[np.float64]
 
-#: Learning rate of the multiplier as a fraction of the initial multiplier (floored at 0.1):
-#: a miss raises ``q`` by ``0.9 * eta``, a covered period lowers it by ``0.1 * eta``, so a key
-#: whose bound misses every period widens its bound by ``q_0`` in about 22 periods.
-ETA_SCALE = 0.05
+#: Learning rate of the factor: a miss at level 0.1 raises it by ``0.9 * ETA``, a covered
+#: period lowers it by ``0.1 * ETA``; a key whose bound misses every period doubles its margin
+#: in about 11 periods.
+ETA = 0.1
 #: Half-life, in ticks, of the exponentially weighted coverage reported per family.
 COVERAGE_HALFLIFE_TICKS = 100.0
 
@@ -63,120 +66,106 @@ class FamilyCalibration:
     coverage : float
         Exponentially weighted fraction of covered periods among those with a known error
         (NaN before the first one).
+    target : float
+        The coverage aimed at over the same periods, ``1 - tau`` weighted alike (NaN before the
+        first one): with a level chosen by cost it moves with the WATs' shares.
     multiplier : float
-        Mean adaptive multiplier ``q`` over the family's keys forecast in the last tick (NaN
-        when there were none).
-    initial_multiplier : float
-        The family model's ``lower_q_`` (NaN when there is no model for the family).
+        Mean adaptive factor ``m`` over the family's keys forecast in the last tick (NaN when
+        there were none; 1 is the model's own calibration).
     periods : int
         Periods with a known error so far (cumulative).
     """
 
     coverage: float
+    target: float
     multiplier: float
-    initial_multiplier: float
     periods: int
 
 
 class AdaptiveLowerBound:
-    """Per-key adaptive multipliers of the lower bound, and the coverage per family.
+    """Per-key adaptive factors of the planned capacity's margin, and coverage per family.
 
     Parameters
     ----------
-    alpha : float, default=0.1
-        Target miss rate of the lower bound (the model's ``lower_quantile``).
-    eta_scale : float, default=ETA_SCALE
-        Learning rate as a fraction of ``max(q_0, 0.1)``; 0 turns adaptation off (the
-        coverage is still measured).
+    eta : float, default=ETA
+        Learning rate of the factor; 0 turns adaptation off (the coverage is still measured).
     coverage_halflife : float, default=COVERAGE_HALFLIFE_TICKS
         Half-life in ticks of the coverage per family.
     """
 
-    def __init__(self, alpha: float = 0.1, eta_scale: float = ETA_SCALE,
+    def __init__(self, eta: float = ETA,
                  coverage_halflife: float = COVERAGE_HALFLIFE_TICKS) -> None:
-        if not 0.0 < alpha < 1.0:
-            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-        if eta_scale < 0.0:
-            raise ValueError(f"eta_scale must be >= 0, got {eta_scale}")
+        if eta < 0.0:
+            raise ValueError(f"eta must be >= 0, got {eta}")
         if coverage_halflife <= 0.0:
             raise ValueError(f"coverage_halflife must be > 0, got {coverage_halflife}")
-        self.alpha = alpha
-        self.eta_scale = eta_scale
+        self.eta = eta
         self.coverage_halflife = coverage_halflife
         self._decay = 0.5 ** (1.0 / coverage_halflife)
-        #: Multiplier per slot (NaN: starts at the family's q_0 when next forecast).
-        self._q = np.full(0, np.nan)
-        #: The lower bound forecast per slot for the period now running (NaN: none).
+        #: Factor per slot (NaN: 1, the model's own calibration).
+        self._m = np.full(0, np.nan)
+        #: The bound forecast per slot for the period now running (NaN: none), its level, and
+        #: whether the factor moves it.
         self._prev = np.full(0, np.nan)
-        self._q0: dict[str, float] = {}
-        self._alpha: dict[str, float] = {}
-        self._generation = 0
-        self._row_cache: tuple[object, int, tuple[NDArray[np.intp], Array, Array, Array]] | None \
-            = None
+        self._tau = np.full(0, np.nan)
+        self._adjustable = np.zeros(0, dtype=bool)
+        self._code_cache: tuple[object, NDArray[np.intp]] | None = None
         self._weight = dict.fromkeys(FAMILIES, 0.0)
         self._covered = dict.fromkeys(FAMILIES, 0.0)
+        self._aimed = dict.fromkeys(FAMILIES, 0.0)
         self._periods = dict.fromkeys(FAMILIES, 0)
-        self._mean_q: dict[str, float] = {}
+        self._mean_m: dict[str, float] = {}
         self._snapshot: dict[str, FamilyCalibration] = {}
 
     def _grow(self, need: int) -> None:
-        size = len(self._q)
+        size = len(self._m)
         if need <= size:
             return
         new = max(need, 2 * size, 1024)
-        for name in ("_q", "_prev"):
+        for name, fill in (("_m", np.nan), ("_prev", np.nan), ("_tau", np.nan),
+                           ("_adjustable", False)):
             old = getattr(self, name)
-            arr = np.full(new, np.nan)
+            arr = np.full(new, fill, dtype=old.dtype)
             arr[:size] = old
             setattr(self, name, arr)
 
-    def reset(self, q0: dict[str, float], alpha: dict[str, float] | None = None) -> None:
-        """Start every key again from ``q0`` (family -> the model's ``lower_q_``): a new model
-        has a calibration of its own.  ``alpha`` overrides the target miss rate per family
-        (the family model's ``lower_quantile``).  The coverage measured so far is kept."""
-        self._q[:] = np.nan
+    def reset(self) -> None:
+        """Start every key again from ``m = 1``: a new model has a calibration of its own.
+        The coverage measured so far is kept."""
+        self._m[:] = np.nan
         self._prev[:] = np.nan
-        self._q0 = dict(q0)
-        self._generation += 1
-        self._alpha = {f: a for f, a in (alpha or {}).items() if 0.0 < a < 1.0}
 
-    def _per_row(self, families: NDArray[np.str_]) -> tuple[NDArray[np.intp], Array, Array,
-                                                            Array]:
-        """Family code (``len(FAMILIES)`` for none), q_0, eta and alpha of each row; cached
-        while the estimator passes the same family array (the same rows) and the model."""
-        cache = self._row_cache
-        if cache is not None and cache[0] is families and cache[1] == self._generation:
-            return cache[2]
-        k = len(FAMILIES)
-        code = np.full(len(families), k, dtype=np.intp)
+    def _codes(self, families: NDArray[np.str_]) -> NDArray[np.intp]:
+        """Family code of each row (``len(FAMILIES)`` for none), cached per family array."""
+        cache = self._code_cache
+        if cache is not None and cache[0] is families:
+            return cache[1]
+        code = np.full(len(families), len(FAMILIES), dtype=np.intp)
         for j, fam in enumerate(FAMILIES):
             code[families == fam] = j
-        q0 = np.array([self._q0.get(f, np.nan) for f in FAMILIES] + [np.nan])
-        alpha = np.array([self._alpha.get(f, self.alpha) for f in FAMILIES] + [self.alpha])
-        eta = self.eta_scale * np.maximum(np.nan_to_num(q0, nan=0.0), 0.1)
-        out = (code, q0[code], eta[code], alpha[code])
-        self._row_cache = (families, self._generation, out)
-        return out
+        self._code_cache = (families, code)
+        return code
 
     def observe(self, idx: NDArray[np.intp], families: NDArray[np.str_], delivered: Array,
                 saturated: Array, fresh: NDArray[np.bool_]) -> None:
-        """Score the period that just ended and update the multipliers.
+        """Score the period that just ended and update the factors.
 
         ``idx`` are the rows' slots (each at most once) and ``families`` their WAT families
         (``""`` unknown); ``delivered`` and ``saturated`` the rows' KPIs (NaN unknown);
         ``fresh`` is False where the key is new or was stale (its history restarted): its
-        multiplier restarts from ``q_0`` and it is not scored.
+        factor restarts from 1 and it is not scored.
         """
         if len(idx) == 0:
             return
         self._grow(int(idx.max()) + 1)
-        code, q0, eta, alpha = self._per_row(families)
+        code = self._codes(families)
         prev = self._prev[idx]
-        q = self._q[idx]
+        tau = self._tau[idx]
+        m = self._m[idx]
         stale = ~fresh
         if stale.any():
             prev[stale] = np.nan
-            q[stale] = np.nan
+            m[stale] = np.nan
         # Until the next forecast, no key has a bound for the period that starts now.
         self._prev[idx] = np.nan
         with np.errstate(invalid="ignore"):
@@ -187,52 +176,49 @@ class AdaptiveLowerBound:
         k = len(FAMILIES) + 1
         n_known = np.bincount(code, weights=known, minlength=k)
         n_miss = np.bincount(code, weights=miss, minlength=k)
+        aimed = np.bincount(code, weights=np.where(known, 1.0 - tau, 0.0), minlength=k)
         d = self._decay
         for j, fam in enumerate(FAMILIES):
             if n_known[j]:
                 self._periods[fam] += int(n_known[j])
             self._weight[fam] = d * self._weight[fam] + n_known[j]
             self._covered[fam] = d * self._covered[fam] + (n_known[j] - n_miss[j])
-        if self.eta_scale > 0.0:
-            base = np.where(np.isnan(q), q0, q)
-            step = np.maximum(0.0, base + eta * (miss - alpha))
-            # Unscored keys (and families without a model: q0 NaN) keep their multiplier.
-            q = np.where(known & ~np.isnan(q0), step, q)
-        self._q[idx] = q
+            self._aimed[fam] = d * self._aimed[fam] + aimed[j]
+        if self.eta > 0.0:
+            move = known & self._adjustable[idx]
+            step = np.maximum(0.0, np.where(np.isnan(m), 1.0, m) + self.eta * (miss - tau))
+            m = np.where(move, step, m)
+        self._m[idx] = m
 
-    def adjust(self, family: str, slots: NDArray[np.intp], center: Array, lower: Array,
-               q0: float) -> Array:
-        """The lower bound of ``family``'s rows with each key's multiplier instead of ``q0``.
+    def factor(self, family: str, slots: NDArray[np.intp]) -> Array:
+        """The factor of each key (1 where it has none yet)."""
+        self._grow(int(slots.max()) + 1 if len(slots) else 0)
+        m = self._m[slots]
+        m = np.where(np.isnan(m), 1.0, m)
+        self._mean_m[family] = float(m.mean()) if len(m) else float("nan")
+        return m
 
-        ``lower`` is the model's bound ``center - q0 * scale``; the scale is recovered from it,
-        so any bound of that form is adjusted exactly.  With ``q0 <= 0`` the scale is not
-        recoverable and ``lower`` is returned as it is.
-        """
-        if not np.isfinite(q0) or q0 <= 0.0:
-            self._mean_q[family] = q0
-            return lower
-        q = self._q[slots]
-        q = np.where(np.isnan(q), q0, q)
-        self._mean_q[family] = float(q.mean()) if len(q) else float("nan")
-        return np.asarray(center - (q / q0) * (center - lower), dtype=np.float64)
+    def remember(self, slots: NDArray[np.intp], bound: Array, tau: Array,
+                 adjustable: NDArray[np.bool_]) -> None:
+        """The bounds forecast for the period that starts now (scored at the next tick), their
+        levels, and where the factor moves them."""
+        self._prev[slots] = bound
+        self._tau[slots] = tau
+        self._adjustable[slots] = adjustable
 
-    def remember(self, slots: NDArray[np.intp], lower: Array) -> None:
-        """The bounds published for the period that starts now (scored at the next tick)."""
-        self._prev[slots] = lower
-
-    def publish(self, families: tuple[str, ...]) -> None:
+    def publish(self, families: Iterable[str]) -> None:
         """Refresh :meth:`snapshot` for ``families`` (the end of a tick)."""
         snap = dict(self._snapshot)
         for fam in families:
             w = self._weight[fam]
             snap[fam] = FamilyCalibration(
                 coverage=self._covered[fam] / w if w > 0 else float("nan"),
-                multiplier=self._mean_q.get(fam, float("nan")),
-                initial_multiplier=self._q0.get(fam, float("nan")),
+                target=self._aimed[fam] / w if w > 0 else float("nan"),
+                multiplier=self._mean_m.get(fam, float("nan")),
                 periods=self._periods[fam])
-        self._mean_q = {}
+        self._mean_m = {}
         self._snapshot = snap
 
     def snapshot(self) -> dict[str, FamilyCalibration]:
-        """Coverage and mean multiplier per family, as of the last tick."""
+        """Coverage, its target and the mean factor per family, as of the last tick."""
         return self._snapshot

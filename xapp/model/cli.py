@@ -42,6 +42,9 @@ PUBLIC_KEY_HELP = ("trusted Ed25519 public key file (PEM or raw 32 bytes); defau
 #: subflows are held below capacity most of the time, so the model must learn to forecast
 #: from radio KPIs with little or no throughput history: one replica is mostly censored.
 SYNTHETIC_CENSOR_FRACTIONS: tuple[float, ...] = (0.1, 0.7)
+#: Seeds of the closed-loop runs (the twin's figures use seed 0: the model never trains on the
+#: runs it is scored on).
+CLOSED_LOOP_SEEDS: tuple[int, ...] = (200, 201)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -72,6 +75,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--synthetic", nargs="*", default=[], metavar="SCENARIO",
                      help="add twin telemetry of these scenarios (all families)")
     src.add_argument("--synthetic-cpes", type=int, default=8, help="CPEs per scenario")
+    src.add_argument("--closed-loop", nargs="*", default=[], metavar="SCENARIO",
+                     help="telemetry of the shipped control loop run on these twin scenarios "
+                     "(EWMA estimator, 1 s period, --synthetic-cpes CPEs, two seeds): what the "
+                     "agents report under WRR, delivered throughput and saturation only, "
+                     "without the twin's true capacity, so its labels are censoring-aware as "
+                     "real telemetry's are")
     tr.add_argument("--out", default=str(default_model_path()), help="artifact directory")
     tr.add_argument("--test-fraction", type=float, default=0.25,
                     help="fraction of groups (latest first) held out; default 0.25")
@@ -149,6 +158,13 @@ def _synthetic(names: list[str], n_cpes: int) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def _closed_loop(names: list[str], n_cpes: int) -> pd.DataFrame:
+    from twin.closed_loop_data import closed_loop_telemetry
+
+    df = closed_loop_telemetry(names, n_cpes=n_cpes, seeds=CLOSED_LOOP_SEEDS)
+    return df.drop(columns=["capacity_mbps"], errors="ignore")
+
+
 def _replay(df: pd.DataFrame) -> training.Dataset:
     with tqdm(total=len(df), desc="features", unit="row", file=sys.stderr,
               disable=None) as bar:
@@ -190,8 +206,14 @@ def _train(args: argparse.Namespace) -> int:
         df["source"] = "synthetic"
         frames.append(df)
         sources["synthetic"] = {"scenarios": args.synthetic, "rows": len(df)}
+    if args.closed_loop:
+        df = _closed_loop(args.closed_loop, args.synthetic_cpes)
+        df["source"] = "closed-loop"
+        frames.append(df)
+        sources["closed-loop"] = {"scenarios": args.closed_loop, "rows": len(df)}
     if not frames or sum(len(f) for f in frames) == 0:
-        print("mcw model train: no data (give --csv, --influx or --synthetic)", file=sys.stderr)
+        print("mcw model train: no data (give --csv, --influx, --synthetic or --closed-loop)",
+              file=sys.stderr)
         return 2
     if not 0.0 <= args.test_fraction < 1.0:
         print("mcw model train: --test-fraction must be in [0, 1)", file=sys.stderr)
@@ -231,6 +253,7 @@ def _train(args: argparse.Namespace) -> int:
             "sources": sources,
             "rows": len(ds),
             "labelled_rows": int(np.isfinite(ds.label).sum()),
+            "censored_rows": int(np.isfinite(ds.floor).sum()),
             "groups": len(set(ds.group.tolist())),
             "test_groups": test_groups,
             "refit_on_all": bool(args.refit),
@@ -242,7 +265,8 @@ def _train(args: argparse.Namespace) -> int:
             "calibration": {fam: getattr(m, "calibration_", None) for fam, m in models.items()},
             "seconds": round(time.perf_counter() - t0, 2),
             "label": "next period's capacity: capacity_mbps when known, else delivered_mbps "
-                     "of a saturated period (censored periods give no label)",
+                     "of a saturated period; a censored period's delivered_mbps is a lower "
+                     "bound (censored rows, see CapacityRegressor.fit)",
         },
         "metrics_heldout": _clean(metrics),
     }

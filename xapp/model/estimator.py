@@ -45,6 +45,11 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 Array = NDArray[np.float64]
 Rows = slice | NDArray[np.intp]
 
+#: Levels (lower quantiles of the capacity) at which the fitted regressor keeps a calibrated
+#: multiple of its scale, for :meth:`CapacityRegressor.predict_quantile`; the xApp picks the
+#: level it plans with per WAT from what an error costs (:mod:`xapp.core.planning`).
+QUANTILE_LEVELS: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
+
 
 class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     """Gradient-boosted forecast of next-period capacity with a conservative lower bound.
@@ -94,6 +99,12 @@ class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
     lower_c_ : float
         Additive part of the scale (median absolute target, 5 %), so the bound stays
         meaningful near zero.
+    quantile_levels_ : ndarray of shape (n_levels,)
+        :data:`QUANTILE_LEVELS`, ascending.
+    quantile_q_ : ndarray of shape (n_levels,)
+        Calibrated multiple of the scale for each level, by the same conformal rule as
+        ``lower_q_`` (non-increasing in the level; negative where that quantile lies above
+        the central forecast).
     calibration_ : dict
         How the bound was calibrated: ``method`` ("grouped_conformal", "last_rows" or
         "training_rows"), ``rows``, ``groups`` (number of calibration groups, 0 without) and
@@ -184,7 +195,8 @@ class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         return slice(0, n), slice(0, n), "training_rows", 0
 
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None,
-            groups: ArrayLike | None = None) -> CapacityRegressor:
+            groups: ArrayLike | None = None, censored: ArrayLike | None = None
+            ) -> CapacityRegressor:
         """Fit the trees and calibrate the lower bound (NaN in ``X`` means "not reported").
 
         Parameters
@@ -198,6 +210,13 @@ class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
             groups held out of the trees, by split conformal prediction (the
             ``ceil((n + 1) (1 - lower_quantile)) / n`` quantile of the calibration rows'
             scaled over-estimates).  None: on the last rows, by their empirical quantile.
+        censored : array-like of bool of shape (n_samples,), default=None
+            Rows whose ``y`` is only a lower bound of the target (under WRR: a period the
+            subflow was not saturated delivered its share, not its capacity).  They are left
+            out of the first fit; where its forecast is below their bound they join a second
+            fit with the bound as label (one step of an EM-style imputation for right-censored
+            targets: the forecast is pushed up to what was certainly possible, and no further).
+            They never calibrate the bound.
 
         Returns
         -------
@@ -211,10 +230,27 @@ class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
                 raise ValueError(f"{name} {j} >= {X_arr.shape[1]} features")
         w = None if sample_weight is None else _check_sample_weight(sample_weight, X_arr)
         n = len(y_arr)
+        cens = np.zeros(n, dtype=bool) if censored is None else np.asarray(censored, dtype=bool)
+        if cens.shape != (n,):
+            raise ValueError(f"censored has shape {cens.shape}, expected ({n},)")
+        if cens.all():
+            raise ValueError("every row is censored: nothing to learn the target from")
         fit_rows, cal_rows, method, cal_groups = self._split(n, groups)
+        fit_rows = np.arange(n)[fit_rows]
+        cal_rows = np.arange(n)[cal_rows]
+        cal_rows = cal_rows[~cens[cal_rows]]
         target = y_arr - self._base(X_arr)
 
-        def trees(rows: Rows) -> HistGradientBoostingRegressor:
+        def trees(rows: NDArray[np.intp]) -> HistGradientBoostingRegressor:
+            exact = rows[~cens[rows]]
+            model = uncensored(exact)
+            bounded = rows[cens[rows]]
+            if len(bounded) == 0:
+                return model
+            below = bounded[model.predict(X_arr[bounded]) < target[bounded]]
+            return uncensored(np.sort(np.r_[exact, below])) if len(below) else model
+
+        def uncensored(rows: NDArray[np.intp]) -> HistGradientBoostingRegressor:
             X_fit = X_arr[rows]
             # A column with no value at all (a KPI this data set never reports) breaks the
             # binning of HistGradientBoosting; a constant stands in, it is never split on.
@@ -240,26 +276,28 @@ class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
                     model = one(huber if w_fit is None else huber * w_fit)
             return model
 
+        if len(cal_rows) < 2:  # every calibration row censored: calibrate on training rows
+            cal_rows = fit_rows[~cens[fit_rows]]
+            method = "training_rows"
         self.model_ = trees(fit_rows)
         self.lower_c_ = float(0.05 * np.median(np.abs(y_arr))) + 1e-9
         center = self._center(X_arr[cal_rows])
         scale = self._scale(X_arr[cal_rows], center)
         # Nonconformity score: the scaled over-estimate; the bound is center - q * scale.
         over = (center - y_arr[cal_rows]) / scale
-        if method == "grouped_conformal":
-            m = len(over)
-            level = min(1.0, np.ceil((m + 1) * (1.0 - self.lower_quantile)) / m)
-            q = float(np.quantile(over, level, method="higher"))
-        else:
-            q = float(np.quantile(over, 1.0 - self.lower_quantile))
-        self.lower_q_ = max(0.0, q)
+        conformal = method == "grouped_conformal"
+        self.lower_q_ = max(0.0, _score_quantile(over, self.lower_quantile, conformal))
+        self.quantile_levels_ = np.array(QUANTILE_LEVELS)
+        q_levels = np.array([_score_quantile(over, t, conformal) for t in QUANTILE_LEVELS])
+        # Sampling noise must not make a lower level a higher bound.
+        self.quantile_q_ = np.maximum.accumulate(q_levels[::-1])[::-1]
         self.calibration_ = {
             "method": method, "rows": len(over), "groups": cal_groups,
             "coverage": float(np.mean(over <= self.lower_q_))}
         if method != "training_rows":
             # The bound is calibrated on rows the trees did not see; the final trees then
             # learn from every row (they are no worse for it, the bound slightly conservative).
-            self.model_ = trees(slice(0, n))
+            self.model_ = trees(np.arange(n))
         self.n_iter_ = int(self.model_.n_iter_)
         return self
 
@@ -276,14 +314,44 @@ class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         return self.predict_both(X)[1]
 
     def predict_both(self, X: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """(central, lower) in one pass: the hot path of the online estimator."""
+        """(central, lower) in one pass."""
+        center, scale = self.predict_center_scale(X)
+        return center, center - self.lower_q_ * scale
+
+    def predict_quantile(self, X: ArrayLike, level: ArrayLike) -> NDArray[np.float64]:
+        """The ``level`` quantile forecast of each row (``level`` a scalar or one per row,
+        clipped to ``quantile_levels_``; linear between the calibrated levels)."""
+        center, scale = self.predict_center_scale(X)
+        return center - self.multiple(level) * scale
+
+    def multiple(self, level: ArrayLike) -> NDArray[np.float64]:
+        """The calibrated multiple of the scale at ``level`` (interpolated, clipped)."""
+        check_is_fitted(self)
+        return np.asarray(np.interp(np.asarray(level, dtype=np.float64), self.quantile_levels_,
+                                    self.quantile_q_),
+                          dtype=np.float64)
+
+    def predict_center_scale(self, X: ArrayLike
+                             ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """(central forecast, scale) of each row in one pass: every quantile forecast is
+        ``center - multiple(level) * scale``, so the hot path derives any level from these."""
         check_is_fitted(self)
         X_arr = validate_data(self, X, reset=False, ensure_all_finite="allow-nan")
         center = self._center(X_arr)
-        lower = center - self.lower_q_ * self._scale(X_arr, center)
-        return center, lower
+        return center, self._scale(X_arr, center)
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True
         return tags
+
+
+def _score_quantile(over: Array, level: float, conformal: bool) -> float:
+    """The multiple whose bound ``center - q * scale`` misses a fraction ``level`` of the
+    calibration rows (scores ``over``): with ``conformal``, the split-conformal quantile
+    ``ceil((m + 1) (1 - level)) / m`` (finite-sample valid on exchangeable groups)."""
+    if conformal:
+        m = len(over)
+        rank = min(1.0, np.ceil((m + 1) * (1.0 - level)) / m)
+        return float(np.quantile(over, rank, method="higher"))
+    return float(np.quantile(over, 1.0 - level))

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from numpy.typing import NDArray
 
 from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.kpis import FAMILIES, clean_columns, family_of, normalise_wat
+from xapp.core.planning import COST, check_level, cost_levels
 from xapp.core.workers import Worker, WorkerState
 from xapp.model.adaptive import AdaptiveLowerBound, FamilyCalibration
 from xapp.model.artifact import (
@@ -246,20 +248,27 @@ class ModelEstimator:
     stale_after_s : float, default=10.0
         History of a key unseen for longer is dropped (and its adaptive multiplier).
     adaptive : AdaptiveLowerBound or None, default=None
-        Online calibration of the lower bound per (CPE, WAT) (:mod:`xapp.model.adaptive`);
-        None means one with its defaults.  ``AdaptiveLowerBound(eta_scale=0)`` keeps the
-        model's static bound and still measures its coverage.
+        Online calibration of the planned capacity per (CPE, WAT) (:mod:`xapp.model.adaptive`);
+        None means one with its defaults.  ``AdaptiveLowerBound(eta=0)`` keeps the model's
+        static calibration and still measures its coverage.
+    level : "cost" or float, default="cost"
+        The quantile of each WAT's capacity returned as ``lower_mbps``, which the weight
+        engine plans with: ``"cost"`` picks it per row from what an error costs under WRR (the
+        WAT's forecast share of its CPE's total, :mod:`xapp.core.planning`); a number
+        in [0.01, 0.5] is one level for every row.
     """
 
     def __init__(self, model: LoadedModel | ModelHolder, stale_after_s: float = 10.0,
-                 adaptive: AdaptiveLowerBound | None = None) -> None:
+                 adaptive: AdaptiveLowerBound | None = None, level: str | float = COST) -> None:
         self.model = model
+        self.level = check_level(level)
         self.state = FeatureState(stale_after_s=stale_after_s)
         self.counters = EstimatorCounters(
             reload=model.counters if isinstance(model, ModelHolder) else None)
         self.adaptive = AdaptiveLowerBound() if adaptive is None else adaptive
         self._adaptive_for: LoadedModel | None = None
         self._wat_cache: tuple[object, NDArray[np.str_]] | None = None
+        self._cpe_cache: tuple[object, NDArray[np.intp]] | None = None
 
     def calibration(self) -> dict[str, FamilyCalibration]:
         """Running coverage and mean multiplier of the lower bound per family (any thread)."""
@@ -288,16 +297,23 @@ class ModelEstimator:
         self._wat_cache = (wat, fams)
         return fams
 
+    def _cpe_codes(self, cpe: NDArray[np.str_]) -> NDArray[np.intp]:
+        cache = self._cpe_cache
+        if cache is not None and cache[0] is cpe:
+            return cache[1]
+        codes = np.asarray(pd.factorize(cpe)[0], dtype=np.intp)
+        self._cpe_cache = (cpe, codes)
+        return codes
+
     def step(self, frame: KpiFrame) -> CapacityForecast:
         """Ingest one tick and forecast the next period for the same rows (Mbps, NaN unknown)."""
         n = len(frame)
         c = self.counters
         c.frames += 1
         c.rows += n
-        median = np.full(n, np.nan)
         lower = np.full(n, np.nan)
         if n == 0:
-            return CapacityForecast(median, lower)
+            return CapacityForecast(np.full(n, np.nan), lower)
         raw = {name: frame.values[name] for name in (*_INPUT_FIELDS, "delivered_mbps",
                                                      "saturated") if name in frame.values}
         values, counts = clean_columns(raw)
@@ -322,13 +338,13 @@ class ModelEstimator:
         adaptive = self.adaptive
         if loaded is not self._adaptive_for:
             self._adaptive_for = loaded
-            adaptive.reset(
-                {f: float(getattr(m, "lower_q_", np.nan)) for f, m in loaded.models.items()},
-                {f: float(getattr(m, "lower_quantile", np.nan))
-                 for f, m in loaded.models.items()})
+            adaptive.reset()
         by_family = {fam: rows for fam in FAMILIES
                      if len(rows := np.flatnonzero(fams == fam))}
         adaptive.observe(idx, fams, delivered, saturated, ~np.isnan(feats["gap_s"]))
+        center = np.full(n, np.nan)
+        scale = np.full(n, np.nan)
+        forecast: dict[str, NDArray[np.intp]] = {}
         for fam, rows in by_family.items():
             usable = np.isfinite(feats["exp_mean"][rows])
             for f in RADIO_FIELDS[fam]:
@@ -345,15 +361,20 @@ class ModelEstimator:
                 continue
             X = matrix(feats, loaded.feature_names[fam], rows)
             try:
-                med, lo = model.predict_both(X)
+                center[rows], scale[rows] = model.predict_center_scale(X)
             except Exception:  # a model that cannot predict must not stop the control loop
                 c.predict_errors += len(rows)
                 log.exception("prediction failed for family %s", fam)
                 continue
-            median[rows] = np.maximum(med, 0.0)
+            forecast[fam] = rows
+        median = np.maximum(center, 0.0)
+        level = (cost_levels(center, self._cpe_codes(frame.cpe)) if self.level == COST
+                 else np.full(n, self.level))
+        for fam, rows in forecast.items():
             slots = idx[rows]
-            lo = adaptive.adjust(fam, slots, med, lo, float(getattr(model, "lower_q_", np.nan)))
-            lower[rows] = np.clip(lo, 0.0, median[rows])
-            adaptive.remember(slots, lower[rows])
+            mult = loaded.models[fam].multiple(level[rows])
+            bound = center[rows] - adaptive.factor(fam, slots) * mult * scale[rows]
+            lower[rows] = np.clip(bound, 0.0, median[rows])
+            adaptive.remember(slots, lower[rows], level[rows], mult > 0.0)
         adaptive.publish(tuple(by_family))
         return CapacityForecast(median, lower)

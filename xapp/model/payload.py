@@ -28,8 +28,9 @@ from xapp.model.errors import ArtifactError
 from xapp.model.estimator import CapacityRegressor
 from xapp.model.features import feature_names
 
-#: Format of the payload dict; bumped when the features change incompatibly.
-ARTIFACT_FORMAT = 3
+#: Format of the payload dict; bumped when the features or the regressor's learned state
+#: change incompatibly (4: quantile multiples for the planning level).
+ARTIFACT_FORMAT = 4
 
 #: Families every artifact must hold: the xApp forecasts each of them.
 REQUIRED_FAMILIES: tuple[str, ...] = FAMILIES
@@ -51,7 +52,8 @@ def check(payload: object) -> tuple[dict[str, CapacityRegressor], dict[str, tupl
     """The per-family regressors and feature names of a loaded payload, after checking them."""
     fmt = payload.get("format") if isinstance(payload, dict) else None
     if fmt != ARTIFACT_FORMAT:
-        raise ArtifactError(f"format {fmt!r} is not {ARTIFACT_FORMAT}")
+        raise ArtifactError(f"format {fmt!r} is not {ARTIFACT_FORMAT}: an artifact of another "
+                            "version of mcw (retrain it with `mcw model train`)")
     assert isinstance(payload, dict)
     models = payload.get("families")
     names = payload.get("feature_names")
@@ -96,6 +98,15 @@ def _check_regressor(model: CapacityRegressor, n_features: int, fam: str) -> Non
         v = getattr(model, name, None)
         if not isinstance(v, float | int) or not math.isfinite(v):
             raise ArtifactError(f"{where}: {name} {v!r} is not a finite number")
+    levels = getattr(model, "quantile_levels_", None)
+    mult = getattr(model, "quantile_q_", None)
+    if (not isinstance(levels, np.ndarray) or not isinstance(mult, np.ndarray)
+            or levels.dtype != np.float64 or mult.dtype != np.float64
+            or levels.ndim != 1 or not 1 <= len(levels) <= 64 or mult.shape != levels.shape
+            or not np.isfinite(levels).all() or not np.isfinite(mult).all()
+            or not ((levels > 0.0) & (levels < 1.0)).all() or (np.diff(levels) <= 0).any()):
+        raise ArtifactError(f"{where}: quantile levels and multiples are not two finite, "
+                            "equally long float arrays over ascending levels in (0, 1)")
     trees = getattr(model, "model_", None)
     if not isinstance(trees, HistGradientBoostingRegressor):
         raise ArtifactError(f"{where}: fitted model is a {type(trees).__name__}")

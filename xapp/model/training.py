@@ -4,7 +4,13 @@ A *long table* has one row per (time_s, cpe, wat) with the ``wat_kpi`` fields as
 optionally ``capacity_mbps`` (ground truth, only synthetic telemetry has it).  Labels are the
 next row of the same key: its ``capacity_mbps`` when known, otherwise its capacity sample
 (``delivered_mbps`` when saturated, see :mod:`xapp.model.features`); a censored next period
-gives no label, so the model never learns "slow" from a WAT that was only held back.
+gives no exact label, so the model never learns "slow" from a WAT that was only held back.
+What such a period delivered is still a *lower bound* of its capacity (``floor``): fitting
+passes those rows as censored (:meth:`CapacityRegressor.fit`), so a forecast below what the
+WAT certainly carried is pushed up to it.  Without them the labels would come only from
+periods in which the WAT was the bottleneck, that is when its capacity was low for its
+weight: a sample biased low, which teaches the model to under-forecast a WAT it rarely sees
+saturated.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ class Dataset:
     features: dict[str, Array]
     family: NDArray[np.str_]
     label: Array
+    #: what the next period delivered where it was censored (a lower bound of the label,
+    #: which is then NaN); NaN elsewhere.
+    floor: Array
     group: NDArray[np.str_]
     time_s: Array
     #: last capacity sample (carried forward over censored periods) and its fast EWMA.
@@ -51,8 +60,13 @@ class Dataset:
     def __len__(self) -> int:
         return len(self.label)
 
-    def rows(self, family: str, mask: NDArray[np.bool_] | None = None) -> NDArray[np.intp]:
-        sel = (self.family == family) & np.isfinite(self.label)
+    def rows(self, family: str, mask: NDArray[np.bool_] | None = None,
+             censored: bool = False) -> NDArray[np.intp]:
+        """Rows of ``family`` with a label (and, with ``censored``, those with a floor)."""
+        have = np.isfinite(self.label)
+        if censored:
+            have |= np.isfinite(self.floor)
+        sel = (self.family == family) & have
         if mask is not None:
             sel &= mask
         return np.flatnonzero(sel)
@@ -124,9 +138,11 @@ def replay(df: pd.DataFrame, progress: Callable[[int], None] | None = None) -> D
     nxt_sample = np.r_[sample[1:], np.nan]
     label: Array = np.where(same_next, np.where(np.isfinite(nxt_truth), nxt_truth, nxt_sample),
                             np.nan).astype(np.float64)
+    nxt_delivered = np.r_[_column(df, "delivered_mbps")[1:], np.nan]
+    floor: Array = np.where(same_next & ~np.isfinite(label), nxt_delivered, np.nan)
     persistence = pd.Series(sample).groupby(key_codes).ffill().to_numpy(dtype=np.float64)
     family = np.array([family_of(w) for w in df["wat"]], dtype=str)
-    return Dataset(features=feats, family=family, label=label,
+    return Dataset(features=feats, family=family, label=label, floor=floor,
                    group=df["cpe"].astype(str).to_numpy(dtype=str), time_s=time_s,
                    persistence=persistence, ewma=feats["ewma0.3"].copy(),
                    source=(df["source"].astype(str).to_numpy(dtype=str) if "source" in df
@@ -161,16 +177,18 @@ def fit_families(ds: Dataset, mask: NDArray[np.bool_] | None, params: dict[str, 
     """One regressor per family that has at least 50 labelled rows under ``mask``."""
     models: dict[str, CapacityRegressor] = {}
     for fam in FAMILIES:
-        rows = ds.rows(fam, mask)
-        if len(rows) < 50:
+        if len(ds.rows(fam, mask)) < 50:
             continue
+        rows = ds.rows(fam, mask, censored=True)
         # Rows in time order per group, groups in a seeded random order.  The regressor
         # calibrates its lower bound on whole groups (sessions/CPEs) held out of its trees.
         rows = rows[np.lexsort((ds.time_s[rows], _shuffled_groups(ds.group[rows])))]
         names = feature_names(fam)
+        exact = np.isfinite(ds.label[rows])
         models[fam] = CapacityRegressor(**{  # type: ignore[arg-type]
             "base_column": names.index(BASE_FEATURE), "scale_column": names.index(SCALE_FEATURE),
-            **params}).fit(ds.matrix(fam, rows), ds.label[rows], groups=ds.group[rows])
+            **params}).fit(ds.matrix(fam, rows), np.where(exact, ds.label[rows], ds.floor[rows]),
+                           groups=ds.group[rows], censored=~exact)
     return models
 
 
