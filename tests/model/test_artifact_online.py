@@ -146,15 +146,16 @@ def test_reload_thread_survives_bad_artifacts(model_dir: Path, tmp_path: Path,
             assert holder.alive and holder.current.version == first
         # Signed with another key: refused the same way.
         artifact.save(trained_models, d, {}, signing_key=other_key.private)
-        assert _wait(lambda: holder.reload_failures >= 4)
-        assert "signed by key" in holder.last_error and holder.current.version == first
+        # (A file written in steps may be polled, and refused, twice: wait for the reason.)
+        assert _wait(lambda: "signed by key" in holder.last_error), holder.last_error
+        assert holder.current.version == first
         # A good one afterwards is loaded by the same thread.
         good = artifact.save(trained_models, d, {"training": {"note": "after"}},
                              signing_key=signing_key.private)
         assert _wait(lambda: holder.current.path == good), holder.last_error
         assert holder.alive and holder.reloads == 1
         counts = est.counters.as_dict()
-        assert counts["model_reload_failures"] == 4 and counts["model_reloads"] == 1
+        assert counts["model_reload_failures"] >= 4 and counts["model_reloads"] == 1
     finally:
         holder.stop()
     assert not holder.alive
