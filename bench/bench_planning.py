@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from twin.policies import TwinOptions, run_with_oracle, summary
 from twin.scenarios import build
 from xapp.core.exploration import ExploringEstimator
+from xapp.core.forecast import CapacityEstimator
 from xapp.model import ModelEstimator, ModelHolder, default_model_path
 from xapp.model.adaptive import AdaptiveLowerBound
 
@@ -34,21 +34,10 @@ SETTINGS: tuple[tuple[str, str | float, float], ...] = (
     ("cost, eta 0.1 (default)", "cost", 0.1), ("cost, eta 0.2", "cost", 0.2))
 
 
-def ratio(scenario: str, seed: int, estimator: Any | None) -> float:
-    opts = TwinOptions(estimator="ewma" if estimator is None else "model")
+def ratio(scenario: str, seed: int, estimator: CapacityEstimator | None) -> float:
+    """The shipped loop's ratio to the oracle with ``estimator`` (None: the EWMA)."""
     scn = build(scenario, n_cpes=1, seed=seed)
-    if estimator is None:
-        res = run_with_oracle(scn, "xapp", opts)
-    else:
-        import twin.policies as policies
-
-        # run_with_oracle builds its estimator by name; hand it this one.
-        original = policies.make_estimator
-        policies.make_estimator = lambda _name: estimator
-        try:
-            res = run_with_oracle(scn, "xapp", opts)
-        finally:
-            policies.make_estimator = original
+    res = run_with_oracle(scn, "xapp", TwinOptions(), estimator=estimator)
     return float(summary(res)["ratio_to_oracle"])
 
 
@@ -60,15 +49,14 @@ def main() -> None:
     holder = ModelHolder(default_model_path())
     rows: dict[str, dict[str, float]] = {}
     for seed in args.seeds:
-        for name in ("EWMA (baseline)", *(s[0] for s in SETTINGS)):
+        for name, setting in (("EWMA (baseline)", None), *((s[0], s[1:]) for s in SETTINGS)):
+            key = f"{name} seed {seed}" if len(args.seeds) > 1 else name
             for scn in SCENARIOS:
-                if name == "EWMA (baseline)":
-                    est = None
-                else:
-                    _, level, eta = next(s for s in SETTINGS if s[0] == name)
+                est: CapacityEstimator | None = None
+                if setting is not None:
+                    level, eta = setting
                     est = ExploringEstimator(ModelEstimator(
                         holder, adaptive=AdaptiveLowerBound(eta=eta), level=level))
-                key = f"{name} seed {seed}" if len(args.seeds) > 1 else name
                 rows.setdefault(key, {})[scn] = round(ratio(scn, seed, est), 4)
             if not args.json:
                 print(key, rows[key], flush=True)

@@ -251,11 +251,12 @@ def run_policy(scenario: Scenario, name: str, opts: TwinOptions | None = None,
 
 
 def run_with_oracle(scenario: Scenario, name: str, opts: TwinOptions | None = None,
-                    progress: bool = False) -> SimResult:
+                    progress: bool = False, estimator: CapacityEstimator | None = None
+                    ) -> SimResult:
     """Like :func:`run_policy`, with ``oracle_mbps`` filled from an oracle run and
     ``extra["lagged_oracle_mbps"]`` (CPE- and time-mean) from a lagged-oracle run."""
     opts = opts or TwinOptions()
-    res = run_policy(scenario, name, opts, progress=progress)
+    res = run_policy(scenario, name, opts, progress=progress, estimator=estimator)
     oracle = res if name == "oracle" else run_policy(scenario, "oracle", opts)
     lagged = res if name == "lagged-oracle" else run_policy(scenario, "lagged-oracle", opts)
     res.oracle_mbps = oracle.aggregate_mbps
