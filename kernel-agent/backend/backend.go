@@ -39,3 +39,27 @@ type Backend interface {
 	// Close releases the backend's resources.
 	Close() error
 }
+
+// CPEPaths is one CPE's downlink paths as a proxy sees them: WAT is the CPE's
+// WAT, Addr the CPE-side address of that WAT (the subflows' remote address at
+// the proxy), Weight the downlink weight. Interface and Index are unused.
+type CPEPaths struct {
+	CPEID string
+	Paths []Path
+}
+
+// Downlink applies the downlink weights of every CPE a proxy serves. The
+// kernels' rules are global (one WRR tuple list) or per connection (mainline
+// path manager), so a proxy hands the whole served set at once.
+//
+// ApplyAll must leave the kernel in the requested state for every CPE it
+// reports as applied, verified by reading back, and return the ids of the
+// CPEs it could not express (e.g. beyond a rule bound) with why, or an error
+// when nothing was applied. CPEs absent from cpes are no longer served: their
+// rules are removed. Called from one goroutine at a time.
+type Downlink interface {
+	Name() string
+	Capabilities() payload.Capabilities
+	ApplyAll(ctx context.Context, cpes []CPEPaths) (notApplied map[string]error, err error)
+	Close() error
+}
