@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.support.mosquitto import BROKER_DIR, Pki, make_pki
 
 # Directives whose values must be identical in production and in what the tests exercise.
@@ -46,7 +48,74 @@ def test_acl_grants_exactly_the_contract() -> None:
         ["topic", "write", "mcw/v1/cpe/+/weights"],
         ["topic", "read", "mcw/v1/cpe/+/state"],
         ["topic", "read", "mcw/v1/cpe/+/telemetry"],
+        ["topic", "read", "mcw/v1/proxy/#"],
     ]
+
+
+def make_acl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(BROKER_DIR / "make-acl.sh"), *args],
+                          capture_output=True, text=True, check=False)
+
+
+def grants(text: str) -> list[list[str]]:
+    return [ln.split() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def test_make_acl_appends_one_user_stanza_per_proxy() -> None:
+    base = (BROKER_DIR / "acl").read_text()
+    # Proxies come out sorted by id, CPEs in the order given.
+    proc = make_acl("proxy-0002:cpe-0003", "proxy-0001:cpe-0002,cpe-0001", "proxy-0003:")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(base)
+    assert grants(proc.stdout[len(base):]) == [
+        ["user", "proxy-0001"],
+        ["topic", "write", "mcw/v1/proxy/proxy-0001/state"],
+        ["topic", "read", "mcw/v1/cpe/cpe-0002/weights"],
+        ["topic", "read", "mcw/v1/cpe/cpe-0002/state"],
+        ["topic", "write", "mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state"],
+        ["topic", "write", "mcw/v1/proxy/proxy-0001/cpe/cpe-0002/telemetry"],
+        ["topic", "read", "mcw/v1/cpe/cpe-0001/weights"],
+        ["topic", "read", "mcw/v1/cpe/cpe-0001/state"],
+        ["topic", "write", "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"],
+        ["topic", "write", "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/telemetry"],
+        ["user", "proxy-0002"],
+        ["topic", "write", "mcw/v1/proxy/proxy-0002/state"],
+        ["topic", "read", "mcw/v1/cpe/cpe-0003/weights"],
+        ["topic", "read", "mcw/v1/cpe/cpe-0003/state"],
+        ["topic", "write", "mcw/v1/proxy/proxy-0002/cpe/cpe-0003/state"],
+        ["topic", "write", "mcw/v1/proxy/proxy-0002/cpe/cpe-0003/telemetry"],
+        ["user", "proxy-0003"],
+        ["topic", "write", "mcw/v1/proxy/proxy-0003/state"],
+    ]
+    # No proxy: the shipped ACL, byte for byte.
+    assert make_acl().stdout == base
+
+
+@pytest.mark.parametrize(("args", "reason"), [
+    (["proxy-0001"], "expected PROXY_ID:CPE_ID"),
+    (["proxy-0001:cpe-0001,"], "empty CPE id"),
+    (["proxy-0001:cpe-0001,,cpe-0002"], "does not match"),
+    (["proxy-0001:cpe-0001/weights"], "does not match"),
+    (["proxy+:cpe-0001"], "does not match"),
+    (["proxy-#:cpe-0001"], "does not match"),
+    (["-proxy:cpe-0001"], "does not match"),
+    (["proxy 1:cpe-0001"], "does not match"),
+    (["proxy-0001:cpe 1"], "does not match"),
+    (["proxy-0001:cpe-0001\nuser mcw-xapp"], "does not match"),
+    (["proxy-0001:cpe-0001\ntopic write #"], "does not match"),
+    ([f"proxy-0001:{'c' * 65}"], "does not match"),
+    (["proxy-0001:cpe-0001:cpe-0002"], "does not match"),
+    (["mcw-xapp:cpe-0001"], "xApp's identity"),
+    (["proxy-0001:mcw-xapp"], "xApp's identity"),
+    (["proxy-0001:cpe-0001,cpe-0001"], "given twice"),
+    (["proxy-0001:cpe-0001", "proxy-0001:cpe-0002"], "given twice"),
+    (["proxy-0001:cpe-0001", "cpe-0001:cpe-0002"], "both as a proxy and as a CPE"),
+])
+def test_make_acl_refuses_bad_ids(args: list[str], reason: str) -> None:
+    proc = make_acl(*args)
+    assert proc.returncode == 2
+    assert reason in proc.stderr
+    assert proc.stdout == ""
 
 
 def subject(cert: Path) -> str:
