@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Make a throw-away test PKI for the mcw MQTT channel (NOT for production).
 #
-# usage: make-test-pki.sh OUT_DIR [N_CPES] [FIRST_INDEX]
+# usage: make-test-pki.sh OUT_DIR [N_CPES] [FIRST_INDEX] [N_PROXIES]
 #
 #   OUT_DIR      created if missing; existing CA / server / xApp files are reused,
 #                so the script can be re-run to add CPE certificates.
 #   N_CPES       number of CPE client certificates, default 3
 #   FIRST_INDEX  index of the first CPE, default 1 (CN = cpe-%04d)
+#   N_PROXIES    number of MPTCP proxy client certificates, default 1
+#                (CN = proxy-0001 .. proxy-%04d)
 #
 # Writes (all PEM, keys mode 0600):
 #   ca.crt ca.key              test CA (EC P-256, 10 years)
@@ -16,6 +18,11 @@
 #                              a client cert with CN=cpe-0001 signed by a DIFFERENT
 #                              CA, for "untrusted certificate is refused" tests
 #   cpe/cpe-XXXX.crt cpe/cpe-XXXX.key   one client cert per CPE, CN=cpe_id
+#   proxy/proxy-XXXX.crt proxy/proxy-XXXX.key
+#                              one client cert per proxy agent, CN=proxy_id
+#
+# CPE and proxy CNs come from disjoint name spaces (cpe-*, proxy-*): the broker ACL
+# knows a proxy only by its CN, so a CPE certificate with a proxy's CN would be that proxy.
 #
 # Keys are EC P-256: key generation and the TLS handshake are ~50x cheaper than
 # RSA-3072, which matters for the 10,000-client benchmark (10,000 real per-CPE
@@ -30,14 +37,15 @@ fi
 out=$1
 n=${2:-3}
 first=${3:-1}
+proxies=${4:-1}
 jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-if ! [[ "$n" =~ ^[0-9]+$ && "$first" =~ ^[0-9]+$ ]]; then
-  echo "make-test-pki.sh: N_CPES and FIRST_INDEX must be non-negative integers" >&2
+if ! [[ "$n" =~ ^[0-9]+$ && "$first" =~ ^[0-9]+$ && "$proxies" =~ ^[0-9]+$ ]]; then
+  echo "make-test-pki.sh: N_CPES, FIRST_INDEX and N_PROXIES must be non-negative integers" >&2
   exit 2
 fi
 command -v openssl >/dev/null || { echo "make-test-pki.sh: openssl not found" >&2; exit 1; }
 
-mkdir -p "$out/cpe"
+mkdir -p "$out/cpe" "$out/proxy"
 umask 077
 cd "$out"
 
@@ -105,5 +113,12 @@ if (( n > 0 )); then
   done | xargs -r -P "$jobs" -I{} bash -c 'new_leaf "cpe/$1" "$1" client.ext ca.crt ca.key' _ {}
 fi
 
-chmod 0644 ./*.crt cpe/*.crt 2>/dev/null || true
-echo "test PKI in $out: CA, server, xApp (CN=mcw-xapp), $n CPE certificates from $(printf 'cpe-%04d' "$first")"
+if (( proxies > 0 )); then
+  seq 1 "$proxies" | while read -r i; do
+    name=$(printf 'proxy-%04d' "$i")
+    [[ -s "proxy/$name.crt" ]] || echo "$name"
+  done | xargs -r -P "$jobs" -I{} bash -c 'new_leaf "proxy/$1" "$1" client.ext ca.crt ca.key' _ {}
+fi
+
+chmod 0644 ./*.crt cpe/*.crt proxy/*.crt 2>/dev/null || true
+echo "test PKI in $out: CA, server, xApp (CN=mcw-xapp), $n CPE certificates from $(printf 'cpe-%04d' "$first"), $proxies proxy certificates"

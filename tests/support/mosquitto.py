@@ -76,32 +76,35 @@ class Pki:
         return self.root / "server.key"
 
     def cert(self, name: str) -> tuple[Path, Path]:
-        """(certificate, key) for ``mcw-xapp``, ``rogue`` or a CPE id."""
+        """(certificate, key) for ``mcw-xapp``, ``rogue``, a proxy id (``proxy-*``) or a CPE id."""
         if name == "mcw-xapp":
             return self.root / "xapp.crt", self.root / "xapp.key"
         if name == "rogue":
             return self.root / "rogue.crt", self.root / "rogue.key"
+        if name.startswith("proxy-"):
+            return self.root / "proxy" / f"{name}.crt", self.root / "proxy" / f"{name}.key"
         return self.root / "cpe" / f"{name}.crt", self.root / "cpe" / f"{name}.key"
 
 
-def make_pki(root: Path, n_cpes: int = 3, first: int = 1, jobs: int | None = None) -> Pki:
+def make_pki(root: Path, n_cpes: int = 3, first: int = 1, jobs: int | None = None,
+             n_proxies: int = 1) -> Pki:
     """Run the shipped PKI script into ``root`` (idempotent) and return its paths."""
     env = dict(os.environ)
     if jobs is not None:
         env["JOBS"] = str(jobs)
-    subprocess.run(["bash", str(PKI_SCRIPT), str(root), str(n_cpes), str(first)],
+    subprocess.run(["bash", str(PKI_SCRIPT), str(root), str(n_cpes), str(first), str(n_proxies)],
                    check=True, capture_output=True, env=env)
     return Pki(Path(root))
 
 
-def render_config(pki: Pki, workdir: Path, port: int) -> str:
-    """The test config with every placeholder filled in."""
+def render_config(pki: Pki, workdir: Path, port: int, acl: Path = ACL_FILE) -> str:
+    """The test config with every placeholder filled in (``acl``: e.g. make-acl.sh's output)."""
     values = {
         "@PORT@": str(port),
         "@CAFILE@": str(pki.ca),
         "@CERTFILE@": str(pki.server_cert),
         "@KEYFILE@": str(pki.server_key),
-        "@ACLFILE@": str(ACL_FILE),
+        "@ACLFILE@": str(acl),
         "@PERSISTDIR@": str(workdir / "db") + "/",
         "@LOGFILE@": str(workdir / "mosquitto.log"),
         "@USER@": getpass.getuser(),
@@ -122,6 +125,7 @@ class MosquittoBroker:
     workdir: Path
     port: int = 0
     extra_config: str = ""
+    acl: Path = ACL_FILE
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def start(self, timeout_s: float = 10.0) -> MosquittoBroker:
@@ -133,7 +137,8 @@ class MosquittoBroker:
         if not self.port:
             self.port = free_port()
         conf = self.workdir / "mosquitto.conf"
-        conf.write_text(render_config(self.pki, self.workdir, self.port) + self.extra_config)
+        conf.write_text(render_config(self.pki, self.workdir, self.port, self.acl)
+                        + self.extra_config)
         self.proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
