@@ -400,9 +400,12 @@ func (a *Agent) ProcessWeights(ctx context.Context, data []byte, at time.Time) s
 		a.report(payload.EventRejected, err)
 		return payload.EventRejected
 	}
+	// An MPTCP scheduler decides at the sender: the CPE steers the uplink;
+	// the dl set is the proxy's.
+	ul := u.UL
 	req := payload.Weights{}
 	for _, w := range a.wats {
-		req[w] = u.Weights[w]
+		req[w] = ul.Weights[w]
 	}
 	if req.AllZero() {
 		err := fmt.Errorf("version %d: no configured WAT (%v) has a positive weight", u.Version, a.wats)
@@ -411,7 +414,7 @@ func (a *Agent) ProcessWeights(ctx context.Context, data []byte, at time.Time) s
 		return payload.EventRejected
 	}
 	prev, prevSafe, prevMode := a.requested, a.safe, a.mode
-	a.requested, a.safe, a.mode = req, false, u.Mode
+	a.requested, a.safe, a.mode = req, false, ul.Mode
 	if err := a.applyRequested(ctx, "update", true); err != nil {
 		a.requested, a.safe, a.mode = prev, prevSafe, prevMode
 		m.Updates.WithLabelValues("apply_error").Inc()
@@ -427,8 +430,8 @@ func (a *Agent) ProcessWeights(ctx context.Context, data []byte, at time.Time) s
 	// milliseconds): a crash in between only means the retained update is
 	// applied once more after restart.
 	a.persist(now)
-	a.deps.Log.Info("weights applied", "version", u.Version, "weights", req.String(), "mode", u.Mode,
-		"lease_s", u.LeaseS, "lease_until_ms", until.UnixMilli(), "reason", u.Reason)
+	a.deps.Log.Info("weights applied", "version", u.Version, "direction", payload.UL, "weights", req.String(), "mode", ul.Mode,
+		"lease_s", u.LeaseS, "lease_until_ms", until.UnixMilli(), "reason", ul.Reason)
 	a.report(payload.EventApplied, nil)
 	return payload.EventApplied
 }
@@ -439,7 +442,7 @@ func (a *Agent) handleLink(ctx context.Context, s linkwatch.Status) {
 		if a.cfg.WATs[w] != s.Interface {
 			continue
 		}
-		was := a.links[w].Usable()
+		was, wasAddr := a.links[w].Usable(), a.links[w].Addr
 		a.links[w] = s
 		a.publishLinks()
 		event := payload.EventLinkUp
@@ -450,7 +453,9 @@ func (a *Agent) handleLink(ctx context.Context, s linkwatch.Status) {
 			a.deps.Metrics.LinkEvents.WithLabelValues(w, map[bool]string{true: "up", false: "down"}[s.Usable()]).Inc()
 		}
 		err := a.applyRequested(ctx, "link", false)
-		if was != s.Usable() || err != nil {
+		// A new address is news too: the proxy matches the CPE's downlink
+		// subflows by the addresses in the state.
+		if was != s.Usable() || wasAddr != s.Addr || err != nil {
 			a.deps.Log.Info("link change", "wat", w, "interface", s.Interface, "usable", s.Usable(),
 				"addr", s.Addr.String(), "weights", a.effectiveString())
 			a.report(event, err)
@@ -609,13 +614,17 @@ func (a *Agent) report(event string, err error) {
 	} else if event != payload.EventRejected {
 		a.lastError = ""
 	}
+	caps := payload.CapabilitiesOf(a.deps.Backend.Name(), a.deps.Backend.Capabilities())
 	s := payload.State{
 		CPEID:          a.cfg.CPEID,
 		Online:         true,
+		Role:           payload.RoleCPE,
+		Direction:      payload.UL,
 		TimeMs:         a.deps.Now().UnixMilli(),
 		AppliedWeights: payload.Weights{},
+		Addresses:      map[string]string{},
 		Backend:        a.deps.Backend.Name(),
-		Capabilities:   a.deps.Backend.Capabilities(),
+		Capabilities:   &caps,
 		Links:          map[string]string{},
 		Event:          event,
 		LastError:      a.lastError,
@@ -628,6 +637,9 @@ func (a *Agent) report(event string, err error) {
 	}
 	for _, w := range a.wats {
 		s.Links[w] = map[bool]string{true: "up", false: "down"}[a.links[w].Usable()]
+		if addr := a.links[w].Addr; addr.IsValid() {
+			s.Addresses[w] = addr.String()
+		}
 	}
 	b, merr := s.Marshal()
 	if merr != nil {

@@ -104,8 +104,11 @@ func weightsMsg(version int64, lease float64, w string) []byte {
 }
 
 func weightsMsgAt(version int64, issued time.Time, lease float64, w string) []byte {
-	return []byte(fmt.Sprintf(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":%d,"issued_at_ms":%d,`+
-		`"lease_s":%g,"mode":"load_balancing","reason":"test","weights":%s}`, version, issued.UnixMilli(), lease, w))
+	// The dl set names a WAT this CPE does not have: were it applied
+	// instead of ul, the update would be refused as all zero.
+	return []byte(fmt.Sprintf(`{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":%d,"issued_at_ms":%d,`+
+		`"lease_s":%g,"dl":{"mode":"fixed_split","weights":{"lte":9}},"ul":{"mode":"load_balancing","reason":"test","weights":%s}}`,
+		version, issued.UnixMilli(), lease, w))
 }
 
 type harness struct {
@@ -172,7 +175,7 @@ func TestAgentLifecycle(t *testing.T) {
 		{"all zero", weightsMsg(6, 60, `{"nr":0,"wifi":0}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
 		{"out of range", weightsMsg(6, 60, `{"nr":256}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
 		{"only an unconfigured WAT", weightsMsg(6, 60, `{"lifi":9}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
-		{"other CPE", []byte(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0002","version":9,"issued_at_ms":1763800000000,"lease_s":5,"mode":"fixed_split","weights":{"nr":1}}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
+		{"other CPE", []byte(`{"schema":"mcw.weights.v2","cpe_id":"cpe-0002","version":9,"issued_at_ms":1763800000000,"lease_s":5,"dl":{"mode":"fixed_split","weights":{"nr":1}},"ul":{"mode":"fixed_split","weights":{"nr":1}}}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
 		{"newer version", weightsMsg(7, 60, `{"nr":0,"wifi":3}`), payload.EventApplied, 7, payload.Weights{"nr": 0, "wifi": 3}},
 	}
 	for _, st := range steps {

@@ -47,8 +47,9 @@ func BenchmarkProcessWeightsWRR(b *testing.B) {
 }
 
 func benchPayload(version int64, i int) []byte {
-	return []byte(fmt.Sprintf(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":%d,"issued_at_ms":%d,`+
-		`"lease_s":30,"mode":"load_balancing","reason":"bench","weights":{"nr":%d,"wifi":100,"lifi":1}}`, version, time.Now().UnixMilli(), 1+i%255))
+	return []byte(fmt.Sprintf(`{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":%d,"issued_at_ms":%d,`+
+		`"lease_s":30,"dl":{"mode":"load_balancing","weights":{"nr":100,"wifi":%d}},"ul":{"mode":"load_balancing","reason":"bench","weights":{"nr":%d,"wifi":100,"lifi":1}}}`,
+		version, time.Now().UnixMilli(), 1+i%255, 1+i%255))
 }
 
 // memDir returns a directory on tmpfs when the machine has /dev/shm, like

@@ -13,8 +13,9 @@ import (
 // test; `go test -fuzz FuzzParseWeights ./payload` explores further.
 func FuzzParseWeights(f *testing.F) {
 	f.Add([]byte(validWeights))
+	f.Add([]byte(`{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":1,"issued_at_ms":0,"lease_s":1,"dl":{"mode":"active_standby","weights":{"nr":0,"wifi":1}},"ul":{"mode":"active_standby","reason":"","weights":{"nr":0,"wifi":1}}}`))
+	f.Add([]byte(`{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":1,"issued_at_ms":0,"lease_s":0.5,"dl":{"mode":"fixed_split","weights":{"nr":255}},"ul":{"mode":"fixed_split","reason":"","weights":{"nr":255}}}`))
 	f.Add([]byte(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":1,"issued_at_ms":0,"lease_s":1,"mode":"active_standby","reason":"","weights":{"nr":0,"wifi":1}}`))
-	f.Add([]byte(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":1,"issued_at_ms":0,"lease_s":0.5,"mode":"fixed_split","reason":"","weights":{"nr":255}}`))
 	f.Add([]byte(`{"weights":{"nr":1e2}}`))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
@@ -26,17 +27,24 @@ func FuzzParseWeights(f *testing.F) {
 			}
 			return
 		}
-		if err := u.Weights.Validate(); err != nil {
-			t.Fatalf("accepted weights fail Validate: %v", err)
+		for _, d := range []DirWeights{u.DL, u.UL} {
+			if err := d.Weights.Validate(); err != nil {
+				t.Fatalf("accepted weights fail Validate: %v", err)
+			}
+			if !KnownMode(d.Mode) || len([]rune(d.Reason)) > MaxReasonLen {
+				t.Fatalf("accepted out-of-contract direction %+v", d)
+			}
 		}
-		if u.Version < 1 || u.LeaseS < MinLeaseSeconds || u.LeaseS > MaxLeaseSeconds || u.CPEID != "cpe-0001" || !KnownMode(u.Mode) {
+		if u.Version < 1 || u.LeaseS < MinLeaseSeconds || u.LeaseS > MaxLeaseSeconds || u.CPEID != "cpe-0001" {
 			t.Fatalf("accepted out-of-contract payload %+v", u)
 		}
 		// What was accepted must re-encode into something accepted again.
+		dir := func(d DirWeights) map[string]any {
+			return map[string]any{"mode": d.Mode, "reason": d.Reason, "weights": d.Weights}
+		}
 		again, err := json.Marshal(map[string]any{
 			"schema": WeightsSchema, "cpe_id": u.CPEID, "version": u.Version,
-			"issued_at_ms": u.IssuedAtMs, "lease_s": u.LeaseS, "mode": u.Mode,
-			"reason": u.Reason, "weights": u.Weights,
+			"issued_at_ms": u.IssuedAtMs, "lease_s": u.LeaseS, "dl": dir(u.DL), "ul": dir(u.UL),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -50,18 +58,19 @@ func FuzzParseWeights(f *testing.F) {
 // FuzzParseState checks that ParseState never panics, bounds its input and
 // that what it accepts re-encodes to itself.
 func FuzzParseState(f *testing.F) {
-	good, err := State{CPEID: "cpe-0001", Online: true, TimeMs: 1763800000000, AppliedVersion: 7,
-		AppliedWeights: Weights{"nr": 30, "wifi": 100}, Backend: BackendWRRSysctl,
-		Capabilities: Capabilities{MaxWeight: 255}, Links: map[string]string{"nr": "up", "wifi": "down"},
+	good, err := State{CPEID: "cpe-0001", Online: true, Role: RoleCPE, Direction: UL, TimeMs: 1763800000000, AppliedVersion: 7,
+		AppliedWeights: Weights{"nr": 30, "wifi": 100}, Addresses: map[string]string{"nr": "10.31.1.1", "wifi": "fd00::1"},
+		Backend: BackendWRRSysctl, Capabilities: &Capabilities{MaxWeight: 255}, Links: map[string]string{"nr": "up", "wifi": "down"},
 		Event: EventApplied}.Marshal()
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add(good)
 	f.Add(Offline("cpe-0001"))
-	f.Add([]byte(`{"schema":"mcw.state.v1","applied_version":1e400}`))
-	f.Add([]byte(`{"schema":"mcw.state.v1","links":{"nr":[[[[[]]]]]}}`))
-	f.Add([]byte(`{"schema":"mcw.state.v1","last_error":"\"\\\"{{{{{{"}`))
+	f.Add([]byte(`{"schema":"mcw.state.v2","applied_version":1e400}`))
+	f.Add([]byte(`{"schema":"mcw.state.v2","cpe_id":"c","online":true,"addresses":{"nr":"10.0.0.1%eth0"}}`))
+	f.Add([]byte(`{"schema":"mcw.state.v2","links":{"nr":[[[[[]]]]]}}`))
+	f.Add([]byte(`{"schema":"mcw.state.v2","last_error":"\"\\\"{{{{{{"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := ParseState(data)
 		if err != nil {
@@ -72,6 +81,9 @@ func FuzzParseState(f *testing.F) {
 		}
 		if len(data) > MaxPayloadBytes || depth(data) > MaxDepth {
 			t.Fatalf("accepted %d bytes nested %d deep", len(data), depth(data))
+		}
+		if !ValidCPEID(s.CPEID) || len(s.ParsedAddresses()) != len(s.Addresses) {
+			t.Fatalf("accepted out-of-contract state %+v", s)
 		}
 		b, err := s.Marshal()
 		if err != nil {
@@ -84,13 +96,13 @@ func FuzzParseState(f *testing.F) {
 }
 
 func TestBounds(t *testing.T) {
-	deep := `{"schema":"mcw.state.v1","links":{"nr":[[[[[]]]]]}}`
+	deep := `{"schema":"mcw.state.v2","links":{"nr":[[[[[]]]]]}}`
 	tests := []struct {
 		name, data, wantErr string
 	}{
 		{"too deep", deep, "nested 7 levels deep"},
-		{"brackets in strings do not count", `{"schema":"mcw.state.v1","last_error":"[[[[[[\"{{{{"}`, ""},
-		{"too large", `{"schema":"mcw.state.v1","last_error":"` + strings.Repeat("x", MaxPayloadBytes) + `"}`, "at most 4096"},
+		{"brackets in strings do not count", `{"schema":"mcw.state.v2","cpe_id":"c","online":true,"last_error":"[[[[[[\"{{{{"}`, ""},
+		{"too large", `{"schema":"mcw.state.v2","last_error":"` + strings.Repeat("x", MaxPayloadBytes) + `"}`, "at most 4096"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,16 +3,23 @@ package payload
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 )
 
 // StateSchema is the value of the "schema" key of a state payload.
-const StateSchema = "mcw.state.v1"
+const StateSchema = "mcw.state.v2"
 
 // Backend names as they appear in state payloads.
 const (
 	BackendWRRSysctl     = "wrr-sysctl"
 	BackendMPTCPUpstream = "mptcp-upstream"
 	BackendDryRun        = "dry-run"
+)
+
+// Roles of an agent.
+const (
+	RoleCPE   = "cpe"
+	RoleProxy = "proxy"
 )
 
 // Events a state payload reports.
@@ -26,26 +33,58 @@ const (
 	EventStarted      = "started"
 )
 
+// knownEvent reports whether e is one of the events (or empty, as in a last will).
+func knownEvent(e string) bool {
+	switch e {
+	case "", EventApplied, EventRejected, EventLeaseExpired, EventLinkDown, EventLinkUp, EventRestored, EventStarted:
+		return true
+	}
+	return false
+}
+
 // Capabilities tells the xApp what the agent's backend can express.
 type Capabilities struct {
 	MaxWeight int  `json:"max_weight"`
 	OnOffOnly bool `json:"on_off_only"`
+	// DirectionsCoupled: a WAT switched off in one direction is off in
+	// both (mainline MPTCP treats a subflow as backup when either end
+	// flagged it).
+	DirectionsCoupled bool `json:"directions_coupled"`
 }
 
-// State is the agent's retained report on mcw/v1/cpe/{cpe_id}/state. The
-// last will is the same object with only schema, cpe_id and online=false,
-// which Offline builds.
+// CapabilitiesOf returns a backend's capabilities as reported: on mainline
+// (mptcp-upstream) the directions are coupled whatever the backend says,
+// because the default scheduler checks both ends' backup flags (Linux
+// 6.11, "mptcp: sched: check both directions for backup"; measured in
+// integration.TestNetnsDirectionsCoupled).
+func CapabilitiesOf(backendName string, c Capabilities) Capabilities {
+	if backendName == BackendMPTCPUpstream {
+		c.DirectionsCoupled = true
+	}
+	return c
+}
+
+// State is an agent's retained report for one CPE: a CPE agent's on
+// mcw/v1/cpe/{cpe_id}/state (role cpe, direction ul, with the addresses of
+// its WATs), a proxy's per served CPE on
+// mcw/v1/proxy/{proxy_id}/cpe/{cpe_id}/state (role proxy, direction dl).
+// The last will is the same object with only schema, cpe_id and
+// online=false, which Offline builds.
 type State struct {
 	Schema         string            `json:"schema"`
 	CPEID          string            `json:"cpe_id"`
 	Online         bool              `json:"online"`
+	Role           string            `json:"role,omitempty"`
+	ProxyID        string            `json:"proxy_id,omitempty"`
+	Direction      string            `json:"direction,omitempty"`
 	TimeMs         int64             `json:"time_ms"`
 	AppliedVersion int64             `json:"applied_version"`
 	AppliedWeights Weights           `json:"applied_weights"`
-	Backend        string            `json:"backend"`
-	Capabilities   Capabilities      `json:"capabilities"`
+	Addresses      map[string]string `json:"addresses,omitempty"`
+	Backend        string            `json:"backend,omitempty"`
+	Capabilities   *Capabilities     `json:"capabilities,omitempty"`
 	Links          map[string]string `json:"links"`
-	Event          string            `json:"event"`
+	Event          string            `json:"event,omitempty"`
 	LastError      string            `json:"last_error"`
 }
 
@@ -75,15 +114,165 @@ func Offline(cpeID string) []byte {
 	return b
 }
 
-// ParseState decodes a state payload (used by tests and tools that watch the
-// agent); it checks the schema key and refuses unknown keys.
+// wireState mirrors State with pointers where the schema requires a key.
+type wireState struct {
+	Schema         *string           `json:"schema"`
+	CPEID          *string           `json:"cpe_id"`
+	Online         *bool             `json:"online"`
+	Role           string            `json:"role"`
+	ProxyID        string            `json:"proxy_id"`
+	Direction      string            `json:"direction"`
+	TimeMs         int64             `json:"time_ms"`
+	AppliedVersion int64             `json:"applied_version"`
+	AppliedWeights Weights           `json:"applied_weights"`
+	Addresses      map[string]string `json:"addresses"`
+	Backend        string            `json:"backend"`
+	Capabilities   *Capabilities     `json:"capabilities"`
+	Links          map[string]string `json:"links"`
+	Event          string            `json:"event"`
+	LastError      string            `json:"last_error"`
+}
+
+// MaxErrorLen bounds last_error (characters of the schema; the agents cut
+// their own at this many bytes).
+const MaxErrorLen = 1024
+
+// ParseState decodes and validates a state payload: the proxy reads the
+// CPE agents' (their WAT addresses and links) and tests and tools read
+// both roles'. Every key is checked against mqtt-state.schema.json: schema,
+// cpe_id and online required, enums, ranges, WAT keys, addresses that
+// parse as IP addresses. An mcw.state.v1 payload is refused.
 func ParseState(data []byte) (State, error) {
-	var s State
-	if err := decodeStrict(data, &s); err != nil {
+	var w wireState
+	if err := decodeStrict(data, &w); err != nil {
 		return State{}, err
 	}
-	if s.Schema != StateSchema {
+	if w.Schema == nil || *w.Schema != StateSchema {
 		return State{}, fmt.Errorf("%w: schema: want %q", ErrInvalid, StateSchema)
 	}
-	return s, nil
+	if w.CPEID == nil || !ValidCPEID(*w.CPEID) {
+		return State{}, fmt.Errorf("%w: cpe_id: missing or not an identifier", ErrInvalid)
+	}
+	if w.Online == nil {
+		return State{}, fmt.Errorf("%w: online: missing", ErrInvalid)
+	}
+	switch {
+	case w.Role != "" && w.Role != RoleCPE && w.Role != RoleProxy:
+		return State{}, fmt.Errorf("%w: role %q: want cpe or proxy", ErrInvalid, w.Role)
+	case w.ProxyID != "" && !ValidCPEID(w.ProxyID):
+		return State{}, fmt.Errorf("%w: proxy_id: not an identifier", ErrInvalid)
+	case w.Direction != "" && w.Direction != DL && w.Direction != UL:
+		return State{}, fmt.Errorf("%w: direction %q: want dl or ul", ErrInvalid, w.Direction)
+	case w.TimeMs < 0 || w.TimeMs > maxSafeInt || w.AppliedVersion < 0 || w.AppliedVersion > maxSafeInt:
+		return State{}, fmt.Errorf("%w: time_ms %d, applied_version %d: want [0, 2^53-1]", ErrInvalid, w.TimeMs, w.AppliedVersion)
+	case w.Backend != "" && w.Backend != BackendWRRSysctl && w.Backend != BackendMPTCPUpstream && w.Backend != BackendDryRun:
+		return State{}, fmt.Errorf("%w: backend %q: unknown", ErrInvalid, w.Backend)
+	case !knownEvent(w.Event):
+		return State{}, fmt.Errorf("%w: event %q: unknown", ErrInvalid, w.Event)
+	case len([]rune(w.LastError)) > MaxErrorLen:
+		return State{}, fmt.Errorf("%w: last_error: longer than %d characters", ErrInvalid, MaxErrorLen)
+	}
+	if c := w.Capabilities; c != nil && (c.MaxWeight < 1 || c.MaxWeight > MaxWeight) {
+		return State{}, fmt.Errorf("%w: capabilities.max_weight %d: want 1..%d", ErrInvalid, c.MaxWeight, MaxWeight)
+	}
+	for k, v := range w.AppliedWeights {
+		if !KnownWAT(k) || v < 0 || v > MaxWeight {
+			return State{}, fmt.Errorf("%w: applied_weights: %s=%d", ErrInvalid, k, v)
+		}
+	}
+	for k, v := range w.Links {
+		if !KnownWAT(k) || (v != "up" && v != "down") {
+			return State{}, fmt.Errorf("%w: links: %s=%q", ErrInvalid, k, v)
+		}
+	}
+	for k, v := range w.Addresses {
+		if !KnownWAT(k) {
+			return State{}, fmt.Errorf("%w: addresses: unknown WAT %q", ErrInvalid, k)
+		}
+		if a, err := netip.ParseAddr(v); err != nil || a.Zone() != "" || !a.IsValid() {
+			return State{}, fmt.Errorf("%w: addresses: %s=%q is not an IP address", ErrInvalid, k, v)
+		}
+	}
+	return State{
+		Schema: *w.Schema, CPEID: *w.CPEID, Online: *w.Online, Role: w.Role, ProxyID: w.ProxyID,
+		Direction: w.Direction, TimeMs: w.TimeMs, AppliedVersion: w.AppliedVersion,
+		AppliedWeights: w.AppliedWeights, Addresses: w.Addresses, Backend: w.Backend,
+		Capabilities: w.Capabilities, Links: w.Links, Event: w.Event, LastError: w.LastError,
+	}, nil
+}
+
+// ParsedAddresses returns s.Addresses as netip addresses (ParseState has
+// checked them; an unparsable one is left out).
+func (s State) ParsedAddresses() map[string]netip.Addr {
+	out := make(map[string]netip.Addr, len(s.Addresses))
+	for k, v := range s.Addresses {
+		if a, err := netip.ParseAddr(v); err == nil {
+			out[k] = a
+		}
+	}
+	return out
+}
+
+// ProxyStateSchema is the value of the "schema" key of a proxy's own state.
+const ProxyStateSchema = "mcw.proxy-state.v1"
+
+// Rules counts the kernel rules a proxy wrote for all its CPEs.
+type Rules struct {
+	Used         int `json:"used"`
+	Limit        int `json:"limit"`
+	OverflowCPEs int `json:"overflow_cpes"`
+}
+
+// ProxyState is a proxy agent's retained report on
+// mcw/v1/proxy/{proxy_id}/state; its last will is ProxyOffline.
+type ProxyState struct {
+	Schema       string       `json:"schema"`
+	ProxyID      string       `json:"proxy_id"`
+	Online       bool         `json:"online"`
+	TimeMs       int64        `json:"time_ms"`
+	Backend      string       `json:"backend"`
+	Capabilities Capabilities `json:"capabilities"`
+	CPEs         int          `json:"cpes"`
+	CPEsApplied  int          `json:"cpes_applied"`
+	Rules        Rules        `json:"rules"`
+	LastError    string       `json:"last_error"`
+}
+
+// Marshal encodes p with its schema set.
+func (p ProxyState) Marshal() ([]byte, error) {
+	p.Schema = ProxyStateSchema
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("marshal proxy state: %w", err)
+	}
+	return b, nil
+}
+
+// ProxyOffline returns the proxy's last-will payload.
+func ProxyOffline(proxyID string) []byte {
+	b, _ := json.Marshal(struct {
+		Schema  string `json:"schema"`
+		ProxyID string `json:"proxy_id"`
+		Online  bool   `json:"online"`
+	}{ProxyStateSchema, proxyID, false})
+	return b
+}
+
+// ParseProxyState decodes a proxy's state (tests and tools), refusing
+// unknown keys and another schema.
+func ParseProxyState(data []byte) (ProxyState, error) {
+	var p ProxyState
+	if err := decodeStrict(data, &p); err != nil {
+		return ProxyState{}, err
+	}
+	if p.Schema != ProxyStateSchema {
+		return ProxyState{}, fmt.Errorf("%w: schema: want %q", ErrInvalid, ProxyStateSchema)
+	}
+	if !ValidCPEID(p.ProxyID) {
+		return ProxyState{}, fmt.Errorf("%w: proxy_id: missing or not an identifier", ErrInvalid)
+	}
+	if p.CPEs < 0 || p.CPEsApplied < 0 || p.Rules.Used < 0 || p.Rules.Limit < 0 || p.Rules.OverflowCPEs < 0 || p.TimeMs < 0 {
+		return ProxyState{}, fmt.Errorf("%w: negative count", ErrInvalid)
+	}
+	return p, nil
 }

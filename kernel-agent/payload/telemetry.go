@@ -7,22 +7,26 @@ import (
 )
 
 // TelemetrySchema is the value of the "schema" key of a telemetry payload.
-const TelemetrySchema = "mcw.telemetry.v1"
+const TelemetrySchema = "mcw.telemetry.v2"
 
-// WATTelemetry is one WAT's share of a telemetry sample, summed over the
-// kernel's TCP subflows whose source address is the WAT's address.
-type WATTelemetry struct {
+// DirTelemetry is one direction of one WAT, summed over the WAT's
+// subflows. The sending end (CPE for ul, proxy for dl) fills
+// DeliveredMbps, BytesAcked, Cwnd, Saturated and DeliveryRateMbps; the
+// receiving end DeliveredMbps and BytesReceived. Nil fields are unknown to
+// the reporting end and absent from the JSON.
+type DirTelemetry struct {
 	DeliveredMbps float64 `json:"delivered_mbps"`
-	RTTMs         float64 `json:"rtt_ms"`
-	Cwnd          int64   `json:"cwnd"`
-	BytesAcked    int64   `json:"bytes_acked"`
-	Subflows      int     `json:"subflows"`
-	Up            bool    `json:"up"`
+	// BytesAcked is the sender's cumulative tcpi_bytes_acked.
+	BytesAcked *int64 `json:"bytes_acked,omitempty"`
+	// BytesReceived is the receiver's cumulative tcpi_bytes_received.
+	BytesReceived *int64 `json:"bytes_received,omitempty"`
+	Cwnd          *int64 `json:"cwnd,omitempty"`
 	// Saturated is the fraction (0..1) of the interval the WAT's subflows
 	// were limited by their congestion window, i.e. by the path, weighted
 	// by the bytes each delivered: how much of DeliveredMbps measures
 	// capacity rather than the share the scheduler gave the WAT. Nil means
-	// unknown (first sample, or a kernel without tcp_info chrono times).
+	// unknown (first sample, the receiving end, or a kernel without
+	// tcp_info chrono times).
 	Saturated *float64 `json:"saturated,omitempty"`
 	// DeliveryRateMbps is the sum of the kernel's latest delivery-rate
 	// samples (tcpi_delivery_rate) of the subflows that delivered data in
@@ -30,42 +34,77 @@ type WATTelemetry struct {
 	DeliveryRateMbps *float64 `json:"delivery_rate_mbps,omitempty"`
 }
 
-// Validate checks the ranges of the schema's per-WAT object.
-func (w WATTelemetry) Validate() error {
-	nonNeg := func(name string, v float64) error {
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return fmt.Errorf("%w: %s %v: want a finite number >= 0", ErrInvalid, name, v)
-		}
-		return nil
+// Validate checks the ranges of the schema's direction object.
+func (d DirTelemetry) Validate() error {
+	if err := nonNeg("delivered_mbps", d.DeliveredMbps); err != nil {
+		return err
 	}
-	for _, c := range []struct {
-		name string
-		v    float64
-	}{{"delivered_mbps", w.DeliveredMbps}, {"rtt_ms", w.RTTMs}, {"cwnd", float64(w.Cwnd)}, {"bytes_acked", float64(w.BytesAcked)}, {"subflows", float64(w.Subflows)}} {
-		if err := nonNeg(c.name, c.v); err != nil {
+	for name, p := range map[string]*int64{"bytes_acked": d.BytesAcked, "bytes_received": d.BytesReceived, "cwnd": d.Cwnd} {
+		if p != nil && *p < 0 {
+			return fmt.Errorf("%w: %s %d: want >= 0", ErrInvalid, name, *p)
+		}
+	}
+	if d.Saturated != nil {
+		if err := nonNeg("saturated", *d.Saturated); err != nil {
 			return err
 		}
-	}
-	if w.Saturated != nil {
-		if err := nonNeg("saturated", *w.Saturated); err != nil {
-			return err
-		}
-		if *w.Saturated > 1 {
-			return fmt.Errorf("%w: saturated %v: want 0..1", ErrInvalid, *w.Saturated)
+		if *d.Saturated > 1 {
+			return fmt.Errorf("%w: saturated %v: want 0..1", ErrInvalid, *d.Saturated)
 		}
 	}
-	if w.DeliveryRateMbps != nil {
-		if err := nonNeg("delivery_rate_mbps", *w.DeliveryRateMbps); err != nil {
+	if d.DeliveryRateMbps != nil {
+		if err := nonNeg("delivery_rate_mbps", *d.DeliveryRateMbps); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Telemetry is the agent's stream on mcw/v1/cpe/{cpe_id}/telemetry (QoS 0).
+func nonNeg(name string, v float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return fmt.Errorf("%w: %s %v: want a finite number >= 0", ErrInvalid, name, v)
+	}
+	return nil
+}
+
+// WATTelemetry is one WAT's share of a telemetry sample: the subflows the
+// reporting end has on the WAT and each direction it sees.
+type WATTelemetry struct {
+	Up       bool    `json:"up"`
+	Subflows int     `json:"subflows"`
+	RTTMs    float64 `json:"rtt_ms"`
+	// DL and UL are nil when the reporting end knows nothing of that
+	// direction (a proxy reports dl only).
+	DL *DirTelemetry `json:"dl,omitempty"`
+	UL *DirTelemetry `json:"ul,omitempty"`
+}
+
+// Validate checks the ranges of the schema's per-WAT object.
+func (w WATTelemetry) Validate() error {
+	if w.Subflows < 0 {
+		return fmt.Errorf("%w: subflows %d: want >= 0", ErrInvalid, w.Subflows)
+	}
+	if err := nonNeg("rtt_ms", w.RTTMs); err != nil {
+		return err
+	}
+	for name, d := range map[string]*DirTelemetry{DL: w.DL, UL: w.UL} {
+		if d == nil {
+			continue
+		}
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Telemetry is a stream sample: a CPE agent's on
+// mcw/v1/cpe/{cpe_id}/telemetry, a proxy's per served CPE (with ProxyID)
+// on mcw/v1/proxy/{proxy_id}/cpe/{cpe_id}/telemetry. QoS 0.
 type Telemetry struct {
 	Schema     string                  `json:"schema"`
 	CPEID      string                  `json:"cpe_id"`
+	ProxyID    string                  `json:"proxy_id,omitempty"`
 	TimeMs     int64                   `json:"time_ms"`
 	IntervalMs int64                   `json:"interval_ms"`
 	WATs       map[string]WATTelemetry `json:"wats"`
@@ -94,10 +133,12 @@ func ParseTelemetry(data []byte) (Telemetry, error) {
 		return Telemetry{}, fmt.Errorf("%w: schema: want %q", ErrInvalid, TelemetrySchema)
 	}
 	switch {
-	case t.CPEID == "":
-		return Telemetry{}, fmt.Errorf("%w: cpe_id: missing", ErrInvalid)
-	case t.TimeMs < 0 || t.IntervalMs < 0:
-		return Telemetry{}, fmt.Errorf("%w: time_ms %d, interval_ms %d: want >= 0", ErrInvalid, t.TimeMs, t.IntervalMs)
+	case !ValidCPEID(t.CPEID):
+		return Telemetry{}, fmt.Errorf("%w: cpe_id: missing or not an identifier", ErrInvalid)
+	case t.ProxyID != "" && !ValidCPEID(t.ProxyID):
+		return Telemetry{}, fmt.Errorf("%w: proxy_id: not an identifier", ErrInvalid)
+	case t.TimeMs < 0 || t.TimeMs > maxSafeInt || t.IntervalMs < 0 || t.IntervalMs > 3_600_000:
+		return Telemetry{}, fmt.Errorf("%w: time_ms %d, interval_ms %d: out of range", ErrInvalid, t.TimeMs, t.IntervalMs)
 	case t.WATs == nil:
 		return Telemetry{}, fmt.Errorf("%w: wats: missing", ErrInvalid)
 	}

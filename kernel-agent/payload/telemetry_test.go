@@ -8,9 +8,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-const validTelemetry = `{"schema":"mcw.telemetry.v1","cpe_id":"cpe-0001","time_ms":1763800000000,"interval_ms":1000,` +
-	`"wats":{"nr":{"delivered_mbps":20.5,"rtt_ms":21,"cwnd":10,"bytes_acked":1000,"subflows":1,"up":true,"saturated":0.97,"delivery_rate_mbps":22.1},` +
-	`"wifi":{"delivered_mbps":0,"rtt_ms":0,"cwnd":0,"bytes_acked":0,"subflows":0,"up":false}}}`
+const validTelemetry = `{"schema":"mcw.telemetry.v2","cpe_id":"cpe-0001","time_ms":1763800000000,"interval_ms":1000,` +
+	`"wats":{"nr":{"up":true,"subflows":1,"rtt_ms":21,` +
+	`"ul":{"delivered_mbps":20.5,"bytes_acked":1000,"cwnd":10,"saturated":0.97,"delivery_rate_mbps":22.1},` +
+	`"dl":{"delivered_mbps":80.25,"bytes_received":4000}},` +
+	`"wifi":{"up":false,"subflows":0,"rtt_ms":0}}}`
 
 func TestParseTelemetry(t *testing.T) {
 	got, err := ParseTelemetry([]byte(validTelemetry))
@@ -18,10 +20,13 @@ func TestParseTelemetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	sat, rate := 0.97, 22.1
+	acked, recv, cwnd := int64(1000), int64(4000), int64(10)
 	want := Telemetry{
 		Schema: TelemetrySchema, CPEID: "cpe-0001", TimeMs: 1763800000000, IntervalMs: 1000,
 		WATs: map[string]WATTelemetry{
-			"nr":   {DeliveredMbps: 20.5, RTTMs: 21, Cwnd: 10, BytesAcked: 1000, Subflows: 1, Up: true, Saturated: &sat, DeliveryRateMbps: &rate},
+			"nr": {Up: true, Subflows: 1, RTTMs: 21,
+				UL: &DirTelemetry{DeliveredMbps: 20.5, BytesAcked: &acked, Cwnd: &cwnd, Saturated: &sat, DeliveryRateMbps: &rate},
+				DL: &DirTelemetry{DeliveredMbps: 80.25, BytesReceived: &recv}},
 			"wifi": {},
 		},
 	}
@@ -33,7 +38,7 @@ func TestParseTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Count(string(b), "saturated") != 1 || strings.Count(string(b), "delivery_rate_mbps") != 1 {
+	if strings.Count(string(b), "saturated") != 1 || strings.Count(string(b), "bytes_received") != 1 || strings.Count(string(b), `"dl"`) != 1 {
 		t.Fatalf("absent fields must stay absent: %s", b)
 	}
 	again, err := ParseTelemetry(b)
@@ -47,24 +52,29 @@ func TestParseTelemetry(t *testing.T) {
 
 func TestParseTelemetryRejects(t *testing.T) {
 	nr := func(fields string) string {
-		return `{"schema":"mcw.telemetry.v1","cpe_id":"c","time_ms":1,"wats":{"nr":{` + fields + `}}}`
+		return `{"schema":"mcw.telemetry.v2","cpe_id":"c","time_ms":1,"wats":{"nr":{"ul":{` + fields + `}}}}`
 	}
 	for name, doc := range map[string]string{
-		"saturated above 1":      nr(`"saturated":1.01`),
-		"saturated negative":     nr(`"saturated":-0.1`),
-		"saturated a string":     nr(`"saturated":"1"`),
-		"delivery rate negative": nr(`"delivery_rate_mbps":-1`),
-		"delivered negative":     nr(`"delivered_mbps":-1`),
-		"rtt negative":           nr(`"rtt_ms":-1`),
-		"cwnd negative":          nr(`"cwnd":-1`),
-		"unknown per-WAT field":  nr(`"cwnd_limited":1`),
-		"unknown WAT":            `{"schema":"mcw.telemetry.v1","cpe_id":"c","time_ms":1,"wats":{"5g":{}}}`,
-		"wrong schema":           `{"schema":"mcw.weights.v1","cpe_id":"c","time_ms":1,"wats":{}}`,
-		"missing cpe_id":         `{"schema":"mcw.telemetry.v1","time_ms":1,"wats":{}}`,
-		"missing wats":           `{"schema":"mcw.telemetry.v1","cpe_id":"c","time_ms":1}`,
-		"negative time":          `{"schema":"mcw.telemetry.v1","cpe_id":"c","time_ms":-1,"wats":{}}`,
-		"trailing data":          validTelemetry + `{}`,
-		"saturated overflows":    nr(`"saturated":1e999`),
+		"saturated above 1":       nr(`"saturated":1.01`),
+		"saturated negative":      nr(`"saturated":-0.1`),
+		"saturated a string":      nr(`"saturated":"1"`),
+		"delivery rate negative":  nr(`"delivery_rate_mbps":-1`),
+		"delivered negative":      nr(`"delivered_mbps":-1`),
+		"rtt negative":            `{"schema":"mcw.telemetry.v2","cpe_id":"c","time_ms":1,"wats":{"nr":{"rtt_ms":-1}}}`,
+		"subflows negative":       `{"schema":"mcw.telemetry.v2","cpe_id":"c","time_ms":1,"wats":{"nr":{"subflows":-1}}}`,
+		"bytes received negative": nr(`"bytes_received":-1`),
+		"unknown direction":       `{"schema":"mcw.telemetry.v2","cpe_id":"c","time_ms":1,"wats":{"nr":{"both":{}}}}`,
+		"v1 flat fields":          `{"schema":"mcw.telemetry.v2","cpe_id":"c","time_ms":1,"wats":{"nr":{"delivered_mbps":1}}}`,
+		"bad proxy_id":            `{"schema":"mcw.telemetry.v2","cpe_id":"c","proxy_id":"p/1","time_ms":1,"wats":{}}`,
+		"cwnd negative":           nr(`"cwnd":-1`),
+		"unknown per-WAT field":   nr(`"cwnd_limited":1`),
+		"unknown WAT":             `{"schema":"mcw.telemetry.v2","cpe_id":"c","time_ms":1,"wats":{"5g":{}}}`,
+		"wrong schema":            `{"schema":"mcw.weights.v1","cpe_id":"c","time_ms":1,"wats":{}}`,
+		"missing cpe_id":          `{"schema":"mcw.telemetry.v2","time_ms":1,"wats":{}}`,
+		"missing wats":            `{"schema":"mcw.telemetry.v2","cpe_id":"c","time_ms":1}`,
+		"negative time":           `{"schema":"mcw.telemetry.v2","cpe_id":"c","time_ms":-1,"wats":{}}`,
+		"trailing data":           validTelemetry + `{}`,
+		"saturated overflows":     nr(`"saturated":1e999`),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := ParseTelemetry([]byte(doc)); !errors.Is(err, ErrInvalid) {
@@ -83,8 +93,9 @@ func TestParseTelemetryRejects(t *testing.T) {
 // it accepts satisfies the per-WAT ranges and re-encodes to itself.
 func FuzzParseTelemetry(f *testing.F) {
 	f.Add([]byte(validTelemetry))
-	f.Add([]byte(`{"schema":"mcw.telemetry.v1","cpe_id":"c","time_ms":1,"wats":{"nr":{"saturated":1}}}`))
-	f.Add([]byte(`{"wats":{"nr":{"saturated":-0}}}`))
+	f.Add([]byte(`{"schema":"mcw.telemetry.v2","cpe_id":"c","time_ms":1,"wats":{"nr":{"saturated":1}}}`))
+	f.Add([]byte(`{"wats":{"nr":{"ul":{"saturated":-0}}}}`))
+	f.Add([]byte(`{"schema":"mcw.telemetry.v2","cpe_id":"c","proxy_id":"p","time_ms":1,"wats":{"lifi":{"dl":{"bytes_acked":5,"cwnd":0}}}}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tm, err := ParseTelemetry(data)

@@ -12,7 +12,19 @@ import (
 )
 
 // WeightsSchema is the value of the "schema" key of a weights payload.
-const WeightsSchema = "mcw.weights.v1"
+const WeightsSchema = "mcw.weights.v2"
+
+// WeightsSchemaV1 is the schema of the single-set payload of earlier xApps;
+// it is refused with an error that names it, so an operator halfway through
+// an upgrade sees why the agent runs on its safe weights.
+const WeightsSchemaV1 = "mcw.weights.v1"
+
+// Directions of a weights payload: the proxy applies dl, the CPE applies ul
+// (an MPTCP scheduler decides at the sender).
+const (
+	DL = "dl"
+	UL = "ul"
+)
 
 // Limits of a weights payload; they match schemas/mqtt-weights.schema.json.
 const (
@@ -132,28 +144,47 @@ func (w Weights) Validate() error {
 	return nil
 }
 
-// WeightsUpdate is a validated weights payload.
+// DirWeights is one direction's set of a weights payload.
+type DirWeights struct {
+	Mode    string
+	Reason  string
+	Weights Weights
+}
+
+// WeightsUpdate is a validated weights payload: one version, issue time and
+// lease for both directions' sets.
 type WeightsUpdate struct {
 	CPEID      string
 	Version    int64
 	IssuedAtMs int64
 	LeaseS     float64
-	Mode       string
-	Reason     string
-	Weights    Weights
+	DL, UL     DirWeights
+}
+
+// Dir returns the set of direction dir: DL's for DL, UL's otherwise.
+func (u WeightsUpdate) Dir(dir string) DirWeights {
+	if dir == DL {
+		return u.DL
+	}
+	return u.UL
 }
 
 // wireWeights mirrors the JSON object; pointers tell a missing key from a
 // zero value, json.Number keeps integer checks exact.
 type wireWeights struct {
-	Schema     *string           `json:"schema"`
-	CPEID      *string           `json:"cpe_id"`
-	Version    *number           `json:"version"`
-	IssuedAtMs *number           `json:"issued_at_ms"`
-	LeaseS     *number           `json:"lease_s"`
-	Mode       *string           `json:"mode"`
-	Reason     *string           `json:"reason"`
-	Weights    map[string]number `json:"weights"`
+	Schema     *string  `json:"schema"`
+	CPEID      *string  `json:"cpe_id"`
+	Version    *number  `json:"version"`
+	IssuedAtMs *number  `json:"issued_at_ms"`
+	LeaseS     *number  `json:"lease_s"`
+	DL         *wireDir `json:"dl"`
+	UL         *wireDir `json:"ul"`
+}
+
+type wireDir struct {
+	Mode    *string           `json:"mode"`
+	Reason  *string           `json:"reason"`
+	Weights map[string]number `json:"weights"`
 }
 
 // number is a JSON number kept as its literal text. Unlike json.Number it
@@ -171,13 +202,21 @@ func (n *number) UnmarshalJSON(b []byte) error {
 }
 
 // ParseWeights decodes and validates a weights payload addressed to cpeID.
-// Unknown keys, missing keys, non-integer versions or weights, weights out of
-// range, all-zero weights and a cpe_id other than cpeID are rejected with an
-// error wrapping ErrInvalid. ParseWeights is safe for concurrent use.
+// Unknown keys, missing keys (either direction included), non-integer
+// versions or weights, weights out of range, a direction whose weights are
+// all zero and a cpe_id other than cpeID are rejected with an error wrapping
+// ErrInvalid; so is an mcw.weights.v1 payload, with an error that names it.
+// ParseWeights is safe for concurrent use.
 func ParseWeights(data []byte, cpeID string) (WeightsUpdate, error) {
 	var w wireWeights
 	if err := decodeStrict(data, &w); err != nil {
+		if schemaOf(data) == WeightsSchemaV1 {
+			return WeightsUpdate{}, errV1()
+		}
 		return WeightsUpdate{}, err
+	}
+	if w.Schema != nil && *w.Schema == WeightsSchemaV1 {
+		return WeightsUpdate{}, errV1()
 	}
 	if w.Schema == nil || *w.Schema != WeightsSchema {
 		return WeightsUpdate{}, fmt.Errorf("%w: schema: want %q", ErrInvalid, WeightsSchema)
@@ -203,42 +242,71 @@ func ParseWeights(data []byte, cpeID string) (WeightsUpdate, error) {
 	if err != nil || math.IsNaN(lease) || lease < MinLeaseSeconds || lease > MaxLeaseSeconds {
 		return WeightsUpdate{}, fmt.Errorf("%w: lease_s: %s outside [%d, %d]", ErrInvalid, w.LeaseS.String(), MinLeaseSeconds, MaxLeaseSeconds)
 	}
-	if w.Mode == nil || !KnownMode(*w.Mode) {
-		return WeightsUpdate{}, fmt.Errorf("%w: mode: missing or unknown", ErrInvalid)
+	dl, err := parseDir(DL, w.DL)
+	if err != nil {
+		return WeightsUpdate{}, err
+	}
+	ul, err := parseDir(UL, w.UL)
+	if err != nil {
+		return WeightsUpdate{}, err
+	}
+	return WeightsUpdate{CPEID: *w.CPEID, Version: version, IssuedAtMs: issued, LeaseS: lease, DL: dl, UL: ul}, nil
+}
+
+func errV1() error {
+	return fmt.Errorf("%w: schema: %s is not accepted by this agent: upgrade the xApp (this agent speaks %s)",
+		ErrInvalid, WeightsSchemaV1, WeightsSchema)
+}
+
+// schemaOf returns the top-level "schema" string of data, or "" when data
+// has none; it is only used to explain a refusal, after the size and depth
+// checks of decodeStrict have passed or failed.
+func schemaOf(data []byte) string {
+	if len(data) > MaxPayloadBytes || depth(data) > MaxDepth {
+		return ""
+	}
+	var v struct {
+		Schema string `json:"schema"`
+	}
+	if json.Unmarshal(data, &v) != nil {
+		return ""
+	}
+	return v.Schema
+}
+
+// parseDir validates one direction's object.
+func parseDir(name string, d *wireDir) (DirWeights, error) {
+	if d == nil {
+		return DirWeights{}, fmt.Errorf("%w: %s: missing", ErrInvalid, name)
+	}
+	if d.Mode == nil || !KnownMode(*d.Mode) {
+		return DirWeights{}, fmt.Errorf("%w: %s.mode: missing or unknown", ErrInvalid, name)
 	}
 	var reason string // optional
-	if w.Reason != nil {
-		reason = *w.Reason
+	if d.Reason != nil {
+		reason = *d.Reason
 	}
 	if n := len([]rune(reason)); n > MaxReasonLen {
-		return WeightsUpdate{}, fmt.Errorf("%w: reason: %d characters, at most %d", ErrInvalid, n, MaxReasonLen)
+		return DirWeights{}, fmt.Errorf("%w: %s.reason: %d characters, at most %d", ErrInvalid, name, n, MaxReasonLen)
 	}
-	if w.Weights == nil {
-		return WeightsUpdate{}, fmt.Errorf("%w: weights: missing", ErrInvalid)
+	if d.Weights == nil {
+		return DirWeights{}, fmt.Errorf("%w: %s.weights: missing", ErrInvalid, name)
 	}
-	weights := make(Weights, len(w.Weights))
-	for k, v := range w.Weights {
+	weights := make(Weights, len(d.Weights))
+	for k, v := range d.Weights {
 		if !KnownWAT(k) {
-			return WeightsUpdate{}, fmt.Errorf("%w: weights: unknown WAT %q", ErrInvalid, k)
+			return DirWeights{}, fmt.Errorf("%w: %s.weights: unknown WAT %q", ErrInvalid, name, k)
 		}
 		n, err := v.Int64()
 		if err != nil || n < 0 || n > MaxWeight {
-			return WeightsUpdate{}, fmt.Errorf("%w: weights: %s=%s is not an integer in [0, %d]", ErrInvalid, k, v.String(), MaxWeight)
+			return DirWeights{}, fmt.Errorf("%w: %s.weights: %s=%s is not an integer in [0, %d]", ErrInvalid, name, k, v.String(), MaxWeight)
 		}
 		weights[k] = int(n)
 	}
 	if err := weights.Validate(); err != nil {
-		return WeightsUpdate{}, err
+		return DirWeights{}, fmt.Errorf("%s: %w", name, err)
 	}
-	return WeightsUpdate{
-		CPEID:      *w.CPEID,
-		Version:    version,
-		IssuedAtMs: issued,
-		LeaseS:     lease,
-		Mode:       *w.Mode,
-		Reason:     reason,
-		Weights:    weights,
-	}, nil
+	return DirWeights{Mode: *d.Mode, Reason: reason, Weights: weights}, nil
 }
 
 // ValidCPEID reports whether id can be a CPE identifier: it is also the CN

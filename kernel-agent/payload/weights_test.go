@@ -8,9 +8,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-const validWeights = `{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":42,` +
-	`"issued_at_ms":1763800000123,"lease_s":30,"mode":"load_balancing","reason":"tick",` +
-	`"weights":{"nr":30,"wifi":100,"lifi":1}}`
+const validWeights = `{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":42,` +
+	`"issued_at_ms":1763800000123,"lease_s":30,` +
+	`"dl":{"mode":"fixed_split","reason":"dl tick","weights":{"nr":200,"wifi":50,"lifi":0}},` +
+	`"ul":{"mode":"load_balancing","reason":"tick","weights":{"nr":30,"wifi":100,"lifi":1}}}`
 
 func TestParseWeightsValid(t *testing.T) {
 	got, err := ParseWeights([]byte(validWeights), "cpe-0001")
@@ -19,8 +20,8 @@ func TestParseWeightsValid(t *testing.T) {
 	}
 	want := WeightsUpdate{
 		CPEID: "cpe-0001", Version: 42, IssuedAtMs: 1763800000123, LeaseS: 30,
-		Mode: "load_balancing", Reason: "tick",
-		Weights: Weights{NR: 30, WiFi: 100, LiFi: 1},
+		DL: DirWeights{Mode: "fixed_split", Reason: "dl tick", Weights: Weights{NR: 200, WiFi: 50, LiFi: 0}},
+		UL: DirWeights{Mode: "load_balancing", Reason: "tick", Weights: Weights{NR: 30, WiFi: 100, LiFi: 1}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("ParseWeights (-want +got):\n%s", diff)
@@ -41,7 +42,16 @@ func TestParseWeightsRejects(t *testing.T) {
 	tests := []struct {
 		name, old, new string
 	}{
-		{"wrong schema", `"mcw.weights.v1"`, `"mcw.weights.v2"`},
+		{"wrong schema", `"mcw.weights.v2"`, `"mcw.weights.v3"`},
+		{"schema v1", `"mcw.weights.v2"`, `"mcw.weights.v1"`},
+		{"dl missing", `"dl":{"mode":"fixed_split","reason":"dl tick","weights":{"nr":200,"wifi":50,"lifi":0}},`, ``},
+		{"dl null", `{"mode":"fixed_split","reason":"dl tick","weights":{"nr":200,"wifi":50,"lifi":0}}`, `null`},
+		{"dl all zero", `{"nr":200,"wifi":50,"lifi":0}`, `{"nr":0,"wifi":0}`},
+		{"dl unknown mode", `"fixed_split"`, `"greedy"`},
+		{"dl mode missing", `"mode":"fixed_split",`, ``},
+		{"dl weight too big", `"nr":200,`, `"nr":256,`},
+		{"dl unknown key", `"reason":"dl tick",`, `"reason":"dl tick","extra":1,`},
+		{"top-level mode (v1 shape)", `"lease_s":30,`, `"lease_s":30,"mode":"fixed_split",`},
 		{"other cpe", `"cpe-0001"`, `"cpe-0002"`},
 		{"version zero", `"version":42`, `"version":0`},
 		{"version negative", `"version":42`, `"version":-1`},
@@ -54,7 +64,7 @@ func TestParseWeightsRejects(t *testing.T) {
 		{"lease string", `"lease_s":30`, `"lease_s":"30"`},
 		{"issued negative", `"issued_at_ms":1763800000123`, `"issued_at_ms":-5`},
 		{"unknown mode", `"load_balancing"`, `"greedy"`},
-		{"unknown top-level key", `"reason":"tick",`, `"reason":"tick","extra":1,`},
+		{"unknown top-level key", `"lease_s":30,`, `"lease_s":30,"extra":1,`},
 		{"reason too long", `"reason":"tick"`, `"reason":"` + strings.Repeat("x", MaxReasonLen+1) + `"`},
 		{"unknown WAT", `"lifi":1`, `"lifi":1,"5g":3`},
 		{"weight too big", `"wifi":100`, `"wifi":256`},
@@ -65,6 +75,7 @@ func TestParseWeightsRejects(t *testing.T) {
 		{"weights null", `{"nr":30,"wifi":100,"lifi":1}`, `null`},
 		{"trailing data", `1}}`, `1}} {}`},
 		{"not an object", validWeights, `[1,2]`},
+		{"too deep", `"lifi":1}`, `"lifi":1,"x":{"y":[]}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,13 +90,17 @@ func TestParseWeightsRejects(t *testing.T) {
 
 func TestParseWeightsMissingKeys(t *testing.T) {
 	// reason is optional, every other key is required.
-	for _, key := range []string{"schema", "cpe_id", "version", "issued_at_ms", "lease_s", "mode", "weights"} {
+	for _, key := range []string{"schema", "cpe_id", "version", "issued_at_ms", "lease_s", "dl", "ul", "ul.mode", "ul.weights", "dl.mode", "dl.weights"} {
 		t.Run(key, func(t *testing.T) {
 			var m map[string]any
 			if err := jsonUnmarshal([]byte(validWeights), &m); err != nil {
 				t.Fatal(err)
 			}
-			delete(m, key)
+			if dir, sub, ok := strings.Cut(key, "."); ok {
+				delete(m[dir].(map[string]any), sub)
+			} else {
+				delete(m, key)
+			}
 			data := jsonMarshal(t, m)
 			if _, err := ParseWeights(data, "cpe-0001"); !errors.Is(err, ErrInvalid) {
 				t.Fatalf("without %q: err = %v, want ErrInvalid", key, err)
@@ -108,10 +123,21 @@ func TestWeightsString(t *testing.T) {
 	}
 }
 
+// TestParseWeightsV1 pins the refusal an operator sees while the xApp
+// still speaks v1: it names the schema and what to do.
+func TestParseWeightsV1(t *testing.T) {
+	v1 := `{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":42,"issued_at_ms":1763800000123,` +
+		`"lease_s":30,"mode":"load_balancing","reason":"tick","weights":{"nr":30,"wifi":100}}`
+	_, err := ParseWeights([]byte(v1), "cpe-0001")
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "mcw.weights.v1 is not accepted by this agent: upgrade the xApp") {
+		t.Fatalf("ParseWeights(v1) = %v", err)
+	}
+}
+
 func TestStateRoundTrip(t *testing.T) {
-	s := State{CPEID: "cpe-0001", Online: true, TimeMs: 5, AppliedVersion: 3,
-		AppliedWeights: Weights{NR: 1}, Backend: BackendDryRun,
-		Capabilities: Capabilities{MaxWeight: 255}, Links: map[string]string{NR: "up"},
+	s := State{CPEID: "cpe-0001", Online: true, Role: RoleCPE, Direction: UL, TimeMs: 5, AppliedVersion: 3,
+		AppliedWeights: Weights{NR: 1}, Addresses: map[string]string{NR: "10.0.0.2", WiFi: "fd00::2"},
+		Backend: BackendDryRun, Capabilities: &Capabilities{MaxWeight: 255}, Links: map[string]string{NR: "up"},
 		Event: EventApplied}
 	b, err := s.Marshal()
 	if err != nil {
@@ -125,14 +151,14 @@ func TestStateRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(s, got); diff != "" {
 		t.Fatalf("round trip (-want +got):\n%s", diff)
 	}
-	if string(Offline("cpe-0001")) != `{"schema":"mcw.state.v1","cpe_id":"cpe-0001","online":false}` {
+	if string(Offline("cpe-0001")) != `{"schema":"mcw.state.v2","cpe_id":"cpe-0001","online":false}` {
 		t.Fatalf("Offline = %s", Offline("cpe-0001"))
 	}
 }
 
 func TestParseWeightsReasonOptional(t *testing.T) {
 	u, err := ParseWeights([]byte(mutate(t, `"reason":"tick",`, ``)), "cpe-0001")
-	if err != nil || u.Reason != "" {
+	if err != nil || u.UL.Reason != "" || u.DL.Reason != "dl tick" {
 		t.Fatalf("without reason: %+v, %v", u, err)
 	}
 }

@@ -59,6 +59,12 @@ type Aggregator struct {
 	// MPTCPOnly restricts the sum to MPTCP subflows (sockets with the
 	// "mptcp" ULP); otherwise every TCP socket from the WAT's address counts.
 	MPTCPOnly bool
+	// Remote matches a subflow to a WAT by its remote address instead of
+	// its source address: a proxy's subflows to a CPE end at the CPE's WAT
+	// addresses. The reporting end then sends the downlink and the figures
+	// go to dl; otherwise (a CPE) they go to ul, and what the CPE received
+	// (tcpi_bytes_received) is reported as dl.
+	Remote bool
 
 	last     map[uint64]sockState
 	lastTime time.Time
@@ -75,7 +81,8 @@ const FullFill = 0.75
 
 // sockState is what the aggregator remembers of a socket between samples.
 type sockState struct {
-	acked, pathLimited uint64
+	acked, received    uint64
+	pathLimited        uint64
 	chrono             bool
 	cwnd, rttMicros    uint32
 	queued             bool // a full segment written but not sent
@@ -91,20 +98,30 @@ type WATInfo struct {
 type watSums struct {
 	rttMs          float64
 	delivered      uint64
+	received       uint64 // bytes received in the interval
 	chronoSubflows int
 	satBytes       float64 // sum of fraction x bytes delivered
 	freshRate      uint64  // bytes/s, subflows that delivered in the interval
 	fresh          int
 }
 
-// Sample folds one dump taken at now into per-WAT telemetry. The first call
-// only sets the baseline (delivered_mbps 0, saturated and
+// Sample folds one dump taken at now into per-WAT telemetry: the sending
+// direction (ul, or dl with Remote) with every sender figure, and on a CPE
+// the receiving direction (dl) with delivered_mbps and bytes_received. The
+// first call only sets the baseline (delivered_mbps 0, saturated and
 // delivery_rate_mbps absent, i.e. unknown).
 func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]WATInfo) map[string]payload.WATTelemetry {
 	byAddr := make(map[netip.Addr]string, len(wats))
-	out := make(map[string]payload.WATTelemetry, len(wats))
+	type dirs struct {
+		t          payload.WATTelemetry
+		send, recv payload.DirTelemetry
+		acked      int64
+		received   int64
+		cwnd       int64
+	}
+	out := make(map[string]*dirs, len(wats))
 	for name, w := range wats {
-		out[name] = payload.WATTelemetry{Up: w.Up}
+		out[name] = &dirs{t: payload.WATTelemetry{Up: w.Up}}
 		if w.Addr.IsValid() {
 			byAddr[w.Addr] = name
 		}
@@ -117,23 +134,32 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		if a.MPTCPOnly && !s.MPTCP {
 			continue
 		}
-		name, ok := byAddr[s.Src]
+		match := s.Src
+		if a.Remote {
+			match = s.Dst
+		}
+		name, ok := byAddr[match]
 		if !ok {
 			continue
 		}
-		cur := sockState{acked: s.BytesAcked, pathLimited: s.PathLimitedMicros(), chrono: s.HasChrono, cwnd: s.Cwnd, rttMicros: s.RTTMicros,
+		cur := sockState{acked: s.BytesAcked, received: s.BytesRecv, pathLimited: s.PathLimitedMicros(), chrono: s.HasChrono, cwnd: s.Cwnd, rttMicros: s.RTTMicros,
 			queued: s.SndMSS > 0 && s.NotsentBytes >= s.SndMSS}
 		next[s.Cookie] = cur
 		prev, seen := a.last[s.Cookie]
-		var bytes, pathMicros uint64
+		var bytes, recv, pathMicros uint64
 		switch {
-		case seen && cur.acked >= prev.acked:
-			bytes = cur.acked - prev.acked
-			if cur.pathLimited >= prev.pathLimited {
-				pathMicros = cur.pathLimited - prev.pathLimited
+		case seen:
+			if cur.acked >= prev.acked {
+				bytes = cur.acked - prev.acked
+				if cur.pathLimited >= prev.pathLimited {
+					pathMicros = cur.pathLimited - prev.pathLimited
+				}
 			}
-		case !seen && !first: // born during the interval: everything is new
-			bytes, pathMicros = cur.acked, cur.pathLimited
+			if cur.received >= prev.received {
+				recv = cur.received - prev.received
+			}
+		case !first: // born during the interval: everything is new
+			bytes, recv, pathMicros = cur.acked, cur.received, cur.pathLimited
 		}
 		w := sums[name]
 		if w == nil {
@@ -141,6 +167,7 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			sums[name] = w
 		}
 		w.delivered += bytes
+		w.received += recv
 		w.rttMs += float64(s.RTTMicros) / 1000
 		if bytes > 0 {
 			w.freshRate += s.DeliveryRate
@@ -167,44 +194,56 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			w.chronoSubflows++
 			w.satBytes += f * float64(bytes)
 		}
-		t := out[name]
-		t.Subflows++
-		t.Cwnd += int64(s.Cwnd)
-		t.BytesAcked += int64(s.BytesAcked)
-		out[name] = t
+		d := out[name]
+		d.t.Subflows++
+		d.cwnd += int64(s.Cwnd)
+		d.acked += int64(s.BytesAcked)
+		d.received += int64(s.BytesRecv)
 	}
-	for name, t := range out {
+	res := make(map[string]payload.WATTelemetry, len(out))
+	for name, d := range out {
 		w := sums[name]
 		if w == nil {
 			w = &watSums{}
 		}
+		t := d.t
 		if t.Subflows > 0 {
 			t.RTTMs = round3(w.rttMs / float64(t.Subflows))
 		}
+		send := payload.DirTelemetry{BytesAcked: &d.acked, Cwnd: &d.cwnd}
+		recv := payload.DirTelemetry{BytesReceived: &d.received}
 		if !first && seconds > 0 {
-			t.DeliveredMbps = round3(float64(w.delivered) * 8 / seconds / 1e6)
+			send.DeliveredMbps = round3(float64(w.delivered) * 8 / seconds / 1e6)
+			recv.DeliveredMbps = round3(float64(w.received) * 8 / seconds / 1e6)
 			switch {
 			case w.chronoSubflows > 0 && w.delivered > 0:
-				t.Saturated = ptr(round3(w.satBytes / float64(w.delivered)))
+				send.Saturated = ptr(round3(w.satBytes / float64(w.delivered)))
 			case w.chronoSubflows > 0:
 				// Nothing delivered: nothing in flight on average, so no
 				// window was filled; a dead path is the link watcher's
 				// business, not a capacity sample.
-				t.Saturated = ptr(0.0)
+				send.Saturated = ptr(0.0)
 			case t.Subflows == 0:
 				// No subflow on the WAT: nothing waited for it, so its
 				// (zero) throughput says nothing about its capacity.
-				t.Saturated = ptr(0.0)
+				send.Saturated = ptr(0.0)
 			}
 			if w.fresh > 0 {
-				t.DeliveryRateMbps = ptr(round3(float64(w.freshRate) * 8 / 1e6))
+				send.DeliveryRateMbps = ptr(round3(float64(w.freshRate) * 8 / 1e6))
 			}
 		}
-		out[name] = t
+		if a.Remote {
+			// The proxy sends the downlink; what it receives from the CPE
+			// is the CPE's to report (as the uplink's sender).
+			t.DL = &send
+		} else {
+			t.UL, t.DL = &send, &recv
+		}
+		res[name] = t
 	}
 	a.last = next
 	a.lastTime = now
-	return out
+	return res
 }
 
 func clip01(v float64) float64 { return min(max(v, 0), 1) }

@@ -233,14 +233,14 @@ func TestSaturationInNetns(t *testing.T) {
 			time.Sleep(time.Second)
 			got, b := sample()
 			for _, w := range []string{"nr", "wifi"} {
-				if got[w].Saturated == nil || got[w].DeliveryRateMbps == nil || got[w].DeliveredMbps <= 0 {
+				if ul := got[w].UL; ul == nil || ul.Saturated == nil || ul.DeliveryRateMbps == nil || ul.DeliveredMbps <= 0 {
 					t.Fatalf("%s: saturation or delivery rate missing: %+v", w, got[w])
 				}
 			}
 			t.Logf("nr: %.2f Mbit/s saturated %.3f | wifi: %.2f Mbit/s saturated %.3f, busy %.3f of the interval",
-				got["nr"].DeliveredMbps, *got["nr"].Saturated, got["wifi"].DeliveredMbps, *got["wifi"].Saturated, b)
-			nr = append(nr, *got["nr"].Saturated)
-			wifi = append(wifi, *got["wifi"].Saturated)
+				got["nr"].UL.DeliveredMbps, *got["nr"].UL.Saturated, got["wifi"].UL.DeliveredMbps, *got["wifi"].UL.Saturated, b)
+			nr = append(nr, *got["nr"].UL.Saturated)
+			wifi = append(wifi, *got["wifi"].UL.Saturated)
 			busy = append(busy, b)
 		}
 		// The trap is real: by busy time alone the trickle looks saturated.

@@ -167,31 +167,63 @@ func f64(v float64) *float64 { return &v }
 func TestAggregator(t *testing.T) {
 	nr, wifi := netip.MustParseAddr("10.31.1.1"), netip.MustParseAddr("10.31.2.1")
 	wats := map[string]WATInfo{"nr": {Addr: nr, Up: true}, "wifi": {Addr: wifi, Up: false}, "lifi": {}}
-	sf := func(src netip.Addr, cookie uint64, acked uint64, rtt uint32, mptcp bool) Subflow {
-		return Subflow{Src: src, Cookie: cookie, BytesAcked: acked, RTTMicros: rtt, Cwnd: 10, MPTCP: mptcp}
+	sf := func(src netip.Addr, cookie uint64, acked, received uint64, rtt uint32, mptcp bool) Subflow {
+		return Subflow{Src: src, Cookie: cookie, BytesAcked: acked, BytesRecv: received, RTTMicros: rtt, Cwnd: 10, MPTCP: mptcp}
 	}
 	a := Aggregator{MPTCPOnly: true}
 	t0 := time.Unix(100, 0)
-	first := a.Sample(t0, []Subflow{sf(nr, 1, 1_000_000, 20000, true), sf(wifi, 2, 5, 4000, true)}, wats)
-	if first["nr"].DeliveredMbps != 0 || first["nr"].Subflows != 1 || first["nr"].RTTMs != 20 || first["nr"].Saturated != nil || first["lifi"].Saturated != nil {
+	first := a.Sample(t0, []Subflow{sf(nr, 1, 1_000_000, 7, 20000, true), sf(wifi, 2, 5, 0, 4000, true)}, wats)
+	if n := first["nr"]; n.UL.DeliveredMbps != 0 || n.DL.DeliveredMbps != 0 || n.Subflows != 1 || n.RTTMs != 20 || n.UL.Saturated != nil || first["lifi"].UL.Saturated != nil {
 		t.Fatalf("first sample = %+v", first["nr"])
 	}
 	got := a.Sample(t0.Add(500*time.Millisecond), []Subflow{
-		sf(nr, 1, 1_000_000+1_250_000, 20000, true), // +1.25 MB in 0.5 s = 20 Mbps
-		sf(nr, 3, 250_000, 30000, true),             // born during the interval: +4 Mbps
-		sf(nr, 4, 9_999_999, 1000, false),           // plain TCP: ignored
-		sf(wifi, 2, 5, 4000, true),
-		sf(netip.MustParseAddr("192.0.2.1"), 5, 1, 1, true), // not a WAT
+		sf(nr, 1, 1_000_000+1_250_000, 7+2_500_000, 20000, true), // +1.25 MB sent (20 Mbps), +2.5 MB received (40 Mbps) in 0.5 s
+		sf(nr, 3, 250_000, 125_000, 30000, true),                 // born during the interval: +4 Mbps, +2 Mbps
+		sf(nr, 4, 9_999_999, 9_999_999, 1000, false),             // plain TCP: ignored
+		sf(wifi, 2, 5, 0, 4000, true),
+		sf(netip.MustParseAddr("192.0.2.1"), 5, 1, 1, 1, true), // not a WAT
 	}, wats)
+	n := func(v int64) *int64 { return &v }
 	want := map[string]payload.WATTelemetry{
 		// No chrono times: saturation unknown. Delivery-rate samples of
 		// subflows that delivered: 0.
-		"nr":   {DeliveredMbps: 24, RTTMs: 25, Cwnd: 20, BytesAcked: 2_500_000, Subflows: 2, Up: true, DeliveryRateMbps: f64(0)},
-		"wifi": {DeliveredMbps: 0, RTTMs: 4, Cwnd: 10, BytesAcked: 5, Subflows: 1},
-		"lifi": {Saturated: f64(0)}, // no subflow: nothing waited for it
+		"nr": {RTTMs: 25, Subflows: 2, Up: true,
+			UL: &payload.DirTelemetry{DeliveredMbps: 24, Cwnd: n(20), BytesAcked: n(2_500_000), DeliveryRateMbps: f64(0)},
+			DL: &payload.DirTelemetry{DeliveredMbps: 42, BytesReceived: n(2_625_007)}},
+		"wifi": {RTTMs: 4, Subflows: 1,
+			UL: &payload.DirTelemetry{Cwnd: n(10), BytesAcked: n(5)},
+			DL: &payload.DirTelemetry{BytesReceived: n(0)}},
+		// No subflow: nothing waited for it.
+		"lifi": {UL: &payload.DirTelemetry{Cwnd: n(0), BytesAcked: n(0), Saturated: f64(0)}, DL: &payload.DirTelemetry{BytesReceived: n(0)}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("Sample (-want +got):\n%s", diff)
+	}
+}
+
+// TestAggregatorRemote is the proxy's view: subflows matched by their
+// remote address (the CPE's WAT address), the figures of the sender
+// reported as dl, nothing as ul.
+func TestAggregatorRemote(t *testing.T) {
+	cpeNR, cpeWiFi := netip.MustParseAddr("10.31.1.2"), netip.MustParseAddr("10.31.2.2")
+	proxy := netip.MustParseAddr("10.31.0.1")
+	wats := map[string]WATInfo{"nr": {Addr: cpeNR, Up: true}, "wifi": {Addr: cpeWiFi, Up: true}}
+	sf := func(dst netip.Addr, cookie, acked uint64) Subflow {
+		return Subflow{Src: proxy, Dst: dst, Cookie: cookie, BytesAcked: acked, BytesRecv: 99, RTTMicros: 10_000, Cwnd: 10, MPTCP: true}
+	}
+	a := Aggregator{MPTCPOnly: true, Remote: true}
+	t0 := time.Unix(100, 0)
+	a.Sample(t0, []Subflow{sf(cpeNR, 1, 0), sf(cpeWiFi, 2, 0)}, wats)
+	got := a.Sample(t0.Add(time.Second), []Subflow{
+		sf(cpeNR, 1, 5_000_000), // 40 Mbps
+		sf(cpeWiFi, 2, 1_000_000),
+		sf(netip.MustParseAddr("10.31.9.9"), 3, 1_000_000), // another CPE
+	}, wats)
+	for w, mbps := range map[string]float64{"nr": 40, "wifi": 8} {
+		g := got[w]
+		if g.UL != nil || g.DL == nil || g.DL.DeliveredMbps != mbps || g.DL.BytesReceived != nil || g.Subflows != 1 {
+			t.Errorf("%s: %+v (dl %+v), want dl %v Mbit/s only", w, g, g.DL, mbps)
+		}
 	}
 }
 
@@ -360,10 +392,10 @@ func TestAggregatorSaturation(t *testing.T) {
 			t0 := time.Unix(100, 0)
 			a.Sample(t0, tc.before, wats)
 			got := a.Sample(t0.Add(time.Second), tc.after, wats)["nr"]
-			if diff := cmp.Diff(tc.sat, got.Saturated); diff != "" {
+			if diff := cmp.Diff(tc.sat, got.UL.Saturated); diff != "" {
 				t.Errorf("saturated (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tc.rateMbps, got.DeliveryRateMbps); diff != "" {
+			if diff := cmp.Diff(tc.rateMbps, got.UL.DeliveryRateMbps); diff != "" {
 				t.Errorf("delivery_rate_mbps (-want +got):\n%s", diff)
 			}
 			if err := got.Validate(); err != nil {

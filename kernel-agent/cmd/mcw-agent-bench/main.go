@@ -142,8 +142,9 @@ func run(n int, asJSON bool) error {
 
 	msgs := make([][]byte, n)
 	for i := range msgs {
-		msgs[i] = []byte(fmt.Sprintf(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":%d,"issued_at_ms":%d,`+
-			`"lease_s":30,"mode":"load_balancing","reason":"bench","weights":{"nr":%d,"wifi":100,"lifi":1}}`, i+1, time.Now().UnixMilli(), 1+i%255))
+		msgs[i] = []byte(fmt.Sprintf(`{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":%d,"issued_at_ms":%d,`+
+			`"lease_s":30,"dl":{"mode":"load_balancing","weights":{"nr":100,"wifi":%d}},`+
+			`"ul":{"mode":"load_balancing","reason":"bench","weights":{"nr":%d,"wifi":100,"lifi":1}}}`, i+1, time.Now().UnixMilli(), 1+i%255, 1+i%255))
 	}
 	applied := make([]time.Duration, 0, n)
 	total := make([]time.Duration, 0, n)
