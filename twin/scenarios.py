@@ -1,8 +1,10 @@
 """Scenarios of the twin: per-WAT capacity and RTT traces, and the physical drivers behind them.
 
 A :class:`Scenario` holds arrays of shape ``(steps, n_cpes, k)`` sampled every ``dt_s`` (0.1 s)
-for the WATs ``wats`` (5G NR, Wi-Fi, LiFi, in :data:`xapp.core.policy.KNOWN_WATS` order).  Build one
-with :func:`build`; the same ``(name, n_cpes, seed, duration_s)`` always gives the same arrays.
+for the WATs ``wats`` (5G NR, Wi-Fi, LiFi, in :data:`xapp.core.policy.KNOWN_WATS` order), for
+both directions (``dl`` proxy to CPE, ``ul`` CPE to proxy; a scenario is viewed in one of them,
+:meth:`Scenario.toward` switches).  Build one with :func:`build`; the same
+``(name, n_cpes, seed, duration_s)`` always gives the same arrays.
 
 Scenarios
 ---------
@@ -69,8 +71,45 @@ SNR about 9.5 dB plus 1 dB jitter, short fades (dongle orientation, people passi
 minute, 4-8 dB, 0.3-1.5 s) and occasional boosts (up to 20 Mbps).  The static trace is rescaled
 so its mean is exactly the paper's 12.1 Mbps.  A blocked LiFi link has capacity 0.
 
+*Uplink* (``ul``, CPE to proxy).  The paper measured the downlink only (section 6.2: the proxy,
+with one interface, sends to the CPE), so every figure above is ``dl``, and ``build`` draws the
+downlink exactly as the one-direction twin did.  The uplink capacity of each WAT is what a
+saturating transfer in that direction alone would get (concurrent transfers in both directions
+would share Wi-Fi airtime; the twin does not model that coupling).  It keeps the downlink's
+geometry (distances, shadowing, stations, LiFi blockage and fades: the path is reciprocal) and
+draws its own receiver noise and interference from a separate random stream:
+
+* 5G NR: TDD gives the uplink the symbols the downlink does not have.  The paper's throughput
+  pattern (section 6.1: 5 ms period, 7 DL slots, a special slot of 6 DL and 4 UL symbols, 2 UL
+  slots) has 104 DL and 32 UL symbols per period, so the uplink peak is
+  ``342 * 32 / 104 = 105`` Mbps (:data:`NR_UL_PEAK_MBPS`, 31 % of the downlink; the usual
+  DDDSU pattern gives the same 1/4-1/3), assuming 2 uplink layers and the same modulation as
+  the downlink.  The uplink SINR is 3 dB below the downlink's (:data:`NR_UL_SINR_OFFSET_DB`:
+  the modem's 23 dBm against the gNB), which only matters beyond ~3 m; own 1 % jitter.
+* Wi-Fi: one station and the access point share the channel's airtime, and a backlogged
+  transfer in either direction gets all of it, so the uplink is close to the downlink: the
+  same 802.11ax PHY (the AX201 sends 2 spatial streams), MAC efficiency and contention, but
+  the station transmits at about 20 dBm against the AP's 23 dBm EIRP
+  (:data:`WIFI_UL_SNR_OFFSET_DB`, lower MCSs far from the AP), with its own fading
+  realisations, rate adaptation (the station's Minstrel) and interference (what the AP hears,
+  not what the station hears; in ``paper-static`` calibrated as the downlink's, mean 1.19 Gbps
+  within 1.0-1.4 Gbps).  Near the AP both directions sit at MCS 11.
+* LiFi: the uplink is infrared (visible light would dazzle the user), from the dongle's IR LED
+  to the access point's photodiode; its optical budget is smaller than the luminaire's (eye
+  safety, USB power), taken as 3 dB of electrical SNR (:data:`LIFI_UL_SNR_OFFSET_DB`) plus an
+  independent 0.5 dB receiver jitter; the same capacity formula and 42 Mbps cap, and the
+  downlink's blockage (one line of sight).  ``paper-static`` rescales it by the downlink's
+  calibration factor, which keeps the physical ratio: about 8.9 Mbps against 12.1.
+
+These offsets are engineering assumptions, not measurements of the paper's testbed; the
+``paper-static`` means are 5G 105 Mbps, Wi-Fi 1.19 Gbps and LiFi 8.9 Mbps uplink.  In
+``wifi-walk`` the directions rank the WATs differently: far from the AP the downlink's 5G
+(342 Mbps) beats Wi-Fi about half of the time, the uplink's 5G (105 Mbps) rarely does.
+
 *RTT* (ms) is twice the paper's one-way delay plus a serialisation/retransmission term
 ``24 / capacity`` (two 1500-byte packets queued) and 5 % jitter; NaN while a WAT has no capacity.
+Each direction's RTT is the one its sender measures: the queueing term uses that direction's
+capacity, the jitter is drawn per direction.
 
 Several CPEs (``n_cpes > 1``) get their own random draws from ``seed``: their own noise, a walk
 phase (time offset) for ``wifi-walk``, path-loss exponent ``n ± 0.2``, distance to the gNB
@@ -93,7 +132,7 @@ fixed per CPE are read-only broadcast views, so copy before writing)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -135,6 +174,28 @@ WIFI_RA_EWMA = 0.25
 WIFI_ASSOC_MIN_SNR_DB = HE_MCS_SNR_DB[0] - 3.0
 NR_PEAK_MBPS = 342.0
 LIFI_PEAK_MBPS = 42.0
+
+#: Directions of a scenario: ``dl`` proxy to CPE (what the paper measured), ``ul`` CPE to
+#: proxy.  Their construction is in the module docstring ("Uplink").
+DIRECTIONS: tuple[str, ...] = ("dl", "ul")
+#: Symbols per 5 ms period of the paper's throughput TDD pattern (section 6.1; 30 kHz SCS,
+#: 10 slots of 14 symbols): 7 DL slots + 6 DL symbols of the special slot, and 2 UL slots + its
+#: 4 UL symbols (4 guard symbols).
+NR_DL_SYMBOLS = 7 * 14 + 6
+NR_UL_SYMBOLS = 2 * 14 + 4
+#: 5G NR uplink peak: the downlink's 342 Mbps scaled by the uplink's share of the symbols
+#: (same 2 layers and modulation assumed): 105 Mbps, 31 % of the downlink.
+NR_UL_PEAK_MBPS = NR_PEAK_MBPS * NR_UL_SYMBOLS / NR_DL_SYMBOLS
+#: Uplink SINR below the downlink's: the modem's 23 dBm against the gNB's higher power over
+#: the same, reciprocal path loss.
+NR_UL_SINR_OFFSET_DB = -3.0
+#: Wi-Fi uplink SNR below the downlink's: the station (Intel AX201) transmits about 20 dBm
+#: against the access point's 23 dBm EIRP.
+WIFI_UL_SNR_OFFSET_DB = -3.0
+#: LiFi uplink SNR below the downlink's: the dongle's infrared LED has a smaller optical
+#: budget than the luminaire (eye safety, USB power); electrical SNR grows with the square of
+#: the optical power, so 1.5 optical dB.
+LIFI_UL_SNR_OFFSET_DB = -3.0
 ONE_WAY_MS = {"nr": 10.1, "wifi": 1.28, "lifi": 1.08}  # paper, section 6.3
 
 Array = NDArray[np.float64]
@@ -146,18 +207,63 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True)
 class Scenario:
-    """Ground truth for the twin: what each WAT of each CPE could carry at each step."""
+    """Ground truth for the twin: what each WAT of each CPE could carry at each step.
+
+    A scenario is viewed in one direction (``direction``: ``dl``, the paper's, by default);
+    ``capacity_mbps`` and ``rtt_ms`` are that direction's, so every single-direction policy
+    runs on a view unchanged.  :meth:`toward` gives the view of the other direction and
+    :meth:`capacity` / :meth:`rtt` read either without switching.
+    """
 
     name: str
     dt_s: float
     wats: tuple[str, ...]
-    #: True capacity in Mbps, shape (steps, n_cpes, k).
+    #: True capacity in Mbps of ``direction``, shape (steps, n_cpes, k).
     capacity_mbps: Array
-    #: Round-trip time in ms, shape (steps, n_cpes, k); NaN where the WAT has no capacity.
+    #: Round-trip time in ms seen by ``direction``'s sender, shape (steps, n_cpes, k); NaN
+    #: where the WAT has no capacity.
     rtt_ms: Array
     #: Physical drivers, each (steps, n_cpes); keys in the module docstring.
     context: Mapping[str, Array]
     description: str = ""
+    #: The direction ``capacity_mbps`` and ``rtt_ms`` belong to.
+    direction: str = "dl"
+    #: ``(capacity_mbps, rtt_ms)`` of the other direction; None for a one-direction scenario.
+    reverse: tuple[Array, Array] | None = None
+
+    def __post_init__(self) -> None:
+        if self.direction not in DIRECTIONS:
+            raise ScenarioError(f"direction must be one of {list(DIRECTIONS)}, "
+                                f"got {self.direction!r}")
+        if self.reverse is not None and (self.reverse[0].shape != self.capacity_mbps.shape
+                                         or self.reverse[1].shape != self.rtt_ms.shape):
+            raise ScenarioError("the two directions' arrays must have the same shape")
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        """The directions this scenario carries (both, or only its own)."""
+        return DIRECTIONS if self.reverse is not None else (self.direction,)
+
+    def toward(self, direction: str) -> Scenario:
+        """The same scenario seen in ``direction`` (``dl`` or ``ul``)."""
+        if direction == self.direction:
+            return self
+        if direction not in DIRECTIONS:
+            raise ScenarioError(f"direction must be one of {list(DIRECTIONS)}, "
+                                f"got {direction!r}")
+        if self.reverse is None:
+            raise ScenarioError(f"scenario {self.name!r} has no {direction} direction")
+        cap, rtt = self.reverse
+        return replace(self, capacity_mbps=cap, rtt_ms=rtt, direction=direction,
+                       reverse=(self.capacity_mbps, self.rtt_ms))
+
+    def capacity(self, direction: str) -> Array:
+        """True capacity (steps, n_cpes, k) of ``direction``."""
+        return self.toward(direction).capacity_mbps
+
+    def rtt(self, direction: str) -> Array:
+        """RTT (steps, n_cpes, k) seen by ``direction``'s sender."""
+        return self.toward(direction).rtt_ms
 
     @property
     def steps(self) -> int:
@@ -179,7 +285,8 @@ class Scenario:
 
 @dataclass(frozen=True)
 class _Spec:
-    builder: Callable[[int, np.random.Generator, int], dict[str, Array]]
+    #: (steps, rng, n_cpes, uplink rng) -> the arrays of :func:`_assemble`.
+    builder: Callable[[int, np.random.Generator, int, np.random.Generator], dict[str, Array]]
     default_duration_s: float
     description: str
 
@@ -321,12 +428,13 @@ def wifi_snr(distance_m: Array, exponent: Array, shadow: Array,
     return np.subtract(23.0 + 86.0 - fspl_1m, path_loss, out=path_loss)
 
 
-def nr_link(distance_m: Array, jitter: Array) -> tuple[Array, Array]:
-    """(capacity Mbps, SINR dB) of the 5G NR model."""
-    sinr = 30.0 - 20.0 * np.log10(np.maximum(distance_m, 1.0) / 2.0)
+def nr_link(distance_m: Array, jitter: Array, peak_mbps: float = NR_PEAK_MBPS,
+            sinr_offset_db: float = 0.0) -> tuple[Array, Array]:
+    """(capacity Mbps, SINR dB) of the 5G NR model; the defaults are the downlink's."""
+    sinr = 30.0 + sinr_offset_db - 20.0 * np.log10(np.maximum(distance_m, 1.0) / 2.0)
     ref = np.log2(1.0 + 10.0 ** 2.5)
     frac = np.minimum(1.0, np.log2(1.0 + 10.0 ** (sinr / 10.0)) / ref)
-    return NR_PEAK_MBPS * frac * (1.0 + 0.01 * jitter), sinr
+    return peak_mbps * frac * (1.0 + 0.01 * jitter), sinr
 
 
 def lifi_link(rng: np.random.Generator, steps: int, n: int, blocked: Array
@@ -337,9 +445,13 @@ def lifi_link(rng: np.random.Generator, steps: int, n: int, blocked: Array
     depth = rng.uniform(4.0, 8.0, (1, n))
     boosts = _episodes(rng, steps, n, per_min=1.0, min_s=0.5, max_s=2.0)
     snr = snr - fades * depth + boosts * 4.0
-    cap = np.minimum(LIFI_PEAK_MBPS, 0.27 * 16.6 * np.log2(1.0 + 10.0 ** (snr / 10.0)))
-    cap = np.where(blocked > 0, 0.0, cap)
+    cap = np.where(blocked > 0, 0.0, lifi_capacity(snr))
     return cap, np.where(blocked > 0, np.nan, snr)
+
+
+def lifi_capacity(snr_db: Array) -> Array:
+    """LiFi capacity (Mbps) at SNR ``snr_db`` (16.6 MHz, 0.27 of Shannon, 42 Mbps cap)."""
+    return np.minimum(LIFI_PEAK_MBPS, 0.27 * 16.6 * np.log2(1.0 + 10.0 ** (snr_db / 10.0)))
 
 
 def _rtt(rng: np.random.Generator, capacity: Array) -> Array:
@@ -357,21 +469,47 @@ def _rtt(rng: np.random.Generator, capacity: Array) -> Array:
 
 def _assemble(rng: np.random.Generator, steps: int, n: int, *, wifi_distance: Array,
               wifi_stations: Array, wifi_interference: Array, exponent: Array,
-              nr_distance: Array, lifi_blocked: Array, lifi_mean: float | None
+              nr_distance: Array, lifi_blocked: Array, lifi_mean: float | None,
+              rng_ul: np.random.Generator, wifi_interference_ul: Array
               ) -> dict[str, Array]:
+    """Both directions' capacities and RTTs and the context.
+
+    The downlink draws from ``rng`` exactly as before the uplink existed (so its traces, and
+    every downlink figure, are unchanged); the uplink's own noise comes from ``rng_ul``.
+    """
     shadow = 3.0 * smooth_ar(rng, steps, n, 5.0)
     fast = WIFI_STEP_JITTER_DB * rng.standard_normal((steps, n), dtype=np.float32)
     snr = wifi_snr(wifi_distance, exponent, shadow, fast)
     wifi_cap, mcs = wifi_capacity(snr, wifi_stations, wifi_interference)
     nr_cap, nr_sinr = nr_link(nr_distance, ar1(rng, steps, n, 2.0))
     lifi_cap, lifi_snr = lifi_link(rng, steps, n, lifi_blocked)
+    lifi_scale = None
     if lifi_mean is not None:  # paper-static: match the measured average exactly
-        lifi_cap = lifi_cap * (lifi_mean / lifi_cap.mean(axis=0, keepdims=True))
+        lifi_scale = lifi_mean / lifi_cap.mean(axis=0, keepdims=True)
+        lifi_cap = lifi_cap * lifi_scale
     caps = {"nr": nr_cap, "wifi": wifi_cap, "lifi": lifi_cap}
     capacity = np.stack([caps[w] for w in WATS], axis=-1)
+    rtt = _rtt(rng, capacity)
+    # Uplink: the same geometry (distance, shadowing, stations, blockage: the path is
+    # reciprocal), its own transmit power, receiver noise and interference.
+    fast_ul = WIFI_STEP_JITTER_DB * rng_ul.standard_normal((steps, n), dtype=np.float32)
+    snr_ul = wifi_snr(wifi_distance, exponent, shadow, fast_ul)
+    snr_ul += WIFI_UL_SNR_OFFSET_DB
+    wifi_ul, _ = wifi_capacity(snr_ul, wifi_stations, wifi_interference_ul)
+    nr_ul, _ = nr_link(nr_distance, ar1(rng_ul, steps, n, 2.0), NR_UL_PEAK_MBPS,
+                       NR_UL_SINR_OFFSET_DB)
+    lifi_snr_ul = lifi_snr + LIFI_UL_SNR_OFFSET_DB + 0.5 * ar1(rng_ul, steps, n, 1.0)
+    lifi_ul = np.where(lifi_blocked > 0, 0.0,
+                       lifi_capacity(np.nan_to_num(lifi_snr_ul, nan=-np.inf)))
+    if lifi_scale is not None:  # the downlink's calibration factor: keep the physical ratio
+        lifi_ul = np.minimum(LIFI_PEAK_MBPS, lifi_ul * lifi_scale)
+    caps_ul = {"nr": nr_ul, "wifi": wifi_ul, "lifi": lifi_ul}
+    capacity_ul = np.stack([caps_ul[w] for w in WATS], axis=-1)
     out: dict[str, Array] = {
         "capacity": capacity,
-        "rtt": _rtt(rng, capacity),
+        "rtt": rtt,
+        "capacity_ul": capacity_ul,
+        "rtt_ul": _rtt(rng_ul, capacity_ul),
         "wifi_distance_m": wifi_distance,
         "wifi_stations": np.broadcast_to(wifi_stations, (steps, n)),
         "wifi_snr_db": snr, "wifi_mcs": mcs,
@@ -393,16 +531,22 @@ def _nr_distance(rng: np.random.Generator, steps: int, n: int) -> Array:
     return d[None, :]  # (1, n): fixed over time
 
 
-def _paper_static(steps: int, rng: np.random.Generator, n: int) -> dict[str, Array]:
-    zeros = np.zeros((steps, n))
+def _paper_interference(rng: np.random.Generator, steps: int, n: int) -> Array:
+    """Wi-Fi at 1 m sits at MCS 11; its 1.0-1.4 Gbps spread is interference, not path loss."""
     inter = _interference(rng, steps, n)
-    # Wi-Fi at 1 m sits at MCS 11; its 1.0-1.4 Gbps spread is interference, not path loss.
     inter = inter / inter.mean(axis=0, keepdims=True)  # mean the paper's 1.19 Gbps
-    inter = np.clip(inter, 1000.0 / 1190.0, 1400.0 / 1190.0)  # within its 1.0-1.4 Gbps
+    return np.clip(inter, 1000.0 / 1190.0, 1400.0 / 1190.0)  # within its 1.0-1.4 Gbps
+
+
+def _paper_static(steps: int, rng: np.random.Generator, n: int,
+                  rng_ul: np.random.Generator) -> dict[str, Array]:
+    zeros = np.zeros((steps, n))
+    inter = _paper_interference(rng, steps, n)
     return _assemble(rng, steps, n, wifi_distance=zeros + 1.0, wifi_stations=zeros,
                      wifi_interference=inter, exponent=np.full((1, n), 3.3),
                      nr_distance=np.full((1, n), 2.0), lifi_blocked=zeros,
-                     lifi_mean=12.1)
+                     lifi_mean=12.1, rng_ul=rng_ul,
+                     wifi_interference_ul=_paper_interference(rng_ul, steps, n))
 
 
 def walk_distance(time_s: Array, period_s: float = 250.0, far_m: float = 25.0,
@@ -417,7 +561,8 @@ def walk_distance(time_s: Array, period_s: float = 250.0, far_m: float = 25.0,
     return d
 
 
-def _wifi_walk(steps: int, rng: np.random.Generator, n: int) -> dict[str, Array]:
+def _wifi_walk(steps: int, rng: np.random.Generator, n: int,
+               rng_ul: np.random.Generator) -> dict[str, Array]:
     t = np.arange(steps) * DT_S
     offset = rng.uniform(0.0, 250.0, n)
     offset[0] = 0.0
@@ -430,10 +575,12 @@ def _wifi_walk(steps: int, rng: np.random.Generator, n: int) -> dict[str, Array]
     return _assemble(rng, steps, n, wifi_distance=distance, wifi_stations=stations,
                      wifi_interference=_interference(rng, steps, n), exponent=exponent,
                      nr_distance=_nr_distance(rng, steps, n), lifi_blocked=blocked,
-                     lifi_mean=None)
+                     lifi_mean=None, rng_ul=rng_ul,
+                     wifi_interference_ul=_interference(rng_ul, steps, n))
 
 
-def _lockin(steps: int, rng: np.random.Generator, n: int) -> dict[str, Array]:
+def _lockin(steps: int, rng: np.random.Generator, n: int,
+            rng_ul: np.random.Generator) -> dict[str, Array]:
     t = np.arange(steps) * DT_S
     leave = 60.0 + rng.uniform(0.0, 20.0, n)
     leave[0] = 60.0
@@ -442,12 +589,14 @@ def _lockin(steps: int, rng: np.random.Generator, n: int) -> dict[str, Array]:
     return _assemble(rng, steps, n, wifi_distance=zeros + 1.0, wifi_stations=stations,
                      wifi_interference=_interference(rng, steps, n),
                      exponent=np.full((1, n), 3.3), nr_distance=_nr_distance(rng, steps, n),
-                     lifi_blocked=zeros, lifi_mean=None)
+                     lifi_blocked=zeros, lifi_mean=None, rng_ul=rng_ul,
+                     wifi_interference_ul=_interference(rng_ul, steps, n))
 
 
 SCENARIOS: dict[str, _Spec] = {
     "paper-static": _Spec(_paper_static, 120.0,
-                          "paper 6.2: 5G 342 Mbps, Wi-Fi 1.19 Gbps, LiFi 12.1 Mbps, CPE fixed"),
+                          "paper 6.2: 5G 342 Mbps, Wi-Fi 1.19 Gbps, LiFi 12.1 Mbps, CPE fixed "
+                          "(dl; ul 105, 1190, 8.9)"),
     "wifi-walk": _Spec(_wifi_walk, 250.0,
                        "paper 6.5: Wi-Fi AP carried 25 m away and back in 250 s; LiFi blockages"),
     "lockin": _Spec(_lockin, 180.0,
@@ -455,12 +604,13 @@ SCENARIOS: dict[str, _Spec] = {
 }
 
 
-def build(name: str, n_cpes: int = 1, seed: int = 0, duration_s: float | None = None
-          ) -> Scenario:
-    """Build scenario ``name`` for ``n_cpes`` CPEs; deterministic in ``seed``.
+def build(name: str, n_cpes: int = 1, seed: int = 0, duration_s: float | None = None,
+          direction: str = "dl") -> Scenario:
+    """Build scenario ``name`` for ``n_cpes`` CPEs, both directions, viewed in ``direction``;
+    deterministic in ``seed``.
 
-    Raises :class:`ScenarioError` for an unknown name, ``n_cpes < 1`` or a duration shorter
-    than one step.
+    Raises :class:`ScenarioError` for an unknown name or direction, ``n_cpes < 1`` or a
+    duration shorter than one step.
     """
     spec = SCENARIOS.get(name)
     if spec is None:
@@ -471,9 +621,15 @@ def build(name: str, n_cpes: int = 1, seed: int = 0, duration_s: float | None = 
     if not np.isfinite(duration) or duration < DT_S:
         raise ScenarioError(f"duration_s must be >= {DT_S}, got {duration_s}")
     steps = round(duration / DT_S)
+    if direction not in DIRECTIONS:
+        raise ScenarioError(f"direction must be one of {list(DIRECTIONS)}, got {direction!r}")
     rng = np.random.default_rng([seed, sorted(SCENARIOS).index(name)])
-    parts = spec.builder(steps, rng, n_cpes)
-    capacity = parts.pop("capacity")
-    rtt = parts.pop("rtt")
-    return Scenario(name=name, dt_s=DT_S, wats=WATS, capacity_mbps=capacity, rtt_ms=rtt,
-                    context=parts, description=spec.description)
+    # A stream of its own for the uplink, so the downlink's draws (and figures) are those
+    # of the one-direction twin.
+    rng_ul = np.random.default_rng([seed, sorted(SCENARIOS).index(name), 1])
+    parts = spec.builder(steps, rng, n_cpes, rng_ul)
+    dl = (parts.pop("capacity"), parts.pop("rtt"))
+    ul = (parts.pop("capacity_ul"), parts.pop("rtt_ul"))
+    scn = Scenario(name=name, dt_s=DT_S, wats=WATS, capacity_mbps=dl[0], rtt_ms=dl[1],
+                   context=parts, description=spec.description, direction="dl", reverse=ul)
+    return scn.toward(direction)
