@@ -10,6 +10,7 @@ import json
 import logging
 import posixpath
 import re
+import subprocess
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,10 @@ PUBLIC_KEY_PEM = ("-----BEGIN PUBLIC KEY-----\n"
 #: Where the xApp reads the model-signing public key unless controls.model says otherwise.
 DEFAULT_MODEL_KEY_FILE = "/opt/mcw/keys/model-signing.pub"
 
+#: MPTCP proxy agents of the deployed broker's ACL (broker.proxies): proxy id -> CPEs it serves.
+PROXIES: dict[str, list[str]] = {"proxy-0002": ["cpe-0003"], "proxy-0001": ["cpe-0002", "cpe-0001"],
+                                 "proxy-0003": []}
+
 #: name -> (values, namespace passed to helm)
 VARIANTS: dict[str, tuple[dict[str, Any], str | None]] = {
     "default": ({}, "ricxapp"),
@@ -51,7 +56,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], str | None]] = {
         "service": {"type": "LoadBalancer", "nodePort": 30883,
                     "loadBalancerSourceRanges": ["10.20.0.0/16"]},
         "allowFrom": [{"ipBlock": {"cidr": "10.20.0.0/16"}}],
-        "persistence": {"existingClaim": "mosquitto-data"}}}}, "ricxapp"),
+        "persistence": {"existingClaim": "mosquitto-data"}}, "proxies": PROXIES}}, "ricxapp"),
     "existing-secrets": ({
         "broker": {"clientTls": {"existingSecret": "fleet-mqtt-client"},
                    "host": "mqtt.example.net"},
@@ -152,6 +157,23 @@ def test_validation_catches_a_broken_manifest(rendered: dict[str, cr.Rendered]) 
     ({"model": {"signingPublicKey": {"existingSecret": "k", "pem": PUBLIC_KEY_PEM}}},
      "set existingSecret or pem, not both"),
     ({"model": {"signingPublicKey": {"pem": PEM}}}, "model.signingPublicKey.pem"),
+    # Proxy grants of the deployed broker's ACL: the ids make-acl.sh accepts, nothing else.
+    ({"broker": {"deploy": True, "proxies": {"proxy/1": ["cpe-0001"]}}}, "broker.proxies"),
+    ({"broker": {"deploy": True, "proxies": {"proxy-0001": ["cpe-+"]}}},
+     "broker.proxies.proxy-0001.0"),
+    ({"broker": {"deploy": True, "proxies": {"proxy-0001": ["cpe-0001\ntopic write #"]}}},
+     "broker.proxies.proxy-0001.0"),
+    ({"broker": {"deploy": True, "proxies": {"proxy-0001": ["cpe-0001", "cpe-0001"]}}},
+     "broker.proxies.proxy-0001"),
+    ({"broker": {"deploy": True, "proxies": {"proxy-0001": "cpe-0001"}}},
+     "broker.proxies.proxy-0001"),
+    ({"broker": {"deploy": True, "proxies": {"mcw-xapp": ["cpe-0001"]}}},
+     "mcw-xapp is the xApp's identity"),
+    ({"broker": {"deploy": True, "proxies": {"proxy-0001": ["mcw-xapp"]}}},
+     "mcw-xapp is the xApp's identity"),
+    ({"broker": {"deploy": True, "proxies": {"proxy-0001": ["cpe-0001"],
+                                             "cpe-0001": ["cpe-0002"]}}},
+     "'cpe-0001' is given both as a proxy and as a CPE id"),
 ])
 def test_bad_values_are_refused(helm: str, tmp_path: Path, values: dict[str, Any],
                                 message: str) -> None:
@@ -570,7 +592,10 @@ def test_deployed_broker_uses_the_channel_configuration(rendered: dict[str, cr.R
     broker_name = f"{XAPP_NAME}-broker"
     cm = r.get("ConfigMap", broker_name)
     repo_conf = (ROOT / "broker" / "mosquitto.conf").read_text(encoding="utf-8")
-    assert cm["data"]["acl"].strip() == (ROOT / "broker" / "acl").read_text().strip()
+    # The ACL is broker/acl plus the proxies' stanzas, exactly as broker/make-acl.sh writes it.
+    assert cm["data"]["acl"].startswith((ROOT / "broker" / "acl").read_text())
+    assert cm["data"]["acl"] == make_acl(PROXIES)
+    assert "user proxy-0001\n" in cm["data"]["acl"]
     conf = _mosquitto_conf(cm["data"]["mosquitto.conf"])
     log_dest = re.findall(r"^log_dest\s+(\S+)", cm["data"]["mosquitto.conf"], re.MULTILINE)
     assert log_dest == ["stdout"]
@@ -608,6 +633,47 @@ def test_deployed_broker_uses_the_channel_configuration(rendered: dict[str, cr.R
     assert {"ipBlock": {"cidr": "10.20.0.0/16"}} in peers
     assert broker_policy["spec"]["egress"] == []
     assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def make_acl(proxies: dict[str, list[str]]) -> str:
+    """What broker/make-acl.sh prints for ``proxies``: the other renderer of the same ACL."""
+    proc = subprocess.run(["bash", str(ROOT / "broker" / "make-acl.sh"),
+                           *(f"{p}:{','.join(cpes)}" for p, cpes in proxies.items())],
+                          capture_output=True, text=True, check=True)
+    return proc.stdout
+
+
+def _broker_acl_and_checksum(helm: str, tmp: Path,
+                             proxies: dict[str, list[str]] | None) -> tuple[str, str]:
+    broker: dict[str, Any] = {"deploy": True}
+    if proxies is not None:
+        broker["proxies"] = proxies
+    r = cr.template(helm, tmp, {"broker": broker}, namespace="ricxapp")
+    name = f"{XAPP_NAME}-broker"
+    deployment = r.get("Deployment", name)
+    checksum: str = deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    acl: str = r.get("ConfigMap", name)["data"]["acl"]
+    return acl, checksum
+
+
+def test_deployed_broker_acl_follows_the_proxies(helm: str, tmp_path: Path) -> None:
+    # No proxy (the default, or an empty map): the shipped ACL byte for byte.
+    base, base_sum = _broker_acl_and_checksum(helm, tmp_path, None)
+    assert base == (ROOT / "broker" / "acl").read_text() == make_acl({})
+    assert _broker_acl_and_checksum(helm, tmp_path, {}) == (base, base_sum)
+    # One contract, two renderers: the chart and make-acl.sh agree for every set of proxies,
+    # and the broker pod restarts (new checksum) whenever the grants change.
+    sums = {base_sum}
+    for proxies in ({"proxy-0001": ["cpe-0001"]},
+                    {"proxy-0001": ["cpe-0001", "cpe-0002"]},
+                    {"proxy-0001": ["cpe-0002", "cpe-0001"]},
+                    {"proxy-0001": ["cpe-0001", "cpe-0002"], "proxy-0002": []},
+                    {"proxy-0002": ["cpe-0001"]},
+                    {"p.1_x": ["C-1", "c.2"], "A9": ["z"]}):
+        acl, checksum = _broker_acl_and_checksum(helm, tmp_path, proxies)
+        assert acl == make_acl(proxies), proxies
+        assert checksum not in sums, proxies
+        sums.add(checksum)
 
 
 def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
