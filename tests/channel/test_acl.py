@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import ssl
 import subprocess
 import time
@@ -320,3 +321,59 @@ def test_cpe_reads_no_proxy_topic_and_no_other_cpe_state(proxy_broker: Mosquitto
     finally:
         proxy.close()
         spy.close()
+
+
+def test_changed_proxy_grants_apply_on_reload(pki: Pki, tmp_path: Path) -> None:
+    """A CPE moving to another proxy: rewrite the ACL, SIGHUP, the old grant is gone for
+    connected and new clients alike, the new one works; no broker restart."""
+    if mosquitto_binary() is None:
+        pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
+
+    def write_acl(*args: str) -> None:
+        acl.write_text(subprocess.run(["bash", str(BROKER_DIR / "make-acl.sh"), *args],
+                                      capture_output=True, text=True, check=True).stdout)
+
+    make_pki(pki.root, n_cpes=4, n_proxies=1)
+    acl = tmp_path / "acl"
+    write_acl("proxy-0001:cpe-0001")
+    with MosquittoBroker(pki, tmp_path / "broker", acl=acl) as b:
+        xapp = connect_client(b, "mcw-xapp")
+        proxy = connect_client(b, "proxy-0001")
+        try:
+            proxy.subscribe("mcw/v1/cpe/#")
+            assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"1-before") < 0x80
+            assert xapp.publish("mcw/v1/cpe/cpe-0002/weights", b"2-before", retain=True) < 0x80
+            assert proxy.wait_for(lambda: bool(proxy.messages))
+            assert proxy.publish("mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state", b"x") == \
+                NOT_AUTHORISED
+
+            write_acl("proxy-0001:cpe-0002")
+            assert b.proc is not None
+            b.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 5
+            while "Reloading config" not in b.log() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert "Reloading config" in b.log()
+
+            # The connected proxy: cpe-0001 is no longer delivered, cpe-0002 now is.
+            assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"1-after") < 0x80
+            assert xapp.publish("mcw/v1/cpe/cpe-0002/weights", b"2-after", retain=True) < 0x80
+            assert proxy.wait_for(lambda: any(m.payload == b"2-after" for m in proxy.messages))
+            time.sleep(QUIET_S)
+            assert [m.payload for m in proxy.messages] == [b"1-before", b"2-after"]
+            assert proxy.publish("mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state", b"x") < 0x80
+            assert proxy.publish("mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state", b"x") == \
+                NOT_AUTHORISED
+            # A new connection gets the new grant's retained weights only.
+            late = connect_client(b, "proxy-0001", client_id="proxy-after-reload")
+            try:
+                late.subscribe("mcw/v1/cpe/#")
+                assert late.wait_for(lambda: bool(late.messages))
+                time.sleep(QUIET_S)
+                assert [(m.topic, m.payload) for m in late.messages] == [
+                    ("mcw/v1/cpe/cpe-0002/weights", b"2-after")]
+            finally:
+                late.close()
+        finally:
+            proxy.close()
+            xapp.close()

@@ -139,11 +139,25 @@ def test_pki_script_is_idempotent_and_names_certificates_by_cpe(tmp_path: Path) 
     assert "IP Address:127.0.0.1" in server and "DNS:localhost" in server
     assert "CN = mcw-xapp" in subject(again.cert("mcw-xapp")[0])
     assert oct(again.cert("cpe-0004")[1].stat().st_mode & 0o777) == "0o600"
+    # One proxy certificate by default (CN = proxy id, client auth), more on request, the
+    # existing ones kept.
+    assert sorted(p.name for p in (tmp_path / "pki" / "proxy").iterdir()) == [
+        "proxy-0001.crt", "proxy-0001.key"]
+    proxy1_before = again.cert("proxy-0001")[0].read_bytes()
+    more = make_pki(tmp_path / "pki", n_cpes=0, n_proxies=3)
+    assert more.cert("proxy-0001")[0].read_bytes() == proxy1_before
+    assert sorted(p.name for p in (tmp_path / "pki" / "proxy").glob("*.crt")) == [
+        f"proxy-000{i}.crt" for i in range(1, 4)]
+    proxy3 = subject(more.cert("proxy-0003")[0])
+    assert "CN = proxy-0003" in proxy3 and "TLS Web Client Authentication" in proxy3
+    assert oct(more.cert("proxy-0003")[1].stat().st_mode & 0o777) == "0o600"
+    assert len(list((tmp_path / "pki" / "cpe").glob("*.crt"))) == 4
 
 
 def test_pki_script_refuses_bad_arguments(tmp_path: Path) -> None:
     script = BROKER_DIR / "make-test-pki.sh"
-    for args in ([], [str(tmp_path), "many"], [str(tmp_path), "3", "-1"]):
+    for args in ([], [str(tmp_path), "many"], [str(tmp_path), "3", "-1"],
+                 [str(tmp_path), "3", "1", "two"], [str(tmp_path), "3", "1", "-2"]):
         proc = subprocess.run(["bash", str(script), *args], capture_output=True, text=True)
         assert proc.returncode == 2
     assert not (tmp_path / "ca.crt").exists()
