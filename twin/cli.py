@@ -5,6 +5,7 @@ Examples::
     mcw twin --scenario paper-static --policy fixed:30,100,1
     mcw twin --scenario wifi-walk --policy probe --json
     mcw twin --scenario lockin --policy xapp --estimator ewma --plot out/lockin.png
+    mcw twin --scenario wifi-walk --policy xapp --direction ul --json
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from twin.policies import (
     run_with_oracle,
     summary,
 )
-from twin.scenarios import SCENARIOS, ScenarioError, build
+from twin.scenarios import DIRECTIONS, SCENARIOS, ScenarioError, build
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +31,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Simulate CPEs whose MPTCP connection uses weighted round-robin (cwnd_limited=N) over "
         "5G NR, Wi-Fi and LiFi, with weights from a policy, and compare the time-averaged "
         "aggregate throughput to the oracle (the best integer weights for the true capacity "
-        "of every 100 ms step).")
+        "of every 100 ms step).  Each scenario has a downlink (proxy to CPE, weights applied "
+        "by the proxy's agent; what the paper measured) and an uplink (CPE to proxy, applied "
+        "by the CPE's agent); the xapp policy steers both, --direction picks the one "
+        "reported.")
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = "scenarios:\n" + "\n".join(
         f"  {name:13s} {spec.description}" for name, spec in SCENARIOS.items()) + (
@@ -47,6 +51,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="capacity traces to simulate (default: %(default)s)")
     parser.add_argument("--policy", default="xapp", metavar="P",
                         help=f"one of {', '.join(POLICIES)} (default: %(default)s)")
+    parser.add_argument("--direction", default="dl", choices=DIRECTIONS,
+                        help="direction reported: dl (proxy to CPE, the paper's) or ul (CPE "
+                             "to proxy); aggregate, oracle and ratios are that direction's "
+                             "(default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.add_argument("--cpes", type=int, default=1, help="number of CPEs (default: 1)")
     parser.add_argument("--duration", type=float, default=None, metavar="S",
@@ -75,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
                        hysteresis_pct=args.hysteresis, max_weight=args.max_weight)
     try:
         scenario = build(args.scenario, n_cpes=args.cpes, seed=args.seed,
-                         duration_s=args.duration)
+                         duration_s=args.duration, direction=args.direction)
         res = run_with_oracle(scenario, args.policy, opts,
                               progress=not args.json and args.cpes > 100)
     except (ScenarioError, TwinPolicyError) as exc:
@@ -94,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
-    print(f"scenario {doc['scenario']}  policy {doc['policy']}  CPEs {doc['n_cpes']}  "
-          f"{doc['duration_s']:.0f} s  seed {args.seed}")
+    print(f"scenario {doc['scenario']}  direction {doc['direction']}  policy {doc['policy']}  "
+          f"CPEs {doc['n_cpes']}  {doc['duration_s']:.0f} s  seed {args.seed}")
     rows = [("aggregate", doc["aggregate_mbps"]), ("oracle", doc["oracle_mbps"]),
             ("sum of capacities", doc["capacity_sum_mbps"])]
     rows += [(f"  carried on {w}", v) for w, v in doc["per_wat_mbps"].items()]

@@ -16,12 +16,20 @@ Assumptions, each a simplification the reader should know:
 * weights decided from the observations of steps ``[t0, t1)`` are in force from step ``t1``.
 
 Open-loop policies give a whole :class:`Plan` up front and are simulated in one vectorised pass;
-closed-loop ones (:class:`ClosedLoop`) are called once per control period with what happened in
+closed-loop ones (:class:`DuplexLoop`) are called once per control period with what happened in
 it.  All arrays are ``(steps, n_cpes, k)`` in the scenario's WAT order.
+
+Each direction is its own connection of this model (a backlogged transfer from the proxy to the
+CPE for ``dl``, from the CPE to the proxy for ``ul``), with that direction's capacities and its
+own weights: an MPTCP scheduler decides at the sender, the proxy for ``dl`` and the CPE for
+``ul``.  :func:`simulate_duplex` runs both under one controller (:class:`DuplexLoop`), as the
+xApp's loop decides both sets each tick; the open-loop policies run on one direction's view of
+the scenario (:meth:`twin.scenarios.Scenario.toward`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -60,17 +68,18 @@ class Observation:
     up: NDArray[np.bool_]  # (b, n, k)
 
 
-class ClosedLoop(Protocol):
-    """A policy that reacts to what the connection delivered."""
+class DuplexLoop(Protocol):
+    """A policy that steers both directions at once (weights per direction)."""
 
     period_steps: int
 
-    def start(self, scenario: Scenario) -> IntArray:
-        """Weights (n, k) in force from step 0."""
+    def start(self, scenario: Scenario) -> Mapping[str, IntArray]:
+        """Weights (n, k) per direction in force from step 0."""
         ...
 
-    def update(self, obs: Observation) -> IntArray:
-        """Weights (n, k) in force from step ``obs.t1``."""
+    def update(self, obs: Mapping[str, Observation]) -> Mapping[str, IntArray]:
+        """Weights (n, k) per direction in force from step ``t1`` of the observations (one
+        per direction, of the same steps)."""
         ...
 
 
@@ -82,6 +91,8 @@ class SimResult:
     policy: str
     dt_s: float
     wats: tuple[str, ...]
+    #: The direction simulated (``dl``: proxy to CPE; ``ul``: CPE to proxy).
+    direction: str
     aggregate_mbps: Array  # (steps, n)
     oracle_mbps: Array | None  # (steps, n), filled by the caller that ran the oracle
     capacity_sum_mbps: Array  # (steps, n)
@@ -156,6 +167,7 @@ class _Recorder:
         s = self.scenario
         return SimResult(
             scenario=s.name, policy=self.policy, dt_s=s.dt_s, wats=s.wats,
+            direction=s.direction,
             aggregate_mbps=self.aggregate, oracle_mbps=None,
             capacity_sum_mbps=s.capacity_mbps.sum(axis=-1),
             per_wat_mean_mbps=self.per_wat / s.steps, weight_updates=self.updates,
@@ -181,30 +193,34 @@ def simulate_plan(scenario: Scenario, plan: Plan, policy: str, block_steps: int 
     return rec.result()
 
 
-def simulate_closed(scenario: Scenario, controller: ClosedLoop, policy: str,
-                    progress: bool = False) -> SimResult:
-    """Run a closed-loop policy: one call to ``controller.update`` per control period."""
-    rec = _Recorder(scenario, policy)
-    cap = scenario.capacity_mbps
-    weights = np.asarray(controller.start(scenario), dtype=np.int64)
+def simulate_duplex(scenario: Scenario, controller: DuplexLoop, policy: str,
+                    progress: bool = False) -> dict[str, SimResult]:
+    """Run a policy steering both directions: one ``controller.update`` per control period
+    with what each direction's connection delivered; one result per direction."""
+    views = {d: scenario.toward(d) for d in scenario.directions}
+    recs = {d: _Recorder(v, policy) for d, v in views.items()}
+    start = controller.start(scenario)
+    weights = {d: np.asarray(start[d], dtype=np.int64) for d in views}
     period = max(1, int(controller.period_steps))
     starts = range(0, scenario.steps, period)
     bar = None
     if progress:
         from tqdm import tqdm
-        # disable=None: no bar when stderr is not a terminal (logs, pipes)
         bar = tqdm(total=len(starts), desc=f"{scenario.name}/{policy}", unit="period",
                    leave=False, disable=None)
     for t0 in starts:
         t1 = min(scenario.steps, t0 + period)
-        c = cap[t0:t1]
-        delivered, agg, saturated = deliver(c, weights)
-        rec.add(t0, t1, weights, delivered, agg, held=weights)
-        obs = Observation(t0=t0, t1=t1, delivered_mbps=delivered, saturated=saturated,
-                          rtt_ms=scenario.rtt_ms[t0:t1], up=c > 0)
-        weights = np.asarray(controller.update(obs), dtype=np.int64)
+        obs: dict[str, Observation] = {}
+        for d, view in views.items():
+            c = view.capacity_mbps[t0:t1]
+            delivered, agg, saturated = deliver(c, weights[d])
+            recs[d].add(t0, t1, weights[d], delivered, agg, held=weights[d])
+            obs[d] = Observation(t0=t0, t1=t1, delivered_mbps=delivered, saturated=saturated,
+                                 rtt_ms=view.rtt_ms[t0:t1], up=c > 0)
+        new = controller.update(obs)
+        weights = {d: np.asarray(new[d], dtype=np.int64) for d in views}
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    return rec.result()
+    return {d: rec.result() for d, rec in recs.items()}

@@ -1,24 +1,29 @@
 """The shipped control loop on the twin's network: the ``xapp`` policy of ``mcw twin``.
 
-:class:`LoopDriver` is a :class:`twin.fluid.ClosedLoop` that runs :class:`xapp.core.loop.
-ControlLoop`, the code ``mcw run`` runs, through in-memory adapters, with the fluid model as the
-network between them:
+:class:`LoopDriver` is a :class:`twin.fluid.DuplexLoop` that runs :class:`xapp.core.loop.
+ControlLoop`, the code ``mcw run`` runs, through in-memory adapters, with the fluid model of
+both directions as the network between them:
 
-* **agents** (one per CPE) report what an agent's telemetry carries for each control period:
-  delivered Mbps and the cwnd-limited fraction (``saturated``) as means over the period, the
-  mean RTT over the steps the WAT was up, ``up`` at the period's last step, plus the radio KPIs
-  of that step (:func:`twin.kpis.radio_kpis`: SINR, CQI, MCS, SNR, ...) for estimators that
-  read them.  The report goes into the intake (:class:`xapp.core.intake.LatestKpis`) as MQTT
-  telemetry does in the xApp;
+* **agents** report what their telemetry carries for each control period and direction, as
+  the sender of that direction does (an MPTCP scheduler decides at the sender): the proxy's
+  agent for ``dl``, the CPE's agent for ``ul``.  Per (CPE, WAT, direction): delivered Mbps and
+  the cwnd-limited fraction (``saturated``) as means over the period, the mean RTT the sender
+  measured over the steps the WAT was up, ``up`` at the period's last step; plus, in both
+  rows, the radio KPIs of that step (:func:`twin.kpis.radio_kpis`: SINR, CQI, MCS, SNR, ...:
+  one link, both directions) for estimators that read them.  The reports go into the intake
+  (:class:`xapp.core.intake.LatestKpis`) as MQTT telemetry does in the xApp;
 * the **loop** ticks at the end of the period (its clock is simulated time) under a
-  :class:`~xapp.core.policy_book.PolicyBook` whose default policy carries the twin's options;
+  :class:`~xapp.core.policy_book.PolicyBook` whose default policy carries the twin's options,
+  and decides both directions;
 * the **publisher** (:class:`xapp.adapters.lab.MemoryPublisher`) builds and validates every
-  weights message as the MQTT publisher does; the agents apply each message from the next step
-  on, and revert to safe weights (all 1) when a lease runs out without a refresh.
+  ``mcw.weights.v2`` message (one per CPE, ``dl`` and ``ul`` sets) as the MQTT publisher does;
+  the proxy's agent applies ``dl``, the CPE's agent ``ul``, each from the next step on, and each
+  reverts to safe weights (all 1) when the lease runs out without a refresh.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -73,16 +78,22 @@ class LoopDriver:
         self.decide = decide
         self.reports: list[TickReport] = []
 
-    def start(self, scenario: Scenario) -> IntArray:
+    def start(self, scenario: Scenario) -> dict[str, IntArray]:
         self.scenario = scenario
+        self.directions = scenario.directions
         n, k = scenario.n_cpes, len(scenario.wats)
         self.names = [f"cpe{i}" for i in range(n)]
         self._index = {name: i for i, name in enumerate(self.names)}
         self._cols = {w: j for j, w in enumerate(scenario.wats)}
-        self.cpe = np.repeat(np.array(self.names), k)
-        self.wat = np.tile(np.array(scenario.wats), n)
-        self.weights: IntArray = np.full((n, k), SAFE_WEIGHT, dtype=np.int64)
-        self.expires = np.full(n, np.inf)
+        # One row per (direction, CPE, WAT): the directions' blocks one after the other.
+        m = len(self.directions)
+        self.cpe = np.tile(np.repeat(np.array(self.names), k), m)
+        self.wat = np.tile(np.array(scenario.wats), n * m)
+        self.direction = np.repeat(np.array(self.directions, dtype="<U2"), n * k)
+        #: Weights each direction's sender applies: the proxy's agent ``dl``, the CPE's ``ul``.
+        self.weights: dict[str, IntArray] = {
+            d: np.full((n, k), SAFE_WEIGHT, dtype=np.int64) for d in self.directions}
+        self.expires = {d: np.full(n, np.inf) for d in self.directions}
         self.intake = LatestKpis()
         self.publisher = MemoryPublisher(clock=lambda: self._now)
         self._now = 0.0
@@ -94,34 +105,42 @@ class LoopDriver:
                                   kpi_max_age_s=max(5.0, 3 * self.period_steps * dt),
                                   lease_s=self.lease_s),
             decide=self.decide)
-        self._kpis = self._radio_table(scenario) if self.radio_kpis else {}
-        self._rtt_table, self._up_table = self._transport_tables(scenario)
-        return self.weights.copy()
+        radio = self._radio_table(scenario) if self.radio_kpis else {}
+        # Both directions' rows carry the link's radio KPIs.
+        self._kpis = {name: np.concatenate([col] * m, axis=1) for name, col in radio.items()}
+        tables = [self._transport_tables(scenario.toward(d)) for d in self.directions]
+        self._rtt_table = np.concatenate([rtt for rtt, _ in tables], axis=1)
+        self._up_table = np.concatenate([up for _, up in tables], axis=1)
+        return {d: w.copy() for d, w in self.weights.items()}
 
-    def update(self, obs: Observation) -> IntArray:
-        self._now = obs.t1 * self.scenario.dt_s
+    def update(self, obs: Mapping[str, Observation]) -> dict[str, IntArray]:
+        t1 = obs[self.directions[0]].t1
+        self._now = t1 * self.scenario.dt_s
         self.intake.update(self.frame(obs))
         self.reports.append(self.loop.tick(self._now))
         self._apply(self.publisher.take())
-        return self.weights.copy()
+        return {d: w.copy() for d, w in self.weights.items()}
 
     def _apply(self, messages: list[dict[str, object]]) -> None:
-        """The agents apply their messages; expired leases fall back to safe weights."""
+        """The agents apply their messages (the proxy's ``dl``, the CPE's ``ul``); expired
+        leases fall back to safe weights."""
         for doc in messages:
             i = self._index[str(doc["cpe_id"])]
-            row = np.zeros(len(self._cols), dtype=np.int64)
-            weights = doc["weights"]
-            assert isinstance(weights, dict)
-            for wat, w in weights.items():
-                row[self._cols[wat]] = int(w)
-            self.weights[i] = row
             lease = doc["lease_s"]
             assert isinstance(lease, int | float)
-            self.expires[i] = self._now + float(lease)
-        expired = self.expires <= self._now
-        if expired.any():
-            self.weights[expired] = SAFE_WEIGHT
-            self.expires[expired] = np.inf
+            for d in self.directions:
+                part = doc[d]
+                assert isinstance(part, dict)
+                row = np.zeros(len(self._cols), dtype=np.int64)
+                for wat, w in part["weights"].items():
+                    row[self._cols[wat]] = int(w)
+                self.weights[d][i] = row
+                self.expires[d][i] = self._now + float(lease)
+        for d in self.directions:
+            expired = self.expires[d] <= self._now
+            if expired.any():
+                self.weights[d][expired] = SAFE_WEIGHT
+                self.expires[d][expired] = np.inf
 
     # --- what the agents report ---------------------------------------------------------------
 
@@ -166,7 +185,7 @@ class LoopDriver:
         steps, n, k = scenario.capacity_mbps.shape
         last = self._last_steps(steps)
         sub = replace(scenario, capacity_mbps=scenario.capacity_mbps[last],
-                      rtt_ms=scenario.rtt_ms[last],
+                      rtt_ms=scenario.rtt_ms[last], reverse=None,
                       context={key: np.asarray(v)[last] for key, v in scenario.context.items()})
         kpis = twin.kpis.radio_kpis(sub, np.random.default_rng(self.kpi_seed))
         table: dict[str, Array] = {}
@@ -176,17 +195,20 @@ class LoopDriver:
                 col[:, j::k] = arr
         return table
 
-    def frame(self, obs: Observation) -> KpiFrame:
-        """The agents' reports for the period: means over its steps, and the radio KPIs of
-        its last step."""
-        row = (obs.t1 - 1) // self.period_steps
+    def frame(self, obs: Mapping[str, Observation]) -> KpiFrame:
+        """The agents' reports for the period, per direction: means over its steps, and the
+        radio KPIs of its last step."""
+        t1 = obs[self.directions[0]].t1
+        row = (t1 - 1) // self.period_steps
         values = {
-            "delivered_mbps": obs.delivered_mbps.mean(axis=0).ravel(),
+            "delivered_mbps": np.concatenate(
+                [obs[d].delivered_mbps.mean(axis=0).ravel() for d in self.directions]),
             "rtt_ms": self._rtt_table[row],
-            "saturated": obs.saturated.mean(axis=0).ravel(),
+            "saturated": np.concatenate(
+                [obs[d].saturated.mean(axis=0).ravel() for d in self.directions]),
             "up": self._up_table[row],
         }
         for name, col in self._kpis.items():
             values[name] = col[row]
-        return KpiFrame(time_s=obs.t1 * self.scenario.dt_s, cpe=self.cpe, wat=self.wat,
-                        values=values)
+        return KpiFrame(time_s=t1 * self.scenario.dt_s, cpe=self.cpe, wat=self.wat,
+                        values=values, direction=self.direction)

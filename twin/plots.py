@@ -47,7 +47,7 @@ def plot_run(res: SimResult, capacity: np.ndarray, path: Path, cpe: int = 0,
             label="sum of capacities", drawstyle="steps-post")
     ax.set_ylabel("throughput (Mbps)")
     ax.legend(loc="upper right", fontsize=8, ncol=2)
-    ax.set_title(title or f"{res.scenario}: policy {res.policy}")
+    ax.set_title(title or f"{res.scenario} ({res.direction}): policy {res.policy}")
     ax.grid(alpha=0.3)
 
     ax = axes[1]

@@ -33,7 +33,14 @@
     (delivered Mbps, RTT, cwnd-limited fraction, link up) and the radio KPIs, the loop
     forecasts with the estimator (``ewma``, ``ewma-naive`` or ``model``), decides under the
     default policy (hysteresis ``--hysteresis``, ``max_weight``, ``update_period_s`` = the
-    period) and publishes validated weights messages, which the agents apply.
+    period) and publishes validated weights messages, which the agents apply.  The loop steers
+    both directions at once (one ``mcw.weights.v2`` message per CPE, ``dl`` applied by the
+    proxy's agent, ``ul`` by the CPE's); the result is that of the scenario's direction, the
+    other's is in ``extra["directions"]``.
+
+Every policy runs on the direction the scenario is viewed in
+(:meth:`twin.scenarios.Scenario.toward`): the oracles, probes and fixed weights of ``ul`` see
+the uplink capacities.  ``dl`` is the paper's direction and the default.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from numpy.typing import NDArray
 from twin.fluid import (
     Plan,
     SimResult,
-    simulate_closed,
+    simulate_duplex,
     simulate_plan,
 )
 from twin.loop_driver import LoopDriver
@@ -243,7 +250,10 @@ def run_policy(scenario: Scenario, name: str, opts: TwinOptions | None = None,
         # The EWMA reads throughput only: skip building radio KPIs it would ignore.
         driver = LoopDriver(est, loop_policy(opts), round(opts.period_s / scenario.dt_s),
                             radio_kpis=not isinstance(est, EwmaEstimator))
-        res = simulate_closed(scenario, driver, name, progress=progress)
+        # The loop decides both directions each tick; the result is the view's direction.
+        results = simulate_duplex(scenario, driver, name, progress=progress)
+        res = results[scenario.direction]
+        res.extra["directions"] = results
         res.extra["estimator"] = opts.estimator if estimator is None else type(estimator).__name__
         res.extra["driver"] = driver
         return res
@@ -275,6 +285,7 @@ def summary(res: SimResult) -> dict[str, Any]:
     per_wat = res.per_wat_mean_mbps.mean(axis=0)
     out: dict[str, Any] = {
         "scenario": res.scenario,
+        "direction": res.direction,
         "policy": res.policy,
         "n_cpes": int(res.aggregate_mbps.shape[1]),
         "duration_s": round(res.aggregate_mbps.shape[0] * res.dt_s, 3),

@@ -94,11 +94,13 @@ def test_xapp_runs_the_shipped_loop_and_publishes_valid_messages() -> None:
     reports = driver.reports
     assert len(reports) == 60 and reports[0].cpes == 3
     assert sum(len(r.published) for r in reports) == driver.publisher.published > 3
-    # What the agents applied is what the loop published, message by message.
-    fleet = driver.loop.fleet
-    for i in range(3):
-        row = fleet.index[f"cpe{i}"]
-        assert driver.weights[i].tolist() == fleet.weights[row, [0, 2, 3]].tolist()
+    # What the agents applied is what the loop published, message by message: the proxy's
+    # agent the downlink set, the CPE's the uplink set.
+    for d in ("dl", "ul"):
+        fleet = driver.loop.fleets[d]
+        for i in range(3):
+            row = fleet.index[f"cpe{i}"]
+            assert driver.weights[d][i].tolist() == fleet.weights[row, [0, 2, 3]].tolist()
 
 
 def test_deliver_matches_the_fluid_formula() -> None:
