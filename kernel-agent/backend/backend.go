@@ -63,3 +63,10 @@ type Downlink interface {
 	ApplyAll(ctx context.Context, cpes []CPEPaths) (notApplied map[string]error, err error)
 	Close() error
 }
+
+// RuleCounter is implemented by downlink backends that write a bounded list
+// of rules for all CPEs (wrr-sysctl: tuples): how many the last successful
+// ApplyAll wrote and the bound. The proxy reports them in its state.
+type RuleCounter interface {
+	Rules() (used, limit int)
+}

@@ -20,15 +20,25 @@ import (
 
 // Config is the agent's configuration.
 type Config struct {
-	// CPEID identifies the CPE; it must equal its certificate's CN.
+	// Role: cpe (default: apply the uplink weights of this CPE) or proxy
+	// (apply the downlink weights of the CPEs in CPEs).
+	Role string `yaml:"role"`
+	// CPEID identifies the CPE (role cpe); it must equal its certificate's CN.
 	CPEID string `yaml:"cpe_id"`
+	// ProxyID identifies the proxy (role proxy); it must equal its
+	// certificate's CN.
+	ProxyID string `yaml:"proxy_id"`
+	// CPEs are the CPEs the proxy serves (role proxy).
+	CPEs []string `yaml:"cpes"`
 	MQTT  MQTT   `yaml:"mqtt"`
-	// WATs maps each WAT name (nr, lte, wifi, lifi) to its interface.
+	// WATs maps each WAT name (nr, lte, wifi, lifi) to its interface
+	// (role cpe; a proxy learns its CPEs' WATs from their state).
 	WATs map[string]WAT `yaml:"wats"`
 	// Backend: wrr-sysctl, mptcp-upstream or dry-run.
 	Backend   string    `yaml:"backend"`
 	WRRSysctl WRRSysctl `yaml:"wrr_sysctl"`
-	// SafeWeights apply at start without state and whenever a lease runs out.
+	// SafeWeights apply at start without state and whenever a lease runs
+	// out (role proxy: per CPE, to the CPE's WATs in the downlink).
 	SafeWeights payload.Weights `yaml:"safe_weights"`
 	// StateDir holds the persisted applied state.
 	StateDir string `yaml:"state_dir"`
@@ -101,6 +111,22 @@ func (t Telemetry) Interval() time.Duration { return time.Duration(t.IntervalMs)
 // OnlyMPTCP returns MPTCPOnly with its default.
 func (t Telemetry) OnlyMPTCP() bool { return t.MPTCPOnly == nil || *t.MPTCPOnly }
 
+// MaxCPEs bounds the CPEs one proxy serves: every CPE is two subscriptions,
+// a retained state and a share of the kernel's rules, and the WRR kernel's
+// tuple list is one sysctl string.
+const MaxCPEs = 1024
+
+// IsProxy reports whether c configures the proxy role.
+func (c Config) IsProxy() bool { return c.Role == payload.RoleProxy }
+
+// ClientID returns the identity the agent connects as: its certificate's CN.
+func (c Config) ClientID() string {
+	if c.IsProxy() {
+		return c.ProxyID
+	}
+	return c.CPEID
+}
+
 // MaxFileBytes bounds the configuration file (the example with every key
 // and its comments is under 4 KB).
 const MaxFileBytes = 64 << 10
@@ -131,6 +157,7 @@ func Parse(b []byte) (Config, error) {
 		return Config{}, fmt.Errorf("%d bytes, at most %d", len(b), MaxFileBytes)
 	}
 	c := Config{
+		Role:          payload.RoleCPE,
 		Backend:       payload.BackendMPTCPUpstream,
 		StateDir:      "/var/lib/mcw-agent",
 		MetricsListen: "127.0.0.1:9472",
@@ -152,8 +179,13 @@ func Parse(b []byte) (Config, error) {
 func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if !payload.ValidCPEID(c.CPEID) {
-		add("cpe_id %q: want ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", c.CPEID)
+	switch c.Role {
+	case payload.RoleCPE:
+		errs = append(errs, c.validateCPE()...)
+	case payload.RoleProxy:
+		errs = append(errs, c.validateProxy()...)
+	default:
+		add("role %q: want cpe or proxy", c.Role)
 	}
 	switch c.Backend {
 	case payload.BackendWRRSysctl, payload.BackendMPTCPUpstream, payload.BackendDryRun:
@@ -170,29 +202,8 @@ func (c Config) Validate() error {
 			add("%s: required", k)
 		}
 	}
-	if len(c.WATs) == 0 {
-		add("wats: at least one WAT")
-	}
-	seen := map[string]string{}
-	for name, w := range c.WATs {
-		if !payload.KnownWAT(name) {
-			add("wats.%s: unknown WAT (nr, lte, wifi, lifi)", name)
-		}
-		if w.Interface == "" || len(w.Interface) > 15 {
-			add("wats.%s.interface %q: want an interface name", name, w.Interface)
-		}
-		if other, dup := seen[w.Interface]; dup {
-			add("wats.%s and wats.%s share interface %s", name, other, w.Interface)
-		}
-		seen[w.Interface] = name
-	}
 	if err := c.SafeWeights.Validate(); err != nil {
 		add("safe_weights: %v", err)
-	}
-	for name := range c.SafeWeights {
-		if _, ok := c.WATs[name]; !ok {
-			add("safe_weights.%s: not in wats", name)
-		}
 	}
 	if c.StateDir == "" {
 		add("state_dir: required")
@@ -216,4 +227,68 @@ func (c Config) Validate() error {
 		add("log_level %q: want debug, info, warn or error", c.LogLevel)
 	}
 	return errors.Join(errs...)
+}
+
+const idPattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+// validateCPE checks the keys of role cpe.
+func (c Config) validateCPE() []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if !payload.ValidCPEID(c.CPEID) {
+		add("cpe_id %q: want %s", c.CPEID, idPattern)
+	}
+	if c.ProxyID != "" || len(c.CPEs) > 0 {
+		add("proxy_id, cpes: only with role proxy")
+	}
+	if len(c.WATs) == 0 {
+		add("wats: at least one WAT")
+	}
+	seen := map[string]string{}
+	for name, w := range c.WATs {
+		if !payload.KnownWAT(name) {
+			add("wats.%s: unknown WAT (nr, lte, wifi, lifi)", name)
+		}
+		if w.Interface == "" || len(w.Interface) > 15 {
+			add("wats.%s.interface %q: want an interface name", name, w.Interface)
+		}
+		if other, dup := seen[w.Interface]; dup {
+			add("wats.%s and wats.%s share interface %s", name, other, w.Interface)
+		}
+		seen[w.Interface] = name
+	}
+	for name := range c.SafeWeights {
+		if _, ok := c.WATs[name]; !ok {
+			add("safe_weights.%s: not in wats", name)
+		}
+	}
+	return errs
+}
+
+// validateProxy checks the keys of role proxy.
+func (c Config) validateProxy() []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if !payload.ValidCPEID(c.ProxyID) {
+		add("proxy_id %q: want %s", c.ProxyID, idPattern)
+	}
+	if c.CPEID != "" || len(c.WATs) > 0 {
+		add("cpe_id, wats: only with role cpe (a proxy learns its CPEs' WATs from their state)")
+	}
+	if len(c.CPEs) == 0 || len(c.CPEs) > MaxCPEs {
+		add("cpes: %d CPEs, want 1..%d", len(c.CPEs), MaxCPEs)
+	}
+	seen := map[string]bool{}
+	for i, id := range c.CPEs {
+		switch {
+		case !payload.ValidCPEID(id):
+			add("cpes[%d] %q: want %s", i, id, idPattern)
+		case seen[id]:
+			add("cpes[%d] %q: listed twice", i, id)
+		case id == c.ProxyID:
+			add("cpes[%d] %q: the proxy's own id", i, id)
+		}
+		seen[id] = true
+	}
+	return errs
 }

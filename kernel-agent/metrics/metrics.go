@@ -25,6 +25,9 @@ type Metrics struct {
 	PublishErrors  *prometheus.CounterVec // topic kind
 	Connected      prometheus.Gauge       // MQTT connection up
 	WorkerUp       *prometheus.GaugeVec   // worker: 1 while running, 0 once dead, stalled or stopped
+	ProxyCPEs      *prometheus.GaugeVec   // role proxy; state: served, applied, safe, unexpressed
+	ProxyRules     *prometheus.GaugeVec   // role proxy; kind: used, limit
+	ProxyStates    *prometheus.CounterVec // role proxy; CPE state payloads by result: accepted, invalid
 	registry       *prometheus.Registry
 }
 
@@ -71,10 +74,20 @@ func New() *Metrics {
 		WorkerUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mcw_agent_worker_up", Help: "1 while the worker runs and beats; 0 once it died, stalled or stopped.",
 		}, []string{"worker"}),
+		ProxyCPEs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mcw_agent_proxy_cpes", Help: "Role proxy: CPEs served, with downlink weights applied, on safe weights, not expressible (no address or beyond the rule bound).",
+		}, []string{"state"}),
+		ProxyRules: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mcw_agent_proxy_rules", Help: "Role proxy: kernel rules written for all CPEs (used) and their bound (limit; 0: none).",
+		}, []string{"kind"}),
+		ProxyStates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcw_agent_proxy_cpe_states_total", Help: "Role proxy: CPE agents' state payloads received, by result.",
+		}, []string{"result"}),
 		registry: r,
 	}
 	r.MustRegister(m.Updates, m.Applies, m.ApplyErrors, m.ApplySeconds, m.UpdateSeconds,
 		m.LinkEvents, m.LeaseExpiries, m.Weight, m.AppliedVersion, m.PublishErrors, m.Connected, m.WorkerUp,
+		m.ProxyCPEs, m.ProxyRules, m.ProxyStates,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -1,8 +1,9 @@
 // Package mqttclient connects the agent to the broker: MQTT 5 over mutual
 // TLS (github.com/eclipse/paho.golang/autopaho, reconnecting with backoff),
-// the retained offline last will on the state topic, and the subscription
-// to the CPE's own weights topic, renewed on every reconnect. The agent
-// connects out, so NAT in front of the CPE does not matter.
+// the retained offline last will on the state topic, and the subscriptions
+// (a CPE: its own weights topic; a proxy: the weights and state topics of
+// every CPE it serves), renewed on every reconnect. The agent connects
+// out, so NAT in front of the CPE does not matter.
 package mqttclient
 
 import (
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/eclipse/paho.golang/autopaho"
@@ -32,15 +34,47 @@ func TopicsFor(cpeID string) Topics {
 	return Topics{Weights: base + "weights", State: base + "state", Telemetry: base + "telemetry"}
 }
 
-// Config configures a Client.
+// ProxyTopics are a proxy's own topics.
+type ProxyTopics struct{ base string }
+
+// ProxyTopicsFor returns the topics of proxyID.
+func ProxyTopicsFor(proxyID string) ProxyTopics {
+	return ProxyTopics{base: "mcw/v1/proxy/" + proxyID + "/"}
+}
+
+// State is the proxy's own retained state (mcw.proxy-state.v1).
+func (p ProxyTopics) State() string { return p.base + "state" }
+
+// CPEState is the proxy's retained downlink state for cpeID.
+func (p ProxyTopics) CPEState(cpeID string) string { return p.base + "cpe/" + cpeID + "/state" }
+
+// CPETelemetry is the proxy's downlink telemetry for cpeID.
+func (p ProxyTopics) CPETelemetry(cpeID string) string { return p.base + "cpe/" + cpeID + "/telemetry" }
+
+// subscribeBatch bounds the subscriptions per SUBSCRIBE packet, so that a
+// proxy with a thousand CPEs stays under the broker's max_packet_size
+// (16 KiB in broker/mosquitto.conf; a topic costs about 40 bytes).
+const subscribeBatch = 100
+
+// Config configures a Client: a CPE agent's (CPEID) or a proxy's (ProxyID).
 type Config struct {
 	// BrokerURL, e.g. "mqtts://broker.example:8883" (schemes mqtts, tls, ssl;
 	// plain mqtt only when TLS is nil, for development).
 	BrokerURL string
 	// TLS is the client's TLS configuration (see LoadTLS).
 	TLS *tls.Config
-	// CPEID is the CPE's identifier, equal to its certificate's CN.
+	// CPEID is the CPE's identifier, equal to its certificate's CN; it
+	// selects the CPE's topics, will and subscription (OnWeights).
 	CPEID string
+	// ProxyID is the proxy's identifier, equal to its certificate's CN,
+	// when CPEID is empty: the will is the proxy's offline state, the
+	// subscriptions are Subscriptions, delivered to OnMessage.
+	ProxyID string
+	// Subscriptions are the proxy's topics (QoS 1), renewed on reconnect.
+	Subscriptions []string
+	// OnMessage is called with every payload received on Subscriptions,
+	// from the client's goroutine; it must not block.
+	OnMessage func(topic string, data []byte, received time.Time)
 	// KeepAlive in seconds; 0 means 30.
 	KeepAlive uint16
 	// OnWeights is called with every payload received on the weights
@@ -86,8 +120,16 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mqtt: broker url: %w", err)
 	}
-	if !payload.ValidCPEID(cfg.CPEID) {
+	clientID, subs := cfg.CPEID, []string{TopicsFor(cfg.CPEID).Weights}
+	will := &paho.WillMessage{Topic: TopicsFor(cfg.CPEID).State, Payload: payload.Offline(cfg.CPEID), QoS: 1, Retain: true}
+	switch {
+	case cfg.CPEID != "" && !payload.ValidCPEID(cfg.CPEID):
 		return nil, fmt.Errorf("mqtt: invalid cpe_id %q", cfg.CPEID)
+	case cfg.CPEID == "" && !payload.ValidCPEID(cfg.ProxyID):
+		return nil, fmt.Errorf("mqtt: invalid proxy_id %q", cfg.ProxyID)
+	case cfg.CPEID == "":
+		clientID, subs = cfg.ProxyID, cfg.Subscriptions
+		will = &paho.WillMessage{Topic: ProxyTopicsFor(cfg.ProxyID).State(), Payload: payload.ProxyOffline(cfg.ProxyID), QoS: 1, Retain: true}
 	}
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = 30
@@ -107,19 +149,21 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		SessionExpiryInterval:         0,
 		ReconnectBackoff:              autopaho.NewExponentialBackoff(500*time.Millisecond, 30*time.Second, time.Second, 2),
 		ConnectTimeout:                10 * time.Second,
-		WillMessage: &paho.WillMessage{
-			Topic: topics.State, Payload: payload.Offline(cfg.CPEID), QoS: 1, Retain: true,
-		},
+		WillMessage:                   will,
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
 			// Subscribe from a goroutine: the callback must not block.
 			go func() {
 				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
-				if _, err := cm.Subscribe(sctx, &paho.Subscribe{
-					Subscriptions: []paho.SubscribeOptions{{Topic: topics.Weights, QoS: 1}},
-				}); err != nil {
-					onErr(fmt.Errorf("mqtt: subscribe %s: %w", topics.Weights, err))
-					return
+				for batch := range slices.Chunk(subs, subscribeBatch) {
+					opts := make([]paho.SubscribeOptions, len(batch))
+					for i, t := range batch {
+						opts[i] = paho.SubscribeOptions{Topic: t, QoS: 1}
+					}
+					if _, err := cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: opts}); err != nil {
+						onErr(fmt.Errorf("mqtt: subscribe %s (%d topics): %w", batch[0], len(batch), err))
+						return
+					}
 				}
 				if cfg.OnConnect != nil {
 					cfg.OnConnect()
@@ -134,11 +178,14 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		},
 		OnConnectError: func(err error) { onErr(fmt.Errorf("mqtt: connect: %w", err)) },
 		ClientConfig: paho.ClientConfig{
-			ClientID: cfg.CPEID,
+			ClientID: clientID,
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 				func(pr paho.PublishReceived) (bool, error) {
-					if pr.Packet.Topic == topics.Weights && cfg.OnWeights != nil {
+					switch {
+					case cfg.CPEID != "" && pr.Packet.Topic == topics.Weights && cfg.OnWeights != nil:
 						cfg.OnWeights(pr.Packet.Payload, time.Now())
+					case cfg.CPEID == "" && cfg.OnMessage != nil:
+						cfg.OnMessage(pr.Packet.Topic, pr.Packet.Payload, time.Now())
 					}
 					return true, nil
 				},
@@ -156,6 +203,18 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 
 // ErrNotConnected is returned by publishes while the connection is down.
 var ErrNotConnected = errors.New("mqtt: not connected")
+
+// PublishRetained publishes a retained QoS 1 payload on topic (an empty
+// one clears the topic's retained message) and waits for the broker's
+// acknowledgement.
+func (c *Client) PublishRetained(ctx context.Context, topic string, b []byte) error {
+	return c.publish(ctx, topic, b, 1, true)
+}
+
+// PublishQoS0 publishes b on topic at QoS 0, not retained (telemetry).
+func (c *Client) PublishQoS0(ctx context.Context, topic string, b []byte) error {
+	return c.publish(ctx, topic, b, 0, false)
+}
 
 // PublishState publishes a retained QoS 1 state payload and waits for the
 // broker's acknowledgement.
@@ -191,4 +250,18 @@ func (c *Client) Disconnect(ctx context.Context) error {
 		return fmt.Errorf("mqtt: disconnect: %w", err)
 	}
 	return nil
+}
+
+// CommonName returns the CN of the client certificate in cfg (as LoadTLS
+// builds it): the broker's ACL knows the agent by it, so an agent whose
+// configured id differs would subscribe to topics it can never read.
+func CommonName(cfg *tls.Config) (string, error) {
+	if cfg == nil || len(cfg.Certificates) == 0 || len(cfg.Certificates[0].Certificate) == 0 {
+		return "", errors.New("tls: no client certificate")
+	}
+	leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+	if err != nil {
+		return "", fmt.Errorf("tls: client certificate: %w", err)
+	}
+	return leaf.Subject.CommonName, nil
 }

@@ -1,8 +1,11 @@
-// Command mcw-agent is the CPE agent of the multi-connectivity weights
-// xApp: it receives per-WAT weights over MQTT 5 (mutual TLS), applies them
-// to the kernel's MPTCP scheduler through a backend, reacts to links going
-// down by itself, falls back to safe weights when the xApp's lease runs
-// out, and reports state and subflow telemetry.
+// Command mcw-agent is the agent of the multi-connectivity weights xApp.
+// In role cpe (the default) it runs on a CPE: it receives per-WAT weights
+// over MQTT 5 (mutual TLS), applies the uplink set to the kernel's MPTCP
+// scheduler through a backend, reacts to links going down by itself, falls
+// back to safe weights when the xApp's lease runs out, and reports state
+// (with its WAT addresses) and subflow telemetry. In role proxy it runs
+// beside an MPTCP proxy and applies the downlink set of every CPE it
+// serves (package proxy).
 //
 // Usage:
 //
@@ -13,6 +16,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,6 +39,7 @@ import (
 	"github.com/mcw-xapp/kernel-agent/mptcppm"
 	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
+	"github.com/mcw-xapp/kernel-agent/proxy"
 	"github.com/mcw-xapp/kernel-agent/state"
 	"github.com/mcw-xapp/kernel-agent/supervisor"
 	"github.com/mcw-xapp/kernel-agent/telemetry"
@@ -63,11 +68,20 @@ func main() {
 	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("cpe_id", cfg.CPEID)
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if cfg.IsProxy() {
+		log = log.With("proxy_id", cfg.ProxyID)
+	} else {
+		log = log.With("cpe_id", cfg.CPEID)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg, log); err != nil && !errors.Is(err, context.Canceled) {
+	runRole := run
+	if cfg.IsProxy() {
+		runRole = runProxy
+	}
+	if err := runRole(ctx, cfg, log); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("exiting", "err", err)
 		os.Exit(1)
 	}
@@ -113,19 +127,11 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	sup := supervisor.New(supervisor.Config{Log: log, OnChange: m.SetWorkerUp})
 
-	if cfg.MetricsListen != "" {
-		ln, err := net.Listen("tcp", cfg.MetricsListen)
-		if err != nil {
-			return fmt.Errorf("metrics: %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", m.Handler())
-		mux.Handle("/healthz", sup)
-		sup.Add(serveWorker(ln, mux))
-		log.Info("metrics listening", "addr", ln.Addr().String())
+	if err := serveMetrics(cfg, m, sup, log); err != nil {
+		return err
 	}
 
-	tlsCfg, err := mqttclient.LoadTLS(cfg.MQTT.CAFile, cfg.MQTT.CertFile, cfg.MQTT.KeyFile)
+	tlsCfg, err := loadTLS(cfg)
 	if err != nil {
 		return err
 	}
@@ -148,16 +154,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	for _, w := range a.Workers(client) {
 		sup.Add(w)
 	}
-	sup.Add(supervisor.Worker{Name: "mqtt", Run: func(ctx context.Context, _ func()) error {
-		// autopaho reconnects by itself and its keepalive detects a dead
-		// connection; what must not happen is the manager giving up.
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-client.Done():
-			return errors.New("mqtt: connection manager stopped")
-		}
-	}})
+	sup.Add(mqttWorker(client))
 	log.Info("agent starting", "backend", be.Name(), "wats", wats, "safe_weights", cfg.SafeWeights.String(),
 		"max_clock_skew", cfg.Lease.MaxClockSkew().String())
 	runErr := sup.Run(ctx)
@@ -174,6 +171,138 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	log.Info("agent stopped")
 	return runErr
+}
+
+// mqttWorker watches the connection manager: autopaho reconnects by itself
+// and its keepalive detects a dead connection; what must not happen is the
+// manager giving up.
+func mqttWorker(client *mqttclient.Client) supervisor.Worker {
+	return supervisor.Worker{Name: "mqtt", Run: func(ctx context.Context, _ func()) error {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-client.Done():
+			return errors.New("mqtt: connection manager stopped")
+		}
+	}}
+}
+
+// loadTLS loads the client's mutual-TLS material and checks that the
+// certificate's CN is the configured id: the broker's ACL knows the agent
+// by its CN only, so a mismatch would leave it reading topics it may not.
+func loadTLS(cfg config.Config) (*tls.Config, error) {
+	tlsCfg, err := mqttclient.LoadTLS(cfg.MQTT.CAFile, cfg.MQTT.CertFile, cfg.MQTT.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	cn, err := mqttclient.CommonName(tlsCfg)
+	if err != nil {
+		return nil, err
+	}
+	if id := cfg.ClientID(); cn != id {
+		key := "cpe_id"
+		if cfg.IsProxy() {
+			key = "proxy_id"
+		}
+		return nil, fmt.Errorf("mqtt.cert_file %s: certificate CN %q is not the configured %s %q", cfg.MQTT.CertFile, cn, key, id)
+	}
+	return tlsCfg, nil
+}
+
+// serveMetrics adds the metrics and health endpoint to sup.
+func serveMetrics(cfg config.Config, m *metrics.Metrics, sup *supervisor.Supervisor, log *slog.Logger) error {
+	if cfg.MetricsListen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", cfg.MetricsListen)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	mux.Handle("/healthz", sup)
+	sup.Add(serveWorker(ln, mux))
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	return nil
+}
+
+// runProxy wires the proxy role together and runs it like run.
+func runProxy(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	dl, err := newDownlink(cfg)
+	if err != nil {
+		return err
+	}
+	defer dl.Close()
+	m := metrics.New()
+	deps := proxy.Deps{Downlink: dl, Metrics: m, Log: log}
+	if cfg.Telemetry.IntervalMs > 0 {
+		sd, err := telemetry.Dial()
+		if err != nil {
+			return err
+		}
+		defer sd.Close()
+		deps.Subflows = sd
+	}
+	px, err := proxy.New(proxy.Config{
+		ProxyID: cfg.ProxyID, CPEs: cfg.CPEs, SafeWeights: cfg.SafeWeights, StateDir: cfg.StateDir,
+		TelemetryInterval: cfg.Telemetry.Interval(), MPTCPOnly: cfg.Telemetry.OnlyMPTCP(),
+		MaxClockSkew: cfg.Lease.MaxClockSkew(),
+	}, deps)
+	if err != nil {
+		return err
+	}
+	sup := supervisor.New(supervisor.Config{Log: log, OnChange: m.SetWorkerUp})
+	if err := serveMetrics(cfg, m, sup, log); err != nil {
+		return err
+	}
+	tlsCfg, err := loadTLS(cfg)
+	if err != nil {
+		return err
+	}
+	mctx, mcancel := context.WithCancel(context.Background()) // outlives ctx for the goodbye
+	defer mcancel()
+	client, err := mqttclient.Connect(mctx, mqttclient.Config{
+		BrokerURL: cfg.MQTT.BrokerURL, TLS: tlsCfg, ProxyID: cfg.ProxyID, KeepAlive: cfg.MQTT.KeepAliveS,
+		Subscriptions: px.Subscriptions(),
+		OnMessage:     px.HandleMessage,
+		OnConnect: func() {
+			m.Connected.Set(1)
+			log.Info("mqtt connected", "broker", cfg.MQTT.BrokerURL)
+			px.Republish()
+		},
+		OnDisconnect: func() { m.Connected.Set(0); log.Warn("mqtt connection lost") },
+		OnError:      func(err error) { log.Warn("mqtt", "err", err) },
+	})
+	if err != nil {
+		return err
+	}
+	for _, w := range px.Workers(client) {
+		sup.Add(w)
+	}
+	sup.Add(mqttWorker(client))
+	log.Info("proxy starting", "backend", dl.Name(), "cpes", len(cfg.CPEs), "safe_weights", cfg.SafeWeights.String())
+	runErr := sup.Run(ctx)
+
+	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := client.PublishRetained(sctx, mqttclient.ProxyTopicsFor(cfg.ProxyID).State(), payload.ProxyOffline(cfg.ProxyID)); err != nil {
+		log.Warn("offline state not published", "err", err)
+	}
+	if err := client.Disconnect(sctx); err != nil {
+		log.Warn("disconnect", "err", err)
+	}
+	log.Info("proxy stopped")
+	return runErr
+}
+
+// newDownlink builds the proxy role's backend.
+func newDownlink(cfg config.Config) (backend.Downlink, error) {
+	switch cfg.Backend {
+	case payload.BackendDryRun:
+		return dryrun.NewDownlink(), nil
+	default:
+		return nil, fmt.Errorf("backend %s: no downlink implementation in this build yet (use dry-run)", cfg.Backend)
+	}
 }
 
 func newBackend(cfg config.Config) (backend.Backend, error) {
