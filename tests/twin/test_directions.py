@@ -199,3 +199,15 @@ def test_cli_direction(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["twin", "--direction", "both"])
     assert exc.value.code == 2
+
+
+def test_closed_loop_telemetry_of_the_uplink() -> None:
+    from twin.closed_loop_data import closed_loop_telemetry
+
+    df = closed_loop_telemetry(["paper-static"], n_cpes=1, seeds=(3,), directions=("dl", "ul"))
+    ul = df[df["cpe"].str.contains("-ul-")]
+    dl = df[~df["cpe"].str.contains("-ul-")]
+    assert len(ul) == len(dl) == 120 * 3
+    nr = ul[ul["wat"] == "nr"]["capacity_mbps"].mean()
+    assert nr == pytest.approx(NR_UL_PEAK_MBPS, rel=0.02)  # the uplink's truth, for labels
+    assert (ul["delivered_mbps"] <= ul["capacity_mbps"] * (1 + 1e-5) + 1e-6).all()
