@@ -1,0 +1,353 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
+	"github.com/mcw-xapp/kernel-agent/metrics"
+	"github.com/mcw-xapp/kernel-agent/payload"
+)
+
+// clock is a settable clock for lease tests.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+var t0 = time.UnixMilli(1763800000000)
+
+// fixture drives a Proxy's loop steps by hand: Start, then batches of
+// messages each followed by what the loop does after a batch.
+type fixture struct {
+	t   *testing.T
+	p   *Proxy
+	dl  *dryrun.Downlink
+	clk *clock
+	dir string
+	m   *metrics.Metrics
+}
+
+func newFixture(t *testing.T, dir string, cpes ...string) *fixture {
+	t.Helper()
+	if len(cpes) == 0 {
+		cpes = []string{"cpe-0001", "cpe-0002"}
+	}
+	clk := &clock{t: t0}
+	dl := dryrun.NewDownlink()
+	m := metrics.New()
+	p, err := New(Config{ProxyID: "proxy-0001", CPEs: cpes, SafeWeights: payload.Weights{"nr": 1, "wifi": 1, "lifi": 1},
+		StateDir: dir, MaxClockSkew: 5 * time.Second},
+		Deps{Downlink: dl, Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, p: p, dl: dl, clk: clk, dir: dir, m: m}
+}
+
+// step handles msgs as one batch of the loop.
+func (f *fixture) step(msgs ...message) {
+	for _, m := range msgs {
+		f.p.handle(m)
+	}
+	f.p.expireLeases()
+	f.p.flush(context.Background())
+	f.p.resetTimer()
+}
+
+// persisted waits for the persister's work to be done synchronously.
+func (f *fixture) persisted() {
+	for id, it := range f.p.persist.take() {
+		if err := it.store.Save(it.rec); err != nil {
+			f.t.Fatalf("save %s: %v", id, err)
+		}
+	}
+}
+
+func (f *fixture) state(cpeID string) payload.State {
+	f.t.Helper()
+	b := f.p.LastState(cpeID)
+	if b == nil {
+		f.t.Fatalf("no state for %s", cpeID)
+	}
+	s, err := payload.ParseState(b)
+	if err != nil {
+		f.t.Fatalf("own state does not parse: %v\n%s", err, b)
+	}
+	return s
+}
+
+func (f *fixture) proxyState() payload.ProxyState {
+	f.t.Helper()
+	s, err := payload.ParseProxyState(f.p.out.last(f.p.topics.State()))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+func weights(cpeID string, version int64, issued time.Time, lease float64, dl, ul string) message {
+	return message{topic: "mcw/v1/cpe/" + cpeID + "/weights", at: issued, data: []byte(fmt.Sprintf(
+		`{"schema":"mcw.weights.v2","cpe_id":%q,"version":%d,"issued_at_ms":%d,"lease_s":%g,`+
+			`"dl":{"mode":"fixed_split","reason":"test","weights":%s},"ul":{"mode":"load_balancing","weights":%s}}`,
+		cpeID, version, issued.UnixMilli(), lease, dl, ul))}
+}
+
+// onTopic moves m to the weights topic of cpeID.
+func onTopic(cpeID string, m message) message {
+	m.topic = "mcw/v1/cpe/" + cpeID + "/weights"
+	return m
+}
+
+// cpeState is the CPE agent's retained state with addresses and links.
+func cpeState(cpeID, addrs, links string) message {
+	return message{topic: "mcw/v1/cpe/" + cpeID + "/state", data: []byte(fmt.Sprintf(
+		`{"schema":"mcw.state.v2","cpe_id":%q,"online":true,"role":"cpe","direction":"ul","time_ms":1,`+
+			`"applied_version":0,"applied_weights":{},"addresses":%s,"links":%s,"event":"started","last_error":""}`,
+		cpeID, addrs, links))}
+}
+
+const (
+	addrs1 = `{"nr":"10.31.1.2","wifi":"10.31.2.2","lifi":"10.31.3.2"}`
+	up1    = `{"nr":"up","wifi":"up","lifi":"up"}`
+	addrs2 = `{"nr":"10.32.1.2","wifi":"10.32.2.2"}`
+	up2    = `{"nr":"up","wifi":"up"}`
+)
+
+func TestProxyAppliesDownlink(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	if s := f.state("cpe-0001"); s.Event != payload.EventStarted || s.Role != payload.RoleProxy || s.Direction != payload.DL ||
+		s.ProxyID != "proxy-0001" || !strings.Contains(s.LastError, "no WAT address") {
+		t.Fatalf("start state = %+v", s)
+	}
+	f.step(cpeState("cpe-0001", addrs1, up1), cpeState("cpe-0002", addrs2, up2))
+	// Safe weights on every WAT with an address.
+	want := map[string]payload.Weights{"cpe-0001": {"nr": 1, "wifi": 1, "lifi": 1}, "cpe-0002": {"nr": 1, "wifi": 1}}
+	if diff := cmp.Diff(want, f.dl.Last()); diff != "" {
+		t.Fatalf("safe weights (-want +got):\n%s", diff)
+	}
+	f.step(weights("cpe-0001", 5, t0, 30, `{"nr":200,"wifi":50,"lifi":0}`, `{"nr":1}`))
+	want["cpe-0001"] = payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}
+	if diff := cmp.Diff(want, f.dl.Last()); diff != "" {
+		t.Fatalf("dl weights (-want +got):\n%s", diff)
+	}
+	for _, c := range f.dl.LastPaths() {
+		if c.CPEID == "cpe-0001" && c.Paths[0].Addr.String() != "10.31.1.2" {
+			t.Fatalf("paths carry the CPE's addresses: %+v", c.Paths)
+		}
+	}
+	s := f.state("cpe-0001")
+	if s.Event != payload.EventApplied || s.AppliedVersion != 5 || s.LastError != "" ||
+		!cmp.Equal(s.AppliedWeights, want["cpe-0001"]) || s.Capabilities == nil || s.Capabilities.MaxWeight != 255 {
+		t.Fatalf("state after update = %+v", s)
+	}
+	if ps := f.proxyState(); ps.CPEs != 2 || ps.CPEsApplied != 1 || ps.Rules.Used != 5 || !ps.Online || ps.Backend != payload.BackendDryRun {
+		t.Fatalf("proxy state = %+v", ps)
+	}
+}
+
+// TestProxyPerCPERules runs the CPE agent's rules for one CPE and checks
+// after every step that the other CPE was not touched.
+func TestProxyPerCPERules(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	f.step(cpeState("cpe-0001", addrs1, up1), cpeState("cpe-0002", addrs2, up2),
+		weights("cpe-0002", 1, t0, 3600, `{"nr":7,"wifi":3}`, `{"nr":1}`),
+		weights("cpe-0001", 10, t0, 30, `{"nr":200,"wifi":50}`, `{"nr":1}`))
+	other := payload.Weights{"nr": 7, "wifi": 3}
+	steps := []struct {
+		name    string
+		advance time.Duration
+		msgs    []message
+		want    payload.Weights // cpe-0001's applied dl weights
+		event   string
+		errHas  string
+		version int64
+	}{
+		{"replay ignored", 0, []message{weights("cpe-0001", 10, t0, 30, `{"nr":1}`, `{"nr":1}`)},
+			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventApplied, "", 10},
+		{"stale refused", 0, []message{weights("cpe-0001", 9, t0, 30, `{"nr":1}`, `{"nr":1}`)},
+			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventRejected, "stale", 10},
+		{"v1 refused by name", 0, []message{{topic: "mcw/v1/cpe/cpe-0001/weights", data: []byte(
+			`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":11,"issued_at_ms":1763800000000,"lease_s":5,"mode":"fixed_split","weights":{"nr":1}}`)}},
+			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventRejected, "mcw.weights.v1 is not accepted", 10},
+		{"another CPE's payload on this topic", 0, []message{onTopic("cpe-0001", weights("cpe-0002", 11, t0, 30, `{"nr":1}`, `{"nr":1}`))},
+			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventRejected, "is not this CPE", 10},
+		{"garbage", 0, []message{{topic: "mcw/v1/cpe/cpe-0001/weights", data: []byte(`{"schema":`)}},
+			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventRejected, "invalid payload", 10},
+		{"link down masks the WAT", 0, []message{cpeState("cpe-0001", addrs1, `{"nr":"down","wifi":"up","lifi":"up"}`)},
+			payload.Weights{"nr": 0, "wifi": 50, "lifi": 0}, payload.EventLinkDown, "", 10},
+		{"the only weighted link down: safe weights of the usable WATs", 0, []message{cpeState("cpe-0001", addrs1, `{"nr":"down","wifi":"down","lifi":"up"}`)},
+			payload.Weights{"nr": 0, "wifi": 0, "lifi": 1}, payload.EventLinkDown, "", 10},
+		{"every link down: kept as it was, never all zero", 0, []message{cpeState("cpe-0001", addrs1, `{"nr":"down","wifi":"down","lifi":"down"}`)},
+			payload.Weights{"nr": 0, "wifi": 0, "lifi": 1}, payload.EventLinkDown, "no usable WAT", 10},
+		{"links back", 0, []message{cpeState("cpe-0001", addrs1, up1)},
+			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventLinkUp, "", 10},
+		{"address change follows the CPE", 0, []message{cpeState("cpe-0001", `{"nr":"10.31.1.9","wifi":"10.31.2.2"}`, `{"nr":"up","wifi":"up"}`)},
+			payload.Weights{"nr": 200, "wifi": 50}, payload.EventLinkUp, "", 10},
+		{"the CPE agent's last will keeps the downlink", 0, []message{{topic: "mcw/v1/cpe/cpe-0001/state", data: payload.Offline("cpe-0001")}},
+			payload.Weights{"nr": 200, "wifi": 50}, payload.EventLinkUp, "", 10},
+		{"lease expiry: safe weights", 31 * time.Second, nil,
+			payload.Weights{"nr": 1, "wifi": 1}, payload.EventLeaseExpired, "", 0},
+		{"expired on arrival: refused, safe weights stay", 0, []message{weights("cpe-0001", 12, t0, 30, `{"nr":9}`, `{"nr":1}`)},
+			payload.Weights{"nr": 1, "wifi": 1}, payload.EventRejected, "lease already expired", 0},
+		{"issued in the future: refused", 0, []message{weights("cpe-0001", 13, t0.Add(time.Minute), 30, `{"nr":9}`, `{"nr":1}`)},
+			payload.Weights{"nr": 1, "wifi": 1}, payload.EventRejected, "issued in the future", 0},
+		{"fresh update", 0, []message{weights("cpe-0001", 14, t0.Add(31*time.Second), 30, `{"wifi":9}`, `{"nr":1}`)},
+			payload.Weights{"nr": 0, "wifi": 9}, payload.EventApplied, "", 14},
+	}
+	for _, st := range steps {
+		f.clk.t = f.clk.t.Add(st.advance)
+		f.step(st.msgs...)
+		last := f.dl.Last()
+		if diff := cmp.Diff(st.want, last["cpe-0001"]); diff != "" {
+			t.Fatalf("%s: cpe-0001 dl (-want +got):\n%s", st.name, diff)
+		}
+		if st.name != "fresh update" && !cmp.Equal(other, last["cpe-0002"]) {
+			t.Fatalf("%s: cpe-0002 changed to %v", st.name, last["cpe-0002"])
+		}
+		s := f.state("cpe-0001")
+		if s.Event != st.event || !strings.Contains(s.LastError, st.errHas) || (st.errHas == "" && s.LastError != "") || s.AppliedVersion != st.version {
+			t.Fatalf("%s: state event %q version %d last_error %q, want %q %d %q", st.name, s.Event, s.AppliedVersion, s.LastError, st.event, st.version, st.errHas)
+		}
+	}
+}
+
+func TestProxyRestartRefusesReplay(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixture(t, dir)
+	f.step(cpeState("cpe-0001", addrs1, up1), weights("cpe-0001", 7, t0, 60, `{"nr":3}`, `{"nr":1}`))
+	f.persisted()
+
+	g := newFixture(t, dir) // restart, lease still running
+	if s := g.state("cpe-0001"); s.Event != payload.EventRestored {
+		t.Fatalf("after restart: %+v", s)
+	}
+	g.step(cpeState("cpe-0001", addrs1, up1), weights("cpe-0001", 7, t0, 60, `{"nr":99}`, `{"nr":1}`), weights("cpe-0001", 6, t0, 60, `{"nr":99}`, `{"nr":1}`))
+	if got := g.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 3, "wifi": 0, "lifi": 0}) {
+		t.Fatalf("restored weights = %v", got)
+	}
+	if s := g.state("cpe-0001"); s.Event != payload.EventRejected || !strings.Contains(s.LastError, "stale") || s.AppliedVersion != 7 {
+		t.Fatalf("stale after restart: %+v", s)
+	}
+	// The other CPE had no state: it starts on safe weights.
+	if s := g.state("cpe-0002"); s.Event != payload.EventStarted {
+		t.Fatalf("cpe-0002: %+v", s)
+	}
+}
+
+func TestProxyJoinLeave(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixture(t, dir, "cpe-0001", "cpe-0002")
+	f.step(cpeState("cpe-0001", addrs1, up1), cpeState("cpe-0002", addrs2, up2))
+	if n := len(f.dl.Last()); n != 2 {
+		t.Fatalf("served set = %v", f.dl.Last())
+	}
+	// Restart serving cpe-0002 and a new cpe-0003: cpe-0001's retained
+	// state is cleared, its directory removed, its rules not applied.
+	g := newFixture(t, dir, "cpe-0002", "cpe-0003")
+	if b, ok := g.p.out.latest[g.p.topics.CPEState("cpe-0001")]; !ok || len(b) != 0 {
+		t.Fatalf("cpe-0001's state not cleared: %q %v", b, ok)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cpe", "cpe-0001")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("cpe-0001's directory: %v", err)
+	}
+	g.step(cpeState("cpe-0002", addrs2, up2), cpeState("cpe-0001", addrs1, up1), cpeState("cpe-0003", `{"lifi":"fd00::3"}`, `{"lifi":"up"}`))
+	want := map[string]payload.Weights{"cpe-0002": {"nr": 1, "wifi": 1}, "cpe-0003": {"lifi": 1}}
+	if diff := cmp.Diff(want, g.dl.Last()); diff != "" {
+		t.Fatalf("served set after join/leave (-want +got):\n%s", diff)
+	}
+}
+
+func TestProxyBackendFailures(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	f.step(cpeState("cpe-0001", addrs1, up1), cpeState("cpe-0002", addrs2, up2))
+
+	// Nothing applied: the update is rolled back and may come again.
+	f.dl.SetErr(errors.New("kernel says no"))
+	f.step(weights("cpe-0001", 3, t0, 30, `{"nr":5}`, `{"nr":1}`))
+	if s := f.state("cpe-0001"); s.Event != payload.EventRejected || !strings.Contains(s.LastError, "kernel says no") || s.AppliedVersion != 0 {
+		t.Fatalf("after a failed apply: %+v", s)
+	}
+	if ps := f.proxyState(); !strings.Contains(ps.LastError, "kernel says no") {
+		t.Fatalf("proxy state: %+v", ps)
+	}
+	f.dl.SetErr(nil)
+	f.step(weights("cpe-0001", 3, t0, 30, `{"nr":5}`, `{"nr":1}`))
+	if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 5, "wifi": 0, "lifi": 0}) {
+		t.Fatalf("redelivered update: %v", got)
+	}
+
+	// One CPE beyond the backend's bound: reported, the other unaffected.
+	f.dl.Refuse("cpe-0002", errors.New("tuple bound 4 reached"))
+	f.step(weights("cpe-0002", 1, t0, 30, `{"wifi":5}`, `{"nr":1}`))
+	if _, ok := f.dl.Last()["cpe-0002"]; ok {
+		t.Fatal("refused CPE recorded as applied")
+	}
+	if s := f.state("cpe-0002"); !strings.Contains(s.LastError, "tuple bound 4 reached") || len(s.AppliedWeights) != 0 || s.AppliedVersion != 0 {
+		t.Fatalf("refused CPE state: %+v", s)
+	}
+	if ps := f.proxyState(); ps.Rules.OverflowCPEs != 1 || ps.CPEsApplied != 1 {
+		t.Fatalf("proxy state: %+v", ps)
+	}
+	f.dl.Refuse("cpe-0002", nil)
+	f.step(cpeState("cpe-0002", addrs2, `{"nr":"up","wifi":"down"}`))
+	f.step(cpeState("cpe-0002", addrs2, up2))
+	if got := f.dl.Last()["cpe-0002"]; !cmp.Equal(got, payload.Weights{"nr": 0, "wifi": 5}) {
+		t.Fatalf("once room is back: %v", got)
+	}
+}
+
+func TestProxyBadCPEState(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	f.step(cpeState("cpe-0001", addrs1, up1))
+	before := f.dl.Calls()
+	for name, data := range map[string]string{
+		"other cpe_id":  string(cpeState("cpe-0002", addrs2, up2).data),
+		"proxy role":    strings.Replace(string(cpeState("cpe-0001", addrs2, up2).data), `"role":"cpe"`, `"role":"proxy"`, 1),
+		"bad address":   string(cpeState("cpe-0001", `{"nr":"10.0.0.300"}`, up2).data),
+		"state v1":      strings.Replace(string(cpeState("cpe-0001", addrs2, up2).data), "mcw.state.v2", "mcw.state.v1", 1),
+		"truncated":     `{"schema":"mcw.state.v2"`,
+		"unknown WAT":   string(cpeState("cpe-0001", `{"6g":"10.0.0.1"}`, up2).data),
+		"deeply nested": `{"schema":"mcw.state.v2","cpe_id":"cpe-0001","online":true,"links":{"nr":[[[[[]]]]]}}`,
+	} {
+		f.step(message{topic: "mcw/v1/cpe/cpe-0001/state", data: []byte(data)})
+		if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 1, "wifi": 1, "lifi": 1}) {
+			t.Fatalf("%s: changed the CPE's downlink to %v", name, got)
+		}
+	}
+	if f.dl.Calls() != before {
+		t.Fatalf("ignored states caused %d applies", f.dl.Calls()-before)
+	}
+	// Topics of no served CPE are ignored.
+	f.step(weights("cpe-9999", 1, t0, 30, `{"nr":1}`, `{"nr":1}`), message{topic: "mcw/v1/cpe/cpe-0001/other", data: []byte("x")})
+	if f.dl.Calls() != before {
+		t.Fatal("foreign topics caused an apply")
+	}
+}
+
+func TestSplitTopic(t *testing.T) {
+	for topic, want := range map[string][3]any{
+		"mcw/v1/cpe/cpe-0001/weights":   {"cpe-0001", "weights", true},
+		"mcw/v1/cpe/cpe-0001/state":     {"cpe-0001", "state", true},
+		"mcw/v1/cpe/cpe-0001/telemetry": {"", "", false},
+		"mcw/v1/proxy/p/state":          {"", "", false},
+		"mcw/v1/cpe/cpe-0001":           {"", "", false},
+	} {
+		id, kind, ok := splitTopic(topic)
+		if id != want[0] || kind != want[1] || ok != want[2] {
+			t.Errorf("splitTopic(%q) = %q %q %v", topic, id, kind, ok)
+		}
+	}
+}
