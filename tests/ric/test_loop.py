@@ -44,7 +44,9 @@ class Oracle:
 
 class FakePublisher:
     def __init__(self) -> None:
+        #: (cpe_id, ul weights, ul mode, version) per message; sent_dl the same for dl.
         self.sent: list[tuple[str, dict[str, int], str, int]] = []
+        self.sent_dl: list[tuple[str, dict[str, int], str, int]] = []
         self.version: dict[str, int] = {}
         self.fail = False
 
@@ -54,7 +56,10 @@ class FakePublisher:
         result = PublishResult()
         for i, cpe_id in enumerate(batch.cpe_ids):
             v = self.version[cpe_id] = self.version.get(cpe_id, 0) + 1
-            self.sent.append((cpe_id, dict(batch.decision(i).weights), batch.modes[i], v))
+            self.sent.append((cpe_id, dict(batch.decision(i, "ul").weights), batch.ul.modes[i],
+                              v))
+            self.sent_dl.append((cpe_id, dict(batch.decision(i, "dl").weights),
+                                 batch.dl.modes[i], v))
             result.versions[cpe_id] = v
         return result
 
@@ -122,10 +127,11 @@ def test_hysteresis_holds_small_changes_and_follows_big_ones() -> None:
     first = pub.last("cpe-1")
     kpis.cap[("cpe-1", "nr")] = 345.0   # < 2 % better aggregate: held
     r = loop.tick(101.0)
-    assert r.held == 1 and r.published == {}
+    # Rows without a direction apply to both: one decision per direction.
+    assert r.held == 2 and r.published == {}
     kpis.cap[("cpe-1", "nr")] = 1190.0  # much better with new weights
     r = loop.tick(102.0)
-    assert r.changed == 1 and pub.last("cpe-1") != first
+    assert r.changed == 2 and pub.last("cpe-1") != first
 
 
 def test_policy_scope_and_change_apply_at_the_next_tick() -> None:
@@ -137,7 +143,8 @@ def test_policy_scope_and_change_apply_at_the_next_tick() -> None:
     r = loop.tick(101.0)
     assert set(r.published) == {"cpe-2"}
     assert pub.last("cpe-2")["wifi"] == 0 and pub.last("cpe-1")["wifi"] > 0
-    assert state.cpe("cpe-2").policy_source == "no-wifi"  # type: ignore[union-attr]
+    assert state.cpe("cpe-2").ul.policy_source == "no-wifi"  # type: ignore[union-attr]
+    assert state.cpe("cpe-2").dl.policy_source == "no-wifi"  # type: ignore[union-attr]
 
 
 def test_update_period_of_the_policy_spaces_decisions() -> None:
@@ -149,7 +156,7 @@ def test_update_period_of_the_policy_spaces_decisions() -> None:
     assert loop.tick(101.0).decided == 0
     assert loop.tick(104.0).decided == 0
     r = loop.tick(104.6)  # within half a control period of 5 s
-    assert r.decided == 1 and r.changed == 1
+    assert r.decided == 2 and r.changed == 2
 
 
 def test_no_usable_wat_keeps_previous_weights_and_counts_it() -> None:
@@ -160,8 +167,8 @@ def test_no_usable_wat_keeps_previous_weights_and_counts_it() -> None:
     # Every WAT below the capacity floor: nothing usable.
     book.set_default({**DEFAULTS, "capacity_floor_mbps": 5000.0})
     r = loop.tick(101.0)
-    assert r.no_usable == 1 and r.published == {}
-    assert metrics.decisions.labels(result="no_usable_wat")._value.get() == 1
+    assert r.no_usable == 2 and r.published == {}
+    assert metrics.decisions.labels(result="no_usable_wat")._value.get() == 2
     # The previous weights keep their lease.
     r = loop.tick(116.0)
     assert r.published == {"cpe-1": 2} and pub.last("cpe-1") == before
@@ -185,12 +192,12 @@ def test_bad_rows_are_skipped_and_counted() -> None:
     kpis.cap[("cpe-1", "smoke-signals")] = 1.0
     kpis.cap[("cpe-1", "lte")] = float("nan")
     r = loop.tick(100.0)
-    assert r.skipped_rows == {"unknown_wat": 1, "no_forecast": 1}
+    assert r.skipped_rows == {"unknown_wat": 2, "no_forecast": 2}  # a row per direction
     # A WAT with no forecast is tried at the CPE's smallest forecast (LiFi's), so it is
     # measured rather than locked out: a small share, like LiFi's.
     w = pub.last("cpe-1")
     assert 1 <= w["lte"] <= w["lifi"] + 1 and w["wifi"] > w["nr"] > w["lte"]
-    assert metrics.kpi_rows_skipped.labels(reason="unknown_wat")._value.get() == 1
+    assert metrics.kpi_rows_skipped.labels(reason="unknown_wat")._value.get() == 2
 
 
 def test_restart_restores_hysteresis_from_state() -> None:
@@ -201,7 +208,7 @@ def test_restart_restores_hysteresis_from_state() -> None:
     loop2 = ControlLoop(kpis, Oracle(), pub, None, book.resolver, state)
     kpis.cap[("cpe-1", "nr")] = 345.0
     r = loop2.tick(101.0)
-    assert r.held == 1 and r.published == {}
+    assert r.held == 2 and r.published == {}
 
 
 def test_empty_frame_and_runner_ticks_until_stopped() -> None:

@@ -103,7 +103,9 @@ def test_endpoints(process: main.XappProcess, lab: dict[str, Path]) -> None:
     assert get(port, "/nope")[0] == 404
     first = published(lab["out"])[0]
     assert first["cpe_id"] == "cpe-1" and first["version"] >= 1
-    assert first["weights"]["wifi"] > first["weights"]["nr"] > 0
+    assert first["schema"] == "mcw.weights.v2"
+    for direction in ("dl", "ul"):
+        assert first[direction]["weights"]["wifi"] > first[direction]["weights"]["nr"] > 0
 
 
 def test_ready_tells_the_truth_about_redis(process: main.XappProcess, lab: dict[str, Path],
@@ -137,10 +139,10 @@ def test_ready_tells_the_truth_about_redis(process: main.XappProcess, lab: dict[
 
 def test_config_change_on_disk_is_applied(process: main.XappProcess, lab: dict[str, Path]) -> None:
     assert wait_until(lambda: len(published(lab["out"])) > 0)
-    assert published(lab["out"])[-1]["weights"]["wifi"] > 10
+    assert published(lab["out"])[-1]["ul"]["weights"]["wifi"] > 10
     write_config(lab["config"], {**CONTROLS, "log_level": "DEBUG", "default_policy": {
         **CONTROLS["default_policy"], "max_weight": 10}})
-    assert wait_until(lambda: max(published(lab["out"])[-1]["weights"].values()) <= 10)
+    assert wait_until(lambda: max(published(lab["out"])[-1]["ul"]["weights"].values()) <= 10)
     assert process.watcher.current.controls.log_level == "DEBUG"
     # A broken file is ignored and the running configuration stays.
     lab["config"].write_text("{broken")

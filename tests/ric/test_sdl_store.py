@@ -15,7 +15,7 @@ from xapp.adapters.sdl import (
     ricsdl_backend,
 )
 from xapp.core.policy_book import PolicyInstance
-from xapp.core.ports import CpeRecord
+from xapp.core.ports import CpeRecord, DirectionRecord
 from xapp.core.weights import WeightDecision
 
 NS = "mcw-test"
@@ -58,13 +58,39 @@ def test_state_survives_a_restart_of_the_xapp(redis: RedisServer) -> None:
     assert b.sync()
     assert b.policies() == [PolicyInstance("p1", {"max_weight": 9}, frozenset({"cpe-1"}), 12.5)]
     assert b.cpe("cpe-1") == record(7)
-    assert b.cpe("cpe-1").decision().weights == {"nr": 30, "wifi": 100}  # type: ignore[union-attr]
+    assert b.cpe("cpe-1").ul.decision().weights == {"nr": 30, "wifi": 100}  # type: ignore[union-attr]
     assert b.model_version == "model-2024-01"
     assert len(restored) == 1 and restored[0].model_version == "model-2024-01"
     # Deletions reach Redis too.
     b.delete_policy("p1")
     assert b.sync() and "policy/p1" not in raw_keys()
     b.stop()
+
+
+def test_directions_survive_a_restart_and_old_records_read_as_both(redis: RedisServer
+                                                                   ) -> None:
+    a = StateStore(NS, ricsdl_backend)
+    dl = DirectionRecord.from_decision(decision(200, 5), mode="load_balancing",
+                                       policy_source="dl-only")
+    ul = DirectionRecord.from_decision(decision(1, 90), mode="fixed_split",
+                                       policy_source="default")
+    a.put_cpe("cpe-2", CpeRecord(11, 3.0, dl, ul))
+    assert a.sync()
+    a.stop()
+    # A record as the xApp wrote it before directions existed: one set, for both.
+    old = {"version": 4, "weights": {"nr": 3, "lifi": 1}, "shares": {"nr": 0.75, "lifi": 0.25},
+           "aggregate_mbps": 40.0, "usable": ["lifi", "nr"], "reason": "load_balancing",
+           "mode": "load_balancing", "policy_source": "default", "time_s": 2.0}
+    b = StateStore(NS, ricsdl_backend)
+    assert b.sync()
+    got = b.cpe("cpe-2")
+    assert got == CpeRecord(11, 3.0, dl, ul)
+    assert got is not None and got.dl.weights == {"nr": 200, "wifi": 5}
+    assert got.ul.mode == "fixed_split" and got.dl.policy_source == "dl-only"
+    b.stop()
+    restored = CpeRecord.from_dict(old)
+    assert restored.dl == restored.ul and restored.version == 4
+    assert restored.ul.weights == {"nr": 3, "lifi": 1}
 
 
 def test_redis_outage_runs_from_memory_and_catches_up(redis: RedisServer) -> None:

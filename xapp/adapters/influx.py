@@ -51,7 +51,7 @@ from influxdb_client.client.write_api import SYNCHRONOUS
 from influxdb_client.rest import ApiException
 from numpy.typing import NDArray
 
-from xapp.core.forecast import CapacityForecast, KpiFrame
+from xapp.core.forecast import DIRECTIONS, CapacityForecast, KpiFrame
 from xapp.core.intake import LatestKpis
 from xapp.core.kpis import (
     KPI_FIELDS,
@@ -337,22 +337,26 @@ class InfluxStore:
         """
         self._queue(column_lines(
             MEASUREMENT_KPI, {"cpe": frame.cpe.astype(str).tolist(),
-                              "wat": frame.wat.astype(str).tolist()},
+                              "wat": frame.wat.astype(str).tolist(),
+                              "direction": _directions(frame)},
             self.clean_kpis({k: v for k, v in frame.values.items() if k in KPI_FIELDS}),
             round(frame.time_s * 1e9), required=_IDENTITY))
 
     def write_table(self, df: pd.DataFrame) -> int:
-        """Queue a long table (time_s, cpe, wat, [cell], fields); returns points queued."""
+        """Queue a long table (time_s, cpe, wat, [cell], [direction], fields); returns points
+        queued.  A row without a direction is written without the tag (both directions)."""
         times = pd.to_numeric(df["time_s"], errors="coerce").to_numpy(dtype=np.float64) * 1e9
         ok = np.isfinite(times)
         self.counters.parse_skipped += int((~ok).sum())
         df = df[ok]
         cells = (df["cell"].where(df["cell"].notna(), "").astype(str).tolist() if "cell" in df
                  else [""] * len(df))  # (a missing cell is no tag; a cell named "nan" is one)
+        directions = (df["direction"].where(df["direction"].notna(), "").astype(str).tolist()
+                      if "direction" in df else [""] * len(df))
         lines = column_lines(
             MEASUREMENT_KPI, {"cpe": df["cpe"].where(df["cpe"].notna(), "").astype(str).tolist(),
                               "wat": df["wat"].where(df["wat"].notna(), "").astype(str).tolist(),
-                              "cell": cells},
+                              "cell": cells, "direction": directions},
             self.clean_kpis({f: pd.to_numeric(df[f], errors="coerce").to_numpy(dtype=np.float64)
                             for f in df.columns if f in KPI_FIELDS}),
             times[ok].astype(np.int64), required=_IDENTITY)
@@ -370,23 +374,28 @@ class InfluxStore:
                         model_version: str) -> None:
         self._queue(column_lines(
             MEASUREMENT_PREDICTION, {"cpe": frame.cpe.astype(str).tolist(),
-                                     "wat": frame.wat.astype(str).tolist()},
+                                     "wat": frame.wat.astype(str).tolist(),
+                                     "direction": _directions(frame)},
             {"median_mbps": np.asarray(forecast.median_mbps),
              "lower_mbps": np.asarray(forecast.lower_mbps)},
             round(frame.time_s * 1e9), text={"model_version": model_version}, decimals=3,
             required=_IDENTITY))
 
     def write_weights(self, published: Published) -> None:
+        """One ``wat_weight`` point per (CPE, WAT, direction) of the messages published."""
         b = published.batch
-        rows, cols = np.nonzero(b.present)
-        weights = b.weights[rows, cols]
-        totals = np.maximum(np.where(b.present, b.weights, 0).sum(axis=1), 1)
-        self._queue(column_lines(
-            MEASUREMENT_WEIGHT, {"cpe": [b.cpe_ids[i] for i in rows.tolist()],
-                                 "wat": [b.wats[j] for j in cols.tolist()]},
-            {"weight": weights, "share": weights / totals[rows],
-             "version": published.versions[rows]},
-            round(published.time_s * 1e9), decimals=4, required=_IDENTITY))
+        for name in DIRECTIONS:
+            d = b.direction(name)
+            rows, cols = np.nonzero(d.present)
+            weights = d.weights[rows, cols]
+            totals = np.maximum(np.where(d.present, d.weights, 0).sum(axis=1), 1)
+            self._queue(column_lines(
+                MEASUREMENT_WEIGHT, {"cpe": [b.cpe_ids[i] for i in rows.tolist()],
+                                     "wat": [b.wats[j] for j in cols.tolist()],
+                                     "direction": [name] * len(rows)},
+                {"weight": weights, "share": weights / totals[rows],
+                 "version": published.versions[rows]},
+                round(published.time_s * 1e9), decimals=4, required=_IDENTITY))
 
     def flush(self, force: bool = True) -> bool:
         """Send buffered points batch by batch; True when the buffer is empty afterwards.
@@ -502,8 +511,7 @@ class InfluxStore:
             return "'" + pd.Timestamp(t).tz_convert("UTC").isoformat().replace("+00:00", "Z") + "'"
 
         what = ("*" if fields is None
-                else ", ".join([_ident(f) for f in fields] + ['"cpe"::tag', '"wat"::tag',
-                                                                '"cell"::tag']))
+                else ", ".join([_ident(f) for f in fields] + [f'"{t}"::tag' for t in _TAGS]))
         where = f"time >= {when(start)}" + (f" AND time < {when(stop)}" if stop else "")
         return f"SELECT {what} FROM {_ident(measurement)} WHERE {where}"
 
@@ -541,7 +549,10 @@ class InfluxStore:
         """Points of ``measurement`` in [start, stop) as a long table sorted by time.
 
         ``start``/``stop`` are relative (``-24h``) or RFC 3339 times.  Rows without a time,
-        cpe or wat are skipped and counted; non-numeric KPI values become NaN (counted).
+        cpe or wat are skipped and counted; non-numeric KPI values become NaN (counted).  The
+        ``direction`` column is ``dl``, ``ul`` or ``""`` (a point without the tag: both
+        directions, as every point written before directions existed); a row with any other
+        direction is skipped and counted.
 
         Read with InfluxQL over the v1 ``/query`` API, which InfluxDB 1.8 serves and 2.x keeps
         for compatibility, as CSV parsed by pandas: 90,000 points take about 50 ms to parse,
@@ -550,19 +561,22 @@ class InfluxStore:
         """
         raw = self._query(self._influxql(start, stop, measurement, fields))
         if len(raw) == 0 or "time" not in raw:
-            return pd.DataFrame(columns=["time_s", "cpe", "wat", "cell"])
-        for tag in ("cpe", "wat", "cell"):
+            return pd.DataFrame(columns=["time_s", "cpe", "wat", "cell", "direction"])
+        for tag in _TAGS:
             if tag not in raw:
                 raw[tag] = np.nan
         times = pd.to_numeric(raw["time"], errors="coerce")
-        ok = times.notna() & raw["cpe"].notna() & raw["wat"].notna()
+        direction = raw["direction"].fillna("").astype(str)
+        ok = (times.notna() & raw["cpe"].notna() & raw["wat"].notna()
+              & direction.isin(["", *DIRECTIONS]))
         self.counters.parse_skipped += int((~ok).sum())
         raw, times = raw[ok], times[ok]
         df = pd.DataFrame({
             "time_s": times.to_numpy(dtype=np.int64) / 1e9,
             "cpe": raw["cpe"].astype(str).to_numpy(),
             "wat": raw["wat"].astype(str).to_numpy(),
-            "cell": raw["cell"].fillna("").astype(str).to_numpy()})
+            "cell": raw["cell"].fillna("").astype(str).to_numpy(),
+            "direction": direction[ok].to_numpy(dtype=str)})
         for name in raw.columns:
             if name in ("name", "tags", "time", "time_s", *_TAGS):
                 continue  # (a field another writer named time_s must not replace the times)
@@ -582,7 +596,7 @@ class InfluxStore:
         return df.sort_values(["time_s", "cpe", "wat"], kind="mergesort").reset_index(drop=True)
 
 
-_TAGS = ("cpe", "wat", "cell")
+_TAGS = ("cpe", "wat", "cell", "direction")
 #: Tags without which a point of ours means nothing (the reader skips such rows).
 _IDENTITY = ("cpe", "wat")
 #: String fields this xApp writes, read back as text (``""`` where empty or absent).
@@ -727,7 +741,8 @@ class InfluxIntake:
                                      dtype=np.float64)[which]
         times = df["time_s"].to_numpy(dtype=np.float64)
         frame = KpiFrame(time_s=float(times.max()), cpe=df["cpe"].to_numpy(dtype=str),
-                         wat=df["wat"].to_numpy(dtype=str), values=values)
+                         wat=df["wat"].to_numpy(dtype=str), values=values,
+                         direction=df["direction"].to_numpy(dtype=str))
         self.intake.update(frame, times=times)
         self._newest = float(times.max())
         self.rows_read += len(df)
@@ -738,6 +753,13 @@ class InfluxIntake:
 
     def stop(self) -> None:
         self.worker.stop(timeout_s=5.0)
+
+
+def _directions(frame: KpiFrame) -> list[str]:
+    """The ``direction`` tag of each row ("" leaves the tag out: both directions)."""
+    if frame.direction is None:
+        return [""] * len(frame)
+    return frame.direction.astype(str).tolist()
 
 
 def _rfc3339(t: float) -> str:

@@ -12,8 +12,10 @@ re-read whenever it changes, so an experiment can change capacities while the xA
 KPI file format::
 
     {"cpes": {"cpe-1": {"nr": {"delivered_mbps": 342, "saturated": 1, "rtt_ms": 20},
-                        "wifi": {"delivered_mbps": 1190, "saturated": 1}}}}
+                        "wifi": {"rtt_ms": 8, "dl": {"delivered_mbps": 1190, "saturated": 1},
+                                 "ul": {"delivered_mbps": 410, "saturated": 1}}}}}
 
+Fields of a WAT apply to both directions; those under ``dl`` or ``ul`` to that direction only.
 Every row is taken as fresh (its time is the time of the call).
 """
 
@@ -32,7 +34,7 @@ import numpy as np
 
 from xapp.adapters.mqtt.payloads import encode_weights_batch
 from xapp.adapters.mqtt.versions import MemoryVersionStore, VersionAllocator, VersionStore
-from xapp.core.forecast import CapacityForecast, KpiFrame
+from xapp.core.forecast import DIRECTIONS, CapacityForecast, KpiFrame
 from xapp.core.ports import Published, PublishResult, WeightBatch
 
 
@@ -42,7 +44,7 @@ class FileKpiSource:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._stamp: tuple[int, int] | None = None
-        self._rows: list[tuple[str, str, dict[str, float]]] = []
+        self._rows: list[tuple[str, str, str, dict[str, float]]] = []
 
     def _reload(self) -> None:
         st = self.path.stat()
@@ -50,30 +52,38 @@ class FileKpiSource:
         if stamp == self._stamp:
             return
         doc = json.loads(self.path.read_text(encoding="utf-8"))
-        rows: list[tuple[str, str, dict[str, float]]] = []
+        rows: list[tuple[str, str, str, dict[str, float]]] = []
         for cpe, wats in doc.get("cpes", {}).items():
             for wat, fields in wats.items():
-                rows.append((str(cpe), str(wat), {k: float(v) for k, v in fields.items()}))
+                both = {k: float(v) for k, v in fields.items() if k not in DIRECTIONS}
+                own = {d: {k: float(v) for k, v in fields[d].items()}
+                       for d in DIRECTIONS if d in fields}
+                if not own:
+                    rows.append((str(cpe), str(wat), "", both))
+                for d in DIRECTIONS:
+                    if own:
+                        rows.append((str(cpe), str(wat), d, {**both, **own.get(d, {})}))
         self._rows, self._stamp = rows, stamp
 
     def latest(self, now_s: float, max_age_s: float) -> KpiFrame:
         # A file being rewritten fails to parse: keep the last good rows.
         with contextlib.suppress(OSError, ValueError):
             self._reload()
-        names = sorted({k for _, _, f in self._rows for k in f})
+        names = sorted({k for _, _, _, f in self._rows for k in f})
         return KpiFrame(
             time_s=now_s,
             cpe=np.array([r[0] for r in self._rows], dtype=np.str_),
             wat=np.array([r[1] for r in self._rows], dtype=np.str_),
-            values={n: np.array([r[2].get(n, np.nan) for r in self._rows], dtype=np.float64)
+            values={n: np.array([r[3].get(n, np.nan) for r in self._rows], dtype=np.float64)
                     for n in names},
+            direction=np.array([r[2] for r in self._rows], dtype="<U2"),
         )
 
 
 class MemoryPublisher:
     """:class:`~xapp.core.ports.WeightPublisher` that keeps the messages in memory.
 
-    Each message is the ``mcw.weights.v1`` payload that
+    Each message is the ``mcw.weights.v2`` payload (both directions' sets) that
     :func:`~xapp.adapters.mqtt.payloads.encode_weights_batch` validates and encodes for MQTT,
     with versions from the same :class:`~xapp.adapters.mqtt.versions.VersionAllocator`; a
     refused one is reported in the result's ``errors`` like the MQTT publisher does.

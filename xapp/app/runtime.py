@@ -295,9 +295,10 @@ class XappProcess:
             agent = agents.get(cpe_id)
             out[cpe_id] = {
                 "published": None if record is None else {
-                    "version": record.version, "weights": dict(record.weights),
-                    "mode": record.mode, "policy": record.policy_source,
-                    "time_s": record.time_s},
+                    "version": record.version, "time_s": record.time_s,
+                    **{name: {"weights": dict(d.weights), "mode": d.mode,
+                              "policy": d.policy_source}
+                       for name in ("dl", "ul") if (d := record.direction(name))}},
                 "agent": None if agent is None else {
                     "online": agent.online, "applied_version": agent.applied_version,
                     "applied_weights": dict(agent.applied_weights), "backend": agent.backend,

@@ -107,10 +107,11 @@ class EwmaEstimator:
 
     def _align(self, frame: KpiFrame) -> None:
         """Reorder the state to the frame's rows (new rows start unknown)."""
-        if frame.cpe is self._cpe_ref and frame.wat is self._wat_ref:
+        if frame.series is self._cpe_ref and frame.wat is self._wat_ref:
             return  # the same row arrays as last tick (the twin, the loop): same order
-        self._cpe_ref, self._wat_ref = frame.cpe, frame.wat
-        keys = np.char.add(np.char.add(frame.cpe.astype(str), "/"), frame.wat.astype(str))
+        self._cpe_ref, self._wat_ref = frame.series, frame.wat
+        # Per series (CPE and direction): a WAT's dl and ul capacities are separate histories.
+        keys = np.char.add(np.char.add(frame.series.astype(str), "/"), frame.wat.astype(str))
         if not hasattr(self, "keys_"):
             self._validate()
             self.keys_ = keys

@@ -1,11 +1,13 @@
-"""The loop's per-CPE state: one array-backed table, a row per CPE, a column per WAT.
+"""The loop's per-CPE state of one direction: an array-backed table, a row per CPE, a column
+per WAT.
 
 A row holds the decision in force at the CPE's agent (the last *published* weights, their
 version, usability, mode, policy source and time), plus what the loop needs between ticks: when
 it last decided, under which policy, and whether a publish is owed.  Arrays instead of per-CPE
 records make a tick over 10,000 CPEs a handful of vector operations.  New rows are seeded from
 the :class:`~xapp.core.ports.StateStore` record, so a restarted xApp holds its hysteresis
-against the weights the agents already have.
+against the weights the agents already have.  The loop keeps one table per direction (``dl``,
+``ul``) and adds CPEs to both in the same order, so a CPE has the same row in each.
 """
 
 from __future__ import annotations
@@ -17,26 +19,30 @@ import numpy as np
 from numpy.typing import NDArray
 
 from xapp.core.policy import KNOWN_WATS, Policy
-from xapp.core.ports import CpeRecord, WeightBatch, row_decision
+from xapp.core.ports import CpeRecord, DirectionBatch, row_decision
 from xapp.core.weights import WeightDecision
 
 _T = TypeVar("_T", bound=np.generic)
 
 
 class FleetTable:
-    """Per-CPE state of the control loop; not safe for concurrent use (the loop owns it).
+    """Per-CPE state of one direction of the control loop; not safe for concurrent use (the
+    loop owns it).
 
     Parameters
     ----------
     restore : callable
         ``restore(cpe_id)`` gives the stored record of a CPE seen for the first time, or None.
+    direction : {"dl", "ul"}, default="ul"
+        The direction of the stored records this table restores.
     wats : tuple of str, default=KNOWN_WATS
         The WAT columns.
     """
 
-    def __init__(self, restore: Callable[[str], CpeRecord | None],
+    def __init__(self, restore: Callable[[str], CpeRecord | None], direction: str = "ul",
                  wats: tuple[str, ...] = KNOWN_WATS) -> None:
         self.wats = wats
+        self.direction = direction
         self._restore = restore
         self.ids: list[str] = []
         self.index: dict[str, int] = {}
@@ -58,6 +64,9 @@ class FleetTable:
         self.mode: NDArray[np.object_] = np.zeros(0, dtype=object)
         self.source: NDArray[np.object_] = np.zeros(0, dtype=object)
         self.reason: NDArray[np.object_] = np.zeros(0, dtype=object)
+        #: The set in force was copied from the other direction (this one had nothing of its
+        #: own to send), so it follows the other direction until it has.
+        self.follows: NDArray[np.bool_] = np.zeros(0, dtype=bool)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -81,6 +90,7 @@ class FleetTable:
         self.mode = more(self.mode, "")
         self.source = more(self.source, "")
         self.reason = more(self.reason, "")
+        self.follows = more(self.follows, False)
 
     def rows(self, cpe_ids: Sequence[str]) -> NDArray[np.intp]:
         """The row of each CPE, adding (and restoring) CPEs seen for the first time."""
@@ -98,16 +108,17 @@ class FleetTable:
             self._grow(max(64, 2 * r))
         self.ids.append(cpe_id)
         self.index[cpe_id] = r
-        record = self._restore(cpe_id)
-        if record is not None:
+        stored = self._restore(cpe_id)
+        if stored is not None:
+            record = stored.direction(self.direction)
             for j, wat in enumerate(self.wats):
                 if wat in record.weights:
                     self.present[r, j] = True
                     self.weights[r, j] = int(record.weights[wat])
                 self.usable[r, j] = wat in record.usable
             self.has[r] = True
-            self.version[r] = record.version
-            self.published_s[r] = record.time_s
+            self.version[r] = stored.version
+            self.published_s[r] = stored.time_s
             self.aggregate[r] = record.aggregate_mbps
             self.mode[r], self.source[r] = record.mode, record.policy_source
             self.reason[r] = record.reason
@@ -118,10 +129,10 @@ class FleetTable:
         return row_decision(self.wats, self.weights[r], self.present[r], self.usable[r],
                             float(self.aggregate[r]), str(self.reason[r]))
 
-    def store(self, rows: NDArray[np.intp], batch: WeightBatch, versions: NDArray[np.int64],
-              sources: Sequence[str], time_s: float) -> None:
+    def store(self, rows: NDArray[np.intp], batch: DirectionBatch, versions: NDArray[np.int64],
+              time_s: float, follows: NDArray[np.bool_] | None = None) -> None:
         """Record that row ``rows[i]`` published row ``i`` of ``batch`` (one vector
-        assignment per column)."""
+        assignment per column); ``follows[i]``: that set was the other direction's."""
         self.present[rows] = batch.present
         self.weights[rows] = np.where(batch.present, batch.weights, 0)
         self.usable[rows] = batch.usable & batch.present
@@ -130,9 +141,10 @@ class FleetTable:
         self.published_s[rows] = time_s
         self.aggregate[rows] = batch.aggregate_mbps
         self.mode[rows] = batch.modes
-        self.source[rows] = sources
+        self.source[rows] = batch.sources
         self.reason[rows] = batch.reasons
         self.unpublished[rows] = False
+        self.follows[rows] = False if follows is None else follows
 
     def policy_changed(self, rows: NDArray[np.intp], policy: Policy) -> NDArray[np.bool_]:
         """Rows whose decision in force was made under a policy other than ``policy`` (rows

@@ -1,22 +1,27 @@
-"""The control loop: KPIs in, capacity forecasts, per-CPE weights out, every control period.
+"""The control loop: KPIs in, capacity forecasts, per-CPE and per-direction weights out, every
+control period.
 
 This is the only code that turns forecasts into published weights: ``mcw run`` drives it with
 the real adapters, the twin, ``mcw demo`` and the benches with in-memory ones.  One
 :meth:`ControlLoop.tick`:
 
-1. reads the newest KPIs of every (cpe, wat) from the :class:`~xapp.core.ports.KpiSource` (the
-   in-memory :class:`~xapp.core.intake.LatestKpis`: no I/O on the tick);
+1. reads the newest KPIs of every (cpe, wat, direction) from the
+   :class:`~xapp.core.ports.KpiSource` (the in-memory :class:`~xapp.core.intake.LatestKpis`: no
+   I/O on the tick); rows without a direction apply to both (:meth:`KpiFrame.expanded`);
 2. forecasts next-period capacities for all rows at once with the
    :class:`~xapp.core.forecast.CapacityEstimator` and writes them to the sink;
-3. decides every *due* CPE at once (:func:`xapp.core.decisions.decide_batch`, one call per
-   effective A1 policy): a CPE is due when its policy's ``update_period_s`` has elapsed, its
-   policy changed, or a publish is owed.  Hysteresis holds against the decision in force, or
-   is skipped after a policy change;
-4. publishes one batch through the :class:`~xapp.core.ports.WeightPublisher`: CPEs whose
-   weights or mode changed, whose publish is owed, and every CPE whose weights in force are half
-   a lease old (the agent reverts to safe weights when its lease runs out);
-5. records what was published in the :class:`~xapp.core.fleet.FleetTable` and the
-   :class:`~xapp.core.ports.StateStore`, and writes the weights to the sink.
+3. decides every *due* (CPE, direction) at once (:func:`xapp.core.decisions.decide_batch`, one
+   call per effective A1 policy and direction, :meth:`Policy.for_direction`): a CPE is due when
+   its policy's ``update_period_s`` has elapsed, its policy changed, or a publish is owed.
+   Hysteresis holds against the decision in force of that direction, or is skipped after a
+   policy change;
+4. publishes one batch through the :class:`~xapp.core.ports.WeightPublisher`, one message per
+   CPE with both sets: CPEs whose weights or mode changed in either direction, whose publish is
+   owed, and every CPE whose weights in force are half a lease old (the agents revert to safe
+   weights when the lease runs out).  The direction that did not change goes with its set in
+   force;
+5. records what was published in the per-direction :class:`~xapp.core.fleet.FleetTable` and
+   the :class:`~xapp.core.ports.StateStore`, and writes the weights to the sink.
 
 Rules decided once (README, "The control loop"):
 
@@ -27,7 +32,11 @@ Rules decided once (README, "The control loop"):
 * a WAT whose ``up`` column is 0 is not usable;
 * a CPE with no KPI rows is left alone: its lease runs out on the agent, which is right when the
   xApp no longer knows anything about it;
-* when the policy leaves no usable WAT, the weights in force stay (and keep their lease).
+* when the policy leaves no usable WAT, the weights in force stay (and keep their lease);
+* a direction with no KPI rows of its own for a CPE this tick (an agent that reports one
+  direction only), or with nothing decided yet, carries the other direction's set in the
+  message (reason ``follows ul: ...``): a message needs both sets, and the other direction's
+  is the best knowledge there is; it decides on its own as soon as it has rows.
 
 Everything here is synchronous and clock-free (``now_s`` is passed in).
 """
@@ -45,10 +54,11 @@ from numpy.typing import NDArray
 
 from xapp.core.decisions import ERROR, NO_USABLE, OK, DecideBatch, decide_batch
 from xapp.core.fleet import FleetTable
-from xapp.core.forecast import CapacityEstimator, KpiFrame
+from xapp.core.forecast import DIRECTIONS, CapacityEstimator, KpiFrame, expansion
 from xapp.core.policy import KNOWN_WATS, Policy
 from xapp.core.policy_book import PolicyResolver
 from xapp.core.ports import (
+    DirectionBatch,
     KpiSource,
     Published,
     PublishResult,
@@ -62,6 +72,7 @@ from xapp.core.weights import WeightError
 log = logging.getLogger(__name__)
 
 Array = NDArray[np.float64]
+Mask = NDArray[np.bool_]
 
 
 @dataclass
@@ -82,7 +93,11 @@ class TickReport:
     time_s: float
     rows: int = 0
     cpes: int = 0
+    #: (CPE, direction) decisions; ``decided_by_direction`` splits them.
     decided: int = 0
+    decided_by_direction: dict[str, int] = field(default_factory=dict)
+    #: Sets published as the other direction's (the direction had nothing of its own).
+    followed: int = 0
     changed: int = 0
     held: int = 0
     no_usable: int = 0
@@ -95,13 +110,23 @@ class TickReport:
 
 
 @dataclass(frozen=True)
+class _DirRows:
+    """The frame rows of one direction and where they go."""
+
+    rows: NDArray[np.intp]  # frame rows of this direction
+    pos: NDArray[np.intp]  # -> position among cpe_ids
+    col: NDArray[np.intp]  # -> WAT column, -1 for an unknown WAT
+    seen: NDArray[np.bool_]  # position -> the CPE has rows of this direction
+
+
+@dataclass(frozen=True)
 class _RowMap:
-    """How the rows of a frame map onto CPEs and WAT columns (cached while rows persist)."""
+    """How the rows of a frame map onto CPEs, directions and WAT columns (cached while rows
+    persist)."""
 
     cpe_ids: list[str]
-    pos: NDArray[np.intp]  # frame row -> position among cpe_ids
-    col: NDArray[np.intp]  # frame row -> WAT column, -1 for an unknown WAT
-    fleet_rows: NDArray[np.intp]  # position -> FleetTable row
+    fleet_rows: NDArray[np.intp]  # position -> FleetTable row (the same in both tables)
+    dirs: dict[str, _DirRows]
     unknown: int
     duplicates: int
 
@@ -111,6 +136,17 @@ class _Group:
     policy: Policy
     source: str
     positions: NDArray[np.intp]
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """Dense (CPE, WAT) inputs of one direction."""
+
+    cap: Array
+    low: Array
+    present: NDArray[np.bool_]
+    up: NDArray[np.bool_]
+    rtt: Array
 
 
 class ControlLoop:
@@ -156,12 +192,19 @@ class ControlLoop:
         self.on_tick = on_tick
         self.publisher_connects = publisher_connects
         self.decide = decide
-        self.fleet = FleetTable(state.cpe)
+        #: One table per direction; a CPE has the same row in both.
+        self.fleets = {d: FleetTable(state.cpe, d) for d in DIRECTIONS}
         self._connects_seen: int | None = None
         self._rowmap: tuple[object, object, _RowMap] | None = None
+        self._expanded: tuple[object, object, object, NDArray[np.intp], KpiFrame] | None = None
         self._groups: tuple[PolicyResolver, NDArray[np.intp], list[_Group]] | None = None
         self._last_tick_monotonic: float | None = None
         self._lock = threading.Lock()
+
+    @property
+    def fleet(self) -> FleetTable:
+        """The uplink table: what the CPE agents apply."""
+        return self.fleets["ul"]
 
     @property
     def last_tick_monotonic(self) -> float | None:
@@ -190,7 +233,7 @@ class ControlLoop:
     def _tick(self, now_s: float, report: TickReport) -> None:
         s = self.settings
         self._check_reconnect()
-        frame = self.kpis.latest(now_s, s.kpi_max_age_s)
+        frame = self._directed(self.kpis.latest(now_s, s.kpi_max_age_s))
         report.rows = len(frame)
         version = self.model_version()
         report.model_version = version
@@ -207,13 +250,37 @@ class ControlLoop:
                 log.exception("writing forecasts failed")
         rm = self._row_map(frame)
         report.cpes = len(rm.cpe_ids)
-        cap, low, present, up, rtt = self._inputs(frame, rm, np.asarray(forecast.median_mbps),
-                                                  np.asarray(forecast.lower_mbps), report)
-        out = _Outgoing()
-        for group in self._policy_groups(rm):
-            self._decide_group(group, rm, now_s, cap, low, present, up, rtt, report, out)
-        if out.rows:
-            self._publish(out, now_s, report)
+        median, lower = np.asarray(forecast.median_mbps), np.asarray(forecast.lower_mbps)
+        out = {d: _Outgoing() for d in DIRECTIONS}
+        for d in DIRECTIONS:
+            dr = rm.dirs[d]
+            if not dr.seen.any():
+                continue
+            inputs = self._inputs(frame, rm, dr, median, lower, report)
+            for group in self._policy_groups(rm):
+                positions = group.positions[dr.seen[group.positions]]
+                if len(positions):
+                    self._decide_group(d, group.policy.for_direction(d), group.source,
+                                       positions, rm, now_s, inputs, report, out[d])
+        if any(o.rows for o in out.values()):
+            self._publish(out, rm, now_s, report)
+
+    def _directed(self, frame: KpiFrame) -> KpiFrame:
+        """The frame with a direction on every row (cached while its row arrays persist)."""
+        if frame.directed:
+            return frame
+        cached = self._expanded
+        if (cached is not None and cached[0] is frame.cpe and cached[1] is frame.wat
+                and cached[2] is frame.direction):
+            take, keys = cached[3], cached[4]
+        else:
+            take, direction = expansion(frame.direction, len(frame))
+            keys = KpiFrame(time_s=frame.time_s, cpe=frame.cpe[take], wat=frame.wat[take],
+                            direction=direction)
+            self._expanded = (frame.cpe, frame.wat, frame.direction, take, keys)
+        return KpiFrame(time_s=frame.time_s, cpe=keys.cpe, wat=keys.wat,
+                        values={k: np.asarray(v)[take] for k, v in frame.values.items()},
+                        direction=keys.direction, series=keys.series)
 
     def _check_reconnect(self) -> None:
         if self.publisher_connects is None:
@@ -223,42 +290,56 @@ class ControlLoop:
         if seen is not None and connects > seen and seen > 0:
             n = len(self.fleet)
             log.info("publisher reconnected; re-sending the weights of %d CPEs", n)
-            self.fleet.unpublished[:n] |= self.fleet.has[:n]
+            for fleet in self.fleets.values():
+                fleet.unpublished[:n] |= fleet.has[:n]
 
     def _row_map(self, frame: KpiFrame) -> _RowMap:
         cached = self._rowmap
-        if cached is not None and cached[0] is frame.cpe and cached[1] is frame.wat:
+        if cached is not None and cached[0] is frame.cpe and cached[1] is frame.series:
             return cached[2]
         ids, pos = np.unique(frame.cpe.astype(str), return_inverse=True)
+        pos = pos.astype(np.intp)
         wat_names, wat_pos = np.unique(frame.wat.astype(str), return_inverse=True)
         known = {w: j for j, w in enumerate(KNOWN_WATS)}
         col = np.array([known.get(w, -1) for w in wat_names.tolist()], dtype=np.intp)[wat_pos]
         ok = col >= 0
-        pairs = pos[ok] * len(KNOWN_WATS) + col[ok]
+        k = len(KNOWN_WATS)
+        direction = (frame.direction if frame.direction is not None
+                     else np.full(len(frame), "", dtype="<U2"))
+        dcode = np.searchsorted(np.array(DIRECTIONS), direction)
+        pairs = (pos[ok] * len(DIRECTIONS) + dcode[ok]) * k + col[ok]
         duplicates = int(len(pairs) - len(np.unique(pairs)))
         cpe_ids = ids.tolist()
-        rm = _RowMap(cpe_ids=cpe_ids, pos=pos.astype(np.intp), col=col,
-                     fleet_rows=self.fleet.rows(cpe_ids), unknown=int((~ok).sum()),
-                     duplicates=duplicates)
-        self._rowmap = (frame.cpe, frame.wat, rm)
+        fleet_rows = [fleet.rows(cpe_ids) for fleet in self.fleets.values()]
+        if any(not np.array_equal(fleet_rows[0], r) for r in fleet_rows[1:]):
+            raise WeightError("the per-direction fleet tables disagree on CPE rows")
+        dirs = {}
+        for d in DIRECTIONS:
+            rows = np.flatnonzero(direction == d).astype(np.intp)
+            seen = np.zeros(len(cpe_ids), dtype=bool)
+            seen[pos[rows]] = True
+            dirs[d] = _DirRows(rows, pos[rows], col[rows], seen)
+        rm = _RowMap(cpe_ids=cpe_ids, fleet_rows=fleet_rows[0], dirs=dirs,
+                     unknown=int((~ok).sum()), duplicates=duplicates)
+        self._rowmap = (frame.cpe, frame.series, rm)
         return rm
 
-    def _inputs(self, frame: KpiFrame, rm: _RowMap, median: Array, lower: Array,
-                report: TickReport) -> tuple[Array, Array, NDArray[np.bool_],
-                                             NDArray[np.bool_], Array]:
-        """Dense (CPE, WAT) arrays of capacity, lower bound, presence, up and RTT."""
+    def _inputs(self, frame: KpiFrame, rm: _RowMap, dr: _DirRows, median: Array, lower: Array,
+                report: TickReport) -> _Inputs:
+        """Dense (CPE, WAT) arrays of capacity, lower bound, presence, up and RTT of the rows
+        of one direction."""
         m, k = len(rm.cpe_ids), len(KNOWN_WATS)
-        ok = rm.col >= 0
-        p, c = rm.pos[ok], rm.col[ok]
+        ok = dr.col >= 0
+        fr, p, c = dr.rows[ok], dr.pos[ok], dr.col[ok]
         cap = np.full((m, k), np.nan)
         low = np.full((m, k), np.nan)
         rtt = np.full((m, k), np.nan)
         up_col = np.full((m, k), np.nan)
         present = np.zeros((m, k), dtype=bool)
-        cap[p, c] = median[ok]
-        low[p, c] = lower[ok]
-        rtt[p, c] = frame.column("rtt_ms")[ok]
-        up_col[p, c] = frame.column("up")[ok]
+        cap[p, c] = median[fr]
+        low[p, c] = lower[fr]
+        rtt[p, c] = frame.column("rtt_ms")[fr]
+        up_col[p, c] = frame.column("up")[fr]
         present[p, c] = True
         skipped = report.skipped_rows
         if rm.unknown:
@@ -269,7 +350,7 @@ class ControlLoop:
         good = np.isfinite(cap) & (cap >= 0)
         missing = present & ~good
         if missing.any():
-            skipped["no_forecast"] = int(missing.sum())
+            skipped["no_forecast"] = skipped.get("no_forecast", 0) + int(missing.sum())
             # Tried at the CPE's smallest forecast (1 Mbps when it has none), so it is measured.
             known = np.where(good & (cap > 0), cap, np.inf).min(axis=1, keepdims=True)
             trial = np.where(np.isfinite(known), known, 1.0)
@@ -279,7 +360,7 @@ class ControlLoop:
         cap = np.where(present, cap, 0.0)
         low = np.where(present, low, 0.0)
         rtt = np.where(np.isfinite(rtt) & (rtt >= 0), rtt, np.nan)
-        return cap, low, present, up, rtt
+        return _Inputs(cap, low, present, up, rtt)
 
     def _policy_groups(self, rm: _RowMap) -> list[_Group]:
         resolver = self.policies()
@@ -295,11 +376,11 @@ class ControlLoop:
         self._groups = (resolver, rm.fleet_rows, groups)
         return groups
 
-    def _decide_group(self, g: _Group, rm: _RowMap, now_s: float, cap: Array, low: Array,
-                      present: NDArray[np.bool_], up: NDArray[np.bool_], rtt: Array,
+    def _decide_group(self, direction: str, policy: Policy, source: str,
+                      positions: NDArray[np.intp], rm: _RowMap, now_s: float, x: _Inputs,
                       report: TickReport, out: _Outgoing) -> None:
-        s, fleet, policy = self.settings, self.fleet, g.policy
-        rows = rm.fleet_rows[g.positions]
+        s, fleet = self.settings, self.fleets[direction]
+        rows = rm.fleet_rows[positions]
         changed_policy = fleet.policy_changed(rows, policy)
         last = fleet.decided_s[rows]
         # Half a control period of slack, so tick jitter does not turn a 1 s update period
@@ -308,45 +389,88 @@ class ControlLoop:
                | (now_s - last >= policy.update_period_s - s.control_period_s / 2))
         refresh_at = s.lease_s * s.refresh_fraction
         # CPEs not due keep their weights; those half a lease old are re-sent as they are.
-        out.in_force(fleet, rows[~due & fleet.has[rows]
+        out.in_force(fleet, rows[~due & fleet.has[rows] & ~fleet.follows[rows]
                                  & (now_s - fleet.published_s[rows] >= refresh_at)])
-        idx = g.positions[due]
+        idx = positions[due]
         if len(idx) == 0:
             return
         r_due = rows[due]
-        d = self.decide(KNOWN_WATS, cap[idx], low[idx], present[idx], up[idx], rtt[idx],
-                        policy, fleet.weights[r_due], fleet.present[r_due], fleet.usable[r_due],
-                        fleet.has[r_due] & ~changed_policy[due])
+        d = self.decide(KNOWN_WATS, x.cap[idx], x.low[idx], x.present[idx], x.up[idx],
+                        x.rtt[idx], policy, fleet.weights[r_due], fleet.present[r_due],
+                        fleet.usable[r_due],
+                        fleet.has[r_due] & ~fleet.follows[r_due] & ~changed_policy[due])
         ok, no_usable, error = d.status == OK, d.status == NO_USABLE, d.status == ERROR
         fleet.decided_s[r_due[ok | no_usable]] = now_s
         fleet.applied[r_due[ok]] = policy
-        report.decided += int(ok.sum())
+        decided = int(ok.sum())
+        report.decided += decided
+        report.decided_by_direction[direction] = (
+            report.decided_by_direction.get(direction, 0) + decided)
         report.changed += int((ok & d.changed).sum())
         report.held += int((ok & ~d.changed).sum())
         report.no_usable += int(no_usable.sum())
         report.errors += int(error.sum())
         for i in np.flatnonzero(error).tolist():
-            log.error("CPE %s: weights not computed: %s", fleet.ids[r_due[i]], d.reason[i])
+            log.error("CPE %s (%s): weights not computed: %s", fleet.ids[r_due[i]], direction,
+                      d.reason[i])
         # Publish what changed, what is owed, a new mode, and what is half a lease old.
         owed = fleet.unpublished[r_due]
         stale = now_s - fleet.published_s[r_due] >= refresh_at
         mode = policy.mode.value
-        differs = ((d.weights != fleet.weights[r_due]) | (present[idx] != fleet.present[r_due])
-                   ).any(axis=1) | (fleet.mode[r_due] != mode)
+        differs = ((d.weights != fleet.weights[r_due]) | (x.present[idx] != fleet.present[r_due])
+                   ).any(axis=1) | (fleet.mode[r_due] != mode) | fleet.follows[r_due]
         send = np.flatnonzero(ok & (d.changed | ~fleet.has[r_due] | owed | differs | stale))
-        out.add(r_due[send], d.weights[send], present[idx[send]], d.usable[send],
+        out.add(r_due[send], d.weights[send], x.present[idx[send]], d.usable[send],
                 d.aggregate[send], [mode] * len(send), d.reason[send].tolist(),
-                [g.source] * len(send))
+                [source] * len(send))
         # No usable WAT: the weights in force stay; re-send them if owed or half a lease old.
-        out.in_force(fleet, r_due[no_usable & fleet.has[r_due] & (owed | stale)])
+        out.in_force(fleet, r_due[no_usable & fleet.has[r_due] & ~fleet.follows[r_due]
+                                  & (owed | stale)])
 
-    def _publish(self, out: _Outgoing, now_s: float, report: TickReport) -> None:
-        fleet = self.fleet
-        rows = np.concatenate(out.rows)
-        batch = WeightBatch(
-            [fleet.ids[r] for r in rows.tolist()], np.concatenate(out.weights),
-            np.concatenate(out.present), np.concatenate(out.usable),
-            np.concatenate(out.aggregate), out.modes, out.reasons, self.settings.lease_s)
+    def _message_sets(self, out: dict[str, _Outgoing], rm: _RowMap
+                      ) -> tuple[NDArray[np.intp], dict[str, _Columns], dict[str, Mask]]:
+        """The fleet rows of the messages to send, each direction's set for them and whether
+        it is the other direction's (both sets go in every message)."""
+        parts = [np.concatenate(o.rows) for o in out.values() if o.rows]
+        rows = np.unique(np.concatenate(parts))
+        cols: dict[str, _Columns] = {}
+        own: dict[str, NDArray[np.bool_]] = {}
+        for d in DIRECTIONS:
+            fleet, o = self.fleets[d], out[d]
+            c = _Columns.in_force(fleet, rows)
+            fresh = np.zeros(len(rows), dtype=bool)
+            if o.rows:
+                at = np.searchsorted(rows, np.concatenate(o.rows))
+                c.put(at, o)
+                fresh[at] = True
+            seen = np.zeros(len(fleet), dtype=bool)
+            seen[rm.fleet_rows[rm.dirs[d].seen]] = True
+            own[d] = fresh | (fleet.has[rows] & ~fleet.follows[rows] & seen[rows])
+            cols[d] = c
+        follows: dict[str, NDArray[np.bool_]] = {}
+        for d, other in zip(DIRECTIONS, DIRECTIONS[::-1], strict=True):
+            follows[d] = ~own[d] & own[other]
+            cols[d].follow(follows[d], cols[other], other)
+        # Neither direction has a set of its own (cannot happen while every row sent comes
+        # from a decision of some direction): only what is in force in both may go again.
+        orphan = ~own["dl"] & ~own["ul"]
+        keep = ~orphan | (self.fleets["dl"].has[rows] & self.fleets["ul"].has[rows])
+        if not keep.all():
+            at = np.flatnonzero(keep)
+            rows = rows[at]
+            cols = {d: c.subset(at) for d, c in cols.items()}
+            follows = {d: f[at] for d, f in follows.items()}
+        return rows, cols, follows
+
+    def _publish(self, out: dict[str, _Outgoing], rm: _RowMap, now_s: float,
+                 report: TickReport) -> None:
+        ids = self.fleet.ids
+        rows, cols, follows = self._message_sets(out, rm)
+        if len(rows) == 0:
+            return
+        report.followed += sum(int(f.sum()) for f in follows.values())
+        batch = WeightBatch([ids[r] for r in rows.tolist()], cols["dl"].batch(),
+                            cols["ul"].batch(), self.settings.lease_s)
         # One hand-over per tick: the publisher encodes and queues the whole batch at once.
         try:
             result = self.publisher.publish_many(batch)
@@ -360,18 +484,19 @@ class ControlLoop:
                     sent[i] = False
                     report.publish_errors += 1
                     log.error("publishing weights of CPE %s failed: %s", cpe_id, error)
-            fleet.unpublished[rows[~sent]] = True
-            batch = batch.subset(np.flatnonzero(sent))
-            sources = [src for src, ok in zip(out.sources, sent.tolist(), strict=True) if ok]
-            rows = rows[sent]
-        else:
-            sources = out.sources
+            for fleet in self.fleets.values():
+                fleet.unpublished[rows[~sent]] = True
+            keep = np.flatnonzero(sent)
+            batch = batch.subset(keep)
+            rows = rows[keep]
+            follows = {d: f[keep] for d, f in follows.items()}
         report.published = result.versions
         if len(rows) == 0:
             return
         versions = np.array([result.versions[c] for c in batch.cpe_ids], dtype=np.int64)
-        fleet.store(rows, batch, versions, sources, now_s)
-        published = Published(batch, versions, sources, now_s)
+        for d in DIRECTIONS:
+            self.fleets[d].store(rows, batch.direction(d), versions, now_s, follows[d])
+        published = Published(batch, versions, now_s)
         self.state.put_published(published)
         if self.sink is not None:
             try:
@@ -381,7 +506,7 @@ class ControlLoop:
 
 
 class _Outgoing:
-    """The parts of one tick's publish, gathered group by group, joined once."""
+    """The parts of one direction of one tick's publish, gathered group by group."""
 
     def __init__(self) -> None:
         self.rows: list[NDArray[np.intp]] = []
@@ -412,3 +537,53 @@ class _Outgoing:
         self.add(rows, fleet.weights[rows], fleet.present[rows], fleet.usable[rows],
                  fleet.aggregate[rows], fleet.mode[rows].tolist(), fleet.reason[rows].tolist(),
                  fleet.source[rows].tolist())
+
+
+@dataclass
+class _Columns:
+    """One direction's set for each message of a tick, as mutable columns."""
+
+    weights: NDArray[np.int64]
+    present: NDArray[np.bool_]
+    usable: NDArray[np.bool_]
+    aggregate: Array
+    modes: NDArray[np.object_]
+    reasons: NDArray[np.object_]
+    sources: NDArray[np.object_]
+
+    @classmethod
+    def in_force(cls, fleet: FleetTable, rows: NDArray[np.intp]) -> _Columns:
+        return cls(fleet.weights[rows], fleet.present[rows], fleet.usable[rows],
+                   fleet.aggregate[rows], fleet.mode[rows], fleet.reason[rows],
+                   fleet.source[rows])
+
+    def put(self, at: NDArray[np.intp], o: _Outgoing) -> None:
+        """Positions ``at`` take the new sets of ``o`` (in the order ``o`` holds them)."""
+        self.weights[at] = np.concatenate(o.weights)
+        self.present[at] = np.concatenate(o.present)
+        self.usable[at] = np.concatenate(o.usable)
+        self.aggregate[at] = np.concatenate(o.aggregate)
+        self.modes[at] = o.modes
+        self.reasons[at] = o.reasons
+        self.sources[at] = o.sources
+
+    def follow(self, mask: NDArray[np.bool_], other: _Columns, other_name: str) -> None:
+        """Where ``mask``: the other direction's set (the reason says so)."""
+        if not mask.any():
+            return
+        self.weights[mask] = other.weights[mask]
+        self.present[mask] = other.present[mask]
+        self.usable[mask] = other.usable[mask]
+        self.aggregate[mask] = other.aggregate[mask]
+        self.modes[mask] = other.modes[mask]
+        self.sources[mask] = other.sources[mask]
+        self.reasons[mask] = [f"follows {other_name}: {r}" for r in other.reasons[mask].tolist()]
+
+    def subset(self, at: NDArray[np.intp]) -> _Columns:
+        return _Columns(self.weights[at], self.present[at], self.usable[at], self.aggregate[at],
+                        self.modes[at], self.reasons[at], self.sources[at])
+
+    def batch(self) -> DirectionBatch:
+        return DirectionBatch(self.weights, self.present, self.usable, self.aggregate,
+                              self.modes.tolist(), self.reasons.tolist(),
+                              self.sources.tolist())

@@ -3,6 +3,12 @@
 The same record is built from an A1 policy instance (``schemas/a1-policy-type-20100.json``),
 from ``config-file.json`` defaults and from the CLI.  Scope (which CPEs a policy covers) is not
 part of it: that is the RIC layer's business, the engine only ever sees one CPE at a time.
+
+Directions: a policy applies to the downlink and the uplink alike unless its ``directions``
+object overrides limits for one of them (``{"directions": {"dl": {"excluded_wats": ["lte"]}}}``).
+An override names only the keys of :data:`DIRECTION_KEYS` and is merged over the policy's own
+keys, key by key (``wats`` as a whole); the result must be a valid policy, or the whole policy is
+refused.  The update period is the CPE's, not a direction's: one message carries both sets.
 """
 
 from __future__ import annotations
@@ -16,6 +22,15 @@ from typing import Any
 #: Technologies the product knows.  Order is the canonical order of columns everywhere
 #: (CLI tables, twin arrays, sysctl tuples).
 KNOWN_WATS: tuple[str, ...] = ("nr", "lte", "wifi", "lifi")
+
+#: The directions a policy may override limits for (``dl``: proxy to CPE; ``ul``: CPE to proxy).
+POLICY_DIRECTIONS: tuple[str, ...] = ("dl", "ul")
+
+#: Keys a per-direction override may set: what limits the weights of one direction.
+DIRECTION_KEYS: frozenset[str] = frozenset({
+    "mode", "max_weight", "wats", "excluded_wats", "priority", "rtt_bound_ms", "demand_mbps",
+    "capacity_floor_mbps", "hysteresis_pct",
+})
 
 
 class SteeringMode(StrEnum):
@@ -56,9 +71,39 @@ class Policy:
     hysteresis_pct: float = 0.0
     #: How often the control loop recomputes weights for the CPEs under this policy.
     update_period_s: float = 1.0
+    #: Per-direction overrides as given (``{"dl": {...}}``); see :meth:`for_direction`.
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: The policy of each overridden direction, built from ``overrides`` when constructed.
+    directions: Mapping[str, Policy] = field(default_factory=dict, init=False, compare=False,
+                                             repr=False)
 
     def __post_init__(self) -> None:
         _validate(self)
+        if not isinstance(self.overrides, Mapping):
+            raise PolicyError("'directions' must be an object keyed by direction (dl, ul)")
+        unknown = sorted(set(self.overrides) - set(POLICY_DIRECTIONS))
+        if unknown:
+            raise PolicyError(f"directions: unknown direction {unknown}; "
+                              f"known: {list(POLICY_DIRECTIONS)}")
+        built: dict[str, Policy] = {}
+        if self.overrides:
+            base = {k: v for k, v in self.to_dict().items() if k != "directions"}
+            for direction, override in self.overrides.items():
+                if not isinstance(override, Mapping):
+                    raise PolicyError(f"directions.{direction} must be an object")
+                extra = sorted(set(override) - DIRECTION_KEYS)
+                if extra:
+                    raise PolicyError(f"directions.{direction}: keys {extra} cannot be set per "
+                                      f"direction; allowed: {sorted(DIRECTION_KEYS)}")
+                try:
+                    built[direction] = Policy.from_dict({**base, **override})
+                except PolicyError as exc:
+                    raise PolicyError(f"directions.{direction}: {exc}") from None
+        object.__setattr__(self, "directions", built)
+
+    def for_direction(self, direction: str) -> Policy:
+        """The policy of one direction: this one with that direction's overrides, if any."""
+        return self.directions.get(direction, self)
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> Policy:
@@ -69,6 +114,7 @@ class Policy:
         allowed = {
             "mode", "max_weight", "wats", "excluded_wats", "priority", "rtt_bound_ms",
             "demand_mbps", "capacity_floor_mbps", "hysteresis_pct", "update_period_s",
+            "directions",
         }
         unknown = set(doc) - allowed
         if unknown:
@@ -110,6 +156,7 @@ class Policy:
             capacity_floor_mbps=_number(doc.get("capacity_floor_mbps", 0.0), "capacity_floor_mbps"),
             hysteresis_pct=_number(doc.get("hysteresis_pct", 0.0), "hysteresis_pct"),
             update_period_s=_number(doc.get("update_period_s", 1.0), "update_period_s"),
+            overrides=_overrides(doc.get("directions", {})),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,7 +179,20 @@ class Policy:
         }
         if self.rtt_bound_ms is not None:
             doc["rtt_bound_ms"] = self.rtt_bound_ms
+        if self.overrides:
+            doc["directions"] = {d: dict(o) for d, o in self.overrides.items()}
         return doc
+
+
+def _overrides(value: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise PolicyError("'directions' must be an object keyed by direction (dl, ul)")
+    out: dict[str, dict[str, Any]] = {}
+    for direction, override in value.items():
+        if not isinstance(override, Mapping):
+            raise PolicyError(f"directions.{direction} must be an object")
+        out[str(direction)] = dict(override)
+    return out
 
 
 def _number(value: Any, name: str) -> float:

@@ -20,11 +20,12 @@ from xapp.core.weights import WeightDecision
 
 
 class KpiSource(Protocol):
-    """Where the loop reads the latest per-(cpe, wat) KPIs each tick (the in-memory
+    """Where the loop reads the latest per-(cpe, wat, direction) KPIs each tick (the in-memory
     :class:`~xapp.core.intake.LatestKpis` that the MQTT and InfluxDB intakes keep current)."""
 
     def latest(self, now_s: float, max_age_s: float) -> KpiFrame:
-        """The newest row per (cpe, wat) no older than ``max_age_s``; fields NaN if missing."""
+        """The newest row per (cpe, wat, direction) no older than ``max_age_s``; fields NaN if
+        missing.  Rows without a direction apply to both (:meth:`KpiFrame.expanded`)."""
         ...
 
 
@@ -42,80 +43,134 @@ def row_decision(wats: tuple[str, ...], weights: NDArray[np.int64], present: NDA
         changed=False, reason=reason)
 
 
-@dataclass(frozen=True)
-class WeightBatch:
-    """The weights of many CPEs to publish at once (one tick), one row per CPE.
+#: One direction's choice for a CPE: the decision and the steering mode it was made under.
+Choice = tuple[WeightDecision, str]
 
-    Column-wise, so a tick over 10,000 CPEs makes no per-CPE objects on its way to the wire:
-    the publishers validate and encode messages straight from these arrays.  Row ``i`` names
-    WAT ``wats[j]`` in its message iff ``present[i, j]``.
+
+@dataclass(frozen=True)
+class DirectionBatch:
+    """One direction's weights for the rows of a :class:`WeightBatch`, column-wise.
+
+    Row ``i`` names WAT ``wats[j]`` in its set iff ``present[i, j]``; ``sources[i]`` is the
+    A1 instance whose policy produced it ("default" without one).
     """
 
-    cpe_ids: Sequence[str]
     weights: NDArray[np.int64]  # (n, k)
     present: NDArray[np.bool_]  # (n, k)
     usable: NDArray[np.bool_]  # (n, k)
     aggregate_mbps: NDArray[np.float64]  # (n,)
     modes: Sequence[str]
     reasons: Sequence[str]
-    lease_s: float
-    wats: tuple[str, ...] = KNOWN_WATS
+    sources: Sequence[str]
 
     def __len__(self) -> int:
-        return len(self.cpe_ids)
+        return len(self.modes)
 
     @classmethod
-    def of(cls, items: Iterable[tuple[str, WeightDecision, str]], lease_s: float,
-           wats: tuple[str, ...] = KNOWN_WATS) -> WeightBatch:
-        """A batch from per-CPE ``(cpe_id, decision, mode)``; a WAT outside ``wats`` raises
+    def of(cls, choices: Sequence[Choice], wats: tuple[str, ...],
+           sources: Sequence[str] | None = None) -> DirectionBatch:
+        """Columns from per-CPE ``(decision, mode)``; a WAT outside ``wats`` raises
         ValueError (a message can only name known WATs)."""
-        rows = list(items)
-        n, k = len(rows), len(wats)
+        n, k = len(choices), len(wats)
         col = {w: j for j, w in enumerate(wats)}
         weights = np.zeros((n, k), dtype=np.int64)
         present = np.zeros((n, k), dtype=bool)
         usable = np.zeros((n, k), dtype=bool)
-        for i, (_, d, _) in enumerate(rows):
+        for i, (d, _) in enumerate(choices):
             for wat, w in d.weights.items():
                 if wat not in col:
                     raise ValueError(f"unknown WAT {wat!r}; known: {list(wats)}")
                 weights[i, col[wat]], present[i, col[wat]] = w, True
             usable[i] = [w in d.usable for w in wats]
-        return cls([c for c, _, _ in rows], weights, present, usable,
-                   np.array([d.aggregate_mbps for _, d, _ in rows], dtype=np.float64),
-                   [m for _, _, m in rows], [d.reason for _, d, _ in rows], lease_s, wats)
+        return cls(weights, present, usable,
+                   np.array([d.aggregate_mbps for d, _ in choices], dtype=np.float64),
+                   [m for _, m in choices], [d.reason for d, _ in choices],
+                   list(sources) if sources is not None else ["default"] * n)
 
-    def decision(self, i: int) -> WeightDecision:
-        """Row ``i`` as the engine's record type (for logs, tests and the per-CPE API)."""
-        return row_decision(self.wats, self.weights[i], self.present[i], self.usable[i],
-                            float(self.aggregate_mbps[i]), self.reasons[i])
+    def subset(self, idx: NDArray[np.intp]) -> DirectionBatch:
+        """The rows ``idx``, in that order."""
+        pick = idx.tolist()
+        return DirectionBatch(self.weights[idx], self.present[idx], self.usable[idx],
+                              self.aggregate_mbps[idx], [self.modes[i] for i in pick],
+                              [self.reasons[i] for i in pick], [self.sources[i] for i in pick])
+
+
+@dataclass(frozen=True)
+class WeightBatch:
+    """The weights of many CPEs to publish at once (one tick), one row per CPE, both
+    directions: one ``mcw.weights.v2`` message per row, one version and one lease.
+
+    Column-wise, so a tick over 10,000 CPEs makes no per-CPE objects on its way to the wire:
+    the publishers validate and encode messages straight from these arrays.
+    """
+
+    cpe_ids: Sequence[str]
+    dl: DirectionBatch
+    ul: DirectionBatch
+    lease_s: float
+    wats: tuple[str, ...] = KNOWN_WATS
+
+    def __post_init__(self) -> None:
+        if not len(self.dl) == len(self.ul) == len(self.cpe_ids):
+            raise ValueError("WeightBatch: dl, ul and cpe_ids must have one row per CPE")
+
+    def __len__(self) -> int:
+        return len(self.cpe_ids)
+
+    def direction(self, name: str) -> DirectionBatch:
+        """The ``dl`` or ``ul`` columns."""
+        if name == "dl":
+            return self.dl
+        if name == "ul":
+            return self.ul
+        raise ValueError(f"unknown direction {name!r}")
+
+    @classmethod
+    def of(cls, items: Iterable[tuple[str, Choice, Choice]], lease_s: float,
+           wats: tuple[str, ...] = KNOWN_WATS) -> WeightBatch:
+        """A batch from per-CPE ``(cpe_id, (dl_decision, dl_mode), (ul_decision, ul_mode))``;
+        a WAT outside ``wats`` raises ValueError."""
+        rows = list(items)
+        return cls([c for c, _, _ in rows], DirectionBatch.of([d for _, d, _ in rows], wats),
+                   DirectionBatch.of([u for _, _, u in rows], wats), lease_s, wats)
+
+    @classmethod
+    def same(cls, items: Iterable[tuple[str, WeightDecision, str]], lease_s: float,
+             wats: tuple[str, ...] = KNOWN_WATS) -> WeightBatch:
+        """A batch whose ``dl`` and ``ul`` sets are the same ``(cpe_id, decision, mode)``."""
+        return cls.of(((c, (d, m), (d, m)) for c, d, m in items), lease_s, wats)
+
+    def decision(self, i: int, direction: str) -> WeightDecision:
+        """Row ``i`` of one direction as the engine's record type (logs, tests, the API)."""
+        d = self.direction(direction)
+        return row_decision(self.wats, d.weights[i], d.present[i], d.usable[i],
+                            float(d.aggregate_mbps[i]), d.reasons[i])
 
     def subset(self, idx: NDArray[np.intp]) -> WeightBatch:
         """The rows ``idx``, in that order."""
         pick = idx.tolist()
-        return WeightBatch([self.cpe_ids[i] for i in pick], self.weights[idx],
-                           self.present[idx], self.usable[idx], self.aggregate_mbps[idx],
-                           [self.modes[i] for i in pick], [self.reasons[i] for i in pick],
-                           self.lease_s, self.wats)
+        return WeightBatch([self.cpe_ids[i] for i in pick], self.dl.subset(idx),
+                           self.ul.subset(idx), self.lease_s, self.wats)
 
 
 @dataclass(frozen=True)
 class Published:
-    """What one tick published: row ``i`` of ``batch`` got version ``versions[i]`` under the
-    policy of A1 instance ``sources[i]`` ("default" without one), at ``time_s``."""
+    """What one tick published: row ``i`` of ``batch`` got version ``versions[i]`` (both
+    directions) at ``time_s``."""
 
     batch: WeightBatch
     versions: NDArray[np.int64]
-    sources: Sequence[str]
     time_s: float
 
     def __len__(self) -> int:
         return len(self.batch)
 
     def record(self, i: int) -> CpeRecord:
-        return CpeRecord.from_decision(int(self.versions[i]), self.batch.decision(i),
-                                       mode=self.batch.modes[i],
-                                       policy_source=self.sources[i], time_s=self.time_s)
+        b = self.batch
+        return CpeRecord(int(self.versions[i]), self.time_s, *(
+            DirectionRecord.from_decision(b.decision(i, name), mode=d.modes[i],
+                                          policy_source=d.sources[i])
+            for name, d in (("dl", b.dl), ("ul", b.ul))))
 
 
 class TelemetrySink(Protocol):
@@ -140,7 +195,8 @@ class PublishResult:
 
 
 class WeightPublisher(Protocol):
-    """Delivers weights to CPE agents (MQTT ``mcw/v1/cpe/{cpe_id}/weights``)."""
+    """Delivers weights to the agents (MQTT ``mcw/v1/cpe/{cpe_id}/weights``: the CPE agent
+    applies ``ul``, the proxy agent serving the CPE ``dl``)."""
 
     def publish_many(self, batch: WeightBatch) -> PublishResult:
         """Queue the latest weights of many CPEs (one control tick) at once.
@@ -152,10 +208,9 @@ class WeightPublisher(Protocol):
 
 
 @dataclass(frozen=True)
-class CpeRecord:
-    """What the xApp remembers about one CPE between ticks and across restarts."""
+class DirectionRecord:
+    """The weights in force for one direction of a CPE."""
 
-    version: int
     weights: Mapping[str, int]
     shares: Mapping[str, float]
     aggregate_mbps: float
@@ -164,14 +219,13 @@ class CpeRecord:
     mode: str
     #: The instance id whose policy produced the weights ("default" without one).
     policy_source: str
-    time_s: float
 
     @classmethod
-    def from_decision(cls, version: int, decision: WeightDecision, *, mode: str,
-                      policy_source: str, time_s: float) -> CpeRecord:
-        return cls(version, dict(decision.weights), dict(decision.shares),
+    def from_decision(cls, decision: WeightDecision, *, mode: str,
+                      policy_source: str) -> DirectionRecord:
+        return cls(dict(decision.weights), dict(decision.shares),
                    float(decision.aggregate_mbps), tuple(sorted(decision.usable)),
-                   decision.reason, mode, policy_source, time_s)
+                   decision.reason, mode, policy_source)
 
     def decision(self) -> WeightDecision:
         """The decision in force, as the engine's ``previous`` argument."""
@@ -186,12 +240,51 @@ class CpeRecord:
         return doc
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> CpeRecord:
-        return cls(int(doc["version"]), {str(k): int(v) for k, v in doc["weights"].items()},
+    def from_dict(cls, doc: Mapping[str, Any]) -> DirectionRecord:
+        return cls({str(k): int(v) for k, v in doc["weights"].items()},
                    {str(k): float(v) for k, v in doc.get("shares", {}).items()},
                    float(doc.get("aggregate_mbps", 0.0)), tuple(doc.get("usable", ())),
                    str(doc.get("reason", "")), str(doc.get("mode", "")),
-                   str(doc.get("policy_source", "")), float(doc.get("time_s", 0.0)))
+                   str(doc.get("policy_source", "")))
+
+
+@dataclass(frozen=True)
+class CpeRecord:
+    """What the xApp remembers about one CPE between ticks and across restarts: the last
+    message published (its version and time) and the weights of each direction in it."""
+
+    version: int
+    time_s: float
+    dl: DirectionRecord
+    ul: DirectionRecord
+
+    def direction(self, name: str) -> DirectionRecord:
+        if name == "dl":
+            return self.dl
+        if name == "ul":
+            return self.ul
+        raise ValueError(f"unknown direction {name!r}")
+
+    @classmethod
+    def from_decision(cls, version: int, decision: WeightDecision, *, mode: str,
+                      policy_source: str, time_s: float) -> CpeRecord:
+        """A record whose two directions are the same decision (a manual publish)."""
+        d = DirectionRecord.from_decision(decision, mode=mode, policy_source=policy_source)
+        return cls(version, time_s, d, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "time_s": self.time_s, "dl": self.dl.to_dict(),
+                "ul": self.ul.to_dict()}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> CpeRecord:
+        """A record as :meth:`to_dict` writes it; a record of one set (written before
+        directions existed) stands for both directions."""
+        if "dl" in doc or "ul" in doc:
+            dl, ul = DirectionRecord.from_dict(doc["dl"]), DirectionRecord.from_dict(doc["ul"])
+        else:
+            dl = ul = DirectionRecord.from_dict(doc)
+        return cls(int(doc["version"]), float(doc.get("time_s", 0.0)), dl, ul)
 
 
 class StateStore(Protocol):

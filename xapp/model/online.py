@@ -328,7 +328,7 @@ class ModelEstimator:
         sample = capacity_sample(delivered, saturated)
         cell = frame.column(CELL_COLUMN)
         times = np.full(n, float(frame.time_s))
-        idx = self.state.slots(frame.cpe, frame.wat)
+        idx = self.state.slots(frame.series, frame.wat)
         before = self.state.stale_resets
         kpis = {k: v for k, v in values.items() if k not in ("delivered_mbps", "saturated")}
         feats = self.state.update(idx, times, sample, kpis, cell)
@@ -368,7 +368,7 @@ class ModelEstimator:
                 continue
             forecast[fam] = rows
         median = np.maximum(center, 0.0)
-        level = (cost_levels(center, self._cpe_codes(frame.cpe)) if self.level == COST
+        level = (cost_levels(center, self._cpe_codes(frame.series)) if self.level == COST
                  else np.full(n, self.level))
         for fam, rows in forecast.items():
             slots = idx[rows]

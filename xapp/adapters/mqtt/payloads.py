@@ -29,9 +29,11 @@ from typing import Any, Final, Literal
 import jsonschema_rs
 import numpy as np
 from jsonschema import Draft202012Validator
+from numpy.typing import NDArray
 
 from xapp.adapters.bounded_json import BoundedJsonError, JsonLimits, loads
-from xapp.core.ports import PublishResult, WeightBatch
+from xapp.core.forecast import DIRECTIONS
+from xapp.core.ports import Choice, DirectionBatch, PublishResult, WeightBatch
 from xapp.core.weights import WeightDecision
 from xapp.schemas import schemas_dir
 
@@ -48,7 +50,7 @@ CPE_ID_RE: Final = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 Kind = Literal["weights", "state", "telemetry"]
 KINDS: Final[tuple[Kind, ...]] = ("weights", "state", "telemetry")
 SCHEMA_IDS: Final[dict[Kind, str]] = {
-    "weights": "mcw.weights.v1", "state": "mcw.state.v1", "telemetry": "mcw.telemetry.v1",
+    "weights": "mcw.weights.v2", "state": "mcw.state.v2", "telemetry": "mcw.telemetry.v2",
 }
 
 #: What a received document may hold before it is parsed (:mod:`xapp.adapters.bounded_json`).
@@ -162,16 +164,18 @@ def weights_topic(cpe_id: str) -> str:
 
 def encode_weights_batch(batch: WeightBatch, issued_at_ms: int,
                          take_versions: Callable[[list[str]], list[int]]) -> EncodedWeights:
-    """Validate and encode the ``mcw.weights.v1`` message of every row of ``batch``.
+    """Validate and encode the ``mcw.weights.v2`` message of every row of ``batch``: one per
+    CPE, its ``dl`` and ``ul`` sets under one version and one lease.
 
     The one way weights messages are made (the MQTT and in-memory publishers, and
     :func:`build_weights`).  The schema's constraints are checked over the whole batch at once
-    (weights 0..255 with one above 0, known WATs and mode, lease 1..3600 s, the cpe_id pattern,
-    versions and times below 2^53), and each message is written from a fixed template in sorted
-    key order: byte-identical to :func:`encode` of the document, which validates against the
-    schema (``tests/channel/test_payloads.py`` checks both, property-based, against the
-    reference validator).  Rows that may not be sent are refused and take no version;
-    ``take_versions`` is called once with the cpe_ids of the others, in order.
+    (per direction: weights 0..255 with one above 0, known WATs and mode; lease 1..3600 s, the
+    cpe_id pattern, versions and times below 2^53), and each message is written from a fixed
+    template in sorted key order: byte-identical to :func:`encode` of the document, which
+    validates against the schema (``tests/channel/test_payloads.py`` checks both,
+    property-based, against the reference validator).  Rows that may not be sent (either
+    direction invalid) are refused and take no version; ``take_versions`` is called once with
+    the cpe_ids of the others, in order.
     """
     n = len(batch)
     refused: dict[int, PayloadError] = {}
@@ -184,16 +188,8 @@ def encode_weights_batch(batch: WeightBatch, issued_at_ms: int,
         problem = f"issued_at_ms: {issued_at_ms} is out of range"
     if problem is not None:
         return EncodedWeights([], [], [], {i: PayloadError("schema", problem) for i in range(n)})
-    w, present = batch.weights, batch.present
-    out_of_range = np.flatnonzero((present & ((w < 0) | (w > MAX_WEIGHT))).any(axis=1))
-    for i in np.flatnonzero(~(present & (w > 0)).any(axis=1)).tolist():
-        refused[i] = PayloadError("schema", "weights: no WAT has a weight above 0")
-    for i in out_of_range.tolist():
-        refused[i] = PayloadError("schema", f"weights: {w[i][present[i]].tolist()} are not all "
-                                  f"within 0..{MAX_WEIGHT}")
-    for i, mode in enumerate(batch.modes):
-        if mode not in MODES:
-            refused[i] = PayloadError("schema", f"mode: {mode!r} is not one of {list(MODES)}")
+    for name in DIRECTIONS:
+        _check_direction(batch.direction(name), name, refused)
     ids = batch.cpe_ids
     for i, cpe_id in enumerate(ids):
         try:
@@ -210,53 +206,81 @@ def encode_weights_batch(batch: WeightBatch, issued_at_ms: int,
     if len(refused) > n - len(rows):
         keep = [(i, v) for i, v in zip(rows, versions, strict=True) if i not in refused]
         rows, versions = [i for i, _ in keep], [v for _, v in keep]
-    # The "weights" object of each row, one format string per presence pattern (few).
-    order = sorted(range(len(batch.wats)), key=lambda j: batch.wats[j])
     sel = np.array(rows, dtype=np.intp)
-    pattern = present[sel][:, order] @ (1 << np.arange(len(order)))
-    inner: list[str] = [""] * len(rows)
+    dl = _direction_objects(batch.dl, batch.wats, sel)
+    ul = _direction_objects(batch.ul, batch.wats, sel)
+    lease_text = _ENCODE_FLOAT(lease) if isinstance(lease, float) else str(int(lease))
+    head = (f'"issued_at_ms":{int(issued_at_ms)},"lease_s":{lease_text},'
+            f'"schema":"{SCHEMA_IDS["weights"]}"')
+    payloads = [
+        f'{{"cpe_id":"{ids[i]}","dl":{dl[a]},{head},"ul":{ul[a]},"version":{versions[a]}}}'
+        .encode()
+        for a, i in enumerate(rows)]
+    return EncodedWeights(rows, versions, payloads, refused)
+
+
+def _check_direction(d: DirectionBatch, name: str, refused: dict[int, PayloadError]) -> None:
+    """Refuse the rows whose set of direction ``name`` may not be sent (first reason wins)."""
+    w, present = d.weights, d.present
+    for i in np.flatnonzero(~(present & (w > 0)).any(axis=1)).tolist():
+        refused.setdefault(i, PayloadError("schema", f"{name}.weights: no WAT has a weight "
+                                           "above 0"))
+    for i in np.flatnonzero((present & ((w < 0) | (w > MAX_WEIGHT))).any(axis=1)).tolist():
+        refused.setdefault(i, PayloadError("schema", f"{name}.weights: "
+                                           f"{w[i][present[i]].tolist()} are not all within "
+                                           f"0..{MAX_WEIGHT}"))
+    for i, mode in enumerate(d.modes):
+        if mode not in MODES:
+            refused.setdefault(i, PayloadError("schema", f"{name}.mode: {mode!r} is not one "
+                                               f"of {list(MODES)}"))
+
+
+def _direction_objects(d: DirectionBatch, wats: tuple[str, ...], sel: NDArray[np.intp]
+                       ) -> list[str]:
+    """The ``{"mode":..,"reason":..,"weights":{..}}`` object of rows ``sel`` of one direction,
+    in sorted key order; one format string per presence pattern (few)."""
+    order = sorted(range(len(wats)), key=lambda j: wats[j])
+    pattern = d.present[sel][:, order] @ (1 << np.arange(len(order)))
+    inner: list[str] = [""] * len(sel)
     for code in np.unique(pattern).tolist():
         cols = [order[b] for b in range(len(order)) if code >> b & 1]
-        fmt = ",".join(f'"{batch.wats[j]}":{{}}' for j in cols)
+        fmt = ",".join(f'"{wats[j]}":{{}}' for j in cols)
         at = np.flatnonzero(pattern == code)
-        for a, vals in zip(at.tolist(), w[sel[at]][:, cols].tolist(), strict=True):
+        for a, vals in zip(at.tolist(), d.weights[sel[at]][:, cols].tolist(), strict=True):
             inner[a] = fmt.format(*vals)
-    lease_text = _ENCODE_FLOAT(lease) if isinstance(lease, float) else str(int(lease))
-    head = f'"issued_at_ms":{int(issued_at_ms)},"lease_s":{lease_text},"mode":"'
     reasons: dict[str, str] = {}
-    modes, texts = batch.modes, batch.reasons
-    payloads = []
-    for a, i in enumerate(rows):
+    modes, texts = d.modes, d.reasons
+    out = []
+    for a, i in enumerate(sel.tolist()):
         text = texts[i]
         reason = reasons.get(text)
         if reason is None:
             reason = reasons[text] = json.dumps(text[:256])
-        payloads.append(
-            f'{{"cpe_id":"{ids[i]}",{head}{modes[i]}","reason":{reason},'
-            f'"schema":"mcw.weights.v1","version":{versions[a]},"weights":{{{inner[a]}}}}}'
-            .encode())
-    return EncodedWeights(rows, versions, payloads, refused)
+        out.append(f'{{"mode":"{modes[i]}","reason":{reason},"weights":{{{inner[a]}}}}}')
+    return out
 
 
-def single_batch(cpe_id: str, decision: WeightDecision, mode: str, lease_s: float
-                 ) -> WeightBatch:
-    """A batch of one CPE; a WAT no message may name raises :class:`PayloadError`."""
+def single_batch(cpe_id: str, dl: Choice, ul: Choice | None, lease_s: float) -> WeightBatch:
+    """A batch of one CPE (``ul`` None: the same as ``dl``); a WAT no message may name raises
+    :class:`PayloadError`."""
     try:
-        return WeightBatch.of([(cpe_id, decision, mode)], lease_s)
+        return WeightBatch.of([(cpe_id, dl, ul if ul is not None else dl)], lease_s)
     except ValueError as exc:
         raise PayloadError("schema", f"weights: {exc}") from None
 
 
 def build_weights(cpe_id: str, version: int, decision: WeightDecision, *, mode: str,
-                  lease_s: float, issued_at_ms: int) -> dict[str, Any]:
-    """The ``mcw.weights.v1`` document of one CPE (the batch path with one row, checked
-    against the schema again).
+                  lease_s: float, issued_at_ms: int, ul: Choice | None = None
+                  ) -> dict[str, Any]:
+    """The ``mcw.weights.v2`` document of one CPE (the batch path with one row, checked
+    against the schema again): ``dl`` is ``decision`` under ``mode``, ``ul`` the same unless
+    given as ``(decision, mode)``.
 
     Raises :class:`PayloadError` for weights that may never be sent (all zero, out of range,
     unknown WAT) so nothing invalid leaves the xApp.
     """
-    out = encode_weights_batch(single_batch(cpe_id, decision, mode, lease_s), issued_at_ms,
-                               lambda ids: [version] * len(ids))
+    out = encode_weights_batch(single_batch(cpe_id, (decision, mode), ul, lease_s),
+                               issued_at_ms, lambda ids: [version] * len(ids))
     if out.refused:
         raise out.refused[0]
     doc: dict[str, Any] = json.loads(out.payloads[0])

@@ -63,7 +63,7 @@ from xapp.adapters.mqtt.payloads import (
     weights_topic,
 )
 from xapp.adapters.mqtt.versions import VersionAllocator, VersionStore
-from xapp.core.ports import PublishResult, WeightBatch
+from xapp.core.ports import Choice, PublishResult, WeightBatch
 from xapp.core.weights import WeightDecision
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class MqttWeightPublisher:
     ... # doctest: +SKIP
     >>> pub.start().wait_connected(10)                                # doctest: +SKIP
     >>> pub.publish("cpe-0001", decision, mode="load_balancing", lease_s=30)  # doctest: +SKIP
-    >>> pub.publish_many(WeightBatch.of([("cpe-0002", decision, "load_balancing")], 30))
+    >>> pub.publish_many(WeightBatch.same([("cpe-0002", decision, "load_balancing")], 30))
     ... # doctest: +SKIP
     """
 
@@ -287,8 +287,9 @@ class MqttWeightPublisher:
             self._versions.reserve(cpe_ids)
 
     def publish(self, cpe_id: str, decision: WeightDecision, *, mode: str,
-                lease_s: float) -> int:
-        """Queue the CPE's latest weights; returns the version they were given.
+                lease_s: float, ul: Choice | None = None) -> int:
+        """Queue the CPE's latest weights (``dl``: ``decision`` under ``mode``; ``ul`` the
+        same unless given as ``(decision, mode)``); returns the version they were given.
 
         Raises
         ------
@@ -296,7 +297,7 @@ class MqttWeightPublisher:
             The weights would not validate (all zero, out of range, unknown WAT or mode, bad
             cpe_id, lease out of 1..3600 s); nothing is queued and no version is used.
         """
-        result = self.publish_many(single_batch(cpe_id, decision, mode, lease_s))
+        result = self.publish_many(single_batch(cpe_id, (decision, mode), ul, lease_s))
         if cpe_id in result.errors:
             raise result.errors[cpe_id]
         return result.versions[cpe_id]
