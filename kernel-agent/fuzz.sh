@@ -13,6 +13,7 @@ targets="
 payload FuzzParseWeights
 payload FuzzParseTelemetry
 payload FuzzParseState
+payload FuzzParseProxyState
 state FuzzDecode
 telemetry FuzzParseMessage
 mptcppm FuzzDecodeEndpoints

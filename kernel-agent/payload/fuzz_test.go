@@ -113,3 +113,35 @@ func TestBounds(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseProxyState checks that ParseProxyState never panics, bounds its
+// input and that what it accepts re-encodes into something it accepts.
+func FuzzParseProxyState(f *testing.F) {
+	good, err := ProxyState{ProxyID: "proxy-0001", Online: true, TimeMs: 1, Backend: BackendWRRSysctl,
+		Capabilities: Capabilities{MaxWeight: 255}, CPEs: 2, CPEsApplied: 1, Rules: Rules{Used: 4, Limit: 256}}.Marshal()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(ProxyOffline("proxy-0001"))
+	f.Add([]byte(`{"schema":"mcw.proxy-state.v1","proxy_id":"p","online":true,"rules":{"used":-1}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := ParseProxyState(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if !ValidCPEID(p.ProxyID) || p.CPEs < 0 || p.Rules.Used < 0 {
+			t.Fatalf("accepted out-of-contract proxy state %+v", p)
+		}
+		b, err := p.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseProxyState(b); err != nil && len(b) <= MaxPayloadBytes {
+			t.Fatalf("re-encoded proxy state rejected: %v\n%s", err, b)
+		}
+	})
+}
