@@ -222,6 +222,16 @@ func TestAgentLifecycle(t *testing.T) {
 	if diff := cmp.Diff(payload.Weights{"nr": 5, "wifi": 0}, s.AppliedWeights); diff != "" || s.Links["nr"] != "up" {
 		t.Fatalf("link up (-want +got):\n%s", diff)
 	}
+	// The state says whose it is and where the proxy finds the CPE's WATs;
+	// a new address alone is reported, so the proxy follows it.
+	if s.Role != payload.RoleCPE || s.Direction != payload.UL || s.Addresses["nr"] != "10.31.1.1" {
+		t.Fatalf("state role %q direction %q addresses %v", s.Role, s.Direction, s.Addresses)
+	}
+	h.links.ch <- linkwatch.Status{Interface: "nr0", Index: 2, LinkUp: true, Addr: netip.MustParseAddr("10.31.1.77")}
+	s, n = h.pub.waitEvent(t, payload.EventLinkUp, n)
+	if s.Addresses["nr"] != "10.31.1.77" || s.AppliedWeights["nr"] != 5 {
+		t.Fatalf("address change: %+v", s)
+	}
 
 	// Restart: the lease still runs, so the weights come back; the high-water
 	// mark blocks the old version.
