@@ -40,6 +40,67 @@ func TestExampleFileValid(t *testing.T) {
 	}
 }
 
+func TestProxyExampleFileValid(t *testing.T) {
+	c, err := Load("../deploy/proxy.example.yaml")
+	if err != nil {
+		t.Fatalf("deploy/proxy.example.yaml: %v", err)
+	}
+	if !c.IsProxy() || c.ClientID() != "proxy-0001" || len(c.CPEs) != 2 {
+		t.Fatalf("proxy example: %+v", c)
+	}
+}
+
+const goodProxy = `
+role: proxy
+proxy_id: proxy-0001
+cpes: [cpe-0001, cpe-0002]
+mqtt:
+  broker_url: mqtts://127.0.0.1:8883
+  ca_file: ca.crt
+  cert_file: proxy.crt
+  key_file: proxy.key
+backend: dry-run
+safe_weights: {nr: 1, wifi: 1}
+state_dir: /tmp/x
+`
+
+func TestParseProxy(t *testing.T) {
+	c, err := Parse([]byte(goodProxy))
+	if err != nil || !c.IsProxy() || c.ClientID() != "proxy-0001" {
+		t.Fatalf("Parse = %+v, %v", c, err)
+	}
+	if c, err := Parse([]byte(good)); err != nil || c.IsProxy() || c.ClientID() != "cpe-0001" {
+		t.Fatalf("default role: %+v, %v", c, err)
+	}
+	many := "cpes: [" + strings.Repeat("c,", MaxCPEs) + "c]"
+	tests := []struct{ name, old, new, wantErr string }{
+		{"unknown role", "role: proxy", "role: relay", "role"},
+		{"bad proxy id", "proxy_id: proxy-0001", "proxy_id: proxy/1", "proxy_id"},
+		{"no cpes", "cpes: [cpe-0001, cpe-0002]", "cpes: []", "cpes: 0 CPEs"},
+		{"too many cpes", "cpes: [cpe-0001, cpe-0002]", many, "want 1..1024"},
+		{"repeated cpe", "cpe-0002]", "cpe-0001]", "listed twice"},
+		{"bad cpe id", "cpe-0002]", "cpe#2]", "cpes[1]"},
+		{"own id as cpe", "cpe-0002]", "proxy-0001]", "own id"},
+		{"cpe keys in a proxy", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_id: cpe-0001", "only with role cpe"},
+		{"wats in a proxy", "state_dir: /tmp/x", "state_dir: /tmp/x\nwats: {nr: {interface: nr0}}", "only with role cpe"},
+		{"unknown WAT in safe weights", "{nr: 1, wifi: 1}", "{nr: 1, wifi7: 1}", "unknown WAT"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !strings.Contains(goodProxy, tt.old) {
+				t.Fatalf("%q not in the good config", tt.old)
+			}
+			_, err := Parse([]byte(strings.Replace(goodProxy, tt.old, tt.new, 1)))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Parse = %v, want an error mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+	if _, err := Parse([]byte(good + "cpes: [cpe-0002]\n")); err == nil || !strings.Contains(err.Error(), "only with role proxy") {
+		t.Fatalf("cpes in a CPE config: %v", err)
+	}
+}
+
 func TestParseBad(t *testing.T) {
 	tests := []struct{ name, old, new, wantErr string }{
 		{"bad cpe id", "cpe-0001", "cpe/0001", "cpe_id"},

@@ -49,7 +49,8 @@ func main() {
 	fs := flag.NewFlagSet("mcw-agent", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: mcw-agent -config FILE [-check]\n\n"+
-			"Applies the xApp's per-WAT MPTCP weights on this CPE (see deploy/agent.example.yaml).\n\n")
+			"Applies the xApp's per-WAT MPTCP weights: role cpe, the uplink of this CPE (deploy/agent.example.yaml);\n"+
+			"role proxy, the downlink of the CPEs an MPTCP proxy serves (deploy/proxy.example.yaml).\n\n")
 		fs.PrintDefaults()
 	}
 	cfgPath := fs.String("config", "/etc/mcw-agent/agent.yaml", "configuration file (YAML)")
