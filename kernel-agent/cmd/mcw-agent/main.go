@@ -280,6 +280,11 @@ func runProxy(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	for _, w := range px.Workers(client) {
 		sup.Add(w)
 	}
+	if w, ok := dl.(watcher); ok {
+		// A backend that follows the kernel (new subflows to flag) is a
+		// worker like the others: dead or stuck, the health check says so.
+		sup.Add(supervisor.Worker{Name: "downlink", Run: w.Watch, Stall: downlinkStall})
+	}
 	sup.Add(mqttWorker(client))
 	log.Info("proxy starting", "backend", dl.Name(), "cpes", len(cfg.CPEs), "safe_weights", cfg.SafeWeights.String())
 	runErr := sup.Run(ctx)
@@ -295,6 +300,15 @@ func runProxy(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	log.Info("proxy stopped")
 	return runErr
 }
+
+// watcher is a downlink backend with a goroutine of its own (the
+// mptcp-upstream downlink follows the path manager's subflow events).
+type watcher interface {
+	Watch(ctx context.Context, beat func()) error
+}
+
+// downlinkStall is how long the downlink watcher may go without a beat.
+const downlinkStall = 10 * time.Second
 
 // newDownlink builds the proxy role's backend.
 func newDownlink(cfg config.Config) (backend.Downlink, error) {
