@@ -350,8 +350,9 @@ func (x *xapp) publish(t *testing.T, leaseS float64, w payload.Weights) int64 {
 func (x *xapp) tryPublish(t *testing.T, version int64, leaseS float64, w payload.Weights) byte {
 	b, _ := json.Marshal(map[string]any{
 		"schema": payload.WeightsSchema, "cpe_id": cpeID, "version": version,
-		"issued_at_ms": time.Now().UnixMilli(), "lease_s": leaseS, "mode": "fixed_split",
-		"reason": "netns test", "weights": w,
+		"issued_at_ms": time.Now().UnixMilli(), "lease_s": leaseS,
+		"dl": map[string]any{"mode": "fixed_split", "reason": "netns test", "weights": w},
+		"ul": map[string]any{"mode": "fixed_split", "reason": "netns test", "weights": w},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -610,7 +611,7 @@ log_level: info
 	x.mu.Lock()
 	var telemetryOK bool
 	for _, tm := range x.telemetry {
-		if tm.WATs["nr"].Subflows >= 1 && tm.WATs["wifi"].Subflows >= 1 && tm.WATs["nr"].BytesAcked > 0 && tm.WATs["wifi"].DeliveredMbps > 0 {
+		if tm.WATs["nr"].Subflows >= 1 && tm.WATs["wifi"].Subflows >= 1 && tm.WATs["nr"].UL != nil && *tm.WATs["nr"].UL.BytesAcked > 0 && tm.WATs["wifi"].UL != nil && tm.WATs["wifi"].UL.DeliveredMbps > 0 {
 			telemetryOK = true
 		}
 	}
@@ -827,8 +828,8 @@ func (p phase) saturation(samples []payload.Telemetry, wat string) []float64 {
 		if start.Before(p.from) || time.UnixMilli(tm.TimeMs).After(p.to) {
 			continue
 		}
-		if w, ok := tm.WATs[wat]; ok && w.Saturated != nil {
-			out = append(out, *w.Saturated)
+		if w, ok := tm.WATs[wat]; ok && w.UL != nil && w.UL.Saturated != nil {
+			out = append(out, *w.UL.Saturated)
 		}
 	}
 	return out
