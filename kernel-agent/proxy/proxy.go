@@ -329,6 +329,7 @@ func (p *Proxy) runLoop(ctx context.Context, beat func()) error {
 	if err := p.Start(ctx); err != nil {
 		return err
 	}
+	p.resetTimer()
 	tick := time.NewTicker(beatEvery)
 	defer tick.Stop()
 	for {
@@ -353,6 +354,11 @@ func (p *Proxy) runLoop(ctx context.Context, beat func()) error {
 		case <-tick.C:
 			// The timer runs on the monotonic clock, which stands still
 			// while the machine is suspended; leases end by the wall clock.
+			// A failed apply left the kernel unknown: try again each
+			// second rather than wait for the next message.
+			if p.applyErr != "" {
+				p.dirty = true
+			}
 		case <-p.republish:
 			for _, id := range p.order {
 				if b := p.cpes[id].lastState; b != nil {
@@ -682,10 +688,20 @@ func (p *Proxy) apply(ctx context.Context) {
 	for _, id := range p.order {
 		c := p.cpes[id]
 		ps, sent := want[id]
+		wasIn := c.applied != nil && c.unexpr == nil
 		if nerr, refused := notApplied[id]; refused {
 			c.applied, c.unexpr = nil, fmt.Errorf("not applied by %s: %w", p.deps.Downlink.Name(), nerr)
 		} else if sent {
 			c.applied = ps
+		}
+		// A CPE can enter or leave the kernel without news of its own
+		// (room under the rule bound, a retry after a failure): say so.
+		if isIn := c.applied != nil && c.unexpr == nil; isIn != wasIn && c.event == "" {
+			if isIn {
+				c.setEvent(payload.EventApplied, nil)
+			} else {
+				c.setEvent(payload.EventRejected, c.unexpr)
+			}
 		}
 		if pu := c.pending; pu != nil {
 			c.pending = nil

@@ -351,3 +351,49 @@ func TestSplitTopic(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyLoopRetriesFailedApply runs the real loop: messages through
+// HandleMessage, and after a failed ApplyAll the loop tries again by
+// itself once the backend recovers.
+func TestProxyLoopRetriesFailedApply(t *testing.T) {
+	dl := dryrun.NewDownlink()
+	p, err := New(Config{ProxyID: "proxy-0001", CPEs: []string{"cpe-0001"}, SafeWeights: payload.Weights{"nr": 1},
+		StateDir: t.TempDir(), MaxClockSkew: 5 * time.Second},
+		Deps{Downlink: dl, Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, nil) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Second); !ok(); time.Sleep(2 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s (last apply %v)", what, dl.Last())
+			}
+		}
+	}
+	m := cpeState("cpe-0001", `{"nr":"10.31.1.2"}`, `{"nr":"up"}`)
+	p.HandleMessage(m.topic, m.data, time.Now())
+	waitFor("safe weights", func() bool { return cmp.Equal(dl.Last()["cpe-0001"], payload.Weights{"nr": 1}) })
+	dl.SetErr(errors.New("transient"))
+	calls := dl.Calls()
+	w := weights("cpe-0001", 1, time.Now(), 30, `{"nr":9}`, `{"nr":1}`)
+	p.HandleMessage(w.topic, w.data, time.Now())
+	waitFor("the failure reported", func() bool {
+		s, err := payload.ParseState(p.LastState("cpe-0001"))
+		return err == nil && strings.Contains(s.LastError, "transient")
+	})
+	dl.SetErr(nil)
+	waitFor("the retry", func() bool { return dl.Calls() > calls })
+	// The update was rolled back; its redelivery applies it.
+	p.HandleMessage(w.topic, w.data, time.Now())
+	waitFor("the redelivered update", func() bool { return cmp.Equal(dl.Last()["cpe-0001"], payload.Weights{"nr": 9}) })
+}
