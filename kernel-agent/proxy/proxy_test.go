@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
 	"github.com/mcw-xapp/kernel-agent/metrics"
 	"github.com/mcw-xapp/kernel-agent/payload"
+	"github.com/mcw-xapp/kernel-agent/telemetry"
 )
 
 // clock is a settable clock for lease tests.
@@ -396,4 +398,50 @@ func TestProxyLoopRetriesFailedApply(t *testing.T) {
 	// The update was rolled back; its redelivery applies it.
 	p.HandleMessage(w.topic, w.data, time.Now())
 	waitFor("the redelivered update", func() bool { return cmp.Equal(dl.Last()["cpe-0001"], payload.Weights{"nr": 9}) })
+}
+
+// subflows is a fixed sock_diag dump (the real dump is tested in package
+// telemetry; here only the split per CPE is at stake).
+type subflows struct{ list []telemetry.Subflow }
+
+func (s *subflows) Subflows() ([]telemetry.Subflow, error) { return s.list, nil }
+
+// TestProxyTelemetry splits one dump per CPE by the subflows' remote
+// address and reports the sender's figures as dl.
+func TestProxyTelemetry(t *testing.T) {
+	src := &subflows{}
+	clk := &clock{t: t0}
+	p, err := New(Config{ProxyID: "proxy-0001", CPEs: []string{"cpe-0001", "cpe-0002"}, SafeWeights: payload.Weights{"nr": 1},
+		StateDir: t.TempDir(), TelemetryInterval: time.Second, MPTCPOnly: true},
+		Deps{Downlink: dryrun.NewDownlink(), Subflows: src, Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p.handle(cpeState("cpe-0001", addrs1, up1))
+	p.handle(cpeState("cpe-0002", addrs2, up2))
+	proxyAddr := netip.MustParseAddr("10.31.0.1")
+	sf := func(dst string, cookie, acked uint64) telemetry.Subflow {
+		return telemetry.Subflow{Src: proxyAddr, Dst: netip.MustParseAddr(dst), Cookie: cookie, BytesAcked: acked, MPTCP: true, Cwnd: 10, RTTMicros: 5000}
+	}
+	aggs := map[string]*telemetry.Aggregator{}
+	src.list = []telemetry.Subflow{sf("10.31.1.2", 1, 0), sf("10.32.2.2", 2, 0)}
+	p.sampleTelemetry(aggs)
+	clk.t = clk.t.Add(time.Second)
+	src.list = []telemetry.Subflow{sf("10.31.1.2", 1, 2_500_000), sf("10.32.2.2", 2, 125_000), sf("192.0.2.9", 3, 9_999_999)}
+	p.sampleTelemetry(aggs)
+	_, pending := p.out.take()
+	for cpeID, want := range map[string][2]any{"cpe-0001": {"nr", 20.0}, "cpe-0002": {"wifi", 1.0}} {
+		b := pending[p.topics.CPETelemetry(cpeID)]
+		tm, err := payload.ParseTelemetry(b.data)
+		if err != nil || b.retained {
+			t.Fatalf("%s: %v (retained %v)\n%s", cpeID, err, b.retained, b.data)
+		}
+		w := tm.WATs[want[0].(string)]
+		if tm.ProxyID != "proxy-0001" || tm.CPEID != cpeID || w.UL != nil || w.DL == nil || w.DL.DeliveredMbps != want[1].(float64) || w.Subflows != 1 {
+			t.Errorf("%s: %+v, %s = %+v dl %+v", cpeID, tm, want[0], w, w.DL)
+		}
+	}
 }
