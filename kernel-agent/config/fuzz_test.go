@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
 // FuzzParse checks that the configuration loader never panics and that
@@ -13,6 +15,11 @@ func FuzzParse(f *testing.F) {
 	if b, err := os.ReadFile("../deploy/agent.example.yaml"); err == nil {
 		f.Add(b)
 	}
+	f.Add([]byte(goodProxy))
+	if b, err := os.ReadFile("../deploy/proxy.example.yaml"); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte(goodProxy + "cpes: [" + strings.Repeat("c,", 2000) + "c]\n"))
 	f.Add([]byte(good + "lease: {max_clock_skew_ms: -1}\n"))
 	f.Add([]byte(good + "telemetry: {interval_ms: 99999999999999999999}\n"))
 	f.Add([]byte("a: &a [*a, *a]\n"))
@@ -28,6 +35,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if err := c.Validate(); err != nil {
 			t.Fatalf("accepted an invalid configuration: %v", err)
+		}
+		if c.IsProxy() && (len(c.CPEs) == 0 || len(c.CPEs) > MaxCPEs || !payload.ValidCPEID(c.ProxyID)) {
+			t.Fatalf("accepted proxy configuration out of bounds: %d CPEs, id %q", len(c.CPEs), c.ProxyID)
 		}
 		if s := c.Lease.MaxClockSkew(); s < 0 || s.Milliseconds() > MaxClockSkewMs {
 			t.Fatalf("skew %v out of bounds", s)
