@@ -228,7 +228,7 @@ func TestAgentLifecycle(t *testing.T) {
 		t.Fatalf("state role %q direction %q addresses %v", s.Role, s.Direction, s.Addresses)
 	}
 	h.links.ch <- linkwatch.Status{Interface: "nr0", Index: 2, LinkUp: true, Addr: netip.MustParseAddr("10.31.1.77")}
-	s, n = h.pub.waitEvent(t, payload.EventLinkUp, n)
+	s, _ = h.pub.waitEvent(t, payload.EventLinkUp, n)
 	if s.Addresses["nr"] != "10.31.1.77" || s.AppliedWeights["nr"] != 5 {
 		t.Fatalf("address change: %+v", s)
 	}

@@ -81,11 +81,11 @@ const FullFill = 0.75
 
 // sockState is what the aggregator remembers of a socket between samples.
 type sockState struct {
-	acked, received    uint64
-	pathLimited        uint64
-	chrono             bool
-	cwnd, rttMicros    uint32
-	queued             bool // a full segment written but not sent
+	acked, received uint64
+	pathLimited     uint64
+	chrono          bool
+	cwnd, rttMicros uint32
+	queued          bool // a full segment written but not sent
 }
 
 // WATInfo is what the aggregator needs per WAT.
@@ -112,12 +112,10 @@ type watSums struct {
 // delivery_rate_mbps absent, i.e. unknown).
 func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]WATInfo) map[string]payload.WATTelemetry {
 	byAddr := make(map[netip.Addr]string, len(wats))
+	// dirs sums one WAT's counters over its subflows.
 	type dirs struct {
-		t          payload.WATTelemetry
-		send, recv payload.DirTelemetry
-		acked      int64
-		received   int64
-		cwnd       int64
+		t                     payload.WATTelemetry
+		acked, received, cwnd int64
 	}
 	out := make(map[string]*dirs, len(wats))
 	for name, w := range wats {
