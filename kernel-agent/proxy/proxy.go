@@ -138,6 +138,11 @@ type cpe struct {
 	online bool
 
 	applied   []backend.Path // in the kernel (nil: nothing for this CPE)
+	// want and wantErr cache paths() until the CPE changes (touch): a
+	// proxy serving a thousand CPEs recomputes only the one that changed.
+	want    []backend.Path
+	wantErr error
+	changed bool
 	unexpr    error          // why the CPE is not in the kernel as requested
 	lastError string
 	event     string // to report after the next apply ("" nothing)
@@ -273,7 +278,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 			return fmt.Errorf("proxy: %w", err)
 		}
 		c := &cpe{id: id, store: store, tracker: lease.New(lease.Config{MaxClockSkew: p.cfg.MaxClockSkew}),
-			addrs: map[string]netip.Addr{}, links: map[string]string{}}
+			addrs: map[string]netip.Addr{}, links: map[string]string{}, changed: true}
 		c.useSafe(p.cfg.SafeWeights)
 		event := payload.EventStarted
 		rec, ok, err := store.Load()
@@ -391,6 +396,13 @@ func (p *Proxy) handle(m message) {
 	}
 }
 
+// touch marks c changed: its paths are computed again and the served set
+// applied after this batch.
+func (p *Proxy) touch(c *cpe) {
+	c.changed = true
+	p.dirty = true
+}
+
 // splitTopic parses mcw/v1/cpe/{id}/{weights|state}.
 func splitTopic(topic string) (id, kind string, ok bool) {
 	rest, found := strings.CutPrefix(topic, "mcw/v1/cpe/")
@@ -435,7 +447,7 @@ func (p *Proxy) onWeights(c *cpe, data []byte, at time.Time) {
 		c.pending = nil
 		if !c.safe {
 			c.useSafe(p.cfg.SafeWeights)
-			p.dirty = true
+			p.touch(c)
 		}
 		p.save(c, now)
 		c.setEvent(payload.EventRejected, err)
@@ -463,7 +475,7 @@ func (p *Proxy) onWeights(c *cpe, data []byte, at time.Time) {
 	// The version counts as seen at once, so that a replay queued behind it
 	// in this batch stays silent; a failed apply rolls it back.
 	c.tracker.Grant(u.Version, until)
-	p.dirty = true
+	p.touch(c)
 	c.setEvent(payload.EventApplied, nil)
 }
 
@@ -514,7 +526,7 @@ func (p *Proxy) onCPEState(c *cpe, data []byte) {
 	if !changed {
 		return
 	}
-	p.dirty = true
+	p.touch(c)
 	ev := payload.EventLinkUp
 	if downNow > downBefore {
 		ev = payload.EventLinkDown
@@ -598,7 +610,7 @@ func (p *Proxy) expireLeases() {
 		p.deps.Metrics.LeaseExpiries.Inc()
 		c.useSafe(p.cfg.SafeWeights)
 		c.pending = nil
-		p.dirty = true
+		p.touch(c)
 		p.save(c, now)
 		p.deps.Log.Warn("lease expired, safe downlink weights in force", "cpe_id", id)
 		c.setEvent(payload.EventLeaseExpired, nil)
@@ -645,7 +657,11 @@ func (p *Proxy) apply(ctx context.Context) {
 	want := map[string][]backend.Path{}
 	for _, id := range p.order {
 		c := p.cpes[id]
-		ps, err := c.paths(p.cfg.SafeWeights)
+		if c.changed {
+			c.want, c.wantErr = c.paths(p.cfg.SafeWeights)
+			c.changed = false
+		}
+		ps, err := c.want, c.wantErr
 		c.unexpr = err
 		if err != nil {
 			ps = c.applied // keep what is in force: never all zero
@@ -671,6 +687,7 @@ func (p *Proxy) apply(ctx context.Context) {
 				// the kernel write, forget the version so that the
 				// retained message delivered again is judged afresh.
 				c.requested, c.safe, c.mode = pu.prev, pu.prevSafe, pu.prevMode
+				c.changed = true
 				c.tracker.Restore(pu.prevVersion, pu.prevUntil)
 				c.pending = nil
 				m.Updates.WithLabelValues("apply_error").Inc()
