@@ -11,12 +11,11 @@ import (
 // (dry-run) downlink and the CPE's state queued: the loop's cost per
 // update, which grows with the served set (ApplyAll takes all of it).
 func BenchmarkProxyUpdate(b *testing.B) {
-	t := &testing.T{}
 	ids := make([]string, 1024)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("cpe-%04d", i)
 	}
-	f := newFixture(t, b.TempDir(), ids...)
+	f := newFixture(b, b.TempDir(), ids...)
 	for i, id := range ids {
 		f.p.handle(cpeState(id, fmt.Sprintf(`{"nr":"10.%d.%d.1","wifi":"10.%d.%d.2"}`, 64+i/256, i%256, 64+i/256, i%256), `{"nr":"up","wifi":"up"}`))
 	}

@@ -31,7 +31,7 @@ var t0 = time.UnixMilli(1763800000000)
 // fixture drives a Proxy's loop steps by hand: Start, then batches of
 // messages each followed by what the loop does after a batch.
 type fixture struct {
-	t   *testing.T
+	t   testing.TB
 	p   *Proxy
 	dl  *dryrun.Downlink
 	clk *clock
@@ -39,7 +39,7 @@ type fixture struct {
 	m   *metrics.Metrics
 }
 
-func newFixture(t *testing.T, dir string, cpes ...string) *fixture {
+func newFixture(t testing.TB, dir string, cpes ...string) *fixture {
 	t.Helper()
 	if len(cpes) == 0 {
 		cpes = []string{"cpe-0001", "cpe-0002"}
