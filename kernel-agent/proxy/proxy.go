@@ -137,13 +137,13 @@ type cpe struct {
 	links  map[string]string     // the CPE agent's links (up/down)
 	online bool
 
-	applied   []backend.Path // in the kernel (nil: nothing for this CPE)
+	applied []backend.Path // in the kernel (nil: nothing for this CPE)
 	// want and wantErr cache paths() until the CPE changes (touch): a
 	// proxy serving a thousand CPEs recomputes only the one that changed.
-	want    []backend.Path
-	wantErr error
-	changed bool
-	unexpr    error          // why the CPE is not in the kernel as requested
+	want      []backend.Path
+	wantErr   error
+	changed   bool
+	unexpr    error // why the CPE is not in the kernel as requested
 	lastError string
 	event     string // to report after the next apply ("" nothing)
 	eventErr  error
