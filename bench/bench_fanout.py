@@ -358,7 +358,7 @@ def run_tick(pub: MqttWeightPublisher, ids: list[str], tick: int, fleet: Fleet,
         fleet.conns[w].send(("expect", tick, chunk))
     items = [(cpe_id, _decision(i, tick), "load_balancing", 30.0)
              for i, cpe_id in enumerate(ids)]
-    batch = WeightBatch.of([(c, d, m) for c, d, m, _ in items], lease_s=30.0)
+    batch = WeightBatch.same([(c, d, m) for c, d, m, _ in items], lease_s=30.0)
     cpu0 = (os.times(), _cpu_s(fleet.broker_pid), sum(_cpu_s(p) for p in fleet.pids))
     t0 = time.monotonic()
     if api == "many":

@@ -1,6 +1,6 @@
 """Property-based tests of :func:`xapp.adapters.mqtt.payloads.decode`, the receive boundary.
 
-Three properties, over the two kinds the xApp receives:
+Three properties, over the kinds the xApp receives (on the CPE and the proxy topics):
 
 * every document valid under the schema, inside the parser's documented number range
   (integers of at most 20 digits, floats below 1e100 in magnitude), is
@@ -27,15 +27,22 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
-from tests.channel.test_payloads import STATE, TELEMETRY
+from tests.channel.test_payloads import (
+    PROXY_CPE_STATE,
+    PROXY_STATE,
+    PROXY_TELEMETRY,
+    STATE,
+    TELEMETRY,
+)
 from tests.channel.test_subscriber import AGENT_TELEMETRY
-from xapp.adapters.mqtt import CpeState, DropCounter, decode
+from xapp.adapters.mqtt import CpeState, DropCounter, ProxyState, decode
 from xapp.adapters.mqtt.payloads import CPE_ID_RE, RECEIVE_LIMITS, Kind, load_schema
 from xapp.adapters.mqtt.subscriber import telemetry_frame
 
-RECEIVED: tuple[Kind, ...] = ("state", "telemetry")
+RECEIVED: tuple[Kind, ...] = ("state", "telemetry", "proxy-state")
 #: Reasons decode() may give for bytes on a channel topic; "internal" would be a bug.
-EXPECTED_REASONS = {"too-large", "bad-json", "schema", "cpe-id-mismatch"}
+EXPECTED_REASONS = {"too-large", "bad-json", "schema", "cpe-id-mismatch", "proxy-id-mismatch",
+                    "role-mismatch"}
 
 SCHEMA_VALID_EXAMPLES = 100
 BYTES_EXAMPLES = 500
@@ -56,10 +63,32 @@ def generated_schema(kind: Kind) -> dict[str, Any]:
     """The kind's schema, with ``last_error`` at most 64 characters long: generating 1024
     costs most of the run and overruns hypothesis' buffer; the longest state is checked by
     :func:`test_the_longest_state_fits_however_it_is_escaped` instead."""
-    schema = copy.deepcopy(load_schema(kind))
-    if kind == "state":
+    schema = inline_refs(copy.deepcopy(load_schema(kind)))
+    if kind in ("state", "proxy-state"):
         schema["properties"]["last_error"]["maxLength"] = 64
     return schema
+
+
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with its local ``#/$defs/...`` references replaced by what they name
+    (hypothesis-jsonschema resolves no reference in a schema that has an ``$id``)."""
+    defs = schema.pop("$defs", {})
+    schema.pop("$id", None)
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                target = walk(copy.deepcopy(defs[ref[len("#/$defs/"):]]))
+                rest = {k: walk(v) for k, v in node.items() if k not in ("$ref", "description")}
+                return {**target, **rest} if rest else target
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    out: dict[str, Any] = walk(schema)
+    return out
 
 
 DOCS: dict[Kind, st.SearchStrategy[dict[str, Any]]] = {
@@ -97,9 +126,14 @@ def check_converts(kind: Kind, doc: dict[str, Any]) -> None:
         assert isinstance(state.applied_version, int)
         assert state.time_ms is None or isinstance(state.time_ms, int)
         state.last_error.encode()  # a real Unicode string: Redis and InfluxDB can take it
+    elif kind == "proxy-state":
+        proxy = ProxyState.from_doc(doc, None, 0.0)
+        assert proxy.proxy_id == doc["proxy_id"] and isinstance(proxy.cpes, int)
+        proxy.last_error.encode()
     else:
         frame = telemetry_frame([doc])
-        assert len(frame) == len(doc["wats"]) and math.isfinite(frame.time_s)
+        rows = sum(max(1, sum(d in w for d in ("dl", "ul"))) for w in doc["wats"].values())
+        assert len(frame) == rows and math.isfinite(frame.time_s)
         for column in frame.values.values():
             assert not np.isinf(column).any()
 
@@ -114,13 +148,26 @@ def decode_counted(topic_name: str, payload: bytes) -> tuple[DropCounter, Any]:
     return drops, out
 
 
+def topic_of(kind: Kind, doc: dict[str, Any]) -> str:
+    """Where the document's author publishes it: a proxy's topics when it names a proxy."""
+    if kind == "proxy-state":
+        return f"mcw/v1/proxy/{doc['proxy_id']}/state"
+    if "proxy_id" in doc:
+        return f"mcw/v1/proxy/{doc['proxy_id']}/cpe/{doc['cpe_id']}/{kind}"
+    return f"mcw/v1/cpe/{doc['cpe_id']}/{kind}"
+
+
 @st.composite
 def schema_valid(draw: st.DrawFn) -> tuple[Kind, dict[str, Any]]:
     kind = draw(st.sampled_from(RECEIVED))
     doc = draw(DOCS[kind])
     # Python's "$" (which hypothesis and the reference validator use) also matches before a
     # final newline; the channel's ids are ECMA-262 anchored (CPE_ID_RE), as the topic is.
-    assume(CPE_ID_RE.match(doc["cpe_id"]) is not None)
+    for key in ("cpe_id", "proxy_id"):
+        assume(key not in doc or CPE_ID_RE.match(doc[key]) is not None)
+    if kind == "state" and "role" in doc:
+        # The role is the topic's: what an honest agent sends (the rest is tested apart).
+        doc["role"] = "proxy" if "proxy_id" in doc else "cpe"
     return kind, doc
 
 
@@ -130,7 +177,7 @@ def test_schema_valid_documents_are_accepted_and_convert(
         case: tuple[Kind, dict[str, Any]], ascii_only: bool) -> None:
     kind, doc = case
     payload = json.dumps(doc, ensure_ascii=ascii_only, separators=(",", ":")).encode()
-    drops, out = decode_counted(f"mcw/v1/cpe/{doc['cpe_id']}/{kind}", payload)
+    drops, out = decode_counted(topic_of(kind, doc), payload)
     if outside_number_range(doc):
         assert out is None and drops.snapshot() == {f"{kind}/bad-json": 1}
         return
@@ -139,21 +186,51 @@ def test_schema_valid_documents_are_accepted_and_convert(
 
 
 def test_the_longest_state_fits_however_it_is_escaped() -> None:
-    doc = {"schema": "mcw.state.v1", "cpe_id": "c" * 64, "online": False,
+    wats = ("nr", "lte", "wifi", "lifi")
+    doc = {"schema": "mcw.state.v2", "cpe_id": "c" * 64, "online": False,
+           "role": "proxy", "proxy_id": "p" * 64, "direction": "dl",
            "time_ms": 2**53 - 1, "applied_version": 2**53 - 1,
-           "applied_weights": dict.fromkeys(("nr", "lte", "wifi", "lifi"), 255),
-           "backend": "mptcp-upstream", "capabilities": {"max_weight": 255, "on_off_only": False},
-           "links": dict.fromkeys(("nr", "lte", "wifi", "lifi"), "down"),
+           "applied_weights": dict.fromkeys(wats, 255),
+           "addresses": dict.fromkeys(wats, "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"),
+           "backend": "mptcp-upstream",
+           "capabilities": {"max_weight": 255, "on_off_only": False,
+                            "directions_coupled": True},
+           "links": dict.fromkeys(wats, "down"),
            "event": "lease-expired", "last_error": "\U0001f600" * 1024}
     payload = json.dumps(doc).encode()  # every character as a 12-byte surrogate pair
     assert len(payload) > 12_000
-    _drops, out = decode_counted(f"mcw/v1/cpe/{doc['cpe_id']}/state", payload)
+    _drops, out = decode_counted(topic_of("state", doc), payload)
     assert out == ("state", doc)
     check_converts("state", doc)
+    proxy = {"schema": "mcw.proxy-state.v1", "proxy_id": "p" * 64, "online": True,
+             "time_ms": 2**53 - 1, "backend": "wrr-sysctl",
+             "capabilities": {"max_weight": 255, "on_off_only": False,
+                              "directions_coupled": False},
+             "cpes": 2**53 - 1, "cpes_applied": 2**53 - 1,
+             "rules": {"used": 2**53 - 1, "limit": 2**53 - 1, "overflow_cpes": 2**53 - 1},
+             "last_error": "\U0001f600" * 1024}
+    _drops, out = decode_counted(topic_of("proxy-state", proxy), json.dumps(proxy).encode())
+    assert out == ("proxy-state", proxy)
+
+
+def test_the_longest_telemetry_fits() -> None:
+    side = {"delivered_mbps": 1e99, "bytes_acked": 10**20 - 1, "bytes_received": 10**20 - 1,
+            "cwnd": 10**20 - 1, "saturated": 0.123456789012345, "delivery_rate_mbps": 1e99}
+    doc = {"schema": "mcw.telemetry.v2", "cpe_id": "c" * 64, "proxy_id": "p" * 64,
+           "time_ms": 2**53 - 1, "interval_ms": 3600000,
+           "wats": {w: {"up": True, "subflows": 10**20 - 1, "rtt_ms": 1e99, "dl": side,
+                        "ul": side} for w in ("nr", "lte", "wifi", "lifi")}}
+    payload = json.dumps(doc, indent=2).encode()
+    assert len(payload) <= RECEIVE_LIMITS["telemetry"].max_bytes
+    _drops, out = decode_counted(topic_of("telemetry", doc), payload)
+    assert out == ("telemetry", doc)
+    check_converts("telemetry", doc)
 
 
 TOPICS = st.sampled_from([
     "mcw/v1/cpe/cpe-0001/telemetry", "mcw/v1/cpe/cpe-0001/state", "mcw/v1/cpe/x/weights",
+    "mcw/v1/proxy/proxy-0001/state", "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state",
+    "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/telemetry",
 ])
 
 
@@ -177,9 +254,12 @@ HOSTILE = [b"[" * 5000, b"{" * 40, b"]", b"9" * 500, b"1e999", b"-1e999", b"NaN"
 #: Valid messages to mutate: fixed ones, not generated (from_schema costs ~50 ms a document).
 SEEDS: list[tuple[Kind, bytes]] = [
     ("state", json.dumps(STATE).encode()),
-    ("state", json.dumps({"schema": "mcw.state.v1", "cpe_id": "cpe-0001", "online": False})
+    ("state", json.dumps({"schema": "mcw.state.v2", "cpe_id": "cpe-0001", "online": False})
      .encode()),
+    ("state", json.dumps(PROXY_CPE_STATE).encode()),
+    ("proxy-state", json.dumps(PROXY_STATE).encode()),
     ("telemetry", json.dumps(TELEMETRY).encode()),
+    ("telemetry", json.dumps(PROXY_TELEMETRY).encode()),
     ("telemetry", AGENT_TELEMETRY.read_bytes()),
 ]
 
@@ -201,7 +281,7 @@ def mutated(draw: st.DrawFn) -> tuple[str, bytes]:
             payload[at] ^= 1 << draw(st.integers(0, 7))
         else:
             del payload[at:]
-    return f"mcw/v1/cpe/{doc['cpe_id']}/{kind}", bytes(payload)
+    return topic_of(kind, doc), bytes(payload)
 
 
 @fuzz(MUTATION_EXAMPLES)

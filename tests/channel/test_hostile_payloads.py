@@ -29,7 +29,7 @@ OTHER = "cpe-0002"
 def telemetry_text(**nr: Any) -> str:
     """A valid telemetry document of the attacker, as text, with ``nr`` fields replaced."""
     doc = json.loads(telemetry_doc(ATTACKER, 1.0))
-    doc["wats"]["nr"].update(nr)
+    doc["wats"]["nr"]["ul"].update(nr)
     return json.dumps(doc)
 
 

@@ -56,8 +56,9 @@ def test_cpe_receives_its_retained_weights_with_growing_versions(
             assert cpe.wait_for(lambda: len(cpe.messages) >= n)  # noqa: B023
         assert got == [1, 2, 3] == versions(cpe, "cpe-0001")
         last = json.loads(cpe.messages[-1].payload)
-        assert last["weights"] == {"wifi": 5} and last["lease_s"] == 30
-        assert last["schema"] == "mcw.weights.v1" and last["cpe_id"] == "cpe-0001"
+        assert last["ul"]["weights"] == last["dl"]["weights"] == {"wifi": 5}
+        assert last["lease_s"] == 30
+        assert last["schema"] == "mcw.weights.v2" and last["cpe_id"] == "cpe-0001"
         assert abs(last["issued_at_ms"] / 1000 - time.time()) < 60
         assert pub.flush(5) and pub.acked_version("cpe-0001") == 3
         assert retained_doc(broker, "cpe-0001")["version"] == 3
@@ -107,7 +108,7 @@ def test_coalesces_to_the_latest_per_cpe_while_unreachable(
         assert cpe.wait_for(lambda: bool(cpe.messages))
         time.sleep(0.3)
         assert versions(cpe, "cpe-0001") == [50]
-        assert json.loads(cpe.messages[0].payload)["weights"] == {"nr": 50, "wifi": 1}
+        assert json.loads(cpe.messages[0].payload)["ul"]["weights"] == {"nr": 50, "wifi": 1}
     finally:
         cpe.close()
         pub.stop()
@@ -152,7 +153,7 @@ def test_version_store_survives_a_publisher_restart(
         assert v > max(used)
         assert second.flush(10)
         doc = retained_doc(broker, "cpe-0001")
-        assert doc["version"] == v and doc["weights"] == {"nr": 6}
+        assert doc["version"] == v and doc["ul"]["weights"] == {"nr": 6}
     finally:
         second.stop()
 
@@ -182,7 +183,7 @@ def test_reconnects_after_a_broker_crash_and_delivers_the_latest(
         for cpe_id, version in latest.items():
             doc = retained_doc(broker, cpe_id)
             assert doc["version"] == version
-            assert doc["weights"] == {"nr": 11, "lifi": 1}
+            assert doc["ul"]["weights"] == {"nr": 11, "lifi": 1}
     finally:
         pub.stop()
 

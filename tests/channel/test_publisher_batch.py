@@ -22,7 +22,7 @@ def test_publish_many_queues_the_valid_and_reports_the_refused(
         assert pub.wait_connected(10)
         cpe.subscribe(W.format("cpe-0002"))
         ids = [f"sim-{i:03d}" for i in range(30)] + ["cpe-0002"]
-        result = pub.publish_many(WeightBatch.of(
+        result = pub.publish_many(WeightBatch.same(
             [(c, decision({"nr": 3, "wifi": 1}), "load_balancing") for c in ids]
             + [("cpe-0003", decision({"nr": 0}), "load_balancing"),   # all zero
                ("bad/+", decision({"nr": 1}), "load_balancing"),      # bad cpe_id
@@ -38,9 +38,9 @@ def test_publish_many_queues_the_valid_and_reports_the_refused(
         assert pub.acked_version("cpe-0002") == 2
         assert cpe.wait_for(lambda: versions(cpe, "cpe-0002") == [2])
         doc = json.loads(cpe.messages[-1].payload)
-        assert doc["weights"] == {"nr": 9} and doc["mode"] == "fixed_split"
+        assert doc["ul"]["weights"] == {"nr": 9} and doc["dl"]["mode"] == "fixed_split"
         # A second tick: every CPE moves to its next version, nothing is coalesced away.
-        again = pub.publish_many(WeightBatch.of(
+        again = pub.publish_many(WeightBatch.same(
             [(c, decision({"lte": 4}), "active_standby") for c in ids], lease_s=60.0))
         assert set(again.versions.values()) == {2, 3} and not again.errors
         assert pub.flush(10)
@@ -54,9 +54,9 @@ def test_empty_batch_and_the_single_call_agree(broker: MosquittoBroker,
                                                settings: MqttSettings) -> None:
     pub = MqttWeightPublisher(settings, MemoryVersionStore()).start()
     try:
-        assert pub.publish_many(WeightBatch.of([], lease_s=5.0)).versions == {}
+        assert pub.publish_many(WeightBatch.same([], lease_s=5.0)).versions == {}
         assert pub.publish("cpe-0001", decision({"nr": 1}), mode="fixed_split", lease_s=5) == 1
-        assert pub.publish_many(WeightBatch.of([("cpe-0001", decision({"nr": 2}), "fixed_split")],
+        assert pub.publish_many(WeightBatch.same([("cpe-0001", decision({"nr": 2}), "fixed_split")],
                                                lease_s=5.0)).versions == {"cpe-0001": 2}
         assert pub.flush(10) and pub.stats.requested == 2
     finally:
@@ -107,7 +107,7 @@ def test_no_broker_then_broker_delivers_what_was_queued(pki: Pki, tmp_path: Path
         late.start()
         assert pub.wait_connected(10) and pub.flush(10)
         doc = retained_doc(late, "cpe-0001")
-        assert doc["version"] == 3 and doc["weights"] == {"nr": 3}
+        assert doc["version"] == 3 and doc["ul"]["weights"] == {"nr": 3}
         assert pub.stats.sent == 1
     finally:
         pub.stop()
@@ -120,11 +120,11 @@ def test_messages_in_flight_at_a_crash_are_resent_or_replaced_by_newer(
     try:
         assert pub.wait_connected(10)
         ids = [f"sim-{i:04d}" for i in range(3000)] + [f"cpe-000{i}" for i in range(1, 5)]
-        pub.publish_many(WeightBatch.of([(c, decision({"nr": 1}), "load_balancing") for c in ids],
+        pub.publish_many(WeightBatch.same([(c, decision({"nr": 1}), "load_balancing") for c in ids],
                                         lease_s=30.0))
         broker.kill()  # mid-stream: some acknowledged, some in flight, most still queued
         newer = ids[::2]
-        pub.publish_many(WeightBatch.of([(c, decision({"nr": 2}), "load_balancing")
+        pub.publish_many(WeightBatch.same([(c, decision({"nr": 2}), "load_balancing")
                                          for c in newer], lease_s=30.0))
         broker.start()
         assert pub.wait_connected(10) and pub.flush(20)
@@ -133,6 +133,6 @@ def test_messages_in_flight_at_a_crash_are_resent_or_replaced_by_newer(
         for c in ("cpe-0001", "cpe-0002", "cpe-0003", "cpe-0004"):
             doc = retained_doc(broker, c)
             assert doc["version"] == pub.last_version(c)
-            assert doc["weights"] == {"nr": 2 if c in newer else 1}
+            assert doc["ul"]["weights"] == {"nr": 2 if c in newer else 1}
     finally:
         pub.stop()

@@ -1,4 +1,5 @@
-"""ChannelSubscriber against a real Mosquitto: state, last will, telemetry, dropped payloads."""
+"""ChannelSubscriber against a real Mosquitto: state, last will, telemetry, dropped payloads,
+and the proxy agents' topics under the ACL make-acl.sh generates."""
 
 from __future__ import annotations
 
@@ -20,20 +21,24 @@ from xapp.core.forecast import KpiFrame
 
 
 def state_doc(cpe_id: str, version: int, **extra: Any) -> bytes:
-    doc = {"schema": "mcw.state.v1", "cpe_id": cpe_id, "online": True, "time_ms": 1,
+    doc = {"schema": "mcw.state.v2", "cpe_id": cpe_id, "online": True, "time_ms": 1,
+           "role": "cpe", "direction": "ul",
            "applied_version": version, "applied_weights": {"nr": 0, "wifi": 3},
-           "backend": "mptcp-upstream", "capabilities": {"max_weight": 1, "on_off_only": True},
+           "addresses": {"nr": "10.1.0.2", "wifi": "10.2.0.2"},
+           "backend": "mptcp-upstream",
+           "capabilities": {"max_weight": 1, "on_off_only": True, "directions_coupled": True},
            "links": {"nr": "down", "wifi": "up"}, "event": "applied", "last_error": ""}
     doc.update(extra)
     return json.dumps(doc).encode()
 
 
 def telemetry_doc(cpe_id: str, mbps: float, **extra: Any) -> bytes:
-    doc = {"schema": "mcw.telemetry.v1", "cpe_id": cpe_id, "time_ms": 1763800000000,
+    """A CPE agent's telemetry: ``mbps`` sent on nr (ul), nothing known of wifi."""
+    doc = {"schema": "mcw.telemetry.v2", "cpe_id": cpe_id, "time_ms": 1763800000000,
            "interval_ms": 1000,
-           "wats": {"nr": {"delivered_mbps": mbps, "rtt_ms": 21.0, "cwnd": 10,
-                           "bytes_acked": 1000, "subflows": 1, "up": True},
-                    "wifi": {"delivered_mbps": 0.0, "up": False}}}
+           "wats": {"nr": {"rtt_ms": 21.0, "subflows": 1, "up": True,
+                           "ul": {"delivered_mbps": mbps, "cwnd": 10, "bytes_acked": 1000}},
+                    "wifi": {"up": False, "ul": {"delivered_mbps": 0.0}}}}
     doc.update(extra)
     return json.dumps(doc).encode()
 
@@ -55,6 +60,8 @@ def test_state_and_telemetry_reach_the_xapp(broker: MosquittoBroker,
         assert st is not None and st.online and st.applied_version == 7
         assert st.on_off_only and st.max_weight == 1 and st.backend == "mptcp-upstream"
         assert st.links == {"nr": "down", "wifi": "up"} and st.event == "applied"
+        assert st.role == "cpe" and st.direction == "ul" and st.directions_coupled
+        assert st.addresses == {"nr": "10.1.0.2", "wifi": "10.2.0.2"}
         assert sub.online() == ["cpe-0001"] and states[-1] == st
 
         cpe.publish("mcw/v1/cpe/cpe-0001/telemetry", telemetry_doc("cpe-0001", 250.5), qos=0)
@@ -62,6 +69,7 @@ def test_state_and_telemetry_reach_the_xapp(broker: MosquittoBroker,
         assert sub.wait_for(lambda _s: len(frames) == 2, 5)
         assert list(frames[0].cpe) == ["cpe-0001", "cpe-0001"]
         assert list(frames[0].wat) == ["nr", "wifi"]
+        assert frames[0].direction is not None and list(frames[0].direction) == ["ul", "ul"]
         assert frames[0].column("delivered_mbps")[0] == 250.5
         assert frames[0].column("up")[1] == 0.0
         batch = sub.drain_telemetry()
@@ -110,7 +118,7 @@ AGENT = textwrap.dedent("""
     ctx.load_cert_chain(cert, key)
     c.tls_set_context(ctx)
     topic = "mcw/v1/cpe/%s/state" % cpe
-    c.will_set(topic, json.dumps({"schema": "mcw.state.v1", "cpe_id": cpe, "online": False}),
+    c.will_set(topic, json.dumps({"schema": "mcw.state.v2", "cpe_id": cpe, "online": False}),
                qos=1, retain=True)
     c.connect("127.0.0.1", int(port), keepalive=30)
     c.loop_start()
@@ -180,6 +188,7 @@ def test_subscription_topics(settings: MqttSettings, group: str | None) -> None:
     assert sub.topics[0] == "mcw/v1/cpe/+/state"
     assert sub.topics[1].endswith("mcw/v1/cpe/+/telemetry")
     assert sub.topics[1].startswith("$share/mcw-xapp/") == (group is not None)
+    assert sub.topics[2] == "mcw/v1/proxy/#"
 
 
 def test_saturation_and_delivery_rate_reach_the_kpi_frame(broker: MosquittoBroker,
@@ -192,7 +201,7 @@ def test_saturation_and_delivery_rate_reach_the_kpi_frame(broker: MosquittoBroke
 
     def doc(nr_extra: dict[str, Any]) -> bytes:
         d = json.loads(telemetry_doc("cpe-0001", 250.5))
-        d["wats"]["nr"].update(nr_extra)
+        d["wats"]["nr"]["ul"].update(nr_extra)
         return json.dumps(d).encode()
 
     try:
@@ -236,13 +245,18 @@ def test_the_agents_telemetry_validates_and_maps(broker: MosquittoBroker,
         assert sub.drops.total() == 0 and len(frames) == 1
         doc = json.loads(AGENT_TELEMETRY.read_bytes())
         frame = frames[0]
-        for i, wat in enumerate(frame.wat):
+        assert frame.direction is not None
+        assert len(frame) == 2 * len(doc["wats"])
+        for i, (wat, direction) in enumerate(zip(frame.wat, frame.direction, strict=True)):
             for f in ("saturated", "delivery_rate_mbps", "delivered_mbps"):
-                want = doc["wats"][str(wat)].get(f)
+                want = doc["wats"][str(wat)][str(direction)].get(f)
                 got = frame.column(f)[i]
                 assert (np.isnan(got) if want is None else got == want), (wat, f, got, want)
-        # The fixture covers both sides of the censoring flag.
-        sat = dict(zip(frame.wat, frame.column("saturated"), strict=True))
+            assert frame.column("rtt_ms")[i] == doc["wats"][str(wat)]["rtt_ms"]
+        # The fixture covers both sides of the censoring flag (the CPE sends ul).
+        sat = {str(w): v for w, d, v in zip(frame.wat, frame.direction,
+                                            frame.column("saturated"), strict=True)
+               if d == "ul"}
         assert sat["nr"] == 1.0 and 0.0 < sat["wifi"] < 0.5
     finally:
         cpe.close()

@@ -1,8 +1,10 @@
-"""The MQTT 5 / mutual-TLS channel between the xApp and the CPE agents.
+"""The MQTT 5 / mutual-TLS channel between the xApp and the agents (CPE and proxy roles).
 
-``mcw/v1/cpe/{cpe_id}/weights`` (xApp to agent, retained, QoS 1), ``.../state`` (agent to xApp,
-retained, last will) and ``.../telemetry`` (agent to xApp). Contracts in ``schemas/mqtt-*.json``,
-broker configuration and ACL in ``broker/``.
+``mcw/v1/cpe/{cpe_id}/weights`` (xApp to agents, retained, QoS 1: the CPE agent applies ``ul``,
+the proxy serving the CPE ``dl``), ``.../state`` (CPE agent to xApp, retained, last will),
+``.../telemetry`` (CPE agent to xApp); ``mcw/v1/proxy/{proxy_id}/state`` and
+``mcw/v1/proxy/{proxy_id}/cpe/{cpe_id}/state|telemetry`` (proxy agent to xApp).  Contracts in
+``schemas/mqtt-*.json``, broker configuration and ACL in ``broker/``.
 """
 
 from xapp.adapters.mqtt.connection import MqttSettings
@@ -11,11 +13,19 @@ from xapp.adapters.mqtt.payloads import (
     PayloadError,
     build_weights,
     decode,
+    parse_channel_topic,
     parse_topic,
+    proxy_topic,
     topic,
 )
 from xapp.adapters.mqtt.publisher import MqttWeightPublisher, PublisherStats
-from xapp.adapters.mqtt.subscriber import ChannelSubscriber, CpeState, telemetry_frame
+from xapp.adapters.mqtt.subscriber import (
+    ChannelSubscriber,
+    CpeState,
+    Downlink,
+    ProxyState,
+    telemetry_frame,
+)
 from xapp.adapters.mqtt.versions import (
     FileVersionStore,
     MemoryVersionStore,
@@ -27,19 +37,23 @@ from xapp.core.ports import PublishResult
 __all__ = [
     "ChannelSubscriber",
     "CpeState",
+    "Downlink",
     "DropCounter",
     "FileVersionStore",
     "MemoryVersionStore",
     "MqttSettings",
     "MqttWeightPublisher",
     "PayloadError",
+    "ProxyState",
     "PublishResult",
     "PublisherStats",
     "VersionAllocator",
     "VersionStore",
     "build_weights",
     "decode",
+    "parse_channel_topic",
     "parse_topic",
+    "proxy_topic",
     "telemetry_frame",
     "topic",
 ]

@@ -1,7 +1,12 @@
-"""The three MQTT payloads of the channel: topics, building, and validation.
+"""The MQTT payloads of the channel: topics, building, and validation.
 
-Contracts: ``schemas/mqtt-{weights,state,telemetry}.schema.json`` (JSON Schema 2020-12); the
-Go agent validates against the same files. What does not validate is dropped, and the reason is
+Contracts: ``schemas/mqtt-{weights,state,telemetry,proxy-state}.schema.json`` (JSON Schema
+2020-12); the Go agent validates against the same files.  Topics::
+
+    mcw/v1/cpe/{cpe_id}/weights|state|telemetry        the xApp and the CPE agent
+    mcw/v1/proxy/{proxy_id}/state                      a proxy agent's own state
+    mcw/v1/proxy/{proxy_id}/cpe/{cpe_id}/state|telemetry   a proxy agent, per CPE it serves
+ What does not validate is dropped, and the reason is
 counted (``DropCounter``) and logged, so a misbehaving agent shows up in metrics and logs
 instead of in the model's training data.
 
@@ -40,6 +45,7 @@ from xapp.schemas import schemas_dir
 log = logging.getLogger(__name__)
 
 TOPIC_PREFIX: Final = "mcw/v1/cpe"
+PROXY_PREFIX: Final = "mcw/v1/proxy"
 WATS: Final = ("nr", "lte", "wifi", "lifi")
 MODES: Final = ("load_balancing", "fixed_split", "active_standby", "latency_bound")
 MAX_WEIGHT: Final = 255
@@ -47,10 +53,13 @@ MAX_WEIGHT: Final = 255
 #: final newline, which would let "cpe-1\n" through (and the Go agent refuses it).
 CPE_ID_RE: Final = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
-Kind = Literal["weights", "state", "telemetry"]
-KINDS: Final[tuple[Kind, ...]] = ("weights", "state", "telemetry")
+Kind = Literal["weights", "state", "telemetry", "proxy-state"]
+KINDS: Final[tuple[Kind, ...]] = ("weights", "state", "telemetry", "proxy-state")
+#: Kinds of the per-CPE topics (``mcw/v1/cpe/{cpe_id}/{kind}``).
+CPE_KINDS: Final[tuple[Kind, ...]] = ("weights", "state", "telemetry")
 SCHEMA_IDS: Final[dict[Kind, str]] = {
     "weights": "mcw.weights.v2", "state": "mcw.state.v2", "telemetry": "mcw.telemetry.v2",
+    "proxy-state": "mcw.proxy-state.v1",
 }
 
 #: What a received document may hold before it is parsed (:mod:`xapp.adapters.bounded_json`).
@@ -63,7 +72,9 @@ SCHEMA_IDS: Final[dict[Kind, str]] = {
 #: * telemetry: four WATs of eight numeric fields: about 1.5 KiB (the Go agent's golden
 #:   sample is 0.6 KiB); 8 KiB leaves room for indentation. It is not larger than state:
 #:   the schema has no free text and no per-subflow list.
-#: * weights: a ``reason`` of 256 characters escaped as above: about 3.4 KiB.
+#: * weights: two ``reason`` of 256 characters escaped as above: about 6.5 KiB.
+#: * telemetry v2: four WATs of three fields and two directions of six: about 2.5 KiB.
+#: * proxy-state: a ``last_error`` as state's: the same limit.
 #:
 #: Depth: the schemas nest three levels (telemetry -> wats -> wat); 8 leaves room for a
 #: schema that grows a level without letting a nesting attack near the parser or validator.
@@ -72,6 +83,7 @@ RECEIVE_LIMITS: Final[dict[Kind, JsonLimits]] = {
     "state": JsonLimits(max_bytes=16 * 1024, max_depth=8, max_int_digits=20),
     "telemetry": JsonLimits(max_bytes=8 * 1024, max_depth=8, max_int_digits=20),
     "weights": JsonLimits(max_bytes=8 * 1024, max_depth=8, max_int_digits=20),
+    "proxy-state": JsonLimits(max_bytes=16 * 1024, max_depth=8, max_int_digits=20),
 }
 
 
@@ -107,14 +119,54 @@ def topic(cpe_id: str, kind: Kind) -> str:
 
 
 def parse_topic(name: str) -> tuple[str, Kind] | None:
-    """(cpe_id, kind) of a channel topic, or None when it is not one."""
+    """(cpe_id, kind) of a CPE topic (``mcw/v1/cpe/{cpe_id}/{kind}``), or None."""
     parts = name.split("/")
     if len(parts) != 5 or "/".join(parts[:3]) != TOPIC_PREFIX:
         return None
     cpe_id, kind = parts[3], parts[4]
-    if kind not in KINDS or not CPE_ID_RE.match(cpe_id):
+    if kind not in CPE_KINDS or not CPE_ID_RE.match(cpe_id):
         return None
     return cpe_id, kind  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class ChannelTopic:
+    """A topic of the channel: its kind, the CPE it is about (None for a proxy's own state)
+    and the proxy that speaks on it (None on the CPE topics)."""
+
+    kind: Kind
+    cpe_id: str | None
+    proxy_id: str | None = None
+
+
+def parse_channel_topic(name: str) -> ChannelTopic | None:
+    """The CPE topics as :func:`parse_topic`, and the proxy topics
+    ``mcw/v1/proxy/{proxy_id}/state`` (kind ``proxy-state``) and
+    ``mcw/v1/proxy/{proxy_id}/cpe/{cpe_id}/state|telemetry``; None for anything else."""
+    cpe = parse_topic(name)
+    if cpe is not None:
+        return ChannelTopic(cpe[1], cpe[0])
+    parts = name.split("/")
+    if len(parts) < 5 or "/".join(parts[:3]) != PROXY_PREFIX or not CPE_ID_RE.match(parts[3]):
+        return None
+    if len(parts) == 5 and parts[4] == "state":
+        return ChannelTopic("proxy-state", None, parts[3])
+    if (len(parts) == 7 and parts[4] == "cpe" and CPE_ID_RE.match(parts[5])
+            and parts[6] in ("state", "telemetry")):
+        return ChannelTopic(parts[6], parts[5], parts[3])  # type: ignore[arg-type]
+    return None
+
+
+def proxy_topic(proxy_id: str, cpe_id: str | None, kind: Literal["state", "telemetry"]) -> str:
+    """``mcw/v1/proxy/{proxy_id}/state`` (``cpe_id`` None) or
+    ``mcw/v1/proxy/{proxy_id}/cpe/{cpe_id}/{kind}``; refuses ids that would escape their
+    level."""
+    for what, value in (("proxy_id", proxy_id), ("cpe_id", cpe_id)):
+        if value is not None and not CPE_ID_RE.match(value):
+            raise PayloadError(f"bad-{what.replace('_', '-')}", f"{value!r} is not a valid {what}")
+    if cpe_id is None:
+        return f"{PROXY_PREFIX}/{proxy_id}/state"
+    return f"{PROXY_PREFIX}/{proxy_id}/cpe/{cpe_id}/{kind}"
 
 
 def _first_error(kind: Kind, doc: object) -> str | None:
@@ -344,29 +396,34 @@ def decode(topic_name: str, payload: bytes, drops: DropCounter
            ) -> tuple[Kind, dict[str, Any]] | None:
     """Parse and validate a received message; None (counted, logged) when it must be dropped.
 
-    Never raises: any CPE can publish any bytes on its own topics with its own certificate,
-    and this runs on the thread that receives every CPE's messages.
+    Never raises: any agent can publish any bytes on its own topics with its own certificate,
+    and this runs on the thread that receives every agent's messages.
 
     Reasons: ``bad-topic``, ``too-large`` (over :data:`RECEIVE_LIMITS`), ``bad-json`` (not
     UTF-8, not JSON, nested too deep, a number out of range, ``NaN``/``Infinity``, a lone
     surrogate escape), ``schema``, ``cpe-id-mismatch`` (the topic's cpe_id differs from the
-    payload's: a CPE may only speak for itself), ``internal`` (a bug here: counted, not raised).
+    payload's: an agent may only speak for its CPE), ``proxy-id-mismatch`` (the same for the
+    proxy id: a proxy may only speak for itself), ``role-mismatch`` (a state of role proxy on a
+    CPE topic, or of role cpe on a proxy topic), ``internal`` (a bug here: counted, not
+    raised).  The kind of a proxy's own state is ``proxy-state``; a proxy's per-CPE state and
+    telemetry are ``state`` and ``telemetry`` with the ``proxy_id`` in the document.
     """
     kind: str = "unknown"
     try:
-        parsed = parse_topic(topic_name)
+        parsed = parse_channel_topic(topic_name)
         if parsed is None:
             drops.drop(kind, "bad-topic", "not a channel topic", topic_name)
             return None
-        cpe_id, kind = parsed
-        return _decode(kind, cpe_id, topic_name, payload, drops)
+        kind = parsed.kind
+        return _decode(parsed, topic_name, payload, drops)
     except Exception as exc:
         drops.drop(kind, "internal", f"{type(exc).__name__}: {exc}", topic_name, exc_info=exc)
         return None
 
 
-def _decode(kind: Kind, cpe_id: str, topic_name: str, payload: bytes, drops: DropCounter
+def _decode(t: ChannelTopic, topic_name: str, payload: bytes, drops: DropCounter
             ) -> tuple[Kind, dict[str, Any]] | None:
+    kind = t.kind
     limits = RECEIVE_LIMITS[kind]
     if len(payload) > limits.max_bytes:
         drops.drop(kind, "too-large", f"{len(payload)} bytes, at most {limits.max_bytes}",
@@ -385,7 +442,18 @@ def _decode(kind: Kind, cpe_id: str, topic_name: str, payload: bytes, drops: Dro
     if problem is not None:
         drops.drop(kind, "schema", problem, topic_name)
         return None
-    if doc["cpe_id"] != cpe_id:
+    if t.cpe_id is not None and doc["cpe_id"] != t.cpe_id:
         drops.drop(kind, "cpe-id-mismatch", f"payload cpe_id {doc['cpe_id']!r}", topic_name)
+        return None
+    if t.proxy_id is not None and doc.get("proxy_id") != t.proxy_id:
+        drops.drop(kind, "proxy-id-mismatch", f"payload proxy_id {doc.get('proxy_id')!r}",
+                   topic_name)
+        return None
+    if t.proxy_id is None and "proxy_id" in doc:
+        drops.drop(kind, "proxy-id-mismatch", "a proxy_id on a CPE topic", topic_name)
+        return None
+    if kind == "state" and doc.get("role", "proxy" if t.proxy_id else "cpe") != (
+            "proxy" if t.proxy_id else "cpe"):
+        drops.drop(kind, "role-mismatch", f"role {doc.get('role')!r}", topic_name)
         return None
     return kind, doc

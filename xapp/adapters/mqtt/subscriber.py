@@ -1,10 +1,17 @@
 """The xApp's side of agent state and telemetry.
 
-Subscribes to ``mcw/v1/cpe/+/state`` (retained, last will) and ``mcw/v1/cpe/+/telemetry``,
-drops what does not validate (counted), keeps the latest :class:`CpeState` per CPE, and turns
-telemetry into :class:`xapp.core.forecast.KpiFrame` rows. It does not write to InfluxDB itself: the
-xApp passes a callback, or drains a batch per tick with :meth:`ChannelSubscriber.drain_telemetry`
-and hands it to its ``TelemetrySink``.
+Subscribes to ``mcw/v1/cpe/+/state`` (retained, last will), ``mcw/v1/cpe/+/telemetry`` and
+``mcw/v1/proxy/#`` (each proxy's own state, and per CPE it serves its downlink state and
+telemetry), drops what does not validate (counted), keeps the latest :class:`CpeState` per CPE,
+per (proxy, CPE) and :class:`ProxyState` per proxy, and turns telemetry into
+:class:`xapp.core.forecast.KpiFrame` rows with a direction.  It does not write to InfluxDB
+itself: the xApp passes a callback, or drains a batch per tick with
+:meth:`ChannelSubscriber.drain_telemetry` and hands it to its ``TelemetrySink``.
+
+Who applies which direction: the CPE agent applies ``ul``; the downlink of a CPE is applied by
+the proxy whose per-CPE state for it says online while the proxy itself is online
+(:meth:`ChannelSubscriber.downlink`).  An empty retained message on a proxy's per-CPE state topic
+means the proxy stopped serving the CPE.
 
 Callbacks run on paho's network thread; keep them short (append to a queue) or use the drain.
 Nothing raised while handling a message (a hostile payload, a bug, an exception in a callback)
@@ -30,8 +37,14 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from xapp.adapters.mqtt.connection import MqttSettings, new_client
-from xapp.adapters.mqtt.payloads import TOPIC_PREFIX, DropCounter, decode
-from xapp.core.forecast import KpiFrame
+from xapp.adapters.mqtt.payloads import (
+    PROXY_PREFIX,
+    TOPIC_PREFIX,
+    DropCounter,
+    decode,
+    parse_channel_topic,
+)
+from xapp.core.forecast import DIRECTIONS, KpiFrame
 from xapp.core.kpis import AGENT_FIELDS
 
 log = logging.getLogger(__name__)
@@ -40,13 +53,19 @@ log = logging.getLogger(__name__)
 #: fraction (0..1) of the interval the WAT's subflows were limited by the path (cwnd-limited,
 #: tcp_info chrono times), so ``delivered_mbps`` measures capacity only when it is near 1;
 #: ``delivery_rate_mbps`` is the kernel's own rate sample. Both are NaN (unknown) when the
-#: agent did not report them (first sample, old kernel, older agent).
+#: agent did not report them (first sample, old kernel, receiving end).
 TELEMETRY_FIELDS: Final = AGENT_FIELDS
+#: Fields of a WAT as a whole (the reporting end's view of its subflows); the others come
+#: from the WAT's ``dl`` and ``ul`` objects.
+WAT_FIELDS: Final = ("up", "subflows", "rtt_ms")
+DIRECTION_FIELDS: Final = tuple(f for f in AGENT_FIELDS if f not in WAT_FIELDS)
 
 
 @dataclass(frozen=True)
 class CpeState:
-    """The latest ``mcw.state.v1`` of one CPE as the xApp knows it."""
+    """The latest ``mcw.state.v2`` of one CPE as the xApp knows it: from the CPE agent
+    (``role`` cpe, ``proxy_id`` None, direction ``ul``) or from a proxy that serves the CPE
+    (``role`` proxy, direction ``dl``)."""
 
     cpe_id: str
     online: bool
@@ -62,13 +81,24 @@ class CpeState:
     last_error: str = ""
     #: Local monotonic time the message arrived.
     received_s: float = 0.0
+    role: str = "cpe"
+    proxy_id: str | None = None
+    #: The direction ``applied_weights`` steer (``ul`` for a CPE agent, ``dl`` for a proxy).
+    direction: str = "ul"
+    #: The CPE's WAT interface addresses (reported by the CPE agent).
+    addresses: Mapping[str, str] = field(default_factory=dict)
+    #: A WAT off in one direction is off in both (mainline MPTCP); None: not reported.
+    directions_coupled: bool | None = None
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any], previous: CpeState | None,
                  received_s: float) -> CpeState:
         """Build from a validated document; a last will (online false only) keeps what was known."""
         caps = doc.get("capabilities", {})
-        base = previous if previous is not None else cls(cpe_id=doc["cpe_id"], online=False)
+        role = str(doc.get("role", "proxy" if doc.get("proxy_id") else "cpe"))
+        base = previous if previous is not None else cls(
+            cpe_id=doc["cpe_id"], online=False, role=role, proxy_id=doc.get("proxy_id"),
+            direction="dl" if role == "proxy" else "ul")
         # JSON Schema's "integer" admits 5.0: int() keeps the fields what their types say.
         time_ms = doc.get("time_ms")
         return cls(
@@ -76,7 +106,8 @@ class CpeState:
             online=bool(doc["online"]),
             time_ms=base.time_ms if time_ms is None else int(time_ms),
             applied_version=int(doc.get("applied_version", base.applied_version)),
-            applied_weights=dict(doc.get("applied_weights", base.applied_weights)),
+            applied_weights={k: int(v) for k, v in
+                             doc.get("applied_weights", base.applied_weights).items()},
             backend=doc.get("backend", base.backend),
             max_weight=caps.get("max_weight", base.max_weight),
             on_off_only=caps.get("on_off_only", base.on_off_only),
@@ -85,30 +116,92 @@ class CpeState:
             event=doc.get("event"),
             last_error=doc.get("last_error", base.last_error),
             received_s=received_s,
+            role=role,
+            proxy_id=doc.get("proxy_id", base.proxy_id),
+            direction=str(doc.get("direction", base.direction)),
+            addresses=dict(doc.get("addresses", base.addresses)),
+            directions_coupled=caps.get("directions_coupled", base.directions_coupled),
         )
 
 
-def telemetry_frame(docs: Sequence[Mapping[str, Any]]) -> KpiFrame:
-    """Rows (cpe, wat) of validated telemetry documents; ``time_s`` is the newest ``time_ms``.
+@dataclass(frozen=True)
+class ProxyState:
+    """The latest ``mcw.proxy-state.v1`` of one proxy agent."""
 
-    Fields a WAT did not report are NaN, as :class:`~xapp.core.forecast.KpiFrame` expects.
+    proxy_id: str
+    online: bool
+    time_ms: int | None = None
+    backend: str | None = None
+    max_weight: int | None = None
+    on_off_only: bool = False
+    directions_coupled: bool | None = None
+    cpes: int = 0
+    cpes_applied: int = 0
+    rules: Mapping[str, int] = field(default_factory=dict)
+    last_error: str = ""
+    received_s: float = 0.0
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any], previous: ProxyState | None,
+                 received_s: float) -> ProxyState:
+        """Build from a validated document; a last will keeps what was known."""
+        caps = doc.get("capabilities", {})
+        base = previous if previous is not None else cls(proxy_id=doc["proxy_id"], online=False)
+        time_ms = doc.get("time_ms")
+        return cls(
+            proxy_id=doc["proxy_id"], online=bool(doc["online"]),
+            time_ms=base.time_ms if time_ms is None else int(time_ms),
+            backend=doc.get("backend", base.backend),
+            max_weight=caps.get("max_weight", base.max_weight),
+            on_off_only=caps.get("on_off_only", base.on_off_only),
+            directions_coupled=caps.get("directions_coupled", base.directions_coupled),
+            cpes=int(doc.get("cpes", base.cpes)),
+            cpes_applied=int(doc.get("cpes_applied", base.cpes_applied)),
+            rules={k: int(v) for k, v in doc.get("rules", base.rules).items()},
+            last_error=doc.get("last_error", base.last_error), received_s=received_s)
+
+
+@dataclass(frozen=True)
+class Downlink:
+    """Who applies a CPE's downlink: the proxy and its per-CPE state."""
+
+    proxy_id: str
+    state: CpeState
+
+
+def telemetry_frame(docs: Sequence[Mapping[str, Any]]) -> KpiFrame:
+    """Rows (cpe, wat, direction) of validated telemetry documents; ``time_s`` is the newest
+    ``time_ms``.
+
+    A WAT with ``dl`` / ``ul`` objects gives a row per direction: the direction's fields and
+    the WAT's own (``up``, ``subflows``, ``rtt_ms``); a WAT with neither gives one row without
+    a direction (both).  Fields a row did not report are NaN, as
+    :class:`~xapp.core.forecast.KpiFrame` expects.
     """
     cpes: list[str] = []
     wats: list[str] = []
+    dirs: list[str] = []
     cols: dict[str, list[float]] = {f: [] for f in TELEMETRY_FIELDS}
     newest = 0
     for doc in docs:
         newest = max(newest, int(doc["time_ms"]))
         for wat, stats in doc["wats"].items():
-            cpes.append(doc["cpe_id"])
-            wats.append(wat)
-            for f in TELEMETRY_FIELDS:
-                cols[f].append(_measurement(stats.get(f)))
+            own = [d for d in DIRECTIONS if isinstance(stats.get(d), Mapping)]
+            for d in own or [""]:
+                cpes.append(doc["cpe_id"])
+                wats.append(wat)
+                dirs.append(d)
+                part = stats[d] if d else {}
+                for f in WAT_FIELDS:
+                    cols[f].append(_measurement(stats.get(f)))
+                for f in DIRECTION_FIELDS:
+                    cols[f].append(_measurement(part.get(f)))
     return KpiFrame(
         time_s=newest / 1000.0,
         cpe=np.asarray(cpes, dtype=np.str_),
         wat=np.asarray(wats, dtype=np.str_),
         values={f: np.asarray(v, dtype=np.float64) for f, v in cols.items()},
+        direction=np.asarray(dirs, dtype="<U2"),
     )
 
 
@@ -138,7 +231,10 @@ class ChannelSubscriber:
     on_telemetry : callable or None
         Called with a :class:`KpiFrame` per valid telemetry message (on paho's thread).
     on_state : callable or None
-        Called with the new :class:`CpeState` per valid state message, last wills included.
+        Called with the new :class:`CpeState` per valid state message, last wills included
+        (a proxy's per-CPE states too: ``role`` proxy).
+    on_proxy_state : callable or None
+        Called with the new :class:`ProxyState` per valid proxy state message.
     share_group : str or None, default=None
         Load-share telemetry between xApp replicas through the MQTT 5 shared subscription
         ``$share/{share_group}/mcw/v1/cpe/+/telemetry``. State is always subscribed plainly:
@@ -151,12 +247,14 @@ class ChannelSubscriber:
     def __init__(self, settings: MqttSettings, *,
                  on_telemetry: Callable[[KpiFrame], None] | None = None,
                  on_state: Callable[[CpeState], None] | None = None,
+                 on_proxy_state: Callable[[ProxyState], None] | None = None,
                  share_group: str | None = None, buffer_limit: int = 100_000,
                  drops: DropCounter | None = None) -> None:
         self.settings = settings
         self.drops = drops if drops is not None else DropCounter()
         self.on_telemetry = on_telemetry
         self.on_state = on_state
+        self.on_proxy_state = on_proxy_state
         self.share_group = share_group
         self.buffer_limit = buffer_limit
         #: Exceptions raised by ``on_telemetry`` / ``on_state`` (also counted as ``internal``).
@@ -169,6 +267,9 @@ class ChannelSubscriber:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._states: dict[str, CpeState] = {}
+        self._proxies: dict[str, ProxyState] = {}
+        #: (proxy_id, cpe_id) -> the proxy's downlink state for the CPE.
+        self._proxy_cpes: dict[tuple[str, str], CpeState] = {}
         self._buffer: deque[dict[str, Any]] = deque()
         self._connected = False
         self._subscribed = False
@@ -184,7 +285,9 @@ class ChannelSubscriber:
         telemetry = f"{TOPIC_PREFIX}/+/telemetry"
         if self.share_group:
             telemetry = f"$share/{self.share_group}/{telemetry}"
-        return [f"{TOPIC_PREFIX}/+/state", telemetry]
+        # Proxy telemetry is not shared between replicas: few proxies, and their per-CPE
+        # state on the same wildcard must reach every replica.
+        return [f"{TOPIC_PREFIX}/+/state", telemetry, f"{PROXY_PREFIX}/#"]
 
     def start(self) -> ChannelSubscriber:
         if not self._started:
@@ -256,6 +359,41 @@ class ChannelSubscriber:
         with self._lock:
             return sorted(c for c, s in self._states.items() if s.online)
 
+    def proxy(self, proxy_id: str) -> ProxyState | None:
+        with self._lock:
+            return self._proxies.get(proxy_id)
+
+    def proxies(self) -> dict[str, ProxyState]:
+        with self._lock:
+            return dict(self._proxies)
+
+    def proxy_cpe_states(self) -> dict[tuple[str, str], CpeState]:
+        """(proxy_id, cpe_id) -> the proxy's downlink state for the CPE."""
+        with self._lock:
+            return dict(self._proxy_cpes)
+
+    def downlink(self, cpe_id: str) -> Downlink | None:
+        """The proxy applying the CPE's downlink: its per-CPE state says online and the proxy
+        is online (or has not reported its own state yet); the most recently heard wins when
+        several do.  None: nobody applies it (the downlink runs on the proxy's defaults)."""
+        with self._lock:
+            best: Downlink | None = None
+            for (proxy_id, cpe), st in self._proxy_cpes.items():
+                if cpe != cpe_id or not st.online:
+                    continue
+                proxy = self._proxies.get(proxy_id)
+                if proxy is not None and not proxy.online:
+                    continue
+                if best is None or st.received_s > best.state.received_s:
+                    best = Downlink(proxy_id, st)
+            return best
+
+    def downlinks(self) -> dict[str, Downlink]:
+        """:meth:`downlink` of every CPE some proxy applies."""
+        with self._lock:
+            cpes = {cpe for _, cpe in self._proxy_cpes}
+        return {c: d for c in sorted(cpes) if (d := self.downlink(c)) is not None}
+
     def drain_telemetry(self) -> KpiFrame:
         """All telemetry received since the last drain, as one frame (possibly empty)."""
         with self._lock:
@@ -320,17 +458,39 @@ class ChannelSubscriber:
                 self._cond.notify_all()
 
     def _handle(self, name: str, payload: bytes) -> None:
+        if not payload:
+            topic = parse_channel_topic(name)
+            if topic is not None and topic.kind == "state" and topic.proxy_id is not None \
+                    and topic.cpe_id is not None:
+                # An empty retained message: the proxy stopped serving the CPE.
+                with self._cond:
+                    self._proxy_cpes.pop((topic.proxy_id, topic.cpe_id), None)
+                    self._cond.notify_all()
+                return
         decoded = decode(name, payload, self.drops)
         if decoded is None:
             return
         kind, doc = decoded
         state: CpeState | None = None
+        proxy: ProxyState | None = None
         frame: KpiFrame | None = None
         if kind == "state":
             with self._cond:
-                state = CpeState.from_doc(doc, self._states.get(doc["cpe_id"]),
-                                          time.monotonic())
-                self._states[state.cpe_id] = state
+                proxy_id = doc.get("proxy_id")
+                if proxy_id is None:
+                    state = CpeState.from_doc(doc, self._states.get(doc["cpe_id"]),
+                                              time.monotonic())
+                    self._states[state.cpe_id] = state
+                else:
+                    key = (str(proxy_id), str(doc["cpe_id"]))
+                    state = CpeState.from_doc(doc, self._proxy_cpes.get(key), time.monotonic())
+                    self._proxy_cpes[key] = state
+                self._cond.notify_all()
+        elif kind == "proxy-state":
+            with self._cond:
+                proxy = ProxyState.from_doc(doc, self._proxies.get(doc["proxy_id"]),
+                                            time.monotonic())
+                self._proxies[proxy.proxy_id] = proxy
                 self._cond.notify_all()
         elif kind == "telemetry":
             if self.on_telemetry is not None:
@@ -350,6 +510,8 @@ class ChannelSubscriber:
         try:
             if state is not None and self.on_state is not None:
                 self.on_state(state)
+            elif proxy is not None and self.on_proxy_state is not None:
+                self.on_proxy_state(proxy)
             elif frame is not None and self.on_telemetry is not None:
                 self.on_telemetry(frame)
         except Exception as exc:
