@@ -4,7 +4,9 @@ package mptcppm
 
 import (
 	"fmt"
+	"net/netip"
 	"runtime"
+	"time"
 )
 
 // Conn is not implemented outside Linux.
@@ -37,3 +39,35 @@ func (*Conn) SetLimits(Limits) error { return notImplemented() }
 
 // Limits is not implemented.
 func (*Conn) Limits() (Limits, error) { return Limits{}, notImplemented() }
+
+// SetSubflowBackup is not implemented.
+func (*Conn) SetSubflowBackup(uint32, netip.AddrPort, netip.AddrPort, bool) error {
+	return notImplemented()
+}
+
+// Monitor is not implemented outside Linux.
+type Monitor struct{}
+
+// DialMonitor reports that MPTCP events are a Linux feature.
+func DialMonitor() (*Monitor, error) { return nil, notImplemented() }
+
+// SetReadDeadline does nothing.
+func (*Monitor) SetReadDeadline(time.Time) error { return nil }
+
+// Receive is not implemented.
+func (*Monitor) Receive() ([]Event, error) { return nil, notImplemented() }
+
+// Close does nothing.
+func (*Monitor) Close() error { return nil }
+
+// Diag is not implemented outside Linux.
+type Diag struct{}
+
+// DialDiag reports that sock_diag is a Linux feature.
+func DialDiag() (*Diag, error) { return nil, notImplemented() }
+
+// Close does nothing.
+func (*Diag) Close() error { return nil }
+
+// Subflows is not implemented.
+func (*Diag) Subflows() ([]Subflow, error) { return nil, notImplemented() }
