@@ -18,6 +18,8 @@ state FuzzDecode
 telemetry FuzzParseMessage
 mptcppm FuzzDecodeEndpoints
 mptcppm FuzzDecodeLimits
+mptcppm FuzzDecodeEvent
+mptcppm FuzzParseDiag
 backend/wrrsysctl FuzzParse
 config FuzzParse
 "

@@ -261,5 +261,3 @@ func allFlagged(sfs []mptcppm.Subflow, a netip.Addr, flag mptcppm.SubflowFlags, 
 	}
 	return true
 }
-
-
