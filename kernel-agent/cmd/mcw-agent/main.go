@@ -229,7 +229,7 @@ func serveMetrics(cfg config.Config, m *metrics.Metrics, sup *supervisor.Supervi
 
 // runProxy wires the proxy role together and runs it like run.
 func runProxy(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	dl, err := newDownlink(cfg)
+	dl, err := newDownlink(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -311,10 +311,19 @@ type watcher interface {
 const downlinkStall = 10 * time.Second
 
 // newDownlink builds the proxy role's backend.
-func newDownlink(cfg config.Config) (backend.Downlink, error) {
+func newDownlink(cfg config.Config, log *slog.Logger) (backend.Downlink, error) {
 	switch cfg.Backend {
 	case payload.BackendDryRun:
 		return dryrun.NewDownlink(), nil
+	case payload.BackendMPTCPUpstream:
+		// The proxy flags subflows one by one, which only the userspace
+		// path manager allows; the CPEs' in-kernel path managers open the
+		// subflows. Selected here, at start, like every setting the agent
+		// owns; connections opened before keep their path manager.
+		if err := mptcpupstream.EnsureUserspacePM(cfg.WRRSysctl.ProcSysRoot); err != nil {
+			return nil, err
+		}
+		return mptcpupstream.DialDownlink(log)
 	default:
 		return nil, fmt.Errorf("backend %s: no downlink implementation in this build yet (use dry-run)", cfg.Backend)
 	}
