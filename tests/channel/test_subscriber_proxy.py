@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.channel.conftest import decision
 from tests.channel.test_subscriber import state_doc
 from tests.support.mosquitto import (
     BROKER_DIR,
@@ -23,7 +24,9 @@ from tests.support.mosquitto import (
     mosquitto_binary,
 )
 from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, ProxyState
+from xapp.app.endpoints import cpes_document
 from xapp.core.forecast import KpiFrame
+from xapp.core.ports import CpeRecord, DirectionRecord
 
 SERVED = {"proxy-0001": ("cpe-0001", "cpe-0002"), "proxy-0002": ("cpe-0003",)}
 
@@ -113,6 +116,32 @@ def test_downlink_is_known_per_cpe_from_the_proxys_reports(
         assert proxy.cpes == 2 and proxies[-1] == proxy
         up = sub.state("cpe-0001")
         assert up is not None and up.direction == "ul" and up.applied_version == 3
+
+        # /ric/v1/cpes: both directions as published, and who applies each.
+        dl = DirectionRecord.from_decision(decision({"nr": 1, "wifi": 3}, "load_balancing"),
+                                           mode="load_balancing", policy_source="default")
+        ul = DirectionRecord.from_decision(decision({"nr": 2, "wifi": 0}, "hysteresis"),
+                                           mode="load_balancing", policy_source="ul-policy")
+        doc = cpes_document({"cpe-0001": CpeRecord(9, 100.0, dl, ul),
+                             "cpe-0004": CpeRecord(1, 100.0, ul, ul)},
+                            sub.states(), sub.downlinks())["cpes"]
+        assert set(doc) == {"cpe-0001", "cpe-0004"}
+        one = doc["cpe-0001"]
+        assert one["published"]["version"] == 9
+        assert one["published"]["dl"]["weights"] == {"nr": 1, "wifi": 3}
+        assert one["published"]["dl"]["shares"] == {"nr": 0.25, "wifi": 0.75}
+        assert one["published"]["ul"] == {
+            "weights": {"nr": 2, "wifi": 0}, "shares": {"nr": 1.0, "wifi": 0.0},
+            "mode": "load_balancing", "reason": "hysteresis", "policy": "ul-policy",
+            "aggregate_mbps": 100.0}
+        assert one["applied_by"]["ul"] == {"role": "cpe", "online": True, "applied_version": 3,
+                                           "applied_weights": {"nr": 0, "wifi": 3}}
+        assert one["applied_by"]["dl"]["proxy_id"] == "proxy-0001"
+        assert one["applied_by"]["dl"]["applied_version"] == 9
+        assert one["agent"]["addresses"] == {"nr": "10.1.0.2", "wifi": "10.2.0.2"}
+        # No agent has reported, no proxy serves it: nobody applies either direction.
+        assert doc["cpe-0004"]["applied_by"] == {"ul": None, "dl": None}
+        assert json.loads(json.dumps(doc)) == doc  # what the endpoint serves
 
         # Downlink telemetry from the sender (the proxy): saturation is known.
         p1.publish(f"{base}/cpe/cpe-0001/telemetry",

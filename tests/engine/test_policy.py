@@ -33,7 +33,41 @@ def test_round_trip() -> None:
     ({"update_period_s": 0}, "update_period_s"),
     ({"capacity_floor_mbps": float("nan")}, "finite"),
     ({"colour": "blue"}, "unknown policy keys"),
+    ({"directions": []}, "'directions' must be an object"),
+    ({"directions": {"both": {}}}, r"unknown direction \['both'\]"),
+    ({"directions": {"dl": 3}}, "directions.dl must be an object"),
+    ({"directions": {"dl": {"update_period_s": 2}}}, "cannot be set per direction"),
+    ({"directions": {"ul": {"scope": {}}}}, "cannot be set per direction"),
+    ({"directions": {"dl": {"directions": {}}}}, "cannot be set per direction"),
+    ({"directions": {"dl": {"max_weight": 0}}}, "directions.dl: max_weight"),
+    ({"directions": {"ul": {"mode": "latency_bound"}}}, "directions.ul: latency_bound needs"),
+    ({"directions": {"dl": {"wats": {"nr": {"min_share": 0.9}, "lte": {"min_share": 0.9}}}}},
+     "directions.dl: min_share values add up"),
 ])
 def test_bad_policies_are_refused(doc: dict[str, Any], error: str) -> None:
     with pytest.raises(PolicyError, match=error):
         Policy.from_dict(doc)
+
+
+def test_direction_overrides_merge_over_the_policy_and_round_trip() -> None:
+    doc = {"mode": "load_balancing", "hysteresis_pct": 4.0, "excluded_wats": ["lte"],
+           "wats": {"wifi": {"max_share": 0.8}},
+           "directions": {"dl": {"excluded_wats": [], "capacity_floor_mbps": 5.0},
+                          "ul": {"mode": "active_standby", "priority": ["nr", "wifi"]}}}
+    p = Policy.from_dict(doc)
+    dl, ul = p.for_direction("dl"), p.for_direction("ul")
+    # Key by key over the policy's own keys; keys an override leaves out stay.
+    assert dl.excluded == frozenset() and dl.capacity_floor_mbps == 5.0
+    assert dl.hysteresis_pct == 4.0 and dl.max_share == {"wifi": 0.8}
+    assert ul.mode is SteeringMode.ACTIVE_STANDBY and ul.priority == ("nr", "wifi")
+    assert ul.excluded == frozenset({"lte"}) and ul.capacity_floor_mbps == 0.0
+    assert dl.for_direction("dl") is dl and not dl.overrides
+    # Without an override a direction is the policy itself (the same object: cheap to compare).
+    q = Policy.from_dict({"directions": {"dl": {"max_weight": 20}}})
+    assert q.for_direction("ul") is q and q.for_direction("dl").max_weight == 20
+    plain = Policy()
+    assert plain.for_direction("dl") is plain and plain.for_direction("ul") is plain
+    back = Policy.from_dict(p.to_dict())
+    assert back == p and back.for_direction("ul") == ul and back.for_direction("dl") == dl
+    # Policies with different overrides differ (a change of overrides is a policy change).
+    assert p != Policy.from_dict({**doc, "directions": {"dl": {"excluded_wats": []}}})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,26 @@ def test_mode_and_limits_from_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*PAPER_ARGS, "--mode", "active_standby", "--priority", "lifi,nr",
                  "--down", "lifi", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["weights"] == {"nr": 100, "wifi": 0, "lifi": 0}
+
+
+def test_direction_applies_the_policys_override(capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"scope": {"cpes": ["cpe-1"]}, "excluded_wats": ["wifi"],
+                                  "directions": {"dl": {"excluded_wats": ["lifi"]}}}))
+    outs = {}
+    for direction in ("dl", "ul", None):
+        extra = [] if direction is None else ["--direction", direction]
+        assert main([*PAPER_ARGS, "--policy", str(policy), "--json", *extra]) == 0
+        outs[direction] = json.loads(capsys.readouterr().out)
+    assert outs["dl"]["direction"] == "dl" and outs[None]["direction"] is None
+    assert outs["dl"]["weights"]["lifi"] == 0 and outs["dl"]["weights"]["wifi"] > 0
+    assert outs["ul"]["weights"]["wifi"] == 0 and outs["ul"]["weights"]["lifi"] > 0
+    assert outs[None]["weights"] == outs["ul"]["weights"]
+    # An override that makes no valid policy is refused like any bad policy.
+    policy.write_text(json.dumps({"directions": {"dl": {"mode": "active_standby"}}}))
+    assert main([*PAPER_ARGS, "--policy", str(policy), "--direction", "dl"]) == 2
+    assert "directions.dl: active_standby needs a priority list" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("extra", [

@@ -94,7 +94,8 @@ def test_weights_resent_after_broker_crash(pki: Pki, broker: MosquittoBroker,
                 assert wait_until(partial(received, client, topic), 5.0), c
                 doc = json.loads(client.on(topic)[-1].payload)
                 assert doc["version"] > before[c]
-                assert doc["weights"]["wifi"] > doc["weights"]["nr"] > 0
+                for direction in ("dl", "ul"):
+                    assert doc[direction]["weights"]["wifi"] > doc[direction]["weights"]["nr"] > 0
         finally:
             for client in clients:
                 client.close()

@@ -111,8 +111,8 @@ class Cpe:
         self.client.close()
 
 
-def wifi_share(doc: dict[str, Any]) -> float:
-    w = doc["weights"]
+def wifi_share(doc: dict[str, Any], direction: str = "ul") -> float:
+    w = doc[direction]["weights"]
     return float(w.get("wifi", 0)) / max(1, sum(w.values()))
 
 
@@ -139,13 +139,15 @@ def test_weights_follow_kpis_and_validate(stack: Stack) -> None:
         for doc in cpe.docs():
             validator.validate(doc)
         assert first["cpe_id"] == "cpe-0001"
-        assert set(first["weights"]) >= {"nr", "wifi"}
+        # KPIs without a direction (the radio feed) apply to both: the same sets.
+        assert set(first["ul"]["weights"]) >= {"nr", "wifi"}
+        assert first["dl"]["weights"] == first["ul"]["weights"]
         good = wifi_share(first)
         # The paper's testbed: Wi-Fi carries the largest share.
         assert good > 0.5, first
         stack.feeder.set_wat("cpe-0001", "wifi", POOR_WIFI)
         poor = cpe.wait(lambda d: wifi_share(d) < good * 0.5, timeout_s=30)
-        assert poor["weights"]["nr"] > first["weights"]["nr"] * 0 and poor["weights"]["nr"] > 0
+        assert poor["ul"]["weights"]["nr"] > 0 and wifi_share(poor, "dl") < good * 0.5
         for doc in cpe.docs():
             validator.validate(doc)
         check_versions_grow(cpe.docs())
@@ -200,7 +202,7 @@ def test_agent_applies_weights_and_reports_back(stack: Stack) -> None:
             return False
         # The agent applies the weights of the WATs it has (here a subset).
         return bool(a["applied_weights"]) and all(
-            p["weights"].get(w) == v for w, v in a["applied_weights"].items())
+            p["ul"]["weights"].get(w) == v for w, v in a["applied_weights"].items())
 
     assert wait_until(applied_latest, 20), (agent_view(), agent.poll(),
                                             stack.agent_log(AGENT_CPE)[-3000:])
@@ -362,11 +364,14 @@ def test_restart_a1_in_process_and_versions_never_reused(
                 "operation": "CREATE", "policy_type_id": "20100",
                 "policy_instance_id": "it-no-wifi",
                 "payload": json.dumps({"scope": {"cpes": ["cpe-0001"]},
-                                       "excluded_wats": ["wifi"]})})
+                                       "excluded_wats": ["wifi"],
+                                       "directions": {"dl": {"excluded_wats": []}}})})
             assert resp.status == "OK" and resp.policy_type_id == 20100
+            # No Wi-Fi in the uplink; the downlink's override keeps it.
             steered = clients["cpe-0001"].wait(
-                lambda d: d["weights"].get("wifi", 0) == 0 and d["version"] > high["cpe-0001"])
-            assert steered["weights"]["nr"] > 0
+                lambda d: d["ul"]["weights"].get("wifi", 0) == 0
+                and d["version"] > high["cpe-0001"])
+            assert steered["ul"]["weights"]["nr"] > 0 and steered["dl"]["weights"]["wifi"] > 0
             # An invalid policy is refused and the previous one stays in force.
             bad = process.a1.handle({"operation": "UPDATE", "policy_type_id": 20100,
                                      "policy_instance_id": "it-no-wifi",
@@ -375,7 +380,7 @@ def test_restart_a1_in_process_and_versions_never_reused(
             assert process.book.get("it-no-wifi") is not None
             # Other CPEs are outside the scope and keep Wi-Fi.
             assert clients["cpe-0003"].wait(
-                lambda d: d["version"] > high["cpe-0003"])["weights"].get("wifi", 0) > 0
+                lambda d: d["version"] > high["cpe-0003"])["ul"]["weights"].get("wifi", 0) > 0
             assert wait_until(lambda: any("policy/it-no-wifi" in k
                                           for k in stack.redis_keys()), 10)
         finally:
@@ -386,7 +391,8 @@ def test_restart_a1_in_process_and_versions_never_reused(
         for c, cl in clients.items():
             cl.wait(lambda d, c=c: d["version"] > mid[c], timeout_s=30)
         # The A1 instance came back from SDL: cpe-0001 still has no Wi-Fi.
-        assert clients["cpe-0001"].latest()["weights"].get("wifi", 0) == 0  # type: ignore[index]
+        latest = clients["cpe-0001"].latest()
+        assert latest is not None and latest["ul"]["weights"].get("wifi", 0) == 0
         for cl in clients.values():
             check_versions_grow(cl.docs())
     finally:

@@ -110,6 +110,13 @@ def test_create_update_delete_in_both_encodings(setup: Any, encode: Any) -> None
     # Valid per schema, refused by the Policy record's own checks:
     ({"mode": "active_standby"}, "priority"),
     ({"wats": {"nr": {"min_share": 0.7}, "wifi": {"min_share": 0.6}}}, "min_share"),
+    # Per-direction overrides: refused by the schema, or by the merged policy's checks.
+    ({"directions": {"both": {"max_weight": 3}}}, "directions"),
+    ({"directions": {"dl": {"update_period_s": 3}}}, "update_period_s"),
+    ({"directions": {"ul": {"max_weight": 0}}}, "max_weight"),
+    ({"directions": {"dl": {"mode": "active_standby"}}}, "priority"),
+    ({"directions": {"ul": {"wats": {"nr": {"min_share": 0.7}, "wifi": {"min_share": 0.6}}}}},
+     "min_share"),
 ])
 def test_invalid_policy_is_refused_and_the_previous_stays(setup: Any, payload: dict[str, Any],
                                                           reason: str,
@@ -124,6 +131,20 @@ def test_invalid_policy_is_refused_and_the_previous_stays(setup: Any, payload: d
     assert rec.saved["p1"].payload == {"max_weight": 40}
     assert any(reason in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
     assert seen[-1] == ("UPDATE", "ERROR")
+
+
+def test_per_direction_overrides_are_accepted(setup: Any) -> None:
+    handler, book, rec, _seen = setup
+    payload = {"scope": {"cpes": ["cpe-7"]}, "excluded_wats": ["wifi"],
+               "directions": {"dl": {"excluded_wats": [], "max_weight": 50}}}
+    assert handler.handle(py_style("CREATE", "dirs", payload)).status is Status.OK
+    policy, source = book.resolver().for_cpe("cpe-7")
+    assert source == "dirs"
+    assert policy.for_direction("ul").excluded == frozenset({"wifi"})
+    assert policy.for_direction("dl").excluded == frozenset()
+    assert policy.for_direction("dl").max_weight == 50
+    assert policy.for_direction("ul").max_weight == 100  # the default policy's
+    assert rec.saved["dirs"].payload["directions"] == payload["directions"]
 
 
 @pytest.mark.parametrize("raw", [

@@ -5,10 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from xapp.adapters.lab import MemoryPublisher
+from xapp.adapters.mqtt.payloads import check
 from xapp.adapters.sdl import StateStore
 from xapp.app.metrics import Metrics
 from xapp.app.runner import LoopRunner
 from xapp.core.forecast import CapacityForecast, KpiFrame
+from xapp.core.intake import LatestKpis
 from xapp.core.loop import ControlLoop, LoopSettings
 from xapp.core.policy import Policy
 from xapp.core.policy_book import PolicyBook, PolicyInstance
@@ -240,3 +243,138 @@ def test_misaligned_estimator_is_an_error() -> None:
                        StateStore())
     with pytest.raises(ValueError, match="aligned"):
         loop.tick(1.0)
+
+
+# --- both directions -------------------------------------------------------------------------
+
+def directed(rows: dict[tuple[str, str, str], float], t: float = 100.0,
+             **extra: dict[tuple[str, str, str], float]) -> KpiFrame:
+    """A frame of rows keyed (cpe, wat, direction); "" applies to both directions."""
+    keys = sorted(rows)
+    values = {"delivered_mbps": np.array([rows[k] for k in keys])}
+    for name, col in extra.items():
+        values[name] = np.array([col.get(k, np.nan) for k in keys])
+    return KpiFrame(time_s=t, cpe=np.array([k[0] for k in keys], dtype=np.str_),
+                    wat=np.array([k[1] for k in keys], dtype=np.str_), values=values,
+                    direction=np.array([k[2] for k in keys], dtype="<U2"))
+
+
+def directed_loop(defaults: dict[str, object] | None = None
+                  ) -> tuple[ControlLoop, LatestKpis, MemoryPublisher, PolicyBook, StateStore]:
+    intake, pub = LatestKpis(), MemoryPublisher(clock=lambda: 100.0)
+    book, state = PolicyBook(defaults or DEFAULTS), StateStore()
+    loop = ControlLoop(intake, Oracle(), pub, None, book.resolver, state,
+                       settings=LoopSettings(control_period_s=1.0, kpi_max_age_s=5.0))
+    return loop, intake, pub, book, state
+
+
+def valid(docs: list[dict[str, object]]) -> list[dict[str, object]]:
+    for doc in docs:
+        check("weights", doc)
+    return docs
+
+
+def test_intake_expands_rows_without_a_direction() -> None:
+    intake = LatestKpis()
+    radio = KpiFrame(time_s=10.0, cpe=np.array(["c1", "c1"]), wat=np.array(["nr", "wifi"]),
+                     values={"sinr_db": np.array([12.0, np.nan]),
+                             "rssi_dbm": np.array([np.nan, -60.0])})
+    intake.update(radio)
+    intake.update(directed({("c1", "nr", "dl"): 300.0, ("c1", "nr", "ul"): 80.0,
+                            ("c1", "wifi", "ul"): 20.0}, t=11.0))
+    f = intake.latest(11.0, 5.0)
+    rows = {(c, w, d): i for i, (c, w, d) in enumerate(
+        zip(f.cpe.tolist(), f.wat.tolist(), f.direction.tolist(), strict=True))}  # type: ignore[union-attr]
+    assert set(rows) == {("c1", w, d) for w in ("nr", "wifi") for d in ("dl", "ul")}
+    sinr, mbps = f.column("sinr_db"), f.column("delivered_mbps")
+    # The radio KPI is the link's: in both directions' rows; throughput only in its own.
+    assert sinr[rows["c1", "nr", "dl"]] == sinr[rows["c1", "nr", "ul"]] == 12.0
+    assert f.column("rssi_dbm")[rows["c1", "wifi", "dl"]] == -60.0
+    assert mbps[rows["c1", "nr", "dl"]] == 300.0 and mbps[rows["c1", "nr", "ul"]] == 80.0
+    assert np.isnan(mbps[rows["c1", "wifi", "dl"]])
+    assert list(f.series[[rows["c1", "nr", "dl"]]]) == ["c1/dl"]
+    # While the rows stay, a snapshot reuses the same key arrays (per-row state downstream).
+    g = intake.latest(12.0, 5.0)
+    assert g.cpe is f.cpe and g.direction is f.direction and g.series is f.series
+    # Rows age out per (cpe, wat, direction): only the one refreshed stays.
+    intake.update(directed({("c1", "nr", "ul"): 81.0}, t=16.5))
+    h = intake.latest(16.5, 5.0)
+    assert (h.cpe.tolist(), h.wat.tolist(), h.direction.tolist()) == (  # type: ignore[union-attr]
+        ["c1"], ["nr"], ["ul"])
+
+
+def test_the_loop_decides_each_direction_on_its_own() -> None:
+    loop, intake, pub, _, state = directed_loop()
+    # Downlink: Wi-Fi is the big pipe; uplink: 5G is (a TDD pattern, Wi-Fi airtime).
+    intake.update(directed({("c1", "nr", "dl"): 300.0, ("c1", "wifi", "dl"): 900.0,
+                            ("c1", "nr", "ul"): 120.0, ("c1", "wifi", "ul"): 30.0}))
+    r = loop.tick(100.0)
+    assert r.decided_by_direction == {"dl": 1, "ul": 1} and r.published == {"c1": 1}
+    (doc,) = valid(pub.take())
+    dl, ul = doc["dl"]["weights"], doc["ul"]["weights"]  # type: ignore[index]
+    assert dl["wifi"] > dl["nr"] > 0 and ul["nr"] > ul["wifi"] > 0
+    assert dl["wifi"] / dl["nr"] == pytest.approx(3.0, rel=0.05)
+    assert ul["nr"] / ul["wifi"] == pytest.approx(4.0, rel=0.05)
+    record = state.cpe("c1")
+    assert record is not None and record.version == 1
+    assert record.dl.weights == dl and record.ul.weights == ul
+    # Only the uplink changes: one message, the downlink's set as it is in force.
+    intake.update(directed({("c1", "nr", "ul"): 30.0, ("c1", "wifi", "ul"): 120.0}, t=101.0))
+    r = loop.tick(101.0)
+    assert r.changed == 1 and r.held == 1 and r.published == {"c1": 2}
+    (doc2,) = valid(pub.take())
+    assert doc2["dl"] == doc["dl"] and doc2["ul"]["weights"]["wifi"] > doc2["ul"]["weights"]["nr"]  # type: ignore[index]
+
+
+def test_a_policy_may_differ_per_direction() -> None:
+    loop, intake, pub, book, _ = directed_loop()
+    intake.update(directed({("c1", "nr", ""): 300.0, ("c1", "wifi", ""): 900.0}))
+    loop.tick(100.0)
+    (first,) = valid(pub.take())
+    assert first["dl"] == first["ul"]  # rows for both, one policy: the same sets
+    book.put(PolicyInstance("ul-no-wifi", {"directions": {"ul": {"excluded_wats": ["wifi"]}}},
+                            frozenset({"c1"}), 1.0))
+    r = loop.tick(101.0)
+    assert r.published == {"c1": 2}
+    (doc,) = valid(pub.take())
+    assert doc["ul"]["weights"] == {"nr": 100, "wifi": 0}  # type: ignore[index]
+    assert doc["dl"]["weights"] == first["dl"]["weights"]  # type: ignore[index]
+    assert loop.fleets["ul"].source[loop.fleet.index["c1"]] == "ul-no-wifi"
+
+
+def test_a_direction_without_rows_follows_the_other() -> None:
+    loop, intake, pub, _, state = directed_loop()
+    # An agent that reports the uplink only: the message still needs a downlink set.
+    intake.update(directed({("c1", "nr", "ul"): 100.0, ("c1", "wifi", "ul"): 300.0}))
+    r = loop.tick(100.0)
+    assert r.decided_by_direction == {"ul": 1} and r.followed == 1
+    (doc,) = valid(pub.take())
+    assert doc["dl"]["weights"] == doc["ul"]["weights"]  # type: ignore[index]
+    assert doc["dl"]["reason"] == "follows ul: load_balancing"  # type: ignore[index]
+    # The uplink changes: the downlink follows it in the same message.
+    intake.update(directed({("c1", "nr", "ul"): 300.0, ("c1", "wifi", "ul"): 100.0}, t=101.0))
+    loop.tick(101.0)
+    (doc,) = valid(pub.take())
+    assert doc["dl"]["weights"] == doc["ul"]["weights"]  # type: ignore[index]
+    # Downlink rows appear: it decides on its own at once, against nothing held.
+    intake.update(directed({("c1", "nr", "dl"): 50.0, ("c1", "wifi", "dl"): 500.0}, t=102.0))
+    r = loop.tick(102.0)
+    assert r.decided_by_direction == {"dl": 1, "ul": 1} and r.followed == 0
+    (doc,) = valid(pub.take())
+    dl = doc["dl"]["weights"]  # type: ignore[index]
+    assert dl["wifi"] > dl["nr"] and doc["dl"]["reason"] == "load_balancing"  # type: ignore[index]
+    record = state.cpe("c1")
+    assert record is not None and record.dl.weights == dl and not loop.fleets["dl"].follows[0]
+
+
+def test_restart_holds_each_direction_against_its_own_record() -> None:
+    loop, intake, pub, book, state = directed_loop()
+    intake.update(directed({("c1", "nr", "dl"): 300.0, ("c1", "wifi", "dl"): 900.0,
+                            ("c1", "nr", "ul"): 120.0, ("c1", "wifi", "ul"): 30.0}))
+    loop.tick(100.0)
+    pub.take()
+    again = ControlLoop(intake, Oracle(), pub, None, book.resolver, state)
+    # Within the hysteresis in both directions: nothing to publish after the restart.
+    intake.update(directed({("c1", "nr", "dl"): 301.0, ("c1", "nr", "ul"): 121.0}, t=101.0))
+    r = again.tick(101.0)
+    assert r.held == 2 and r.published == {} and pub.take() == []

@@ -87,7 +87,7 @@ def test_a1_policy_round_trip_changes_published_weights(rig: dict[str, Any]) -> 
     # At start the xApp asks the mediator to resend the instances of its type.
     assert json.loads(peer.receive(A1_POLICY_QUERY, timeout_s=20)) == {"policy_type_id": 20100}
     assert wait_until(lambda: any(p["cpe_id"] == "cpe-1" for p in published(out)))
-    assert [p for p in published(out) if p["cpe_id"] == "cpe-1"][-1]["weights"]["wifi"] > 0
+    assert [p for p in published(out) if p["cpe_id"] == "cpe-1"][-1]["ul"]["weights"]["wifi"] > 0
 
     # The Go mediator's encoding: type id as a string, payload as a JSON string.
     resp = peer.request(A1_POLICY_REQ, {
@@ -98,7 +98,7 @@ def test_a1_policy_round_trip_changes_published_weights(rig: dict[str, Any]) -> 
     assert resp["policy_instance_id"] == "no-wifi" and resp["handler_id"]
 
     def last(cpe: str) -> dict[str, int]:
-        return [p for p in published(out) if p["cpe_id"] == cpe][-1]["weights"]
+        return [p for p in published(out) if p["cpe_id"] == cpe][-1]["ul"]["weights"]
 
     assert wait_until(lambda: last("cpe-1").get("wifi") == 0 and last("cpe-1")["nr"] > 0)
     assert last("cpe-2")["wifi"] > 0  # out of scope

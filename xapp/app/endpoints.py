@@ -5,8 +5,9 @@
 ``GET /ric/v1/health/ready``  200 when every dependency check passes, else 503; the body names
                               each check (``{"ready": false, "checks": {"sdl": false, ...}}``)
 ``GET /ric/v1/config``        the running configuration (the descriptor, controls as applied)
-``GET /ric/v1/cpes``          per CPE: the weights and version last published, and the agent's
-                              last reported state (applied version, backend, links, error)
+``GET /ric/v1/cpes``          per CPE: the version and both directions' weights last published,
+                              and who applies each (``ul``: the CPE agent's last reported
+                              state; ``dl``: the proxy applying it, or null)
 ``GET /metrics``              Prometheus text exposition
 
 The server is a :class:`~http.server.ThreadingHTTPServer` (standard library): four read-only
@@ -21,10 +22,14 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xapp.app.metrics import Metrics
+from xapp.core.ports import CpeRecord, DirectionRecord
 from xapp.core.workers import Worker
+
+if TYPE_CHECKING:  # the MQTT adapter is optional at run time (lab mode)
+    from xapp.adapters.mqtt import CpeState, Downlink
 
 log = logging.getLogger(__name__)
 
@@ -164,3 +169,47 @@ def _make_handler(app: HttpServer) -> type[BaseHTTPRequestHandler]:
             log.debug("http %s - %s", self.address_string(), format % args)
 
     return Handler
+
+
+def cpes_document(records: Mapping[str, CpeRecord], agents: Mapping[str, CpeState],
+                  downlinks: Mapping[str, Downlink]) -> dict[str, Any]:
+    """``/ric/v1/cpes``: per CPE, what the xApp last published (one version, both directions'
+    weights, shares, mode, reason and policy) and who applies each direction: ``ul`` the CPE
+    agent as it last reported (online or not; null before any report), ``dl`` the proxy whose
+    report says it applies the CPE's downlink (null: nobody does, the proxy or the CPE runs
+    its defaults).  ``agent`` is the CPE agent's last state in full."""
+    out: dict[str, Any] = {}
+    for cpe_id in sorted(set(records) | set(agents) | set(downlinks)):
+        record = records.get(cpe_id)
+        agent = agents.get(cpe_id)
+        down = downlinks.get(cpe_id)
+        out[cpe_id] = {
+            "published": None if record is None else {
+                "version": record.version, "time_s": record.time_s,
+                **{name: _direction_view(record.direction(name)) for name in ("dl", "ul")}},
+            "applied_by": {
+                "ul": None if agent is None else {
+                    "role": "cpe", "online": agent.online,
+                    "applied_version": agent.applied_version,
+                    "applied_weights": dict(agent.applied_weights)},
+                "dl": None if down is None else {
+                    "role": "proxy", "proxy_id": down.proxy_id, "online": down.state.online,
+                    "applied_version": down.state.applied_version,
+                    "applied_weights": dict(down.state.applied_weights),
+                    "backend": down.state.backend, "last_error": down.state.last_error},
+            },
+            "agent": None if agent is None else {
+                "online": agent.online, "applied_version": agent.applied_version,
+                "applied_weights": dict(agent.applied_weights), "backend": agent.backend,
+                "on_off_only": agent.on_off_only, "links": dict(agent.links),
+                "addresses": dict(agent.addresses),
+                "directions_coupled": agent.directions_coupled,
+                "last_error": agent.last_error},
+        }
+    return {"cpes": out}
+
+
+def _direction_view(d: DirectionRecord) -> dict[str, Any]:
+    return {"weights": dict(d.weights), "shares": {w: round(v, 4) for w, v in d.shares.items()},
+            "mode": d.mode, "reason": d.reason, "policy": d.policy_source,
+            "aggregate_mbps": round(d.aggregate_mbps, 3)}

@@ -28,7 +28,7 @@ from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, mediator_lister
 from xapp.adapters.sdl import Restored, SdlVersionStore, StateStore, ricsdl_backend
 from xapp.app.collector import ComponentCollector
 from xapp.app.config import ConfigError, ConfigWatcher, Controls, LoadedConfig, load_config
-from xapp.app.endpoints import CPES_PATH, Health, HttpServer, PeriodicCheck
+from xapp.app.endpoints import CPES_PATH, Health, HttpServer, PeriodicCheck, cpes_document
 from xapp.app.json_logs import set_level, setup_logging
 from xapp.app.metrics import Metrics
 from xapp.app.runner import LoopRunner, tune_gc
@@ -42,7 +42,12 @@ from xapp.core.workers import Supervisor, Worker
 
 if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs no servers
     from xapp.adapters.influx import InfluxIntake, InfluxStore
-    from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttWeightPublisher
+    from xapp.adapters.mqtt import (
+        ChannelSubscriber,
+        CpeState,
+        MqttWeightPublisher,
+        ProxyState,
+    )
     from xapp.adapters.mqtt.versions import VersionStore
     from xapp.adapters.rmr import RmrGlue
     from xapp.model.adaptive import FamilyCalibration
@@ -286,26 +291,11 @@ class XappProcess:
                 "policy_type_id": self.policy_type.policy_type_id}
 
     def cpes_view(self) -> dict[str, Any]:
-        """Per CPE: what the xApp last published and what the agent last reported."""
+        """``/ric/v1/cpes`` (:func:`xapp.app.endpoints.cpes_document`)."""
         comp = self.components
-        agents = {} if comp is None or comp.subscriber is None else comp.subscriber.states()
-        out: dict[str, Any] = {}
-        for cpe_id in sorted(set(self.state.cpes()) | set(agents)):
-            record = self.state.cpe(cpe_id)
-            agent = agents.get(cpe_id)
-            out[cpe_id] = {
-                "published": None if record is None else {
-                    "version": record.version, "time_s": record.time_s,
-                    **{name: {"weights": dict(d.weights), "mode": d.mode,
-                              "policy": d.policy_source}
-                       for name in ("dl", "ul") if (d := record.direction(name))}},
-                "agent": None if agent is None else {
-                    "online": agent.online, "applied_version": agent.applied_version,
-                    "applied_weights": dict(agent.applied_weights), "backend": agent.backend,
-                    "on_off_only": agent.on_off_only, "links": dict(agent.links),
-                    "last_error": agent.last_error},
-            }
-        return {"cpes": out}
+        sub = None if comp is None else comp.subscriber
+        return cpes_document(self.state.cpes(), {} if sub is None else sub.states(),
+                             {} if sub is None else sub.downlinks())
 
     def _on_config(self, old: LoadedConfig, new: LoadedConfig) -> None:
         c = new.controls
@@ -492,9 +482,10 @@ def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
     # Agent telemetry (subflow throughput, RTT, cwnd) goes into InfluxDB with the radio KPIs,
     # one point per message so each keeps its own time; agent states are logged when they
     # change and served on /ric/v1/cpes.
+    states = _AgentStateLog()
     subscriber = ChannelSubscriber(
-        settings, on_telemetry=_Telemetry(intake, sink),
-        on_state=_AgentStateLog()).start()
+        settings, on_telemetry=_Telemetry(intake, sink), on_state=states,
+        on_proxy_state=states.proxy).start()
     stoppers.append(subscriber.stop)
     # The subscriber also keeps every telemetry document for drain_telemetry(), which the
     # callback above makes redundant; drain it regularly so the buffer never fills and counts
@@ -525,25 +516,42 @@ class _AgentStateLog:
     WARNING, every applied version at DEBUG (a fleet applies thousands per second)."""
 
     def __init__(self) -> None:
-        self._online: dict[str, bool] = {}
+        self._online: dict[tuple[str, str], bool] = {}
         self._lock = threading.Lock()
 
     def __call__(self, state: CpeState) -> None:
+        key = (state.proxy_id or "", state.cpe_id)
         with self._lock:
-            was = self._online.get(state.cpe_id)
-            self._online[state.cpe_id] = bool(state.online)
+            was = self._online.get(key)
+            self._online[key] = bool(state.online)
+        who = (f"agent of CPE {state.cpe_id}" if state.proxy_id is None
+               else f"proxy {state.proxy_id} for CPE {state.cpe_id} (downlink)")
         if not state.online:
             if was is not False:
-                log.warning("agent of CPE %s is offline", state.cpe_id)
+                log.warning("%s is offline", who)
         elif state.last_error:
-            log.warning("agent of CPE %s applied version %d with error: %s", state.cpe_id,
-                        state.applied_version, state.last_error)
+            log.warning("%s applied version %d with error: %s", who, state.applied_version,
+                        state.last_error)
         elif was is not True:
-            log.info("agent of CPE %s is online (%s backend, applied version %d)",
-                     state.cpe_id, state.backend or "unknown", state.applied_version)
+            log.info("%s is online (%s backend, applied version %d)", who,
+                     state.backend or "unknown", state.applied_version)
         else:
-            log.debug("agent of CPE %s applied version %d", state.cpe_id,
-                      state.applied_version)
+            log.debug("%s applied version %d", who, state.applied_version)
+
+    def proxy(self, state: ProxyState) -> None:
+        """A proxy's own state: online/offline transitions and errors."""
+        key = (state.proxy_id, "")
+        with self._lock:
+            was = self._online.get(key)
+            self._online[key] = bool(state.online)
+        if not state.online:
+            if was is not False:
+                log.warning("proxy %s is offline", state.proxy_id)
+        elif state.last_error:
+            log.warning("proxy %s reports an error: %s", state.proxy_id, state.last_error)
+        elif was is not True:
+            log.info("proxy %s is online (%s backend, %d CPEs, %d applied)", state.proxy_id,
+                     state.backend or "unknown", state.cpes, state.cpes_applied)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -574,4 +582,3 @@ def run(args: argparse.Namespace) -> int:
     stop.wait()
     process.stop(args.grace_s)
     return 0
-

@@ -3,6 +3,10 @@
     mcw weights --capacity nr=342 --capacity wifi=1190 --capacity lifi=12
     mcw weights --capacity nr=342 --lower nr=300 --capacity wifi=1190 --down lifi --json
     mcw weights --capacity nr=342 --capacity wifi=1190 --policy a1-payload.json
+    mcw weights --capacity nr=342 --capacity wifi=1190 --policy a1-payload.json --direction dl
+
+Capacities are those of one direction; ``--direction`` applies that direction's overrides of
+the policy (its ``directions`` object), as the control loop does for each direction.
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="latency_bound: rate the low-latency WATs must carry")
     parser.add_argument("--floor", type=float, metavar="MBPS",
                         help="capacity floor below which a WAT gets 0")
+    parser.add_argument("--direction", choices=["dl", "ul"],
+                        help="decide for this direction: the policy's per-direction overrides "
+                             "apply (default: the policy as it is, the same for both)")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -78,7 +85,8 @@ def _policy(args: argparse.Namespace) -> Policy:
         "excluded_wats": args.exclude or None,
     }
     doc.update({k: v for k, v in overrides.items() if v is not None})
-    return Policy.from_dict(doc)
+    policy = Policy.from_dict(doc)
+    return policy if args.direction is None else policy.for_direction(args.direction)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"mcw weights: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({**decision.to_dict(),
+        print(json.dumps({**decision.to_dict(), "direction": args.direction,
                           "capacity_sum_mbps": round(sum(
                               s.conservative_mbps for w, s in states.items()
                               if w in decision.usable), 3)}))
