@@ -95,14 +95,8 @@ func (*Backend) Close() error { return nil }
 // Apply writes one tuple per path with an IPv4 address (source = that
 // address, destination and ports wildcards) and verifies the read-back.
 func (b *Backend) Apply(_ context.Context, paths []backend.Path) error {
-	if !b.prepared {
-		if err := ensure(b.schedPath, b.scheduler, sameWord); err != nil {
-			return fmt.Errorf("wrr-sysctl: scheduler: %w", err)
-		}
-		if err := ensure(b.cwndPath, b.cwndLimited, sameBool); err != nil {
-			return fmt.Errorf("wrr-sysctl: cwnd_limited: %w", err)
-		}
-		b.prepared = true
+	if err := b.prepare(); err != nil {
+		return err
 	}
 	tuples := make([]Tuple, 0, len(paths))
 	for _, p := range paths {
@@ -118,6 +112,21 @@ func (b *Backend) Apply(_ context.Context, paths []backend.Path) error {
 	if err := writeVerify(b.weightsPath, text, sameTuples); err != nil {
 		return fmt.Errorf("wrr-sysctl: weights: %w", err)
 	}
+	return nil
+}
+
+// prepare selects the scheduler and cwnd_limited once.
+func (b *Backend) prepare() error {
+	if b.prepared {
+		return nil
+	}
+	if err := ensure(b.schedPath, b.scheduler, sameWord); err != nil {
+		return fmt.Errorf("wrr-sysctl: scheduler: %w", err)
+	}
+	if err := ensure(b.cwndPath, b.cwndLimited, sameBool); err != nil {
+		return fmt.Errorf("wrr-sysctl: cwnd_limited: %w", err)
+	}
+	b.prepared = true
 	return nil
 }
 

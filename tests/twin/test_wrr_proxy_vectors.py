@@ -1,0 +1,60 @@
+"""The MPTCP proxy's WRR tuple list, checked against the steps shared with the Go agent.
+
+The Go side (kernel-agent/backend/wrrsysctl) builds the list from the served CPEs and writes it;
+here each step's rules are derived again from the step's CPEs and encoded with the twin's
+encoder, so the two languages agree on both the list and its text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from twin.sysctl_backend import WrrTuple, format_weights
+
+VECTORS = Path(__file__).resolve().parents[2] / "schemas/testdata/wrr-proxy-vectors.json"
+DOC: dict[str, Any] = json.loads(VECTORS.read_text())
+
+
+def _rules(cpes: list[dict[str, Any]], max_tuples: int) -> tuple[list[WrrTuple], dict[str, str]]:
+    """The list as the vectors' description states it (CPEs in id order, WATs in wat_order)."""
+    order = DOC["wat_order"]
+    tuples: list[WrrTuple] = []
+    left_out: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for cpe in sorted(cpes, key=lambda c: c["cpe_id"]):
+        cid = cpe["cpe_id"]
+        with_addr = (p for p in cpe["paths"] if "addr" in p)
+        paths = sorted(with_addr, key=lambda p: order.index(p["wat"]))
+        if any(owner.get(p["addr"], cid) != cid for p in paths):
+            left_out[cid] = "address"
+            continue
+        mine = [
+            WrrTuple(src_ip="0.0.0.0", dst_ip=p["addr"], weight=p["weight"])
+            for p in paths
+            if p["weight"] != 1
+        ]
+        if len(tuples) + len(mine) > max_tuples:
+            left_out[cid] = "bound"
+            continue
+        owner.update((p["addr"], cid) for p in paths)
+        tuples += mine
+    return tuples, left_out
+
+
+@pytest.mark.parametrize("step", DOC["steps"], ids=lambda s: s["name"][:40])
+def test_proxy_step(step: dict[str, Any]) -> None:
+    tuples, left_out = _rules(step["cpes"], DOC["max_tuples"])
+    assert tuples == [WrrTuple(**t) for t in step["tuples"]]
+    assert left_out == step["not_applied"]
+    assert (format_weights(tuples) if tuples else "") == step["text"]
+
+
+def test_steps_cover_the_cases() -> None:
+    reasons = {r for s in DOC["steps"] for r in s["not_applied"].values()}
+    assert reasons == {"bound", "address"}
+    assert DOC["steps"][-1]["text"] == ""  # every CPE left: empty list
+    assert all(len(s["tuples"]) <= DOC["max_tuples"] for s in DOC["steps"])
