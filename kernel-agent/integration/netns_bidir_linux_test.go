@@ -1,0 +1,669 @@
+//go:build linux
+
+package integration
+
+// Both directions in the paper's shape: a proxy namespace with ONE
+// interface, a router namespace, and a CPE namespace with three paths of
+// different rates (tbf on both ends of each CPE-router link, so downlink
+// and uplink are both limited). MPTCP runs between the CPE and the proxy's
+// single address: the CPE's in-kernel path manager (endpoints made by the
+// CPE agent) joins a subflow from each WAT address, the proxy accepts them
+// under the userspace path manager its agent selects. Mosquitto runs in
+// the router namespace on the proxy-side link, with the shipped test
+// configuration, a server certificate for that address made from the test
+// CA, and the ACL broker/make-acl.sh prints for the proxy. The real agent
+// binary runs twice: as the CPE's agent (uplink) and as the proxy's
+// (downlink), each as nobody with CAP_NET_ADMIN only.
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/packets"
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/mcw-xapp/kernel-agent/internal/nstest"
+	"github.com/mcw-xapp/kernel-agent/mptcppm"
+	"github.com/mcw-xapp/kernel-agent/payload"
+)
+
+const (
+	bidirProxyID = "proxy-0001"
+	bidirPort    = 18884
+	dlPort       = 5301 // the proxy sends: downlink
+	ulPort       = 5302 // the CPE sends: uplink
+)
+
+var (
+	bidirProxy  = netip.MustParseAddr("10.32.0.2")
+	bidirBroker = netip.MustParseAddr("10.32.0.1") // the router's proxy-side address
+)
+
+// bidirPath is one WAT: the CPE's interface and address, the router's
+// side, and the rate in both directions.
+type bidirPath struct {
+	wat, ifc string
+	cpe, rtr netip.Addr
+	mbit     int
+}
+
+// Rates differ per WAT as in the paper's setup, modest enough for 2 cores
+// carrying both directions at once.
+var bidirPaths = []bidirPath{
+	{"nr", "nr0", netip.MustParseAddr("10.32.1.1"), netip.MustParseAddr("10.32.1.2"), 24},
+	{"wifi", "wifi0", netip.MustParseAddr("10.32.2.1"), netip.MustParseAddr("10.32.2.2"), 16},
+	{"lifi", "lifi0", netip.MustParseAddr("10.32.3.1"), netip.MustParseAddr("10.32.3.2"), 8},
+}
+
+type bidirTopology struct {
+	cpe, router, proxy       string
+	cpeNS, routerNS, proxyNS netns.NsHandle
+}
+
+func newBidirTopology(t *testing.T) *bidirTopology {
+	suffix := strconv.Itoa(os.Getpid())
+	tp := &bidirTopology{cpe: "mcw-bcpe-" + suffix, router: "mcw-brtr-" + suffix, proxy: "mcw-bprx-" + suffix}
+	for _, ns := range []string{tp.cpe, tp.router, tp.proxy} {
+		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+			t.Fatalf("cannot create network namespace %s: %v: %s", ns, err, out)
+		}
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	cmds := [][]string{
+		{"ip", "-n", tp.proxy, "link", "add", "p0", "type", "veth", "peer", "name", "r0", "netns", tp.router},
+		{"ip", "-n", tp.proxy, "addr", "add", bidirProxy.String() + "/24", "dev", "p0"},
+		{"ip", "-n", tp.router, "addr", "add", bidirBroker.String() + "/24", "dev", "r0"},
+		{"ip", "-n", tp.proxy, "link", "set", "p0", "up"},
+		{"ip", "-n", tp.router, "link", "set", "r0", "up"},
+		{"ip", "-n", tp.proxy, "route", "add", "default", "via", bidirBroker.String()},
+	}
+	for i, p := range bidirPaths {
+		table := strconv.Itoa(101 + i)
+		rate := strconv.Itoa(p.mbit) + "mbit"
+		cmds = append(cmds,
+			[]string{"ip", "-n", tp.cpe, "link", "add", p.ifc, "type", "veth", "peer", "name", "r" + p.wat, "netns", tp.router},
+			[]string{"ip", "-n", tp.cpe, "addr", "add", p.cpe.String() + "/24", "dev", p.ifc},
+			[]string{"ip", "-n", tp.router, "addr", "add", p.rtr.String() + "/24", "dev", "r" + p.wat},
+			[]string{"ip", "-n", tp.cpe, "link", "set", p.ifc, "up"},
+			[]string{"ip", "-n", tp.router, "link", "set", "r" + p.wat, "up"},
+			// Source routing: a subflow from a WAT's address leaves by it.
+			[]string{"ip", "-n", tp.cpe, "rule", "add", "from", p.cpe.String(), "table", table},
+			[]string{"ip", "-n", tp.cpe, "route", "add", "default", "via", p.rtr.String(), "dev", p.ifc, "table", table},
+			// Uplink bottleneck at the CPE's egress, downlink at the router's.
+			[]string{"ip", "netns", "exec", tp.cpe, "tc", "qdisc", "add", "dev", p.ifc, "root", "tbf", "rate", rate, "burst", "32kb", "latency", "50ms"},
+			[]string{"ip", "netns", "exec", tp.router, "tc", "qdisc", "add", "dev", "r" + p.wat, "root", "tbf", "rate", rate, "burst", "32kb", "latency", "50ms"},
+		)
+	}
+	cmds = append(cmds, []string{"ip", "-n", tp.cpe, "route", "add", "default", "via", bidirPaths[0].rtr.String()},
+		[]string{"ip", "netns", "exec", tp.router, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"})
+	for _, ns := range []string{tp.cpe, tp.router, tp.proxy} {
+		cmds = append(cmds, []string{"ip", "-n", ns, "link", "set", "lo", "up"},
+			[]string{"ip", "netns", "exec", ns, "sysctl", "-q", "-w",
+				"net.mptcp.enabled=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"})
+	}
+	for _, c := range cmds {
+		sh(t, c...)
+	}
+	for _, h := range []struct {
+		name string
+		ns   *netns.NsHandle
+	}{{tp.cpe, &tp.cpeNS}, {tp.router, &tp.routerNS}, {tp.proxy, &tp.proxyNS}} {
+		ns, err := netns.GetFromName(h.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*h.ns = ns
+		t.Cleanup(func() { ns.Close() })
+	}
+	// The CPE's path manager may open a subflow per WAT; the proxy's
+	// limits do not apply under the userspace path manager.
+	if err := nstest.In(tp.cpeNS, func() error {
+		pm, err := mptcppm.Dial()
+		if err != nil {
+			return err
+		}
+		defer pm.Close()
+		return pm.SetLimits(mptcppm.Limits{Subflows: 4, AddAddrAccepted: 4})
+	}); err != nil {
+		t.Fatalf("CPE limits: %v", err)
+	}
+	return tp
+}
+
+// counters returns per WAT the bytes the CPE received (downlink) and sent
+// (uplink) on its interfaces.
+func (tp *bidirTopology) counters(t *testing.T) (rx, tx map[string]uint64) {
+	h, err := netlink.NewHandleAt(tp.cpeNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	rx, tx = map[string]uint64{}, map[string]uint64{}
+	for _, p := range bidirPaths {
+		l, err := h.LinkByName(p.ifc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rx[p.wat], tx[p.wat] = l.Attrs().Statistics.RxBytes, l.Attrs().Statistics.TxBytes
+	}
+	return rx, tx
+}
+
+// rates is Mbit/s per WAT in one direction over a window.
+type rates map[string]float64
+
+func (r rates) total() float64 {
+	s := 0.0
+	for _, v := range r {
+		s += v
+	}
+	return s
+}
+
+func (r rates) share(wat string) float64 {
+	if r.total() == 0 {
+		return 0
+	}
+	return r[wat] / r.total()
+}
+
+func (r rates) String() string {
+	var b strings.Builder
+	for _, p := range bidirPaths {
+		fmt.Fprintf(&b, "%s %5.1f  ", p.wat, r[p.wat])
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// measure returns downlink and uplink Mbit/s per WAT over d.
+func (tp *bidirTopology) measure(t *testing.T, d time.Duration) (dl, ul rates) {
+	rx0, tx0 := tp.counters(t)
+	time.Sleep(d)
+	rx1, tx1 := tp.counters(t)
+	dl, ul = rates{}, rates{}
+	for _, p := range bidirPaths {
+		dl[p.wat] = float64(rx1[p.wat]-rx0[p.wat]) * 8 / d.Seconds() / 1e6
+		ul[p.wat] = float64(tx1[p.wat]-tx0[p.wat]) * 8 / d.Seconds() / 1e6
+	}
+	return dl, ul
+}
+
+// bidirBrokerPKI makes the test PKI (one CPE, one proxy), a server
+// certificate for the broker's namespace address from the same CA, and the
+// ACL with the proxy's grants from broker/make-acl.sh; it starts Mosquitto
+// in the router namespace.
+func startBidirBroker(t *testing.T, tp *bidirTopology, dir string) (pki string) {
+	root := repoRoot(t)
+	pki = filepath.Join(dir, "pki")
+	sh(t, "bash", filepath.Join(root, "broker", "make-test-pki.sh"), pki, "1", "1", "1")
+	ext := filepath.Join(dir, "server-ns.ext")
+	if err := os.WriteFile(ext, []byte("[req]\ndistinguished_name=dn\n[dn]\n[leaf]\nbasicConstraints=critical,CA:FALSE\n"+
+		"keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:"+bidirBroker.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, "openssl", "req", "-new", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+		"-keyout", filepath.Join(pki, "server-ns.key"), "-out", filepath.Join(pki, "server-ns.crt"), "-days", "2",
+		"-subj", "/O=mcw-test/CN=mcw-broker-netns", "-CA", filepath.Join(pki, "ca.crt"), "-CAkey", filepath.Join(pki, "ca.key"),
+		"-extensions", "leaf", "-config", ext)
+	acl := sh(t, "bash", filepath.Join(root, "broker", "make-acl.sh"), bidirProxyID+":"+cpeID)
+	if !strings.Contains(acl, "user "+bidirProxyID) {
+		t.Fatalf("make-acl.sh printed no grants for %s:\n%s", bidirProxyID, acl)
+	}
+	aclPath := filepath.Join(dir, "acl")
+	if err := os.WriteFile(aclPath, []byte(acl), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := os.ReadFile(filepath.Join(root, "broker", "mosquitto.test.conf.in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	persist := filepath.Join(dir, "mosquitto") + "/"
+	os.MkdirAll(persist, 0o700)
+	text := strings.NewReplacer(
+		"@PORT@", strconv.Itoa(bidirPort), "@CAFILE@", filepath.Join(pki, "ca.crt"),
+		"@CERTFILE@", filepath.Join(pki, "server-ns.crt"), "@KEYFILE@", filepath.Join(pki, "server-ns.key"),
+		"@ACLFILE@", aclPath, "@PERSISTDIR@", persist, "@LOGFILE@", filepath.Join(dir, "mosquitto.log"),
+		"@USER@", "root").Replace(string(conf))
+	// The shipped test configuration listens on loopback; here the agents
+	// of two other namespaces reach it on the router's address.
+	listen := fmt.Sprintf("listener %d 127.0.0.1", bidirPort)
+	if !strings.Contains(text, listen) {
+		t.Fatalf("mosquitto.test.conf.in has no %q line", listen)
+	}
+	text = strings.Replace(text, listen, fmt.Sprintf("listener %d %s", bidirPort, bidirBroker), 1)
+	confPath := filepath.Join(dir, "mosquitto.conf")
+	if err := os.WriteFile(confPath, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", tp.router, "mosquitto", "-c", confPath)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopProcess(cmd) })
+	addr := netip.AddrPortFrom(bidirBroker, bidirPort).String()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := nstest.In(tp.routerNS, func() error {
+			c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		if err == nil {
+			return pki
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "mosquitto.log"))
+			t.Fatalf("mosquitto did not start: %v\n%s", err, log)
+		}
+	}
+}
+
+// buildAgent builds the agent binary into a directory nobody can traverse
+// and read.
+func buildAgent(t *testing.T, dir string) string {
+	bin := filepath.Join(dir, "mcw-agent")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "./cmd/mcw-agent")
+	build.Dir = filepath.Join(repoRoot(t), "kernel-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build agent: %v\n%s", err, out)
+	}
+	os.Chmod(bin, 0o755)
+	return bin
+}
+
+// startAgent runs the agent with config text cfg in namespace ns, as
+// nobody with CAP_NET_ADMIN only when setpriv is available. files are
+// copied into its directory (owned by nobody) under their base names;
+// "@DIR@" in cfg is that directory.
+func startAgent(t *testing.T, name, ns, bin, cfg string, files []string) *exec.Cmd {
+	const nobody = 65534
+	dir, err := os.MkdirTemp("", "mcw-"+name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(dir, filepath.Base(f))
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(dst, nobody, nobody)
+	}
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o700)
+	os.Chown(state, nobody, nobody)
+	cfgPath := filepath.Join(dir, "agent.yaml")
+	if err := os.WriteFile(cfgPath, []byte(strings.ReplaceAll(cfg, "@DIR@", dir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"ip", "netns", "exec", ns}
+	if _, err := exec.LookPath("setpriv"); err == nil {
+		args = append(args, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+			"--inh-caps=-all,+net_admin", "--ambient-caps=-all,+net_admin", "--bounding-set=-all,+net_admin", "--")
+	}
+	args = append(args, bin, "-config", cfgPath)
+	logf, err := os.Create(filepath.Join(dir, "agent.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stopProcess(cmd)
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("%s log:\n%s", name, b)
+		}
+	})
+	return cmd
+}
+
+// watcher is the test's xApp on the broker: it publishes weights v2 and
+// keeps every state message per topic.
+type watcher struct {
+	c       *paho.Client
+	mu      sync.Mutex
+	states  map[string][]payload.State
+	version int64
+}
+
+func newWatcher(t *testing.T, tp *bidirTopology, pki string, topics ...string) *watcher {
+	ca, err := os.ReadFile(filepath.Join(pki, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	kp, err := tls.LoadX509KeyPair(filepath.Join(pki, "xapp.crt"), filepath.Join(pki, "xapp.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conn net.Conn
+	if err := nstest.In(tp.routerNS, func() error {
+		var err error
+		conn, err = tls.Dial("tcp", netip.AddrPortFrom(bidirBroker, bidirPort).String(),
+			&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12})
+		return err
+	}); err != nil {
+		t.Fatalf("xApp dial: %v", err)
+	}
+	w := &watcher{states: map[string][]payload.State{}}
+	w.c = paho.NewClient(paho.ClientConfig{
+		Conn: packets.NewThreadSafeConn(conn),
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			if s, err := payload.ParseState(pr.Packet.Payload); err == nil {
+				w.mu.Lock()
+				w.states[pr.Packet.Topic] = append(w.states[pr.Packet.Topic], s)
+				w.mu.Unlock()
+			}
+			return true, nil
+		}},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := w.c.Connect(ctx, &paho.Connect{ClientID: "mcw-xapp-bidir", CleanStart: true, KeepAlive: 30}); err != nil {
+		t.Fatalf("xApp connect: %v", err)
+	}
+	t.Cleanup(func() { w.c.Disconnect(&paho.Disconnect{}) })
+	var subs []paho.SubscribeOptions
+	for _, tp := range topics {
+		subs = append(subs, paho.SubscribeOptions{Topic: tp, QoS: 1})
+	}
+	if _, err := w.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs}); err != nil {
+		t.Fatalf("xApp subscribe: %v", err)
+	}
+	return w
+}
+
+// publish sends the next version with dl and ul sets and returns it.
+func (w *watcher) publish(t *testing.T, dl, ul payload.Weights) int64 {
+	w.version++
+	b, _ := json.Marshal(map[string]any{
+		"schema": payload.WeightsSchema, "cpe_id": cpeID, "version": w.version,
+		"issued_at_ms": time.Now().UnixMilli(), "lease_s": 60,
+		"dl": map[string]any{"mode": "fixed_split", "reason": "netns bidir test", "weights": dl},
+		"ul": map[string]any{"mode": "fixed_split", "reason": "netns bidir test", "weights": ul},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := w.c.Publish(ctx, &paho.Publish{Topic: "mcw/v1/cpe/" + cpeID + "/weights", QoS: 1, Retain: true, Payload: b})
+	if err != nil || (resp != nil && resp.ReasonCode >= 0x80) {
+		t.Fatalf("publish weights: %v %+v", err, resp)
+	}
+	return w.version
+}
+
+// wait waits for a state on topic matching ok.
+func (w *watcher) wait(t *testing.T, topic, what string, timeout time.Duration, ok func(payload.State) bool) payload.State {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		w.mu.Lock()
+		for _, s := range w.states[topic] {
+			if ok(s) {
+				w.mu.Unlock()
+				return s
+			}
+		}
+		w.mu.Unlock()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t.Fatalf("no %s state on %s within %v; got %+v", what, topic, timeout, w.states[topic])
+	return payload.State{}
+}
+
+// bulk keeps one MPTCP connection from the CPE to the proxy's address
+// busy in one direction until the test ends.
+func bulk(t *testing.T, tp *bidirTopology, port int, downlink bool) {
+	var ln net.Listener
+	if err := nstest.In(tp.proxyNS, func() error {
+		var lc net.ListenConfig
+		lc.SetMultipathTCP(true)
+		var err error
+		ln, err = lc.Listen(context.Background(), "tcp4", netip.AddrPortFrom(bidirProxy, uint16(port)).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	var conn net.Conn
+	if err := nstest.In(tp.cpeNS, func() error {
+		var d net.Dialer
+		d.SetMultipathTCP(true)
+		var err error
+		conn, err = d.Dial("tcp4", netip.AddrPortFrom(bidirProxy, uint16(port)).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	peer, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mp, err := conn.(*net.TCPConn).MultipathTCP(); err != nil || !mp {
+		t.Fatalf("connection is not MPTCP (%v): the kernel fell back to TCP", err)
+	}
+	sender, receiver := conn, peer
+	if downlink {
+		sender, receiver = peer, conn
+	}
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop); sender.Close(); receiver.Close(); wg.Wait() })
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 64<<10)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			sender.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err := sender.Write(buf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := receiver.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// subflowCount counts, in ns, the MPTCP subflows whose either end is a.
+func subflowCount(t *testing.T, ns netns.NsHandle, a netip.Addr) int {
+	n := 0
+	if err := nstest.In(ns, func() error {
+		d, err := mptcppm.DialDiag()
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		sfs, err := d.Subflows()
+		for _, s := range sfs {
+			if s.Remote.Addr() == a || s.Local.Addr() == a {
+				n++
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestNetnsDownlinkAndUplink: downlink weights through the proxy agent and
+// uplink weights through the CPE agent move the bytes of running bulk
+// transfers per path, measured on the CPE's interfaces. Mainline couples
+// the directions (a WAT flagged backup by either end is backup for both
+// senders), which the test measures as well and the agents report as
+// directions_coupled.
+func TestNetnsDownlinkAndUplink(t *testing.T) {
+	requireTools(t)
+	if testing.Short() {
+		t.Skip("-short: skipping the real-kernel integration test")
+	}
+	dir := t.TempDir()
+	tp := newBidirTopology(t)
+	pki := startBidirBroker(t, tp, dir)
+	bin := buildAgent(t, dir)
+	brokerURL := fmt.Sprintf("mqtts://%s:%d", bidirBroker, bidirPort)
+
+	cpeState := "mcw/v1/cpe/" + cpeID + "/state"
+	proxyCPEState := "mcw/v1/proxy/" + bidirProxyID + "/cpe/" + cpeID + "/state"
+	w := newWatcher(t, tp, pki, cpeState, proxyCPEState)
+
+	startAgent(t, "cpe-agent", tp.cpe, bin, fmt.Sprintf(`cpe_id: %s
+mqtt: {broker_url: %q, ca_file: @DIR@/ca.crt, cert_file: @DIR@/%s.crt, key_file: @DIR@/%s.key}
+wats:
+  nr: {interface: nr0}
+  wifi: {interface: wifi0}
+  lifi: {interface: lifi0}
+backend: mptcp-upstream
+safe_weights: {nr: 1, wifi: 1, lifi: 1}
+state_dir: @DIR@/state
+metrics_listen: 127.0.0.1:9472
+telemetry: {interval_ms: 1000}
+log_level: info
+`, cpeID, brokerURL, cpeID, cpeID), []string{filepath.Join(pki, "ca.crt"), filepath.Join(pki, "cpe", cpeID+".crt"), filepath.Join(pki, "cpe", cpeID+".key")})
+	s := w.wait(t, cpeState, "CPE agent started with its addresses", 10*time.Second, func(s payload.State) bool {
+		return s.Online && len(s.Addresses) == 3
+	})
+	t.Logf("CPE agent: addresses %v, capabilities %+v", s.Addresses, s.Capabilities)
+	if s.Capabilities == nil || !s.Capabilities.DirectionsCoupled {
+		t.Errorf("CPE agent on mainline should report directions_coupled: %+v", s.Capabilities)
+	}
+
+	startAgent(t, "proxy-agent", tp.proxy, bin, fmt.Sprintf(`role: proxy
+proxy_id: %s
+cpes: [%s]
+mqtt: {broker_url: %q, ca_file: @DIR@/ca.crt, cert_file: @DIR@/%s.crt, key_file: @DIR@/%s.key}
+backend: mptcp-upstream
+safe_weights: {nr: 1, wifi: 1, lifi: 1}
+state_dir: @DIR@/state
+metrics_listen: 127.0.0.1:9472
+telemetry: {interval_ms: 1000}
+log_level: info
+`, bidirProxyID, cpeID, brokerURL, bidirProxyID, bidirProxyID), []string{filepath.Join(pki, "ca.crt"), filepath.Join(pki, "proxy", bidirProxyID+".crt"), filepath.Join(pki, "proxy", bidirProxyID+".key")})
+	s = w.wait(t, proxyCPEState, "proxy serving the CPE", 10*time.Second, func(s payload.State) bool {
+		return s.Online && s.Role == payload.RoleProxy && s.Direction == "dl" && len(s.AppliedWeights) == 3
+	})
+	t.Logf("proxy agent: %+v", s)
+	if s.Capabilities == nil || !s.Capabilities.DirectionsCoupled || !s.Capabilities.OnOffOnly {
+		t.Errorf("proxy on mainline should report on/off, directions_coupled: %+v", s.Capabilities)
+	}
+
+	// The proxy agent selected the userspace path manager before the
+	// transfers' sockets exist, and its event listener lets the CPE join.
+	bulk(t, tp, dlPort, true)
+	bulk(t, tp, ulPort, false)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n := 0
+		for _, p := range bidirPaths {
+			if subflowCount(t, tp.proxyNS, p.cpe) >= 2 {
+				n++
+			}
+		}
+		if n == len(bidirPaths) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not every WAT has a subflow of both connections at the proxy")
+		}
+	}
+	time.Sleep(2 * time.Second) // slow start of both transfers
+
+	const window = 2 * time.Second
+	on := payload.Weights{"nr": 1, "wifi": 1, "lifi": 1}
+	phase := func(name string, dl, ul payload.Weights) (rates, rates) {
+		t.Helper()
+		if dl != nil {
+			v := w.publish(t, dl, ul)
+			w.wait(t, proxyCPEState, fmt.Sprintf("proxy applied v%d", v), 5*time.Second, func(s payload.State) bool {
+				return s.AppliedVersion == v && s.Event == payload.EventApplied
+			})
+			w.wait(t, cpeState, fmt.Sprintf("CPE applied v%d", v), 5*time.Second, func(s payload.State) bool {
+				return s.AppliedVersion == v && s.Event == payload.EventApplied
+			})
+			// Data already queued in a subflow that turned backup still
+			// drains (up to its send buffer, about a second at these rates
+			// when the peer's MP_PRIO turned it).
+			time.Sleep(time.Second)
+		}
+		d, u := tp.measure(t, window)
+		t.Logf("%-34s DL %s | UL %s (Mbit/s)", name, d, u)
+		return d, u
+	}
+
+	dl0, ul0 := phase("safe weights (all on)", nil, nil)
+	for _, p := range bidirPaths {
+		// Loose: both directions share each tbf with the other's ACKs, and
+		// the machine has 2 cores.
+		if dl0[p.wat] < 0.15*float64(p.mbit) || ul0[p.wat] < 0.15*float64(p.mbit) {
+			t.Fatalf("every path should carry both directions under safe weights: DL %s | UL %s", dl0, ul0)
+		}
+	}
+
+	t.Run("downlink on/off through the proxy", func(t *testing.T) {
+		dl, ul := phase("dl wifi=0 (ul all on)", payload.Weights{"nr": 1, "wifi": 0, "lifi": 1}, on)
+		if dl.share("wifi") > 0.05 || dl.total() < 0.5*(dl0.total()-dl0["wifi"]) {
+			t.Errorf("dl wifi=0: wifi carries %.1f%% of the downlink (want < 5%%), total %.1f", 100*dl.share("wifi"), dl.total())
+		}
+		// Coupled: the proxy's MP_PRIO makes the CPE treat wifi as backup too.
+		if ul.share("wifi") > 0.05 {
+			t.Errorf("dl wifi=0: wifi carries %.1f%% of the uplink; mainline should couple the directions", 100*ul.share("wifi"))
+		}
+		dl, _ = phase("dl all on again", on, on)
+		if dl["wifi"] < 0.5*dl0["wifi"] {
+			t.Errorf("dl restored: wifi %.1f Mbit/s, want its share back (safe phase %.1f)", dl["wifi"], dl0["wifi"])
+		}
+	})
+
+	t.Run("uplink on/off through the CPE agent", func(t *testing.T) {
+		dl, ul := phase("ul lifi=0 (dl all on)", on, payload.Weights{"nr": 1, "wifi": 1, "lifi": 0})
+		if ul.share("lifi") > 0.05 || ul.total() < 0.5*(ul0.total()-ul0["lifi"]) {
+			t.Errorf("ul lifi=0: lifi carries %.1f%% of the uplink (want < 5%%), total %.1f", 100*ul.share("lifi"), ul.total())
+		}
+		if dl.share("lifi") > 0.05 {
+			t.Errorf("ul lifi=0: lifi carries %.1f%% of the downlink; mainline should couple the directions", 100*dl.share("lifi"))
+		}
+		_, ul = phase("ul all on again", on, on)
+		if ul["lifi"] < 0.5*ul0["lifi"] {
+			t.Errorf("ul restored: lifi %.1f Mbit/s, want its share back (safe phase %.1f)", ul["lifi"], ul0["lifi"])
+		}
+	})
+}
