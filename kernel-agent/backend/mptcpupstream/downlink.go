@@ -68,6 +68,8 @@ type Downlink struct {
 	flagged map[netip.Addr]bool
 }
 
+var _ backend.Downlink = (*Downlink)(nil)
+
 // NewDownlink returns a Downlink; it does not touch the kernel.
 func NewDownlink(cfg DownlinkConfig) (*Downlink, error) {
 	if cfg.PM == nil || cfg.Events == nil {

@@ -9,6 +9,50 @@
 // flag bound to the WAT's interface, so that new connections open a subflow
 // on every WAT; the path manager's limits (`ip mptcp limits`) stay the
 // operator's choice.
+//
+// # The proxy's downlink on mainline (measured on Linux 6.18)
+//
+// The scheduler decides at the sender, so the downlink is the proxy's to
+// steer. Measured in network namespaces shaped like the paper's setup (a
+// proxy with ONE interface, a router, a CPE with nr/wifi/lifi paths under
+// tbf at 30/20/10 Mbit/s in both directions, MPTCP from the CPE's three
+// endpoints to the proxy's single address, bulk transfers, bytes counted on
+// the CPE's interfaces over 2-3 s windows):
+//
+//   - A backup flag set at the CPE (its endpoint, MP_PRIO to the proxy)
+//     stops the proxy's downlink on that subflow: wifi 18.3 -> 0.0 Mbit/s
+//     (nr 22.1 -> 28.7, lifi 9.6). Since Linux 6.11 ("mptcp: sched: check
+//     both directions for backup") the default scheduler treats a subflow
+//     as backup when either end flagged it; sock_diag shows the two flags
+//     apart (MPTCP_SUBFLOW_FLAG_BKUP_REM, _BKUP_LOC).
+//   - The proxy can flag one subflow itself: MPTCP_PM_CMD_SET_FLAGS with
+//     the connection's token, the local and the remote address (and ports).
+//     The kernel accepts it only under the userspace path manager
+//     (net.mptcp.path_manager = userspace; under the in-kernel one it
+//     answers EINVAL) and sends MP_PRIO. Downlink on wifi 16.9 -> 0.1
+//     Mbit/s, back to 15.0 when cleared.
+//   - Coupling: the proxy's flag also stops the CPE's uplink on that
+//     subflow (16.4 -> 0.0 Mbit/s) and the CPE's flag the proxy's
+//     downlink, so on mainline a WAT is on or off for both directions at
+//     once ("directions_coupled": true). Data already queued on a subflow
+//     when the peer's MP_PRIO arrives still drains (about a second at
+//     these rates); a flag set locally takes effect at once.
+//   - Under the userspace path manager the kernel accepts a peer's MP_JOIN
+//     only while some socket listens on the mptcp_pm_events group: with no
+//     listener both joins were refused (MPTcpExtMPJoinRejected 2, one
+//     subflow), with one all three paths carried data. The kernel counts
+//     listeners host-wide (netlink's listener bitmap is not per namespace),
+//     so a listener in another namespace satisfies it too. The Downlink's
+//     Watch keeps one open for as long as the agent runs; while the agent
+//     is down, new connections get no extra subflows (running ones keep
+//     theirs).
+//
+// So the proxy's Downlink flags, per CPE and WAT at weight 0, every subflow
+// whose remote address is that WAT's CPE address (ApplyAll for running
+// connections, Watch from the established/sub_established events for new
+// ones) and verifies through sock_diag; the CPE agent's endpoint flags do
+// the same for the uplink. TestDownlinkInNetns checks it on the real
+// kernel; integration.TestNetnsDownlinkAndUplink measures it end to end.
 package mptcpupstream
 
 import (

@@ -84,13 +84,26 @@ func (*Downlink) Capabilities() payload.Capabilities {
 // Close implements backend.Downlink.
 func (*Downlink) Close() error { return nil }
 
-// Rules returns the tuples written by the last successful ApplyAll, the
-// bound, and how many CPEs it left out for the bound.
-func (d *Downlink) Rules() (used, limit, overflowCPEs int) {
+// Rules implements backend.RuleCounter: the tuples written by the last
+// successful ApplyAll and the bound.
+func (d *Downlink) Rules() (used, limit int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.used, d.max, d.overflowed
+	return d.used, d.max
 }
+
+// OverflowCPEs is how many CPEs the last successful ApplyAll left out for
+// the bound (not for other reasons).
+func (d *Downlink) OverflowCPEs() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.overflowed
+}
+
+var (
+	_ backend.Downlink    = (*Downlink)(nil)
+	_ backend.RuleCounter = (*Downlink)(nil)
+)
 
 // ProxyTuples computes the list for cpes: CPEs sorted by id, each CPE's
 // paths in canonical WAT order, weight-1 tuples omitted, at most max
