@@ -355,13 +355,19 @@ type watcher struct {
 }
 
 func newWatcher(t *testing.T, tp *bidirTopology, pki string, topics ...string) *watcher {
+	return dialBroker(t, tp, pki, "xapp", "mcw-xapp-bidir", topics...)
+}
+
+// dialBroker connects with the certificate pki/<cert>.crt and subscribes
+// to topics.
+func dialBroker(t *testing.T, tp *bidirTopology, pki, cert, clientID string, topics ...string) *watcher {
 	ca, err := os.ReadFile(filepath.Join(pki, "ca.crt"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
-	kp, err := tls.LoadX509KeyPair(filepath.Join(pki, "xapp.crt"), filepath.Join(pki, "xapp.key"))
+	kp, err := tls.LoadX509KeyPair(filepath.Join(pki, cert+".crt"), filepath.Join(pki, cert+".key"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,13 +394,16 @@ func newWatcher(t *testing.T, tp *bidirTopology, pki string, topics ...string) *
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := w.c.Connect(ctx, &paho.Connect{ClientID: "mcw-xapp-bidir", CleanStart: true, KeepAlive: 30}); err != nil {
-		t.Fatalf("xApp connect: %v", err)
+	if _, err := w.c.Connect(ctx, &paho.Connect{ClientID: clientID, CleanStart: true, KeepAlive: 30}); err != nil {
+		t.Fatalf("%s connect: %v", cert, err)
 	}
 	t.Cleanup(func() { w.c.Disconnect(&paho.Disconnect{}) })
 	var subs []paho.SubscribeOptions
 	for _, tp := range topics {
 		subs = append(subs, paho.SubscribeOptions{Topic: tp, QoS: 1})
+	}
+	if len(subs) == 0 {
+		return w
 	}
 	if _, err := w.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs}); err != nil {
 		t.Fatalf("xApp subscribe: %v", err)
@@ -418,6 +427,20 @@ func (w *watcher) publish(t *testing.T, dl, ul payload.Weights) int64 {
 		t.Fatalf("publish weights: %v %+v", err, resp)
 	}
 	return w.version
+}
+
+// tryPublish publishes b retained at QoS 1 and returns the PUBACK reason.
+func (w *watcher) tryPublish(t *testing.T, topic string, b []byte) byte {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := w.c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: b})
+	if resp != nil {
+		return resp.ReasonCode
+	}
+	if err != nil {
+		t.Fatalf("publish %s: %v", topic, err)
+	}
+	return 0
 }
 
 // wait waits for a state on topic matching ok.
@@ -585,6 +608,26 @@ log_level: info
 	t.Logf("proxy agent: %+v", s)
 	if s.Capabilities == nil || !s.Capabilities.DirectionsCoupled || !s.Capabilities.OnOffOnly {
 		t.Errorf("proxy on mainline should report on/off, directions_coupled: %+v", s.Capabilities)
+	}
+
+	// The generated ACL: the CPE's certificate cannot speak for the proxy,
+	// the proxy's cannot write weights or another proxy's state.
+	forged, _ := payload.State{CPEID: cpeID, Online: true, Role: payload.RoleProxy, ProxyID: bidirProxyID, Direction: "dl"}.Marshal()
+	asCPE := dialBroker(t, tp, pki, "cpe/"+cpeID, cpeID+"-as-proxy")
+	asProxy := dialBroker(t, tp, pki, "proxy/"+bidirProxyID, bidirProxyID+"-extra")
+	for _, c := range []struct {
+		who   *watcher
+		name  string
+		topic string
+	}{
+		{asCPE, "CPE certificate", proxyCPEState},
+		{asCPE, "CPE certificate", "mcw/v1/proxy/" + bidirProxyID + "/state"},
+		{asProxy, "proxy certificate", "mcw/v1/cpe/" + cpeID + "/weights"},
+		{asProxy, "proxy certificate", "mcw/v1/proxy/proxy-0002/cpe/" + cpeID + "/state"},
+	} {
+		if code := c.who.tryPublish(t, c.topic, forged); code != 0x87 {
+			t.Errorf("ACL: %s publishing on %s got reason 0x%02x, want 0x87 (not authorised)", c.name, c.topic, code)
+		}
 	}
 
 	// The proxy agent selected the userspace path manager before the
