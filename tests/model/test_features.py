@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from tests.model.conftest import synthetic_table
 from xapp.model import training
@@ -88,3 +89,30 @@ def test_contiguous_and_scattered_slots_agree() -> None:
             if name in a:
                 np.testing.assert_allclose(b[name], a[name][perm], equal_nan=True,
                                            err_msg=name)
+
+
+def test_replay_keeps_directions_apart_and_gives_link_rows_to_both() -> None:
+    table = synthetic_table(seed=5, n_cpes=1, duration_s=20.0)
+    df = table[table["wat"] == "nr"].reset_index(drop=True)  # one series per direction
+    plain = training.replay(df)
+    # The same table, labelled both ways: one series per direction, each the plain one.
+    both = pd.concat([df.assign(direction="dl"), df.assign(direction="ul")], ignore_index=True)
+    ds = training.replay(both)
+    assert len(ds.label) == 2 * len(plain.label)
+    for name in ("lag0", "mean10", "ewma0.3"):
+        np.testing.assert_allclose(ds.features[name][: len(plain.label)],
+                                   plain.features[name], equal_nan=True)
+    # dl at twice the throughput: its history never mixes with ul's.
+    scaled = both.copy()
+    dl = scaled["direction"] == "dl"
+    scaled.loc[dl, "delivered_mbps"] *= 2
+    ds2 = training.replay(scaled)
+    first = len(plain.label)
+    np.testing.assert_allclose(ds2.features["lag0"][:first], 2 * plain.features["lag0"],
+                               equal_nan=True)
+    np.testing.assert_allclose(ds2.features["lag0"][first:], plain.features["lag0"],
+                               equal_nan=True)
+    # A row without a direction (radio KPIs) goes to both; an unknown direction is dropped.
+    mixed = pd.concat([both, df.head(1).assign(direction=""),
+                       df.head(1).assign(direction="sideways")], ignore_index=True)
+    assert len(training.replay(mixed).label) == len(ds.label) + 2

@@ -34,8 +34,8 @@ def test_round_trip_and_latest(influx_db: InfluxServer) -> None:
     dec = WeightDecision(weights={"nr": 3, "wifi": 10}, shares={"nr": 0.23, "wifi": 0.77},
                          aggregate_mbps=100.0, usable=frozenset({"nr", "wifi"}), changed=True,
                          reason="test")
-    batch = WeightBatch.of([("cpe0", dec, "load_balancing")], lease_s=30.0)
-    store.write_weights(Published(batch, np.array([7]), ["default"], now - 2))
+    batch = WeightBatch.same([("cpe0", dec, "load_balancing")], lease_s=30.0)
+    store.write_weights(Published(batch, np.array([7]), now - 2))
     assert store.flush()
     assert store.counters.rejected_values == 2  # sinr 99 dB twice
     table = store.read_table("-1h")
@@ -44,20 +44,26 @@ def test_round_trip_and_latest(influx_db: InfluxServer) -> None:
     reader = InfluxIntake(store, intake, fields=("delivered_mbps", "sinr_db"), lookback_s=60.0)
     assert reader.poll_once() == 6
     frame = intake.latest(now, max_age_s=10.0)
-    assert list(frame.cpe) == ["cpe0", "cpe1", "cpe2"]
-    np.testing.assert_allclose(frame.column("delivered_mbps"), [10.0, 20.0, 30.0])
+    # Points without a direction tag are both directions' (history written before v2).
+    assert list(frame.cpe) == ["cpe0", "cpe0", "cpe1", "cpe1", "cpe2", "cpe2"]
+    assert list(frame.direction) == ["dl", "ul"] * 3  # type: ignore[arg-type]
+    np.testing.assert_allclose(frame.column("delivered_mbps"), [10.0, 10, 20, 20, 30, 30])
     assert "rtt_ms" not in frame.values  # only the fields asked for
     # The next poll reads only what is new, and reading a point again changes nothing.
     store.write_kpis(_frame(now - 1, n=1))
     assert store.flush()
     assert reader.poll_once() == 4  # the new point and those of the 2 s overlap
     frame = intake.latest(now, max_age_s=10.0)
-    np.testing.assert_allclose(frame.column("delivered_mbps"), [10.0, 20.0, 30.0])
+    np.testing.assert_allclose(frame.column("delivered_mbps"), [10.0, 10, 20, 20, 30, 30])
     pred = store.read_table("-1h", measurement="wat_prediction")
     assert set(pred["model_version"]) == {"v1"} and len(pred) == 3
     weights = store.read_table("-1h", measurement="wat_weight")
-    assert sorted(weights["weight"]) == [3.0, 10.0] and set(weights["version"]) == {7.0}
-    np.testing.assert_allclose(sorted(weights["share"]), [3 / 13, 10 / 13], atol=5e-5)
+    # One point per (CPE, WAT, direction) of the message.
+    assert sorted(weights["weight"]) == [3.0, 3.0, 10.0, 10.0]
+    assert set(weights["version"]) == {7.0} and sorted(weights["direction"]) == [
+        "dl", "dl", "ul", "ul"]
+    np.testing.assert_allclose(sorted(weights["share"]), [3 / 13] * 2 + [10 / 13] * 2,
+                               atol=5e-5)
     store.close()
 
 
@@ -78,9 +84,63 @@ def test_intake_takes_each_field_from_its_newest_point(influx_db: InfluxServer) 
     InfluxIntake(store, intake, fields=("sinr_db", "cqi", "delivered_mbps", "saturated")
                  ).poll_once()
     frame = intake.latest(now, max_age_s=10.0)
-    assert list(frame.cpe) == ["cpe0"]
-    assert frame.column("sinr_db")[0] == 21.0 and frame.column("cqi")[0] == 12.0
-    assert frame.column("delivered_mbps")[0] == 300.0 and frame.column("saturated")[0] == 0.9
+    assert list(frame.cpe) == ["cpe0", "cpe0"]
+    for i in range(2):
+        assert frame.column("sinr_db")[i] == 21.0 and frame.column("cqi")[i] == 12.0
+        assert frame.column("delivered_mbps")[i] == 300.0
+        assert frame.column("saturated")[i] == 0.9
+    store.close()
+
+
+def test_direction_tag_round_trips_and_old_points_read_as_both(influx_db: InfluxServer) -> None:
+    store = InfluxStore(InfluxConfig(url=influx_db.url, bucket=influx_db.bucket))
+    now = time.time()
+    two = np.array(["cpe0", "cpe0"])
+    nr = np.array(["nr", "nr"])
+    # The link's radio KPIs (no direction), then each direction's throughput.
+    store.write_kpis(KpiFrame(time_s=now - 3, cpe=two[:1], wat=nr[:1],
+                              values={"sinr_db": np.array([18.0])}))
+    store.write_kpis(KpiFrame(time_s=now - 2, cpe=two, wat=nr,
+                              values={"delivered_mbps": np.array([400.0, 90.0]),
+                                      "saturated": np.array([1.0, 0.3])},
+                              direction=np.array(["dl", "ul"])))
+    # Another writer's point with a direction this schema does not know.
+    store.write_lines([f"wat_kpi,cpe=cpe0,wat=nr,direction=sideways delivered_mbps=1 "
+                       f"{round((now - 2) * 1e9)}"])
+    fc = CapacityForecast(np.array([410.0, 95.0]), np.array([380.0, 80.0]))
+    store.write_forecasts(KpiFrame(time_s=now - 2, cpe=two, wat=nr, direction=np.array(
+        ["dl", "ul"])), fc, "v2")
+    dl = WeightDecision(weights={"nr": 1, "wifi": 9}, shares={"nr": 0.1, "wifi": 0.9},
+                        aggregate_mbps=1.0, usable=frozenset({"nr", "wifi"}), changed=True,
+                        reason="t")
+    ul = WeightDecision(weights={"nr": 4, "wifi": 1}, shares={"nr": 0.8, "wifi": 0.2},
+                        aggregate_mbps=1.0, usable=frozenset({"nr", "wifi"}), changed=True,
+                        reason="t")
+    batch = WeightBatch.of([("cpe0", (dl, "load_balancing"), (ul, "load_balancing"))], 30.0)
+    store.write_weights(Published(batch, np.array([3]), now - 2))
+    assert store.flush()
+    skipped = store.counters.parse_skipped
+    table = store.read_table("-1h")
+    assert store.counters.parse_skipped == skipped + 1  # the unknown direction
+    assert sorted(table["direction"]) == ["", "dl", "ul"]
+    by = {d: r for d, r in zip(table["direction"], table.to_dict("records"), strict=True)}
+    assert by["dl"]["delivered_mbps"] == 400.0 and by["ul"]["saturated"] == 0.3
+    assert by[""]["sinr_db"] == 18.0
+    pred = store.read_table("-1h", measurement="wat_prediction")
+    assert dict(zip(pred["direction"], pred["median_mbps"], strict=True)) == {
+        "dl": 410.0, "ul": 95.0}
+    weights = store.read_table("-1h", measurement="wat_weight")
+    got = {(d, w): v for d, w, v in zip(weights["direction"], weights["wat"], weights["weight"],
+                                        strict=True)}
+    assert got == {("dl", "nr"): 1, ("dl", "wifi"): 9, ("ul", "nr"): 4, ("ul", "wifi"): 1}
+    # Into the intake: each direction's row has its own throughput and the link's SINR.
+    intake = LatestKpis()
+    InfluxIntake(store, intake, fields=("sinr_db", "delivered_mbps", "saturated"),
+                 lookback_s=60.0).poll_once()
+    frame = intake.latest(now, max_age_s=10.0)
+    assert list(frame.direction) == ["dl", "ul"]  # type: ignore[arg-type]
+    np.testing.assert_allclose(frame.column("delivered_mbps"), [400.0, 90.0])
+    np.testing.assert_allclose(frame.column("sinr_db"), [18.0, 18.0])
     store.close()
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from xapp.core.forecast import DIRECTIONS, expansion
 from xapp.core.kpis import FAMILIES, cell_code, family_of, normalise_wat
 from xapp.model.estimator import CapacityRegressor
 from xapp.model.features import (
@@ -90,16 +91,31 @@ def replay(df: pd.DataFrame, progress: Callable[[int], None] | None = None) -> D
     """Run a long table through :class:`FeatureState` key by key, in time order.
 
     Rows of unknown WATs are dropped.  ``progress`` is called with the number of rows done.
+
+    Keys are (cpe, wat, direction), as the serving path keeps its series
+    (:attr:`~xapp.core.forecast.KpiFrame.series`): when the table has rows with a
+    ``direction`` (``dl``/``ul``), a row without one (radio KPIs, points from before
+    directions existed) is replayed into both directions, as the intake does; a table without
+    directions replays per (cpe, wat) as before.  Rows with another direction are dropped.
     """
     wat = np.array([normalise_wat(str(w)) or "" for w in df["wat"]], dtype=object)
     keep = wat != ""
+    direction = (df["direction"].fillna("").astype(str).to_numpy(dtype=str)
+                 if "direction" in df else np.full(len(df), "", dtype=str))
+    keep &= np.isin(direction, ["", *DIRECTIONS])
     df = df.loc[keep].copy()
     df["wat"] = wat[keep]
+    direction = direction[keep]
+    if (direction != "").any():
+        take, direction = expansion(direction, len(df))
+        df = df.iloc[take].reset_index(drop=True)
+    df["direction"] = direction
     df["_order"] = np.arange(len(df))
-    df = df.sort_values(["cpe", "wat", "time_s", "_order"], kind="mergesort").reset_index(
-        drop=True)
+    df = df.sort_values(["cpe", "wat", "direction", "time_s", "_order"],
+                        kind="mergesort").reset_index(drop=True)
     n = len(df)
-    key = df["cpe"].astype(str) + "\x00" + df["wat"].astype(str)
+    key = (df["cpe"].astype(str) + "\x00" + df["wat"].astype(str) + "\x00"
+           + df["direction"].astype(str))
     key_codes, _ = pd.factorize(key)
     start = np.r_[True, key_codes[1:] != key_codes[:-1]]
     first_idx = np.maximum.accumulate(np.where(start, np.arange(n), 0))
