@@ -164,6 +164,13 @@ type pendingUpdate struct {
 	prevUntil   time.Time // zero: no lease was running
 }
 
+// overflowCounter is a downlink that tells the CPEs it left out for its rule
+// bound from those it could not express for other reasons (wrr-sysctl);
+// otherwise every CPE not applied counts as overflow.
+type overflowCounter interface {
+	OverflowCPEs() int
+}
+
 // New checks cfg and deps and returns a Proxy that has touched nothing.
 func New(cfg Config, deps Deps) (*Proxy, error) {
 	if deps.Downlink == nil || deps.Metrics == nil || deps.Log == nil {
@@ -736,6 +743,9 @@ func (p *Proxy) apply(ctx context.Context) {
 		p.rules.Used, p.rules.Limit = rc.Rules()
 	}
 	p.rules.OverflowCPEs = len(notApplied)
+	if oc, ok := p.deps.Downlink.(overflowCounter); ok {
+		p.rules.OverflowCPEs = oc.OverflowCPEs()
+	}
 	p.updateGauges()
 }
 

@@ -315,6 +315,11 @@ func newDownlink(cfg config.Config, log *slog.Logger) (backend.Downlink, error) 
 	switch cfg.Backend {
 	case payload.BackendDryRun:
 		return dryrun.NewDownlink(), nil
+	case payload.BackendWRRSysctl:
+		return wrrsysctl.NewDownlink(wrrsysctl.DownlinkConfig{Config: wrrsysctl.Config{
+			ProcSysRoot: cfg.WRRSysctl.ProcSysRoot, SysRoot: cfg.WRRSysctl.SysRoot,
+			Scheduler: cfg.WRRSysctl.Scheduler, CwndLimited: cfg.WRRSysctl.CwndLimited,
+		}})
 	case payload.BackendMPTCPUpstream:
 		// The proxy flags subflows one by one, which only the userspace
 		// path manager allows; the CPEs' in-kernel path managers open the
@@ -325,7 +330,7 @@ func newDownlink(cfg config.Config, log *slog.Logger) (backend.Downlink, error) 
 		}
 		return mptcpupstream.DialDownlink(log)
 	default:
-		return nil, fmt.Errorf("backend %s: no downlink implementation in this build yet (use dry-run)", cfg.Backend)
+		return nil, fmt.Errorf("backend %q: no downlink implementation", cfg.Backend)
 	}
 }
 
