@@ -185,7 +185,7 @@ def _on_publish(cpe: _Cpe, first: int, body: bytes, now: float) -> bytes:
         return ack
     cpe.version = max(cpe.version, int(doc["version"]))
     cpe.received_at = now
-    reason = doc.get("reason", "")
+    reason = doc["ul"].get("reason", "")  # the CPE agent's set (mcw.weights.v2)
     if reason.startswith("bench tick "):
         cpe.tick = max(cpe.tick, int(reason[11:]))
         if cpe.awaited and cpe.tick >= cpe.awaited[0]:

@@ -1,10 +1,15 @@
-"""Benchmark of one control tick of the shipped loop, for 1,000 and 10,000 CPEs x 3 WATs.
+"""Benchmark of one control tick of the shipped loop, for 1,000 and 10,000 CPEs x 3 WATs x 2
+directions.
 
 Each run is a closed loop: CPE capacities drift every tick (Wi-Fi a few percent per second,
-5G and LiFi less), the fluid model turns the weights the CPEs hold into what their subflows
+5G and LiFi less), separately in the downlink and the uplink (the uplink a fraction of the
+downlink, as TDD patterns and Wi-Fi airtime make it), and every CPE reports both directions
+(rows keyed (cpe, wat, direction)); the fluid model turns the weights the CPEs hold into what
+their subflows
 deliver and whether they were saturated, that telemetry reaches the loop, the loop ticks
 (:class:`xapp.core.loop.ControlLoop`, EWMA estimator with bounded exploration, hysteresis 1 %),
-and the CPEs apply the weights published.  Timed: ``ControlLoop.tick`` from its call to the
+and the CPEs apply the weights published (the ``dl`` set to their downlink, ``ul`` to their
+uplink).  Timed: ``ControlLoop.tick`` from its call to the
 return of the publisher's ``publish_many`` (wall and CPU time of the ticking thread), after
 warm-up ticks; the first (cold) tick, which decides every CPE, is reported apart.
 
@@ -67,35 +72,48 @@ TARGET_SPEEDUP = 10.0
 
 
 class Fleet:
-    """N CPEs whose capacities drift; they hold the weights they were sent."""
+    """N CPEs whose capacities drift per direction; they hold the weights they were sent.
+
+    Row ``i`` of the (2N, 3) arrays is CPE ``i``'s downlink, row ``N + i`` its uplink.
+    """
 
     def __init__(self, n: int, seed: int = 0) -> None:
         rng = np.random.default_rng(seed)
         self.rng = rng
         self.n = n
-        self.base = np.column_stack([rng.uniform(150, 350, n), rng.uniform(200, 1200, n),
-                                     rng.uniform(5, 20, n)])
-        self.drift = np.zeros((n, 3))
-        self.weights = np.ones((n, 3), dtype=np.int64)
+        dl = np.column_stack([rng.uniform(150, 350, n), rng.uniform(200, 1200, n),
+                              rng.uniform(5, 20, n)])
+        ul = dl * np.column_stack([rng.uniform(0.2, 0.4, n), rng.uniform(0.3, 0.8, n),
+                                   rng.uniform(0.5, 1.0, n)])
+        self.base = np.concatenate([dl, ul])
+        self.drift = np.zeros((2 * n, 3))
+        self.weights = np.ones((2 * n, 3), dtype=np.int64)
         self.names = [f"cpe-{i:05d}" for i in range(n)]
         self.index = {c: i for i, c in enumerate(self.names)}
-        self.cpe = np.repeat(np.array(self.names), 3)
-        self.wat = np.tile(np.array(WATS), n)
+        self.cpe = np.tile(np.repeat(np.array(self.names), 3), 2)
+        self.wat = np.tile(np.array(WATS), 2 * n)
+        self.direction = np.repeat(np.array(["dl", "ul"]), 3 * n)
+
+    @property
+    def rows(self) -> int:
+        """KPI rows per period: CPEs x WATs x directions."""
+        return 6 * self.n
 
     def step(self, t: float) -> KpiFrame:
         """One control period: capacities drift, the subflows deliver under the weights held."""
         sd = np.array([0.01, 0.04, 0.05])
-        self.drift = 0.95 * self.drift + self.rng.normal(0.0, 1.0, (self.n, 3)) * sd
+        self.drift = 0.95 * self.drift + self.rng.normal(0.0, 1.0, self.drift.shape) * sd
         cap = self.base * np.exp(self.drift)
         delivered, _, saturated = deliver(cap, self.weights)
-        return KpiFrame(time_s=t, cpe=self.cpe, wat=self.wat, values={
+        return KpiFrame(time_s=t, cpe=self.cpe, wat=self.wat, direction=self.direction, values={
             "delivered_mbps": delivered.ravel(), "saturated": saturated.astype(float).ravel(),
-            "rtt_ms": (20.0 + 24.0 / np.maximum(cap, 1.0)).ravel(), "up": np.ones(self.n * 3)})
+            "rtt_ms": (20.0 + 24.0 / np.maximum(cap, 1.0)).ravel(), "up": np.ones(self.rows)})
 
     def apply(self, messages: list[dict[str, Any]]) -> None:
         for doc in messages:
             i = self.index[doc["cpe_id"]]
-            self.weights[i] = [doc["weights"].get(w, 0) for w in WATS]
+            for k, name in enumerate(("dl", "ul")):
+                self.weights[k * self.n + i] = [doc[name]["weights"].get(w, 0) for w in WATS]
 
 
 def _loop(intake: LatestKpis, publisher: WeightPublisher, period_s: float,
@@ -134,7 +152,7 @@ def run_memory(n: int, ticks: int, warm: int, period_s: float = 1.0,
         fleet.apply(publisher.take())
         if k == 0:
             first = w
-            assert report.decided == n, "the first tick decides every CPE"
+            assert report.decided == 2 * n, "the first tick decides every CPE, both directions"
         if k >= warm:
             wall.append(w)
             cpu.append(c)
@@ -192,7 +210,7 @@ def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0
             start = time.perf_counter()
             while True:
                 frame = intake.latest(now, period_s / 2)
-                if len(frame) == 3 * n and np.isfinite(frame.column("delivered_mbps")).all():
+                if len(frame) == fleet.rows and np.isfinite(frame.column("delivered_mbps")).all():
                     break
                 time.sleep(0.01)
             lag.append(time.perf_counter() - start)
@@ -200,8 +218,9 @@ def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0
             report = loop.tick(now)
             w, c = time.perf_counter() - w, time.thread_time() - c
             # the CPEs apply what was published (recorded in the loop's table)
-            fleet.apply([{"cpe_id": c_, "weights": loop.fleet.in_force(loop.fleet.index[c_])
-                          .weights} for c_ in report.published])
+            fleet.apply([{"cpe_id": c_, **{d: {"weights": t.in_force(t.index[c_]).weights}
+                                           for d, t in loop.fleets.items()}}
+                         for c_ in report.published])
             if k == 0:
                 first = w
             if k >= warm:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from xapp.adapters.lab import MemoryPublisher
+from xapp.adapters.lab import FileKpiSource, MemoryPublisher
 from xapp.adapters.mqtt.payloads import check
 from xapp.adapters.sdl import StateStore
 from xapp.app.metrics import Metrics
@@ -378,3 +381,22 @@ def test_restart_holds_each_direction_against_its_own_record() -> None:
     intake.update(directed({("c1", "nr", "dl"): 301.0, ("c1", "nr", "ul"): 121.0}, t=101.0))
     r = again.tick(101.0)
     assert r.held == 2 and r.published == {} and pub.take() == []
+
+
+def test_lab_kpi_file_rows_per_direction(tmp_path: Path) -> None:
+    path = tmp_path / "kpis.json"
+    path.write_text(json.dumps({"cpes": {
+        "c1": {"nr": {"rtt_ms": 20, "dl": {"delivered_mbps": 300}, "ul": {"delivered_mbps": 60}},
+               "wifi": {"delivered_mbps": 500}}}}))
+    frame = FileKpiSource(path).latest(1.0, 5.0)
+    assert frame.direction is not None
+    rows = sorted(zip(frame.wat.tolist(), frame.direction.tolist(),
+                      frame.column("delivered_mbps").tolist(), frame.column("rtt_ms").tolist(),
+                      strict=True))
+    assert rows[0] == ("nr", "dl", 300.0, 20.0) and rows[1] == ("nr", "ul", 60.0, 20.0)
+    assert rows[2][:3] == ("wifi", "", 500.0)  # no direction: both
+    loop = ControlLoop(FileKpiSource(path), Oracle(), pub := MemoryPublisher(), None,
+                       PolicyBook(DEFAULTS).resolver, StateStore())
+    assert loop.tick(1.0).decided_by_direction == {"dl": 1, "ul": 1}
+    (doc,) = valid(pub.take())
+    assert doc["dl"]["weights"]["nr"] > doc["ul"]["weights"]["nr"]  # type: ignore[index]
