@@ -38,7 +38,8 @@ Array = NDArray[np.float64]
 
 
 class EwmaEstimator:
-    """Per-(cpe, wat) EWMA of delivered throughput with censoring and bounded exploration.
+    """Per-(series, wat) EWMA (series: CPE and direction) of delivered throughput with
+    censoring and bounded exploration.
 
     Parameters
     ----------

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-#: Per-(cpe, wat) radio and transport KPIs, one point per CPE, WAT and report period.
+#: Per-(cpe, wat, direction) radio and transport KPIs, one point per CPE, WAT, direction (none:
+#: both, as radio KPIs) and report period.
 MEASUREMENT_KPI = "wat_kpi"
-#: What the xApp forecasts for each (cpe, wat): median and lower quantile, with the model version.
+#: What the xApp forecasts for each (cpe, wat, direction): median and lower quantile, with the
+#: model version.
 MEASUREMENT_PREDICTION = "wat_prediction"
-#: The weights the xApp publishes, per (cpe, wat), with the published version.
+#: The weights the xApp publishes, per (cpe, wat, direction), with the published version.
 MEASUREMENT_WEIGHT = "wat_weight"
 
 #: Tags of ``wat_kpi`` (and of the write-back measurements, minus ``cell``).

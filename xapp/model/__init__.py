@@ -4,7 +4,7 @@ Typical use in the control loop::
 
     from xapp.model import load_estimator
     estimator = load_estimator()          # the shipped default in models/default/
-    forecast = estimator.step(frame)      # CapacityForecast per (cpe, wat) row
+    forecast = estimator.step(frame)      # CapacityForecast per (cpe, wat, direction) row
 
 Artifacts are loaded only when signed with a trusted Ed25519 key (the project's release key
 in ``keys/`` unless told otherwise); see :mod:`xapp.model.artifact`.  Importing this package

@@ -1,7 +1,7 @@
 """Features of the capacity model, computed the same way online and offline.
 
-One :class:`FeatureState` keeps, per (cpe, wat) key, a short history of *capacity samples* and
-of a few radio KPIs.  The online estimator feeds it one tick at a time; training replays a long
+One :class:`FeatureState` keeps, per (series, wat) key (series: a CPE and direction), a short
+history of *capacity samples* and of a few radio KPIs.  The online estimator feeds it one tick at a time; training replays a long
 table through the very same code (:func:`replay`), so the features the model learns from and the
 features it sees in service cannot drift apart.
 
@@ -126,7 +126,7 @@ class _Slots:
 
 
 class FeatureState:
-    """Per-(cpe, wat) history and the feature matrix of each tick.
+    """Per-(series, wat) history and the feature matrix of each tick.
 
     Not safe for concurrent use: one control loop owns one state.
 

@@ -237,7 +237,7 @@ def probe_frame(families: tuple[str, ...]) -> KpiFrame:
 
 
 class ModelEstimator:
-    """Per-tick capacity forecasts for every (cpe, wat) row of a frame.
+    """Per-tick capacity forecasts for every (cpe, wat, direction) row of a frame.
 
     Not safe for concurrent use (one control loop owns it); the model it reads may be swapped
     by a :class:`ModelHolder` at any time.
