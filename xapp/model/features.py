@@ -1,9 +1,9 @@
 """Features of the capacity model, computed the same way online and offline.
 
 One :class:`FeatureState` keeps, per (series, wat) key (series: a CPE and direction), a short
-history of *capacity samples* and of a few radio KPIs.  The online estimator feeds it one tick at a time; training replays a long
-table through the very same code (:func:`replay`), so the features the model learns from and the
-features it sees in service cannot drift apart.
+history of *capacity samples* and of a few radio KPIs.  The online estimator feeds it one tick
+at a time; training replays a long table through the very same code (:func:`replay`), so the
+features the model learns from and the features it sees in service cannot drift apart.
 
 The censoring choice
 --------------------
