@@ -300,15 +300,17 @@ def _direction_objects(d: DirectionBatch, wats: tuple[str, ...], sel: NDArray[np
         at = np.flatnonzero(pattern == code)
         for a, vals in zip(at.tolist(), d.weights[sel[at]][:, cols].tolist(), strict=True):
             inner[a] = fmt.format(*vals)
-    reasons: dict[str, str] = {}
+    # One head per (mode, reason): a tick has few of either.
+    heads: dict[tuple[str, str], str] = {}
     modes, texts = d.modes, d.reasons
     out = []
     for a, i in enumerate(sel.tolist()):
-        text = texts[i]
-        reason = reasons.get(text)
-        if reason is None:
-            reason = reasons[text] = json.dumps(text[:256])
-        out.append(f'{{"mode":"{modes[i]}","reason":{reason},"weights":{{{inner[a]}}}}}')
+        key = (modes[i], texts[i])
+        head = heads.get(key)
+        if head is None:
+            head = heads[key] = (f'{{"mode":"{key[0]}","reason":{json.dumps(key[1][:256])},'
+                                 '"weights":{')
+        out.append(head + inner[a] + "}}")
     return out
 
 
