@@ -376,23 +376,23 @@ class ChannelSubscriber:
         """The proxy applying the CPE's downlink: its per-CPE state says online and the proxy
         is online (or has not reported its own state yet); the most recently heard wins when
         several do.  None: nobody applies it (the downlink runs on the proxy's defaults)."""
+        return self.downlinks().get(cpe_id)
+
+    def downlinks(self) -> dict[str, Downlink]:
+        """:meth:`downlink` of every CPE some proxy applies (one pass: metrics and
+        ``/ric/v1/cpes`` ask for the whole fleet)."""
+        best: dict[str, Downlink] = {}
         with self._lock:
-            best: Downlink | None = None
             for (proxy_id, cpe), st in self._proxy_cpes.items():
-                if cpe != cpe_id or not st.online:
+                if not st.online:
                     continue
                 proxy = self._proxies.get(proxy_id)
                 if proxy is not None and not proxy.online:
                     continue
-                if best is None or st.received_s > best.state.received_s:
-                    best = Downlink(proxy_id, st)
-            return best
-
-    def downlinks(self) -> dict[str, Downlink]:
-        """:meth:`downlink` of every CPE some proxy applies."""
-        with self._lock:
-            cpes = {cpe for _, cpe in self._proxy_cpes}
-        return {c: d for c in sorted(cpes) if (d := self.downlink(c)) is not None}
+                known = best.get(cpe)
+                if known is None or st.received_s > known.state.received_s:
+                    best[cpe] = Downlink(proxy_id, st)
+        return best
 
     def drain_telemetry(self) -> KpiFrame:
         """All telemetry received since the last drain, as one frame (possibly empty)."""
