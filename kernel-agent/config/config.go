@@ -30,13 +30,15 @@ type Config struct {
 	ProxyID string `yaml:"proxy_id"`
 	// CPEs are the CPEs the proxy serves (role proxy).
 	CPEs []string `yaml:"cpes"`
-	MQTT  MQTT   `yaml:"mqtt"`
+	MQTT MQTT     `yaml:"mqtt"`
 	// WATs maps each WAT name (nr, lte, wifi, lifi) to its interface
 	// (role cpe; a proxy learns its CPEs' WATs from their state).
 	WATs map[string]WAT `yaml:"wats"`
-	// Backend: wrr-sysctl, mptcp-upstream or dry-run.
-	Backend   string    `yaml:"backend"`
-	WRRSysctl WRRSysctl `yaml:"wrr_sysctl"`
+	// Backend: wrr-sysctl, mptcp-upstream, mptcp-shares (role cpe) or
+	// dry-run.
+	Backend     string      `yaml:"backend"`
+	WRRSysctl   WRRSysctl   `yaml:"wrr_sysctl"`
+	MPTCPShares MPTCPShares `yaml:"mptcp_shares"`
 	// SafeWeights apply at start without state and whenever a lease runs
 	// out (role proxy: per CPE, to the CPE's WATs in the downlink).
 	SafeWeights payload.Weights `yaml:"safe_weights"`
@@ -71,6 +73,14 @@ type WRRSysctl struct {
 	SysRoot     string `yaml:"sys_root"`
 	Scheduler   string `yaml:"scheduler"`
 	CwndLimited string `yaml:"cwnd_limited"`
+}
+
+// MPTCPShares configures the mptcp-shares backend.
+type MPTCPShares struct {
+	// LinkMbps is each WAT's link rate in Mbit/s: the caps are the
+	// weights' shares of the largest total these rates allow (the
+	// weights message carries no forecast total yet).
+	LinkMbps map[string]float64 `yaml:"link_mbps"`
 }
 
 // Telemetry configures the subflow statistics stream.
@@ -189,8 +199,10 @@ func (c Config) Validate() error {
 	}
 	switch c.Backend {
 	case payload.BackendWRRSysctl, payload.BackendMPTCPUpstream, payload.BackendDryRun:
+	case payload.BackendMPTCPShares:
+		errs = append(errs, c.validateShares()...)
 	default:
-		add("backend %q: want wrr-sysctl, mptcp-upstream or dry-run", c.Backend)
+		add("backend %q: want wrr-sysctl, mptcp-upstream, mptcp-shares or dry-run", c.Backend)
 	}
 	if u, err := url.Parse(c.MQTT.BrokerURL); err != nil || u.Host == "" {
 		add("mqtt.broker_url %q: want e.g. mqtts://broker:8883", c.MQTT.BrokerURL)
@@ -228,6 +240,32 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// validateShares checks the mptcp-shares keys: a CPE's uplink only, and a
+// link rate for every WAT and no other.
+func (c Config) validateShares() []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.Role != payload.RoleCPE {
+		add("backend mptcp-shares: role cpe only (it caps the CPE's egress)")
+	}
+	for wat := range c.WATs {
+		if _, ok := c.MPTCPShares.LinkMbps[wat]; !ok {
+			add("mptcp_shares.link_mbps.%s: required for backend mptcp-shares", wat)
+		}
+	}
+	for wat, r := range c.MPTCPShares.LinkMbps {
+		if _, ok := c.WATs[wat]; !ok {
+			add("mptcp_shares.link_mbps.%s: not a configured WAT", wat)
+		} else if !(r > 0) || r > mptcpSharesMaxMbps {
+			add("mptcp_shares.link_mbps.%s %v: want (0, %d]", wat, r, mptcpSharesMaxMbps)
+		}
+	}
+	return errs
+}
+
+// mptcpSharesMaxMbps is mptcpshares.MaxLinkMbps (HTB's 32-bit byte rate).
+const mptcpSharesMaxMbps = 30_000
 
 const idPattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 

@@ -13,7 +13,9 @@ const StateSchema = "mcw.state.v2"
 const (
 	BackendWRRSysctl     = "wrr-sysctl"
 	BackendMPTCPUpstream = "mptcp-upstream"
-	BackendDryRun        = "dry-run"
+	// BackendMPTCPShares caps each WAT's egress at its share (mainline).
+	BackendMPTCPShares = "mptcp-shares"
+	BackendDryRun      = "dry-run"
 )
 
 // Roles of an agent.
@@ -165,7 +167,7 @@ func ParseState(data []byte) (State, error) {
 		return State{}, fmt.Errorf("%w: direction %q: want dl or ul", ErrInvalid, w.Direction)
 	case w.TimeMs < 0 || w.TimeMs > maxSafeInt || w.AppliedVersion < 0 || w.AppliedVersion > maxSafeInt:
 		return State{}, fmt.Errorf("%w: time_ms %d, applied_version %d: want [0, 2^53-1]", ErrInvalid, w.TimeMs, w.AppliedVersion)
-	case w.Backend != "" && w.Backend != BackendWRRSysctl && w.Backend != BackendMPTCPUpstream && w.Backend != BackendDryRun:
+	case w.Backend != "" && w.Backend != BackendWRRSysctl && w.Backend != BackendMPTCPUpstream && w.Backend != BackendMPTCPShares && w.Backend != BackendDryRun:
 		return State{}, fmt.Errorf("%w: backend %q: unknown", ErrInvalid, w.Backend)
 	case !knownEvent(w.Event):
 		return State{}, fmt.Errorf("%w: event %q: unknown", ErrInvalid, w.Event)

@@ -28,9 +28,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/mcw-xapp/kernel-agent/agent"
 	"github.com/mcw-xapp/kernel-agent/backend"
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
+	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares"
 	"github.com/mcw-xapp/kernel-agent/backend/mptcpupstream"
 	"github.com/mcw-xapp/kernel-agent/backend/wrrsysctl"
 	"github.com/mcw-xapp/kernel-agent/config"
@@ -347,6 +350,23 @@ func newBackend(cfg config.Config) (backend.Backend, error) {
 			return nil, err
 		}
 		return mptcpupstream.New(pm), nil
+	case payload.BackendMPTCPShares:
+		pm, err := mptcppm.Dial()
+		if err != nil {
+			return nil, err
+		}
+		h, err := netlink.NewHandle()
+		if err != nil {
+			pm.Close()
+			return nil, fmt.Errorf("netlink: %w", err)
+		}
+		b, err := mptcpshares.New(h, pm, cfg.MPTCPShares.LinkMbps, func() error { h.Close(); return nil })
+		if err != nil {
+			pm.Close()
+			h.Close()
+			return nil, err
+		}
+		return b, nil
 	default:
 		return dryrun.New(), nil
 	}

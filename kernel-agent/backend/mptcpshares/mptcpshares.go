@@ -1,0 +1,238 @@
+// Package mptcpshares is the mainline-Linux backend that gives WATs real
+// shares rather than only on/off. Mainline MPTCP has one scheduler
+// ("default"), which sends on the subflow that can take data soonest; a
+// subflow whose interface is rate-capped by an egress qdisc fills its
+// TCP-small-queues budget and stops taking data, so the default scheduler
+// moves the rest to the other subflows. Capping each WAT's egress at its
+// share of a total therefore turns the scheduler's "fastest first" into
+// the requested split.
+//
+// Per WAT interface the backend owns the root qdisc: HTB with one class
+// (1:1, the default class) whose rate and ceil are the WAT's cap. The cap
+// is share x T, where share = weight / sum of weights, and T is the largest
+// total every WAT can carry at its share given the configured per-WAT link
+// rates: T = min over WATs with weight > 0 of link_mbps / share. The
+// weights message carries no forecast total yet, so the configured link
+// rates stand in for it; with load_balancing weights proportional to the
+// link rates, T is their sum and each cap is the link rate.
+//
+// A WAT at weight 0 is flagged backup on its MPTCP endpoint as by
+// mptcp-upstream (the default scheduler sends nothing on a backup subflow
+// while another one is up) and its cap is its full link rate, so that it
+// still carries everything when it is the last path left. Measured on
+// Linux 6.18 in integration.TestNetnsShares.
+//
+// Limits: uplink only (the CPE's egress); a proxy's downlink would need
+// per-destination classes, not built. The caps are only as right as the
+// configured link rates: a link slower than configured queues at its own
+// bottleneck and the split drifts towards the default scheduler's. The
+// root qdisc of each WAT interface is replaced (an operator's own qdisc
+// there is lost).
+package mptcpshares
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	vnl "github.com/vishvananda/netlink"
+
+	"github.com/mcw-xapp/kernel-agent/backend"
+	"github.com/mcw-xapp/kernel-agent/backend/mptcpupstream"
+	"github.com/mcw-xapp/kernel-agent/payload"
+)
+
+// qdisc and class handles the backend owns on each WAT interface.
+var (
+	rootHandle  = vnl.MakeHandle(1, 0)
+	classHandle = vnl.MakeHandle(1, 1)
+)
+
+// MaxLinkMbps bounds a configured link rate (the HTB rate is 32-bit bytes
+// per second in the netlink encoding the library writes).
+const MaxLinkMbps = 30_000
+
+// minCapBps keeps a cap above HTB's resolution for tiny shares.
+const minCapBps = 64_000
+
+// Netlink is the part of a netlink handle the backend uses.
+type Netlink interface {
+	LinkByIndex(index int) (vnl.Link, error)
+	QdiscReplace(qdisc vnl.Qdisc) error
+	QdiscDel(qdisc vnl.Qdisc) error
+	QdiscList(link vnl.Link) ([]vnl.Qdisc, error)
+	ClassReplace(class vnl.Class) error
+	ClassList(link vnl.Link, parent uint32) ([]vnl.Class, error)
+}
+
+// Backend caps each WAT's egress rate at its share of the total and flags
+// WATs at weight 0 backup. It is not safe for concurrent use.
+type Backend struct {
+	nl       Netlink
+	onoff    *mptcpupstream.Backend
+	linkMbps map[string]float64
+	close    func() error
+}
+
+// New returns a Backend. nl manages qdiscs in the namespace whose
+// interfaces are shaped, pm the MPTCP endpoints there; linkMbps is the
+// link rate per WAT (every WAT the agent steers must have one > 0).
+func New(nl Netlink, pm mptcpupstream.PM, linkMbps map[string]float64, closeNL func() error) (*Backend, error) {
+	for wat, r := range linkMbps {
+		if !(r > 0) || r > MaxLinkMbps {
+			return nil, fmt.Errorf("mptcp-shares: link rate of %s %v Mbit/s: want (0, %d]", wat, r, MaxLinkMbps)
+		}
+	}
+	if closeNL == nil {
+		closeNL = func() error { return nil }
+	}
+	return &Backend{nl: nl, onoff: mptcpupstream.New(pm), linkMbps: linkMbps, close: closeNL}, nil
+}
+
+// Name implements backend.Backend.
+func (*Backend) Name() string { return payload.BackendMPTCPShares }
+
+// Capabilities implements backend.Backend: integer weights, enforced as
+// rate caps; directions coupled because weight 0 is the backup flag, as on
+// mptcp-upstream.
+func (*Backend) Capabilities() payload.Capabilities {
+	return payload.Capabilities{MaxWeight: payload.MaxWeight, DirectionsCoupled: true}
+}
+
+// Close releases the path-manager and netlink handles.
+func (b *Backend) Close() error {
+	return errors.Join(b.onoff.Close(), b.close())
+}
+
+// Caps returns the egress cap in bits per second per WAT for paths: the
+// shares of the weights at the largest total the link rates allow. 0 means
+// uncapped: a WAT whose share of that total is its whole link rate (its
+// own link is the limit, a cap there would only add a second queue) and a
+// WAT at weight 0 (off through its backup flag, and the last path left
+// must carry everything). It is an error for a path to have no configured
+// link rate or for all weights to be 0.
+func (b *Backend) Caps(paths []backend.Path) (map[string]uint64, error) {
+	sum := 0
+	for _, p := range paths {
+		if _, ok := b.linkMbps[p.WAT]; !ok {
+			return nil, fmt.Errorf("mptcp-shares: no link rate configured for %s", p.WAT)
+		}
+		if p.Weight < 0 || p.Weight > payload.MaxWeight {
+			return nil, fmt.Errorf("mptcp-shares: %s: weight %d out of [0, %d]", p.WAT, p.Weight, payload.MaxWeight)
+		}
+		sum += p.Weight
+	}
+	if sum == 0 {
+		return nil, errors.New("mptcp-shares: every weight is 0")
+	}
+	total := math.Inf(1)
+	for _, p := range paths {
+		if p.Weight > 0 {
+			total = math.Min(total, b.linkMbps[p.WAT]*float64(sum)/float64(p.Weight))
+		}
+	}
+	caps := make(map[string]uint64, len(paths))
+	for _, p := range paths {
+		if p.Weight == 0 {
+			caps[p.WAT] = 0
+			continue
+		}
+		mbps := total * float64(p.Weight) / float64(sum)
+		if mbps >= b.linkMbps[p.WAT]*(1-1e-9) {
+			caps[p.WAT] = 0
+			continue
+		}
+		caps[p.WAT] = max(uint64(mbps*1e6), minCapBps)
+	}
+	return caps, nil
+}
+
+// Apply sets the backup flags, then each WAT interface's cap, and reads
+// the qdisc and class back.
+func (b *Backend) Apply(ctx context.Context, paths []backend.Path) error {
+	caps, err := b.Caps(paths)
+	if err != nil {
+		return err
+	}
+	if err := b.onoff.Apply(ctx, paths); err != nil {
+		return fmt.Errorf("mptcp-shares: %w", err)
+	}
+	for _, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("mptcp-shares: %w", err)
+		}
+		if err := b.setCap(p, caps[p.WAT]); err != nil {
+			return fmt.Errorf("mptcp-shares: %s (%s): %w", p.WAT, p.Interface, err)
+		}
+	}
+	return nil
+}
+
+// setCap caps the path's interface at bps, or removes the backend's HTB
+// when bps is 0 (the kernel's default root qdisc comes back; a root qdisc
+// the backend did not make is left alone).
+func (b *Backend) setCap(p backend.Path, bps uint64) error {
+	link, err := b.nl.LinkByIndex(p.Index)
+	if err != nil {
+		return fmt.Errorf("link %d: %w", p.Index, err)
+	}
+	idx := link.Attrs().Index
+	if bps == 0 {
+		if !b.hasRoot(link) {
+			return nil
+		}
+		if err := b.nl.QdiscDel(vnl.NewHtb(vnl.QdiscAttrs{LinkIndex: idx, Handle: rootHandle, Parent: vnl.HANDLE_ROOT})); err != nil {
+			return fmt.Errorf("remove root htb: %w", err)
+		}
+		if b.hasRoot(link) {
+			return errors.New("verify: root htb still present after removal")
+		}
+		return nil
+	}
+	if !b.hasRoot(link) {
+		q := vnl.NewHtb(vnl.QdiscAttrs{LinkIndex: idx, Handle: rootHandle, Parent: vnl.HANDLE_ROOT})
+		q.Defcls = 1
+		if err := b.nl.QdiscReplace(q); err != nil {
+			return fmt.Errorf("root htb: %w", err)
+		}
+	}
+	c := vnl.NewHtbClass(vnl.ClassAttrs{LinkIndex: idx, Handle: classHandle, Parent: rootHandle},
+		vnl.HtbClassAttrs{Rate: bps, Ceil: bps})
+	if err := b.nl.ClassReplace(c); err != nil {
+		return fmt.Errorf("class 1:1 at %d bit/s: %w", bps, err)
+	}
+	classes, err := b.nl.ClassList(link, rootHandle)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	for _, got := range classes {
+		h, ok := got.(*vnl.HtbClass)
+		if !ok || h.Handle != classHandle {
+			continue
+		}
+		if h.Rate != bps/8 || h.Ceil != bps/8 {
+			return fmt.Errorf("verify: class 1:1 at %d/%d B/s, want %d", h.Rate, h.Ceil, bps/8)
+		}
+		if !b.hasRoot(link) {
+			return errors.New("verify: root qdisc is not htb 1:")
+		}
+		return nil
+	}
+	return errors.New("verify: class 1:1 missing after apply")
+}
+
+// hasRoot tells whether the backend's HTB (default class 1) is the root
+// qdisc of link; replacing it again would drop its queue.
+func (b *Backend) hasRoot(link vnl.Link) bool {
+	qs, err := b.nl.QdiscList(link)
+	if err != nil {
+		return false
+	}
+	for _, q := range qs {
+		if h, ok := q.(*vnl.Htb); ok && h.Parent == vnl.HANDLE_ROOT && h.Handle == rootHandle && h.Defcls == 1 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,147 @@
+//go:build linux
+
+package mptcpshares
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+
+	vnl "github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/mcw-xapp/kernel-agent/backend"
+	"github.com/mcw-xapp/kernel-agent/internal/nstest"
+	"github.com/mcw-xapp/kernel-agent/mptcppm"
+)
+
+// rootOf describes the root qdisc of link: "htb" for the backend's, the
+// kind otherwise, "" for none.
+func rootOf(t *testing.T, h *vnl.Handle, link vnl.Link) (kind string, capBps uint64) {
+	t.Helper()
+	qs, err := h.QdiscList(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Attrs().Parent != vnl.HANDLE_ROOT {
+			continue
+		}
+		kind = q.Type()
+	}
+	if kind != "htb" {
+		return kind, 0
+	}
+	cs, err := h.ClassList(link, rootHandle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if hc, ok := c.(*vnl.HtbClass); ok && hc.Handle == classHandle {
+			return kind, hc.Rate * 8
+		}
+	}
+	t.Fatalf("htb root on %s without class 1:1", link.Attrs().Name)
+	return "", 0
+}
+
+// TestApplyInNetns: caps are set, changed and removed on real interfaces,
+// endpoints follow weight 0, and a root qdisc the backend did not make is
+// left alone while its WAT is uncapped.
+func TestApplyInNetns(t *testing.T) {
+	nstest.Do(t, func(netns.NsHandle) {
+		h, err := vnl.NewHandle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		addrs := map[string]netip.Addr{"nr0": netip.MustParseAddr("10.61.1.1"), "wifi0": netip.MustParseAddr("10.61.2.1")}
+		links := map[string]vnl.Link{}
+		for name, a := range addrs {
+			if err := h.LinkAdd(&vnl.Veth{LinkAttrs: vnl.LinkAttrs{Name: name}, PeerName: "p" + name}); err != nil {
+				t.Fatal(err)
+			}
+			l, err := h.LinkByName(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.AddrAdd(l, &vnl.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.LinkSetUp(l); err != nil {
+				t.Fatal(err)
+			}
+			links[name] = l
+		}
+		// The operator's own root qdisc on wifi0.
+		tbf := &vnl.Tbf{QdiscAttrs: vnl.QdiscAttrs{LinkIndex: links["wifi0"].Attrs().Index, Handle: vnl.MakeHandle(9, 0), Parent: vnl.HANDLE_ROOT},
+			Rate: 10e6 / 8, Limit: 100000, Buffer: 20000}
+		if err := h.QdiscAdd(tbf); err != nil {
+			t.Fatal(err)
+		}
+		pm, err := mptcppm.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(h, pm, map[string]float64{"nr": 24, "wifi": 16}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		paths := func(nr, wifi int) []backend.Path {
+			return []backend.Path{
+				{WAT: "nr", Interface: "nr0", Index: links["nr0"].Attrs().Index, Addr: addrs["nr0"], Weight: nr},
+				{WAT: "wifi", Interface: "wifi0", Index: links["wifi0"].Attrs().Index, Addr: addrs["wifi0"], Weight: wifi},
+			}
+		}
+		for _, step := range []struct {
+			name              string
+			nr, wifi          int
+			nrKind, wifiKind  string
+			nrCap, wifiCap    uint64
+			nrBackup, wifiBkp bool
+		}{
+			// T = min(48, 32) = 32: wifi binds (uncapped, its tbf stays),
+			// nr capped at 16.
+			{"equal", 1, 1, "htb", "tbf", 16e6, 0, false, false},
+			// T = min(72, 24) = 24: nr 8.
+			{"wifi double", 1, 2, "htb", "tbf", 8e6, 0, false, false},
+			// T = min(24*1.5, 48) = 36: nr binds (htb removed), wifi 12
+			// (the operator's tbf replaced).
+			{"nr double", 2, 1, "noqueue", "htb", 0, 12e6, false, false},
+			// wifi off: backup, uncapped; nr alone binds.
+			{"wifi off", 1, 0, "noqueue", "noqueue", 0, 0, false, true},
+			{"wifi back", 1, 1, "htb", "noqueue", 16e6, 0, false, false},
+		} {
+			if err := b.Apply(context.Background(), paths(step.nr, step.wifi)); err != nil {
+				t.Fatalf("%s: %v", step.name, err)
+			}
+			for _, c := range []struct {
+				ifc, kind string
+				cap       uint64
+				backup    bool
+			}{{"nr0", step.nrKind, step.nrCap, step.nrBackup}, {"wifi0", step.wifiKind, step.wifiCap, step.wifiBkp}} {
+				kind, capBps := rootOf(t, h, links[c.ifc])
+				if kind == "" {
+					kind = "noqueue"
+				}
+				if kind != c.kind || capBps != c.cap {
+					t.Errorf("%s: %s root %s at %d bit/s, want %s at %d", step.name, c.ifc, kind, capBps, c.kind, c.cap)
+				}
+				eps, err := pm.Endpoints()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range eps {
+					if e.Addr == addrs[c.ifc] && (e.Flags&mptcppm.FlagBackup != 0) != c.backup {
+						t.Errorf("%s: %s endpoint flags %v, want backup %v", step.name, c.ifc, e.Flags, c.backup)
+					}
+				}
+			}
+		}
+		if err := b.Apply(context.Background(), paths(0, 0)); err == nil {
+			t.Error("all weights 0 accepted")
+		}
+	})
+}
