@@ -36,7 +36,6 @@ import (
 
 	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/mcw-xapp/kernel-agent/internal/nstest"
@@ -147,62 +146,18 @@ func newBidirTopology(t *testing.T) *bidirTopology {
 	return tp
 }
 
-// counters returns per WAT the bytes the CPE received (downlink) and sent
-// (uplink) on its interfaces.
-func (tp *bidirTopology) counters(t *testing.T) (rx, tx map[string]uint64) {
-	h, err := netlink.NewHandleAt(tp.cpeNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	rx, tx = map[string]uint64{}, map[string]uint64{}
+// bidirIfcs maps each WAT to its CPE interface.
+var bidirIfcs = func() map[string]string {
+	m := map[string]string{}
 	for _, p := range bidirPaths {
-		l, err := h.LinkByName(p.ifc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rx[p.wat], tx[p.wat] = l.Attrs().Statistics.RxBytes, l.Attrs().Statistics.TxBytes
+		m[p.wat] = p.ifc
 	}
-	return rx, tx
-}
-
-// rates is Mbit/s per WAT in one direction over a window.
-type rates map[string]float64
-
-func (r rates) total() float64 {
-	s := 0.0
-	for _, v := range r {
-		s += v
-	}
-	return s
-}
-
-func (r rates) share(wat string) float64 {
-	if r.total() == 0 {
-		return 0
-	}
-	return r[wat] / r.total()
-}
-
-func (r rates) String() string {
-	var b strings.Builder
-	for _, p := range bidirPaths {
-		fmt.Fprintf(&b, "%s %5.1f  ", p.wat, r[p.wat])
-	}
-	return strings.TrimSpace(b.String())
-}
+	return m
+}()
 
 // measure returns downlink and uplink Mbit/s per WAT over d.
 func (tp *bidirTopology) measure(t *testing.T, d time.Duration) (dl, ul rates) {
-	rx0, tx0 := tp.counters(t)
-	time.Sleep(d)
-	rx1, tx1 := tp.counters(t)
-	dl, ul = rates{}, rates{}
-	for _, p := range bidirPaths {
-		dl[p.wat] = float64(rx1[p.wat]-rx0[p.wat]) * 8 / d.Seconds() / 1e6
-		ul[p.wat] = float64(tx1[p.wat]-tx0[p.wat]) * 8 / d.Seconds() / 1e6
-	}
-	return dl, ul
+	return measureLinks(t, tp.cpeNS, bidirIfcs, d)
 }
 
 // bidirBrokerPKI makes the test PKI (one CPE, one proxy), a server

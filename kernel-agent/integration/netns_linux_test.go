@@ -399,92 +399,32 @@ func TestNetnsMPTCPUpstream(t *testing.T) {
 	tp := newTopology(t)
 	pki := startBroker(t, tp, dir)
 
-	// Build and start the agent inside the CPE namespace.
-	bin := filepath.Join(dir, "mcw-agent")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "./cmd/mcw-agent")
-	build.Dir = filepath.Join(repoRoot(t), "kernel-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build agent: %v\n%s", err, out)
-	}
 	// The agent runs as nobody with CAP_NET_ADMIN only (as under the
-	// systemd unit), so it gets its own world-traversable directory with
-	// copies of its certificate and key.
-	agentDir, err := os.MkdirTemp("", "mcw-agent-netns-")
-	if err != nil {
-		t.Fatal(err)
+	// systemd unit), in its own directory with copies of its certificate
+	// and key (startAgent).
+	x := newXApp(t, tp, pki)
+	_, err := exec.LookPath("setpriv")
+	unprivileged := err == nil
+	if !unprivileged {
+		t.Log("setpriv not found: the agent runs as root instead of nobody with CAP_NET_ADMIN only")
 	}
-	t.Cleanup(func() { os.RemoveAll(agentDir) })
-	os.Chmod(agentDir, 0o755)
-	const nobody = 65534
-	for _, f := range []string{"ca.crt", "cpe/" + cpeID + ".crt", "cpe/" + cpeID + ".key"} {
-		b, err := os.ReadFile(filepath.Join(pki, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := filepath.Join(agentDir, filepath.Base(f))
-		if err := os.WriteFile(dst, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		os.Chown(dst, nobody, nobody)
-	}
-	stateDir := filepath.Join(agentDir, "state")
-	os.Mkdir(stateDir, 0o700)
-	os.Chown(stateDir, nobody, nobody)
-	cfg := fmt.Sprintf(`cpe_id: %s
+	agent := startAgent(t, "agent", tp.cpe, buildAgent(t, dir), fmt.Sprintf(`cpe_id: %s
 mqtt:
   broker_url: mqtts://127.0.0.1:%d
-  ca_file: %s
-  cert_file: %s
-  key_file: %s
+  ca_file: @DIR@/ca.crt
+  cert_file: @DIR@/%s.crt
+  key_file: @DIR@/%s.key
 wats:
   nr: {interface: nr0}
   wifi: {interface: wifi0}
 backend: mptcp-upstream
 safe_weights: {nr: 1, wifi: 1}
-state_dir: %s
+state_dir: @DIR@/state
 metrics_listen: 127.0.0.1:9472
 telemetry: {interval_ms: 500}
 log_level: info
-`, cpeID, brokerPort, filepath.Join(agentDir, "ca.crt"), filepath.Join(agentDir, cpeID+".crt"),
-		filepath.Join(agentDir, cpeID+".key"), stateDir)
-	cfgPath := filepath.Join(agentDir, "agent.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	binCopy := filepath.Join(agentDir, "mcw-agent")
-	if b, err := os.ReadFile(bin); err != nil || os.WriteFile(binCopy, b, 0o755) != nil {
-		t.Fatalf("copy agent binary: %v", err)
-	}
-	bin = binCopy
-
-	x := newXApp(t, tp, pki)
-	agentLog, err := os.Create(filepath.Join(dir, "agent.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"ip", "netns", "exec", tp.cpe}
-	unprivileged := false
-	if _, err := exec.LookPath("setpriv"); err == nil {
-		unprivileged = true
-		args = append(args, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-			"--inh-caps=-all,+net_admin", "--ambient-caps=-all,+net_admin", "--bounding-set=-all,+net_admin", "--")
-	} else {
-		t.Log("setpriv not found: the agent runs as root instead of nobody with CAP_NET_ADMIN only")
-	}
-	args = append(args, bin, "-config", cfgPath)
-	agent := exec.Command(args[0], args[1:]...)
-	agent.Stdout, agent.Stderr = agentLog, agentLog
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stopProcess(agent)
-		if t.Failed() {
-			b, _ := os.ReadFile(agentLog.Name())
-			t.Logf("agent log:\n%s", b)
-		}
-	})
+`, cpeID, brokerPort, cpeID, cpeID), []string{
+		filepath.Join(pki, "ca.crt"), filepath.Join(pki, "cpe", cpeID+".crt"), filepath.Join(pki, "cpe", cpeID+".key")})
 
 	_, n := x.waitState(t, "started", 0, 10*time.Second, func(s payload.State) bool {
 		return s.Online && s.Event == payload.EventStarted

@@ -178,40 +178,23 @@ func (tp *sharesTopology) sumMbit() float64 {
 	return float64(s)
 }
 
-// counters returns per WAT the bytes the CPE received and sent.
-func (tp *sharesTopology) counters(t *testing.T) (rx, tx map[string]uint64) {
-	h, err := netlink.NewHandleAt(tp.cpeNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	rx, tx = map[string]uint64{}, map[string]uint64{}
+// ifcs maps each WAT to its CPE interface.
+func (tp *sharesTopology) ifcs() map[string]string {
+	m := map[string]string{}
 	for _, p := range tp.paths {
-		l, err := h.LinkByName(p.ifc())
-		if err != nil {
-			t.Fatal(err)
-		}
-		rx[p.wat], tx[p.wat] = l.Attrs().Statistics.RxBytes, l.Attrs().Statistics.TxBytes
+		m[p.wat] = p.ifc()
 	}
-	return rx, tx
+	return m
 }
 
-func diffRates(a, b map[string]uint64, d time.Duration) rates {
-	r := rates{}
-	for k := range b {
-		r[k] = float64(b[k]-a[k]) * 8 / d.Seconds() / 1e6
-	}
-	return r
+// counters returns per WAT the bytes the CPE received and sent.
+func (tp *sharesTopology) counters(t *testing.T) (rx, tx map[string]uint64) {
+	return linkCounters(t, tp.cpeNS, tp.ifcs())
 }
 
 // measure returns downlink and uplink Mbit/s per WAT over d.
 func (tp *sharesTopology) measure(t *testing.T, d time.Duration) (dl, ul rates) {
-	rx0, tx0 := tp.counters(t)
-	start := time.Now()
-	time.Sleep(d)
-	rx1, tx1 := tp.counters(t)
-	el := time.Since(start)
-	return diffRates(rx0, rx1, el), diffRates(tx0, tx1, el)
+	return measureLinks(t, tp.cpeNS, tp.ifcs(), d)
 }
 
 func (tp *sharesTopology) fmt(r rates) string {
