@@ -122,3 +122,23 @@ class E2Node:
     global_id: str
     kpm: KpmRanFunction | None
     connected: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveSubscription:
+    """A KPM subscription the Subscription Manager confirmed, as the indication path needs it.
+
+    Indications are accepted only when their (requestor, instance, RAN function) match one of
+    these; ``kpm_version`` says how to decode the E2SM payloads.
+    """
+
+    subscription_id: str  # the Subscription Manager's SubscriptionId
+    node: str  # E2 node inventory name (RMR meid)
+    request: RicRequestId
+    ran_function_id: int
+    kpm_version: int
+    report_style: int
+    #: Cell the subscription's action definition names (cell-level format 1), else None.
+    cell: str | None = None
+    #: measID -> name for nodes that report measurements by id.
+    measurement_ids: dict[int, str] = field(default_factory=dict)
