@@ -16,7 +16,7 @@ import (
 // validates them with (schemas/mqtt-*.schema.json). validate implements
 // the part of JSON Schema 2020-12 those files use (type, const, enum,
 // required, properties, additionalProperties false, minProperties, anyOf,
-// minimum, maximum, minLength, maxLength, pattern, local $ref); a keyword
+// minimum, exclusiveMinimum, maximum, minLength, maxLength, pattern, local $ref); a keyword
 // outside that set fails the test, so a schema growing a new keyword
 // cannot pass unchecked.
 
@@ -34,7 +34,7 @@ func loadSchema(t *testing.T, name string) map[string]any {
 }
 
 var knownKeywords = []string{"$schema", "$id", "$defs", "$ref", "title", "description", "type", "const", "enum",
-	"required", "properties", "additionalProperties", "minProperties", "anyOf", "minimum", "maximum",
+	"required", "properties", "additionalProperties", "minProperties", "anyOf", "minimum", "exclusiveMinimum", "maximum",
 	"minLength", "maxLength", "pattern"}
 
 func validate(root, s map[string]any, v any, path string) error {
@@ -81,6 +81,9 @@ func validate(root, s map[string]any, v any, path string) error {
 	if n, ok := v.(float64); ok {
 		if lo, ok := s["minimum"].(float64); ok && n < lo {
 			return fmt.Errorf("%s: %v < %v", path, n, lo)
+		}
+		if lo, ok := s["exclusiveMinimum"].(float64); ok && n <= lo {
+			return fmt.Errorf("%s: %v <= %v", path, n, lo)
 		}
 		if hi, ok := s["maximum"].(float64); ok && n > hi {
 			return fmt.Errorf("%s: %v > %v", path, n, hi)
@@ -138,6 +141,8 @@ func validate(root, s map[string]any, v any, path string) error {
 	return nil
 }
 
+func ptr[T any](v T) *T { return &v }
+
 func asSlice(v any) []any { s, _ := v.([]any); return s }
 
 func checkSchema(t *testing.T, schema string, doc []byte) {
@@ -183,16 +188,26 @@ func TestPayloadsMatchSchemas(t *testing.T) {
 		"proxy per-CPE state": {"mqtt-state.schema.json", m(State{CPEID: "cpe-0001", Online: true, Role: RoleProxy, ProxyID: "proxy-0001",
 			Direction: DL, TimeMs: 1, AppliedWeights: Weights{}, Backend: BackendDryRun, Capabilities: &Capabilities{MaxWeight: 255},
 			Event: EventStarted, LastError: "no WAT address"}.Marshal())},
+		"cpe state rate-caps": {"mqtt-state.schema.json", m(State{CPEID: "cpe-0001", Online: true, Role: RoleCPE, Direction: UL, TimeMs: 1,
+			AppliedVersion: 4, AppliedWeights: Weights{NR: 7, WiFi: 3, LiFi: 0}, AppliedCapsMbps: map[string]float64{WiFi: 8.57},
+			Backend: BackendMPTCPShares, Capabilities: ptr(CapabilitiesOf(BackendMPTCPShares, Capabilities{MaxWeight: 255, DirectionsCoupled: true})),
+			Links: map[string]string{NR: "up", WiFi: "up", LiFi: "up"}, Event: EventApplied}.Marshal())},
+		"proxy per-CPE state rate-caps": {"mqtt-state.schema.json", m(State{CPEID: "cpe-0001", Online: true, Role: RoleProxy, ProxyID: "proxy-0001",
+			Direction: DL, TimeMs: 1, AppliedVersion: 2, AppliedWeights: Weights{NR: 70, WiFi: 30}, AppliedCapsMbps: map[string]float64{NR: 14, WiFi: 6},
+			Backend: BackendMPTCPShares, Capabilities: ptr(CapabilitiesOf(BackendMPTCPShares, Capabilities{MaxWeight: 255}))}.Marshal())},
 		"cpe will":    {"mqtt-state.schema.json", Offline("cpe-0001")},
 		"proxy state": {"mqtt-proxy-state.schema.json", m(ProxyState{ProxyID: "proxy-0001", Online: true, TimeMs: 1, Backend: BackendWRRSysctl, Capabilities: Capabilities{MaxWeight: 255}, CPEs: 3, CPEsApplied: 2, Rules: Rules{Used: 6, Limit: 256, OverflowCPEs: 1}}.Marshal())},
 		"proxy will":  {"mqtt-proxy-state.schema.json", ProxyOffline("proxy-0001")},
+		"proxy state rate-caps": {"mqtt-proxy-state.schema.json", m(ProxyState{ProxyID: "proxy-0001", Online: true, TimeMs: 1, Backend: BackendMPTCPShares,
+			Capabilities: CapabilitiesOf(BackendMPTCPShares, Capabilities{MaxWeight: 255, DirectionsCoupled: true}), CPEs: 1, CPEsApplied: 1}.Marshal())},
 		"cpe telemetry": {"mqtt-telemetry.schema.json", m(Telemetry{CPEID: "cpe-0001", TimeMs: 1, IntervalMs: 1000, WATs: map[string]WATTelemetry{
 			NR: {Up: true, Subflows: 1, RTTMs: 3.5, UL: &DirTelemetry{DeliveredMbps: 1, BytesAcked: n(5), Cwnd: n(10), Saturated: &sat, DeliveryRateMbps: &rate},
 				DL: &DirTelemetry{DeliveredMbps: 2, BytesReceived: n(7)}}}}.Marshal())},
 		"proxy telemetry": {"mqtt-telemetry.schema.json", m(Telemetry{CPEID: "cpe-0001", ProxyID: "proxy-0001", TimeMs: 1, IntervalMs: 1000, WATs: map[string]WATTelemetry{
 			LiFi: {DL: &DirTelemetry{DeliveredMbps: 1, BytesAcked: n(5), Cwnd: n(10)}}}}.Marshal())},
-		"weights the agent accepts": {"mqtt-weights.schema.json", []byte(validWeights)},
-		"telemetry golden file":     {"mqtt-telemetry.schema.json", m(os.ReadFile("../telemetry/testdata/telemetry.golden.json"))},
+		"weights the agent accepts":    {"mqtt-weights.schema.json", []byte(validWeights)},
+		"weights with caps it accepts": {"mqtt-weights.schema.json", []byte(validWeightsCaps)},
+		"telemetry golden file":        {"mqtt-telemetry.schema.json", m(os.ReadFile("../telemetry/testdata/telemetry.golden.json"))},
 	} {
 		t.Run(name, func(t *testing.T) { checkSchema(t, c.schema, c.doc) })
 	}
@@ -211,6 +226,10 @@ func TestSchemaValidatorRejects(t *testing.T) {
 		"bad cpe_id":    strings.Replace(validWeights, `"cpe-0001"`, `"cpe/1"`, 1),
 		"extra key":     strings.Replace(validWeights, `"lease_s":30`, `"lease_s":30,"x":1`, 1),
 		"lease too big": strings.Replace(validWeights, `"lease_s":30`, `"lease_s":3601`, 1),
+		"caps empty":    strings.Replace(validWeightsCaps, `{"nr":14.7,"wifi":6.3,"lifi":2}`, `{}`, 1),
+		"cap zero":      strings.Replace(validWeightsCaps, `"nr":14.7`, `"nr":0`, 1),
+		"cap too big":   strings.Replace(validWeightsCaps, `"nr":14.7`, `"nr":100001`, 1),
+		"cap unknown":   strings.Replace(validWeightsCaps, `"nr":14.7`, `"5g":14.7`, 1),
 	} {
 		var v any
 		if err := json.Unmarshal([]byte(doc), &v); err != nil {

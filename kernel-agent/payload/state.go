@@ -52,6 +52,45 @@ type Capabilities struct {
 	// both (mainline MPTCP treats a subflow as backup when either end
 	// flagged it).
 	DirectionsCoupled bool `json:"directions_coupled"`
+	// Semantics is how the backend turns weights into a split (one of
+	// the Semantics* constants): the xApp sends caps_mbps only to
+	// rate-caps backends.
+	Semantics string `json:"semantics,omitempty"`
+}
+
+// Semantics a backend reports in capabilities.semantics.
+const (
+	// SemanticsWRR: the kernel's weighted round robin, weights are rounds.
+	SemanticsWRR = "wrr"
+	// SemanticsRateCaps: each WAT's egress is capped at its share.
+	SemanticsRateCaps = "rate-caps"
+	// SemanticsOnOff: a WAT is used or backup; the default scheduler
+	// splits between the used ones.
+	SemanticsOnOff = "on-off"
+)
+
+// semanticsOf is the semantics each backend applies; dry-run reports what
+// it simulates (the WRR kernel's rounds).
+func semanticsOf(backendName string) string {
+	switch backendName {
+	case BackendWRRSysctl, BackendDryRun:
+		return SemanticsWRR
+	case BackendMPTCPShares:
+		return SemanticsRateCaps
+	case BackendMPTCPUpstream:
+		return SemanticsOnOff
+	}
+	return ""
+}
+
+// knownSemantics reports whether s may appear in capabilities.semantics
+// ("" for an agent older than the key).
+func knownSemantics(s string) bool {
+	switch s {
+	case "", SemanticsWRR, SemanticsRateCaps, SemanticsOnOff:
+		return true
+	}
+	return false
 }
 
 // CapabilitiesOf returns a backend's capabilities as reported: on mainline
@@ -59,9 +98,15 @@ type Capabilities struct {
 // because the default scheduler checks both ends' backup flags (Linux
 // 6.11, "mptcp: sched: check both directions for backup"; measured in
 // integration.TestNetnsDirectionsCoupled).
+//
+// A backend that leaves Semantics empty gets its name's (wrr-sysctl wrr,
+// mptcp-shares rate-caps, mptcp-upstream on-off, dry-run wrr).
 func CapabilitiesOf(backendName string, c Capabilities) Capabilities {
 	if backendName == BackendMPTCPUpstream {
 		c.DirectionsCoupled = true
+	}
+	if c.Semantics == "" {
+		c.Semantics = semanticsOf(backendName)
 	}
 	return c
 }
@@ -73,21 +118,24 @@ func CapabilitiesOf(backendName string, c Capabilities) Capabilities {
 // The last will is the same object with only schema, cpe_id and
 // online=false, which Offline builds.
 type State struct {
-	Schema         string            `json:"schema"`
-	CPEID          string            `json:"cpe_id"`
-	Online         bool              `json:"online"`
-	Role           string            `json:"role,omitempty"`
-	ProxyID        string            `json:"proxy_id,omitempty"`
-	Direction      string            `json:"direction,omitempty"`
-	TimeMs         int64             `json:"time_ms"`
-	AppliedVersion int64             `json:"applied_version"`
-	AppliedWeights Weights           `json:"applied_weights"`
-	Addresses      map[string]string `json:"addresses,omitempty"`
-	Backend        string            `json:"backend,omitempty"`
-	Capabilities   *Capabilities     `json:"capabilities,omitempty"`
-	Links          map[string]string `json:"links"`
-	Event          string            `json:"event,omitempty"`
-	LastError      string            `json:"last_error"`
+	Schema         string  `json:"schema"`
+	CPEID          string  `json:"cpe_id"`
+	Online         bool    `json:"online"`
+	Role           string  `json:"role,omitempty"`
+	ProxyID        string  `json:"proxy_id,omitempty"`
+	Direction      string  `json:"direction,omitempty"`
+	TimeMs         int64   `json:"time_ms"`
+	AppliedVersion int64   `json:"applied_version"`
+	AppliedWeights Weights `json:"applied_weights"`
+	// AppliedCapsMbps: with semantics rate-caps, the egress cap set per
+	// WAT (a WAT absent is uncapped).
+	AppliedCapsMbps map[string]float64 `json:"applied_caps_mbps,omitempty"`
+	Addresses       map[string]string  `json:"addresses,omitempty"`
+	Backend         string             `json:"backend,omitempty"`
+	Capabilities    *Capabilities      `json:"capabilities,omitempty"`
+	Links           map[string]string  `json:"links"`
+	Event           string             `json:"event,omitempty"`
+	LastError       string             `json:"last_error"`
 }
 
 // Marshal encodes s with its schema set.
@@ -127,6 +175,7 @@ type wireState struct {
 	TimeMs         int64             `json:"time_ms"`
 	AppliedVersion int64             `json:"applied_version"`
 	AppliedWeights Weights           `json:"applied_weights"`
+	AppliedCaps    map[string]number `json:"applied_caps_mbps"`
 	Addresses      map[string]string `json:"addresses"`
 	Backend        string            `json:"backend"`
 	Capabilities   *Capabilities     `json:"capabilities"`
@@ -177,6 +226,13 @@ func ParseState(data []byte) (State, error) {
 	if c := w.Capabilities; c != nil && (c.MaxWeight < 1 || c.MaxWeight > MaxWeight) {
 		return State{}, fmt.Errorf("%w: capabilities.max_weight %d: want 1..%d", ErrInvalid, c.MaxWeight, MaxWeight)
 	}
+	if c := w.Capabilities; c != nil && !knownSemantics(c.Semantics) {
+		return State{}, fmt.Errorf("%w: capabilities.semantics %q: want wrr, rate-caps or on-off", ErrInvalid, c.Semantics)
+	}
+	appliedCaps, err := parseCaps("applied_caps_mbps", w.AppliedCaps)
+	if err != nil {
+		return State{}, err
+	}
 	for k, v := range w.AppliedWeights {
 		if !KnownWAT(k) || v < 0 || v > MaxWeight {
 			return State{}, fmt.Errorf("%w: applied_weights: %s=%d", ErrInvalid, k, v)
@@ -198,7 +254,7 @@ func ParseState(data []byte) (State, error) {
 	return State{
 		Schema: *w.Schema, CPEID: *w.CPEID, Online: *w.Online, Role: w.Role, ProxyID: w.ProxyID,
 		Direction: w.Direction, TimeMs: w.TimeMs, AppliedVersion: w.AppliedVersion,
-		AppliedWeights: w.AppliedWeights, Addresses: w.Addresses, Backend: w.Backend,
+		AppliedWeights: w.AppliedWeights, AppliedCapsMbps: appliedCaps, Addresses: w.Addresses, Backend: w.Backend,
 		Capabilities: w.Capabilities, Links: w.Links, Event: w.Event, LastError: w.LastError,
 	}, nil
 }
@@ -272,6 +328,9 @@ func ParseProxyState(data []byte) (ProxyState, error) {
 	}
 	if !ValidCPEID(p.ProxyID) {
 		return ProxyState{}, fmt.Errorf("%w: proxy_id: missing or not an identifier", ErrInvalid)
+	}
+	if !knownSemantics(p.Capabilities.Semantics) {
+		return ProxyState{}, fmt.Errorf("%w: capabilities.semantics %q: want wrr, rate-caps or on-off", ErrInvalid, p.Capabilities.Semantics)
 	}
 	if p.CPEs < 0 || p.CPEsApplied < 0 || p.Rules.Used < 0 || p.Rules.Limit < 0 || p.Rules.OverflowCPEs < 0 || p.TimeMs < 0 {
 		return ProxyState{}, fmt.Errorf("%w: negative count", ErrInvalid)

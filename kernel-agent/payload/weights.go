@@ -39,6 +39,9 @@ const (
 	MaxLeaseSeconds = 3600
 	// MaxReasonLen bounds the free-text reason (characters).
 	MaxReasonLen = 256
+	// MaxCapMbps bounds a cap in caps_mbps and applied_caps_mbps (the
+	// schemas' maximum: 100 Gbit/s).
+	MaxCapMbps = 100_000
 	// maxSafeInt is the largest integer a JSON number carries exactly in
 	// every implementation (2^53 - 1), the bound for version and times.
 	maxSafeInt = 1<<53 - 1
@@ -149,6 +152,10 @@ type DirWeights struct {
 	Mode    string
 	Reason  string
 	Weights Weights
+	// CapsMbps is the xApp's per-WAT rate cap in Mbit/s for rate-caps
+	// backends (share x forecast total x headroom); nil when the message
+	// has none. Every value is in (0, MaxCapMbps].
+	CapsMbps map[WAT]float64
 }
 
 // WeightsUpdate is a validated weights payload: one version, issue time and
@@ -185,6 +192,7 @@ type wireDir struct {
 	Mode    *string           `json:"mode"`
 	Reason  *string           `json:"reason"`
 	Weights map[string]number `json:"weights"`
+	Caps    map[string]number `json:"caps_mbps"`
 }
 
 // number is a JSON number kept as its literal text. Unlike json.Number it
@@ -306,7 +314,34 @@ func parseDir(name string, d *wireDir) (DirWeights, error) {
 	if err := weights.Validate(); err != nil {
 		return DirWeights{}, fmt.Errorf("%s: %w", name, err)
 	}
-	return DirWeights{Mode: *d.Mode, Reason: reason, Weights: weights}, nil
+	if d.Caps != nil && len(d.Caps) == 0 {
+		return DirWeights{}, fmt.Errorf("%w: %s.caps_mbps: empty (omit the key instead)", ErrInvalid, name)
+	}
+	caps, err := parseCaps(name+".caps_mbps", d.Caps)
+	if err != nil {
+		return DirWeights{}, err
+	}
+	return DirWeights{Mode: *d.Mode, Reason: reason, Weights: weights, CapsMbps: caps}, nil
+}
+
+// parseCaps checks a per-WAT cap object: known WATs, finite numbers in
+// (0, MaxCapMbps]. A nil object gives nil.
+func parseCaps(name string, in map[string]number) (map[WAT]float64, error) {
+	if in == nil {
+		return nil, nil
+	}
+	caps := make(map[WAT]float64, len(in))
+	for k, v := range in {
+		if !KnownWAT(k) {
+			return nil, fmt.Errorf("%w: %s: unknown WAT %q", ErrInvalid, name, k)
+		}
+		f, err := v.Float64()
+		if err != nil || math.IsNaN(f) || !(f > 0) || f > MaxCapMbps {
+			return nil, fmt.Errorf("%w: %s: %s=%s is not a number in (0, %d]", ErrInvalid, name, k, v.String(), MaxCapMbps)
+		}
+		caps[k] = f
+	}
+	return caps, nil
 }
 
 // ValidCPEID reports whether id can be a CPE identifier: it is also the CN

@@ -28,6 +28,61 @@ func TestParseWeightsValid(t *testing.T) {
 	}
 }
 
+// validWeightsCaps carries ul caps for a rate-caps agent, one of them for a
+// WAT at weight 0 (accepted: the backend ignores it).
+const validWeightsCaps = `{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":43,` +
+	`"issued_at_ms":1763800000123,"lease_s":30,` +
+	`"dl":{"mode":"fixed_split","weights":{"nr":7,"wifi":3}},` +
+	`"ul":{"mode":"fixed_split","weights":{"nr":7,"wifi":3,"lifi":0},"caps_mbps":{"nr":14.7,"wifi":6.3,"lifi":2}}}`
+
+func TestParseWeightsCaps(t *testing.T) {
+	got, err := ParseWeights([]byte(validWeightsCaps), "cpe-0001")
+	if err != nil {
+		t.Fatalf("ParseWeights: %v", err)
+	}
+	want := WeightsUpdate{
+		CPEID: "cpe-0001", Version: 43, IssuedAtMs: 1763800000123, LeaseS: 30,
+		DL: DirWeights{Mode: "fixed_split", Weights: Weights{NR: 7, WiFi: 3}},
+		UL: DirWeights{Mode: "fixed_split", Weights: Weights{NR: 7, WiFi: 3, LiFi: 0},
+			CapsMbps: map[WAT]float64{NR: 14.7, WiFi: 6.3, LiFi: 2}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("ParseWeights (-want +got):\n%s", diff)
+	}
+	caps := `"caps_mbps":{"nr":14.7,"wifi":6.3,"lifi":2}`
+	for _, tt := range []struct{ name, caps string }{
+		{"empty", `"caps_mbps":{}`},
+		{"null", `"caps_mbps":null`},
+		{"zero", `"caps_mbps":{"nr":0}`},
+		{"negative", `"caps_mbps":{"nr":-1}`},
+		{"above the bound", `"caps_mbps":{"nr":100000.5}`},
+		{"huge exponent", `"caps_mbps":{"nr":1e400}`},
+		{"string", `"caps_mbps":{"nr":"10"}`},
+		{"unknown WAT", `"caps_mbps":{"5g":10}`},
+		{"nested", `"caps_mbps":{"nr":{"x":1}}`},
+		{"array", `"caps_mbps":[10]`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			data := strings.Replace(validWeightsCaps, caps, tt.caps, 1)
+			_, err := ParseWeights([]byte(data), "cpe-0001")
+			// "null" decodes to a nil map: the same as no key, accepted.
+			if tt.name == "null" {
+				if err != nil {
+					t.Fatalf("ParseWeights(%s) = %v, want nil (null is no caps)", data, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("ParseWeights(%s) = %v, want an error wrapping ErrInvalid", data, err)
+			}
+		})
+	}
+	// The bound itself is a cap.
+	if _, err := ParseWeights([]byte(strings.Replace(validWeightsCaps, caps, `"caps_mbps":{"nr":100000}`, 1)), "cpe-0001"); err != nil {
+		t.Fatalf("cap at the bound: %v", err)
+	}
+}
+
 // mutate replaces old with new in the valid payload, failing if old is absent
 // so that a stale table row cannot silently test the valid payload.
 func mutate(t *testing.T, old, new string) string {
@@ -136,9 +191,10 @@ func TestParseWeightsV1(t *testing.T) {
 
 func TestStateRoundTrip(t *testing.T) {
 	s := State{CPEID: "cpe-0001", Online: true, Role: RoleCPE, Direction: UL, TimeMs: 5, AppliedVersion: 3,
-		AppliedWeights: Weights{NR: 1}, Addresses: map[string]string{NR: "10.0.0.2", WiFi: "fd00::2"},
-		Backend: BackendDryRun, Capabilities: &Capabilities{MaxWeight: 255}, Links: map[string]string{NR: "up"},
-		Event: EventApplied}
+		AppliedWeights: Weights{NR: 1, WiFi: 2}, AppliedCapsMbps: map[string]float64{WiFi: 12.5},
+		Addresses: map[string]string{NR: "10.0.0.2", WiFi: "fd00::2"}, Backend: BackendMPTCPShares,
+		Capabilities: &Capabilities{MaxWeight: 255, DirectionsCoupled: true, Semantics: SemanticsRateCaps},
+		Links:        map[string]string{NR: "up"}, Event: EventApplied}
 	b, err := s.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -180,5 +236,37 @@ func BenchmarkParseWeights(b *testing.B) {
 		if _, err := ParseWeights(data, "cpe-0001"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestParseStateRejectsCapsAndSemantics(t *testing.T) {
+	for name, doc := range map[string]string{
+		"semantics unknown":   `{"schema":"mcw.state.v2","cpe_id":"c","online":true,"capabilities":{"max_weight":1,"on_off_only":true,"directions_coupled":true,"semantics":"magic"}}`,
+		"applied cap zero":    `{"schema":"mcw.state.v2","cpe_id":"c","online":true,"applied_caps_mbps":{"nr":0}}`,
+		"applied cap huge":    `{"schema":"mcw.state.v2","cpe_id":"c","online":true,"applied_caps_mbps":{"nr":100001}}`,
+		"applied cap unknown": `{"schema":"mcw.state.v2","cpe_id":"c","online":true,"applied_caps_mbps":{"5g":1}}`,
+	} {
+		if _, err := ParseState([]byte(doc)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: ParseState = %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := ParseProxyState([]byte(`{"schema":"mcw.proxy-state.v1","proxy_id":"p","online":true,"capabilities":{"max_weight":1,"on_off_only":false,"directions_coupled":false,"semantics":"x"}}`)); !errors.Is(err, ErrInvalid) {
+		t.Errorf("proxy state with unknown semantics: %v", err)
+	}
+}
+
+func TestCapabilitiesOfSemantics(t *testing.T) {
+	for _, tt := range []struct{ backend, want string }{
+		{BackendWRRSysctl, SemanticsWRR},
+		{BackendMPTCPShares, SemanticsRateCaps},
+		{BackendMPTCPUpstream, SemanticsOnOff},
+		{BackendDryRun, SemanticsWRR},
+	} {
+		if got := CapabilitiesOf(tt.backend, Capabilities{MaxWeight: 1}).Semantics; got != tt.want {
+			t.Errorf("CapabilitiesOf(%s).Semantics = %q, want %q", tt.backend, got, tt.want)
+		}
+	}
+	if got := CapabilitiesOf(BackendDryRun, Capabilities{MaxWeight: 1, Semantics: SemanticsRateCaps}).Semantics; got != SemanticsRateCaps {
+		t.Errorf("a backend's own semantics must win: got %q", got)
 	}
 }
