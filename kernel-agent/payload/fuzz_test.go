@@ -16,6 +16,8 @@ func FuzzParseWeights(f *testing.F) {
 	f.Add([]byte(`{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":1,"issued_at_ms":0,"lease_s":1,"dl":{"mode":"active_standby","weights":{"nr":0,"wifi":1}},"ul":{"mode":"active_standby","reason":"","weights":{"nr":0,"wifi":1}}}`))
 	f.Add([]byte(`{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":1,"issued_at_ms":0,"lease_s":0.5,"dl":{"mode":"fixed_split","weights":{"nr":255}},"ul":{"mode":"fixed_split","reason":"","weights":{"nr":255}}}`))
 	f.Add([]byte(`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":1,"issued_at_ms":0,"lease_s":1,"mode":"active_standby","reason":"","weights":{"nr":0,"wifi":1}}`))
+	f.Add([]byte(validWeightsCaps))
+	f.Add([]byte(`{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":1,"issued_at_ms":0,"lease_s":1,"dl":{"mode":"fixed_split","weights":{"nr":1},"caps_mbps":{"nr":1e-300}},"ul":{"mode":"fixed_split","weights":{"nr":1},"caps_mbps":{"lte":100000}}}`))
 	f.Add([]byte(`{"weights":{"nr":1e2}}`))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
@@ -34,13 +36,25 @@ func FuzzParseWeights(f *testing.F) {
 			if !KnownMode(d.Mode) || len([]rune(d.Reason)) > MaxReasonLen {
 				t.Fatalf("accepted out-of-contract direction %+v", d)
 			}
+			if d.CapsMbps != nil && len(d.CapsMbps) == 0 {
+				t.Fatalf("accepted an empty caps_mbps")
+			}
+			for k, v := range d.CapsMbps {
+				if !KnownWAT(k) || !(v > 0) || v > MaxCapMbps {
+					t.Fatalf("accepted cap %s=%v", k, v)
+				}
+			}
 		}
 		if u.Version < 1 || u.LeaseS < MinLeaseSeconds || u.LeaseS > MaxLeaseSeconds || u.CPEID != "cpe-0001" {
 			t.Fatalf("accepted out-of-contract payload %+v", u)
 		}
 		// What was accepted must re-encode into something accepted again.
 		dir := func(d DirWeights) map[string]any {
-			return map[string]any{"mode": d.Mode, "reason": d.Reason, "weights": d.Weights}
+			m := map[string]any{"mode": d.Mode, "reason": d.Reason, "weights": d.Weights}
+			if d.CapsMbps != nil {
+				m["caps_mbps"] = d.CapsMbps
+			}
+			return m
 		}
 		again, err := json.Marshal(map[string]any{
 			"schema": WeightsSchema, "cpe_id": u.CPEID, "version": u.Version,
