@@ -32,6 +32,68 @@ import (
 	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
+// SharesReport is what TestNetnsShares measured, written as JSON to the
+// file named by the environment variable MCW_SHARES_REPORT when it is set
+// (bench/bench_shares.py compares the twin's prediction with it). Rates
+// are Mbit/s, shares fractions of the direction's bytes in the window
+// (0..1), times seconds. The shape is versioned by Schema.
+type SharesReport struct {
+	Schema string `json:"schema"` // sharesReportSchema
+	// Kernel is uname -r; LoadAvg /proc/loadavg's three averages when the
+	// test ended (other work on the machine); WindowS the measuring window.
+	Kernel     string           `json:"kernel"`
+	LoadAvg    [3]float64       `json:"loadavg"`
+	WindowS    float64          `json:"window_s"`
+	Topologies []ReportTopology `json:"topologies"`
+}
+
+const sharesReportSchema = "mcw.netns-shares-report.v1"
+
+// ReportTopology is one topology of the test: its paths (each WAT's link
+// rate, the same in both directions, and its buffer at the router) and
+// the scenarios measured on it, in the order they ran.
+type ReportTopology struct {
+	Name      string           `json:"name"`
+	Paths     []ReportPath     `json:"paths"`
+	Scenarios []ReportScenario `json:"scenarios"`
+}
+
+// ReportPath is one WAT's emulated link.
+type ReportPath struct {
+	WAT      string  `json:"wat"`
+	Mbps     float64 `json:"mbps"`
+	BufferMs int     `json:"buffer_ms"`
+}
+
+// ReportScenario is one measured phase.
+type ReportScenario struct {
+	// Name: baseline (default scheduler, no agent), load_balancing,
+	// wat_off, fixed_split, caps_from_message, proxy_fixed_split.
+	Name string `json:"name"`
+	// Direction: ul (the CPE agent's caps on the CPE's egress) or dl (the
+	// proxy agent's caps on the proxy's egress).
+	Direction string `json:"direction"`
+	// Backend: "default" for the baseline (no agent steers), else the
+	// agent's backend (mptcp-shares).
+	Backend string `json:"backend"`
+	Mode    string `json:"mode,omitempty"`
+	// Weights are the direction's weights sent; CapsMbpsSent the message's
+	// caps_mbps (absent: the agent derived caps from its link rates).
+	Weights      map[string]int     `json:"weights,omitempty"`
+	CapsMbpsSent map[string]float64 `json:"caps_mbps_sent,omitempty"`
+	// AppliedCapsMbps is the agent's state's applied_caps_mbps (a WAT
+	// absent is uncapped); empty for the baseline.
+	AppliedCapsMbps map[string]float64 `json:"applied_caps_mbps"`
+	PathMbps        map[string]float64 `json:"path_mbps"`
+	ByteShares      map[string]float64 `json:"byte_shares"`
+	AggregateMbps   float64            `json:"aggregate_mbps"`
+	// SettleS is how long after the weights message the split (100 ms
+	// windows) first met SettleCriterion; null when the scenario has no
+	// criterion or it was not met within 3 s.
+	SettleS         *float64 `json:"settle_s"`
+	SettleCriterion string   `json:"settle_criterion,omitempty"`
+}
+
 // sharesPath is one WAT of a shares topology: its link rate in both
 // directions and its buffer at the router in ms at that rate. A deep
 // buffer makes the slow path: its RTT grows to hundreds of ms under load
