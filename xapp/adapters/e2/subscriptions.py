@@ -1,0 +1,802 @@
+"""E2SM-KPM subscriptions through the O-RAN SC Subscription Manager's REST API.
+
+The JSON contract, as found (not as ricxappframe serialises it)
+---------------------------------------------------------------
+Sources read: o-ran-sc/ric-plt-xapp-frame ``api/xapp_rest_api.yaml`` (swagger 2.0, basePath
+``/ric/v1``) and ``pkg/clientmodel/*.go`` / ``pkg/models/*.go`` (the ``json:"..."`` tags the
+Subscription Manager's go-swagger server decodes with); o-ran-sc/ric-plt-submgr
+``pkg/control/control.go`` (``RESTSubscriptionHandler``, ``sendE2TSubscriptionRequest``),
+``pkg/control/e2ap.go`` (``FillSubscriptionReqMsgs``), ``pkg/control/restendpoint.go``
+(``ConstructEndpointAddresses``); xapp-frame ``pkg/xapp/subscription.go`` (``Notify``).
+
+* ``POST /ric/v1/subscriptions`` with PascalCase keys::
+
+    {"ClientEndpoint": {"Host": "service-ricxapp-mcw-xapp-http.ricxapp",
+                        "HTTPPort": 8080, "RMRPort": 4560},
+     "Meid": "gnb_208_092_0000000a", "RANFunctionID": 2,
+     "E2SubscriptionDirectives": {"E2TimeoutTimerValue": 2, "E2RetryCount": 2,
+                                  "RMRRoutingNeeded": true},
+     "SubscriptionDetails": [{"XappEventInstanceId": 1,
+                              "EventTriggers": [bytes as integers 0..255],
+                              "ActionToBeSetupList": [{"ActionID": 1, "ActionType": "report",
+                                  "ActionDefinition": [integers],
+                                  "SubsequentAction": {"SubsequentActionType": "continue",
+                                                       "TimeToWait": "zero"}}]}]}
+
+  answered ``201 {"SubscriptionId": "<id>", ...}``; ``503`` when the node's E2 link is down.
+  ``HTTPPort`` and ``RMRPort`` are both sent: submgr dereferences both pointers.  submgr
+  derives the RMR endpoint from Host by replacing "http" with "rmr" (the chart's service
+  names follow that pattern).
+* ricxappframe 3.2.2's ``xapp_subscribe.NewSubscriber.Subscribe`` sends
+  ``subs_params.to_dict()`` (``ricxappframe/xapp_subscribe.py`` line 101), whose keys are the
+  generated models' Python attribute names (``client_endpoint``, ``ran_function_id``,
+  ``xapp_event_instance_id``, ``action_to_be_setup_list``...), not their ``attribute_map``
+  (``subsclient/models/subscription_params.py``): submgr's required ``ClientEndpoint``,
+  ``Meid``, ``RANFunctionID`` and ``SubscriptionDetails`` are then missing (Go's
+  case-insensitive match does not bridge the underscores).  Hence plain JSON here.
+* ``DELETE /ric/v1/subscriptions/{SubscriptionId}`` answered 204.
+* The callback: submgr POSTs ``http://Host:HTTPPort/ric/v1/subscriptions/response`` once per
+  SubscriptionDetail with ``{"SubscriptionId": ..., "SubscriptionInstances":
+  [{"XappEventInstanceId": n, "E2EventInstanceId": m, "ErrorCause": "...", "ErrorSource":
+  "SUBMGR|RTMGR|DBAAS|ASN1|E2Node", "TimeoutType": "E2-Timeout|..."}]}`` and retries (10
+  times, 5 s apart) until it gets 200.  ``E2EventInstanceId`` is the RIC Request ID's
+  instance the E2 node sees; a non-empty ErrorCause is a failure.
+* The RIC Request ID's requestor towards the node is submgr's constant ``ricRequestorId =
+  123`` (control.go, ``sendE2TSubscriptionRequest``); nodes echo it in their indications
+  (the O-RAN SC KPM simulator answers 1 instead, hence ``match_requestor``).
+
+What this module keeps
+----------------------
+:class:`SubscriptionBook` holds the confirmed subscriptions the indication path checks every
+RIC Indication against.  :class:`E2Subscriber` is one supervised worker's step: it reads the
+nodes (:mod:`xapp.adapters.e2.nodes`), subscribes the connected ones with a KPM function,
+retries failures with back-off, drops and resubscribes a node that went away and came back,
+deletes at start what a previous run left (subscription ids persisted in SDL), and deletes
+everything it made at stop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from xapp.adapters import bounded_json
+from xapp.adapters.e2.nodes import NodeSource, node_view
+from xapp.adapters.e2.records import ActiveSubscription, E2Node, KpmRanFunction, RicRequestId
+
+log = logging.getLogger(__name__)
+
+SUBSCRIPTIONS_PATH = "/ric/v1/subscriptions"
+#: Where submgr posts its answers (xapp-frame ``Subscriber.clientUrl``).
+CALLBACK_PATH = "/ric/v1/subscriptions/response"
+#: submgr's ``ricRequestorId`` (ric-plt-submgr pkg/control/control.go).
+SUBMGR_REQUESTOR_ID = 123
+#: submgr answers with a few hundred bytes; more is refused.
+MAX_RESPONSE_BYTES = 64 * 1024
+CALLBACK_LIMITS = bounded_json.JsonLimits(max_bytes=64 * 1024, max_depth=8)
+#: Sizes the swagger allows (XappEventInstanceId, E2EventInstanceId 0..65535; RANFunctionID
+#: 0..4095).
+MAX_INSTANCE_ID = 65535
+MAX_RAN_FUNCTION_ID = 4095
+#: SDL key (in the xApp's namespace) of the subscription ids this process made.
+SDL_KEY = "e2/subscriptions"
+#: Callbacks that arrive before the POST that asked for them returned (submgr answers from a
+#: goroutine), kept this long at most, this many at most.
+EARLY_CALLBACK_S = 60.0
+MAX_EARLY_CALLBACKS = 64
+
+
+class SubmgrError(Exception):
+    """The Subscription Manager refused or did not answer; ``status`` is the HTTP status."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class E2SubscribeSettings:
+    """What the subscriber asks for; built from ``controls.e2``."""
+
+    submgr_url: str
+    client_host: str
+    http_port: int = 8080
+    rmr_port: int = 4560
+    requestor_id: int = SUBMGR_REQUESTOR_ID
+    match_requestor: bool = True
+    measurements: tuple[str, ...] = ("DRB.UEThpDl", "DRB.UEThpUl", "RRU.PrbUsedDl",
+                                     "RRU.PrbAvailDl", "RRU.PrbUsedUl", "RRU.PrbAvailUl")
+    #: REPORT styles asked for where the node offers them: 1 (cell/node level, format 1)
+    #: and 4 (UEs matching a condition, reported per UE in format 3).
+    report_styles: tuple[int, ...] = (1, 4)
+    report_period_ms: int = 1000
+    granularity_ms: int = 1000
+    #: Wait for submgr's callback this long before the attempt counts as failed.
+    response_timeout_s: float = 30.0
+    retry_min_s: float = 2.0
+    retry_max_s: float = 120.0
+    http_timeout_s: float = 5.0
+
+
+# --- the Subscription Manager's REST API ------------------------------------------------------
+
+
+class SubmgrApi(Protocol):
+    def subscribe(self, params: Mapping[str, Any]) -> str: ...
+
+    def unsubscribe(self, subscription_id: str) -> None: ...
+
+
+class SubmgrClient:
+    """``POST``/``DELETE`` on ``<base>/ric/v1/subscriptions`` with bounded bodies and timeouts."""
+
+    def __init__(self, base_url: str, timeout_s: float = 5.0) -> None:
+        base = base_url.rstrip("/")
+        if base.endswith("/ric/v1"):
+            base = base[: -len("/ric/v1")]
+        parts = urllib.parse.urlsplit(base)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"submgr URL must be http(s)://host[:port], got {base_url!r}")
+        self.base = base
+        self.timeout_s = timeout_s
+
+    def subscribe(self, params: Mapping[str, Any]) -> str:
+        status, body = self._request("POST", SUBSCRIPTIONS_PATH,
+                                     json.dumps(params, separators=(",", ":")).encode())
+        if status not in (200, 201):
+            raise SubmgrError(f"submgr refused the subscription: HTTP {status} "
+                              f"{body[:200]!r}", status)
+        try:
+            doc = bounded_json.loads(body, CALLBACK_LIMITS)
+        except bounded_json.BoundedJsonError as exc:
+            raise SubmgrError(f"submgr's answer is not usable JSON: {exc}", status) from exc
+        sid = doc.get("SubscriptionId") if isinstance(doc, dict) else None
+        if not isinstance(sid, str) or not sid or len(sid) > 256:
+            raise SubmgrError(f"submgr's answer has no SubscriptionId: {body[:200]!r}", status)
+        return sid
+
+    def unsubscribe(self, subscription_id: str) -> None:
+        path = f"{SUBSCRIPTIONS_PATH}/{urllib.parse.quote(subscription_id, safe='')}"
+        status, body = self._request("DELETE", path, None)
+        # 204 done; 404/400: submgr no longer knows it (what deleting wanted).
+        if status not in (200, 204, 400, 404):
+            raise SubmgrError(f"submgr refused to delete {subscription_id}: HTTP {status} "
+                              f"{body[:200]!r}", status)
+
+    def _request(self, method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json",
+                                              "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                return int(resp.status), _read_bounded(resp)
+        except urllib.error.HTTPError as exc:
+            try:
+                return int(exc.code), _read_bounded(exc)
+            finally:
+                exc.close()
+        except (OSError, ValueError) as exc:  # refused, timeout, DNS, bad URL
+            raise SubmgrError(f"submgr {method} {path} failed: {exc}") from exc
+
+
+def _read_bounded(resp: Any) -> bytes:
+    body = bytes(resp.read(MAX_RESPONSE_BYTES + 1))
+    if len(body) > MAX_RESPONSE_BYTES:
+        raise SubmgrError(f"submgr answered more than {MAX_RESPONSE_BYTES} bytes")
+    return body
+
+
+def subscription_params(settings: E2SubscribeSettings, node: E2Node,
+                        details: Sequence[Detail]) -> dict[str, Any]:
+    """The ``SubscriptionParams`` document submgr decodes (see the module docstring)."""
+    assert node.kpm is not None
+    return {
+        "ClientEndpoint": {"Host": settings.client_host, "HTTPPort": settings.http_port,
+                           "RMRPort": settings.rmr_port},
+        "Meid": node.inventory_name,
+        "RANFunctionID": node.kpm.ran_function_id,
+        "SubscriptionDetails": [{
+            "XappEventInstanceId": d.xapp_event_instance_id,
+            "EventTriggers": list(d.event_trigger),
+            "ActionToBeSetupList": [{
+                "ActionID": 1, "ActionType": "report",
+                "ActionDefinition": list(d.action_definition),
+                "SubsequentAction": {"SubsequentActionType": "continue",
+                                     "TimeToWait": "zero"}}],
+        } for d in details],
+    }
+
+
+# --- the book the indication path reads ---------------------------------------------------------
+
+
+class SubscriptionBook:
+    """Confirmed subscriptions by (RIC instance, RAN function); safe for concurrent use.
+
+    ``lookup`` runs for every RIC Indication (RMR's thread): one dictionary access under a
+    lock.  It also counts, per subscription, the indications that matched, and the ones that
+    matched none (``misses``).
+    """
+
+    def __init__(self, requestor_id: int = SUBMGR_REQUESTOR_ID, *,
+                 match_requestor: bool = True) -> None:
+        self.requestor_id = requestor_id
+        self.match_requestor = match_requestor
+        self._subs: dict[tuple[int, int], ActiveSubscription] = {}
+        self._hits: dict[tuple[int, int], int] = {}
+        self.misses = 0
+        self._lock = threading.Lock()
+
+    def lookup(self, request: RicRequestId, ran_function_id: int) -> ActiveSubscription | None:
+        key = (request.instance, ran_function_id)
+        with self._lock:
+            sub = self._subs.get(key)
+            if sub is None or (self.match_requestor and request.requestor != self.requestor_id):
+                self.misses += 1
+                return None
+            self._hits[key] = self._hits.get(key, 0) + 1
+            return sub
+
+    def add(self, sub: ActiveSubscription) -> None:
+        key = (sub.request.instance, sub.ran_function_id)
+        with self._lock:
+            self._subs[key] = sub
+            self._hits.setdefault(key, 0)
+
+    def remove_subscription(self, subscription_id: str) -> int:
+        """Forget every instance of a submgr subscription; how many there were."""
+        with self._lock:
+            keys = [k for k, s in self._subs.items() if s.subscription_id == subscription_id]
+            for k in keys:
+                del self._subs[k]
+                self._hits.pop(k, None)
+        return len(keys)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._subs.clear()
+            self._hits.clear()
+
+    def indications(self, instance: int, ran_function_id: int) -> int:
+        with self._lock:
+            return self._hits.get((instance, ran_function_id), 0)
+
+    def active(self) -> list[ActiveSubscription]:
+        with self._lock:
+            return list(self._subs.values())
+
+
+# --- persistence of the ids this process made ---------------------------------------------------
+
+
+class IdStore(Protocol):
+    """Where the ids of the subscriptions this process made survive a restart."""
+
+    def load(self) -> set[str]: ...
+
+    def save(self, ids: set[str]) -> None: ...
+
+
+class MemoryIdStore:
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+
+    def load(self) -> set[str]:
+        return set(self.ids)
+
+    def save(self, ids: set[str]) -> None:
+        self.ids = set(ids)
+
+
+class SdlBackendLike(Protocol):
+    def get(self, ns: str, keys: Any) -> dict[str, bytes]: ...
+
+    def set(self, ns: str, data_map: dict[str, bytes]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SdlIdStore:
+    """The ids as one JSON key (``e2/subscriptions``) in the xApp's SDL namespace, written
+    through: they change a few times per node and must be stored before the process can die
+    with them live at submgr.  The state store (:mod:`xapp.adapters.sdl`) ignores this key."""
+
+    MAX_IDS = 4096
+
+    def __init__(self, namespace: str, backend_factory: Callable[[], SdlBackendLike]) -> None:
+        self.namespace = namespace
+        self._factory = backend_factory
+        self._backend: SdlBackendLike | None = None
+        self._lock = threading.Lock()
+
+    def _client(self) -> SdlBackendLike:
+        if self._backend is None:
+            self._backend = self._factory()
+        return self._backend
+
+    def _reset(self) -> None:
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            try:
+                backend.close()
+            except Exception:
+                log.debug("closing the SDL client failed", exc_info=True)
+
+    def load(self) -> set[str]:
+        with self._lock:
+            try:
+                raw = self._client().get(self.namespace, {SDL_KEY}).get(SDL_KEY)
+            except Exception:
+                self._reset()
+                raise
+        if raw is None:
+            return set()
+        try:
+            doc = bounded_json.loads(raw)
+            ids = doc.get("ids") if isinstance(doc, dict) else None
+            if not isinstance(ids, list):
+                raise ValueError("no 'ids' list")
+            return {i for i in ids[: self.MAX_IDS] if isinstance(i, str) and 0 < len(i) <= 256}
+        except ValueError as exc:
+            log.error("SDL key %s/%s is unreadable and is ignored: %s", self.namespace, SDL_KEY,
+                      exc)
+            return set()
+
+    def save(self, ids: set[str]) -> None:
+        data = {SDL_KEY: json.dumps({"ids": sorted(ids)[: self.MAX_IDS]}).encode()}
+        with self._lock:
+            try:
+                self._client().set(self.namespace, data)
+            except Exception:
+                self._reset()
+                raise
+
+
+# --- the subscriber -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Detail:
+    """One SubscriptionDetail: one REPORT style of one node, one E2 subscription."""
+
+    xapp_event_instance_id: int
+    style: int
+    measurements: tuple[str, ...]
+    event_trigger: bytes
+    action_definition: bytes
+
+
+@dataclass
+class _Instance:
+    detail: Detail
+    e2_instance_id: int | None = None
+    error: str = ""
+
+
+@dataclass
+class _NodeSub:
+    node: E2Node
+    state: str = "new"  # new | pending | active | partial | failed | unusable | disconnected
+    subscription_id: str | None = None
+    instances: dict[int, _Instance] = field(default_factory=dict)
+    last_error: str = ""
+    attempts: int = 0
+    next_at: float = 0.0
+    requested_at: float = 0.0
+    backoff_s: float = 0.0
+
+
+class Encoder(Protocol):
+    """The codec's two encoders (:mod:`xapp.adapters.e2.codec`)."""
+
+    def event_trigger(self, period_ms: int, kpm_version: int) -> bytes: ...
+
+    def action_definition(self, measurements: Sequence[str], granularity_ms: int,
+                          kpm_version: int, style: int) -> bytes: ...
+
+
+class CodecEncoder:
+    """:class:`Encoder` over :mod:`xapp.adapters.e2.codec` (imported when first used)."""
+
+    def event_trigger(self, period_ms: int, kpm_version: int) -> bytes:
+        from xapp.adapters.e2 import codec
+
+        return codec.encode_event_trigger(period_ms, kpm_version)
+
+    def action_definition(self, measurements: Sequence[str], granularity_ms: int,
+                          kpm_version: int, style: int) -> bytes:
+        from xapp.adapters.e2 import codec
+
+        return codec.encode_action_definition(measurements, granularity_ms, kpm_version,
+                                              style=style)
+
+
+class E2Subscriber:
+    """Keeps one KPM subscription per connected E2 node; :meth:`step` is a worker's step.
+
+    Thread use: :meth:`step` and :meth:`stop` run on the worker's (or the stopping) thread,
+    :meth:`on_response` on the HTTP server's threads, :meth:`view` on any; one lock guards the
+    per-node state, and no HTTP request is made while holding it.
+    """
+
+    def __init__(self, settings: E2SubscribeSettings, nodes: NodeSource, book: SubscriptionBook,
+                 *, api: SubmgrApi | None = None, ids: IdStore | None = None,
+                 encoder: Encoder | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.book = book
+        self._nodes = nodes
+        self._api: SubmgrApi = api if api is not None else SubmgrClient(
+            settings.submgr_url, settings.http_timeout_s)
+        self._ids: IdStore = ids if ids is not None else MemoryIdStore()
+        self._encoder: Encoder = encoder if encoder is not None else CodecEncoder()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._subs: dict[str, _NodeSub] = {}
+        self._early: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._next_xapp_id = 0
+        self._stale: set[str] | None = None  # None: not loaded from the id store yet
+        self.counters: dict[str, int] = {}
+        self.nodes_seen: list[E2Node] = []
+
+    # --- counters -----------------------------------------------------------------------------
+
+    def _count(self, event: str, n: int = 1) -> None:
+        self.counters[event] = self.counters.get(event, 0) + n
+
+    # --- the worker's step ----------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Delete stale subscriptions, read the nodes, (re)subscribe what needs it."""
+        self._delete_stale()
+        nodes = self._nodes.nodes()
+        now = self._clock()
+        current = {n.inventory_name: n for n in nodes}
+        to_delete: list[str] = []
+        to_subscribe: list[_NodeSub] = []
+        with self._lock:
+            self.nodes_seen = nodes
+            for name, sub in list(self._subs.items()):
+                node = current.get(name)
+                if node is None or not node.connected or node.kpm != sub.node.kpm:
+                    why = ("gone from the RIC" if node is None else "disconnected"
+                           if not node.connected else "changed its KPM function")
+                    if sub.subscription_id is not None:
+                        log.info("E2 node %s %s; subscription %s dropped", name, why,
+                                 sub.subscription_id)
+                        to_delete.append(self._forget(sub))
+                    if node is None:
+                        del self._subs[name]
+                        continue
+                    sub.node, sub.state, sub.last_error = node, "disconnected", why
+                    sub.next_at, sub.backoff_s = now, 0.0
+            for node in nodes:
+                found = self._subs.get(node.inventory_name)
+                if found is None:
+                    found = self._subs[node.inventory_name] = _NodeSub(node, next_at=now)
+                sub = found
+                sub.node = node
+                if not node.connected:
+                    sub.state = "disconnected"
+                    continue
+                if node.kpm is None:
+                    sub.state, sub.last_error = "unusable", "no supported KPM RAN function"
+                    continue
+                if sub.state == "pending" and now - sub.requested_at > \
+                        self.settings.response_timeout_s:
+                    self._count("response_timeouts")
+                    self._fail(sub, f"no answer from submgr within "
+                                    f"{self.settings.response_timeout_s:.0f} s", now)
+                    to_delete.append(self._forget(sub))
+                if sub.state in ("new", "failed", "disconnected") and now >= sub.next_at:
+                    to_subscribe.append(sub)
+            self._expire_early(now)
+        for sid in to_delete:
+            self._delete(sid)
+        for sub in to_subscribe:
+            self._subscribe(sub)
+
+    def _forget(self, sub: _NodeSub) -> str:
+        """Drop ``sub``'s subscription from the book; its id (to delete at submgr)."""
+        sid = sub.subscription_id
+        assert sid is not None
+        self.book.remove_subscription(sid)
+        sub.subscription_id = None
+        sub.instances = {}
+        return sid
+
+    def _fail(self, sub: _NodeSub, error: str, now: float) -> None:
+        s = self.settings
+        sub.state, sub.last_error = "failed", error
+        sub.backoff_s = min(s.retry_max_s, max(s.retry_min_s, sub.backoff_s * 2))
+        sub.next_at = now + sub.backoff_s
+        log.warning("E2 subscription of node %s failed (%s); retry in %.0f s",
+                    sub.node.inventory_name, error, sub.backoff_s)
+
+    def _details(self, kpm: KpmRanFunction) -> list[Detail]:
+        s = self.settings
+        details: list[Detail] = []
+        for style in s.report_styles:
+            if kpm.report_styles and style not in kpm.report_styles:
+                continue
+            offered = kpm.measurements.get(style)
+            measurements = tuple(m for m in s.measurements if not offered or m in offered)
+            if not measurements:
+                log.info("node offers none of the configured measurements in style %d", style)
+                continue
+            trigger = self._encoder.event_trigger(s.report_period_ms, kpm.kpm_version)
+            action = self._encoder.action_definition(measurements, s.granularity_ms,
+                                                     kpm.kpm_version, style)
+            self._next_xapp_id = self._next_xapp_id % MAX_INSTANCE_ID + 1
+            details.append(Detail(self._next_xapp_id, style, measurements, trigger, action))
+        return details
+
+    def _subscribe(self, sub: _NodeSub) -> None:
+        node = sub.node
+        assert node.kpm is not None
+        now = self._clock()
+        try:
+            details = self._details(node.kpm)
+        except ValueError as exc:  # the codec cannot encode for this node's KPM version
+            with self._lock:
+                sub.state, sub.last_error = "unusable", f"cannot encode: {exc}"
+            self._count("encode_errors")
+            log.error("E2 node %s: %s", node.inventory_name, sub.last_error)
+            return
+        if not details:
+            with self._lock:
+                sub.state = "unusable"
+                sub.last_error = ("the node offers none of the report styles "
+                                  f"{list(self.settings.report_styles)} with the configured "
+                                  "measurements")
+            return
+        params = subscription_params(self.settings, node, details)
+        with self._lock:
+            sub.attempts += 1
+        self._count("requests")
+        try:
+            sid = self._api.subscribe(params)
+        except SubmgrError as exc:
+            self._count("request_errors")
+            with self._lock:
+                self._fail(sub, str(exc), now)
+            return
+        with self._lock:
+            sub.subscription_id = sid
+            sub.instances = {d.xapp_event_instance_id: _Instance(d) for d in details}
+            sub.state, sub.requested_at, sub.last_error = "pending", now, ""
+            early = self._early.pop(sid, None)
+        self._remember(sid)
+        log.info("E2 node %s: KPM v%d subscription %s requested (styles %s)",
+                 node.inventory_name, node.kpm.kpm_version, sid,
+                 [d.style for d in details])
+        for instance in ([] if early is None else early[1]):
+            self._apply(sid, instance)
+
+    # --- submgr's callback ----------------------------------------------------------------------
+
+    def on_response(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """``POST /ric/v1/subscriptions/response``: (HTTP status, JSON answer).  Never raises.
+
+        200 for every well-formed notification (also one for a subscription this process does
+        not know: submgr would retry it ten times for nothing); 400 for a malformed one."""
+        try:
+            doc = bounded_json.loads(body, CALLBACK_LIMITS)
+            sid, instances = _parse_callback(doc)
+        except ValueError as exc:
+            self._count("callbacks_refused")
+            log.warning("subscription callback refused: %s", exc)
+            return 400, {"error": str(exc)}
+        except Exception as exc:  # outside bytes: nothing gets out of here
+            self._count("callbacks_refused")
+            log.exception("subscription callback failed")
+            return 400, {"error": f"{type(exc).__name__}"}
+        self._count("callbacks")
+        with self._lock:
+            known = any(s.subscription_id == sid for s in self._subs.values())
+            if not known:
+                # The POST that made it may not have returned yet (submgr answers from a
+                # goroutine): keep it for a while.
+                if len(self._early) < MAX_EARLY_CALLBACKS:
+                    entry = self._early.setdefault(sid, (self._clock(), []))
+                    entry[1].extend(instances)
+                self._count("callbacks_unknown")
+                return 200, {}
+        for instance in instances:
+            self._apply(sid, instance)
+        return 200, {}
+
+    def _apply(self, sid: str, instance: dict[str, Any]) -> None:
+        now = self._clock()
+        to_delete: str | None = None
+        with self._lock:
+            sub = next((s for s in self._subs.values() if s.subscription_id == sid), None)
+            if sub is None or sub.node.kpm is None:
+                return
+            inst = sub.instances.get(instance["xapp"])
+            if inst is None:
+                self._count("callbacks_unknown")
+                return
+            if instance["error"]:
+                inst.error = instance["error"]
+                self._count("instances_failed")
+            else:
+                inst.e2_instance_id, inst.error = instance["e2"], ""
+                kpm = sub.node.kpm
+                self.book.add(ActiveSubscription(
+                    subscription_id=sid, node=sub.node.inventory_name,
+                    request=RicRequestId(self.settings.requestor_id, instance["e2"]),
+                    ran_function_id=kpm.ran_function_id, kpm_version=kpm.kpm_version,
+                    report_style=inst.detail.style,
+                    measurement_ids=dict(kpm.measurement_ids)))
+                self._count("instances_active")
+            answered = [i for i in sub.instances.values() if i.e2_instance_id is not None
+                        or i.error]
+            if len(answered) < len(sub.instances):
+                return
+            ok = [i for i in sub.instances.values() if i.e2_instance_id is not None]
+            errors = "; ".join(f"style {i.detail.style}: {i.error}"
+                               for i in sub.instances.values() if i.error)
+            if not ok:
+                # Nothing usable: delete it at submgr and try again after a back-off.
+                self._fail(sub, errors, now)
+                to_delete = self._forget(sub)
+            else:
+                # A style the node refused is not retried while another one works.
+                sub.state = "active" if not errors else "partial"
+                sub.last_error, sub.backoff_s = errors, 0.0
+                log.info("E2 node %s: subscription %s %s (instances %s)%s",
+                         sub.node.inventory_name, sid, sub.state,
+                         [i.e2_instance_id for i in ok], f"; {errors}" if errors else "")
+        if to_delete is not None:
+            self._delete(to_delete)
+
+    def _expire_early(self, now: float) -> None:
+        for sid in [k for k, (t, _) in self._early.items() if now - t > EARLY_CALLBACK_S]:
+            del self._early[sid]
+
+    # --- deletion and persistence ---------------------------------------------------------------
+
+    def _remember(self, sid: str) -> None:
+        with self._lock:
+            ids = {s.subscription_id for s in self._subs.values() if s.subscription_id}
+            ids |= self._stale or set()
+        ids.add(sid)
+        try:
+            self._ids.save(ids)
+        except Exception as exc:
+            self._count("store_errors")
+            log.error("storing E2 subscription ids failed (a restart may leave %s at submgr): "
+                      "%s", sid, exc)
+
+    def _delete(self, sid: str) -> bool:
+        try:
+            self._api.unsubscribe(sid)
+        except SubmgrError as exc:
+            self._count("delete_errors")
+            log.warning("deleting E2 subscription %s failed: %s", sid, exc)
+            with self._lock:  # deleted at the next step (or by the next run)
+                self._stale = (self._stale or set()) | {sid}
+            return False
+        self._count("deletes")
+        with self._lock:
+            if self._stale is not None:
+                self._stale.discard(sid)
+            ids = {s.subscription_id for s in self._subs.values() if s.subscription_id}
+            ids |= self._stale or set()
+        try:
+            self._ids.save(ids)
+        except Exception as exc:
+            self._count("store_errors")
+            log.error("storing E2 subscription ids failed: %s", exc)
+        return True
+
+    def _delete_stale(self) -> None:
+        """Delete what a previous run (or a failed delete) left at submgr."""
+        if self._stale is None:
+            try:
+                loaded = self._ids.load()
+            except Exception as exc:
+                self._count("store_errors")
+                raise RuntimeError(f"E2 subscription ids not readable from SDL: {exc}") from exc
+            with self._lock:
+                self._stale = loaded
+            if loaded:
+                log.info("deleting %d E2 subscriptions a previous run left: %s", len(loaded),
+                         sorted(loaded))
+        with self._lock:
+            stale = sorted(self._stale or ())
+        for sid in stale:
+            if self._delete(sid):
+                self._count("stale_deleted")
+
+    def stop(self) -> None:
+        """Delete every subscription this process made (bounded by the client's timeout each);
+        what cannot be deleted stays in SDL for the next run to delete."""
+        with self._lock:
+            subs = [s for s in self._subs.values() if s.subscription_id is not None]
+            ids = [self._forget(s) for s in subs]
+            for s in subs:
+                s.state = "stopped"
+        self.book.clear()
+        for sid in ids:
+            self._delete(sid)
+
+    # --- what /ric/v1/e2/subscriptions shows ------------------------------------------------------
+
+    def view(self) -> dict[str, Any]:
+        with self._lock:
+            nodes: dict[str, Any] = {}
+            for name, sub in sorted(self._subs.items()):
+                kpm = sub.node.kpm
+                nodes[name] = {
+                    **node_view(sub.node),
+                    "subscription": {
+                        "id": sub.subscription_id, "state": sub.state,
+                        "last_error": sub.last_error, "attempts": sub.attempts,
+                        "instances": [{
+                            "xapp_event_instance_id": i.detail.xapp_event_instance_id,
+                            "e2_instance_id": i.e2_instance_id, "style": i.detail.style,
+                            "measurements": list(i.detail.measurements),
+                            "state": ("active" if i.e2_instance_id is not None else
+                                      "failed" if i.error else "pending"),
+                            "error": i.error,
+                            "indications": (0 if i.e2_instance_id is None or kpm is None else
+                                            self.book.indications(i.e2_instance_id,
+                                                                  kpm.ran_function_id)),
+                        } for i in sub.instances.values()],
+                    },
+                }
+            stale = sorted(self._stale or ())
+            counters = dict(self.counters)
+        return {"submgr_url": self.settings.submgr_url,
+                "requestor_id": self.settings.requestor_id,
+                "match_requestor": self.settings.match_requestor,
+                "nodes": nodes, "stale": stale, "counters": counters,
+                "unmatched_indications": self.book.misses}
+
+    def states(self) -> dict[str, int]:
+        """Nodes per subscription state (metrics)."""
+        with self._lock:
+            out: dict[str, int] = {}
+            for sub in self._subs.values():
+                out[sub.state] = out.get(sub.state, 0) + 1
+        return out
+
+
+def _parse_callback(doc: Any) -> tuple[str, list[dict[str, Any]]]:
+    """(SubscriptionId, [{"xapp", "e2", "error"}]) of a submgr notification; ValueError."""
+    if not isinstance(doc, dict):
+        raise ValueError("the notification is not a JSON object")
+    sid = doc.get("SubscriptionId")
+    if not isinstance(sid, str) or not 0 < len(sid) <= 256:
+        raise ValueError("SubscriptionId missing or not a string of 1..256 characters")
+    raw = doc.get("SubscriptionInstances")
+    if not isinstance(raw, list) or not 0 < len(raw) <= 256:
+        raise ValueError("SubscriptionInstances missing, empty or longer than 256")
+    out: list[dict[str, Any]] = []
+    for inst in raw:
+        if not isinstance(inst, dict):
+            raise ValueError("a SubscriptionInstance is not an object")
+        xid, eid = inst.get("XappEventInstanceId"), inst.get("E2EventInstanceId")
+        for name, value in (("XappEventInstanceId", xid), ("E2EventInstanceId", eid)):
+            if isinstance(value, bool) or not isinstance(value, int) or \
+                    not 0 <= value <= MAX_INSTANCE_ID:
+                raise ValueError(f"{name} must be an integer in 0..{MAX_INSTANCE_ID}")
+        cause = inst.get("ErrorCause") or ""
+        if not isinstance(cause, str):
+            raise ValueError("ErrorCause must be a string")
+        source = inst.get("ErrorSource") or ""
+        timeout = inst.get("TimeoutType") or ""
+        error = " ".join(str(p)[:200] for p in (cause, f"({source})" if source else "",
+                                                timeout) if p)
+        out.append({"xapp": xid, "e2": eid, "error": error})
+    return sid, out
