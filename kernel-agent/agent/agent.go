@@ -113,7 +113,10 @@ type Agent struct {
 	// ProcessWeights when there is no loop).
 	tracker   *lease.Tracker
 	requested payload.Weights // xApp's (or safe) weights before link masking
-	safe      bool            // requested are the safe weights
+	// caps are the ul caps_mbps of the requested set (nil: none, or safe
+	// weights); a rate-caps backend uses them instead of its link rates.
+	caps      map[string]float64
+	safe      bool // requested are the safe weights
 	mode      string
 	links     map[string]linkwatch.Status
 	applied   []backend.Path
@@ -233,6 +236,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		if rec.Weights != nil && rec.LeaseUntilMs > 0 && until.After(now) {
 			a.tracker.Restore(rec.Version, until)
 			a.requested, a.safe, a.mode = rec.Weights.Clone(), false, rec.Mode
+			a.caps = rec.CapsMbps
 			a.timer.Reset(until.Sub(now))
 			event = payload.EventRestored
 		} else {
@@ -413,10 +417,10 @@ func (a *Agent) ProcessWeights(ctx context.Context, data []byte, at time.Time) s
 		a.report(payload.EventRejected, err)
 		return payload.EventRejected
 	}
-	prev, prevSafe, prevMode := a.requested, a.safe, a.mode
-	a.requested, a.safe, a.mode = req, false, ul.Mode
+	prev, prevSafe, prevMode, prevCaps := a.requested, a.safe, a.mode, a.caps
+	a.requested, a.safe, a.mode, a.caps = req, false, ul.Mode, ul.CapsMbps
 	if err := a.applyRequested(ctx, "update", true); err != nil {
-		a.requested, a.safe, a.mode = prev, prevSafe, prevMode
+		a.requested, a.safe, a.mode, a.caps = prev, prevSafe, prevMode, prevCaps
 		m.Updates.WithLabelValues("apply_error").Inc()
 		a.report(payload.EventRejected, err)
 		return payload.EventRejected
@@ -489,14 +493,15 @@ func (a *Agent) expireLease(ctx context.Context) {
 }
 
 func (a *Agent) useSafe() {
-	a.requested, a.safe, a.mode = a.cfg.SafeWeights.Clone(), true, ""
+	a.requested, a.safe, a.mode, a.caps = a.cfg.SafeWeights.Clone(), true, "", nil
 }
 
 // effective masks the requested weights with the links: a WAT whose link is
 // not usable gets 0. When that leaves nothing, the safe weights of the
 // usable WATs stand in (for example the only active WAT of an
-// active_standby update went down: the standby takes over).
-func (a *Agent) effective() (payload.Weights, error) {
+// active_standby update went down: the standby takes over); requested
+// tells which.
+func (a *Agent) effective() (eff payload.Weights, requested bool, err error) {
 	mask := func(w payload.Weights) payload.Weights {
 		out := payload.Weights{}
 		for _, n := range a.wats {
@@ -508,18 +513,19 @@ func (a *Agent) effective() (payload.Weights, error) {
 		}
 		return out
 	}
-	eff := mask(a.requested)
-	if eff.AllZero() {
-		eff = mask(a.cfg.SafeWeights)
+	eff = mask(a.requested)
+	if !eff.AllZero() {
+		return eff, true, nil
 	}
+	eff = mask(a.cfg.SafeWeights)
 	if eff.AllZero() {
-		return nil, errors.New("no usable WAT: kernel left unchanged")
+		return nil, false, errors.New("no usable WAT: kernel left unchanged")
 	}
-	return eff, nil
+	return eff, false, nil
 }
 
 func (a *Agent) effectiveString() string {
-	if eff, err := a.effective(); err == nil {
+	if eff, _, err := a.effective(); err == nil {
 		return eff.String()
 	}
 	return "none"
@@ -528,14 +534,20 @@ func (a *Agent) effectiveString() string {
 // applyRequested applies the effective weights; unless force, it skips the
 // backend when nothing (weights, addresses) changed.
 func (a *Agent) applyRequested(ctx context.Context, cause string, force bool) error {
-	eff, err := a.effective()
+	eff, requested, err := a.effective()
 	if err != nil {
 		return err
 	}
 	paths := make([]backend.Path, 0, len(a.wats))
 	for _, w := range a.wats {
 		l := a.links[w]
-		paths = append(paths, backend.Path{WAT: w, Interface: a.cfg.WATs[w], Index: l.Index, Addr: l.Addr, Weight: eff[w]})
+		p := backend.Path{WAT: w, Interface: a.cfg.WATs[w], Index: l.Index, Addr: l.Addr, Weight: eff[w]}
+		// The message's caps belong to its weights: not to the safe
+		// weights standing in for them.
+		if requested {
+			p.CapMbps = a.caps[w]
+		}
+		paths = append(paths, p)
 	}
 	if !force && slices.Equal(paths, a.applied) {
 		return nil
@@ -565,7 +577,7 @@ func (a *Agent) applyRequested(ctx context.Context, cause string, force bool) er
 func (a *Agent) persist(now time.Time) {
 	rec := state.Record{Version: a.tracker.Version(), SavedAtMs: now.UnixMilli()}
 	if !a.safe {
-		rec.Weights, rec.Mode = a.requested, a.mode
+		rec.Weights, rec.Mode, rec.CapsMbps = a.requested, a.mode, a.caps
 		rec.LeaseUntilMs = a.tracker.Until().UnixMilli()
 	}
 	// Latest wins: an older record still queued is replaced.
@@ -634,6 +646,11 @@ func (a *Agent) report(event string, err error) {
 	}
 	for _, p := range a.applied {
 		s.AppliedWeights[p.WAT] = p.Weight
+	}
+	if cr, ok := a.deps.Backend.(backend.CapsReporter); ok && a.applied != nil {
+		if caps := cr.AppliedCaps(); len(caps) > 0 {
+			s.AppliedCapsMbps = caps
+		}
 	}
 	for _, w := range a.wats {
 		s.Links[w] = map[bool]string{true: "up", false: "down"}[a.links[w].Usable()]

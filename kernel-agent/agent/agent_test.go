@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/mcw-xapp/kernel-agent/backend"
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
 	"github.com/mcw-xapp/kernel-agent/linkwatch"
 	"github.com/mcw-xapp/kernel-agent/metrics"
@@ -288,5 +289,42 @@ func TestApplyFailureReported(t *testing.T) {
 	s, _ := h.pub.waitEvent(t, payload.EventRejected, n)
 	if s.LastError != "kernel says no" || s.AppliedVersion != 0 {
 		t.Fatalf("apply failure: %+v", s)
+	}
+}
+
+// TestCapsReachTheBackend: the ul set's caps_mbps go to the backend with
+// their weights, are persisted with them, and are not carried over to the
+// safe weights when the lease runs out.
+func TestCapsReachTheBackend(t *testing.T) {
+	dir := t.TempDir()
+	h := start(t, dir)
+	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+	msg := []byte(fmt.Sprintf(`{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":5,"issued_at_ms":%d,`+
+		`"lease_s":1,"dl":{"mode":"fixed_split","weights":{"lte":9}},`+
+		`"ul":{"mode":"fixed_split","weights":{"nr":7,"wifi":3},"caps_mbps":{"nr":14,"wifi":6}}}`, time.Now().UnixMilli()))
+	h.agent.HandleWeights(msg, time.Now())
+	_, n = h.pub.waitEvent(t, payload.EventApplied, n)
+	capsOf := func(ps []backend.Path) map[string]float64 {
+		out := map[string]float64{}
+		for _, p := range ps {
+			out[p.WAT] = p.CapMbps
+		}
+		return out
+	}
+	all := h.be.Applied()
+	if diff := cmp.Diff(map[string]float64{"nr": 14, "wifi": 6}, capsOf(all[len(all)-1])); diff != "" {
+		t.Fatalf("caps handed to the backend (-want +got):\n%s", diff)
+	}
+	rec, ok, err := h.store.Load()
+	for deadline := time.Now().Add(2 * time.Second); (!ok || rec.Version != 5) && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		rec, ok, err = h.store.Load()
+	}
+	if err != nil || !ok || rec.CapsMbps["nr"] != 14 || rec.CapsMbps["wifi"] != 6 {
+		t.Fatalf("persisted record %+v (%v, %v), want the caps with the weights", rec, ok, err)
+	}
+	h.pub.waitEvent(t, payload.EventLeaseExpired, n)
+	all = h.be.Applied()
+	if diff := cmp.Diff(map[string]float64{"nr": 0, "wifi": 0}, capsOf(all[len(all)-1])); diff != "" {
+		t.Fatalf("safe weights carry caps (-want +got):\n%s", diff)
 	}
 }

@@ -13,13 +13,15 @@ import (
 
 // Path is one WAT as a backend sees it: the interface the WAT's traffic
 // leaves by, that interface's IPv4 address (invalid when it has none) and the
-// weight to apply.
+// weight to apply. CapMbps is the weights message's caps_mbps for the WAT
+// (0: the message has none); only rate-caps backends read it.
 type Path struct {
 	WAT       string
 	Interface string
 	Index     int
 	Addr      netip.Addr
 	Weight    int
+	CapMbps   float64
 }
 
 // Backend applies per-WAT weights to the kernel.
@@ -62,6 +64,19 @@ type Downlink interface {
 	Capabilities() payload.Capabilities
 	ApplyAll(ctx context.Context, cpes []CPEPaths) (notApplied map[string]error, err error)
 	Close() error
+}
+
+// CapsReporter is implemented by rate-caps backends: the egress cap in
+// Mbit/s per WAT that the last successful Apply set (a WAT absent is
+// uncapped). The agent reports it as applied_caps_mbps.
+type CapsReporter interface {
+	AppliedCaps() map[string]float64
+}
+
+// DownlinkCapsReporter is CapsReporter for a downlink: the caps the last
+// successful ApplyAll set for one CPE (nil when it set none).
+type DownlinkCapsReporter interface {
+	AppliedCaps(cpeID string) map[string]float64
 }
 
 // RuleCounter is implemented by downlink backends that write a bounded list

@@ -27,6 +27,9 @@ type Record struct {
 	// reactions), or nil when safe weights are in force.
 	Weights payload.Weights `json:"weights,omitempty"`
 	Mode    string          `json:"mode,omitempty"`
+	// CapsMbps are the caps_mbps of Version's set (rate-caps backends), so
+	// that a restart restores the caps with the weights; nil when none.
+	CapsMbps map[string]float64 `json:"caps_mbps,omitempty"`
 	// LeaseUntilMs is the lease's end in Unix milliseconds; 0 when none.
 	LeaseUntilMs int64 `json:"lease_until_ms"`
 	// SavedAtMs is when the record was written.
@@ -68,6 +71,11 @@ func Decode(b []byte) (Record, error) {
 	}
 	if r.Mode != "" && !payload.KnownMode(r.Mode) {
 		return Record{}, fmt.Errorf("unknown mode %q", r.Mode)
+	}
+	for wat, c := range r.CapsMbps {
+		if !payload.KnownWAT(wat) || !(c > 0) || c > payload.MaxCapMbps {
+			return Record{}, fmt.Errorf("caps_mbps: %s=%v: want a known WAT and (0, %d]", wat, c, payload.MaxCapMbps)
+		}
 	}
 	return r, nil
 }

@@ -26,7 +26,7 @@ func (*Downlink) Name() string { return payload.BackendDryRun }
 
 // Capabilities implements backend.Downlink: the full WRR range.
 func (*Downlink) Capabilities() payload.Capabilities {
-	return payload.Capabilities{MaxWeight: payload.MaxWeight}
+	return payload.Capabilities{MaxWeight: payload.MaxWeight, Semantics: payload.SemanticsWRR}
 }
 
 // SetErr makes every later ApplyAll fail with err (nil: succeed).

@@ -34,7 +34,7 @@ func (*Backend) Name() string { return payload.BackendDryRun }
 
 // Capabilities implements backend.Backend: the full WRR range.
 func (*Backend) Capabilities() payload.Capabilities {
-	return payload.Capabilities{MaxWeight: payload.MaxWeight}
+	return payload.Capabilities{MaxWeight: payload.MaxWeight, Semantics: payload.SemanticsWRR}
 }
 
 // Apply records paths.

@@ -100,6 +100,7 @@ type Backend struct {
 	onoff    *mptcpupstream.Backend
 	linkMbps map[string]float64
 	close    func() error
+	applied  map[string]float64 // Mbit/s per capped WAT after the last Apply
 }
 
 // New returns a Backend. nl manages qdiscs in the namespace whose
@@ -124,7 +125,7 @@ func (*Backend) Name() string { return payload.BackendMPTCPShares }
 // rate caps; directions coupled because weight 0 is the backup flag, as on
 // mptcp-upstream.
 func (*Backend) Capabilities() payload.Capabilities {
-	return payload.Capabilities{MaxWeight: payload.MaxWeight, DirectionsCoupled: true}
+	return payload.Capabilities{MaxWeight: payload.MaxWeight, DirectionsCoupled: true, Semantics: payload.SemanticsRateCaps}
 }
 
 // Close releases the path-manager and netlink handles.
@@ -132,41 +133,67 @@ func (b *Backend) Close() error {
 	return errors.Join(b.onoff.Close(), b.close())
 }
 
-// Caps returns the egress cap in bits per second per WAT for paths: the
-// shares of the weights at the largest total the link rates allow. 0 means
-// uncapped: a WAT whose share of that total is its whole link rate (its
-// own link is the limit, a cap there would only add a second queue) and a
-// WAT at weight 0 (off through its backup flag, and the last path left
-// must carry everything). It is an error for a path to have no configured
-// link rate or for all weights to be 0.
+// Caps returns the egress cap in bits per second per WAT for paths (see
+// CapsBps).
 func (b *Backend) Caps(paths []backend.Path) (map[string]uint64, error) {
-	sum := 0
+	return CapsBps(paths, b.linkMbps)
+}
+
+// CapsBps returns the egress cap in bits per second per WAT for paths,
+// given the configured link rates. When any path carries a cap from the
+// weights message (CapMbps > 0) the message decides: each WAT with a
+// weight > 0 is capped at its CapMbps (uncapped when the message gives it
+// none). Otherwise the caps are the weights' shares of the largest total
+// the link rates allow. Either way 0 means uncapped: a WAT at weight 0
+// (off through its backup flag, whatever cap the message gives it: the
+// last path left must carry everything) and a WAT whose cap reaches its
+// link rate (its own link is the limit, a cap there would only add a
+// second queue). It is an error for a path to have no configured link
+// rate when the caps are derived from them, or for all weights to be 0.
+func CapsBps(paths []backend.Path, linkMbps map[string]float64) (map[string]uint64, error) {
+	sum, fromMessage := 0, false
 	for _, p := range paths {
-		if _, ok := b.linkMbps[p.WAT]; !ok {
-			return nil, fmt.Errorf("mptcp-shares: no link rate configured for %s", p.WAT)
-		}
 		if p.Weight < 0 || p.Weight > payload.MaxWeight {
 			return nil, fmt.Errorf("mptcp-shares: %s: weight %d out of [0, %d]", p.WAT, p.Weight, payload.MaxWeight)
 		}
+		if p.CapMbps < 0 || p.CapMbps > payload.MaxCapMbps || math.IsNaN(p.CapMbps) {
+			return nil, fmt.Errorf("mptcp-shares: %s: cap %v Mbit/s out of [0, %d]", p.WAT, p.CapMbps, payload.MaxCapMbps)
+		}
 		sum += p.Weight
+		fromMessage = fromMessage || p.CapMbps > 0
 	}
 	if sum == 0 {
 		return nil, errors.New("mptcp-shares: every weight is 0")
 	}
-	total := math.Inf(1)
-	for _, p := range paths {
-		if p.Weight > 0 {
-			total = math.Min(total, b.linkMbps[p.WAT]*float64(sum)/float64(p.Weight))
+	want := make(map[string]float64, len(paths)) // Mbit/s
+	if fromMessage {
+		for _, p := range paths {
+			if p.Weight > 0 {
+				want[p.WAT] = p.CapMbps
+			}
+		}
+	} else {
+		total := math.Inf(1)
+		for _, p := range paths {
+			link, ok := linkMbps[p.WAT]
+			if !ok {
+				return nil, fmt.Errorf("mptcp-shares: no link rate configured for %s", p.WAT)
+			}
+			if p.Weight > 0 {
+				total = math.Min(total, link*float64(sum)/float64(p.Weight))
+			}
+		}
+		for _, p := range paths {
+			if p.Weight > 0 {
+				want[p.WAT] = total * float64(p.Weight) / float64(sum)
+			}
 		}
 	}
 	caps := make(map[string]uint64, len(paths))
 	for _, p := range paths {
-		if p.Weight == 0 {
-			caps[p.WAT] = 0
-			continue
-		}
-		mbps := total * float64(p.Weight) / float64(sum)
-		if mbps >= b.linkMbps[p.WAT]*(1-1e-9) {
+		mbps := want[p.WAT]
+		link, known := linkMbps[p.WAT]
+		if mbps == 0 || (known && mbps >= link*(1-1e-9)) {
 			caps[p.WAT] = 0
 			continue
 		}
@@ -174,6 +201,20 @@ func (b *Backend) Caps(paths []backend.Path) (map[string]uint64, error) {
 	}
 	return caps, nil
 }
+
+// capsMbps turns the non-zero caps into Mbit/s, as reported in state.
+func capsMbps(caps map[string]uint64) map[string]float64 {
+	out := map[string]float64{}
+	for wat, bps := range caps {
+		if bps > 0 {
+			out[wat] = float64(bps) / 1e6
+		}
+	}
+	return out
+}
+
+// AppliedCaps implements backend.CapsReporter.
+func (b *Backend) AppliedCaps() map[string]float64 { return b.applied }
 
 // Apply sets the backup flags, then each WAT interface's cap, and reads
 // the qdisc and class back.
@@ -185,6 +226,7 @@ func (b *Backend) Apply(ctx context.Context, paths []backend.Path) error {
 	if err := b.onoff.Apply(ctx, paths); err != nil {
 		return fmt.Errorf("mptcp-shares: %w", err)
 	}
+	b.applied = nil // unknown until every cap reads back
 	for _, p := range paths {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("mptcp-shares: %w", err)
@@ -193,6 +235,7 @@ func (b *Backend) Apply(ctx context.Context, paths []backend.Path) error {
 			return fmt.Errorf("mptcp-shares: %s (%s): %w", p.WAT, p.Interface, err)
 		}
 	}
+	b.applied = capsMbps(caps)
 	return nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/mcw-xapp/kernel-agent/backend"
 )
 
@@ -70,5 +72,61 @@ func TestNewRejectsRates(t *testing.T) {
 				t.Fatalf("rates %v accepted", rates)
 			}
 		})
+	}
+}
+
+// TestCapsFromMessage: caps_mbps in the weights message decide over the
+// configured link rates; weight 0 stays uncapped whatever its cap.
+func TestCapsFromMessage(t *testing.T) {
+	links := map[string]float64{"nr": 24, "wifi": 16, "lifi": 8}
+	type wc struct {
+		weight int
+		cap    float64
+	}
+	for name, tc := range map[string]struct {
+		paths map[string]wc
+		want  map[string]uint64
+		err   string
+	}{
+		// The configured rates would give nr uncapped, wifi 10.29.
+		"70/30 from the message":   {map[string]wc{"nr": {70, 14}, "wifi": {30, 6}}, map[string]uint64{"nr": 14e6, "wifi": 6e6}, ""},
+		"weight 0 ignores its cap": {map[string]wc{"nr": {1, 5}, "wifi": {0, 3}}, map[string]uint64{"nr": 5e6, "wifi": 0}, ""},
+		// A cap at or above the link rate: the link is the limit.
+		"cap above the link": {map[string]wc{"nr": {1, 30}, "lifi": {1, 4}}, map[string]uint64{"nr": 0, "lifi": 4e6}, ""},
+		// A WAT the message gives no cap is uncapped, not derived.
+		"one WAT without cap": {map[string]wc{"nr": {1, 0}, "wifi": {1, 2}}, map[string]uint64{"nr": 0, "wifi": 2e6}, ""},
+		// Caps need no configured rate (the proxy may not know a WAT's).
+		"no link rate needed": {map[string]wc{"lte": {1, 12.5}, "nr": {1, 3}}, map[string]uint64{"lte": 12.5e6, "nr": 3e6}, ""},
+		"tiny cap floored":    {map[string]wc{"nr": {1, 0.001}}, map[string]uint64{"nr": minCapBps}, ""},
+		"negative cap":        {map[string]wc{"nr": {1, -1}}, nil, "cap -1"},
+		"cap too big":         {map[string]wc{"nr": {1, 100001}}, nil, "out of"},
+		"all zero":            {map[string]wc{"nr": {0, 4}}, nil, "every weight is 0"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var paths []backend.Path
+			for wat, p := range tc.paths {
+				paths = append(paths, backend.Path{WAT: wat, Weight: p.weight, CapMbps: p.cap})
+			}
+			got, err := CapsBps(paths, links)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("caps (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCapsMbps(t *testing.T) {
+	got := capsMbps(map[string]uint64{"nr": 0, "wifi": 8571428, "lifi": minCapBps})
+	if diff := cmp.Diff(map[string]float64{"wifi": 8.571428, "lifi": 0.064}, got); diff != "" {
+		t.Errorf("capsMbps (-want +got):\n%s", diff)
 	}
 }

@@ -92,7 +92,7 @@ func (*Downlink) Name() string { return payload.BackendMPTCPUpstream }
 // the uplink (the default scheduler treats a subflow as backup when either
 // end flagged it, and the flag is signalled to the peer with MP_PRIO).
 func (*Downlink) Capabilities() payload.Capabilities {
-	return payload.Capabilities{MaxWeight: 1, OnOffOnly: true, DirectionsCoupled: true}
+	return payload.Capabilities{MaxWeight: 1, OnOffOnly: true, DirectionsCoupled: true, Semantics: payload.SemanticsOnOff}
 }
 
 // Close closes the sockets handed in the config; afterwards the userspace

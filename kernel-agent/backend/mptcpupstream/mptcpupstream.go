@@ -88,7 +88,7 @@ func (*Backend) Name() string { return payload.BackendMPTCPUpstream }
 
 // Capabilities implements backend.Backend: on/off only.
 func (*Backend) Capabilities() payload.Capabilities {
-	return payload.Capabilities{MaxWeight: 1, OnOffOnly: true}
+	return payload.Capabilities{MaxWeight: 1, OnOffOnly: true, Semantics: payload.SemanticsOnOff}
 }
 
 // Close closes the path-manager connection.

@@ -78,7 +78,7 @@ func (*Downlink) Name() string { return payload.BackendWRRSysctl }
 // Capabilities implements backend.Downlink: one byte per weight, and the
 // directions are independent (the CPE's own list steers its uplink).
 func (*Downlink) Capabilities() payload.Capabilities {
-	return payload.Capabilities{MaxWeight: payload.MaxWeight}
+	return payload.Capabilities{MaxWeight: payload.MaxWeight, Semantics: payload.SemanticsWRR}
 }
 
 // Close implements backend.Downlink.

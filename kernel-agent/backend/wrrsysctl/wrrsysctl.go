@@ -86,7 +86,7 @@ func (*Backend) Name() string { return payload.BackendWRRSysctl }
 
 // Capabilities implements backend.Backend: one byte per weight.
 func (*Backend) Capabilities() payload.Capabilities {
-	return payload.Capabilities{MaxWeight: payload.MaxWeight}
+	return payload.Capabilities{MaxWeight: payload.MaxWeight, Semantics: payload.SemanticsWRR}
 }
 
 // Close implements backend.Backend.
