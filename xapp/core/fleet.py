@@ -50,6 +50,8 @@ class FleetTable:
         self.weights: NDArray[np.int64] = np.zeros((0, k), dtype=np.int64)
         self.present: NDArray[np.bool_] = np.zeros((0, k), dtype=bool)
         self.usable: NDArray[np.bool_] = np.zeros((0, k), dtype=bool)
+        #: Rate caps sent with the set in force, NaN where none (:mod:`xapp.core.caps`).
+        self.caps: NDArray[np.float64] = np.zeros((0, k))
         #: A decision is in force (published, or restored from the state store).
         self.has: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         self.version: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
@@ -80,6 +82,7 @@ class FleetTable:
         self.weights = more(self.weights, 0)
         self.present = more(self.present, False)
         self.usable = more(self.usable, False)
+        self.caps = more(self.caps, np.nan)
         self.has = more(self.has, False)
         self.version = more(self.version, 0)
         self.published_s = more(self.published_s, -np.inf)
@@ -116,6 +119,8 @@ class FleetTable:
                     self.present[r, j] = True
                     self.weights[r, j] = int(record.weights[wat])
                 self.usable[r, j] = wat in record.usable
+                if wat in record.caps_mbps:
+                    self.caps[r, j] = float(record.caps_mbps[wat])
             self.has[r] = True
             self.version[r] = stored.version
             self.published_s[r] = stored.time_s
@@ -136,6 +141,7 @@ class FleetTable:
         self.present[rows] = batch.present
         self.weights[rows] = np.where(batch.present, batch.weights, 0)
         self.usable[rows] = batch.usable & batch.present
+        self.caps[rows] = np.nan if batch.caps_mbps is None else batch.caps_mbps
         self.has[rows] = True
         self.version[rows] = versions
         self.published_s[rows] = time_s

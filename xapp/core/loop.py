@@ -52,12 +52,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from xapp.core.caps import DEFAULT_HEADROOM, caps_moved, rate_caps
 from xapp.core.decisions import ERROR, NO_USABLE, OK, DecideBatch, decide_batch
 from xapp.core.fleet import FleetTable
 from xapp.core.forecast import DIRECTIONS, CapacityEstimator, KpiFrame, expansion
 from xapp.core.policy import KNOWN_WATS, Policy
 from xapp.core.policy_book import PolicyResolver
 from xapp.core.ports import (
+    BackendSemantics,
     DirectionBatch,
     KpiSource,
     Published,
@@ -84,6 +86,8 @@ class LoopSettings:
     lease_s: float = 30.0
     #: Re-send unchanged weights once this fraction of the lease has passed.
     refresh_fraction: float = 0.5
+    #: Rate caps are this times a WAT's share of the forecast total (:mod:`xapp.core.caps`).
+    caps_headroom: float = DEFAULT_HEADROOM
 
 
 @dataclass
@@ -171,6 +175,11 @@ class ControlLoop:
     decide : callable, default=decide_batch
         How a group of CPEs under one policy is decided; the benches pass
         :func:`~xapp.core.decisions.decide_per_cpe` for their baseline.
+    semantics : BackendSemantics or None
+        Which CPEs' directions are applied by a ``rate-caps`` backend; their sets carry
+        ``caps_mbps`` (:func:`xapp.core.caps.rate_caps` of the weights and the central
+        forecasts), and a set is sent again when its caps move (:func:`~xapp.core.caps.
+        caps_moved`).  None: no agent is rate-caps (every message as without caps).
     """
 
     def __init__(self, kpis: KpiSource, estimator: CapacityEstimator,
@@ -180,7 +189,8 @@ class ControlLoop:
                  settings: LoopSettings | None = None,
                  on_tick: Callable[[TickReport], None] | None = None,
                  publisher_connects: Callable[[], int] | None = None,
-                 decide: DecideBatch = decide_batch) -> None:
+                 decide: DecideBatch = decide_batch,
+                 semantics: BackendSemantics | None = None) -> None:
         self.kpis = kpis
         self.estimator = estimator
         self.publisher = publisher
@@ -192,6 +202,7 @@ class ControlLoop:
         self.on_tick = on_tick
         self.publisher_connects = publisher_connects
         self.decide = decide
+        self.semantics = semantics
         #: One table per direction; a CPE has the same row in both.
         self.fleets = {d: FleetTable(state.cpe, d) for d in DIRECTIONS}
         self._connects_seen: int | None = None
@@ -252,6 +263,7 @@ class ControlLoop:
         report.cpes = len(rm.cpe_ids)
         median, lower = np.asarray(forecast.median_mbps), np.asarray(forecast.lower_mbps)
         out = {d: _Outgoing() for d in DIRECTIONS}
+        caps = {d: self._rate_caps_rows(d) for d in DIRECTIONS}
         for d in DIRECTIONS:
             dr = rm.dirs[d]
             if not dr.seen.any():
@@ -261,9 +273,21 @@ class ControlLoop:
                 positions = group.positions[dr.seen[group.positions]]
                 if len(positions):
                     self._decide_group(d, group.policy.for_direction(d), group.source,
-                                       positions, rm, now_s, inputs, report, out[d])
+                                       positions, rm, now_s, inputs, report, out[d], caps[d])
         if any(o.rows for o in out.values()):
-            self._publish(out, rm, now_s, report)
+            self._publish(out, rm, now_s, report, caps)
+
+    def _rate_caps_rows(self, direction: str) -> Mask | None:
+        """Fleet rows whose ``direction`` is applied with rate caps; None when no row is and
+        no caps are in force (the tick then does no caps work at all)."""
+        fleet = self.fleets[direction]
+        cpes = () if self.semantics is None else self.semantics.rate_caps(direction)
+        if not cpes and not np.isfinite(fleet.caps[:len(fleet)]).any():
+            return None
+        mask = np.zeros(len(fleet), dtype=bool)
+        at = [r for r in (fleet.index.get(c) for c in cpes) if r is not None]
+        mask[at] = True
+        return mask
 
     def _directed(self, frame: KpiFrame) -> KpiFrame:
         """The frame with a direction on every row (cached while its row arrays persist)."""
@@ -378,7 +402,7 @@ class ControlLoop:
 
     def _decide_group(self, direction: str, policy: Policy, source: str,
                       positions: NDArray[np.intp], rm: _RowMap, now_s: float, x: _Inputs,
-                      report: TickReport, out: _Outgoing) -> None:
+                      report: TickReport, out: _Outgoing, rate_capped: Mask | None) -> None:
         s, fleet = self.settings, self.fleets[direction]
         rows = rm.fleet_rows[positions]
         changed_policy = fleet.policy_changed(rows, policy)
@@ -390,7 +414,8 @@ class ControlLoop:
         refresh_at = s.lease_s * s.refresh_fraction
         # CPEs not due keep their weights; those half a lease old are re-sent as they are.
         out.in_force(fleet, rows[~due & fleet.has[rows] & ~fleet.follows[rows]
-                                 & (now_s - fleet.published_s[rows] >= refresh_at)])
+                                 & (now_s - fleet.published_s[rows] >= refresh_at)],
+                     rate_capped)
         idx = positions[due]
         if len(idx) == 0:
             return
@@ -419,15 +444,26 @@ class ControlLoop:
         mode = policy.mode.value
         differs = ((d.weights != fleet.weights[r_due]) | (x.present[idx] != fleet.present[r_due])
                    ).any(axis=1) | (fleet.mode[r_due] != mode) | fleet.follows[r_due]
+        caps = None
+        if rate_capped is not None:
+            # Caps of the weights being decided, from the forecasts they were decided with;
+            # a WAT without a usable forecast has its trial value here, as in the decision.
+            caps = np.full(d.weights.shape, np.nan)
+            on = ok & rate_capped[r_due]
+            if on.any():
+                caps[on] = rate_caps(d.weights[on], x.present[idx[on]], x.cap[idx[on]],
+                                     self.settings.caps_headroom)
+            differs |= caps_moved(fleet.caps[r_due], caps, self.settings.caps_headroom)
         send = np.flatnonzero(ok & (d.changed | ~fleet.has[r_due] | owed | differs | stale))
         out.add(r_due[send], d.weights[send], x.present[idx[send]], d.usable[send],
                 d.aggregate[send], [mode] * len(send), d.reason[send].tolist(),
-                [source] * len(send))
+                [source] * len(send), None if caps is None else caps[send])
         # No usable WAT: the weights in force stay; re-send them if owed or half a lease old.
         out.in_force(fleet, r_due[no_usable & fleet.has[r_due] & ~fleet.follows[r_due]
-                                  & (owed | stale)])
+                                  & (owed | stale)], rate_capped)
 
-    def _message_sets(self, out: dict[str, _Outgoing], rm: _RowMap
+    def _message_sets(self, out: dict[str, _Outgoing], rm: _RowMap,
+                      rate_capped: dict[str, Mask | None]
                       ) -> tuple[NDArray[np.intp], dict[str, _Columns], dict[str, Mask]]:
         """The fleet rows of the messages to send, each direction's set for them and whether
         it is the other direction's (both sets go in every message)."""
@@ -437,7 +473,7 @@ class ControlLoop:
         own: dict[str, NDArray[np.bool_]] = {}
         for d in DIRECTIONS:
             fleet, o = self.fleets[d], out[d]
-            c = _Columns.in_force(fleet, rows)
+            c = _Columns.in_force(fleet, rows, rate_capped[d])
             fresh = np.zeros(len(rows), dtype=bool)
             if o.rows:
                 at = np.searchsorted(rows, np.concatenate(o.rows))
@@ -463,9 +499,9 @@ class ControlLoop:
         return rows, cols, follows
 
     def _publish(self, out: dict[str, _Outgoing], rm: _RowMap, now_s: float,
-                 report: TickReport) -> None:
+                 report: TickReport, rate_capped: dict[str, Mask | None]) -> None:
         ids = self.fleet.ids
-        rows, cols, follows = self._message_sets(out, rm)
+        rows, cols, follows = self._message_sets(out, rm, rate_capped)
         if len(rows) == 0:
             return
         report.followed += sum(int(f.sum()) for f in follows.values())
@@ -517,12 +553,16 @@ class _Outgoing:
         self.modes: list[str] = []
         self.reasons: list[str] = []
         self.sources: list[str] = []
+        #: Per part: its caps (NaN: none), or None when the part has none at all.
+        self.caps: list[Array | None] = []
 
     def add(self, rows: NDArray[np.intp], weights: NDArray[np.int64],
             present: NDArray[np.bool_], usable: NDArray[np.bool_], aggregate: Array,
-            modes: list[str], reasons: list[str], sources: list[str]) -> None:
+            modes: list[str], reasons: list[str], sources: list[str],
+            caps: Array | None = None) -> None:
         if len(rows) == 0:
             return
+        self.caps.append(caps)
         self.rows.append(rows)
         self.weights.append(weights)
         self.present.append(present)
@@ -532,11 +572,29 @@ class _Outgoing:
         self.reasons += reasons
         self.sources += sources
 
-    def in_force(self, fleet: FleetTable, rows: NDArray[np.intp]) -> None:
-        """Re-send the decisions in force at ``rows`` as they are."""
+    def in_force(self, fleet: FleetTable, rows: NDArray[np.intp],
+                 rate_capped: Mask | None) -> None:
+        """Re-send the decisions in force at ``rows`` as they are (with their caps while the
+        applier is still rate-caps)."""
         self.add(rows, fleet.weights[rows], fleet.present[rows], fleet.usable[rows],
                  fleet.aggregate[rows], fleet.mode[rows].tolist(), fleet.reason[rows].tolist(),
-                 fleet.source[rows].tolist())
+                 fleet.source[rows].tolist(), _caps_in_force(fleet, rows, rate_capped))
+
+    def all_caps(self, k: int) -> Array | None:
+        """The caps of every part in order, None when no part has any."""
+        if all(c is None for c in self.caps):
+            return None
+        return np.concatenate([np.full((len(r), k), np.nan) if c is None else c
+                               for r, c in zip(self.rows, self.caps, strict=True)])
+
+
+def _caps_in_force(fleet: FleetTable, rows: NDArray[np.intp], rate_capped: Mask | None
+                   ) -> Array | None:
+    """The caps in force at ``rows`` where the applier is still rate-caps; None when no row
+    may carry caps."""
+    if rate_capped is None:
+        return None
+    return np.where(rate_capped[rows][:, None], fleet.caps[rows], np.nan)
 
 
 @dataclass
@@ -550,12 +608,16 @@ class _Columns:
     modes: NDArray[np.object_]
     reasons: NDArray[np.object_]
     sources: NDArray[np.object_]
+    caps: Array  # NaN: no cap
 
     @classmethod
-    def in_force(cls, fleet: FleetTable, rows: NDArray[np.intp]) -> _Columns:
+    def in_force(cls, fleet: FleetTable, rows: NDArray[np.intp], rate_capped: Mask | None
+                 ) -> _Columns:
+        caps = _caps_in_force(fleet, rows, rate_capped)
         return cls(fleet.weights[rows], fleet.present[rows], fleet.usable[rows],
                    fleet.aggregate[rows], fleet.mode[rows], fleet.reason[rows],
-                   fleet.source[rows])
+                   fleet.source[rows],
+                   np.full(fleet.weights[rows].shape, np.nan) if caps is None else caps)
 
     def put(self, at: NDArray[np.intp], o: _Outgoing) -> None:
         """Positions ``at`` take the new sets of ``o`` (in the order ``o`` holds them)."""
@@ -566,6 +628,8 @@ class _Columns:
         self.modes[at] = o.modes
         self.reasons[at] = o.reasons
         self.sources[at] = o.sources
+        caps = o.all_caps(self.caps.shape[1])
+        self.caps[at] = np.nan if caps is None else caps
 
     def follow(self, mask: NDArray[np.bool_], other: _Columns, other_name: str) -> None:
         """Where ``mask``: the other direction's set (the reason says so)."""
@@ -578,12 +642,15 @@ class _Columns:
         self.modes[mask] = other.modes[mask]
         self.sources[mask] = other.sources[mask]
         self.reasons[mask] = [f"follows {other_name}: {r}" for r in other.reasons[mask].tolist()]
+        # Caps come from a direction's own forecasts; a set that follows has none.
+        self.caps[mask] = np.nan
 
     def subset(self, at: NDArray[np.intp]) -> _Columns:
         return _Columns(self.weights[at], self.present[at], self.usable[at], self.aggregate[at],
-                        self.modes[at], self.reasons[at], self.sources[at])
+                        self.modes[at], self.reasons[at], self.sources[at], self.caps[at])
 
     def batch(self) -> DirectionBatch:
+        caps = self.caps if np.isfinite(self.caps).any() else None
         return DirectionBatch(self.weights, self.present, self.usable, self.aggregate,
                               self.modes.tolist(), self.reasons.tolist(),
-                              self.sources.tolist())
+                              self.sources.tolist(), caps)

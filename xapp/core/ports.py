@@ -7,7 +7,7 @@ the same loop through.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -52,7 +52,9 @@ class DirectionBatch:
     """One direction's weights for the rows of a :class:`WeightBatch`, column-wise.
 
     Row ``i`` names WAT ``wats[j]`` in its set iff ``present[i, j]``; ``sources[i]`` is the
-    A1 instance whose policy produced it ("default" without one).
+    A1 instance whose policy produced it ("default" without one).  ``caps_mbps`` (n, k) are the
+    rate caps sent with the set (:mod:`xapp.core.caps`), NaN where a WAT has none; None: no
+    row has any (every applier is WRR or on/off, and the message is as before).
     """
 
     weights: NDArray[np.int64]  # (n, k)
@@ -62,6 +64,7 @@ class DirectionBatch:
     modes: Sequence[str]
     reasons: Sequence[str]
     sources: Sequence[str]
+    caps_mbps: NDArray[np.float64] | None = None  # (n, k)
 
     def __len__(self) -> int:
         return len(self.modes)
@@ -92,7 +95,15 @@ class DirectionBatch:
         pick = idx.tolist()
         return DirectionBatch(self.weights[idx], self.present[idx], self.usable[idx],
                               self.aggregate_mbps[idx], [self.modes[i] for i in pick],
-                              [self.reasons[i] for i in pick], [self.sources[i] for i in pick])
+                              [self.reasons[i] for i in pick], [self.sources[i] for i in pick],
+                              None if self.caps_mbps is None else self.caps_mbps[idx])
+
+    def caps(self, i: int, wats: tuple[str, ...]) -> dict[str, float]:
+        """Row ``i``'s caps by WAT (empty: none)."""
+        if self.caps_mbps is None:
+            return {}
+        row = self.caps_mbps[i]
+        return {w: float(c) for w, c in zip(wats, row.tolist(), strict=True) if np.isfinite(c)}
 
 
 @dataclass(frozen=True)
@@ -169,8 +180,20 @@ class Published:
         b = self.batch
         return CpeRecord(int(self.versions[i]), self.time_s, *(
             DirectionRecord.from_decision(b.decision(i, name), mode=d.modes[i],
-                                          policy_source=d.sources[i])
+                                          policy_source=d.sources[i],
+                                          caps_mbps=d.caps(i, b.wats))
             for name, d in (("dl", b.dl), ("ul", b.ul))))
+
+
+class BackendSemantics(Protocol):
+    """Which agents apply a direction with rate caps (``capabilities.semantics`` =
+    ``rate-caps``): their sets carry ``caps_mbps`` (:mod:`xapp.core.caps`).  The MQTT
+    subscriber implements it from the agents' states; the twin from its simulated agents."""
+
+    def rate_caps(self, direction: str) -> Collection[str]:
+        """The CPE ids whose ``direction`` (``ul``: the CPE agent; ``dl``: the proxy serving
+        the CPE) is applied by a backend that reports ``rate-caps``; asked once per tick."""
+        ...
 
 
 class TelemetrySink(Protocol):
@@ -219,13 +242,15 @@ class DirectionRecord:
     mode: str
     #: The instance id whose policy produced the weights ("default" without one).
     policy_source: str
+    #: Rate caps sent with the weights (empty: none; the applier is not rate-caps).
+    caps_mbps: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
-    def from_decision(cls, decision: WeightDecision, *, mode: str,
-                      policy_source: str) -> DirectionRecord:
+    def from_decision(cls, decision: WeightDecision, *, mode: str, policy_source: str,
+                      caps_mbps: Mapping[str, float] | None = None) -> DirectionRecord:
         return cls(dict(decision.weights), dict(decision.shares),
                    float(decision.aggregate_mbps), tuple(sorted(decision.usable)),
-                   decision.reason, mode, policy_source)
+                   decision.reason, mode, policy_source, dict(caps_mbps or {}))
 
     def decision(self) -> WeightDecision:
         """The decision in force, as the engine's ``previous`` argument."""
@@ -237,6 +262,11 @@ class DirectionRecord:
         doc = asdict(self)
         doc["weights"], doc["shares"] = dict(self.weights), dict(self.shares)
         doc["usable"] = list(self.usable)
+        # Only with caps: records of WRR and on/off appliers stay as they were.
+        if self.caps_mbps:
+            doc["caps_mbps"] = dict(self.caps_mbps)
+        else:
+            doc.pop("caps_mbps", None)
         return doc
 
     @classmethod
@@ -245,7 +275,8 @@ class DirectionRecord:
                    {str(k): float(v) for k, v in doc.get("shares", {}).items()},
                    float(doc.get("aggregate_mbps", 0.0)), tuple(doc.get("usable", ())),
                    str(doc.get("reason", "")), str(doc.get("mode", "")),
-                   str(doc.get("policy_source", "")))
+                   str(doc.get("policy_source", "")),
+                   {str(k): float(v) for k, v in doc.get("caps_mbps", {}).items()})
 
 
 @dataclass(frozen=True)

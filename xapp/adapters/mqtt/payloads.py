@@ -49,6 +49,8 @@ PROXY_PREFIX: Final = "mcw/v1/proxy"
 WATS: Final = ("nr", "lte", "wifi", "lifi")
 MODES: Final = ("load_balancing", "fixed_split", "active_standby", "latency_bound")
 MAX_WEIGHT: Final = 255
+#: ``$defs/cap`` of the weights schema: a rate cap is in (0, CAP_MAX_MBPS] Mbit/s.
+CAP_MAX_MBPS: Final = 100_000.0
 #: The schema's cpe_id pattern with ECMA-262 anchors: Python's ``$`` also matches before a
 #: final newline, which would let "cpe-1\n" through (and the Go agent refuses it).
 CPE_ID_RE: Final = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
@@ -285,6 +287,21 @@ def _check_direction(d: DirectionBatch, name: str, refused: dict[int, PayloadErr
         if mode not in MODES:
             refused.setdefault(i, PayloadError("schema", f"{name}.mode: {mode!r} is not one "
                                                f"of {list(MODES)}"))
+    if d.caps_mbps is None:
+        return
+    caps = np.asarray(d.caps_mbps, dtype=np.float64)
+    has = ~np.isnan(caps)
+    # The schema's bounds, and the contract that only a WAT with a weight above 0 is capped
+    # (weight 0 is off, not capped: a cap there would contradict the set).
+    with np.errstate(invalid="ignore"):
+        bad = has & ~((caps > 0) & (caps <= CAP_MAX_MBPS))
+    for i in np.flatnonzero(bad.any(axis=1)).tolist():
+        refused.setdefault(i, PayloadError("schema", f"{name}.caps_mbps: "
+                                           f"{caps[i][has[i]].tolist()} are not all within "
+                                           f"(0, {CAP_MAX_MBPS:g}]"))
+    for i in np.flatnonzero((has & ~(present & (w > 0))).any(axis=1)).tolist():
+        refused.setdefault(i, PayloadError("schema", f"{name}.caps_mbps: a cap on a WAT "
+                                           "that is not in the set or has weight 0"))
 
 
 def _direction_objects(d: DirectionBatch, wats: tuple[str, ...], sel: NDArray[np.intp]
@@ -303,14 +320,37 @@ def _direction_objects(d: DirectionBatch, wats: tuple[str, ...], sel: NDArray[np
     # One head per (mode, reason): a tick has few of either.
     heads: dict[tuple[str, str], str] = {}
     modes, texts = d.modes, d.reasons
+    caps = _caps_objects(d, wats, sel, order)
     out = []
     for a, i in enumerate(sel.tolist()):
         key = (modes[i], texts[i])
         head = heads.get(key)
         if head is None:
-            head = heads[key] = (f'{{"mode":"{key[0]}","reason":{json.dumps(key[1][:256])},'
+            head = heads[key] = (f'"mode":"{key[0]}","reason":{json.dumps(key[1][:256])},'
                                  '"weights":{')
-        out.append(head + inner[a] + "}}")
+        out.append("{" + caps[a] + head + inner[a] + "}}" if caps else
+                   "{" + head + inner[a] + "}}")
+    return out
+
+
+def _caps_objects(d: DirectionBatch, wats: tuple[str, ...], sel: NDArray[np.intp],
+                  order: list[int]) -> list[str]:
+    """Per row of ``sel``: ``"caps_mbps":{..},`` (sorted keys; the first key of the direction
+    object) or "" for a row without caps; an empty list when no row has any."""
+    if d.caps_mbps is None:
+        return []
+    caps = np.asarray(d.caps_mbps, dtype=np.float64)[sel][:, order]
+    has = ~np.isnan(caps)
+    if not has.any():
+        return []
+    out = [""] * len(sel)
+    names = [wats[j] for j in order]
+    for a in np.flatnonzero(has.any(axis=1)).tolist():
+        # float.__repr__ is what json.dumps writes for a finite float.
+        out[a] = '"caps_mbps":{' + ",".join(
+            f'"{names[b]}":{_ENCODE_FLOAT(float(v))}'
+            for b, (v, h) in enumerate(zip(caps[a].tolist(), has[a].tolist(), strict=True))
+            if h) + "},"
     return out
 
 

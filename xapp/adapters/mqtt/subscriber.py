@@ -44,6 +44,7 @@ from xapp.adapters.mqtt.payloads import (
     decode,
     parse_channel_topic,
 )
+from xapp.core.caps import RATE_CAPS
 from xapp.core.forecast import DIRECTIONS, KpiFrame
 from xapp.core.kpis import AGENT_FIELDS
 
@@ -89,6 +90,18 @@ class CpeState:
     addresses: Mapping[str, str] = field(default_factory=dict)
     #: A WAT off in one direction is off in both (mainline MPTCP); None: not reported.
     directions_coupled: bool | None = None
+    #: How the backend turns weights into a split (``capabilities.semantics``: ``wrr``,
+    #: ``rate-caps``, ``on-off``); None: not reported (an agent from before the field).
+    semantics: str | None = None
+    #: With ``rate-caps``: the caps the backend set for the applied weights (a WAT absent is
+    #: uncapped).
+    applied_caps_mbps: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def rate_caps(self) -> bool:
+        """The applier enforces shares as rate caps and takes ``caps_mbps``.  Only when the
+        agent says so: an agent from before the field may refuse a message with caps."""
+        return self.semantics == RATE_CAPS
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any], previous: CpeState | None,
@@ -121,6 +134,12 @@ class CpeState:
             direction=str(doc.get("direction", base.direction)),
             addresses=dict(doc.get("addresses", base.addresses)),
             directions_coupled=caps.get("directions_coupled", base.directions_coupled),
+            semantics=caps.get("semantics", base.semantics),
+            # The caps belong to the applied weights: a report of new weights without caps
+            # means uncapped; a last will (no weights) keeps what was known.
+            applied_caps_mbps={k: float(v) for k, v in doc.get(
+                "applied_caps_mbps",
+                {} if "applied_weights" in doc else base.applied_caps_mbps).items()},
         )
 
 
@@ -135,6 +154,8 @@ class ProxyState:
     max_weight: int | None = None
     on_off_only: bool = False
     directions_coupled: bool | None = None
+    #: ``capabilities.semantics`` of the proxy's downlink backend; None: not reported.
+    semantics: str | None = None
     cpes: int = 0
     cpes_applied: int = 0
     rules: Mapping[str, int] = field(default_factory=dict)
@@ -155,6 +176,7 @@ class ProxyState:
             max_weight=caps.get("max_weight", base.max_weight),
             on_off_only=caps.get("on_off_only", base.on_off_only),
             directions_coupled=caps.get("directions_coupled", base.directions_coupled),
+            semantics=caps.get("semantics", base.semantics),
             cpes=int(doc.get("cpes", base.cpes)),
             cpes_applied=int(doc.get("cpes_applied", base.cpes_applied)),
             rules={k: int(v) for k, v in doc.get("rules", base.rules).items()},
@@ -271,6 +293,9 @@ class ChannelSubscriber:
         #: (proxy_id, cpe_id) -> the proxy's downlink state for the CPE.
         self._proxy_cpes: dict[tuple[str, str], CpeState] = {}
         self._buffer: deque[dict[str, Any]] = deque()
+        #: Grows with every state change; :meth:`rate_caps` recomputes only when it moved.
+        self._generation = 0
+        self._rate_caps: dict[str, tuple[int, frozenset[str]]] = {}
         self._connected = False
         self._subscribed = False
         self._client = new_client(settings, "sub")
@@ -394,6 +419,34 @@ class ChannelSubscriber:
                     best[cpe] = Downlink(proxy_id, st)
         return best
 
+    def rate_caps(self, direction: str) -> frozenset[str]:
+        """:class:`xapp.core.ports.BackendSemantics`: the CPEs whose ``direction`` is applied
+        by a ``rate-caps`` backend: ``ul`` the CPE agents online that report it, ``dl`` the
+        CPEs whose :meth:`downlink` proxy reports it (in its per-CPE state, or else in its own
+        state).  Recomputed only after a state changed (the loop asks every tick)."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"unknown direction {direction!r}")
+        with self._lock:
+            gen = self._generation
+            cached = self._rate_caps.get(direction)
+            if cached is not None and cached[0] == gen:
+                return cached[1]
+            if direction == "ul":
+                out = frozenset(c for c, st in self._states.items() if st.online and st.rate_caps)
+            else:
+                out = frozenset(c for c, down in self.downlinks().items()
+                                if self._downlink_semantics(down) == RATE_CAPS)
+            self._rate_caps[direction] = (gen, out)
+            return out
+
+    def _downlink_semantics(self, down: Downlink) -> str | None:
+        """The semantics a proxy applies a CPE's downlink with: its per-CPE state's, else its
+        own state's (call under the lock)."""
+        if down.state.semantics is not None:
+            return down.state.semantics
+        proxy = self._proxies.get(down.proxy_id)
+        return None if proxy is None else proxy.semantics
+
     def drain_telemetry(self) -> KpiFrame:
         """All telemetry received since the last drain, as one frame (possibly empty)."""
         with self._lock:
@@ -465,6 +518,7 @@ class ChannelSubscriber:
                 # An empty retained message: the proxy stopped serving the CPE.
                 with self._cond:
                     self._proxy_cpes.pop((topic.proxy_id, topic.cpe_id), None)
+                    self._generation += 1
                     self._cond.notify_all()
                 return
         decoded = decode(name, payload, self.drops)
@@ -485,12 +539,14 @@ class ChannelSubscriber:
                     key = (str(proxy_id), str(doc["cpe_id"]))
                     state = CpeState.from_doc(doc, self._proxy_cpes.get(key), time.monotonic())
                     self._proxy_cpes[key] = state
+                self._generation += 1
                 self._cond.notify_all()
         elif kind == "proxy-state":
             with self._cond:
                 proxy = ProxyState.from_doc(doc, self._proxies.get(doc["proxy_id"]),
                                             time.monotonic())
                 self._proxies[proxy.proxy_id] = proxy
+                self._generation += 1
                 self._cond.notify_all()
         elif kind == "telemetry":
             if self.on_telemetry is not None:
