@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 RMR_LIBRARY = "librmr_si.so"
 RIC_HEALTH_CHECK_REQ = 100
 RIC_HEALTH_CHECK_RESP = 101
+#: E2AP RIC Indication, as the E2 termination forwards it (RIC_INDICATION in RMR's message types).
+RIC_INDICATION = 12050
 #: RMR_ERR_RETRY: the send may succeed if tried again (transient back-pressure).
 _RMR_ERR_RETRY = 10
 
@@ -96,13 +98,19 @@ class RmrGlue:
         Level for the frame's own mdclogpy logger.
     query_retry_s : float, default=2.0
         Interval between attempts to send ``A1_POLICY_QUERY`` until one succeeds.
+    on_indication : callable, default=None
+        Takes the payload and the sending E2 node's name (RMR meid, None when the message has
+        none) of every ``RIC_INDICATION`` (12050); not registered when None.  Runs in the
+        dispatch thread, so it must be quick (:class:`~xapp.adapters.e2.ingest.KpmIngest`).
     """
 
     def __init__(self, a1: A1Handler, healthy: Callable[[], bool], *, port: int = 4560,
                  on_config_event: Callable[[], object] | None = None,
                  on_query_sent: Callable[[], object] | None = None,
-                 log_level: int = logging.INFO, query_retry_s: float = 2.0) -> None:
+                 log_level: int = logging.INFO, query_retry_s: float = 2.0,
+                 on_indication: Callable[[bytes, str | None], None] | None = None) -> None:
         self.a1 = a1
+        self._on_indication = on_indication
         self._on_query_sent = on_query_sent
         self._healthy = healthy
         self.port = port
@@ -131,6 +139,8 @@ class RmrGlue:
         # After the constructor: only now does RMRXapp have its dispatch table.
         self._xapp.register_callback(self._on_a1_request, A1_POLICY_REQ)
         self._xapp.register_callback(self._on_health_check, RIC_HEALTH_CHECK_REQ)
+        if self._on_indication is not None:
+            self._xapp.register_callback(self._on_ric_indication, RIC_INDICATION)
         # Our own dispatch loop, a supervised worker (see McwRmrXapp.run); rmr_timeout bounds
         # how long stop() waits for it.
         self._xapp.run(thread=True, rmr_timeout=0.5)
@@ -203,6 +213,23 @@ class RmrGlue:
         except Exception:
             self.callback_errors += 1
             log.exception("RIC health check could not be answered")
+            self._free(sbuf)
+
+    def _on_ric_indication(self, xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
+        try:
+            from ricxappframe.rmr import rmr
+
+            payload = summary.get(rmr.RMR_MS_PAYLOAD) or b""
+            raw_meid = summary.get(rmr.RMR_MS_MEID) or b""
+            meid = raw_meid.decode("utf-8", "replace") if isinstance(raw_meid, bytes) \
+                else str(raw_meid)
+            handler = self._on_indication
+            if handler is not None:
+                handler(bytes(payload), meid or None)
+        except Exception:
+            self.callback_errors += 1
+            log.exception("RIC indication could not be handled")
+        finally:
             self._free(sbuf)
 
     def _free(self, sbuf: Any) -> None:
