@@ -3,6 +3,7 @@ module github.com/mcw-xapp/kernel-agent
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/google/go-cmp v0.7.0
 	github.com/mdlayher/genetlink v1.4.0
