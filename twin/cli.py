@@ -6,6 +6,7 @@ Examples::
     mcw twin --scenario wifi-walk --policy probe --json
     mcw twin --scenario lockin --policy xapp --estimator ewma --plot out/lockin.png
     mcw twin --scenario wifi-walk --policy xapp --direction ul --json
+    mcw twin --scenario wifi-walk --policy xapp --direction ul --backend rate-caps
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from twin.loop_driver import BACKENDS
 from twin.policies import (
     ESTIMATORS,
     POLICIES,
@@ -65,6 +67,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="control period of the xapp policy in s (default: 1.0)")
     parser.add_argument("--hysteresis", type=float, default=1.0, metavar="PCT",
                         help="xapp: new weights only if T(w) improves by more (default: 1.0)")
+    parser.add_argument("--backend", default="wrr", choices=BACKENDS,
+                        help="the CPE agents' backend, xapp policy only: wrr (the 5G-CLARITY "
+                             "kernel) or rate-caps (mptcp-shares on mainline: per-WAT egress "
+                             "caps, the xApp sends caps_mbps; uplink only, the proxy's "
+                             "downlink stays WRR) (default: %(default)s)")
     parser.add_argument("--max-weight", type=int, default=100,
                         help="largest WRR weight (default: 100, as in the paper)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary")
@@ -80,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
         print("mcw twin: --period must be > 0 and --hysteresis >= 0", file=sys.stderr)
         return 2
     opts = TwinOptions(estimator=args.estimator, period_s=args.period,
-                       hysteresis_pct=args.hysteresis, max_weight=args.max_weight)
+                       hysteresis_pct=args.hysteresis, max_weight=args.max_weight,
+                       backend=args.backend)
     try:
         scenario = build(args.scenario, n_cpes=args.cpes, seed=args.seed,
                          duration_s=args.duration, direction=args.direction)
@@ -103,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     print(f"scenario {doc['scenario']}  direction {doc['direction']}  policy {doc['policy']}  "
-          f"CPEs {doc['n_cpes']}  {doc['duration_s']:.0f} s  seed {args.seed}")
+          f"backend {args.backend}  CPEs {doc['n_cpes']}  {doc['duration_s']:.0f} s  "
+          f"seed {args.seed}")
     rows = [("aggregate", doc["aggregate_mbps"]), ("oracle", doc["oracle_mbps"]),
             ("sum of capacities", doc["capacity_sum_mbps"])]
     rows += [(f"  carried on {w}", v) for w, v in doc["per_wat_mbps"].items()]

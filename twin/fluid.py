@@ -29,7 +29,7 @@ the scenario (:meth:`twin.scenarios.Scenario.toward`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -193,10 +193,24 @@ def simulate_plan(scenario: Scenario, plan: Plan, policy: str, block_steps: int 
     return rec.result()
 
 
+#: How a direction's connection delivers for a block of steps under the weights in force:
+#: ``(direction, capacity (b, n, k), weights (n, k)) -> (delivered, aggregate, saturated)``.
+Deliver = Callable[[str, Array, IntArray], tuple[Array, Array, NDArray[np.bool_]]]
+
+
+def wrr_deliver(_direction: str, capacity: Array, weights: IntArray
+                ) -> tuple[Array, Array, NDArray[np.bool_]]:
+    """:func:`deliver` in both directions: WRR agents everywhere."""
+    return deliver(capacity, weights)
+
+
 def simulate_duplex(scenario: Scenario, controller: DuplexLoop, policy: str,
-                    progress: bool = False) -> dict[str, SimResult]:
+                    progress: bool = False, transport: Deliver = wrr_deliver
+                    ) -> dict[str, SimResult]:
     """Run a policy steering both directions: one ``controller.update`` per control period
-    with what each direction's connection delivered; one result per direction."""
+    with what each direction's connection delivered; one result per direction.
+    ``transport`` is how the agents' backends turn weights into rates (WRR by default; the
+    rate-caps backend: :meth:`twin.loop_driver.LoopDriver.deliver`)."""
     views = {d: scenario.toward(d) for d in scenario.directions}
     recs = {d: _Recorder(v, policy) for d, v in views.items()}
     start = controller.start(scenario)
@@ -213,7 +227,7 @@ def simulate_duplex(scenario: Scenario, controller: DuplexLoop, policy: str,
         obs: dict[str, Observation] = {}
         for d, view in views.items():
             c = view.capacity_mbps[t0:t1]
-            delivered, agg, saturated = deliver(c, weights[d])
+            delivered, agg, saturated = transport(d, c, weights[d])
             recs[d].add(t0, t1, weights[d], delivered, agg, held=weights[d])
             obs[d] = Observation(t0=t0, t1=t1, delivered_mbps=delivered, saturated=saturated,
                                  rtt_ms=view.rtt_ms[t0:t1], up=c > 0)

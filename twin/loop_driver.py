@@ -19,6 +19,13 @@ both directions as the network between them:
   ``mcw.weights.v2`` message (one per CPE, ``dl`` and ``ul`` sets) as the MQTT publisher does;
   the proxy's agent applies ``dl``, the CPE's agent ``ul``, each from the next step on, and each
   reverts to safe weights (all 1) when the lease runs out without a refresh.
+
+Backends: by default every agent is WRR (:func:`twin.fluid.deliver`).  With ``backend``
+``rate-caps`` the CPE agents run ``mptcp-shares`` (:mod:`twin.rate_caps`): they report
+``semantics`` ``rate-caps``, so the loop sends ``caps_mbps`` with their ``ul`` sets, and they
+apply the message's caps (or, without, caps from their configured link rates: the largest
+capacity each WAT's trace reaches, what an operator would write down as its nominal rate).  The
+proxy's downlink stays WRR: rate caps on a proxy's downlink are not built.
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from dataclasses import replace
 import numpy as np
 from numpy.typing import NDArray
 
-from twin.fluid import Observation
+from twin.fluid import Observation, deliver
+from twin.rate_caps import agent_caps, deliver_caps
 from twin.scenarios import Scenario
 from xapp.adapters.lab import MemoryPublisher, NullSink
 from xapp.adapters.sdl import StateStore
@@ -44,6 +52,20 @@ IntArray = NDArray[np.int64]
 
 #: Weights an agent applies when it has none or its lease ran out (plain round-robin).
 SAFE_WEIGHT = 1
+#: The CPE agent's backend: ``wrr`` (the 5G-CLARITY kernel) or ``rate-caps`` (mptcp-shares).
+BACKENDS = ("wrr", "rate-caps")
+
+
+class _Semantics:
+    """:class:`xapp.core.ports.BackendSemantics` of the simulated agents: every CPE's ``ul``
+    is rate-caps when the CPE agents are."""
+
+    def __init__(self, cpes: frozenset[str], directions: tuple[str, ...]) -> None:
+        self.cpes = cpes
+        self.directions = directions
+
+    def rate_caps(self, direction: str) -> frozenset[str]:
+        return self.cpes if direction in self.directions else frozenset()
 
 
 class LoopDriver:
@@ -64,11 +86,19 @@ class LoopDriver:
         Seed of the radio KPIs' measurement noise.
     lease_s : float, default=30.0
         Lease of the weights messages, as ``controls.mqtt.lease_s``.
+    backend : {"wrr", "rate-caps"}, default="wrr"
+        The CPE agents' backend (the ``ul`` direction); the proxy's is WRR.
     """
 
     def __init__(self, estimator: CapacityEstimator, policy: dict[str, object],
                  period_steps: int, radio_kpis: bool = True, kpi_seed: int = 0,
-                 lease_s: float = 30.0, decide: DecideBatch = decide_batch) -> None:
+                 lease_s: float = 30.0, decide: DecideBatch = decide_batch,
+                 backend: str = "wrr") -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; known: {list(BACKENDS)}")
+        self.backend = backend
+        #: Directions applied with rate caps.
+        self.capped: tuple[str, ...] = ("ul",) if backend == "rate-caps" else ()
         self.estimator = estimator
         self.policy = policy
         self.period_steps = period_steps
@@ -94,6 +124,12 @@ class LoopDriver:
         self.weights: dict[str, IntArray] = {
             d: np.full((n, k), SAFE_WEIGHT, dtype=np.int64) for d in self.directions}
         self.expires = {d: np.full(n, np.inf) for d in self.directions}
+        #: The caps of the message each agent applies (NaN: none), per direction.
+        self.caps: dict[str, Array] = {d: np.full((n, k), np.nan) for d in self.directions}
+        #: Each agent's configured link rates: the largest capacity of the WAT's trace.
+        self.link_mbps: dict[str, Array] = {
+            d: np.maximum(scenario.toward(d).capacity_mbps.max(axis=0), 1e-3)
+            for d in self.directions}
         self.intake = LatestKpis()
         self.publisher = MemoryPublisher(clock=lambda: self._now)
         self._now = 0.0
@@ -104,7 +140,8 @@ class LoopDriver:
             settings=LoopSettings(control_period_s=self.period_steps * dt,
                                   kpi_max_age_s=max(5.0, 3 * self.period_steps * dt),
                                   lease_s=self.lease_s),
-            decide=self.decide)
+            decide=self.decide,
+            semantics=_Semantics(frozenset(self.names), self.capped))
         radio = self._radio_table(scenario) if self.radio_kpis else {}
         # Both directions' rows carry the link's radio KPIs.
         self._kpis = {name: np.concatenate([col] * m, axis=1) for name, col in radio.items()}
@@ -136,11 +173,26 @@ class LoopDriver:
                     row[self._cols[wat]] = int(w)
                 self.weights[d][i] = row
                 self.expires[d][i] = self._now + float(lease)
+                caps = np.full(len(self._cols), np.nan)
+                if d in self.capped:  # a WRR agent ignores caps
+                    for wat, c in part.get("caps_mbps", {}).items():
+                        caps[self._cols[wat]] = float(c)
+                self.caps[d][i] = caps
         for d in self.directions:
             expired = self.expires[d] <= self._now
             if expired.any():
                 self.weights[d][expired] = SAFE_WEIGHT
+                self.caps[d][expired] = np.nan  # safe weights never carry caps
                 self.expires[d][expired] = np.inf
+
+    def deliver(self, direction: str, capacity: Array, weights: IntArray
+                ) -> tuple[Array, Array, NDArray[np.bool_]]:
+        """:data:`twin.fluid.Deliver` of the simulated agents: rate caps on the directions
+        whose agents run them (:mod:`twin.rate_caps`), WRR elsewhere."""
+        if direction not in self.capped:
+            return deliver(capacity, weights)
+        caps = agent_caps(weights, self.caps[direction], self.link_mbps[direction])
+        return deliver_caps(capacity, weights, caps)
 
     # --- what the agents report ---------------------------------------------------------------
 

@@ -46,7 +46,7 @@ the uplink capacities.  ``dl`` is the paper's direction and the default.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -58,7 +58,7 @@ from twin.fluid import (
     simulate_duplex,
     simulate_plan,
 )
-from twin.loop_driver import LoopDriver
+from twin.loop_driver import BACKENDS, LoopDriver
 from twin.scenarios import Scenario
 from xapp.core.ewma import EwmaEstimator
 from xapp.core.exploration import ExploringEstimator
@@ -93,6 +93,9 @@ class TwinOptions:
     probe_update_s: float = 12.0
     probe_flows: int = 10
     probe_round_mbps: float = 10.0
+    #: The CPE agents' backend (``wrr`` or ``rate-caps``: :mod:`twin.rate_caps`); the xapp
+    #: policy only.
+    backend: str = "wrr"
 
 
 def make_estimator(name: str) -> CapacityEstimator:
@@ -230,6 +233,11 @@ def run_policy(scenario: Scenario, name: str, opts: TwinOptions | None = None,
     """Simulate ``scenario`` under the policy ``name`` (see the module docstring)."""
     opts = opts or TwinOptions()
     k = len(scenario.wats)
+    if opts.backend not in BACKENDS:
+        raise TwinPolicyError(f"unknown backend {opts.backend!r}; known: {list(BACKENDS)}")
+    if opts.backend != "wrr" and name != "xapp":
+        raise TwinPolicyError(f"backend {opts.backend} runs with the xapp policy only (the "
+                              "other policies and the oracle are WRR's)")
     if name == "oracle":
         res = simulate_plan(scenario, oracle_plan(scenario, opts), name)
         res.extra["oracle_stride_s"] = oracle_stride(scenario, opts) * scenario.dt_s
@@ -249,13 +257,16 @@ def run_policy(scenario: Scenario, name: str, opts: TwinOptions | None = None,
         est = estimator if estimator is not None else make_estimator(opts.estimator)
         # The EWMA reads throughput only: skip building radio KPIs it would ignore.
         driver = LoopDriver(est, loop_policy(opts), round(opts.period_s / scenario.dt_s),
-                            radio_kpis=not isinstance(est, EwmaEstimator))
+                            radio_kpis=not isinstance(est, EwmaEstimator),
+                            backend=opts.backend)
         # The loop decides both directions each tick; the result is the view's direction.
-        results = simulate_duplex(scenario, driver, name, progress=progress)
+        results = simulate_duplex(scenario, driver, name, progress=progress,
+                                  transport=driver.deliver)
         res = results[scenario.direction]
         res.extra["directions"] = results
         res.extra["estimator"] = opts.estimator if estimator is None else type(estimator).__name__
         res.extra["driver"] = driver
+        res.extra["backend"] = opts.backend
         return res
     raise TwinPolicyError(f"unknown policy {name!r}; known: {list(POLICIES)}")
 
@@ -267,8 +278,11 @@ def run_with_oracle(scenario: Scenario, name: str, opts: TwinOptions | None = No
     ``extra["lagged_oracle_mbps"]`` (CPE- and time-mean) from a lagged-oracle run."""
     opts = opts or TwinOptions()
     res = run_policy(scenario, name, opts, progress=progress, estimator=estimator)
-    oracle = res if name == "oracle" else run_policy(scenario, "oracle", opts)
-    lagged = res if name == "lagged-oracle" else run_policy(scenario, "lagged-oracle", opts)
+    # The oracles are WRR's: under rate caps the best split is every WAT uncapped, and the
+    # capacity sum (ratio_to_capacity_sum) is the reference.
+    wrr = replace(opts, backend="wrr")
+    oracle = res if name == "oracle" else run_policy(scenario, "oracle", wrr)
+    lagged = res if name == "lagged-oracle" else run_policy(scenario, "lagged-oracle", wrr)
     res.oracle_mbps = oracle.aggregate_mbps
     res.extra.setdefault("oracle_stride_s", oracle.extra.get("oracle_stride_s"))
     res.extra["lagged_oracle_mbps"] = float(lagged.aggregate_mbps.mean())
@@ -302,7 +316,7 @@ def summary(res: SimResult) -> dict[str, Any]:
     if isinstance(lagged, float) and oracle > 0:
         out["lagged_oracle_mbps"] = round(lagged, 3)
         out["lagged_oracle_ratio"] = round(lagged / oracle, 4)
-    for key in ("estimator", "oracle_stride_s", "lagged_oracle_period_s"):
+    for key in ("estimator", "backend", "oracle_stride_s", "lagged_oracle_period_s"):
         if res.extra.get(key) is not None:
             out[key] = res.extra[key]
     return out
