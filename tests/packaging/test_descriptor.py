@@ -20,7 +20,7 @@ from tests.packaging.paths import (
     load_json,
 )
 
-RX = {"A1_POLICY_REQ", "RIC_HEALTH_CHECK_REQ"}
+RX = {"A1_POLICY_REQ", "RIC_HEALTH_CHECK_REQ", "RIC_INDICATION"}
 TX = {"A1_POLICY_RESP", "A1_POLICY_QUERY", "RIC_HEALTH_CHECK_RESP"}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -26,6 +26,20 @@ if TYPE_CHECKING:
     from xapp.model.adaptive import FamilyCalibration
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class E2Counters:
+    """What the E2 path counts (xapp.adapters.e2): read at scrape time."""
+
+    #: E2 nodes per subscription state (active, pending, failed, ...).
+    states: Callable[[], Mapping[str, int]]
+    #: The subscriber's events (requests, callbacks, deletes, errors...).
+    subscriber: Callable[[], Mapping[str, int]]
+    #: The KPM ingest's outcomes per indication and mapping counts.
+    indications: Callable[[], Mapping[str, int]]
+    #: Indications that matched no confirmed subscription (the book's misses).
+    unmatched: Callable[[], int]
 
 
 def _drops(counter: DropCounter) -> dict[tuple[str, str], int]:
@@ -61,8 +75,10 @@ class ComponentCollector(Collector):
                  = None,
                  influx: InfluxStore | None = None,
                  published_version: Callable[[str], int] | None = None,
-                 workers: Callable[[], list[WorkerStatus]] | None = None) -> None:
+                 workers: Callable[[], list[WorkerStatus]] | None = None,
+                 e2: E2Counters | None = None) -> None:
         self.publisher = publisher
+        self.e2 = e2
         self.workers = workers
         self.subscriber = subscriber
         self.estimator_counters = estimator_counters
@@ -82,6 +98,7 @@ class ComponentCollector(Collector):
             yield from self._calibration()
             yield from self._influx()
             yield from self._workers()
+            yield from self._e2()
         except Exception:  # a scrape must never fail because one component misbehaves
             log.exception("collecting component metrics failed")
 
@@ -100,6 +117,28 @@ class ComponentCollector(Collector):
             restarts.add_metric([st.name], st.restarts)
             failures.add_metric([st.name], st.failures)
         yield from (up, restarts, failures)
+
+    def _e2(self) -> Iterable[Metric]:
+        e2 = self.e2
+        if e2 is None:
+            return
+        nodes = GaugeMetricFamily("mcw_e2_nodes", "E2 nodes by the state of their KPM "
+                                  "subscription (active, partial, pending, failed, unusable, "
+                                  "disconnected, new).", labels=["state"])
+        for state, n in sorted(e2.states().items()):
+            nodes.add_metric([state], n)
+        yield nodes
+        yield _events("mcw_e2_subscription_events",
+                      "E2 subscriber counters: requests to the Subscription Manager and their "
+                      "errors, callbacks (refused, unknown), instances active or failed, "
+                      "deletes (stale ones at start), response timeouts, SDL errors.",
+                      e2.subscriber())
+        yield _events("mcw_e2_indication_events",
+                      "RIC indications by outcome of decoding and mapping "
+                      "(xapp.adapters.e2.ingest).", e2.indications())
+        yield CounterMetricFamily("mcw_e2_indications_unmatched",
+                                  "RIC indications that matched no confirmed subscription.",
+                                  value=e2.unmatched())
 
     def _publisher(self) -> Iterable[Metric]:
         pub = self.publisher

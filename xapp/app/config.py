@@ -92,6 +92,52 @@ class A1Settings:
 
 
 @dataclass(frozen=True)
+class E2NodeSettings:
+    """A statically configured E2 node (``controls.e2.nodes``): for RICs without R-NIB access."""
+
+    inventory_name: str
+    ran_function_id: int
+    kpm_version: int = 3
+    report_styles: tuple[int, ...] = (1,)
+
+
+#: The KPM measurements the product maps (xapp.adapters.e2.mapping), asked for by default.
+DEFAULT_E2_MEASUREMENTS = ("DRB.UEThpDl", "DRB.UEThpUl", "RRU.PrbUsedDl", "RRU.PrbAvailDl",
+                           "RRU.PrbUsedUl", "RRU.PrbAvailUl")
+
+
+@dataclass(frozen=True)
+class E2Settings:
+    """E2SM-KPM subscriptions (xapp.adapters.e2): on when ``enabled`` and ``submgr_url`` set."""
+
+    enabled: bool = True
+    #: The Subscription Manager's REST base URL; empty: no E2 (the former behaviour).
+    submgr_url: str = ""
+    #: ClientEndpoint.Host submgr calls back (and derives the RMR endpoint from, "http" ->
+    #: "rmr"): the xApp's HTTP service.
+    client_host: str = "service-ricxapp-mcw-xapp-http.ricxapp"
+    http_port: int = 8080
+    rmr_port: int = 4560
+    #: The RIC Request ID requestor submgr puts in subscriptions (its constant 123).
+    requestor_id: int = 123
+    #: Refuse indications whose requestor is not requestor_id (off for nodes that do not
+    #: echo it, like the O-RAN SC KPM simulator).
+    match_requestor: bool = True
+    #: Read the nodes from the E2 manager's R-NIB in SDL (needs --sdl redis).
+    rnib: bool = True
+    poll_period_s: float = 10.0
+    report_period_ms: int = 1000
+    granularity_ms: int = 1000
+    report_styles: tuple[int, ...] = (1, 4)
+    measurements: tuple[str, ...] = DEFAULT_E2_MEASUREMENTS
+    nodes: tuple[E2NodeSettings, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and bool(self.submgr_url)
+
+
+@dataclass(frozen=True)
 class Controls:
     """The ``controls`` section, typed and checked."""
 
@@ -103,6 +149,7 @@ class Controls:
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     model: ModelSettings = field(default_factory=ModelSettings)
     a1: A1Settings = field(default_factory=A1Settings)
+    e2: E2Settings = field(default_factory=E2Settings)
     default_policy: Mapping[str, Any] = field(default_factory=lambda: {
         "mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
         "capacity_floor_mbps": 1.0})
@@ -207,6 +254,7 @@ def parse_controls(raw: Mapping[str, Any], schemas: str | os.PathLike[str] | Non
             mqtt=MqttSettings(**_section(raw, "mqtt", MqttSettings)),
             model=ModelSettings(**_section(raw, "model", ModelSettings)),
             a1=A1Settings(**_section(raw, "a1", A1Settings)),
+            e2=_e2(_section(raw, "e2", E2Settings)),
             default_policy=dict(raw.get("default_policy", base.default_policy)),
         )
     except TypeError as exc:
@@ -224,6 +272,33 @@ def parse_controls(raw: Mapping[str, Any], schemas: str | os.PathLike[str] | Non
     except PolicyError as exc:
         raise ConfigError(f"controls.default_policy: {exc}") from exc
     return controls
+
+
+def _e2(raw: dict[str, Any]) -> E2Settings:
+    """``controls.e2`` typed (lists to tuples, nodes to records); the schema checked types."""
+    out = dict(raw)
+    for key in ("report_styles", "measurements"):
+        if key in out:
+            out[key] = tuple(out[key])
+    if "nodes" in out:
+        nodes = []
+        for i, node in enumerate(out["nodes"]):
+            if not isinstance(node, Mapping):
+                raise ConfigError(f"controls.e2.nodes[{i}] must be an object")
+            doc = dict(node)
+            if "report_styles" in doc:
+                doc["report_styles"] = tuple(doc["report_styles"])
+            nodes.append(E2NodeSettings(**doc))
+        out["nodes"] = tuple(nodes)
+    e2 = E2Settings(**out)
+    if e2.submgr_url and not e2.submgr_url.startswith(("http://", "https://")):
+        raise ConfigError(f"controls.e2.submgr_url must be an http(s) URL, got {e2.submgr_url!r}")
+    _positive(e2.poll_period_s, "e2.poll_period_s")
+    _positive(e2.report_period_ms, "e2.report_period_ms")
+    _positive(e2.granularity_ms, "e2.granularity_ms")
+    if not e2.measurements:
+        raise ConfigError("controls.e2.measurements must name at least one measurement")
+    return e2
 
 
 def _section(raw: Mapping[str, Any], name: str, kind: type) -> dict[str, Any]:

@@ -8,6 +8,9 @@
 ``GET /ric/v1/cpes``          per CPE: the version and both directions' weights last published,
                               and who applies each (``ul``: the CPE agent's last reported
                               state; ``dl``: the proxy applying it, or null)
+``GET /ric/v1/e2/subscriptions``  the E2 nodes, their KPM function and subscription (id, RIC
+                              instance ids, state, last error, indications matched)
+``POST /ric/v1/subscriptions/response``  the Subscription Manager's answers (when E2 is on)
 ``GET /metrics``              Prometheus text exposition
 
 The server is a :class:`~http.server.ThreadingHTTPServer` (standard library): four read-only
@@ -38,6 +41,12 @@ READY_PATH = "/ric/v1/health/ready"
 CONFIG_PATH = "/ric/v1/config"
 METRICS_PATH = "/metrics"
 CPES_PATH = "/ric/v1/cpes"
+E2_SUBSCRIPTIONS_PATH = "/ric/v1/e2/subscriptions"
+#: A POST body larger than this is refused unread (submgr's notifications are ~300 bytes).
+MAX_POST_BYTES = 64 * 1024
+
+#: A POST handler: the request body -> (HTTP status, JSON answer).  It must not raise.
+PostHandler = Callable[[bytes], tuple[int, Any]]
 
 
 @dataclass
@@ -101,10 +110,13 @@ class HttpServer:
 
     def __init__(self, health: Health, config: Callable[[], Mapping[str, Any]],
                  metrics: Metrics, host: str = "0.0.0.0", port: int = 8080,
-                 views: Mapping[str, Callable[[], Any]] | None = None) -> None:
+                 views: Mapping[str, Callable[[], Any]] | None = None,
+                 posts: Mapping[str, PostHandler] | None = None) -> None:
         self.health = health
         #: Extra read-only JSON documents by path (e.g. ``/ric/v1/cpes``).
         self.views = dict(views or {})
+        #: POST endpoints by path (the Subscription Manager's callback).
+        self.posts = dict(posts or {})
         self.config = config
         self.metrics = metrics
         handler = _make_handler(self)
@@ -132,6 +144,8 @@ class HttpServer:
 def _make_handler(app: HttpServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "mcw-xapp"
+        #: Socket timeout: a client that stops sending (a POST body) frees its thread.
+        timeout = 10.0
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -153,6 +167,29 @@ def _make_handler(app: HttpServer) -> type[BaseHTTPRequestHandler]:
                 self._json(200, app.views[path]())
             else:
                 self._json(404, {"error": f"no such path {path}"})
+
+        def do_POST(self) -> None:
+            path = self.path.split("?", 1)[0]
+            handler = app.posts.get(path)
+            if handler is None:
+                self._json(404, {"error": f"no such path {path}"})
+                return
+            try:
+                length = int(self.headers.get("Content-Length") or "-1")
+            except ValueError:
+                length = -1
+            if not 0 <= length <= MAX_POST_BYTES:
+                self.close_connection = True  # the body is not read: do not reuse the stream
+                self._json(413 if length > MAX_POST_BYTES else 411,
+                           {"error": f"Content-Length must be 0..{MAX_POST_BYTES}"})
+                return
+            body = self.rfile.read(length)
+            try:
+                code, doc = handler(body)
+            except Exception:  # handlers do not raise; a bug must still answer
+                log.exception("POST %s handler failed", path)
+                code, doc = 500, {"error": "internal error"}
+            self._json(code, doc)
 
         def _json(self, code: int, doc: Any) -> None:
             self._send(code, json.dumps(doc).encode(), "application/json")

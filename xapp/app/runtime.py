@@ -3,8 +3,11 @@
 Start-up wires, in order: configuration (``$CONFIG_FILE``'s ``controls`` plus ``MCW_*``
 overrides), JSON logging, metrics, the SDL state store (restores A1 policies, per-CPE weights and
 versions), the A1 policy book and handler, the KPI source / capacity estimator / weight
-publisher / telemetry sink, the control loop, the HTTP server (health, config, metrics), RMR
-(A1 requests, health checks, ``A1_POLICY_QUERY``, appmgr registration) and the config watcher.
+publisher / telemetry sink, the control loop, E2 (when ``controls.e2.submgr_url`` is set: the
+subscription book, the CPE registry and the KPM ingest, whose subscriber starts once the HTTP
+server can take the Subscription Manager's callbacks), the HTTP server (health, config,
+metrics, E2 subscriptions), RMR (A1 requests, health checks, ``A1_POLICY_QUERY``, RIC
+indications, appmgr registration) and the config watcher.
 SIGTERM or SIGINT stops everything in the reverse order within ``--grace-s`` seconds.
 
 Lab mode (``--kpi-file``, ``--publish-file``) replaces InfluxDB and MQTT with files, for benches
@@ -26,9 +29,17 @@ from typing import TYPE_CHECKING, Any
 
 from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, mediator_lister
 from xapp.adapters.sdl import Restored, SdlVersionStore, StateStore, ricsdl_backend
-from xapp.app.collector import ComponentCollector
+from xapp.app.collector import ComponentCollector, E2Counters
 from xapp.app.config import ConfigError, ConfigWatcher, Controls, LoadedConfig, load_config
-from xapp.app.endpoints import CPES_PATH, Health, HttpServer, PeriodicCheck, cpes_document
+from xapp.app.endpoints import (
+    CPES_PATH,
+    E2_SUBSCRIPTIONS_PATH,
+    Health,
+    HttpServer,
+    PeriodicCheck,
+    PostHandler,
+    cpes_document,
+)
 from xapp.app.json_logs import set_level, setup_logging
 from xapp.app.metrics import Metrics
 from xapp.app.runner import LoopRunner, tune_gc
@@ -41,6 +52,9 @@ from xapp.core.ports import KpiSource, TelemetrySink, WeightPublisher
 from xapp.core.workers import Supervisor, Worker
 
 if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs no servers
+    from xapp.adapters.e2.ingest import KpmIngest
+    from xapp.adapters.e2.registry import CpeRegistry
+    from xapp.adapters.e2.subscriptions import E2Subscriber, SubscriptionBook
     from xapp.adapters.influx import InfluxIntake, InfluxStore
     from xapp.adapters.mqtt import (
         ChannelSubscriber,
@@ -128,6 +142,20 @@ class Components:
     estimator_counters: Callable[[], Mapping[str, int]] | None = None
     #: The capacity model's lower-bound coverage and multiplier per family (None for the EWMA).
     estimator_calibration: Callable[[], Mapping[str, FamilyCalibration]] | None = None
+    #: The in-memory intake every live source writes (the loop reads it unless in lab mode).
+    intake: LatestKpis = field(default_factory=LatestKpis)
+
+
+@dataclass
+class E2Parts:
+    """The E2 path when ``controls.e2`` is active: who subscribes, who matches, who decodes."""
+
+    book: SubscriptionBook
+    subscriber: E2Subscriber
+    worker: Worker
+    registry: CpeRegistry
+    ingest: KpmIngest
+    stoppers: list[Callable[[], object]] = field(default_factory=list)
 
 
 class XappProcess:
@@ -167,6 +195,7 @@ class XappProcess:
         self.http: HttpServer | None = None
         self.rmr: RmrGlue | None = None
         self.rmr_required = False
+        self.e2: E2Parts | None = None
         self.watcher = ConfigWatcher(config, schemas=args.schemas_dir,
                                      interval_s=args.config_poll_s)
         self.watcher.subscribe(self._on_config)
@@ -183,11 +212,18 @@ class XappProcess:
         self.state.start()
         self.components = build_components(self.args, c, self.versions)
         comp = self.components
+        if c.e2.active:
+            self.e2 = build_e2(self.args, c, comp)
+        e2 = self.e2
         self.metrics.registry.register(ComponentCollector(
             publisher=comp.mqtt_publisher, subscriber=comp.subscriber,
             estimator_counters=comp.estimator_counters,
             estimator_calibration=comp.estimator_calibration, influx=comp.influx,
-            published_version=self._published_version, workers=self.supervisor.check))
+            published_version=self._published_version, workers=self.supervisor.check,
+            e2=None if e2 is None else E2Counters(
+                states=e2.subscriber.states, subscriber=lambda: dict(e2.subscriber.counters),
+                indications=lambda: dict(e2.ingest.counters),
+                unmatched=lambda: e2.book.misses)))
         self.loop = ControlLoop(
             comp.kpis, comp.estimator, comp.publisher, comp.sink, self.book.resolver,
             self.state, model_version=comp.model_version, on_tick=self.metrics.record_tick,
@@ -200,11 +236,24 @@ class XappProcess:
             self.supervisor.add(worker)
         for name, (healthy, restart) in comp.probes.items():
             self.supervisor.watch(name, healthy, restart)
+        views: dict[str, Callable[[], Any]] = {CPES_PATH: self.cpes_view,
+                                               E2_SUBSCRIPTIONS_PATH: self.e2_view}
+        posts: dict[str, PostHandler] = {}
+        if e2 is not None:
+            from xapp.adapters.e2.subscriptions import CALLBACK_PATH
+
+            posts[CALLBACK_PATH] = e2.subscriber.on_response
         self.http = HttpServer(self.health(), lambda: self.config_view(), self.metrics,
                                host=self.args.http_host, port=self.args.http_port,
-                               views={CPES_PATH: self.cpes_view})
+                               views=views, posts=posts)
         self.http.start()
         self._start_rmr()
+        if e2 is not None:
+            # After the HTTP server (submgr's callbacks) and RMR (the indications) are up.
+            for worker in (e2.worker, e2.registry.worker):
+                self.supervisor.add(worker)
+            e2.registry.start()
+            e2.worker.start()
         self.watcher.start()
         log.info("mcw xApp running: HTTP port %d, RMR %s, SDL %s, policy type %d",
                  self.http.port, "on" if self.rmr is not None else "off",
@@ -226,6 +275,7 @@ class XappProcess:
         self.rmr = RmrGlue(self.a1, lambda: self.state.connected, port=self.args.rmr_port,
                            on_config_event=self.watcher.check,
                            on_query_sent=self.resync.query_sent,
+                           on_indication=None if self.e2 is None else self.e2.ingest.handle,
                            log_level=logging.getLogger().level)
         self.rmr.start()
         for worker in self.rmr.workers():
@@ -248,6 +298,18 @@ class XappProcess:
             return max(0.5, (deadline - time.monotonic()) * share)
 
         self.watcher.stop()
+        if self.e2 is not None:
+            # Unsubscribe first, while the HTTP server and RMR still run.
+            self.e2.worker.stop(timeout_s=left(0.2))
+            try:
+                self.e2.subscriber.stop()
+            except Exception:
+                log.exception("deleting the E2 subscriptions failed")
+            for stopper in self.e2.stoppers:
+                try:
+                    stopper()
+                except Exception:
+                    log.exception("stopping an E2 component failed")
         if self.runner is not None and not self.runner.stop(timeout_s=left(0.3)):
             log.warning("control loop did not finish its tick before the deadline")
         if self.rmr is not None:
@@ -286,9 +348,24 @@ class XappProcess:
 
     def config_view(self) -> dict[str, Any]:
         current = self.watcher.current
+        e2 = self.e2
         return {"path": None if current.path is None else str(current.path),
                 "descriptor": current.document, "controls": current.controls.to_dict(),
-                "policy_type_id": self.policy_type.policy_type_id}
+                "policy_type_id": self.policy_type.policy_type_id,
+                "e2": {"active": e2 is not None,
+                       "nodes": {} if e2 is None else e2.subscriber.states(),
+                       "active_subscriptions": 0 if e2 is None else len(e2.book.active()),
+                       "details": E2_SUBSCRIPTIONS_PATH}}
+
+    def e2_view(self) -> dict[str, Any]:
+        """``/ric/v1/e2/subscriptions``: nodes, KPM versions, styles, subscription and RIC
+        instance ids, states, last errors, indication counters."""
+        e2 = self.e2
+        if e2 is None:
+            return {"active": False, "reason": "controls.e2.submgr_url is empty or "
+                    "controls.e2.enabled is false"}
+        return {"active": True, **e2.subscriber.view(),
+                "indications": dict(e2.ingest.counters), "registry_cpes": len(e2.registry)}
 
     def cpes_view(self) -> dict[str, Any]:
         """``/ric/v1/cpes`` (:func:`xapp.app.endpoints.cpes_document`)."""
@@ -308,7 +385,8 @@ class XappProcess:
             self.book.set_default(c.default_policy)
         except PolicyError as exc:
             log.error("new default_policy refused, the previous one stays: %s", exc)
-        restart_only = [name for name in ("influxdb", "mqtt", "model", "sdl_namespace", "a1")
+        restart_only = [name for name in ("influxdb", "mqtt", "model", "sdl_namespace", "a1",
+                                          "e2")
                         if _restart_only_changed(old.controls, new.controls, name)]
         if restart_only:
             log.warning("controls %s changed; connections keep their settings until the "
@@ -399,7 +477,67 @@ def build_components(args: argparse.Namespace, controls: Controls,
     return Components(kpis, estimator, model_version, publisher, sink, checks, stoppers,
                       workers, probes, mqtt_publisher=mqtt_publisher, subscriber=subscriber,
                       influx=influx, influx_intake=influx_intake,
-                      estimator_counters=estimator_counters, estimator_calibration=calibration)
+                      estimator_counters=estimator_counters, estimator_calibration=calibration,
+                      intake=intake)
+
+
+def build_e2(args: argparse.Namespace, controls: Controls, comp: Components) -> E2Parts:
+    """The E2 path (not started): nodes from the R-NIB and/or ``controls.e2.nodes``, the
+    subscriber, the book, the CPE registry and the KPM ingest writing into the intake and
+    InfluxDB like agent telemetry (:class:`_Telemetry`)."""
+    from xapp.adapters.e2 import codec
+    from xapp.adapters.e2.ingest import KpmIngest
+    from xapp.adapters.e2.nodes import (
+        CombinedNodes,
+        NodeSource,
+        RnibNodes,
+        StaticNode,
+        StaticNodes,
+        ricsdl_rnib_backend,
+    )
+    from xapp.adapters.e2.registry import CpeRegistry
+    from xapp.adapters.e2.subscriptions import (
+        E2Subscriber,
+        E2SubscribeSettings,
+        IdStore,
+        MemoryIdStore,
+        SdlIdStore,
+        SubscriptionBook,
+    )
+
+    e = controls.e2
+    redis = args.sdl == "redis"
+    sources: list[NodeSource] = []
+    stoppers: list[Callable[[], object]] = []
+    if e.nodes:
+        sources.append(StaticNodes([StaticNode(n.inventory_name, n.ran_function_id,
+                                               n.kpm_version, n.report_styles)
+                                    for n in e.nodes]))
+    if e.rnib and redis:
+        rnib = RnibNodes(ricsdl_rnib_backend, codec.decode_ran_function_description)
+        sources.append(rnib)
+        stoppers.append(rnib.close)
+    elif e.rnib:
+        log.warning("controls.e2.rnib needs SDL (--sdl redis); only controls.e2.nodes are used")
+    if not sources:
+        log.warning("E2 is on but no node source is configured; nothing will be subscribed")
+    settings = E2SubscribeSettings(
+        submgr_url=e.submgr_url, client_host=e.client_host, http_port=e.http_port,
+        rmr_port=e.rmr_port, requestor_id=e.requestor_id, match_requestor=e.match_requestor,
+        measurements=e.measurements, report_styles=e.report_styles,
+        report_period_ms=e.report_period_ms, granularity_ms=e.granularity_ms)
+    book = SubscriptionBook(e.requestor_id, match_requestor=e.match_requestor)
+    ids: IdStore = (SdlIdStore(controls.sdl_namespace, ricsdl_backend) if redis
+                    else MemoryIdStore())
+    subscriber = E2Subscriber(settings, CombinedNodes(sources), book, ids=ids)
+    # A step reads the nodes and makes a few HTTP calls of at most http_timeout_s each.
+    worker = Worker("mcw-e2-subscriptions", subscriber.step, e.poll_period_s,
+                    deadline_s=max(60.0, 3 * e.poll_period_s))
+    # The registry's own namespace (xapp.adapters.e2.registry), where its CLI provisions CPEs.
+    registry = CpeRegistry(backend_factory=ricsdl_backend if redis else None)
+    stoppers.append(registry.stop)
+    ingest = KpmIngest(book, registry, _Telemetry(comp.intake, comp.sink))
+    return E2Parts(book, subscriber, worker, registry, ingest, stoppers)
 
 
 def _estimator(args: argparse.Namespace, controls: Controls,

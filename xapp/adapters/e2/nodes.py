@@ -66,6 +66,14 @@ class RnibBackend(Protocol):
     def close(self) -> None: ...
 
 
+def ricsdl_rnib_backend() -> RnibBackend:
+    """A ricsdl client (``DBAAS_SERVICE_HOST``/``PORT`` from the environment, like every RIC
+    component) for reading the R-NIB."""
+    from ricsdl.syncstorage import SyncStorage
+
+    return SyncStorage()  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True)
 class StaticNode:
     """One node of ``controls.e2.nodes``: what the R-NIB would have said about it."""

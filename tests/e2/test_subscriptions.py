@@ -1,0 +1,480 @@
+"""KPM subscriptions against a stand-in Subscription Manager on loopback.
+
+The stand-in is a real HTTP server that checks every request against the contract submgr
+decodes (the PascalCase keys of xapp-frame's swagger, both endpoint ports, the RAN function)
+and answers through the xApp's real callback endpoint (:class:`xapp.app.endpoints.HttpServer`),
+as submgr does.  Then the golden RIC Indication of the O-RAN SC KPM simulator (instance 7, RAN
+function 2) goes through E3's ingest: accepted for the subscription, refused without it.
+Restart (stale ids deleted, fresh subscriptions) runs against a real redis-server; the R-NIB
+case writes the E2 manager's protobufs with the golden E2 Setup Request's RAN function.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.polling import wait_until
+from tests.support.redis_server import RedisServer, redis_binary
+from xapp.adapters.e2.nodes import StaticNode, StaticNodes
+from xapp.adapters.e2.records import E2Node, RicRequestId
+from xapp.adapters.e2.subscriptions import (
+    CALLBACK_PATH,
+    E2Subscriber,
+    E2SubscribeSettings,
+    MemoryIdStore,
+    SdlIdStore,
+    SubmgrClient,
+    SubmgrError,
+    SubscriptionBook,
+)
+from xapp.app.endpoints import Health, HttpServer
+from xapp.app.metrics import Metrics
+
+codec = pytest.importorskip("xapp.adapters.e2.codec", reason="E2 codec not built yet")
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "e2sim-kpm"
+MEID = "gnb_208_092_0000000a"
+#: The golden indication: requestor 1, instance 7, RAN function 2.
+GOLDEN_INSTANCE, GOLDEN_FUNCTION, GOLDEN_REQUESTOR = 7, 2, 1
+
+
+class StandInSubmgr:
+    """``/ric/v1/subscriptions`` as submgr serves it: checks the body, answers 201, then posts
+    one notification per SubscriptionDetail to the client endpoint (unless told not to)."""
+
+    def __init__(self) -> None:
+        self.posts: list[dict[str, Any]] = []
+        self.deletes: list[str] = []
+        self.problems: list[str] = []
+        #: What the next notifications say: E2 instance id per detail index, or an error.
+        self.e2_instances: list[int] = [GOLDEN_INSTANCE, GOLDEN_INSTANCE + 1]
+        self.error_cause = ""
+        self.status = 201
+        self.notify = True
+        self._n = 0
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                try:
+                    doc = json.loads(body)
+                    server.check(doc)
+                except Exception as exc:
+                    server.problems.append(f"bad request: {exc}")
+                    self._answer(400, {})
+                    return
+                with server._lock:
+                    server._n += 1
+                    sid = f"sub-{server._n}"
+                    server.posts.append(doc)
+                if server.status != 201:
+                    self._answer(server.status, {})
+                    return
+                self._answer(201, {"SubscriptionId": sid, "SubscriptionInstances": None})
+                if server.notify:
+                    threading.Thread(target=server.callback, args=(sid, doc),
+                                     daemon=True).start()
+
+            def do_DELETE(self) -> None:
+                prefix = "/ric/v1/subscriptions/"
+                if not self.path.startswith(prefix):
+                    server.problems.append(f"DELETE on {self.path}")
+                server.deletes.append(self.path[len(prefix):])
+                self._answer(204, None)
+
+            def _answer(self, code: int, doc: Any) -> None:
+                body = b"" if doc is None else json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def check(self, doc: dict[str, Any]) -> None:
+        """What submgr's go-swagger model requires (api/xapp_rest_api.yaml)."""
+        assert set(doc) <= {"SubscriptionId", "ClientEndpoint", "Meid", "RANFunctionID",
+                            "E2SubscriptionDirectives", "SubscriptionDetails"}, sorted(doc)
+        assert {"ClientEndpoint", "Meid", "RANFunctionID", "SubscriptionDetails"} <= set(doc)
+        ep = doc["ClientEndpoint"]
+        assert set(ep) == {"Host", "HTTPPort", "RMRPort"} and ep["Host"]
+        assert 0 < ep["HTTPPort"] < 65536 and 0 < ep["RMRPort"] < 65536
+        assert isinstance(doc["Meid"], str) and 0 <= doc["RANFunctionID"] <= 4095
+        assert doc["SubscriptionDetails"]
+        for d in doc["SubscriptionDetails"]:
+            assert set(d) == {"XappEventInstanceId", "EventTriggers", "ActionToBeSetupList"}
+            assert 0 <= d["XappEventInstanceId"] <= 65535
+            assert all(isinstance(b, int) and 0 <= b <= 255 for b in d["EventTriggers"])
+            for a in d["ActionToBeSetupList"]:
+                assert set(a) <= {"ActionID", "ActionType", "ActionDefinition",
+                                  "SubsequentAction"}
+                assert a["ActionType"] in ("insert", "policy", "report")
+                assert all(0 <= b <= 255 for b in a["ActionDefinition"])
+                assert a["SubsequentAction"] == {"SubsequentActionType": "continue",
+                                                 "TimeToWait": "zero"}
+
+    def callback(self, sid: str, doc: dict[str, Any]) -> None:
+        ep = doc["ClientEndpoint"]
+        url = f"http://{ep['Host']}:{ep['HTTPPort']}{CALLBACK_PATH}"
+        for i, d in enumerate(doc["SubscriptionDetails"]):
+            inst: dict[str, Any] = {"XappEventInstanceId": d["XappEventInstanceId"],
+                                    "E2EventInstanceId": 0 if self.error_cause
+                                    else self.e2_instances[i]}
+            if self.error_cause:
+                inst.update(ErrorCause=self.error_cause, ErrorSource="E2Node")
+            body = json.dumps({"SubscriptionId": sid, "SubscriptionInstances": [inst]}).encode()
+            req = urllib.request.Request(url, data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=5) as r:
+                if r.status != 200:
+                    self.problems.append(f"callback answered {r.status}")
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def submgr() -> Iterator[StandInSubmgr]:
+    s = StandInSubmgr()
+    yield s
+    s.close()
+    assert not s.problems
+
+
+class Xapp:
+    """The xApp's part: book, subscriber and its real HTTP server with the callback."""
+
+    def __init__(self, submgr: StandInSubmgr, nodes: Any, *, ids: Any = None,
+                 requestor_id: int = GOLDEN_REQUESTOR, styles: tuple[int, ...] = (1,),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.book = SubscriptionBook(requestor_id)
+        self.http = HttpServer(Health(), lambda: {}, Metrics(), host="127.0.0.1", port=0)
+        self.settings = E2SubscribeSettings(
+            submgr_url=submgr.url, client_host="127.0.0.1", http_port=self.http.port,
+            rmr_port=4560, requestor_id=requestor_id, report_styles=styles,
+            measurements=("DRB.UEThpDl", "DRB.UEThpUl"), retry_min_s=1.0,
+            response_timeout_s=5.0)
+        self.sub = E2Subscriber(self.settings, nodes, self.book,
+                                ids=ids if ids is not None else MemoryIdStore(), clock=clock)
+        self.http.posts[CALLBACK_PATH] = self.sub.on_response
+        self.http.start()
+
+    def state(self, node: str = MEID) -> str:
+        return str(self.sub.view()["nodes"][node]["subscription"]["state"])
+
+    def close(self) -> None:
+        self.http.stop()
+
+
+def static(version: int = 3, styles: tuple[int, ...] = (1,)) -> StaticNodes:
+    return StaticNodes([StaticNode(MEID, GOLDEN_FUNCTION, version, styles)])
+
+
+def test_subscription_contract_and_golden_indication(submgr: StandInSubmgr) -> None:
+    from xapp.adapters.e2.ingest import KpmIngest
+    from xapp.adapters.e2.registry import CpeRegistry
+
+    xapp = Xapp(submgr, static())
+    try:
+        xapp.sub.step()
+        wait_until(lambda: xapp.state() == "active", timeout=5)
+        [doc] = submgr.posts
+        assert doc["Meid"] == MEID and doc["RANFunctionID"] == GOLDEN_FUNCTION
+        assert doc["ClientEndpoint"] == {"Host": "127.0.0.1", "HTTPPort": xapp.http.port,
+                                         "RMRPort": 4560}
+        [detail] = doc["SubscriptionDetails"]
+        # The bytes are the codec's encoding of what the settings ask for.
+        assert bytes(detail["EventTriggers"]) == codec.encode_event_trigger(1000, 3)
+        [action] = detail["ActionToBeSetupList"]
+        assert action["ActionID"] == 1 and action["ActionType"] == "report"
+        assert bytes(action["ActionDefinition"]) == codec.encode_action_definition(
+            ["DRB.UEThpDl", "DRB.UEThpUl"], 1000, 3, style=1)
+        [active] = xapp.book.active()
+        assert active.subscription_id == "sub-1" and active.node == MEID
+        assert active.request == RicRequestId(GOLDEN_REQUESTOR, GOLDEN_INSTANCE)
+        assert active.ran_function_id == GOLDEN_FUNCTION and active.kpm_version == 3
+        assert active.report_style == 1
+
+        frames: list[Any] = []
+        ingest = KpmIngest(xapp.book, CpeRegistry(), frames.append)
+        golden = (DATA / "ind0.bin").read_bytes()
+        ingest.handle(golden, MEID)
+        assert xapp.book.indications(GOLDEN_INSTANCE, GOLDEN_FUNCTION) == 1
+        assert xapp.book.misses == 0
+        view = xapp.sub.view()["nodes"][MEID]
+        assert view["subscription"]["instances"][0]["indications"] == 1
+        assert view["subscription"]["instances"][0]["e2_instance_id"] == GOLDEN_INSTANCE
+
+        # Without a subscription for instance 7 the same bytes are refused, and counted.
+        other = SubscriptionBook(GOLDEN_REQUESTOR)
+        refused = KpmIngest(other, CpeRegistry(), frames.append)
+        n_frames = len(frames)
+        refused.handle(golden, MEID)
+        assert other.misses == 1 and len(frames) == n_frames
+        assert sum(refused.counters.values()) > 0
+
+        xapp.sub.stop()
+        assert submgr.deletes == ["sub-1"]
+        assert xapp.book.active() == []
+    finally:
+        xapp.close()
+
+
+def test_requestor_must_match_unless_told_not_to() -> None:
+    from xapp.adapters.e2.records import ActiveSubscription
+
+    sub = ActiveSubscription("s", MEID, RicRequestId(123, 7), 2, 3, 1)
+    strict, lax = SubscriptionBook(123), SubscriptionBook(123, match_requestor=False)
+    for book in (strict, lax):
+        book.add(sub)
+    assert strict.lookup(RicRequestId(123, 7), 2) == sub
+    assert strict.lookup(RicRequestId(1, 7), 2) is None  # the simulator's requestor
+    assert lax.lookup(RicRequestId(1, 7), 2) == sub
+    assert strict.lookup(RicRequestId(123, 7), 3) is None  # other RAN function
+    assert strict.lookup(RicRequestId(123, 8), 2) is None  # other instance
+    assert strict.misses == 3
+
+
+def test_per_ue_style_where_offered(submgr: StandInSubmgr) -> None:
+    xapp = Xapp(submgr, static(styles=(1, 4)), styles=(1, 4, 5))
+    try:
+        xapp.sub.step()
+        wait_until(lambda: xapp.state() == "active", timeout=5)
+        [doc] = submgr.posts
+        details = doc["SubscriptionDetails"]
+        assert len(details) == 2  # style 5 is not offered
+        assert bytes(details[1]["ActionToBeSetupList"][0]["ActionDefinition"]) == \
+            codec.encode_action_definition(["DRB.UEThpDl", "DRB.UEThpUl"], 1000, 3, style=4)
+        assert {s.report_style for s in xapp.book.active()} == {1, 4}
+        assert {s.request.instance for s in xapp.book.active()} == {7, 8}
+    finally:
+        xapp.close()
+
+
+def test_error_cause_fails_and_retries_with_back_off(submgr: StandInSubmgr) -> None:
+    now = [1000.0]
+    submgr.error_cause = "RICSubscriptionFailure. E2NodeCause: (Cause:1, Value 0)"
+    xapp = Xapp(submgr, static(), clock=lambda: now[0])
+    try:
+        xapp.sub.step()
+        wait_until(lambda: xapp.state() == "failed", timeout=5)
+        view = xapp.sub.view()["nodes"][MEID]["subscription"]
+        assert "RICSubscriptionFailure" in view["last_error"]
+        wait_until(lambda: submgr.deletes == ["sub-1"], timeout=5)  # cleaned up at submgr
+        assert xapp.book.active() == []
+        xapp.sub.step()  # within the back-off: no new request
+        assert len(submgr.posts) == 1
+        submgr.error_cause = ""
+        now[0] += 1.5
+        xapp.sub.step()
+        wait_until(lambda: xapp.state() == "active", timeout=5)
+        assert len(submgr.posts) == 2 and len(xapp.book.active()) == 1
+        assert xapp.sub.counters["instances_failed"] == 1
+    finally:
+        xapp.close()
+
+
+def test_submgr_refusal_and_silence_are_retried(submgr: StandInSubmgr) -> None:
+    now = [0.0]
+    submgr.status = 503  # E2 link down at submgr
+    xapp = Xapp(submgr, static(), clock=lambda: now[0])
+    try:
+        xapp.sub.step()
+        assert xapp.state() == "failed" and "503" in xapp.sub.view()["nodes"][MEID][
+            "subscription"]["last_error"]
+        submgr.status, submgr.notify = 201, False  # accepted, never answered
+        now[0] += 1.0
+        xapp.sub.step()
+        assert xapp.state() == "pending"
+        now[0] += 6.0  # past response_timeout_s
+        xapp.sub.step()
+        assert xapp.sub.counters["response_timeouts"] == 1 and submgr.deletes == ["sub-2"]
+        submgr.notify = True
+        now[0] += 10.0
+        xapp.sub.step()
+        wait_until(lambda: xapp.state() == "active", timeout=5)
+    finally:
+        xapp.close()
+
+
+class Toggle:
+    """A node source whose node can go away and come back (an E2 link reset)."""
+
+    def __init__(self) -> None:
+        self.node = static().nodes()[0]
+        self.connected = True
+
+    def nodes(self) -> list[E2Node]:
+        return [E2Node(self.node.inventory_name, self.node.global_id, self.node.kpm,
+                       self.connected)]
+
+
+def test_node_reconnect_resubscribes(submgr: StandInSubmgr) -> None:
+    source = Toggle()
+    xapp = Xapp(submgr, source)
+    try:
+        xapp.sub.step()
+        wait_until(lambda: xapp.state() == "active", timeout=5)
+        source.connected = False
+        xapp.sub.step()
+        assert xapp.state() == "disconnected" and xapp.book.active() == []
+        assert submgr.deletes == ["sub-1"]
+        source.connected = True
+        xapp.sub.step()
+        wait_until(lambda: xapp.state() == "active", timeout=5)
+        assert [s.subscription_id for s in xapp.book.active()] == ["sub-2"]
+    finally:
+        xapp.close()
+
+
+@pytest.mark.parametrize("body", [
+    b"", b"[]", b"{", b'{"SubscriptionId": 5, "SubscriptionInstances": []}',
+    b'{"SubscriptionId": "sub-1"}',
+    b'{"SubscriptionId": "sub-1", "SubscriptionInstances": [{"XappEventInstanceId": 1}]}',
+    b'{"SubscriptionId": "sub-1", "SubscriptionInstances": '
+    b'[{"XappEventInstanceId": 1, "E2EventInstanceId": 70000}]}',
+    b'{"SubscriptionId": "sub-1", "SubscriptionInstances": '
+    b'[{"XappEventInstanceId": true, "E2EventInstanceId": 7}]}',
+    b"[" * 100_000,
+])
+def test_malformed_callbacks_are_refused_and_change_nothing(submgr: StandInSubmgr,
+                                                            body: bytes) -> None:
+    submgr.notify = False
+    xapp = Xapp(submgr, static())
+    try:
+        xapp.sub.step()
+        before = xapp.sub.view()
+        req = urllib.request.Request(f"http://127.0.0.1:{xapp.http.port}{CALLBACK_PATH}",
+                                     data=body, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                code = r.status
+        except urllib.error.HTTPError as exc:
+            code = exc.code
+        assert code in (400, 413)
+        after = xapp.sub.view()
+        assert after["nodes"] == before["nodes"] and xapp.book.active() == []
+    finally:
+        xapp.close()
+
+
+def test_client_refuses_bad_urls_and_answers() -> None:
+    with pytest.raises(ValueError):
+        SubmgrClient("submgr:8088")
+    client = SubmgrClient("http://127.0.0.1:1/ric/v1", timeout_s=1)
+    assert client.base == "http://127.0.0.1:1"
+    with pytest.raises(SubmgrError):
+        client.subscribe({})
+
+
+@pytest.fixture
+def redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServer]:
+    if redis_binary() is None:
+        pytest.skip("redis-server is not installed")
+    with RedisServer(tmp_path / "redis") as server:
+        for key, value in server.dbaas_env().items():
+            monkeypatch.setenv(key, value)
+        for key in ("DBAAS_SERVICE_SENTINEL_PORT", "DBAAS_MASTER_NAME", "DBAAS_NODE_COUNT"):
+            monkeypatch.delenv(key, raising=False)
+        yield server
+
+
+def test_restart_deletes_stale_and_subscribes_again(submgr: StandInSubmgr,
+                                                     redis: RedisServer) -> None:
+    from xapp.adapters.sdl import ricsdl_backend
+
+    first = Xapp(submgr, static(), ids=SdlIdStore("mcw-e2-test", ricsdl_backend))
+    try:
+        first.sub.step()
+        wait_until(lambda: first.state() == "active", timeout=5)
+    finally:
+        first.close()  # killed: no stop(), sub-1 stays live at submgr
+    assert SdlIdStore("mcw-e2-test", ricsdl_backend).load() == {"sub-1"}
+    second = Xapp(submgr, static(), ids=SdlIdStore("mcw-e2-test", ricsdl_backend))
+    try:
+        second.sub.step()
+        assert submgr.deletes == ["sub-1"]
+        assert second.sub.counters["stale_deleted"] == 1
+        wait_until(lambda: second.state() == "active", timeout=5)
+        assert [s.subscription_id for s in second.book.active()] == ["sub-2"]
+        assert SdlIdStore("mcw-e2-test", ricsdl_backend).load() == {"sub-2"}
+        second.sub.stop()
+        assert submgr.deletes == ["sub-1", "sub-2"]
+        assert SdlIdStore("mcw-e2-test", ricsdl_backend).load() == set()
+    finally:
+        second.close()
+
+
+def write_rnib(setup_request: bytes, name: str, status: int) -> None:
+    """The E2 manager's R-NIB entries for one gNB, as rNibWriter.go writes them."""
+    from pycrate_asn1dir import E2AP
+    from ricsdl.syncstorage import SyncStorage
+    from ricxappframe.entities.rnib.nb_identity_pb2 import NbIdentity
+    from ricxappframe.entities.rnib.nodeb_info_pb2 import NodebInfo
+
+    pdu = E2AP.E2AP_PDU_Descriptions.E2AP_PDU
+    pdu.from_aper(setup_request)
+    ies = pdu.get_val()[1]["value"][1]["protocolIEs"]
+    [functions] = [ie["value"][1] for ie in ies if ie["id"] == 10]  # RANfunctionsAdded
+    info = NodebInfo(ran_name=name, connection_status=status, node_type=2)
+    info.global_nb_id.plmn_id, info.global_nb_id.nb_id = "02f829", "0000000a"
+    for item in functions:
+        fn = item["value"][1]
+        rf = info.gnb.ran_functions.add()
+        rf.ran_function_id, rf.ran_function_revision = fn["ranFunctionID"], \
+            fn["ranFunctionRevision"]
+        rf.ran_function_oid = fn["ranFunctionOID"]
+        hexed = fn["ranFunctionDefinition"].hex().upper()
+        # XER: hex pairs separated by spaces, in lines, as in the E2 manager's test data.
+        rf.ran_function_definition = "\n".join(
+            " ".join(hexed[i:i + 2] for i in range(j, min(j + 32, len(hexed)), 2))
+            for j in range(0, len(hexed), 32))
+    ident = NbIdentity(inventory_name=name, connection_status=status)
+    ident.global_nb_id.plmn_id, ident.global_nb_id.nb_id = "02f829", "0000000a"
+    sdl = SyncStorage()
+    try:
+        sdl.set("e2Manager", {f"RAN:{name}": info.SerializeToString()})
+        sdl.add_member("e2Manager", "GNB", ident.SerializeToString())
+    finally:
+        sdl.close()
+
+
+def test_rnib_node_is_discovered_and_subscribed(submgr: StandInSubmgr,
+                                                redis: RedisServer) -> None:
+    from xapp.adapters.e2.nodes import RnibNodes, ricsdl_rnib_backend
+
+    write_rnib((DATA / "e2setup_req.bin").read_bytes(), MEID, status=1)
+    source = RnibNodes(ricsdl_rnib_backend, codec.decode_ran_function_description)
+    xapp = Xapp(submgr, source, styles=(1,))
+    try:
+        xapp.sub.step()
+        wait_until(lambda: xapp.state() == "active", timeout=5)
+        [doc] = submgr.posts
+        assert doc["Meid"] == MEID and doc["RANFunctionID"] == GOLDEN_FUNCTION
+        node = xapp.sub.view()["nodes"][MEID]
+        assert node["kpm"]["oid"] == "OID123" and node["kpm"]["revision"] == 2
+        assert node["global_id"] == "02f829-0000000a"
+        version = node["kpm"]["version"]
+        assert bytes(doc["SubscriptionDetails"][0]["EventTriggers"]) == \
+            codec.encode_event_trigger(1000, version)
+    finally:
+        xapp.close()
+        source.close()
