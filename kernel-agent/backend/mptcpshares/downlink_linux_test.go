@@ -159,7 +159,7 @@ func TestDownlinkInNetns(t *testing.T) {
 			}},
 			// wifi at 0: uncapped (backup), its class goes; cpe-b fits.
 			{"wifi off, second CPE", []backend.CPEPaths{cpeA(1, 0, 14, 6), cpeB}, want{
-				nr: downlinkView{root: "htb", classes: map[uint16]uint64{3: 14e6, 2: 3e6}, dst: map[uint16]string{3: "10.63.1.1", 2: "10.63.1.7"}},
+				nr:   downlinkView{root: "htb", classes: map[uint16]uint64{3: 14e6, 2: 3e6}, dst: map[uint16]string{3: "10.63.1.1", 2: "10.63.1.7"}},
 				wifi: downlinkView{root: "htb", classes: map[uint16]uint64{4: 2e6}, dst: map[uint16]string{4: "fd63:2::7"}},
 				caps: map[string]map[string]float64{"cpe-a": {"nr": 14}, "cpe-b": {"nr": 3, "wifi": 2}},
 			}},
