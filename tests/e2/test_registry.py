@@ -50,7 +50,7 @@ def test_ue_keys_are_canonical(key: str, canonical: str) -> None:
 
 
 @pytest.mark.parametrize("key", [
-    "", "imsi:001010000000001", "crnti:65536", "f1ap:4294967296", "ranue:00a1",
+    "", "imsi:001010000000001", "crnti:65536", "f1ap:4294967296", "ranue:0", "ranue:" + "0" * 58,
     "amf:00f110-2-1-3:1099511627776", "amf:00f110:17", "crnti:1\n2", "crnti:" + "1" * 70,
     "crnti:-1",
 ])

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from xapp.adapters.e2.registry import CpeEntry, CpeRegistry
 
 UE_ID_HELP = ("a UE id as KPM reports it: amf:<plmn>-<region>-<set>-<pointer>:<AMF-UE-NGAP-ID>, "
-              "ranue:<16 hex digits>, f1ap:<gNB-CU UE F1AP id> or crnti:<C-RNTI>; repeat for "
+              "ranue:<hex digits>, f1ap:<gNB-CU UE F1AP id> or crnti:<C-RNTI>; repeat for "
               "several (at most 8 per CPE)")
 CELL_HELP = "serving NR cell as <plmn hex>-<nci hex>, e.g. 00f110-00000000a"
 

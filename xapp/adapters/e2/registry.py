@@ -13,7 +13,7 @@ What is kept, in its own SDL namespace (default ``mcw-cpe-registry``):
 ``meta/generation``  a token rewritten with every change, so a reader reloads only on change
 
 UE ids are the strings :meth:`xapp.adapters.e2.records.UeId.keys` gives (``amf:<guami>:<id>``,
-``ranue:<16 hex>``, ``f1ap:<id>``, ``crnti:<id>``); a cell is an NR CGI ``<plmn hex>-<nci hex>``.
+``ranue:<hex>``, ``f1ap:<id>``, ``crnti:<id>``); a cell is an NR CGI ``<plmn hex>-<nci hex>``.
 Both are checked whole and stored lower-case.  One UE id belongs to at most one CPE.
 
 Reads (:meth:`CpeRegistry.cpe_for_keys`, :meth:`CpeRegistry.cpes_in_cell`) come from an
@@ -47,10 +47,12 @@ ENTRY_PREFIX: Final = "cpe/"
 GENERATION_KEY: Final = "meta/generation"
 
 #: The UE id forms of ``UeId.keys()``.  AMF-UE-NGAP-ID < 2^40 (13 digits), F1AP id < 2^32,
-#: C-RNTI < 2^16; GUAMI fields are PLMN (5-6 hex) then AMF region, set and pointer.
+#: C-RNTI < 2^16; GUAMI fields are PLMN (5-6 hex) then AMF region, set and pointer (hex).
+#: A RAN UE ID is 8 octets in KPM v3; v2's UE-Identity is an opaque OCTET STRING (up to 28
+#: octets kept).
 UE_KEY_RE: Final = re.compile(
     r"amf:[0-9a-f]{5,6}(?:-[0-9a-f]{1,4}){3}:[0-9]{1,13}"
-    r"|ranue:[0-9a-f]{16}"
+    r"|ranue:[0-9a-f]{2,56}"
     r"|f1ap:[0-9]{1,10}"
     r"|crnti:[0-9]{1,5}")
 #: An NR CGI (36-bit NCI: 9 hex digits) or an E-UTRA CGI (28 bits: 7), PLMN first.
@@ -80,7 +82,7 @@ def canonical_ue_key(key: str, limits: RegistryLimits = RegistryLimits()) -> str
     low = key.strip().lower()
     if UE_KEY_RE.fullmatch(low) is None:
         raise RegistryError(f"UE id {key!r}: expected amf:<plmn>-<region>-<set>-<pointer>:<id>, "
-                            "ranue:<16 hex digits>, f1ap:<id> or crnti:<id>")
+                            "ranue:<hex digits>, f1ap:<id> or crnti:<id>")
     if low.startswith("crnti:") and int(low[6:]) > 0xFFFF:
         raise RegistryError(f"UE id {key!r}: a C-RNTI is at most 65535")
     if low.startswith("f1ap:") and int(low[5:]) > 0xFFFFFFFF:
