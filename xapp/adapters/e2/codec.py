@@ -52,7 +52,7 @@ MAX_DESCRIPTION_BYTES: Final = 256 * 1024
 MAX_SUBSCRIPTION_RESPONSE_BYTES: Final = 16 * 1024
 MAX_HEADER_BYTES: Final = 4 * 1024
 #: Reports (UEs) and measurements per report turned into records; more is refused, not cut.
-MAX_REPORTS: Final = 4096
+MAX_REPORTS: Final = 2048
 MAX_MEASUREMENTS: Final = 1024
 MAX_RAN_FUNCTIONS: Final = 256
 
@@ -126,11 +126,19 @@ def _kpm_module(kpm_version: int) -> Any:
 
 def _decode(obj: Any, data: bytes, what: str) -> Any:
     """``obj`` decoded from ``data`` (APER), the caller holding ``_LOCK``; E2DecodeError if not."""
+    from pycrate_core.charpy import Charpy
+
+    char = Charpy(data)
     try:
-        obj.from_aper(data)
-        return obj.get_val()
+        obj.from_aper(char)
+        value = obj.get_val()
     except Exception as exc:  # pycrate raises many types (its own, IndexError, struct.error...)
         raise E2DecodeError(f"{what}: not valid APER ({type(exc).__name__}: {exc})"[:300]) from None
+    # Bytes left over mean the message is not of this type (often: the wrong KPM version).
+    left = char.len_bit() // 8
+    if left:
+        raise E2DecodeError(f"{what}: {left} bytes left over after the APER value")
+    return value
 
 
 def _need_bytes(data: object, limit: int, what: str) -> bytes:
