@@ -34,8 +34,7 @@ type Config struct {
 	// WATs maps each WAT name (nr, lte, wifi, lifi) to its interface
 	// (role cpe; a proxy learns its CPEs' WATs from their state).
 	WATs map[string]WAT `yaml:"wats"`
-	// Backend: wrr-sysctl, mptcp-upstream, mptcp-shares (role cpe) or
-	// dry-run.
+	// Backend: wrr-sysctl, mptcp-upstream, mptcp-shares or dry-run.
 	Backend     string      `yaml:"backend"`
 	WRRSysctl   WRRSysctl   `yaml:"wrr_sysctl"`
 	MPTCPShares MPTCPShares `yaml:"mptcp_shares"`
@@ -77,10 +76,16 @@ type WRRSysctl struct {
 
 // MPTCPShares configures the mptcp-shares backend.
 type MPTCPShares struct {
-	// LinkMbps is each WAT's link rate in Mbit/s: the caps are the
-	// weights' shares of the largest total these rates allow (the
-	// weights message carries no forecast total yet).
+	// LinkMbps is each WAT's link rate in Mbit/s. Without caps_mbps in
+	// the weights message (an older xApp, or safe weights) the caps are
+	// the weights' shares of the largest total these rates allow; with
+	// them a cap at or above a WAT's rate leaves the WAT uncapped. Role
+	// cpe: one per configured WAT. Role proxy: the rate of every served
+	// CPE's WAT, one at least per WAT of safe_weights.
 	LinkMbps map[string]float64 `yaml:"link_mbps"`
+	// MaxClasses (role proxy) bounds the rate classes, one per capped
+	// WAT of each served CPE; 0 means the backend's default (4096).
+	MaxClasses int `yaml:"max_classes"`
 }
 
 // Telemetry configures the subflow statistics stream.
@@ -241,28 +246,51 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validateShares checks the mptcp-shares keys: a CPE's uplink only, and a
-// link rate for every WAT and no other.
+// validateShares checks the mptcp-shares keys. Role cpe: a link rate for
+// every WAT and no other. Role proxy (the CPEs' WATs are learnt from their
+// state): known WATs, a rate for each WAT of the safe weights (they carry
+// no caps), and the class bound.
 func (c Config) validateShares() []error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if c.Role != payload.RoleCPE {
-		add("backend mptcp-shares: role cpe only (it caps the CPE's egress)")
+	need := map[string]bool{}
+	if c.IsProxy() {
+		for wat := range c.SafeWeights {
+			need[wat] = true
+		}
+		if m := c.MPTCPShares.MaxClasses; m < 0 || m > mptcpSharesMaxClasses {
+			add("mptcp_shares.max_classes %d: want 0 (default) or 1..%d", m, mptcpSharesMaxClasses)
+		}
+	} else {
+		for wat := range c.WATs {
+			need[wat] = true
+		}
+		if c.MPTCPShares.MaxClasses != 0 {
+			add("mptcp_shares.max_classes: only with role proxy")
+		}
 	}
-	for wat := range c.WATs {
+	for wat := range need {
 		if _, ok := c.MPTCPShares.LinkMbps[wat]; !ok {
 			add("mptcp_shares.link_mbps.%s: required for backend mptcp-shares", wat)
 		}
 	}
 	for wat, r := range c.MPTCPShares.LinkMbps {
-		if _, ok := c.WATs[wat]; !ok {
+		_, configured := c.WATs[wat]
+		switch {
+		case !c.IsProxy() && !configured:
 			add("mptcp_shares.link_mbps.%s: not a configured WAT", wat)
-		} else if !(r > 0) || r > mptcpSharesMaxMbps {
+		case c.IsProxy() && !payload.KnownWAT(wat):
+			add("mptcp_shares.link_mbps.%s: not a known WAT", wat)
+		case !(r > 0) || r > mptcpSharesMaxMbps:
 			add("mptcp_shares.link_mbps.%s %v: want (0, %d]", wat, r, mptcpSharesMaxMbps)
 		}
 	}
 	return errs
 }
+
+// mptcpSharesMaxClasses is the largest mptcpshares downlink class bound
+// (16-bit class minors, 0 and 1 not used).
+const mptcpSharesMaxClasses = 0xffff - 1
 
 // mptcpSharesMaxMbps is mptcpshares.MaxLinkMbps (HTB's 32-bit byte rate).
 const mptcpSharesMaxMbps = 30_000

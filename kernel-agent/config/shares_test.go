@@ -32,10 +32,34 @@ func TestParseShares(t *testing.T) {
 	}
 }
 
-func TestSharesProxyRefused(t *testing.T) {
-	proxy := "role: proxy\nproxy_id: proxy-0001\ncpes: [cpe-0001]\nmqtt: {broker_url: mqtts://127.0.0.1:8883, ca_file: a, cert_file: b, key_file: c}\n" +
-		"backend: mptcp-shares\nsafe_weights: {nr: 1}\nstate_dir: /tmp/x\n"
-	if _, err := Parse([]byte(proxy)); err == nil || !strings.Contains(err.Error(), "role cpe only") {
-		t.Fatalf("Parse = %v, want mptcp-shares refused for a proxy", err)
+// TestSharesProxy: the proxy's downlink caps need a rate per safe-weights
+// WAT, take rates for other known WATs and a class bound.
+func TestSharesProxy(t *testing.T) {
+	const proxy = "role: proxy\nproxy_id: proxy-0001\ncpes: [cpe-0001]\nmqtt: {broker_url: mqtts://127.0.0.1:8883, ca_file: a, cert_file: b, key_file: c}\n" +
+		"backend: mptcp-shares\nmptcp_shares: {link_mbps: {nr: 20, wifi: 20, lte: 5}, max_classes: 64}\nsafe_weights: {nr: 1, wifi: 1}\nstate_dir: /tmp/x\n"
+	c, err := Parse([]byte(proxy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MPTCPShares.MaxClasses != 64 || c.MPTCPShares.LinkMbps["lte"] != 5 {
+		t.Fatalf("mptcp_shares %+v", c.MPTCPShares)
+	}
+	for _, tt := range []struct{ name, old, new, wantErr string }{
+		{"safe WAT without rate", "nr: 20, wifi: 20, lte: 5", "nr: 20, lte: 5", "link_mbps.wifi: required"},
+		{"unknown WAT", "lte: 5", "5g: 5", "link_mbps.5g: not a known WAT"},
+		{"rate too high", "lte: 5", "lte: 30001", "link_mbps.lte 30001"},
+		{"bound negative", "max_classes: 64", "max_classes: -1", "max_classes -1"},
+		{"bound too high", "max_classes: 64", "max_classes: 65535", "max_classes 65535"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(strings.Replace(proxy, tt.old, tt.new, 1)))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Parse = %v, want an error mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+	cpe := strings.Replace(good, "backend: wrr-sysctl\n", "backend: mptcp-shares\nmptcp_shares:\n  link_mbps: {nr: 100, wifi: 40}\n  max_classes: 3\n", 1)
+	if _, err := Parse([]byte(cpe)); err == nil || !strings.Contains(err.Error(), "max_classes: only with role proxy") {
+		t.Fatalf("Parse = %v, want max_classes refused for a CPE", err)
 	}
 }

@@ -129,9 +129,12 @@ type cpe struct {
 	tracker *lease.Tracker
 
 	requested payload.Weights // the dl set in force (or safe weights) before link masking
-	safe      bool
-	mode      string
-	pending   *pendingUpdate // accepted, waiting for the next ApplyAll
+	// caps are the dl set's caps_mbps (nil: none, or safe weights); a
+	// rate-caps downlink uses them instead of its link rates.
+	caps    map[string]float64
+	safe    bool
+	mode    string
+	pending *pendingUpdate // accepted, waiting for the next ApplyAll
 
 	addrs  map[string]netip.Addr // the CPE agent's WAT addresses
 	links  map[string]string     // the CPE agent's links (up/down)
@@ -158,6 +161,7 @@ type pendingUpdate struct {
 	at          time.Time
 	note        string
 	prev        payload.Weights
+	prevCaps    map[string]float64
 	prevSafe    bool
 	prevMode    string
 	prevVersion int64
@@ -300,7 +304,7 @@ func (p *Proxy) Start(ctx context.Context) error {
 			until := time.UnixMilli(rec.LeaseUntilMs)
 			if rec.Weights != nil && rec.LeaseUntilMs > 0 && until.After(now) {
 				c.tracker.Restore(rec.Version, until)
-				c.requested, c.safe, c.mode = rec.Weights.Clone(), false, rec.Mode
+				c.requested, c.safe, c.mode, c.caps = rec.Weights.Clone(), false, rec.Mode, rec.CapsMbps
 				event = payload.EventRestored
 			} else {
 				c.tracker.Restore(rec.Version, time.Time{})
@@ -473,12 +477,12 @@ func (p *Proxy) onWeights(c *cpe, data []byte, at time.Time) {
 		return
 	}
 	if c.pending == nil {
-		c.pending = &pendingUpdate{prev: c.requested, prevSafe: c.safe, prevMode: c.mode,
+		c.pending = &pendingUpdate{prev: c.requested, prevCaps: c.caps, prevSafe: c.safe, prevMode: c.mode,
 			prevVersion: c.tracker.Version(), prevUntil: c.tracker.Until()}
 	}
 	c.pending.version, c.pending.until, c.pending.at = u.Version, until, at
 	c.pending.note = u.DL.Reason
-	c.requested, c.safe, c.mode = u.DL.Weights.Clone(), false, u.DL.Mode
+	c.requested, c.safe, c.mode, c.caps = u.DL.Weights.Clone(), false, u.DL.Mode, u.DL.CapsMbps
 	// The version counts as seen at once, so that a replay queued behind it
 	// in this batch stays silent; a failed apply rolls it back.
 	c.tracker.Grant(u.Version, until)
@@ -555,7 +559,7 @@ func (c *cpe) downWATs() int {
 }
 
 func (c *cpe) useSafe(safe payload.Weights) {
-	c.requested, c.safe, c.mode = safe.Clone(), true, ""
+	c.requested, c.safe, c.mode, c.caps = safe.Clone(), true, "", nil
 }
 
 // setEvent records what to report for c after the next apply; a weights
@@ -577,7 +581,7 @@ func (c *cpe) paths(safe payload.Weights) ([]backend.Path, error) {
 	if len(c.addrs) == 0 {
 		return nil, errNoAddress
 	}
-	mask := func(w payload.Weights) []backend.Path {
+	mask := func(w payload.Weights, caps map[string]float64) []backend.Path {
 		out := make([]backend.Path, 0, len(c.addrs))
 		for _, wat := range payload.WATs() {
 			a, ok := c.addrs[wat]
@@ -588,16 +592,18 @@ func (c *cpe) paths(safe payload.Weights) ([]backend.Path, error) {
 			if c.links[wat] == "down" {
 				weight = 0
 			}
-			out = append(out, backend.Path{WAT: wat, Addr: a, Weight: weight})
+			out = append(out, backend.Path{WAT: wat, Addr: a, Weight: weight, CapMbps: caps[wat]})
 		}
 		return out
 	}
 	positive := func(ps []backend.Path) bool {
 		return slices.ContainsFunc(ps, func(p backend.Path) bool { return p.Weight > 0 })
 	}
-	eff := mask(c.requested)
+	eff := mask(c.requested, c.caps)
 	if !positive(eff) {
-		eff = mask(safe)
+		// The message's caps belong to its weights, not to the safe
+		// weights standing in for them.
+		eff = mask(safe, nil)
 	}
 	if !positive(eff) {
 		return nil, errors.New("no usable WAT with a known address: downlink left unchanged")
@@ -693,7 +699,7 @@ func (p *Proxy) apply(ctx context.Context) {
 				// Not applied: as the CPE agent, which grants only after
 				// the kernel write, forget the version so that the
 				// retained message delivered again is judged afresh.
-				c.requested, c.safe, c.mode = pu.prev, pu.prevSafe, pu.prevMode
+				c.requested, c.safe, c.mode, c.caps = pu.prev, pu.prevSafe, pu.prevMode, pu.prevCaps
 				c.changed = true
 				c.tracker.Restore(pu.prevVersion, pu.prevUntil)
 				c.pending = nil
@@ -774,7 +780,7 @@ func (p *Proxy) updateGauges() {
 func (p *Proxy) save(c *cpe, now time.Time) {
 	rec := state.Record{Version: c.tracker.Version(), SavedAtMs: now.UnixMilli()}
 	if !c.safe {
-		rec.Weights, rec.Mode = c.requested, c.mode
+		rec.Weights, rec.Mode, rec.CapsMbps = c.requested, c.mode, c.caps
 		rec.LeaseUntilMs = c.tracker.Until().UnixMilli()
 	}
 	p.persist.put(c.id, c.store, rec)
@@ -806,6 +812,11 @@ func (p *Proxy) report(c *cpe) {
 	}
 	for _, ps := range c.applied {
 		s.AppliedWeights[ps.WAT] = ps.Weight
+	}
+	if cr, ok := p.deps.Downlink.(backend.DownlinkCapsReporter); ok && c.applied != nil && c.unexpr == nil {
+		if caps := cr.AppliedCaps(c.id); len(caps) > 0 {
+			s.AppliedCapsMbps = caps
+		}
 	}
 	for w, l := range c.links {
 		if payload.KnownWAT(w) {

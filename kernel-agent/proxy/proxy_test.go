@@ -445,3 +445,36 @@ func TestProxyTelemetry(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyCapsReachTheDownlink: the dl set's caps_mbps go with its
+// weights to the downlink (the weight-0 WAT's too: the backend ignores
+// it), and the safe weights after a lease expiry carry none.
+func TestProxyCapsReachTheDownlink(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	f.step(cpeState("cpe-0001", addrs1, up1))
+	m := weights("cpe-0001", 6, t0, 30, `{"nr":7,"wifi":3,"lifi":0},"caps_mbps":{"nr":14,"wifi":6,"lifi":1}`, `{"nr":1}`)
+	f.step(m)
+	capsOf := func() map[string]float64 {
+		for _, c := range f.dl.LastPaths() {
+			if c.CPEID == "cpe-0001" {
+				out := map[string]float64{}
+				for _, p := range c.Paths {
+					out[p.WAT] = p.CapMbps
+				}
+				return out
+			}
+		}
+		return nil
+	}
+	if diff := cmp.Diff(map[string]float64{"nr": 14, "wifi": 6, "lifi": 1}, capsOf()); diff != "" {
+		t.Fatalf("caps handed to the downlink (-want +got):\n%s", diff)
+	}
+	if s := f.state("cpe-0001"); s.Event != payload.EventApplied || s.AppliedVersion != 6 {
+		t.Fatalf("state %+v", s)
+	}
+	f.clk.t = t0.Add(31 * time.Second)
+	f.step()
+	if diff := cmp.Diff(map[string]float64{"nr": 0, "wifi": 0, "lifi": 0}, capsOf()); diff != "" {
+		t.Fatalf("safe weights carry caps (-want +got):\n%s", diff)
+	}
+}

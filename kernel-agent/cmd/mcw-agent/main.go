@@ -332,6 +332,29 @@ func newDownlink(cfg config.Config, log *slog.Logger) (backend.Downlink, error) 
 			return nil, err
 		}
 		return mptcpupstream.DialDownlink(log)
+	case payload.BackendMPTCPShares:
+		// Weight 0 is the backup flag as on mptcp-upstream (same path
+		// manager needs); the caps are HTB classes on the egress.
+		if err := mptcpupstream.EnsureUserspacePM(cfg.WRRSysctl.ProcSysRoot); err != nil {
+			return nil, err
+		}
+		onoff, err := mptcpupstream.DialDownlink(log)
+		if err != nil {
+			return nil, err
+		}
+		h, err := netlink.NewHandle()
+		if err != nil {
+			onoff.Close()
+			return nil, fmt.Errorf("netlink: %w", err)
+		}
+		d, err := mptcpshares.NewDownlink(mptcpshares.DownlinkConfig{NL: h, OnOff: onoff, LinkMbps: cfg.MPTCPShares.LinkMbps,
+			MaxClasses: cfg.MPTCPShares.MaxClasses, Close: func() error { h.Close(); return nil }})
+		if err != nil {
+			onoff.Close()
+			h.Close()
+			return nil, err
+		}
+		return d, nil
 	default:
 		return nil, fmt.Errorf("backend %q: no downlink implementation", cfg.Backend)
 	}
