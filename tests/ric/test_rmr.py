@@ -1,4 +1,5 @@
-"""Real RMR round trips with a running ``mcw run`` on loopback and a static route table.
+"""Real RMR round trips with a running ``mcw run`` on loopback and a static route table, and a
+RIC Indication (12050) through an in-process ``RmrGlue`` into the intake.
 
 Skipped, with the reason, when ``librmr_si.so`` cannot be loaded (it is in no package registry;
 the image installs it, and a local build can be pointed at with LD_LIBRARY_PATH).
@@ -156,3 +157,92 @@ def test_hostile_a1_requests_do_not_stop_a1_or_health_checks(rig: dict[str, Any]
                                         "policy_instance_id": "after", "payload": {}},
                         A1_POLICY_RESP)
     assert resp["status"] == "OK"
+
+
+# --- E2: a RIC Indication (12050) through RMR to the intake ----------------------------------
+
+RIC_INDICATION = 12050
+GOLDEN_INDICATION = (Path(__file__).resolve().parents[3] / "shared" / "data" / "e2sim-kpm"
+                     / "ind0.bin")
+E2_NODE = "gnb_001_001_0000000a"
+E2_CELL = "00f110-00000000a"
+
+
+@pytest.mark.skipif(not GOLDEN_INDICATION.exists(),
+                    reason=f"golden indication {GOLDEN_INDICATION} absent")
+def test_golden_indication_over_rmr_reaches_the_intake(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy_type: Any) -> None:
+    """The E2 termination's 12050, routed by a static table to RmrGlue's on_indication, goes
+    through KpmIngest into the intake; a garbage 12050 before it is counted and changes
+    nothing, and the dispatch thread still answers health checks."""
+    from tests.ric.rmr_peer import RmrPeer
+    from xapp.adapters.a1 import A1Handler
+    from xapp.adapters.e2 import codec
+    from xapp.adapters.e2.ingest import KpmIngest
+    from xapp.adapters.e2.records import ActiveSubscription
+    from xapp.adapters.e2.registry import CpeRegistry
+    from xapp.adapters.e2.subscriptions import SubscriptionBook
+    from xapp.adapters.rmr import RmrGlue
+    from xapp.core.intake import LatestKpis
+    from xapp.core.policy_book import PolicyBook
+
+    glue_port, peer_port = free_port(), free_port()
+    routes = tmp_path / "routes.rt"
+    routes.write_text("newrt|start\n"
+                      f"rte|{RIC_INDICATION}|127.0.0.1:{glue_port}\n"
+                      f"rte|100|127.0.0.1:{glue_port}\n"
+                      f"rte|101|127.0.0.1:{peer_port}\n"
+                      f"rte|{A1_POLICY_QUERY}|127.0.0.1:{peer_port}\n"
+                      "newrt|end\n")
+    for k, v in {"RMR_SEED_RT": str(routes), "RMR_RTG_SVC": "-1",
+                 "RMR_SRC_ID": "127.0.0.1"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("HOSTNAME", raising=False)  # no appmgr: registration is skipped
+    monkeypatch.delenv("CONFIG_FILE", raising=False)
+
+    golden = GOLDEN_INDICATION.read_bytes()
+    decoded = codec.decode_ric_indication(golden)
+    book = SubscriptionBook(decoded.request.requestor)
+    book.add(ActiveSubscription(
+        subscription_id="sub-1", node=E2_NODE, request=decoded.request,
+        ran_function_id=decoded.ran_function_id, kpm_version=3, report_style=1, cell=E2_CELL,
+        measurement_ids={1: "RRU.PrbTotDl"}))
+    registry = CpeRegistry()
+    registry.add("cpe-1", ["crnti:1"], E2_CELL)
+    intake = LatestKpis()
+    ingest = KpmIngest(book, registry, intake.update)
+    glue = RmrGlue(A1Handler(PolicyBook(), policy_type, "test"), lambda: True, port=glue_port,
+                   on_indication=ingest.handle)
+    glue.start()
+    peer = RmrPeer(peer_port)
+    try:
+        rmr = peer.rmr
+
+        def send(payload: bytes) -> None:
+            deadline = time.monotonic() + 10
+            while True:
+                sbuf = rmr.rmr_alloc_msg(peer.mrc, len(payload), payload=payload,
+                                         gen_transaction_id=True, mtype=RIC_INDICATION,
+                                         meid=E2_NODE.encode())
+                sbuf = rmr.rmr_send_msg(peer.mrc, sbuf)
+                state = sbuf.contents.state
+                rmr.rmr_free_msg(sbuf)
+                if state == 0:
+                    return
+                assert time.monotonic() < deadline, f"RMR send failed with state {state}"
+                time.sleep(0.2)
+
+        send(b"\x00not an indication")
+        send(golden)
+        assert wait_until(lambda: ingest.counters["accepted"] == 1, timeout_s=20)
+        assert ingest.counters["refused_e2ap"] == 1 and glue.callback_errors == 0
+        snap = intake.latest(time.time(), 60.0)
+        assert snap.direction is not None
+        got = {(str(c), str(d)): float(v) for c, d, v in
+               zip(snap.cpe, snap.direction, snap.column("prb_util"), strict=True)}
+        assert got["cpe-1", "dl"] == pytest.approx(0.01)  # measID 1 = 1 % of the PRBs
+        peer.send(100, b"ping")
+        assert peer.receive(101, timeout_s=20) == b"OK\n"
+    finally:
+        glue.stop(timeout_s=8.0)
+        peer.close()
