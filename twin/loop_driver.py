@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -185,7 +186,7 @@ class LoopDriver:
                 self.caps[d][expired] = np.nan  # safe weights never carry caps
                 self.expires[d][expired] = np.inf
 
-    def deliver(self, direction: str, capacity: Array, weights: IntArray
+    def deliver(self, direction: str, capacity: Array, weights: NDArray[np.integer[Any]]
                 ) -> tuple[Array, Array, NDArray[np.bool_]]:
         """:data:`twin.fluid.Deliver` of the simulated agents: rate caps on the directions
         whose agents run them (:mod:`twin.rate_caps`), WRR elsewhere."""

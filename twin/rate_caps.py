@@ -42,6 +42,8 @@ Array = NDArray[np.float64]
 IntArray = NDArray[np.integer[Any]]
 Mask = NDArray[np.bool_]
 
+#: The agent's smallest cap (``minCapBps``, 64 kbit/s: HTB's resolution).
+HTB_FLOOR_MBPS = 0.064
 #: A WAT whose share of the total reaches its link rate within this margin is uncapped
 #: (the agent's ``1e-9``).
 _LINK_MARGIN = 1e-9
@@ -68,7 +70,7 @@ def agent_caps(weights: IntArray, message_caps: Array | None, link_mbps: Array) 
         from_message = np.isfinite(m).any(axis=-1, keepdims=True)
         want = np.where(from_message, np.where(np.isfinite(m) & (m > 0), m, np.inf), derived)
     uncapped = ~on | (want >= link * (1.0 - _LINK_MARGIN))
-    return np.where(uncapped, np.inf, want)
+    return np.where(uncapped, np.inf, np.maximum(want, HTB_FLOOR_MBPS))
 
 
 def deliver_caps(capacity: Array, weights: IntArray, caps: Array,
@@ -137,3 +139,12 @@ def predict(link_mbps: Mapping[str, float], weights: Mapping[str, int],
         tuple(wats), {x: float(r) for x, r in zip(wats, rate.tolist(), strict=True)},
         {x: (None if not np.isfinite(v) else float(v))
          for x, v in zip(wats, caps.tolist(), strict=True)})
+
+
+def predict_default(link_mbps: Mapping[str, float]) -> SharesPrediction:
+    """The default scheduler alone (no agent, nothing capped or backup): every path carries
+    its link rate."""
+    if not all(float(v) > 0 for v in link_mbps.values()):
+        raise ValueError(f"link rates must be > 0: {dict(link_mbps)}")
+    return SharesPrediction(tuple(link_mbps), {w: float(v) for w, v in link_mbps.items()},
+                            dict.fromkeys(link_mbps))
