@@ -44,8 +44,9 @@ codec = pytest.importorskip("xapp.adapters.e2.codec", reason="E2 codec not built
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "e2sim-kpm"
 MEID = "gnb_208_092_0000000a"
-#: The golden indication: requestor 1, instance 7, RAN function 2.
-GOLDEN_INSTANCE, GOLDEN_FUNCTION, GOLDEN_REQUESTOR = 7, 2, 1
+#: The golden indication: requestor 123 (submgr's; the data README's "1" is what
+#: ricxappframe's e2ap reports whatever it is), instance 7, RAN function 2.
+GOLDEN_INSTANCE, GOLDEN_FUNCTION, GOLDEN_REQUESTOR = 7, 2, 123
 
 
 class StandInSubmgr:
@@ -142,9 +143,12 @@ class StandInSubmgr:
             body = json.dumps({"SubscriptionId": sid, "SubscriptionInstances": [inst]}).encode()
             req = urllib.request.Request(url, data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=5) as r:
-                if r.status != 200:
-                    self.problems.append(f"callback answered {r.status}")
+            try:
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    if r.status != 200:
+                        self.problems.append(f"callback answered {r.status}")
+            except OSError as exc:
+                self.problems.append(f"callback failed: {exc}")
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -164,13 +168,14 @@ class Xapp:
 
     def __init__(self, submgr: StandInSubmgr, nodes: Any, *, ids: Any = None,
                  requestor_id: int = GOLDEN_REQUESTOR, styles: tuple[int, ...] = (1,),
+                 measurements: tuple[str, ...] = ("DRB.UEThpDl", "DRB.UEThpUl"),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.book = SubscriptionBook(requestor_id)
         self.http = HttpServer(Health(), lambda: {}, Metrics(), host="127.0.0.1", port=0)
         self.settings = E2SubscribeSettings(
             submgr_url=submgr.url, client_host="127.0.0.1", http_port=self.http.port,
             rmr_port=4560, requestor_id=requestor_id, report_styles=styles,
-            measurements=("DRB.UEThpDl", "DRB.UEThpUl"), retry_min_s=1.0,
+            measurements=measurements, retry_min_s=1.0,
             response_timeout_s=5.0)
         self.sub = E2Subscriber(self.settings, nodes, self.book,
                                 ids=ids if ids is not None else MemoryIdStore(), clock=clock)
@@ -195,7 +200,7 @@ def test_subscription_contract_and_golden_indication(submgr: StandInSubmgr) -> N
     xapp = Xapp(submgr, static())
     try:
         xapp.sub.step()
-        wait_until(lambda: xapp.state() == "active", timeout=5)
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
         [doc] = submgr.posts
         assert doc["Meid"] == MEID and doc["RANFunctionID"] == GOLDEN_FUNCTION
         assert doc["ClientEndpoint"] == {"Host": "127.0.0.1", "HTTPPort": xapp.http.port,
@@ -257,7 +262,7 @@ def test_per_ue_style_where_offered(submgr: StandInSubmgr) -> None:
     xapp = Xapp(submgr, static(styles=(1, 4)), styles=(1, 4, 5))
     try:
         xapp.sub.step()
-        wait_until(lambda: xapp.state() == "active", timeout=5)
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
         [doc] = submgr.posts
         details = doc["SubscriptionDetails"]
         assert len(details) == 2  # style 5 is not offered
@@ -275,17 +280,17 @@ def test_error_cause_fails_and_retries_with_back_off(submgr: StandInSubmgr) -> N
     xapp = Xapp(submgr, static(), clock=lambda: now[0])
     try:
         xapp.sub.step()
-        wait_until(lambda: xapp.state() == "failed", timeout=5)
+        assert wait_until(lambda: xapp.state() == "failed", timeout_s=5)
         view = xapp.sub.view()["nodes"][MEID]["subscription"]
         assert "RICSubscriptionFailure" in view["last_error"]
-        wait_until(lambda: submgr.deletes == ["sub-1"], timeout=5)  # cleaned up at submgr
+        assert wait_until(lambda: submgr.deletes == ["sub-1"], timeout_s=5)  # cleaned up at submgr
         assert xapp.book.active() == []
         xapp.sub.step()  # within the back-off: no new request
         assert len(submgr.posts) == 1
         submgr.error_cause = ""
         now[0] += 1.5
         xapp.sub.step()
-        wait_until(lambda: xapp.state() == "active", timeout=5)
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
         assert len(submgr.posts) == 2 and len(xapp.book.active()) == 1
         assert xapp.sub.counters["instances_failed"] == 1
     finally:
@@ -310,7 +315,7 @@ def test_submgr_refusal_and_silence_are_retried(submgr: StandInSubmgr) -> None:
         submgr.notify = True
         now[0] += 10.0
         xapp.sub.step()
-        wait_until(lambda: xapp.state() == "active", timeout=5)
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
     finally:
         xapp.close()
 
@@ -332,14 +337,14 @@ def test_node_reconnect_resubscribes(submgr: StandInSubmgr) -> None:
     xapp = Xapp(submgr, source)
     try:
         xapp.sub.step()
-        wait_until(lambda: xapp.state() == "active", timeout=5)
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
         source.connected = False
         xapp.sub.step()
         assert xapp.state() == "disconnected" and xapp.book.active() == []
         assert submgr.deletes == ["sub-1"]
         source.connected = True
         xapp.sub.step()
-        wait_until(lambda: xapp.state() == "active", timeout=5)
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
         assert [s.subscription_id for s in xapp.book.active()] == ["sub-2"]
     finally:
         xapp.close()
@@ -404,7 +409,7 @@ def test_restart_deletes_stale_and_subscribes_again(submgr: StandInSubmgr,
     first = Xapp(submgr, static(), ids=SdlIdStore("mcw-e2-test", ricsdl_backend))
     try:
         first.sub.step()
-        wait_until(lambda: first.state() == "active", timeout=5)
+        assert wait_until(lambda: first.state() == "active", timeout_s=5)
     finally:
         first.close()  # killed: no stop(), sub-1 stays live at submgr
     assert SdlIdStore("mcw-e2-test", ricsdl_backend).load() == {"sub-1"}
@@ -413,7 +418,7 @@ def test_restart_deletes_stale_and_subscribes_again(submgr: StandInSubmgr,
         second.sub.step()
         assert submgr.deletes == ["sub-1"]
         assert second.sub.counters["stale_deleted"] == 1
-        wait_until(lambda: second.state() == "active", timeout=5)
+        assert wait_until(lambda: second.state() == "active", timeout_s=5)
         assert [s.subscription_id for s in second.book.active()] == ["sub-2"]
         assert SdlIdStore("mcw-e2-test", ricsdl_backend).load() == {"sub-2"}
         second.sub.stop()
@@ -452,7 +457,7 @@ def write_rnib(setup_request: bytes, name: str, status: int) -> None:
     sdl = SyncStorage()
     try:
         sdl.set("e2Manager", {f"RAN:{name}": info.SerializeToString()})
-        sdl.add_member("e2Manager", "GNB", ident.SerializeToString())
+        sdl.add_member("e2Manager", "GNB", {ident.SerializeToString()})
     finally:
         sdl.close()
 
@@ -463,18 +468,43 @@ def test_rnib_node_is_discovered_and_subscribed(submgr: StandInSubmgr,
 
     write_rnib((DATA / "e2setup_req.bin").read_bytes(), MEID, status=1)
     source = RnibNodes(ricsdl_rnib_backend, codec.decode_ran_function_description)
-    xapp = Xapp(submgr, source, styles=(1,))
+    # The simulator offers RLC volumes and L1 measurements, not DRB.UEThp*: only the offered
+    # ones of the list are asked for.
+    wanted = ("DRB.UEThpDl", "DRB.RlcSduTransmittedVolumeDL", "L1M.DL-SS-RSRP.SSB")
+    xapp = Xapp(submgr, source, styles=(1, 4), measurements=wanted)
     try:
         xapp.sub.step()
-        wait_until(lambda: xapp.state() == "active", timeout=5)
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
         [doc] = submgr.posts
         assert doc["Meid"] == MEID and doc["RANFunctionID"] == GOLDEN_FUNCTION
         node = xapp.sub.view()["nodes"][MEID]
         assert node["kpm"]["oid"] == "OID123" and node["kpm"]["revision"] == 2
         assert node["global_id"] == "02f829-0000000a"
         version = node["kpm"]["version"]
-        assert bytes(doc["SubscriptionDetails"][0]["EventTriggers"]) == \
-            codec.encode_event_trigger(1000, version)
+        details = doc["SubscriptionDetails"]
+        assert len(details) == 2  # style 1 and the per-UE style 4, both offered
+        assert bytes(details[0]["EventTriggers"]) == codec.encode_event_trigger(1000, version)
+        for detail, style in zip(details, (1, 4), strict=True):
+            assert bytes(detail["ActionToBeSetupList"][0]["ActionDefinition"]) == \
+                codec.encode_action_definition(list(wanted[1:]), 1000, version, style=style)
+        [active, *_] = xapp.book.active()
+        assert active.measurement_ids[1] == "DRB.RlcSduTransmittedVolumeDL"
+    finally:
+        xapp.close()
+        source.close()
+
+
+def test_rnib_node_without_wanted_measurements_is_not_subscribed(
+        submgr: StandInSubmgr, redis: RedisServer) -> None:
+    from xapp.adapters.e2.nodes import RnibNodes, ricsdl_rnib_backend
+
+    write_rnib((DATA / "e2setup_req.bin").read_bytes(), MEID, status=1)
+    source = RnibNodes(ricsdl_rnib_backend, codec.decode_ran_function_description)
+    xapp = Xapp(submgr, source)
+    try:
+        xapp.sub.step()
+        assert xapp.state() == "unusable" and submgr.posts == []
+        assert "measurements" in xapp.sub.view()["nodes"][MEID]["subscription"]["last_error"]
     finally:
         xapp.close()
         source.close()

@@ -121,7 +121,7 @@ class E2Settings:
     #: The RIC Request ID requestor submgr puts in subscriptions (its constant 123).
     requestor_id: int = 123
     #: Refuse indications whose requestor is not requestor_id (off for nodes that do not
-    #: echo it, like the O-RAN SC KPM simulator).
+    #: echo it).
     match_requestor: bool = True
     #: Read the nodes from the E2 manager's R-NIB in SDL (needs --sdl redis).
     rnib: bool = True

@@ -42,8 +42,9 @@ Subscription Manager's go-swagger server decodes with); o-ran-sc/ric-plt-submgr
   times, 5 s apart) until it gets 200.  ``E2EventInstanceId`` is the RIC Request ID's
   instance the E2 node sees; a non-empty ErrorCause is a failure.
 * The RIC Request ID's requestor towards the node is submgr's constant ``ricRequestorId =
-  123`` (control.go, ``sendE2TSubscriptionRequest``); nodes echo it in their indications
-  (the O-RAN SC KPM simulator answers 1 instead, hence ``match_requestor``).
+  123`` (control.go, ``sendE2TSubscriptionRequest``); nodes echo it in their indications (the
+  O-RAN SC KPM simulator's golden indication carries 123; ``match_requestor`` off is for
+  nodes that do not echo it).
 
 What this module keeps
 ----------------------
