@@ -116,15 +116,24 @@ type Stats struct {
 	Established, Closed, Paced, Failed uint64
 }
 
+// ErrClosed is returned by a Pacer's methods after Close or the end of
+// Attach's context.
+var ErrClosed = errors.New("pacing: closed")
+
 // Pacer is a loaded and attached program with its maps. Its methods are
-// safe for concurrent use.
+// safe for concurrent use, Close included (the context's end closes it
+// on a goroutine of its own).
 type Pacer struct {
 	rates, flows, stats *ebpf.Map
 	prog                *ebpf.Program
 	link                link.Link
 	stop                func() bool
-	once                sync.Once
-	closeErr            error
+
+	// mu guards closed: the maps' descriptors must not be closed under a
+	// running lookup.
+	mu       sync.RWMutex
+	closed   bool
+	closeErr error
 }
 
 // Attach loads the program, attaches it to the cgroup-v2 directory
@@ -165,13 +174,27 @@ func Attach(ctx context.Context, cgroupPath string, by KeyBy) (*Pacer, error) {
 // Close detaches the program and releases the maps. Sockets keep the
 // pacing rate they last had.
 func (p *Pacer) Close() error {
-	p.once.Do(func() {
-		if p.stop != nil {
-			p.stop()
-		}
+	if p.stop != nil {
+		p.stop()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.closed = true
 		p.closeErr = p.release()
-	})
+	}
 	return p.closeErr
+}
+
+// open takes the read lock for a method; it fails once the Pacer is
+// closed. The caller releases with p.mu.RUnlock.
+func (p *Pacer) open() error {
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
 }
 
 func (p *Pacer) release() error {
@@ -216,6 +239,10 @@ func (p *Pacer) Set(addr netip.Addr, bps uint64) error {
 	if err != nil {
 		return fmt.Errorf("pacing: cap: %w", err)
 	}
+	if err := p.open(); err != nil {
+		return err
+	}
+	defer p.mu.RUnlock()
 	if err := p.rates.Update(k, bps/8, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("pacing: cap of %v at %d bit/s: %w", addr, bps, err)
 	}
@@ -229,6 +256,10 @@ func (p *Pacer) Clear(addr netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("pacing: clear: %w", err)
 	}
+	if err := p.open(); err != nil {
+		return err
+	}
+	defer p.mu.RUnlock()
 	if err := p.rates.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("pacing: clear %v: %w", addr, err)
 	}
@@ -237,6 +268,10 @@ func (p *Pacer) Clear(addr netip.Addr) error {
 
 // Caps returns the caps in bits/s by address.
 func (p *Pacer) Caps() (map[netip.Addr]uint64, error) {
+	if err := p.open(); err != nil {
+		return nil, err
+	}
+	defer p.mu.RUnlock()
 	out := map[netip.Addr]uint64{}
 	var k [16]byte
 	var v uint64
@@ -257,6 +292,10 @@ func (p *Pacer) Flows(addr netip.Addr) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("pacing: flows: %w", err)
 	}
+	if err := p.open(); err != nil {
+		return 0, err
+	}
+	defer p.mu.RUnlock()
 	var v uint64
 	if err := p.flows.Lookup(k, &v); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -269,6 +308,10 @@ func (p *Pacer) Flows(addr netip.Addr) (int64, error) {
 
 // Stats reads the program's counters.
 func (p *Pacer) Stats() (Stats, error) {
+	if err := p.open(); err != nil {
+		return Stats{}, err
+	}
+	defer p.mu.RUnlock()
 	var v [numStats]uint64
 	for i := range v {
 		if err := p.stats.Lookup(uint32(i), &v[i]); err != nil {

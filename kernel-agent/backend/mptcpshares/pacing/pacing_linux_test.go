@@ -66,6 +66,9 @@ func TestProgramPassesVerifier(t *testing.T) {
 			if err := p.Close(); err != nil {
 				t.Fatalf("second Close: %v", err)
 			}
+			if err := p.Set(netip.MustParseAddr("10.0.0.1"), 8000); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Set after Close: %v, want ErrClosed", err)
+			}
 		})
 	}
 }
@@ -147,7 +150,7 @@ func TestCapsTable(t *testing.T) {
 	// own): the maps are gone.
 	cancel()
 	for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := p.Caps(); err != nil {
+		if _, err := p.Caps(); errors.Is(err, ErrClosed) {
 			break
 		}
 		if time.Now().After(deadline) {
