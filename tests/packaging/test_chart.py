@@ -521,7 +521,13 @@ def test_default_egress_fits_an_oran_sc_ric(rendered: dict[str, cr.Rendered]) ->
     broker = _egress_rule(policy, 8883)
     assert broker["to"] == [{"podSelector": {"matchLabels": {
         "app.kubernetes.io/name": "mosquitto"}}}]
-    assert len(policy["spec"]["egress"]) == 7
+    submgr = _egress_rule(policy, 8088)
+    assert [(_ns(p), p["podSelector"]["matchLabels"]) for p in submgr["to"]] == [
+        ("ricplt", {"app": "ricplt-submgr"})]
+    # ... and its answers to the E2 subscriptions come in on the HTTP port.
+    assert {"from": submgr["to"], "ports": [{"port": "http", "protocol": "TCP"}]} in \
+        policy["spec"]["ingress"]
+    assert len(policy["spec"]["egress"]) == 8
     # The default URLs point where the default policy lets the xApp go.
     env = _appenv(rendered["default"])
     influx_host = urllib.parse.urlsplit(env["MCW_INFLUXDB_URL"]).hostname or ""
