@@ -101,13 +101,29 @@ def _codecs() -> _Codecs:
     codecs = _Codecs(E2AP.E2AP_PDU_Descriptions.E2AP_PDU, v2.E2SM_KPM_v2_IEs,
                      v3.E2SM_KPM_v3_IEs)
     # from_aper re-walks the whole decoded value to check constraints the APER structure already
-    # enforced (it costs two thirds of a format 3 decode).  Only the objects this module decodes
-    # with skip it (instance attributes); the values used are range-checked below.
+    # enforced (it costs two thirds of a format 3 decode).  Only the KPM modules' objects skip
+    # it (instance attributes, nested ones included: extension additions such as format 3 are
+    # open types, decoded by their own from_aper); the values used are range-checked below.
     codecs.pdu._SAFE_BND = False
     for module in (codecs.v2, codecs.v3):
-        module.E2SM_KPM_IndicationHeader._SAFE_BND = False
-        module.E2SM_KPM_IndicationMessage._SAFE_BND = False
+        for name in module._all_:
+            _skip_bound_checks(name)
     return codecs
+
+
+def _skip_bound_checks(obj: Any) -> None:
+    stack, seen = [obj], set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or not hasattr(item, "_SAFE_BND"):
+            continue
+        seen.add(id(item))
+        item._SAFE_BND = False
+        cont = getattr(item, "_cont", None)
+        if hasattr(cont, "values") and callable(cont.values):
+            stack.extend(cont.values())
+        elif cont is not None:
+            stack.append(cont)
 
 
 def warm_up() -> None:
