@@ -119,10 +119,12 @@ def _skip_bound_checks(obj: Any) -> None:
             continue
         seen.add(id(item))
         item._SAFE_BND = False
-        cont = getattr(item, "_cont", None)
-        if hasattr(cont, "values") and callable(cont.values):
+        cont: Any = getattr(item, "_cont", None)
+        if cont is None:
+            continue
+        if callable(getattr(cont, "values", None)):  # SEQUENCE, CHOICE: an ASN1Dict
             stack.extend(cont.values())
-        elif cont is not None:
+        else:  # SEQUENCE OF: the component object
             stack.append(cont)
 
 
