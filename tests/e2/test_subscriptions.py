@@ -508,3 +508,20 @@ def test_rnib_node_without_wanted_measurements_is_not_subscribed(
     finally:
         xapp.close()
         source.close()
+
+
+def test_a_step_makes_a_bounded_number_of_requests(submgr: StandInSubmgr) -> None:
+    from xapp.adapters.e2.subscriptions import MAX_REQUESTS_PER_STEP
+
+    submgr.notify = False
+    names = [f"gnb_{i:04d}" for i in range(MAX_REQUESTS_PER_STEP + 3)]
+    xapp = Xapp(submgr, StaticNodes([StaticNode(n, 2, 3) for n in names]))
+    try:
+        xapp.sub.step()
+        assert len(submgr.posts) == MAX_REQUESTS_PER_STEP
+        assert xapp.sub.counts()["requests_deferred"] == 3
+        xapp.sub.step()
+        assert sorted(p["Meid"] for p in submgr.posts) == names
+        assert set(xapp.sub.states()) == {"pending"}
+    finally:
+        xapp.close()

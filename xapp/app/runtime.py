@@ -221,7 +221,7 @@ class XappProcess:
             estimator_calibration=comp.estimator_calibration, influx=comp.influx,
             published_version=self._published_version, workers=self.supervisor.check,
             e2=None if e2 is None else E2Counters(
-                states=e2.subscriber.states, subscriber=lambda: dict(e2.subscriber.counters),
+                states=e2.subscriber.states, subscriber=e2.subscriber.counts,
                 indications=lambda: dict(e2.ingest.counters),
                 unmatched=lambda: e2.book.misses)))
         self.loop = ControlLoop(

@@ -93,6 +93,10 @@ SDL_KEY = "e2/subscriptions"
 #: goroutine), kept this long at most, this many at most.
 EARLY_CALLBACK_S = 60.0
 MAX_EARLY_CALLBACKS = 64
+#: Requests to submgr in one step at most, so a step against a hung submgr stays well inside
+#: the worker's deadline (each request is bounded by ``http_timeout_s``); the rest waits for
+#: the next step.
+MAX_REQUESTS_PER_STEP = 8
 
 
 class SubmgrError(Exception):
@@ -446,17 +450,32 @@ class E2Subscriber:
         self._next_xapp_id = 0
         self._stale: set[str] | None = None  # None: not loaded from the id store yet
         self.counters: dict[str, int] = {}
+        self._counters_lock = threading.Lock()
+        self._budget = MAX_REQUESTS_PER_STEP
         self.nodes_seen: list[E2Node] = []
 
     # --- counters -----------------------------------------------------------------------------
 
     def _count(self, event: str, n: int = 1) -> None:
-        self.counters[event] = self.counters.get(event, 0) + n
+        with self._counters_lock:  # HTTP threads and the worker count concurrently
+            self.counters[event] = self.counters.get(event, 0) + n
+
+    def counts(self) -> dict[str, int]:
+        with self._counters_lock:
+            return dict(self.counters)
+
+    def _spend(self) -> bool:
+        """One request of this step's budget; False when it is used up."""
+        if self._budget <= 0:
+            return False
+        self._budget -= 1
+        return True
 
     # --- the worker's step ----------------------------------------------------------------------
 
     def step(self) -> None:
         """Delete stale subscriptions, read the nodes, (re)subscribe what needs it."""
+        self._budget = MAX_REQUESTS_PER_STEP
         self._delete_stale()
         nodes = self._nodes.nodes()
         now = self._clock()
@@ -503,6 +522,9 @@ class E2Subscriber:
         for sid in to_delete:
             self._delete(sid)
         for sub in to_subscribe:
+            if not self._spend():
+                self._count("requests_deferred")
+                continue  # still due: the next step asks
             self._subscribe(sub)
 
     def _forget(self, sub: _NodeSub) -> str:
@@ -658,7 +680,7 @@ class E2Subscriber:
                          sub.node.inventory_name, sid, sub.state,
                          [i.e2_instance_id for i in ok], f"; {errors}" if errors else "")
         if to_delete is not None:
-            self._delete(to_delete)
+            self._delete(to_delete, budgeted=False)  # on submgr's callback thread
 
     def _expire_early(self, now: float) -> None:
         for sid in [k for k, (t, _) in self._early.items() if now - t > EARLY_CALLBACK_S]:
@@ -678,7 +700,11 @@ class E2Subscriber:
             log.error("storing E2 subscription ids failed (a restart may leave %s at submgr): "
                       "%s", sid, exc)
 
-    def _delete(self, sid: str) -> bool:
+    def _delete(self, sid: str, *, budgeted: bool = True) -> bool:
+        if budgeted and not self._spend():
+            with self._lock:  # deleted by a later step
+                self._stale = (self._stale or set()) | {sid}
+            return False
         try:
             self._api.unsubscribe(sid)
         except SubmgrError as exc:
@@ -729,7 +755,7 @@ class E2Subscriber:
                 s.state = "stopped"
         self.book.clear()
         for sid in ids:
-            self._delete(sid)
+            self._delete(sid, budgeted=False)
 
     # --- what /ric/v1/e2/subscriptions shows ------------------------------------------------------
 
@@ -757,7 +783,7 @@ class E2Subscriber:
                     },
                 }
             stale = sorted(self._stale or ())
-            counters = dict(self.counters)
+        counters = self.counts()
         return {"submgr_url": self.settings.submgr_url,
                 "requestor_id": self.settings.requestor_id,
                 "match_requestor": self.settings.match_requestor,
