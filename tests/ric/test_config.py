@@ -53,6 +53,23 @@ def test_environment_overrides(tmp_path: Path) -> None:
     assert apply_env_overrides(CONTROLS, {})["mqtt"]["host"] == "mosquitto"
 
 
+def test_e2_controls(tmp_path: Path) -> None:
+    off = load_config(write(tmp_path / "c.json", CONTROLS), environ={}).controls.e2
+    assert not off.active and off.enabled and off.requestor_id == 123  # no submgr URL
+    c = load_config(write(tmp_path / "e.json", {**CONTROLS, "e2": {
+        "report_styles": [1], "nodes": [{"inventory_name": "gnb_1", "ran_function_id": 2,
+                                         "kpm_version": 2, "report_styles": [1, 4]}]}}),
+        environ={"MCW_E2_SUBMGR_URL": "http://submgr:8088",
+                 "MCW_E2_MEASUREMENTS": '["DRB.UEThpDl"]'}).controls
+    e2 = c.e2
+    assert e2.active and e2.submgr_url == "http://submgr:8088"
+    assert e2.measurements == ("DRB.UEThpDl",) and e2.report_styles == (1,)
+    [node] = e2.nodes
+    assert (node.inventory_name, node.ran_function_id, node.kpm_version, node.report_styles) \
+        == ("gnb_1", 2, 2, (1, 4))
+    assert c.to_dict()["e2"]["nodes"][0]["inventory_name"] == "gnb_1"
+
+
 @pytest.mark.parametrize("change, word", [
     ({"control_period_s": 0}, "control_period_s"),
     ({"log_level": "LOUD"}, "log_level"),
@@ -61,6 +78,14 @@ def test_environment_overrides(tmp_path: Path) -> None:
     ({"default_policy": {"max_weight": 0}}, "max_weight"),
     ({"model": {"planning_level": 0.7}}, "planning_level"),
     ({"model": {"planning_level": "median"}}, "planning_level"),
+    ({"e2": {"submgr_url": "submgr:8088"}}, "submgr_url"),
+    ({"e2": {"poll_period_s": 0}}, "poll_period_s"),
+    ({"e2": {"measurements": []}}, "measurements"),
+    ({"e2": {"report_styles": [6]}}, "report_styles"),
+    ({"e2": {"nodes": [{"inventory_name": "gnb_1"}]}}, "ran_function_id"),
+    ({"e2": {"nodes": [{"inventory_name": "gnb_1", "ran_function_id": 5000}]}},
+     "ran_function_id"),
+    ({"e2": {"requestor": 1}}, "requestor"),
 ])
 def test_bad_controls_are_refused(tmp_path: Path, change: dict[str, Any], word: str) -> None:
     with pytest.raises(ConfigError, match=word):
