@@ -38,6 +38,12 @@ Rules decided once (README, "The control loop"):
   message (reason ``follows ul: ...``): a message needs both sets, and the other direction's
   is the best knowledge there is; it decides on its own as soon as it has rows.
 
+* a direction whose applier enforces shares as rate caps (``capabilities.semantics``
+  ``rate-caps``, :class:`~xapp.core.ports.BackendSemantics`) carries ``caps_mbps``: headroom x
+  each WAT's share x the total the central forecasts allow (:mod:`xapp.core.caps`); its set is
+  sent again when a cap moves by half the headroom's margin, and a set that follows the other
+  direction carries none.  Other appliers get the message they always got.
+
 Everything here is synchronous and clock-free (``now_s`` is passed in).
 """
 
