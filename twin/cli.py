@@ -68,10 +68,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hysteresis", type=float, default=1.0, metavar="PCT",
                         help="xapp: new weights only if T(w) improves by more (default: 1.0)")
     parser.add_argument("--backend", default="wrr", choices=BACKENDS,
-                        help="the CPE agents' backend, xapp policy only: wrr (the 5G-CLARITY "
-                             "kernel) or rate-caps (mptcp-shares on mainline: per-WAT egress "
-                             "caps, the xApp sends caps_mbps; uplink only, the proxy's "
-                             "downlink stays WRR) (default: %(default)s)")
+                        help="the agents' backend (CPE uplink and proxy downlink), xapp policy "
+                             "only: wrr (the 5G-CLARITY kernel) or rate-caps (mptcp-shares on "
+                             "mainline: per-WAT egress caps, the xApp sends caps_mbps) "
+                             "(default: %(default)s)")
     parser.add_argument("--max-weight", type=int, default=100,
                         help="largest WRR weight (default: 100, as in the paper)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary")

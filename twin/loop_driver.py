@@ -21,11 +21,11 @@ both directions as the network between them:
   reverts to safe weights (all 1) when the lease runs out without a refresh.
 
 Backends: by default every agent is WRR (:func:`twin.fluid.deliver`).  With ``backend``
-``rate-caps`` the CPE agents run ``mptcp-shares`` (:mod:`twin.rate_caps`): they report
-``semantics`` ``rate-caps``, so the loop sends ``caps_mbps`` with their ``ul`` sets, and they
-apply the message's caps (or, without, caps from their configured link rates: the largest
-capacity each WAT's trace reaches, what an operator would write down as its nominal rate).  The
-proxy's downlink stays WRR: rate caps on a proxy's downlink are not built.
+``rate-caps`` the agents run ``mptcp-shares`` (:mod:`twin.rate_caps`): the CPE's on its egress
+(``ul``), the proxy's per CPE and WAT on its own (``dl``).  They report ``semantics``
+``rate-caps``, so the loop sends ``caps_mbps`` with both sets, and they apply the message's caps
+(or, without, caps from their configured link rates: the largest capacity each WAT's trace
+reaches, what an operator would write down as its nominal rate).
 """
 
 from __future__ import annotations
@@ -53,13 +53,13 @@ IntArray = NDArray[np.int64]
 
 #: Weights an agent applies when it has none or its lease ran out (plain round-robin).
 SAFE_WEIGHT = 1
-#: The CPE agent's backend: ``wrr`` (the 5G-CLARITY kernel) or ``rate-caps`` (mptcp-shares).
+#: The agents' backend: ``wrr`` (the 5G-CLARITY kernel) or ``rate-caps`` (mptcp-shares).
 BACKENDS = ("wrr", "rate-caps")
 
 
 class _Semantics:
-    """:class:`xapp.core.ports.BackendSemantics` of the simulated agents: every CPE's ``ul``
-    is rate-caps when the CPE agents are."""
+    """:class:`xapp.core.ports.BackendSemantics` of the simulated agents: every CPE's
+    direction is rate-caps when its applier is."""
 
     def __init__(self, cpes: frozenset[str], directions: tuple[str, ...]) -> None:
         self.cpes = cpes
@@ -88,7 +88,7 @@ class LoopDriver:
     lease_s : float, default=30.0
         Lease of the weights messages, as ``controls.mqtt.lease_s``.
     backend : {"wrr", "rate-caps"}, default="wrr"
-        The CPE agents' backend (the ``ul`` direction); the proxy's is WRR.
+        The agents' backend, in both directions (the CPE's ``ul``, the proxy's ``dl``).
     """
 
     def __init__(self, estimator: CapacityEstimator, policy: dict[str, object],
@@ -99,7 +99,7 @@ class LoopDriver:
             raise ValueError(f"unknown backend {backend!r}; known: {list(BACKENDS)}")
         self.backend = backend
         #: Directions applied with rate caps.
-        self.capped: tuple[str, ...] = ("ul",) if backend == "rate-caps" else ()
+        self.capped: tuple[str, ...] = ("dl", "ul") if backend == "rate-caps" else ()
         self.estimator = estimator
         self.policy = policy
         self.period_steps = period_steps

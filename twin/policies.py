@@ -93,8 +93,8 @@ class TwinOptions:
     probe_update_s: float = 12.0
     probe_flows: int = 10
     probe_round_mbps: float = 10.0
-    #: The CPE agents' backend (``wrr`` or ``rate-caps``: :mod:`twin.rate_caps`); the xapp
-    #: policy only.
+    #: The agents' backend (``wrr`` or ``rate-caps``: :mod:`twin.rate_caps`), both
+    #: directions; the xapp policy only.
     backend: str = "wrr"
 
 
