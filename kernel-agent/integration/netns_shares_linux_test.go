@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,10 +41,9 @@ import (
 type SharesReport struct {
 	Schema string `json:"schema"` // sharesReportSchema
 	// Kernel is uname -r; LoadAvg /proc/loadavg's three averages when the
-	// test ended (other work on the machine); WindowS the measuring window.
+	// test ended (other work on the machine).
 	Kernel     string           `json:"kernel"`
 	LoadAvg    [3]float64       `json:"loadavg"`
-	WindowS    float64          `json:"window_s"`
 	Topologies []ReportTopology `json:"topologies"`
 }
 
@@ -84,9 +84,11 @@ type ReportScenario struct {
 	// AppliedCapsMbps is the agent's state's applied_caps_mbps (a WAT
 	// absent is uncapped); empty for the baseline.
 	AppliedCapsMbps map[string]float64 `json:"applied_caps_mbps"`
-	PathMbps        map[string]float64 `json:"path_mbps"`
-	ByteShares      map[string]float64 `json:"byte_shares"`
-	AggregateMbps   float64            `json:"aggregate_mbps"`
+	// WindowS is the window the rates and shares were measured over.
+	WindowS       float64            `json:"window_s"`
+	PathMbps      map[string]float64 `json:"path_mbps"`
+	ByteShares    map[string]float64 `json:"byte_shares"`
+	AggregateMbps float64            `json:"aggregate_mbps"`
 	// SettleS is how long after the weights message the split (100 ms
 	// windows) first met SettleCriterion; null when the scenario has no
 	// criterion or it was not met within 3 s.
@@ -166,7 +168,9 @@ func newSharesTopology(t *testing.T, tag string, paths []sharesPath) *sharesTopo
 			append([]string{"ip", "netns", "exec", tp.router, "tc", "qdisc", "add", "dev", "r" + p.wat, "root"}, shaper(p)...),
 		)
 	}
-	cmds = append(cmds, []string{"ip", "-n", tp.cpe, "route", "add", "default", "via", paths[0].rtrAddr(0)})
+	cmds = append(cmds, []string{"ip", "-n", tp.cpe, "route", "add", "default", "via", paths[0].rtrAddr(0)},
+		// A proxy agent reaches the broker on the router's loopback.
+		[]string{"ip", "-n", tp.proxy, "route", "add", bidirBroker.String(), "via", paths[0].rq(0)})
 	// Socket buffers of a host tuned for multipath at both ends: MPTCP
 	// reorders across paths whose delays differ (the slow path's deep
 	// buffer), and the defaults (4 MB send, 6 MB receive) cap the
@@ -289,19 +293,28 @@ func (tp *sharesTopology) settle(t *testing.T, downlink bool) {
 	t.Logf("not every path carries the fresh transfer after 5 s")
 }
 
-// publishMode sends weights with a mode for the uplink (the downlink set
-// is all on: no proxy agent runs here).
-func publishMode(t *testing.T, w *watcher, mode string, ul payload.Weights) int64 {
+// sets is one weights message's two direction sets: weights and, for a
+// rate-caps agent, caps_mbps (nil: none).
+type sets struct {
+	mode           string
+	dl, ul         payload.Weights
+	dlCaps, ulCaps map[string]float64
+}
+
+// publishSets sends the next version with both sets.
+func publishSets(t *testing.T, w *watcher, s sets) int64 {
 	w.version++
-	dl := payload.Weights{}
-	for k := range ul {
-		dl[k] = 1
+	dir := func(wts payload.Weights, caps map[string]float64) map[string]any {
+		m := map[string]any{"mode": s.mode, "reason": "netns shares test", "weights": wts}
+		if caps != nil {
+			m["caps_mbps"] = caps
+		}
+		return m
 	}
 	b, _ := json.Marshal(map[string]any{
 		"schema": payload.WeightsSchema, "cpe_id": cpeID, "version": w.version,
 		"issued_at_ms": time.Now().UnixMilli(), "lease_s": 120,
-		"dl": map[string]any{"mode": mode, "reason": "netns shares test", "weights": dl},
-		"ul": map[string]any{"mode": mode, "reason": "netns shares test", "weights": ul},
+		"dl": dir(s.dl, s.dlCaps), "ul": dir(s.ul, s.ulCaps),
 	})
 	if code := w.tryPublish(t, "mcw/v1/cpe/"+cpeID+"/weights", b); code >= 0x80 {
 		t.Fatalf("publish weights: reason 0x%02x", code)
@@ -309,12 +322,34 @@ func publishMode(t *testing.T, w *watcher, mode string, ul payload.Weights) int6
 	return w.version
 }
 
-// startSharesAgent runs the CPE agent with the mptcp-shares backend, the
-// paths' rates as its link rates, and waits for its first state.
+// allOn is weight 1 for every WAT of ws.
+func allOn(ws payload.Weights) payload.Weights {
+	on := payload.Weights{}
+	for k := range ws {
+		on[k] = 1
+	}
+	return on
+}
+
+const (
+	cpeStateTopic   = "mcw/v1/cpe/" + cpeID + "/state"
+	proxyStateTopic = "mcw/v1/proxy/" + bidirProxyID + "/cpe/" + cpeID + "/state"
+)
+
+// startSharesAgent starts the broker and the CPE agent with the
+// mptcp-shares backend, the paths' rates as its link rates, and waits for
+// its first state.
 func startSharesAgent(t *testing.T, tp *sharesTopology, dir, bin string) *watcher {
+	w, _ := startSharesAgentPKI(t, tp, dir, bin)
+	return w
+}
+
+// startSharesAgentPKI is startSharesAgent that also returns the test PKI's
+// directory (for a proxy agent); the watcher also follows the proxy's
+// state of the CPE.
+func startSharesAgentPKI(t *testing.T, tp *sharesTopology, dir, bin string) (*watcher, string) {
 	pki := startBidirBroker(t, tp.bidirTopology, dir)
-	cpeState := "mcw/v1/cpe/" + cpeID + "/state"
-	w := newWatcher(t, tp.bidirTopology, pki, cpeState)
+	w := newWatcher(t, tp.bidirTopology, pki, cpeStateTopic, proxyStateTopic)
 	var wats, links, safe strings.Builder
 	for _, p := range tp.paths {
 		fmt.Fprintf(&wats, "  %s: {interface: %s}\n", p.wat, p.ifc())
@@ -334,47 +369,174 @@ telemetry: {interval_ms: 1000}
 log_level: info
 `, cpeID, fmt.Sprintf("mqtts://%s:%d", bidirBroker, bidirPort), cpeID, cpeID, wats.String(), links.String(), strings.TrimSuffix(safe.String(), ", ")),
 		[]string{filepath.Join(pki, "ca.crt"), filepath.Join(pki, "cpe", cpeID+".crt"), filepath.Join(pki, "cpe", cpeID+".key")})
-	s := w.wait(t, cpeState, "shares agent applied its safe weights", 10*time.Second, func(s payload.State) bool {
-		return s.Online && s.Backend == payload.BackendMPTCPShares && len(s.AppliedWeights) == len(tp.paths)
+	s := w.wait(t, cpeStateTopic, "shares agent applied its safe weights", 15*time.Second, func(s payload.State) bool {
+		return s.Online && s.Backend == payload.BackendMPTCPShares && len(s.AppliedWeights) == len(tp.paths) && len(s.Addresses) == len(tp.paths)
 	})
 	t.Logf("agent: backend %s, capabilities %+v", s.Backend, s.Capabilities)
-	return w
+	if s.Capabilities == nil || s.Capabilities.Semantics != payload.SemanticsRateCaps {
+		t.Errorf("mptcp-shares CPE agent reports capabilities %+v, want semantics rate-caps", s.Capabilities)
+	}
+	return w, pki
 }
 
-// apply publishes ul weights, waits for the agent's applied state, and
-// returns how long after the publish the uplink split (100 ms windows)
-// first satisfied reached, at most 3 s.
+// startSharesProxy runs the proxy agent with the mptcp-shares downlink
+// in the proxy namespace (before any transfer: it selects the userspace
+// path manager) and waits until it serves the CPE at its addresses.
+func startSharesProxy(t *testing.T, tp *sharesTopology, w *watcher, pki, bin string) {
+	var links, safe strings.Builder
+	for _, p := range tp.paths {
+		fmt.Fprintf(&links, "%s: %g, ", p.wat, float64(p.mbit))
+		fmt.Fprintf(&safe, "%s: 1, ", p.wat)
+	}
+	startAgent(t, "shares-proxy", tp.proxy, bin, fmt.Sprintf(`role: proxy
+proxy_id: %s
+cpes: [%s]
+mqtt: {broker_url: %q, ca_file: @DIR@/ca.crt, cert_file: @DIR@/%s.crt, key_file: @DIR@/%s.key}
+backend: mptcp-shares
+mptcp_shares: {link_mbps: {%s}}
+safe_weights: {%s}
+state_dir: @DIR@/state
+metrics_listen: ""
+telemetry: {interval_ms: 1000}
+log_level: info
+`, bidirProxyID, cpeID, fmt.Sprintf("mqtts://%s:%d", bidirBroker, bidirPort), bidirProxyID, bidirProxyID,
+		strings.TrimSuffix(links.String(), ", "), strings.TrimSuffix(safe.String(), ", ")),
+		[]string{filepath.Join(pki, "ca.crt"), filepath.Join(pki, "proxy", bidirProxyID+".crt"), filepath.Join(pki, "proxy", bidirProxyID+".key")})
+	s := w.wait(t, proxyStateTopic, "proxy serving the CPE", 15*time.Second, func(s payload.State) bool {
+		return s.Online && s.Role == payload.RoleProxy && len(s.AppliedWeights) == len(tp.paths)
+	})
+	if s.Backend != payload.BackendMPTCPShares || s.Capabilities == nil || s.Capabilities.Semantics != payload.SemanticsRateCaps {
+		t.Errorf("proxy: backend %s capabilities %+v, want mptcp-shares with semantics rate-caps", s.Backend, s.Capabilities)
+	}
+}
+
+// apply publishes ul weights with a mode (dl all on), waits for the CPE
+// agent's applied state, and returns how long after the publish the
+// uplink split first satisfied reached (see applySets).
 func (tp *sharesTopology) apply(t *testing.T, w *watcher, mode string, ul payload.Weights, reached func(rates) bool) time.Duration {
 	t.Helper()
-	_, prev := tp.counters(t)
+	_, took := tp.applySets(t, w, sets{mode: mode, dl: allOn(ul), ul: ul}, false, reached)
+	return took
+}
+
+// applySets publishes s, waits until the agent of the measured direction
+// (the CPE's for ul, the proxy's for dl) applied it, and returns its state
+// and how long after the publish the direction's split (100 ms windows)
+// first satisfied reached, or -1 when not within 3 s.
+func (tp *sharesTopology) applySets(t *testing.T, w *watcher, s sets, downlink bool, reached func(rates) bool) (payload.State, time.Duration) {
+	t.Helper()
+	counters := func() map[string]uint64 {
+		rx, tx := tp.counters(t)
+		if downlink {
+			return rx
+		}
+		return tx
+	}
+	prev := counters()
 	last := time.Now()
 	t0 := last
-	v := publishMode(t, w, mode, ul)
+	v := publishSets(t, w, s)
 	var took time.Duration = -1
 	for time.Since(t0) < 3*time.Second {
 		time.Sleep(100 * time.Millisecond)
-		_, cur := tp.counters(t)
+		cur := counters()
 		now := time.Now()
 		if r := diffRates(prev, cur, now.Sub(last)); took < 0 && reached(r) {
 			took = now.Sub(t0)
 		}
 		prev, last = cur, now
 	}
-	w.wait(t, "mcw/v1/cpe/"+cpeID+"/state", fmt.Sprintf("applied v%d", v), 5*time.Second, func(s payload.State) bool {
+	topic := cpeStateTopic
+	if downlink {
+		topic = proxyStateTopic
+	}
+	st := w.wait(t, topic, fmt.Sprintf("applied v%d", v), 5*time.Second, func(s payload.State) bool {
 		return s.AppliedVersion == v && s.Event == payload.EventApplied
 	})
-	return took
+	return st, took
 }
 
-// tcClass reads the agent's HTB class on a CPE interface back with tc.
-func (tp *sharesTopology) tcClass(t *testing.T, ifc string) string {
-	return strings.TrimSpace(sh(t, "ip", "netns", "exec", tp.cpe, "tc", "class", "show", "dev", ifc))
+// tcClass reads an agent's HTB classes on an interface back with tc.
+func tcClass(t *testing.T, ns, ifc string) string {
+	return strings.Join(strings.Fields(sh(t, "ip", "netns", "exec", ns, "tc", "class", "show", "dev", ifc)), " ")
+}
+
+// report collects what the test measured; it is written at the end when
+// MCW_SHARES_REPORT names a file.
+type report struct {
+	mu  sync.Mutex
+	rep SharesReport
+}
+
+func newReport(t *testing.T) *report {
+	r := &report{rep: SharesReport{Schema: sharesReportSchema}}
+	r.rep.Kernel = strings.TrimSpace(sh(t, "uname", "-r"))
+	path := os.Getenv("MCW_SHARES_REPORT")
+	if path == "" {
+		return r
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+			fmt.Sscan(string(b), &r.rep.LoadAvg[0], &r.rep.LoadAvg[1], &r.rep.LoadAvg[2])
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		b, err := json.MarshalIndent(r.rep, "", "  ")
+		if err != nil {
+			t.Errorf("shares report: %v", err)
+			return
+		}
+		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+			t.Errorf("shares report: %v", err)
+			return
+		}
+		t.Logf("shares report written to %s", path)
+	})
+	return r
+}
+
+// topology adds a topology to the report and returns its index.
+func (r *report) topology(name string, tp *sharesTopology) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rt := ReportTopology{Name: name}
+	for _, p := range tp.paths {
+		rt.Paths = append(rt.Paths, ReportPath{WAT: p.wat, Mbps: float64(p.mbit), BufferMs: p.bufferMs})
+	}
+	r.rep.Topologies = append(r.rep.Topologies, rt)
+	return len(r.rep.Topologies) - 1
+}
+
+// scenario adds one measured phase to topology i.
+func (r *report) scenario(i int, sc ReportScenario, m rates, window, took time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sc.WindowS = window.Seconds()
+	sc.PathMbps, sc.ByteShares = map[string]float64{}, map[string]float64{}
+	for wat, v := range m {
+		sc.PathMbps[wat] = v
+		sc.ByteShares[wat] = m.share(wat)
+	}
+	sc.AggregateMbps = m.total()
+	if sc.AppliedCapsMbps == nil {
+		sc.AppliedCapsMbps = map[string]float64{}
+	}
+	if took >= 0 && sc.SettleCriterion != "" {
+		s := took.Seconds()
+		sc.SettleS = &s
+	}
+	r.rep.Topologies[i].Scenarios = append(r.rep.Topologies[i].Scenarios, sc)
 }
 
 // TestNetnsShares measures the default scheduler alone on a three-path
-// topology (one path slow: a deep buffer), then the mptcp-shares backend through the real
-// agent: load_balancing against that baseline, a WAT at 0, and
-// fixed_split 70/30 on two paths of equal rate.
+// topology (one path slow: a deep buffer), then the mptcp-shares backend
+// through the real agents: load_balancing against that baseline, a WAT
+// at 0, fixed_split 70/30 on two paths of equal rate from the link rates
+// and from the message's caps_mbps (uplink, the CPE agent), and
+// fixed_split 70/30 on the downlink through the proxy agent.
+//
+// Windows are 5 s for aggregates (3 s windows spread the default
+// scheduler's aggregate 13.9-44.4 Mbit/s over runs) and 3 s for shares.
 func TestNetnsShares(t *testing.T) {
 	requireTools(t)
 	if testing.Short() {
@@ -382,16 +544,19 @@ func TestNetnsShares(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := buildAgent(t, dir)
-	const window = 3 * time.Second
+	const window, aggWindow = 3 * time.Second, 5 * time.Second
+	rep := newReport(t)
 
 	t.Run("three paths", func(t *testing.T) {
 		tp := newSharesTopology(t, "3", []sharesPath{{"nr", 24, 50}, {"wifi", 16, 50}, {"lifi", 8, 300}})
+		ti := rep.topology("three paths", tp)
 		var baseDL rates
 		t.Run("baseline downlink", func(t *testing.T) {
 			bulk(t, tp.bidirTopology, dlPort, true)
 			tp.settle(t, true)
-			baseDL, _ = tp.measure(t, window)
+			baseDL, _ = tp.measure(t, aggWindow)
 			t.Logf("default scheduler DL (sum of path rates %.0f): %s", tp.sumMbit(), tp.fmt(baseDL))
+			rep.scenario(ti, ReportScenario{Name: "baseline", Direction: "dl", Backend: "default"}, baseDL, aggWindow, -1)
 		})
 		// The uplink baseline and the shares run on one connection, so
 		// that the comparison is not between two connections' luck (the
@@ -399,70 +564,165 @@ func TestNetnsShares(t *testing.T) {
 		// connections here).
 		bulk(t, tp.bidirTopology, ulPort, false)
 		tp.settle(t, false)
-		_, baseUL := tp.measure(t, window)
+		_, baseUL := tp.measure(t, aggWindow)
 		t.Logf("default scheduler UL (sum of path rates %.0f): %s", tp.sumMbit(), tp.fmt(baseUL))
+		rep.scenario(ti, ReportScenario{Name: "baseline", Direction: "ul", Backend: "default"}, baseUL, aggWindow, -1)
 		if baseUL.total() == 0 || baseDL.total() == 0 {
 			t.Fatal("no baseline")
 		}
 		w := startSharesAgent(t, tp, filepath.Join(dir, "three"), bin)
 
 		lb := payload.Weights{"nr": 24, "wifi": 16, "lifi": 8}
-		tp.apply(t, w, "load_balancing", lb, func(rates) bool { return true })
+		st, _ := tp.applySets(t, w, sets{mode: "load_balancing", dl: allOn(lb), ul: lb}, false, func(rates) bool { return true })
 		time.Sleep(time.Second)
-		_, ul := tp.measure(t, window)
+		_, ul := tp.measure(t, aggWindow)
 		t.Logf("mptcp-shares load_balancing UL: %s", tp.fmt(ul))
-		t.Logf("classes: nr0 %s | wifi0 %s | lifi0 %s", tp.tcClass(t, "nr0"), tp.tcClass(t, "wifi0"), tp.tcClass(t, "lifi0"))
+		t.Logf("classes: nr0 %s | wifi0 %s | lifi0 %s", tcClass(t, tp.cpe, "nr0"), tcClass(t, tp.cpe, "wifi0"), tcClass(t, tp.cpe, "lifi0"))
+		rep.scenario(ti, ReportScenario{Name: "load_balancing", Direction: "ul", Backend: payload.BackendMPTCPShares, Mode: "load_balancing",
+			Weights: lb, AppliedCapsMbps: st.AppliedCapsMbps}, ul, aggWindow, -1)
 		// Weights in proportion to the link rates leave every WAT uncapped
 		// (each one's own link is its limit): the backend must not cost
-		// aggregate against the default scheduler. Tolerances for a noisy
-		// 2-core machine (targets: >= the default's, >= 0.9 of the sum;
-		// the same mechanism measured twice here differed by up to 18 %).
-		if ul.total() < 0.75*baseUL.total() {
-			t.Errorf("load_balancing aggregate %.1f Mbit/s below 0.75 of the default scheduler's %.1f", ul.total(), baseUL.total())
+		// aggregate against the default scheduler. Targets: >= the
+		// default's, >= 0.9 of the sum. Measured over 13 runs with 3 s
+		// windows: load_balancing 36.8-46.8, 0.83-3.3 times the baseline
+		// of the same run; the bounds leave room for a loaded machine.
+		if len(st.AppliedCapsMbps) != 0 {
+			t.Errorf("load_balancing in proportion to the link rates applied caps %v, want none", st.AppliedCapsMbps)
+		}
+		if ul.total() < 0.7*baseUL.total() {
+			t.Errorf("load_balancing aggregate %.1f Mbit/s below 0.7 of the default scheduler's %.1f", ul.total(), baseUL.total())
 		}
 		if ul.total() < 0.6*tp.sumMbit() {
 			t.Errorf("load_balancing aggregate %.1f Mbit/s below 0.6 of the path rates' sum %.0f", ul.total(), tp.sumMbit())
 		}
 
 		off := payload.Weights{"nr": 24, "wifi": 0, "lifi": 8}
-		took := tp.apply(t, w, "load_balancing", off, func(r rates) bool { return r.share("wifi") < 0.02 })
+		const offCrit = "wifi under 2 % of the bytes"
+		st, took := tp.applySets(t, w, sets{mode: "load_balancing", dl: allOn(off), ul: off}, false, func(r rates) bool { return r.share("wifi") < 0.02 })
 		_, ul = tp.measure(t, window)
 		t.Logf("mptcp-shares wifi=0 UL: %s; wifi under 2%% %v after the publish", tp.fmt(ul), took)
+		rep.scenario(ti, ReportScenario{Name: "wat_off", Direction: "ul", Backend: payload.BackendMPTCPShares, Mode: "load_balancing",
+			Weights: off, AppliedCapsMbps: st.AppliedCapsMbps, SettleCriterion: offCrit}, ul, window, took)
 		if ul.share("wifi") >= 0.02 {
 			t.Errorf("wifi at weight 0 carries %.2f%% of the bytes, want < 2%%", 100*ul.share("wifi"))
 		}
 		// Target 1 s; data the subflow had queued before its backup flag
 		// still drains at the path's rate (101-813 ms measured here).
-		if took < 0 || took > 1500*time.Millisecond {
-			t.Errorf("wifi share took %v to fall under 2%% after the weights message, want <= 1.5 s", took)
+		if took < 0 || took > 2*time.Second {
+			t.Errorf("wifi share took %v to fall under 2%% after the weights message, want <= 2 s", took)
 		}
 	})
 
-	t.Run("fixed split on two equal paths", func(t *testing.T) {
+	t.Run("two equal paths", func(t *testing.T) {
 		tp := newSharesTopology(t, "2", []sharesPath{{"nr", 20, 50}, {"wifi", 20, 50}})
+		ti := rep.topology("two equal paths", tp)
 		w := startSharesAgent(t, tp, filepath.Join(dir, "two"), bin)
 		bulk(t, tp.bidirTopology, ulPort, false)
 		tp.settle(t, false)
-		took := tp.apply(t, w, "fixed_split", payload.Weights{"nr": 70, "wifi": 30}, func(r rates) bool {
+		split := payload.Weights{"nr": 70, "wifi": 30}
+		const crit = "nr within 5 points of 70 %"
+		within := func(r rates) bool { return r.share("nr") > 0.65 && r.share("nr") < 0.75 }
+
+		t.Run("fixed split from the link rates", func(t *testing.T) {
+			st, took := tp.applySets(t, w, sets{mode: "fixed_split", dl: allOn(split), ul: split}, false, within)
+			time.Sleep(time.Second)
+			_, ul := tp.measure(t, aggWindow)
+			// Caps: T = min(20/0.7, 20/0.3) = 28.6 Mbit/s; nr's share is its
+			// whole link (uncapped), wifi capped at 8.6.
+			const capSum = 20.0 / 0.7
+			t.Logf("mptcp-shares fixed_split 70/30 UL (caps sum %.1f): %s; within 5 points %v after the publish", capSum, tp.fmt(ul), took)
+			t.Logf("classes: nr0 %s | wifi0 %s", tcClass(t, tp.cpe, "nr0"), tcClass(t, tp.cpe, "wifi0"))
+			rep.scenario(ti, ReportScenario{Name: "fixed_split", Direction: "ul", Backend: payload.BackendMPTCPShares, Mode: "fixed_split",
+				Weights: split, AppliedCapsMbps: st.AppliedCapsMbps, SettleCriterion: crit}, ul, aggWindow, took)
+			if c := st.AppliedCapsMbps; len(c) != 1 || c["wifi"] < 8.5 || c["wifi"] > 8.6 {
+				t.Errorf("applied_caps_mbps %v, want wifi 8.57 only", c)
+			}
+			if d := 100 * (ul.share("nr") - 0.7); d > 5 || d < -5 {
+				t.Errorf("nr carries %.1f%% of the bytes, want 70 +- 5", 100*ul.share("nr"))
+			}
+			// Target 0.9; the uncapped nr path is the default scheduler's
+			// to fill (0.87-0.99 measured here).
+			if ul.total() < 0.8*capSum {
+				t.Errorf("aggregate %.1f Mbit/s below 0.8 of the caps' sum %.1f", ul.total(), capSum)
+			}
+			if took < 0 || took > 2*time.Second {
+				t.Errorf("the split took %v to reach 70 +- 5 after the weights message, want <= 2 s", took)
+			}
+		})
+
+		// The same weights with the xApp's caps: 14 + 6 Mbit/s, below
+		// what the link rates would give (nr uncapped, 28.6 in all). The
+		// aggregate shows which decided.
+		t.Run("caps from the message", func(t *testing.T) {
+			caps := map[string]float64{"nr": 14, "wifi": 6}
+			st, took := tp.applySets(t, w, sets{mode: "fixed_split", dl: allOn(split), ul: split, ulCaps: caps}, false, within)
+			time.Sleep(time.Second)
+			_, ul := tp.measure(t, aggWindow)
+			t.Logf("mptcp-shares fixed_split 70/30 UL with caps_mbps %v: %s; within 5 points %v after the publish", caps, tp.fmt(ul), took)
+			t.Logf("classes: nr0 %s | wifi0 %s", tcClass(t, tp.cpe, "nr0"), tcClass(t, tp.cpe, "wifi0"))
+			rep.scenario(ti, ReportScenario{Name: "caps_from_message", Direction: "ul", Backend: payload.BackendMPTCPShares, Mode: "fixed_split",
+				Weights: split, CapsMbpsSent: caps, AppliedCapsMbps: st.AppliedCapsMbps, SettleCriterion: crit}, ul, aggWindow, took)
+			if c := st.AppliedCapsMbps; len(c) != 2 || c["nr"] != 14 || c["wifi"] != 6 {
+				t.Errorf("applied_caps_mbps %v, want the message's %v", c, caps)
+			}
+			if d := 100 * (ul.share("nr") - 0.7); d > 5 || d < -5 {
+				t.Errorf("nr carries %.1f%% of the bytes, want 70 +- 5", 100*ul.share("nr"))
+			}
+			// At most the caps' 20 (HTB lets a burst through: 5 %), at
+			// least 0.85 of them; the link rates' caps would allow 28.6.
+			if ul.total() > 21 || ul.total() < 17 {
+				t.Errorf("aggregate %.1f Mbit/s, want 17..21 (the message's caps sum to 20; the link rates would allow 28.6)", ul.total())
+			}
+		})
+	})
+
+	t.Run("proxy downlink", func(t *testing.T) {
+		tp := newSharesTopology(t, "p", []sharesPath{{"nr", 20, 50}, {"wifi", 20, 50}})
+		ti := rep.topology("two equal paths, downlink through the proxy", tp)
+		w, pki := startSharesAgentPKI(t, tp, filepath.Join(dir, "proxy"), bin)
+		startSharesProxy(t, tp, w, pki, bin)
+		bulk(t, tp.bidirTopology, dlPort, true)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			n := 0
+			for i, p := range tp.paths {
+				if subflowCount(t, tp.proxyNS, netip.MustParseAddr(p.cpeAddr(i))) >= 1 {
+					n++
+				}
+			}
+			if n == len(tp.paths) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not every WAT has a subflow at the proxy (userspace path manager: the proxy agent's listener accepts the joins)")
+			}
+		}
+		tp.settle(t, true)
+		base, _ := tp.measure(t, window)
+		t.Logf("safe weights DL (all uncapped): %s", tp.fmt(base))
+
+		split := payload.Weights{"nr": 70, "wifi": 30}
+		st, took := tp.applySets(t, w, sets{mode: "fixed_split", dl: split, ul: allOn(split)}, true, func(r rates) bool {
 			return r.share("nr") > 0.65 && r.share("nr") < 0.75
 		})
 		time.Sleep(time.Second)
-		_, ul := tp.measure(t, window)
-		// Caps: T = min(20/0.7, 20/0.3) = 28.6 Mbit/s; nr's share is its
-		// whole link (uncapped), wifi capped at 8.6.
+		dl, _ := tp.measure(t, aggWindow)
 		const capSum = 20.0 / 0.7
-		t.Logf("mptcp-shares fixed_split 70/30 UL (caps sum %.1f): %s; within 5 points %v after the publish", capSum, tp.fmt(ul), took)
-		t.Logf("classes: nr0 %s | wifi0 %s", tp.tcClass(t, "nr0"), tp.tcClass(t, "wifi0"))
-		if d := 100 * (ul.share("nr") - 0.7); d > 5 || d < -5 {
-			t.Errorf("nr carries %.1f%% of the bytes, want 70 +- 5", 100*ul.share("nr"))
+		t.Logf("proxy mptcp-shares fixed_split 70/30 DL (caps sum %.1f): %s; within 5 points %v after the publish; applied caps %v",
+			capSum, tp.fmt(dl), took, st.AppliedCapsMbps)
+		t.Logf("proxy classes: xnr %s | xwifi %s", tcClass(t, tp.proxy, "xnr"), tcClass(t, tp.proxy, "xwifi"))
+		rep.scenario(ti, ReportScenario{Name: "proxy_fixed_split", Direction: "dl", Backend: payload.BackendMPTCPShares, Mode: "fixed_split",
+			Weights: split, AppliedCapsMbps: st.AppliedCapsMbps, SettleCriterion: "nr within 5 points of 70 %"}, dl, aggWindow, took)
+		if c := st.AppliedCapsMbps; len(c) != 1 || c["wifi"] < 8.5 || c["wifi"] > 8.6 {
+			t.Errorf("proxy applied_caps_mbps %v, want wifi 8.57 only", c)
 		}
-		// Target 0.9; the uncapped nr path is the default scheduler's to
-		// fill (0.87-0.99 measured here).
-		if ul.total() < 0.8*capSum {
-			t.Errorf("aggregate %.1f Mbit/s below 0.8 of the caps' sum %.1f", ul.total(), capSum)
+		if d := 100 * (dl.share("nr") - 0.7); d > 5 || d < -5 {
+			t.Errorf("downlink: nr carries %.1f%% of the bytes, want 70 +- 5", 100*dl.share("nr"))
 		}
-		if took < 0 || took > 1500*time.Millisecond {
-			t.Errorf("the split took %v to reach 70 +- 5 after the weights message, want <= 1.5 s", took)
+		if dl.total() < 0.8*capSum {
+			t.Errorf("downlink aggregate %.1f Mbit/s below 0.8 of the caps' sum %.1f", dl.total(), capSum)
+		}
+		if took < 0 || took > 2*time.Second {
+			t.Errorf("the downlink split took %v to reach 70 +- 5 after the weights message, want <= 2 s", took)
 		}
 	})
 }
