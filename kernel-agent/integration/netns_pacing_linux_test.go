@@ -209,10 +209,12 @@ func TestNetnsPacingVsCaps(t *testing.T) {
 	// load_balancing: weights in proportion to the link rates. The HTB
 	// backend leaves every WAT uncapped there (its own link is its limit,
 	// and a second queue cost aggregate). Pacing adds no queue, so it is
-	// measured with every WAT paced at its link rate, at 1.25 times it,
-	// and with the caps cleared again (the sockets keep the kernel's
-	// internal pacing on, now at their own rate): which of the cap value
-	// and the pacing itself costs aggregate. Only the caps are asserted.
+	// measured at 10 times the link rates (never binding, but it turns
+	// the kernel's internal TCP pacing on for every subflow), at the link
+	// rates, at 1.25 times them, and with the caps cleared again (the
+	// sockets keep internal pacing at their own rate): which of the cap
+	// value and the pacing itself changes the aggregate. Only the caps
+	// are asserted.
 	lb := payload.Weights{"nr": 24, "wifi": 16, "lifi": 8}
 	t.Run("load balancing pacing", func(t *testing.T) {
 		tp := newSharesTopology(t, "pl", three)
@@ -220,7 +222,7 @@ func TestNetnsPacingVsCaps(t *testing.T) {
 		tp.settle(t, false)
 		_, base := tp.measure(t, window)
 		t.Logf("pacing load_balancing: default %s", tp.fmt(base))
-		for _, factor := range []float64{1, 1.25, 0} {
+		for _, factor := range []float64{10, 1, 1.25, 0} {
 			caps := map[string]uint64{}
 			for _, p := range tp.paths {
 				caps[p.wat] = uint64(factor * float64(p.mbit) * 1e6)
