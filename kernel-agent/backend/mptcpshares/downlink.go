@@ -438,8 +438,7 @@ func rootFor(idx int) *vnl.Htb {
 // classFor is cl's HTB class: rate and ceil at the cap, so it never
 // borrows (there is no parent class to borrow from).
 func classFor(cl class) *vnl.HtbClass {
-	return vnl.NewHtbClass(vnl.ClassAttrs{LinkIndex: cl.ifindex, Handle: vnl.MakeHandle(1, cl.minor), Parent: rootHandle},
-		vnl.HtbClassAttrs{Rate: cl.bps, Ceil: cl.bps})
+	return htbClass(vnl.ClassAttrs{LinkIndex: cl.ifindex, Handle: vnl.MakeHandle(1, cl.minor), Parent: rootHandle}, cl.bps)
 }
 
 // ethProto is the filter protocol for addr's family.

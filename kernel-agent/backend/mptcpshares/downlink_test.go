@@ -53,6 +53,12 @@ func TestDownlinkMessages(t *testing.T) {
 			if c.Handle != vnl.MakeHandle(1, tc.cl.minor) || c.Parent != vnl.MakeHandle(1, 0) || c.Rate != tc.cl.bps/8 || c.Ceil != tc.cl.bps/8 || c.LinkIndex != tc.cl.ifindex {
 				t.Errorf("class %+v for %+v", c, tc.cl)
 			}
+			// The burst: 10 ms of the rate, at least 3200 bytes (in ticks
+			// of the rate, as the kernel takes it).
+			burst := max(uint32(float64(tc.cl.bps)/8*0.010), 3200)
+			if c.Buffer != vnl.Xmittime(tc.cl.bps/8, burst) || c.Cbuffer != c.Buffer {
+				t.Errorf("class burst %d/%d ticks, want %d (%d bytes)", c.Buffer, c.Cbuffer, vnl.Xmittime(tc.cl.bps/8, burst), burst)
+			}
 			if !hasClass([]vnl.Class{c}, tc.cl) {
 				t.Error("hasClass does not find the class classFor built")
 			}

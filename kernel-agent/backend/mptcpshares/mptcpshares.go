@@ -11,10 +11,20 @@
 // (1:1, the default class) whose rate and ceil are the WAT's cap. The cap
 // is share x T, where share = weight / sum of weights, and T is the largest
 // total every WAT can carry at its share given the configured per-WAT link
-// rates: T = min over WATs with weight > 0 of link_mbps / share. The
-// weights message carries no forecast total yet, so the configured link
-// rates stand in for it; with load_balancing weights proportional to the
-// link rates, T is their sum and each cap is the link rate.
+// rates: T = min over WATs with weight > 0 of link_mbps / share. With
+// load_balancing weights proportional to the link rates, T is their sum
+// and each cap is the link rate. When the weights message carries
+// caps_mbps (the xApp's share x forecast total x headroom, sent to agents
+// that report capabilities.semantics rate-caps) those caps are used
+// instead, and the configured rates only tell which caps reach the link
+// (uncapped). The caps set are reported as applied_caps_mbps.
+//
+// Downlink (proxy role, Downlink): per served CPE and capped WAT one HTB
+// class on the proxy's egress interface towards that WAT's CPE address
+// (the route's), with a u32 filter on the address as destination; the
+// root HTB has no default class, so other traffic is not shaped. Caps
+// come from the CPE's dl caps_mbps or its dl weights x the configured
+// rates, as above; the number of classes is bounded.
 //
 // A WAT at weight 0 is flagged backup on its MPTCP endpoint as by
 // mptcp-upstream (the default scheduler sends nothing on a backup subflow
@@ -49,12 +59,15 @@
 // default scheduler's UL to 41-43 Mbit/s but lowered the capped
 // load_balancing to 30-37; the backend does not set it.
 //
-// Limits: uplink only (the CPE's egress); a proxy's downlink would need
-// per-destination classes, not built. The caps are only as right as the
-// configured link rates: a link slower than configured queues at its own
+// Limits: the caps are only as right as the configured link rates or the
+// xApp's forecast: a link slower than its cap queues at its own
 // bottleneck and the split drifts towards the default scheduler's. The
-// root qdisc of each WAT interface is replaced (an operator's own qdisc
-// there is lost).
+// root qdisc of each CPE WAT interface, and of each proxy interface that
+// carries a capped CPE, is replaced (an operator's own qdisc there is
+// lost). A downlink class matches one CPE address: CPEs behind one NAT
+// address cannot be told apart (the mptcp-upstream downlink refuses the
+// second one). Each class has a burst of 10 ms of its rate (see
+// burstTime).
 package mptcpshares
 
 import (
@@ -267,8 +280,7 @@ func (b *Backend) setCap(p backend.Path, bps uint64) error {
 			return fmt.Errorf("root htb: %w", err)
 		}
 	}
-	c := vnl.NewHtbClass(vnl.ClassAttrs{LinkIndex: idx, Handle: classHandle, Parent: rootHandle},
-		vnl.HtbClassAttrs{Rate: bps, Ceil: bps})
+	c := htbClass(vnl.ClassAttrs{LinkIndex: idx, Handle: classHandle, Parent: rootHandle}, bps)
 	if err := b.nl.ClassReplace(c); err != nil {
 		return fmt.Errorf("class 1:1 at %d bit/s: %w", bps, err)
 	}
@@ -290,6 +302,24 @@ func (b *Backend) setCap(p backend.Path, bps uint64) error {
 		return nil
 	}
 	return errors.New("verify: class 1:1 missing after apply")
+}
+
+// burstTime is how much of its rate a capped class may send at once. The
+// library's default burst is one MTU (1600 bytes, under 1 ms at 14
+// Mbit/s): a sender thread that the 2-core test machine delayed by more
+// lost the time for good, and a class capped at 14 Mbit/s carried 10.3
+// in one run of the caps_mbps case. 10 ms of rate makes up for such delays
+// and is short against the 100 ms windows the shares settle in.
+const burstTime = 0.010
+
+// minBurstBytes keeps the burst above two full-size frames at low rates.
+const minBurstBytes = 3200
+
+// htbClass is an HTB class capped at bps (rate = ceil: no borrowing) with
+// a burst of burstTime of its rate.
+func htbClass(attrs vnl.ClassAttrs, bps uint64) *vnl.HtbClass {
+	burst := max(uint32(float64(bps)/8*burstTime), minBurstBytes)
+	return vnl.NewHtbClass(attrs, vnl.HtbClassAttrs{Rate: bps, Ceil: bps, Buffer: burst, Cbuffer: burst})
 }
 
 // hasRoot tells whether the backend's HTB (default class 1) is the root
