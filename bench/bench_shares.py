@@ -75,6 +75,8 @@ class Comparison:
     measured_total: float
     predicted_total: float
     settle_s: float | None
+    #: The window the scenario's rates were measured over (None: not reported).
+    window_s: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -111,6 +113,7 @@ class Comparison:
                                              else round(c, 3))}
                       for w in wats},
             "settle_s": self.settle_s,
+            "window_s": self.window_s,
         }
 
 
@@ -184,6 +187,7 @@ def compare(report: Mapping[str, Any]) -> list[Comparison]:
                     raise ReportError(f"{what}: {exc}") from None
             measured = _rates(s.get("path_mbps"), f"{what}.path_mbps", wats)
             settle = s.get("settle_s")
+            window = s.get("window_s")
             out.append(Comparison(
                 topology=str(top.get("name", t)), scenario=s["name"],
                 direction=str(s.get("direction", "ul")), backend=backend,
@@ -196,7 +200,8 @@ def compare(report: Mapping[str, Any]) -> list[Comparison]:
                 model_caps=pred.caps_mbps,
                 measured_total=_number(s.get("aggregate_mbps"), f"{what}.aggregate_mbps"),
                 predicted_total=pred.total,
-                settle_s=None if settle is None else _number(settle, f"{what}.settle_s")))
+                settle_s=None if settle is None else _number(settle, f"{what}.settle_s"),
+                window_s=None if window is None else _number(window, f"{what}.window_s")))
     return out
 
 
@@ -247,7 +252,8 @@ def render(runs: Sequence[list[Comparison]]) -> str:
                 f"{c.measured_total:6.2f}   shares "
                 + " ".join(f"{w} {100 * c.measured_shares.get(w, 0.0):5.1f}%" for w in wats)
                 + f"   ratio {ratio}{mark}"
-                + ("" if c.settle_s is None else f"   settled {c.settle_s:.2f} s"))
+                + ("" if c.settle_s is None else f"   settled {c.settle_s:.2f} s")
+                + ("" if c.window_s is None else f"   over {c.window_s:g} s"))
             if c.applied_caps or any(v is not None for v in c.model_caps.values()):
                 lines.append("              caps applied " + str(dict(c.applied_caps))
                              + "  model " + str({w: v for w, v in c.model_caps.items()
@@ -293,8 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                      for r, run in zip(reports, runs, strict=True)]}, indent=2))
     else:
         for i, r in enumerate(reports):
-            print(f"run {i + 1}: kernel {r.get('kernel')}, load {r.get('loadavg')}, "
-                  f"window {r.get('window_s')} s")
+            print(f"run {i + 1}: kernel {r.get('kernel')}, load average at its end "
+                  f"{r.get('loadavg')}")
         print(render(runs))
     return 0
 

@@ -156,7 +156,7 @@ REPORT = {
               "mode": "fixed_split", "weights": {"nr": 70, "wifi": 30},
               "applied_caps_mbps": {"wifi": 8.571428},
               "path_mbps": {"nr": 19.0, "wifi": 8.4}, "byte_shares": {"nr": 0.693, "wifi": 0.307},
-              "aggregate_mbps": 27.4, "settle_s": 0.2},
+              "aggregate_mbps": 27.4, "settle_s": 0.2, "window_s": 3},
              {"name": "caps_from_message", "direction": "ul", "backend": "mptcp-shares",
               "mode": "fixed_split", "weights": {"nr": 70, "wifi": 30},
               "caps_mbps_sent": {"nr": 14, "wifi": 6}, "applied_caps_mbps": {"nr": 14, "wifi": 6},
@@ -176,7 +176,7 @@ def test_bench_compares_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert got["wat_off"].path_ratio("wifi") is None
     split = got["fixed_split"]
     assert split.model_caps["wifi"] == pytest.approx(split.applied_caps["wifi"], rel=1e-5)
-    assert split.predicted_shares["nr"] == pytest.approx(0.7)
+    assert split.predicted_shares["nr"] == pytest.approx(0.7) and split.window_s == 3.0
     assert got["caps_from_message"].predicted_total == pytest.approx(20.0)
     path = tmp_path / "r.json"
     path.write_text(json.dumps(REPORT))
