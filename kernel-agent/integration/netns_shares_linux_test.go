@@ -499,7 +499,7 @@ func newReport(t *testing.T) *report {
 func (r *report) topology(name string, tp *sharesTopology) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rt := ReportTopology{Name: name}
+	rt := ReportTopology{Name: name, Scenarios: []ReportScenario{}}
 	for _, p := range tp.paths {
 		rt.Paths = append(rt.Paths, ReportPath{WAT: p.wat, Mbps: float64(p.mbit), BufferMs: p.bufferMs})
 	}
