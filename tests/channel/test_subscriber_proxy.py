@@ -124,7 +124,7 @@ def test_downlink_is_known_per_cpe_from_the_proxys_reports(
                                            mode="load_balancing", policy_source="ul-policy")
         doc = cpes_document({"cpe-0001": CpeRecord(9, 100.0, dl, ul),
                              "cpe-0004": CpeRecord(1, 100.0, ul, ul)},
-                            sub.states(), sub.downlinks())["cpes"]
+                            sub.states(), sub.downlinks(), sub.downlink_semantics)["cpes"]
         assert set(doc) == {"cpe-0001", "cpe-0004"}
         one = doc["cpe-0001"]
         assert one["published"]["version"] == 9
@@ -135,7 +135,9 @@ def test_downlink_is_known_per_cpe_from_the_proxys_reports(
             "mode": "load_balancing", "reason": "hysteresis", "policy": "ul-policy",
             "aggregate_mbps": 100.0}
         assert one["applied_by"]["ul"] == {"role": "cpe", "online": True, "applied_version": 3,
-                                           "applied_weights": {"nr": 0, "wifi": 3}}
+                                           "applied_weights": {"nr": 0, "wifi": 3},
+                                           "semantics": None, "applied_caps_mbps": {}}
+        assert "caps_mbps" not in one["published"]["dl"]  # none sent: none shown
         assert one["applied_by"]["dl"]["proxy_id"] == "proxy-0001"
         assert one["applied_by"]["dl"]["applied_version"] == 9
         assert one["agent"]["addresses"] == {"nr": "10.1.0.2", "wifi": "10.2.0.2"}

@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from xapp.app.config import ConfigError, ConfigWatcher, apply_env_overrides, load_config
+from xapp.app.config import (
+    ConfigError,
+    ConfigWatcher,
+    apply_env_overrides,
+    load_config,
+    parse_controls,
+)
 
 CONTROLS: dict[str, Any] = {
     "control_period_s": 1.0, "log_level": "INFO", "kpi_max_age_s": 5.0, "sdl_namespace": "mcw",
@@ -70,7 +76,30 @@ def test_e2_controls(tmp_path: Path) -> None:
     assert c.to_dict()["e2"]["nodes"][0]["inventory_name"] == "gnb_1"
 
 
+def test_loop_controls(tmp_path: Path) -> None:
+    # Absent: the rate-caps rule's own default (xapp.core.caps.DEFAULT_HEADROOM).
+    assert load_config(write(tmp_path / "c.json", CONTROLS),
+                       environ={}).controls.loop.caps_headroom == 1.15
+    c = load_config(write(tmp_path / "l.json", {**CONTROLS, "loop": {"caps_headroom": 1}}),
+                    environ={}).controls
+    assert c.loop.caps_headroom == 1.0 and isinstance(c.loop.caps_headroom, float)
+    assert c.to_dict()["loop"] == {"caps_headroom": 1.0}
+    env = load_config(write(tmp_path / "e.json", CONTROLS),
+                      environ={"MCW_LOOP_CAPS_HEADROOM": "1.4"}).controls
+    assert env.loop.caps_headroom == 1.4
+    # Without the schema file the rule's bounds still refuse it.
+    with pytest.raises(ConfigError, match="caps_headroom"):
+        parse_controls({"loop": {"caps_headroom": 2.5}}, schemas=tmp_path)
+    with pytest.raises(ConfigError, match="caps_headroom"):
+        parse_controls({"loop": {"caps_headroom": True}}, schemas=tmp_path)
+
+
 @pytest.mark.parametrize("change, word", [
+    ({"loop": {"caps_headroom": 0.9}}, "caps_headroom"),
+    ({"loop": {"caps_headroom": 2.01}}, "caps_headroom"),
+    ({"loop": {"caps_headroom": "1.2"}}, "caps_headroom"),
+    ({"loop": {"headroom": 1.2}}, "headroom"),
+    ({"loop": 1.2}, "loop"),
     ({"control_period_s": 0}, "control_period_s"),
     ({"log_level": "LOUD"}, "log_level"),
     ({"mqtt": {**CONTROLS["mqtt"], "port": 70000}}, "port"),

@@ -29,6 +29,7 @@ from typing import Any
 import jsonschema
 
 from xapp.adapters import bounded_json
+from xapp.core.caps import DEFAULT_HEADROOM, check_headroom
 from xapp.core.planning import check_level
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import build_policy
@@ -83,6 +84,15 @@ class ModelSettings:
     # WAT from what an error costs under WRR (its forecast share of the CPE's total,
     # xapp.core.planning); a number in [0.01, 0.5] fixes it (0.1: the former bound).
     planning_level: str | float = "cost"
+
+
+@dataclass(frozen=True)
+class LoopControls:
+    """Control-loop tuning (``controls.loop``), applied on reload."""
+
+    #: Rate caps for ``rate-caps`` appliers are this x a WAT's share of the forecast total
+    #: (xapp.core.caps, where the default is argued).
+    caps_headroom: float = DEFAULT_HEADROOM
 
 
 @dataclass(frozen=True)
@@ -144,6 +154,7 @@ class Controls:
     control_period_s: float = 1.0
     log_level: str = "INFO"
     kpi_max_age_s: float = 5.0
+    loop: LoopControls = field(default_factory=LoopControls)
     sdl_namespace: str = "mcw"
     influxdb: InfluxSettings = field(default_factory=InfluxSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
@@ -249,6 +260,7 @@ def parse_controls(raw: Mapping[str, Any], schemas: str | os.PathLike[str] | Non
             log_level=_level(raw.get("log_level", base.log_level)),
             kpi_max_age_s=_positive(raw.get("kpi_max_age_s", base.kpi_max_age_s),
                                     "kpi_max_age_s"),
+            loop=_loop(_section(raw, "loop", LoopControls)),
             sdl_namespace=_text(raw.get("sdl_namespace", base.sdl_namespace), "sdl_namespace"),
             influxdb=InfluxSettings(**_section(raw, "influxdb", InfluxSettings)),
             mqtt=MqttSettings(**_section(raw, "mqtt", MqttSettings)),
@@ -272,6 +284,16 @@ def parse_controls(raw: Mapping[str, Any], schemas: str | os.PathLike[str] | Non
     except PolicyError as exc:
         raise ConfigError(f"controls.default_policy: {exc}") from exc
     return controls
+
+
+def _loop(raw: dict[str, Any]) -> LoopControls:
+    """``controls.loop`` typed; the headroom checked by the rule's own bounds, so the schema
+    and the rule cannot disagree silently."""
+    loop = LoopControls(**raw)
+    try:
+        return LoopControls(caps_headroom=check_headroom(loop.caps_headroom))
+    except ValueError as exc:
+        raise ConfigError(f"controls.loop.caps_headroom: {exc}") from exc
 
 
 def _e2(raw: dict[str, Any]) -> E2Settings:

@@ -5,9 +5,10 @@
 ``GET /ric/v1/health/ready``  200 when every dependency check passes, else 503; the body names
                               each check (``{"ready": false, "checks": {"sdl": false, ...}}``)
 ``GET /ric/v1/config``        the running configuration (the descriptor, controls as applied)
-``GET /ric/v1/cpes``          per CPE: the version and both directions' weights last published,
-                              and who applies each (``ul``: the CPE agent's last reported
-                              state; ``dl``: the proxy applying it, or null)
+``GET /ric/v1/cpes``          per CPE: the version and both directions' weights (and rate caps)
+                              last published, and who applies each (``ul``: the CPE agent's
+                              last reported state; ``dl``: the proxy applying it, or null) with
+                              its semantics and the caps it applied
 ``GET /ric/v1/e2/subscriptions``  the E2 nodes, their KPM function and subscription (id, RIC
                               instance ids, state, last error, indications matched)
 ``POST /ric/v1/subscriptions/response``  the Subscription Manager's answers (when E2 is on)
@@ -209,12 +210,18 @@ def _make_handler(app: HttpServer) -> type[BaseHTTPRequestHandler]:
 
 
 def cpes_document(records: Mapping[str, CpeRecord], agents: Mapping[str, CpeState],
-                  downlinks: Mapping[str, Downlink]) -> dict[str, Any]:
+                  downlinks: Mapping[str, Downlink],
+                  downlink_semantics: Callable[[Downlink], str | None]) -> dict[str, Any]:
     """``/ric/v1/cpes``: per CPE, what the xApp last published (one version, both directions'
-    weights, shares, mode, reason and policy) and who applies each direction: ``ul`` the CPE
-    agent as it last reported (online or not; null before any report), ``dl`` the proxy whose
-    report says it applies the CPE's downlink (null: nobody does, the proxy or the CPE runs
-    its defaults).  ``agent`` is the CPE agent's last state in full."""
+    weights, shares, mode, reason, policy and, for a ``rate-caps`` applier, ``caps_mbps``) and
+    who applies each direction: ``ul`` the CPE agent as it last reported (online or not; null
+    before any report), ``dl`` the proxy whose report says it applies the CPE's downlink (null:
+    nobody does, the proxy or the CPE runs its defaults), each with its ``semantics`` and the
+    ``applied_caps_mbps`` it reports.  ``agent`` is the CPE agent's last state in full.
+
+    ``downlink_semantics`` is :meth:`ChannelSubscriber.downlink_semantics
+    <xapp.adapters.mqtt.ChannelSubscriber.downlink_semantics>`: a proxy may report its
+    semantics in its own state only, and the view must say what the loop decided caps by."""
     out: dict[str, Any] = {}
     for cpe_id in sorted(set(records) | set(agents) | set(downlinks)):
         record = records.get(cpe_id)
@@ -228,16 +235,22 @@ def cpes_document(records: Mapping[str, CpeRecord], agents: Mapping[str, CpeStat
                 "ul": None if agent is None else {
                     "role": "cpe", "online": agent.online,
                     "applied_version": agent.applied_version,
-                    "applied_weights": dict(agent.applied_weights)},
+                    "applied_weights": dict(agent.applied_weights),
+                    "semantics": agent.semantics,
+                    "applied_caps_mbps": dict(agent.applied_caps_mbps)},
                 "dl": None if down is None else {
                     "role": "proxy", "proxy_id": down.proxy_id, "online": down.state.online,
                     "applied_version": down.state.applied_version,
                     "applied_weights": dict(down.state.applied_weights),
+                    "semantics": downlink_semantics(down),
+                    "applied_caps_mbps": dict(down.state.applied_caps_mbps),
                     "backend": down.state.backend, "last_error": down.state.last_error},
             },
             "agent": None if agent is None else {
                 "online": agent.online, "applied_version": agent.applied_version,
                 "applied_weights": dict(agent.applied_weights), "backend": agent.backend,
+                "semantics": agent.semantics,
+                "applied_caps_mbps": dict(agent.applied_caps_mbps),
                 "on_off_only": agent.on_off_only, "links": dict(agent.links),
                 "addresses": dict(agent.addresses),
                 "directions_coupled": agent.directions_coupled,
@@ -247,6 +260,10 @@ def cpes_document(records: Mapping[str, CpeRecord], agents: Mapping[str, CpeStat
 
 
 def _direction_view(d: DirectionRecord) -> dict[str, Any]:
-    return {"weights": dict(d.weights), "shares": {w: round(v, 4) for w, v in d.shares.items()},
+    view = {"weights": dict(d.weights), "shares": {w: round(v, 4) for w, v in d.shares.items()},
             "mode": d.mode, "reason": d.reason, "policy": d.policy_source,
             "aggregate_mbps": round(d.aggregate_mbps, 3)}
+    # As on the wire: only a rate-caps applier's set carries caps.
+    if d.caps_mbps:
+        view["caps_mbps"] = dict(d.caps_mbps)
+    return view

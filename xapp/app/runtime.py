@@ -227,9 +227,10 @@ class XappProcess:
         self.loop = ControlLoop(
             comp.kpis, comp.estimator, comp.publisher, comp.sink, self.book.resolver,
             self.state, model_version=comp.model_version, on_tick=self.metrics.record_tick,
-            publisher_connects=_connects(comp.mqtt_publisher),
-            settings=LoopSettings(control_period_s=c.control_period_s,
-                                  kpi_max_age_s=c.kpi_max_age_s, lease_s=c.mqtt.lease_s))
+            publisher_connects=_connects(comp.mqtt_publisher), settings=_loop_settings(c),
+            # Only the MQTT channel knows which agents apply rate caps; without it no set
+            # carries caps.
+            semantics=comp.subscriber)
         self.runner = LoopRunner(self.loop, on_error=self.metrics.tick_errors.inc)
         self.runner.start()
         for worker in (self.runner, self.state.worker, self.watcher.worker, *comp.workers):
@@ -371,16 +372,16 @@ class XappProcess:
         """``/ric/v1/cpes`` (:func:`xapp.app.endpoints.cpes_document`)."""
         comp = self.components
         sub = None if comp is None else comp.subscriber
-        return cpes_document(self.state.cpes(), {} if sub is None else sub.states(),
-                             {} if sub is None else sub.downlinks())
+        if sub is None:
+            return cpes_document(self.state.cpes(), {}, {}, lambda _down: None)
+        return cpes_document(self.state.cpes(), sub.states(), sub.downlinks(),
+                             sub.downlink_semantics)
 
     def _on_config(self, old: LoadedConfig, new: LoadedConfig) -> None:
         c = new.controls
         set_level(c.log_level)
         if self.loop is not None:
-            self.loop.settings = LoopSettings(control_period_s=c.control_period_s,
-                                              kpi_max_age_s=c.kpi_max_age_s,
-                                              lease_s=c.mqtt.lease_s)
+            self.loop.settings = _loop_settings(c)
         try:
             self.book.set_default(c.default_policy)
         except PolicyError as exc:
@@ -420,6 +421,11 @@ def _restart_only_changed(old: Controls, new: Controls, name: str) -> bool:
     if name == "model":  # reload_check_s is the loader's
         return bool(a.path != b.path)
     return bool(a != b)
+
+
+def _loop_settings(c: Controls) -> LoopSettings:
+    return LoopSettings(control_period_s=c.control_period_s, kpi_max_age_s=c.kpi_max_age_s,
+                        lease_s=c.mqtt.lease_s, caps_headroom=c.loop.caps_headroom)
 
 
 def _connects(publisher: MqttWeightPublisher | None) -> Callable[[], int] | None:

@@ -439,6 +439,12 @@ class ChannelSubscriber:
             self._rate_caps[direction] = (gen, out)
             return out
 
+    def downlink_semantics(self, down: Downlink) -> str | None:
+        """The ``capabilities.semantics`` ``down``'s proxy applies the CPE's downlink with (as
+        :meth:`rate_caps` decides it); None: not reported."""
+        with self._lock:
+            return self._downlink_semantics(down)
+
     def _downlink_semantics(self, down: Downlink) -> str | None:
         """The semantics a proxy applies a CPE's downlink with: its per-CPE state's, else its
         own state's (call under the lock)."""
