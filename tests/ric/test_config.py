@@ -76,6 +76,24 @@ def test_e2_controls(tmp_path: Path) -> None:
     assert c.to_dict()["e2"]["nodes"][0]["inventory_name"] == "gnb_1"
 
 
+def test_e2_vendor_measurements(tmp_path: Path) -> None:
+    # A vendor's name joins the built-in table; without one, the table is the built-in one.
+    base = load_config(write(tmp_path / "c.json", CONTROLS), environ={}).controls.e2
+    assert not base.measurement_map().known("VENDOR.UeThpDlKbps")
+    assert set(base.measurements) == set(base.measurement_map().names())
+    c = load_config(write(tmp_path / "v.json", {**CONTROLS, "e2": {"vendor_measurements": {
+        "VENDOR.UeThpDlKbps": {"field": "delivered_mbps", "direction": "dl", "scale": 0.001},
+    }}}), environ={}).controls.e2
+    table = c.measurement_map()
+    assert table.known("VENDOR.UeThpDlKbps")
+    rule = table.rules["VENDOR.UeThpDlKbps"]
+    assert (rule.field, rule.direction, rule.scale) == ("delivered_mbps", "dl", 0.001)
+    # Checked by the table's own rules too, where the schema cannot say it (field names).
+    with pytest.raises(ConfigError, match="vendor_measurements"):
+        parse_controls({"e2": {"vendor_measurements": {"X.Y": {"field": "colour"}}}},
+                       schemas=tmp_path)
+
+
 def test_loop_controls(tmp_path: Path) -> None:
     # Absent: the rate-caps rule's own default (xapp.core.caps.DEFAULT_HEADROOM).
     assert load_config(write(tmp_path / "c.json", CONTROLS),
@@ -115,6 +133,9 @@ def test_loop_controls(tmp_path: Path) -> None:
     ({"e2": {"nodes": [{"inventory_name": "gnb_1", "ran_function_id": 5000}]}},
      "ran_function_id"),
     ({"e2": {"requestor": 1}}, "requestor"),
+    ({"e2": {"vendor_measurements": {"X.Y": {"field": "colour"}}}}, "vendor_measurements"),
+    ({"e2": {"vendor_measurements": {"X.Y": {"field": "cqi", "direction": "up"}}}},
+     "direction"),
 ])
 def test_bad_controls_are_refused(tmp_path: Path, change: dict[str, Any], word: str) -> None:
     with pytest.raises(ConfigError, match=word):

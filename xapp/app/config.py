@@ -29,6 +29,7 @@ from typing import Any
 import jsonschema
 
 from xapp.adapters import bounded_json
+from xapp.adapters.e2.mapping import DEFAULT_MAP, MeasurementMap, MeasurementMapError
 from xapp.core.caps import DEFAULT_HEADROOM, check_headroom
 from xapp.core.planning import check_level
 from xapp.core.policy import PolicyError
@@ -111,9 +112,9 @@ class E2NodeSettings:
     report_styles: tuple[int, ...] = (1,)
 
 
-#: The KPM measurements the product maps (xapp.adapters.e2.mapping), asked for by default.
-DEFAULT_E2_MEASUREMENTS = ("DRB.UEThpDl", "DRB.UEThpUl", "RRU.PrbUsedDl", "RRU.PrbAvailDl",
-                           "RRU.PrbUsedUl", "RRU.PrbAvailUl")
+#: The KPM measurements the product maps, asked for by default (a node is asked only for those
+#: it offers; distributions such as CARR.WBCQIDist.Bin<k> have per-bin names, listed by hand).
+DEFAULT_E2_MEASUREMENTS = DEFAULT_MAP.names()
 
 
 @dataclass(frozen=True)
@@ -141,10 +142,19 @@ class E2Settings:
     report_styles: tuple[int, ...] = (1, 4)
     measurements: tuple[str, ...] = DEFAULT_E2_MEASUREMENTS
     nodes: tuple[E2NodeSettings, ...] = ()
+    #: Vendor measurement names -> wat_kpi field (``MeasurementMap.extended``'s document).
+    vendor_measurements: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def active(self) -> bool:
         return self.enabled and bool(self.submgr_url)
+
+    def measurement_map(self) -> MeasurementMap:
+        """The built-in measurement table extended by ``vendor_measurements``."""
+        try:
+            return DEFAULT_MAP.extended(self.vendor_measurements)
+        except MeasurementMapError as exc:
+            raise ConfigError(f"controls.e2.vendor_measurements: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -320,6 +330,7 @@ def _e2(raw: dict[str, Any]) -> E2Settings:
     _positive(e2.granularity_ms, "e2.granularity_ms")
     if not e2.measurements:
         raise ConfigError("controls.e2.measurements must name at least one measurement")
+    e2.measurement_map()
     return e2
 
 

@@ -542,7 +542,8 @@ def build_e2(args: argparse.Namespace, controls: Controls, comp: Components) -> 
     # The registry's own namespace (xapp.adapters.e2.registry), where its CLI provisions CPEs.
     registry = CpeRegistry(backend_factory=ricsdl_backend if redis else None)
     stoppers.append(registry.stop)
-    ingest = KpmIngest(book, registry, _Telemetry(comp.intake, comp.sink))
+    ingest = KpmIngest(book, registry, _Telemetry(comp.intake, comp.sink),
+                       names=e.measurement_map())
     return E2Parts(book, subscriber, worker, registry, ingest, stoppers)
 
 
