@@ -292,10 +292,10 @@ func TestApplyFailureReported(t *testing.T) {
 	}
 }
 
-// TestCapsReachTheBackend: the ul set's caps_mbps go to the backend with
+// TestSharesCapsReachTheBackend: the ul set's caps_mbps go to the backend with
 // their weights, are persisted with them, and are not carried over to the
 // safe weights when the lease runs out.
-func TestCapsReachTheBackend(t *testing.T) {
+func TestSharesCapsReachTheBackend(t *testing.T) {
 	dir := t.TempDir()
 	h := start(t, dir)
 	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)

@@ -446,10 +446,10 @@ func TestProxyTelemetry(t *testing.T) {
 	}
 }
 
-// TestProxyCapsReachTheDownlink: the dl set's caps_mbps go with its
+// TestProxySharesCapsReachTheDownlink: the dl set's caps_mbps go with its
 // weights to the downlink (the weight-0 WAT's too: the backend ignores
 // it), and the safe weights after a lease expiry carry none.
-func TestProxyCapsReachTheDownlink(t *testing.T) {
+func TestProxySharesCapsReachTheDownlink(t *testing.T) {
 	f := newFixture(t, t.TempDir())
 	f.step(cpeState("cpe-0001", addrs1, up1))
 	m := weights("cpe-0001", 6, t0, 30, `{"nr":7,"wifi":3,"lifi":0},"caps_mbps":{"nr":14,"wifi":6,"lifi":1}`, `{"nr":1}`)

@@ -73,11 +73,11 @@ func viewOf(t *testing.T, h *vnl.Handle, link vnl.Link) downlinkView {
 	return v
 }
 
-// TestDownlinkInNetns: per-CPE caps on the proxy's egress interfaces, the
+// TestSharesDownlinkInNetns: per-CPE caps on the proxy's egress interfaces, the
 // interface chosen by the route to each CPE address; caps from the link
 // rates and from the message; classes removed with their CPE and the root
 // with its last class; the class bound.
-func TestDownlinkInNetns(t *testing.T) {
+func TestSharesDownlinkInNetns(t *testing.T) {
 	nstest.Do(t, func(netns.NsHandle) {
 		h, err := vnl.NewHandle()
 		if err != nil {

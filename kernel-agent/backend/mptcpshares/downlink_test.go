@@ -13,9 +13,9 @@ import (
 	"github.com/mcw-xapp/kernel-agent/backend/mptcpupstream"
 )
 
-// TestDownlinkMessages: the class, filter and root the Downlink writes
+// TestSharesDownlinkMessages: the class, filter and root the Downlink writes
 // for a (CPE, WAT), field by field.
-func TestDownlinkMessages(t *testing.T) {
+func TestSharesDownlinkMessages(t *testing.T) {
 	for name, tc := range map[string]struct {
 		cl    class
 		proto uint16
@@ -70,9 +70,9 @@ func TestDownlinkMessages(t *testing.T) {
 	}
 }
 
-// TestNumber: minors stay with their (CPE, WAT) while the interface does,
+// TestSharesNumber: minors stay with their (CPE, WAT) while the interface does,
 // new classes take the lowest free minor from 2, a moved class a new one.
-func TestNumber(t *testing.T) {
+func TestSharesNumber(t *testing.T) {
 	d := &Downlink{classes: map[classKey]class{
 		{"a", "nr"}:   {minor: 2, ifindex: 1},
 		{"a", "wifi"}: {minor: 3, ifindex: 2},

@@ -46,10 +46,10 @@ func rootOf(t *testing.T, h *vnl.Handle, link vnl.Link) (kind string, capBps uin
 	return "", 0
 }
 
-// TestApplyInNetns: caps are set, changed and removed on real interfaces,
+// TestSharesApplyInNetns: caps are set, changed and removed on real interfaces,
 // endpoints follow weight 0, and a root qdisc the backend did not make is
 // left alone while its WAT is uncapped.
-func TestApplyInNetns(t *testing.T) {
+func TestSharesApplyInNetns(t *testing.T) {
 	nstest.Do(t, func(netns.NsHandle) {
 		h, err := vnl.NewHandle()
 		if err != nil {

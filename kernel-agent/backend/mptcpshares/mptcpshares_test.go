@@ -9,7 +9,7 @@ import (
 	"github.com/mcw-xapp/kernel-agent/backend"
 )
 
-func TestCaps(t *testing.T) {
+func TestSharesCaps(t *testing.T) {
 	links := map[string]float64{"nr": 24, "wifi": 16, "lifi": 8}
 	for name, tc := range map[string]struct {
 		weights map[string]int
@@ -75,9 +75,9 @@ func TestNewRejectsRates(t *testing.T) {
 	}
 }
 
-// TestCapsFromMessage: caps_mbps in the weights message decide over the
+// TestSharesCapsFromMessage: caps_mbps in the weights message decide over the
 // configured link rates; weight 0 stays uncapped whatever its cap.
-func TestCapsFromMessage(t *testing.T) {
+func TestSharesCapsFromMessage(t *testing.T) {
 	links := map[string]float64{"nr": 24, "wifi": 16, "lifi": 8}
 	type wc struct {
 		weight int
