@@ -317,10 +317,12 @@ func (b *Backend) setCap(p backend.Path, bps uint64) error {
 
 // burstTime is how much of its rate a capped class may send at once. The
 // library's default burst is one MTU (1600 bytes, under 1 ms at 14
-// Mbit/s): a sender thread that the 2-core test machine delayed by more
-// lost the time for good, and a class capped at 14 Mbit/s carried 10.3
-// in one run of the caps_mbps case. 10 ms of rate makes up for such delays
-// and is short against the 100 ms windows the shares settle in.
+// Mbit/s, less than one GSO segment): a sender the loaded 2-core machine
+// delays by more loses that time for good. 10 ms of rate makes up for
+// such delays and is short against the 100 ms windows the shares settle
+// in. (It did not cure the under-filled 14 Mbit/s class of the caps_mbps
+// case after the pacing test: 10.3 Mbit/s with the one-MTU burst, 10.4-10.5
+// with this one.)
 const burstTime = 0.010
 
 // minBurstBytes keeps the burst above two full-size frames at low rates.
