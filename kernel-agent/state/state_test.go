@@ -19,7 +19,8 @@ func TestSaveLoad(t *testing.T) {
 	if _, ok, err := s.Load(); ok || err != nil {
 		t.Fatalf("empty store: ok=%v err=%v", ok, err)
 	}
-	want := Record{Version: 42, Weights: payload.Weights{"nr": 30, "wifi": 100}, Mode: "load_balancing", LeaseUntilMs: 123, SavedAtMs: 100}
+	want := Record{Version: 42, Weights: payload.Weights{"nr": 30, "wifi": 100}, Mode: "load_balancing",
+		CapsMbps: map[string]float64{"nr": 6.5, "wifi": 21}, LeaseUntilMs: 123, SavedAtMs: 100}
 	for i := 0; i < 3; i++ { // overwrite works and leaves no temp files
 		if err := s.Save(want); err != nil {
 			t.Fatal(err)
@@ -45,6 +46,9 @@ func TestLoadRejects(t *testing.T) {
 		"out of range": `{"version":3,"weights":{"nr":300}}`,
 		"negative":     `{"version":-1}`,
 		"unknown WAT":  `{"version":3,"weights":{"5g":1}}`,
+		"cap zero":     `{"version":3,"weights":{"nr":1},"caps_mbps":{"nr":0}}`,
+		"cap too big":  `{"version":3,"weights":{"nr":1},"caps_mbps":{"nr":100001}}`,
+		"cap unknown":  `{"version":3,"weights":{"nr":1},"caps_mbps":{"5g":1}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, _ := New(t.TempDir())
