@@ -47,24 +47,24 @@
 // Shares topology of TestNetnsShares, bulk MPTCP uplink, bytes on the
 // CPE's interfaces over 3 s, pacing and the HTB backend in the same run
 // (`flock /tmp/netns-bench.lock go test -count=1 -v -run
-// TestNetnsPacingVsCaps ./integration/`), eight runs on a 2-core machine
-// while other helpers ran tests:
+// TestNetnsPacingVsCaps ./integration/`), ten runs on a 2-core machine
+// while other helpers ran tests (load 0.4-2.5):
 //
 //   - fixed_split 70/30 on two 20 Mbit/s paths (nr uncapped, wifi at
 //     8.57): pacing nr 68.7-69.2 %, aggregate 27.6-28.0 of the caps'
-//     28.6; HTB nr 66.4-72.1 %, 24.2-29.2. Within 5 points 101-203 ms
-//     after the map write (pacing), 101-304 ms after the weights message
-//     (HTB, through MQTT and the agent).
+//     28.6; HTB nr 66.4-72.1 %, 24.2-29.2. Within 5 points 101-406 ms
+//     after the map write (pacing), 101-406 ms after the weights message
+//     (HTB, through MQTT and the agent); mostly the first 100 ms window.
 //   - load_balancing on 24/16/8: the first window after pacing starts
 //     (10 or 1 times the link rates) 25.0-45.5 Mbit/s of 48; every later
 //     window, paced at 1 or 1.25 times the link rates or cleared again,
-//     45.5-45.7 at 50/33/17 in every run. The HTB backend leaves every
-//     WAT uncapped there (the default scheduler): 31.8-45.6 after the
-//     weights, and in the two runs that followed the same connection to
-//     the paced steps' ages, 45.6-45.8 in one and 27.2-42.0 in the other.
-//     Internal TCP pacing, which SO_MAX_PACING_RATE turns on and a
-//     cleared cap leaves on, seems to steady the default scheduler; the
-//     connection's age is not ruled out with two control runs.
+//     45.5-45.7 at 50/33/17 in all eight runs that had them. The HTB
+//     backend leaves every WAT uncapped there (the default scheduler):
+//     31.8-50.6 in the window after the weights; followed to the paced
+//     steps' ages, the same unpaced connection gave 45.6-45.8 in one run
+//     and 27.2-42.0 and 33.8-42.9 in two others. Internal TCP pacing,
+//     which SO_MAX_PACING_RATE turns on and a cleared cap leaves on,
+//     steadies the default scheduler here.
 package pacing
 
 import (
