@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -84,8 +85,41 @@ type MPTCPShares struct {
 	// CPE's WAT, one at least per WAT of safe_weights.
 	LinkMbps map[string]float64 `yaml:"link_mbps"`
 	// MaxClasses (role proxy) bounds the rate classes, one per capped
-	// WAT of each served CPE; 0 means the backend's default (4096).
+	// WAT of each served CPE; 0 means the backend's default (4096). With
+	// enforce pacing it bounds the capped addresses (4096 at most).
 	MaxClasses int `yaml:"max_classes"`
+	// Enforce is how the caps are enforced: "htb" (the default) or
+	// "pacing". htb shapes everything that leaves a WAT interface (role
+	// cpe) or goes to a CPE's WAT address (role proxy), whatever process
+	// sent it, and replaces those interfaces' root qdiscs. pacing sets
+	// each socket's maximum pacing rate from a BPF sockops program,
+	// which split more steadily in the measurements (the MPTCP scheduler
+	// sees a paced subflow as slow before any queue builds) and touches
+	// no qdisc, but only sees the sockets of processes in PacingCgroup,
+	// and only those established after the agent attached: traffic from
+	// elsewhere, or older connections, is not capped. It needs CAP_BPF
+	// besides CAP_NET_ADMIN (see deploy/mcw-agent.service).
+	Enforce string `yaml:"enforce"`
+	// PacingCgroup (enforce pacing, required) is the absolute path of
+	// the cgroup-v2 directory whose sockets are paced: where the MPTCP
+	// converter or the user traffic runs, e.g.
+	// /sys/fs/cgroup/system.slice/mptcp-converter.service (the cgroup-v2
+	// root paces every process).
+	PacingCgroup string `yaml:"pacing_cgroup"`
+}
+
+// Enforcement values of mptcp_shares.enforce.
+const (
+	EnforceHTB    = "htb"
+	EnforcePacing = "pacing"
+)
+
+// Enforcement returns mptcp_shares.enforce with its default.
+func (m MPTCPShares) Enforcement() string {
+	if m.Enforce == "" {
+		return EnforceHTB
+	}
+	return m.Enforce
 }
 
 // Telemetry configures the subflow statistics stream.
@@ -269,6 +303,24 @@ func (c Config) validateShares() []error {
 			add("mptcp_shares.max_classes: only with role proxy")
 		}
 	}
+	switch c.MPTCPShares.Enforcement() {
+	case EnforceHTB:
+		if c.MPTCPShares.PacingCgroup != "" {
+			add("mptcp_shares.pacing_cgroup: only with mptcp_shares.enforce pacing")
+		}
+	case EnforcePacing:
+		switch pc := c.MPTCPShares.PacingCgroup; {
+		case pc == "":
+			add("mptcp_shares.pacing_cgroup: required with mptcp_shares.enforce pacing (the cgroup-v2 directory whose sockets are paced)")
+		case !filepath.IsAbs(pc) || filepath.Clean(pc) != pc:
+			add("mptcp_shares.pacing_cgroup %q: want a clean absolute path of a cgroup-v2 directory, e.g. /sys/fs/cgroup/system.slice/mptcp-converter.service", pc)
+		}
+		if m := c.MPTCPShares.MaxClasses; m > mptcpSharesMaxPaced {
+			add("mptcp_shares.max_classes %d: want at most %d with enforce pacing (the pacer's address map)", m, mptcpSharesMaxPaced)
+		}
+	default:
+		add("mptcp_shares.enforce %q: want htb or pacing", c.MPTCPShares.Enforce)
+	}
 	for wat := range need {
 		if _, ok := c.MPTCPShares.LinkMbps[wat]; !ok {
 			add("mptcp_shares.link_mbps.%s: required for backend mptcp-shares", wat)
@@ -291,6 +343,9 @@ func (c Config) validateShares() []error {
 // mptcpSharesMaxClasses is the largest mptcpshares downlink class bound
 // (16-bit class minors, 0 and 1 not used).
 const mptcpSharesMaxClasses = 0xffff - 1
+
+// mptcpSharesMaxPaced is pacing.MaxAddrs (the pacer's map size).
+const mptcpSharesMaxPaced = 4096
 
 // mptcpSharesMaxMbps is mptcpshares.MaxLinkMbps (HTB's 32-bit byte rate).
 const mptcpSharesMaxMbps = 30_000

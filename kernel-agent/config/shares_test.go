@@ -63,3 +63,41 @@ func TestSharesProxy(t *testing.T) {
 		t.Fatalf("Parse = %v, want max_classes refused for a CPE", err)
 	}
 }
+
+// TestSharesEnforce: htb by default, pacing with its cgroup, clear errors
+// for an unknown enforcer, a missing or relative cgroup, a cgroup without
+// pacing and a proxy bound past the pacer's map.
+func TestSharesEnforce(t *testing.T) {
+	parse := func(extra string) (Config, error) {
+		return Parse([]byte(strings.Replace(good, "backend: wrr-sysctl\n", sharesKeys+extra, 1)))
+	}
+	c, err := parse("")
+	if err != nil || c.MPTCPShares.Enforcement() != EnforceHTB {
+		t.Fatalf("default: %v, enforcement %q; want htb", err, c.MPTCPShares.Enforcement())
+	}
+	c, err = parse("  enforce: pacing\n  pacing_cgroup: /sys/fs/cgroup/mcw.slice\n")
+	if err != nil || c.MPTCPShares.Enforcement() != EnforcePacing || c.MPTCPShares.PacingCgroup != "/sys/fs/cgroup/mcw.slice" {
+		t.Fatalf("pacing: %v, %+v", err, c.MPTCPShares)
+	}
+	for _, tt := range []struct{ name, extra, wantErr string }{
+		{"unknown", "  enforce: tbf\n", `mptcp_shares.enforce "tbf": want htb or pacing`},
+		{"pacing without cgroup", "  enforce: pacing\n", "mptcp_shares.pacing_cgroup: required with mptcp_shares.enforce pacing"},
+		{"relative cgroup", "  enforce: pacing\n  pacing_cgroup: mcw.slice\n", `pacing_cgroup "mcw.slice": want a clean absolute path`},
+		{"unclean cgroup", "  enforce: pacing\n  pacing_cgroup: /sys/fs/cgroup/../x\n", "want a clean absolute path"},
+		{"cgroup with htb", "  enforce: htb\n  pacing_cgroup: /sys/fs/cgroup\n", "pacing_cgroup: only with mptcp_shares.enforce pacing"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := parse(tt.extra); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Parse = %v, want an error mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+	const proxy = "role: proxy\nproxy_id: proxy-0001\ncpes: [cpe-0001]\nmqtt: {broker_url: mqtts://127.0.0.1:8883, ca_file: a, cert_file: b, key_file: c}\n" +
+		"backend: mptcp-shares\nmptcp_shares: {link_mbps: {nr: 20, wifi: 20}, max_classes: 5000, enforce: pacing, pacing_cgroup: /sys/fs/cgroup}\nsafe_weights: {nr: 1, wifi: 1}\nstate_dir: /tmp/x\n"
+	if _, err := Parse([]byte(proxy)); err == nil || !strings.Contains(err.Error(), "max_classes 5000: want at most 4096 with enforce pacing") {
+		t.Fatalf("Parse = %v, want the pacing bound", err)
+	}
+	if _, err := Parse([]byte(strings.Replace(proxy, "5000", "4096", 1))); err != nil {
+		t.Fatalf("proxy with pacing: %v", err)
+	}
+}

@@ -50,8 +50,15 @@ type OnOff interface {
 
 // DownlinkConfig configures a Downlink.
 type DownlinkConfig struct {
-	// NL manages the egress qdiscs in the proxy's namespace. Required.
+	// NL manages the egress qdiscs in the proxy's namespace. Required
+	// unless Pacer is set.
 	NL DownlinkNetlink
+	// Pacer, when set, enforces the caps instead of HTB classes: each
+	// capped (CPE, WAT)'s cap paces the proxy's sockets whose remote
+	// address is that WAT's CPE address (a pacing.Pacer keyed on
+	// RemoteAddr). The Downlink closes it. MaxClasses then bounds the
+	// capped addresses (pacing.MaxAddrs at most).
+	Pacer Pacer
 	// OnOff flags WATs at weight 0 backup (reused, not copied: the
 	// mptcp-upstream downlink). Required.
 	OnOff OnOff
@@ -88,6 +95,11 @@ type Downlink struct {
 	applied map[string]map[string]float64
 	// overflow counts CPEs left out for the class bound.
 	overflow int
+
+	// pacer enforces the caps when set (then nl is unused); paced are
+	// the addresses it capped.
+	pacer Pacer
+	paced map[netip.Addr]bool
 }
 
 type classKey struct{ cpe, wat string }
@@ -105,8 +117,8 @@ var _ backend.Downlink = (*Downlink)(nil)
 
 // NewDownlink returns a Downlink; it does not touch the kernel.
 func NewDownlink(cfg DownlinkConfig) (*Downlink, error) {
-	if cfg.NL == nil || cfg.OnOff == nil {
-		return nil, errors.New("mptcp-shares downlink: NL and OnOff are required")
+	if (cfg.NL == nil && cfg.Pacer == nil) || cfg.OnOff == nil {
+		return nil, errors.New("mptcp-shares downlink: NL (or Pacer) and OnOff are required")
 	}
 	for wat, r := range cfg.LinkMbps {
 		if !(r > 0) || r > MaxLinkMbps {
@@ -125,7 +137,8 @@ func NewDownlink(cfg DownlinkConfig) (*Downlink, error) {
 		closeNL = func() error { return nil }
 	}
 	return &Downlink{nl: cfg.NL, onoff: cfg.OnOff, linkMbps: cfg.LinkMbps, max: max, close: closeNL,
-		classes: map[classKey]class{}, roots: map[int]bool{}, applied: map[string]map[string]float64{}}, nil
+		classes: map[classKey]class{}, roots: map[int]bool{}, applied: map[string]map[string]float64{},
+		pacer: cfg.Pacer, paced: map[netip.Addr]bool{}}, nil
 }
 
 // Name implements backend.Downlink.
@@ -140,9 +153,16 @@ func (*Downlink) Capabilities() payload.Capabilities {
 // Watch flags new subflows of WATs at weight 0 (OnOff's watcher).
 func (d *Downlink) Watch(ctx context.Context, beat func()) error { return d.onoff.Watch(ctx, beat) }
 
-// Close closes OnOff's sockets and the netlink handle. The classes stay:
-// a restarted agent's first ApplyAll replaces them.
-func (d *Downlink) Close() error { return errors.Join(d.onoff.Close(), d.close()) }
+// Close closes OnOff's sockets, the netlink handle and the pacer (which
+// detaches its program). The classes stay: a restarted agent's first
+// ApplyAll replaces them.
+func (d *Downlink) Close() error {
+	var perr error
+	if d.pacer != nil {
+		perr = d.pacer.Close()
+	}
+	return errors.Join(d.onoff.Close(), d.close(), perr)
+}
 
 // AppliedCaps implements backend.DownlinkCapsReporter.
 func (d *Downlink) AppliedCaps(cpeID string) map[string]float64 { return d.applied[cpeID] }
@@ -196,11 +216,28 @@ func (d *Downlink) ApplyAll(ctx context.Context, cpes []backend.CPEPaths) (map[s
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("mptcp-shares downlink: %w", err)
 	}
+	if d.pacer != nil {
+		failed, read, err := d.pace(want)
+		if err != nil {
+			return nil, fmt.Errorf("mptcp-shares downlink: pacing: %w", err)
+		}
+		for k, mbps := range read {
+			caps[k.cpe][k.wat] = mbps // what the pacer's map holds
+		}
+		d.finish(want, caps, failed, notApplied, overflow)
+		return notApplied, nil
+	}
 	d.number(want)
 	if err := d.removeStale(want); err != nil {
 		return nil, fmt.Errorf("mptcp-shares downlink: %w", err)
 	}
-	failed := d.write(want)
+	d.finish(want, caps, d.write(want), notApplied, overflow)
+	return notApplied, nil
+}
+
+// finish records what an ApplyAll left in force: the classes, the
+// failures among the CPEs not applied, the caps of the others.
+func (d *Downlink) finish(want map[classKey]class, caps map[string]map[string]float64, failed, notApplied map[string]error, overflow int) {
 	d.classes = want
 	for cpe, err := range failed {
 		notApplied[cpe] = err
@@ -212,7 +249,6 @@ func (d *Downlink) ApplyAll(ctx context.Context, cpes []backend.CPEPaths) (map[s
 		}
 	}
 	d.overflow = overflow
-	return notApplied, nil
 }
 
 // classesOf returns the classes CPE c needs (minors not yet assigned).
@@ -228,6 +264,11 @@ func (d *Downlink) classesOf(c backend.CPEPaths, routes map[netip.Addr]int) (map
 			continue
 		}
 		a := p.Addr.Unmap()
+		if d.pacer != nil {
+			// Pacing keys on the address alone: no interface to find.
+			out[classKey{c.CPEID, p.WAT}] = class{addr: a, bps: bps}
+			continue
+		}
 		idx, ok := routes[a]
 		if !ok {
 			rs, err := d.nl.RouteGet(a.AsSlice())

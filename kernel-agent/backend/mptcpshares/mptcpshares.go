@@ -118,28 +118,50 @@ type Netlink interface {
 }
 
 // Backend caps each WAT's egress rate at its share of the total and flags
-// WATs at weight 0 backup. It is not safe for concurrent use.
+// WATs at weight 0 backup. One rule (CapsBps) decides the caps; an
+// enforcer sets them: HTB on each WAT interface (New) or the pacing of
+// the sockets on each WAT address (NewPaced). It is not safe for
+// concurrent use.
 type Backend struct {
-	nl       Netlink
 	onoff    *mptcpupstream.Backend
 	linkMbps map[string]float64
-	close    func() error
+	enf      enforcer
 	applied  map[string]float64 // Mbit/s per capped WAT after the last Apply
 }
 
-// New returns a Backend. nl manages qdiscs in the namespace whose
-// interfaces are shaped, pm the MPTCP endpoints there; linkMbps is the
-// link rate per WAT (every WAT the agent steers must have one > 0).
+// enforcer sets per-WAT caps (bit/s, 0 = uncapped) computed by CapsBps
+// and reads them back: it returns the caps in force, in Mbit/s per
+// capped WAT, or an error when they are not what was asked.
+type enforcer interface {
+	enforce(ctx context.Context, paths []backend.Path, caps map[string]uint64) (map[string]float64, error)
+	close() error
+}
+
+// New returns a Backend that caps with HTB. nl manages qdiscs in the
+// namespace whose interfaces are shaped, pm the MPTCP endpoints there;
+// linkMbps is the link rate per WAT (every WAT the agent steers must
+// have one > 0).
 func New(nl Netlink, pm mptcpupstream.PM, linkMbps map[string]float64, closeNL func() error) (*Backend, error) {
-	for wat, r := range linkMbps {
-		if !(r > 0) || r > MaxLinkMbps {
-			return nil, fmt.Errorf("mptcp-shares: link rate of %s %v Mbit/s: want (0, %d]", wat, r, MaxLinkMbps)
-		}
-	}
 	if closeNL == nil {
 		closeNL = func() error { return nil }
 	}
-	return &Backend{nl: nl, onoff: mptcpupstream.New(pm), linkMbps: linkMbps, close: closeNL}, nil
+	return newBackend(pm, linkMbps, &htbEnforcer{nl: nl, closeNL: closeNL})
+}
+
+func newBackend(pm mptcpupstream.PM, linkMbps map[string]float64, enf enforcer) (*Backend, error) {
+	if err := checkLinkMbps(linkMbps); err != nil {
+		return nil, fmt.Errorf("mptcp-shares: %w", err)
+	}
+	return &Backend{onoff: mptcpupstream.New(pm), linkMbps: linkMbps, enf: enf}, nil
+}
+
+func checkLinkMbps(linkMbps map[string]float64) error {
+	for wat, r := range linkMbps {
+		if !(r > 0) || r > MaxLinkMbps {
+			return fmt.Errorf("link rate of %s %v Mbit/s: want (0, %d]", wat, r, MaxLinkMbps)
+		}
+	}
+	return nil
 }
 
 // Name implements backend.Backend.
@@ -152,9 +174,10 @@ func (*Backend) Capabilities() payload.Capabilities {
 	return payload.Capabilities{MaxWeight: payload.MaxWeight, DirectionsCoupled: true, Semantics: payload.SemanticsRateCaps}
 }
 
-// Close releases the path-manager and netlink handles.
+// Close releases the path-manager handle and the enforcer's (the netlink
+// handle, or the pacing program, which is detached).
 func (b *Backend) Close() error {
-	return errors.Join(b.onoff.Close(), b.close())
+	return errors.Join(b.onoff.Close(), b.enf.close())
 }
 
 // Caps returns the egress cap in bits per second per WAT for paths (see
@@ -240,8 +263,8 @@ func capsMbps(caps map[string]uint64) map[string]float64 {
 // AppliedCaps implements backend.CapsReporter.
 func (b *Backend) AppliedCaps() map[string]float64 { return b.applied }
 
-// Apply sets the backup flags, then each WAT interface's cap, and reads
-// the qdisc and class back.
+// Apply sets the backup flags, then each WAT's cap through the enforcer,
+// which reads them back.
 func (b *Backend) Apply(ctx context.Context, paths []backend.Path) error {
 	caps, err := b.Caps(paths)
 	if err != nil {
@@ -251,22 +274,38 @@ func (b *Backend) Apply(ctx context.Context, paths []backend.Path) error {
 		return fmt.Errorf("mptcp-shares: %w", err)
 	}
 	b.applied = nil // unknown until every cap reads back
+	applied, err := b.enf.enforce(ctx, paths, caps)
+	if err != nil {
+		return fmt.Errorf("mptcp-shares: %w", err)
+	}
+	b.applied = applied
+	return nil
+}
+
+// htbEnforcer caps each WAT interface's egress with a root HTB.
+type htbEnforcer struct {
+	nl      Netlink
+	closeNL func() error
+}
+
+func (e *htbEnforcer) close() error { return e.closeNL() }
+
+func (e *htbEnforcer) enforce(ctx context.Context, paths []backend.Path, caps map[string]uint64) (map[string]float64, error) {
 	for _, p := range paths {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("mptcp-shares: %w", err)
+			return nil, err
 		}
-		if err := b.setCap(p, caps[p.WAT]); err != nil {
-			return fmt.Errorf("mptcp-shares: %s (%s): %w", p.WAT, p.Interface, err)
+		if err := e.setCap(p, caps[p.WAT]); err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", p.WAT, p.Interface, err)
 		}
 	}
-	b.applied = capsMbps(caps)
-	return nil
+	return capsMbps(caps), nil
 }
 
 // setCap caps the path's interface at bps, or removes the backend's HTB
 // when bps is 0 (the kernel's default root qdisc comes back; a root qdisc
 // the backend did not make is left alone).
-func (b *Backend) setCap(p backend.Path, bps uint64) error {
+func (b *htbEnforcer) setCap(p backend.Path, bps uint64) error {
 	link, err := b.nl.LinkByIndex(p.Index)
 	if err != nil {
 		return fmt.Errorf("link %d: %w", p.Index, err)
@@ -337,7 +376,7 @@ func htbClass(attrs vnl.ClassAttrs, bps uint64) *vnl.HtbClass {
 
 // hasRoot tells whether the backend's HTB (default class 1) is the root
 // qdisc of link; replacing it again would drop its queue.
-func (b *Backend) hasRoot(link vnl.Link) bool {
+func (b *htbEnforcer) hasRoot(link vnl.Link) bool {
 	qs, err := b.nl.QdiscList(link)
 	if err != nil {
 		return false
