@@ -34,6 +34,7 @@ import (
 	"github.com/mcw-xapp/kernel-agent/backend"
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
 	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares"
+	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares/pacing"
 	"github.com/mcw-xapp/kernel-agent/backend/mptcpupstream"
 	"github.com/mcw-xapp/kernel-agent/backend/wrrsysctl"
 	"github.com/mcw-xapp/kernel-agent/config"
@@ -95,7 +96,7 @@ func main() {
 // its workers dies or stalls (the error; main exits 1 and systemd restarts
 // the agent from its persisted state).
 func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	be, err := newBackend(cfg)
+	be, err := newBackend(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -232,7 +233,7 @@ func serveMetrics(cfg config.Config, m *metrics.Metrics, sup *supervisor.Supervi
 
 // runProxy wires the proxy role together and runs it like run.
 func runProxy(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	dl, err := newDownlink(cfg, log)
+	dl, err := newDownlink(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -314,7 +315,7 @@ type watcher interface {
 const downlinkStall = 10 * time.Second
 
 // newDownlink builds the proxy role's backend.
-func newDownlink(cfg config.Config, log *slog.Logger) (backend.Downlink, error) {
+func newDownlink(ctx context.Context, cfg config.Config, log *slog.Logger) (backend.Downlink, error) {
 	switch cfg.Backend {
 	case payload.BackendDryRun:
 		return dryrun.NewDownlink(), nil
@@ -342,6 +343,23 @@ func newDownlink(cfg config.Config, log *slog.Logger) (backend.Downlink, error) 
 		if err != nil {
 			return nil, err
 		}
+		if cfg.MPTCPShares.Enforcement() == config.EnforcePacing {
+			// The proxy's sockets towards a CPE have the CPE's WAT
+			// address as remote address.
+			p, err := pacing.Attach(ctx, cfg.MPTCPShares.PacingCgroup, pacing.RemoteAddr)
+			if err != nil {
+				onoff.Close()
+				return nil, err
+			}
+			d, err := mptcpshares.NewDownlink(mptcpshares.DownlinkConfig{OnOff: onoff, Pacer: p, LinkMbps: cfg.MPTCPShares.LinkMbps,
+				MaxClasses: cfg.MPTCPShares.MaxClasses})
+			if err != nil {
+				onoff.Close()
+				p.Close()
+				return nil, err
+			}
+			return d, nil
+		}
 		h, err := netlink.NewHandle()
 		if err != nil {
 			onoff.Close()
@@ -360,7 +378,7 @@ func newDownlink(cfg config.Config, log *slog.Logger) (backend.Downlink, error) 
 	}
 }
 
-func newBackend(cfg config.Config) (backend.Backend, error) {
+func newBackend(ctx context.Context, cfg config.Config) (backend.Backend, error) {
 	switch cfg.Backend {
 	case payload.BackendWRRSysctl:
 		return wrrsysctl.New(wrrsysctl.Config{
@@ -377,6 +395,23 @@ func newBackend(cfg config.Config) (backend.Backend, error) {
 		pm, err := mptcppm.Dial()
 		if err != nil {
 			return nil, err
+		}
+		if cfg.MPTCPShares.Enforcement() == config.EnforcePacing {
+			// A CPE's sockets on a WAT have the WAT's address as local
+			// address. The pacer is detached when ctx ends or the
+			// backend closes, whichever comes first.
+			p, err := pacing.Attach(ctx, cfg.MPTCPShares.PacingCgroup, pacing.LocalAddr)
+			if err != nil {
+				pm.Close()
+				return nil, err
+			}
+			b, err := mptcpshares.NewPaced(pm, p, cfg.MPTCPShares.LinkMbps)
+			if err != nil {
+				pm.Close()
+				p.Close()
+				return nil, err
+			}
+			return b, nil
 		}
 		h, err := netlink.NewHandle()
 		if err != nil {
