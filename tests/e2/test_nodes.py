@@ -7,12 +7,11 @@ golden E2 Setup Request's RAN function; broken entries are skipped and counted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.redis_server import RedisServer, redis_binary
+from tests.support.redis_server import RedisServer
 from xapp.adapters.e2.nodes import (
     MAX_DEFINITION_CHARS,
     CombinedNodes,
@@ -46,18 +45,6 @@ def test_static_nodes_offer_the_configured_styles() -> None:
     assert node.kpm.ran_function_id == 2 and node.kpm.kpm_version == 3
     assert set(node.kpm.report_styles) == {1, 4}
     assert node.kpm.report_styles[4][3] == 3  # multi-UE style reports in format 3
-
-
-@pytest.fixture
-def redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServer]:
-    if redis_binary() is None:
-        pytest.skip("redis-server is not installed")
-    with RedisServer(tmp_path / "redis") as server:
-        for key, value in server.dbaas_env().items():
-            monkeypatch.setenv(key, value)
-        for key in ("DBAAS_SERVICE_SENTINEL_PORT", "DBAAS_MASTER_NAME", "DBAAS_NODE_COUNT"):
-            monkeypatch.delenv(key, raising=False)
-        yield server
 
 
 def _golden_function() -> tuple[int, int, str, str]:

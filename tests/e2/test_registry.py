@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.support.redis_server import RedisServer, redis_binary
+from tests.support.redis_server import RedisServer
 from xapp.adapters.e2.records import UeId
 from xapp.adapters.e2.registry import (
     CpeEntry,
@@ -24,18 +22,6 @@ from xapp.adapters.sdl import ricsdl_backend
 GUAMI = "00f110-2-1-3"
 UE1 = UeId(amf_ue_ngap_id=17, guami=GUAMI, ran_ue_id="00000000000000a1", c_rnti=4660)
 CELL = "00f110-00000000a"
-
-
-@pytest.fixture
-def redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServer]:
-    if redis_binary() is None:
-        pytest.skip("redis-server is not installed")
-    with RedisServer(tmp_path / "redis") as server:
-        for key, value in server.dbaas_env().items():
-            monkeypatch.setenv(key, value)
-        for key in ("DBAAS_SERVICE_SENTINEL_PORT", "DBAAS_MASTER_NAME", "DBAAS_NODE_COUNT"):
-            monkeypatch.delenv(key, raising=False)
-        yield server
 
 
 @pytest.mark.parametrize(("key", "canonical"), [

@@ -5,30 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.redis_server import RedisServer, redis_binary
+from tests.support.redis_server import RedisServer
 from xapp.adapters.e2.registry import CpeRegistry
 from xapp.adapters.sdl import ricsdl_backend
 from xapp.cli import main
 
 CELL = "00f110-00000000a"
-
-
-@pytest.fixture
-def redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServer]:
-    if redis_binary() is None:
-        pytest.skip("redis-server is not installed")
-    with RedisServer(tmp_path / "redis") as server:
-        for key, value in server.dbaas_env().items():
-            monkeypatch.setenv(key, value)
-        for key in ("DBAAS_SERVICE_SENTINEL_PORT", "DBAAS_MASTER_NAME", "DBAAS_NODE_COUNT"):
-            monkeypatch.delenv(key, raising=False)
-        yield server
 
 
 def mcw(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any, str]:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.support.polling import wait_until
-from tests.support.redis_server import RedisServer, redis_binary
+from tests.support.redis_server import RedisServer
 from xapp.adapters.e2.nodes import StaticNode, StaticNodes
 from xapp.adapters.e2.records import E2Node, RicRequestId
 from xapp.adapters.e2.subscriptions import (
@@ -388,18 +388,6 @@ def test_client_refuses_bad_urls_and_answers() -> None:
     assert client.base == "http://127.0.0.1:1"
     with pytest.raises(SubmgrError):
         client.subscribe({})
-
-
-@pytest.fixture
-def redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServer]:
-    if redis_binary() is None:
-        pytest.skip("redis-server is not installed")
-    with RedisServer(tmp_path / "redis") as server:
-        for key, value in server.dbaas_env().items():
-            monkeypatch.setenv(key, value)
-        for key in ("DBAAS_SERVICE_SENTINEL_PORT", "DBAAS_MASTER_NAME", "DBAAS_NODE_COUNT"):
-            monkeypatch.delenv(key, raising=False)
-        yield server
 
 
 def test_restart_deletes_stale_and_subscribes_again(submgr: StandInSubmgr,

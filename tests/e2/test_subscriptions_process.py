@@ -10,28 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.e2.test_subscriptions import MEID, StandInSubmgr
 from tests.support.polling import free_port, wait_until
-from tests.support.redis_server import RedisServer, redis_binary
+from tests.support.redis_server import RedisServer
 from xapp.app import runtime
-
-
-@pytest.fixture
-def redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServer]:
-    if redis_binary() is None:
-        pytest.skip("redis-server is not installed")
-    with RedisServer(tmp_path / "redis") as server:
-        for key, value in server.dbaas_env().items():
-            monkeypatch.setenv(key, value)
-        for key in ("DBAAS_SERVICE_SENTINEL_PORT", "DBAAS_MASTER_NAME", "DBAAS_NODE_COUNT"):
-            monkeypatch.delenv(key, raising=False)
-        yield server
 
 
 def get(port: int, path: str) -> Any:
