@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from xapp.core.policy_book import PolicyInstance
 from xapp.core.ports import CpeRecord, Published
@@ -324,7 +324,32 @@ class StateStore:
         self._backend = None
 
 
-def _close_quietly(backend: SdlBackend | None) -> None:
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_B = TypeVar("_B", bound=_Closable)
+
+
+class LazySdlClient(Generic[_B]):
+    """An SDL client made on first use and dropped after a failure, so that the next use
+    connects again (ricsdl's client does not recover from every Redis outage by itself)."""
+
+    def __init__(self, factory: Callable[[], _B]) -> None:
+        self._factory = factory
+        self._backend: _B | None = None
+
+    def get(self) -> _B:
+        if self._backend is None:
+            self._backend = self._factory()
+        return self._backend
+
+    def reset(self) -> None:
+        backend, self._backend = self._backend, None
+        _close_quietly(backend)
+
+
+def _close_quietly(backend: _Closable | None) -> None:
     """Close a client that may be broken: closing it may fail too, and nothing can be done."""
     if backend is None:
         return
@@ -355,26 +380,16 @@ class SdlVersionStore:
                  floor: Callable[[str], int] | None = None) -> None:
         self.namespace = namespace
         self._floor = floor
-        self._factory = backend_factory
-        self._backend: SdlBackend | None = None
+        self._sdl = LazySdlClient(backend_factory)
         self._lock = threading.Lock()
-
-    def _client(self) -> SdlBackend:
-        if self._backend is None:
-            self._backend = self._factory()
-        return self._backend
-
-    def _reset(self) -> None:
-        _close_quietly(self._backend)
-        self._backend = None
 
     def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
         keys = {VERSION_PREFIX + c for c in cpe_ids}
         with self._lock:
             try:
-                stored = self._client().get(self.namespace, keys) if keys else {}
+                stored = self._sdl.get().get(self.namespace, keys) if keys else {}
             except Exception:
-                self._reset()
+                self._sdl.reset()
                 raise
         out = dict.fromkeys(cpe_ids, 0)
         for key, raw in stored.items():
@@ -391,7 +406,7 @@ class SdlVersionStore:
                 for c, v in ceilings.items()}
         with self._lock:
             try:
-                self._client().set(self.namespace, data)
+                self._sdl.get().set(self.namespace, data)
             except Exception:
-                self._reset()
+                self._sdl.reset()
                 raise

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from xapp.adapters import bounded_json
-from xapp.adapters.sdl import SdlBackend
+from xapp.adapters.sdl import LazySdlClient, SdlBackend
 from xapp.core.ids import is_cpe_id
 from xapp.core.workers import Worker
 
@@ -175,8 +175,7 @@ class CpeRegistry:
                  limits: RegistryLimits = RegistryLimits(), refresh_s: float = 5.0) -> None:
         self.namespace = namespace
         self.limits = limits
-        self._factory = backend_factory
-        self._backend: SdlBackend | None = None
+        self._sdl = LazySdlClient(backend_factory) if backend_factory is not None else None
         self._write_lock = threading.Lock()
         self._view = _View()
         self._generation: bytes | None = None
@@ -285,7 +284,7 @@ class CpeRegistry:
 
     def _commit(self, entries: dict[str, CpeEntry], written: Mapping[str, CpeEntry],
                 removed: set[str]) -> None:
-        if self._factory is not None:
+        if self._sdl is not None:
             token = uuid.uuid4().hex.encode()
             data = {ENTRY_PREFIX + c: _encode(e) for c, e in written.items()}
             data[GENERATION_KEY] = token
@@ -303,30 +302,24 @@ class CpeRegistry:
     # --- SDL ------------------------------------------------------------------------------------
 
     def _client(self) -> SdlBackend:
-        assert self._factory is not None
-        if self._backend is None:
-            self._backend = self._factory()
-        return self._backend
+        assert self._sdl is not None
+        return self._sdl.get()
 
     def _reset(self) -> None:
-        backend, self._backend = self._backend, None
-        if backend is not None:
-            try:
-                backend.close()
-            except Exception:
-                log.debug("closing the SDL client failed", exc_info=True)
+        if self._sdl is not None:
+            self._sdl.reset()
 
     def _reload_for_write(self) -> None:
         # A change starts from what SDL holds, so two operators' commands do not undo each other
         # (raises when SDL is unreachable: a change that cannot be stored is not made).
-        if self._factory is not None:
+        if self._sdl is not None:
             self._load(force=False, raise_errors=True)
 
     def refresh(self) -> bool:
         """Reload from SDL if another writer changed it; True when the view is current.
 
         A failure keeps the last view (the indication path goes on mapping with it)."""
-        if self._factory is None:
+        if self._sdl is None:
             return True
         with self._write_lock:
             try:
@@ -388,7 +381,7 @@ class CpeRegistry:
 
     def start(self) -> None:
         """Load now (best effort) and reload every ``refresh_s`` in :attr:`worker`."""
-        if self._factory is not None:
+        if self._sdl is not None:
             self.refresh()
             self.worker.start()
 

@@ -72,6 +72,7 @@ from typing import Any, Protocol
 from xapp.adapters import bounded_json
 from xapp.adapters.e2.nodes import NodeSource, node_view
 from xapp.adapters.e2.records import ActiveSubscription, E2Node, KpmRanFunction, RicRequestId
+from xapp.adapters.sdl import LazySdlClient
 
 log = logging.getLogger(__name__)
 
@@ -318,29 +319,15 @@ class SdlIdStore:
 
     def __init__(self, namespace: str, backend_factory: Callable[[], SdlBackendLike]) -> None:
         self.namespace = namespace
-        self._factory = backend_factory
-        self._backend: SdlBackendLike | None = None
+        self._sdl = LazySdlClient(backend_factory)
         self._lock = threading.Lock()
-
-    def _client(self) -> SdlBackendLike:
-        if self._backend is None:
-            self._backend = self._factory()
-        return self._backend
-
-    def _reset(self) -> None:
-        backend, self._backend = self._backend, None
-        if backend is not None:
-            try:
-                backend.close()
-            except Exception:
-                log.debug("closing the SDL client failed", exc_info=True)
 
     def load(self) -> set[str]:
         with self._lock:
             try:
-                raw = self._client().get(self.namespace, {SDL_KEY}).get(SDL_KEY)
+                raw = self._sdl.get().get(self.namespace, {SDL_KEY}).get(SDL_KEY)
             except Exception:
-                self._reset()
+                self._sdl.reset()
                 raise
         if raw is None:
             return set()
@@ -359,9 +346,9 @@ class SdlIdStore:
         data = {SDL_KEY: json.dumps({"ids": sorted(ids)[: self.MAX_IDS]}).encode()}
         with self._lock:
             try:
-                self._client().set(self.namespace, data)
+                self._sdl.get().set(self.namespace, data)
             except Exception:
-                self._reset()
+                self._sdl.reset()
                 raise
 
 
