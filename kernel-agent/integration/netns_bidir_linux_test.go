@@ -250,6 +250,12 @@ func buildAgent(t *testing.T, dir string) string {
 // copied into its directory (owned by nobody) under their base names;
 // "@DIR@" in cfg is that directory.
 func startAgent(t *testing.T, name, ns, bin, cfg string, files []string) *exec.Cmd {
+	return startAgentCaps(t, name, ns, bin, cfg, files, "+net_admin")
+}
+
+// startAgentCaps is startAgent with the capabilities the agent keeps
+// under setpriv (setpriv's syntax: "+net_admin,+bpf").
+func startAgentCaps(t *testing.T, name, ns, bin, cfg string, files []string, caps string) *exec.Cmd {
 	const nobody = 65534
 	dir, err := os.MkdirTemp("", "mcw-"+name+"-")
 	if err != nil {
@@ -278,7 +284,7 @@ func startAgent(t *testing.T, name, ns, bin, cfg string, files []string) *exec.C
 	args := []string{"ip", "netns", "exec", ns}
 	if _, err := exec.LookPath("setpriv"); err == nil {
 		args = append(args, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-			"--inh-caps=-all,+net_admin", "--ambient-caps=-all,+net_admin", "--bounding-set=-all,+net_admin", "--")
+			"--inh-caps=-all,"+caps, "--ambient-caps=-all,"+caps, "--bounding-set=-all,"+caps, "--")
 	}
 	args = append(args, bin, "-config", cfgPath)
 	logf, err := os.Create(filepath.Join(dir, "agent.log"))

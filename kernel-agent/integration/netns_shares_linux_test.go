@@ -28,6 +28,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares/pacing"
 	"github.com/mcw-xapp/kernel-agent/internal/nstest"
 	"github.com/mcw-xapp/kernel-agent/mptcppm"
 	"github.com/mcw-xapp/kernel-agent/payload"
@@ -68,7 +69,8 @@ type ReportPath struct {
 // ReportScenario is one measured phase.
 type ReportScenario struct {
 	// Name: baseline (default scheduler, no agent), load_balancing,
-	// wat_off, fixed_split, caps_from_message, proxy_fixed_split.
+	// wat_off, fixed_split, caps_from_message, proxy_fixed_split,
+	// fixed_split_pacing (fixed_split with enforce pacing).
 	Name string `json:"name"`
 	// Direction: ul (the CPE agent's caps on the CPE's egress) or dl (the
 	// proxy agent's caps on the proxy's egress).
@@ -76,6 +78,9 @@ type ReportScenario struct {
 	// Backend: "default" for the baseline (no agent steers), else the
 	// agent's backend (mptcp-shares).
 	Backend string `json:"backend"`
+	// Enforce is how mptcp-shares enforced the caps (its config's
+	// mptcp_shares.enforce): htb or pacing; absent for the baseline.
+	Enforce string `json:"enforce,omitempty"`
 	Mode    string `json:"mode,omitempty"`
 	// Weights are the direction's weights sent; CapsMbpsSent the message's
 	// caps_mbps (absent: the agent derived caps from its link rates).
@@ -348,6 +353,13 @@ func startSharesAgent(t *testing.T, tp *sharesTopology, dir, bin string) *watche
 // directory (for a proxy agent); the watcher also follows the proxy's
 // state of the CPE.
 func startSharesAgentPKI(t *testing.T, tp *sharesTopology, dir, bin string) (*watcher, string) {
+	return startSharesAgentPaced(t, tp, dir, bin, "")
+}
+
+// startSharesAgentPaced is startSharesAgentPKI; with a cgroup the agent
+// enforces the caps by pacing the sockets of that cgroup (mptcp_shares
+// enforce: pacing) and runs with CAP_BPF besides CAP_NET_ADMIN.
+func startSharesAgentPaced(t *testing.T, tp *sharesTopology, dir, bin, cgroup string) (*watcher, string) {
 	pki := startBidirBroker(t, tp.bidirTopology, dir)
 	w := newWatcher(t, tp.bidirTopology, pki, cpeStateTopic, proxyStateTopic)
 	var wats, links, safe strings.Builder
@@ -356,19 +368,23 @@ func startSharesAgentPKI(t *testing.T, tp *sharesTopology, dir, bin string) (*wa
 		fmt.Fprintf(&links, "    %s: %g\n", p.wat, float64(p.mbit))
 		fmt.Fprintf(&safe, "%s: 1, ", p.wat)
 	}
-	startAgent(t, "shares-agent", tp.cpe, bin, fmt.Sprintf(`cpe_id: %s
+	enforce, caps := "", "+net_admin"
+	if cgroup != "" {
+		enforce, caps = fmt.Sprintf("  enforce: pacing\n  pacing_cgroup: %s\n", cgroup), "+net_admin,+bpf"
+	}
+	startAgentCaps(t, "shares-agent", tp.cpe, bin, fmt.Sprintf(`cpe_id: %s
 mqtt: {broker_url: %q, ca_file: @DIR@/ca.crt, cert_file: @DIR@/%s.crt, key_file: @DIR@/%s.key}
 wats:
 %sbackend: mptcp-shares
 mptcp_shares:
-  link_mbps:
+%s  link_mbps:
 %ssafe_weights: {%s}
 state_dir: @DIR@/state
 metrics_listen: ""
 telemetry: {interval_ms: 1000}
 log_level: info
-`, cpeID, fmt.Sprintf("mqtts://%s:%d", bidirBroker, bidirPort), cpeID, cpeID, wats.String(), links.String(), strings.TrimSuffix(safe.String(), ", ")),
-		[]string{filepath.Join(pki, "ca.crt"), filepath.Join(pki, "cpe", cpeID+".crt"), filepath.Join(pki, "cpe", cpeID+".key")})
+`, cpeID, fmt.Sprintf("mqtts://%s:%d", bidirBroker, bidirPort), cpeID, cpeID, wats.String(), enforce, links.String(), strings.TrimSuffix(safe.String(), ", ")),
+		[]string{filepath.Join(pki, "ca.crt"), filepath.Join(pki, "cpe", cpeID+".crt"), filepath.Join(pki, "cpe", cpeID+".key")}, caps)
 	s := w.wait(t, cpeStateTopic, "shares agent applied its safe weights", 15*time.Second, func(s payload.State) bool {
 		return s.Online && s.Backend == payload.BackendMPTCPShares && len(s.AppliedWeights) == len(tp.paths) && len(s.Addresses) == len(tp.paths)
 	})
@@ -578,7 +594,7 @@ func TestNetnsShares(t *testing.T) {
 		_, ul := tp.measure(t, aggWindow)
 		t.Logf("mptcp-shares load_balancing UL: %s", tp.fmt(ul))
 		t.Logf("classes: nr0 %s | wifi0 %s | lifi0 %s", tcClass(t, tp.cpe, "nr0"), tcClass(t, tp.cpe, "wifi0"), tcClass(t, tp.cpe, "lifi0"))
-		rep.scenario(ti, ReportScenario{Name: "load_balancing", Direction: "ul", Backend: payload.BackendMPTCPShares, Mode: "load_balancing",
+		rep.scenario(ti, ReportScenario{Name: "load_balancing", Direction: "ul", Backend: payload.BackendMPTCPShares, Enforce: "htb", Mode: "load_balancing",
 			Weights: lb, AppliedCapsMbps: st.AppliedCapsMbps}, ul, aggWindow, -1)
 		// Weights in proportion to the link rates leave every WAT uncapped
 		// (each one's own link is its limit): the backend must not cost
@@ -601,7 +617,7 @@ func TestNetnsShares(t *testing.T) {
 		st, took := tp.applySets(t, w, sets{mode: "load_balancing", dl: allOn(off), ul: off}, false, func(r rates) bool { return r.share("wifi") < 0.02 })
 		_, ul = tp.measure(t, window)
 		t.Logf("mptcp-shares wifi=0 UL: %s; wifi under 2%% %v after the publish", tp.fmt(ul), took)
-		rep.scenario(ti, ReportScenario{Name: "wat_off", Direction: "ul", Backend: payload.BackendMPTCPShares, Mode: "load_balancing",
+		rep.scenario(ti, ReportScenario{Name: "wat_off", Direction: "ul", Backend: payload.BackendMPTCPShares, Enforce: "htb", Mode: "load_balancing",
 			Weights: off, AppliedCapsMbps: st.AppliedCapsMbps, SettleCriterion: offCrit}, ul, window, took)
 		if ul.share("wifi") >= 0.02 {
 			t.Errorf("wifi at weight 0 carries %.2f%% of the bytes, want < 2%%", 100*ul.share("wifi"))
@@ -632,7 +648,7 @@ func TestNetnsShares(t *testing.T) {
 			const capSum = 20.0 / 0.7
 			t.Logf("mptcp-shares fixed_split 70/30 UL (caps sum %.1f): %s; within 5 points %v after the publish", capSum, tp.fmt(ul), took)
 			t.Logf("classes: nr0 %s | wifi0 %s", tcClass(t, tp.cpe, "nr0"), tcClass(t, tp.cpe, "wifi0"))
-			rep.scenario(ti, ReportScenario{Name: "fixed_split", Direction: "ul", Backend: payload.BackendMPTCPShares, Mode: "fixed_split",
+			rep.scenario(ti, ReportScenario{Name: "fixed_split", Direction: "ul", Backend: payload.BackendMPTCPShares, Enforce: "htb", Mode: "fixed_split",
 				Weights: split, AppliedCapsMbps: st.AppliedCapsMbps, SettleCriterion: crit}, ul, aggWindow, took)
 			if c := st.AppliedCapsMbps; len(c) != 1 || c["wifi"] < 8.5 || c["wifi"] > 8.6 {
 				t.Errorf("applied_caps_mbps %v, want wifi 8.57 only", c)
@@ -660,7 +676,7 @@ func TestNetnsShares(t *testing.T) {
 			_, ul := tp.measure(t, aggWindow)
 			t.Logf("mptcp-shares fixed_split 70/30 UL with caps_mbps %v: %s; within 5 points %v after the publish", caps, tp.fmt(ul), took)
 			t.Logf("classes: nr0 %s | wifi0 %s", tcClass(t, tp.cpe, "nr0"), tcClass(t, tp.cpe, "wifi0"))
-			rep.scenario(ti, ReportScenario{Name: "caps_from_message", Direction: "ul", Backend: payload.BackendMPTCPShares, Mode: "fixed_split",
+			rep.scenario(ti, ReportScenario{Name: "caps_from_message", Direction: "ul", Backend: payload.BackendMPTCPShares, Enforce: "htb", Mode: "fixed_split",
 				Weights: split, CapsMbpsSent: caps, AppliedCapsMbps: st.AppliedCapsMbps, SettleCriterion: crit}, ul, aggWindow, took)
 			if c := st.AppliedCapsMbps; len(c) != 2 || c["nr"] != 14 || c["wifi"] != 6 {
 				t.Errorf("applied_caps_mbps %v, want the message's %v", c, caps)
@@ -715,7 +731,7 @@ func TestNetnsShares(t *testing.T) {
 		t.Logf("proxy mptcp-shares fixed_split 70/30 DL (caps sum %.1f): %s; within 5 points %v after the publish; applied caps %v",
 			capSum, tp.fmt(dl), took, st.AppliedCapsMbps)
 		t.Logf("proxy classes: xnr %s | xwifi %s", tcClass(t, tp.proxy, "xnr"), tcClass(t, tp.proxy, "xwifi"))
-		rep.scenario(ti, ReportScenario{Name: "proxy_fixed_split", Direction: "dl", Backend: payload.BackendMPTCPShares, Mode: "fixed_split",
+		rep.scenario(ti, ReportScenario{Name: "proxy_fixed_split", Direction: "dl", Backend: payload.BackendMPTCPShares, Enforce: "htb", Mode: "fixed_split",
 			Weights: split, AppliedCapsMbps: st.AppliedCapsMbps, SettleCriterion: "nr within 5 points of 70 %"}, dl, aggWindow, took)
 		if c := st.AppliedCapsMbps; len(c) != 1 || c["wifi"] < 8.5 || c["wifi"] > 8.6 {
 			t.Errorf("proxy applied_caps_mbps %v, want wifi 8.57 only", c)
@@ -730,4 +746,98 @@ func TestNetnsShares(t *testing.T) {
 			t.Errorf("the downlink split took %v to reach 70 +- 5 after the weights message, want <= 2 s", took)
 		}
 	})
+
+	// The same 70/30 from the link rates with the caps enforced by
+	// pacing: the CPE agent attaches its sockops program to a cgroup,
+	// the bulk connection is made in that cgroup after the agent
+	// started, and no qdisc is touched. Last, so that the HTB cases'
+	// figures are not measured after it.
+	t.Run("two equal paths, pacing", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: a cgroup for the paced sender")
+		}
+		cg := pacingCgroup(t)
+		tp := newSharesTopology(t, "2s", []sharesPath{{"nr", 20, 50}, {"wifi", 20, 50}})
+		ti := rep.topology("two equal paths, pacing", tp)
+		w, _ := startSharesAgentPaced(t, tp, filepath.Join(dir, "paced"), bin, agentCgroupPath(t, cg))
+		if err := pacing.WithProcessIn(cg, func() error {
+			bulk(t, tp.bidirTopology, ulPort, false)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		tp.settle(t, false)
+		split := payload.Weights{"nr": 70, "wifi": 30}
+		const crit = "nr within 5 points of 70 %"
+		st, took := tp.applySets(t, w, sets{mode: "fixed_split", dl: allOn(split), ul: split}, false, func(r rates) bool {
+			return r.share("nr") > 0.65 && r.share("nr") < 0.75
+		})
+		time.Sleep(time.Second)
+		_, ul := tp.measure(t, aggWindow)
+		const capSum = 20.0 / 0.7
+		t.Logf("mptcp-shares (pacing) fixed_split 70/30 UL (caps sum %.1f): %s (aggregate %.0f%% of the caps); within 5 points %v after the publish; applied caps %v",
+			capSum, tp.fmt(ul), 100*ul.total()/capSum, took, st.AppliedCapsMbps)
+		rep.scenario(ti, ReportScenario{Name: "fixed_split_pacing", Direction: "ul", Backend: payload.BackendMPTCPShares, Enforce: "pacing", Mode: "fixed_split",
+			Weights: split, AppliedCapsMbps: st.AppliedCapsMbps, SettleCriterion: crit}, ul, aggWindow, took)
+		if st.Capabilities == nil || st.Capabilities.Semantics != payload.SemanticsRateCaps {
+			t.Errorf("capabilities %+v, want semantics rate-caps", st.Capabilities)
+		}
+		// Read back from the pacer's map: 8.57 Mbit/s, to the byte.
+		if c := st.AppliedCapsMbps; len(c) != 1 || c["wifi"] < 8.5 || c["wifi"] > 8.6 {
+			t.Errorf("applied_caps_mbps %v, want wifi 8.57 only", c)
+		}
+		// Pacing, not a qdisc, did it: the interfaces keep their default
+		// root qdisc.
+		for _, ifc := range []string{"nr0", "wifi0"} {
+			if q := sh(t, "ip", "netns", "exec", tp.cpe, "tc", "qdisc", "show", "dev", ifc); strings.Contains(q, "htb") {
+				t.Errorf("%s has an HTB with enforce pacing: %s", ifc, q)
+			}
+		}
+		if d := 100 * (ul.share("nr") - 0.7); d > 5 || d < -5 {
+			t.Errorf("nr carries %.1f%% of the bytes, want 70 +- 5", 100*ul.share("nr"))
+		}
+		// Target 0.9 of the caps' sum (0.96-0.98 measured by
+		// TestNetnsPacingVsCaps); 0.85 leaves room for a loaded machine.
+		if ul.total() < 0.85*capSum {
+			t.Errorf("aggregate %.1f Mbit/s below 0.85 of the caps' sum %.1f", ul.total(), capSum)
+		}
+		// The rate counts payload (a paced WAT puts ~6 % more on the
+		// wire than its cap).
+		if ul["wifi"] > 1.15*8.57 {
+			t.Errorf("wifi at %.2f Mbit/s, above its cap 8.57 + 15 %%", ul["wifi"])
+		}
+		if took < 0 || took > 2*time.Second {
+			t.Errorf("the split took %v to reach 70 +- 5 after the weights message, want <= 2 s", took)
+		}
+	})
+}
+
+// agentCgroupPath returns where an agent started by startAgent sees the
+// cgroup-v2 directory cg. ip netns exec mounts a fresh sysfs, under which
+// no cgroup hierarchy is mounted; a second mount of the cgroup-v2
+// hierarchy outside /sys (the same hierarchy: one cgroup, two paths)
+// stays visible to it.
+func agentCgroupPath(t *testing.T, cg string) string {
+	mount, err := pacing.CgroupV2Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(mount, cg)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		t.Fatalf("cgroup %s is not under the cgroup-v2 mount %s", cg, mount)
+	}
+	dir, err := os.MkdirTemp("", "mcw-cgroup2-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh(t, "mount", "-t", "cgroup2", "cgroup2", dir)
+	// Registered after pacingCgroup's cleanup, so it runs first: the
+	// agent (stopped before, registered later) no longer holds it.
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+		os.Remove(dir)
+	})
+	return filepath.Join(dir, rel)
 }
