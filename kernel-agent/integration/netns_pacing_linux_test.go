@@ -7,7 +7,8 @@ package integration
 // mptcp-shares backend (a root HTB per WAT interface of the CPE). Pacing:
 // package pacing's sockops program on a cgroup the test's bulk connection
 // is made in, with the caps written to its map by the test (the agent
-// does not drive it yet). Each mechanism gets a fresh topology and
+// driving it, mptcp_shares enforce: pacing, is TestNetnsShares's
+// fixed_split_pacing). Each mechanism gets a fresh topology and
 // connection, with the default scheduler alone measured on that
 // connection first.
 

@@ -7,7 +7,12 @@
 // share of a total therefore turns the scheduler's "fastest first" into
 // the requested split.
 //
-// Per WAT interface the backend owns the root qdisc: HTB with one class
+// One rule (CapsBps) decides the caps, two enforcers set them: HTB
+// (New, described below) or the pacing of each socket on a WAT address
+// by a BPF sockops program (NewPaced, package pacing; only the sockets
+// of its cgroup, opened after it was attached; no qdisc touched).
+//
+// Per WAT interface the HTB enforcer owns the root qdisc: HTB with one class
 // (1:1, the default class) whose rate and ceil are the WAT's cap. The cap
 // is share x T, where share = weight / sum of weights, and T is the largest
 // total every WAT can carry at its share given the configured per-WAT link
