@@ -72,7 +72,8 @@ type DownlinkConfig struct {
 }
 
 // Downlink caps each served CPE's downlink per WAT at the proxy: one HTB
-// class per capped (CPE, WAT) on the egress interface of the route to
+// class per capped (CPE, WAT), with a bfifo of 100 ms of its cap under
+// it (queueTime), on the egress interface of the route to
 // that WAT's CPE address, with a u32 filter on the address as destination
 // (the subflow's remote address, what the proxy tells WATs by). Traffic
 // that matches no filter bypasses the classes (HTB's direct queue: no
@@ -415,6 +416,10 @@ func (d *Downlink) write(want map[classKey]class) map[string]error {
 				fail(k, fmt.Errorf("class 1:%x at %d bit/s on %s: %w", cl.minor, cl.bps, link.Attrs().Name, err))
 				continue
 			}
+			if err := d.nl.BfifoReplace(cl.ifindex, vnl.MakeHandle(1, cl.minor), leafHandle(cl.minor), queueBytes(cl.bps)); err != nil {
+				fail(k, fmt.Errorf("leaf queue of 1:%x on %s: %w", cl.minor, link.Attrs().Name, err))
+				continue
+			}
 			if hasFilter(have, cl) {
 				continue
 			}
@@ -449,6 +454,10 @@ func (d *Downlink) verify(link vnl.Link, keys []classKey, want map[classKey]clas
 			fail(k, fmt.Errorf("verify: class 1:%x at %d bit/s missing on %s", cl.minor, cl.bps, link.Attrs().Name))
 		case !hasFilter(filters, cl):
 			fail(k, fmt.Errorf("verify: filter dst %s -> 1:%x missing on %s", cl.addr, cl.minor, link.Attrs().Name))
+		default:
+			if err := checkLeaf(d.nl, cl.ifindex, cl.minor, cl.bps); err != nil {
+				fail(k, err)
+			}
 		}
 	}
 }

@@ -27,7 +27,7 @@ type downlinkView struct {
 	dst     map[uint16]string
 }
 
-func viewOf(t *testing.T, h *vnl.Handle, link vnl.Link) downlinkView {
+func viewOf(t *testing.T, h *Handle, link vnl.Link) downlinkView {
 	t.Helper()
 	v := downlinkView{classes: map[uint16]uint64{}, dst: map[uint16]string{}}
 	qs, err := h.QdiscList(link)
@@ -49,6 +49,7 @@ func viewOf(t *testing.T, h *vnl.Handle, link vnl.Link) downlinkView {
 	for _, c := range cs {
 		if hc, ok := c.(*vnl.HtbClass); ok {
 			v.classes[uint16(hc.Handle&0xffff)] = hc.Rate * 8
+			checkLeafOf(t, h, link, uint16(hc.Handle&0xffff), hc.Rate*8)
 		}
 	}
 	fs, err := h.FilterList(link, rootHandle)
@@ -79,7 +80,7 @@ func viewOf(t *testing.T, h *vnl.Handle, link vnl.Link) downlinkView {
 // with its last class; the class bound.
 func TestSharesDownlinkInNetns(t *testing.T) {
 	nstest.Do(t, func(netns.NsHandle) {
-		h, err := vnl.NewHandle()
+		h, err := NewHandle()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -97,7 +97,7 @@ func TestSharesNumber(t *testing.T) {
 
 func TestNewDownlinkRejects(t *testing.T) {
 	// Typed nil handles: NewDownlink only checks that they are set.
-	h, onoff := (*vnl.Handle)(nil), (*mptcpupstream.Downlink)(nil)
+	h, onoff := (*Handle)(nil), (*mptcpupstream.Downlink)(nil)
 	for name, tc := range map[string]struct {
 		cfg DownlinkConfig
 		err string

@@ -18,7 +18,7 @@ import (
 
 // rootOf describes the root qdisc of link: "htb" for the backend's, the
 // kind otherwise, "" for none.
-func rootOf(t *testing.T, h *vnl.Handle, link vnl.Link) (kind string, capBps uint64) {
+func rootOf(t *testing.T, h *Handle, link vnl.Link) (kind string, capBps uint64) {
 	t.Helper()
 	qs, err := h.QdiscList(link)
 	if err != nil {
@@ -39,6 +39,7 @@ func rootOf(t *testing.T, h *vnl.Handle, link vnl.Link) (kind string, capBps uin
 	}
 	for _, c := range cs {
 		if hc, ok := c.(*vnl.HtbClass); ok && hc.Handle == classHandle {
+			checkLeafOf(t, h, link, 1, hc.Rate*8)
 			return kind, hc.Rate * 8
 		}
 	}
@@ -46,12 +47,32 @@ func rootOf(t *testing.T, h *vnl.Handle, link vnl.Link) (kind string, capBps uin
 	return "", 0
 }
 
+// checkLeafOf fails t unless class 1:minor of link has its bfifo (handle
+// minor:, 2: for 1:1) holding 100 ms of bps, at least 64 KiB.
+func checkLeafOf(t *testing.T, h *Handle, link vnl.Link, minor uint16, bps uint64) {
+	t.Helper()
+	qs, err := h.BfifoList(link.Attrs().Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Bfifo{Parent: vnl.MakeHandle(1, minor), Handle: vnl.MakeHandle(max(minor, 2), 0), Limit: uint32(max(bps/80, 65536))}
+	for _, q := range qs {
+		if q.Parent == want.Parent {
+			if q != want {
+				t.Errorf("%s: leaf of 1:%x = %+v, want %+v", link.Attrs().Name, minor, q, want)
+			}
+			return
+		}
+	}
+	t.Errorf("%s: class 1:%x without its bfifo", link.Attrs().Name, minor)
+}
+
 // TestSharesApplyInNetns: caps are set, changed and removed on real interfaces,
 // endpoints follow weight 0, and a root qdisc the backend did not make is
 // left alone while its WAT is uncapped.
 func TestSharesApplyInNetns(t *testing.T) {
 	nstest.Do(t, func(netns.NsHandle) {
-		h, err := vnl.NewHandle()
+		h, err := NewHandle()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,10 +1,13 @@
 package mptcpshares
 
 import (
+	"encoding/binary"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	vnl "github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 
 	"github.com/mcw-xapp/kernel-agent/backend"
 )
@@ -128,5 +131,61 @@ func TestCapsMbps(t *testing.T) {
 	got := capsMbps(map[string]uint64{"nr": 0, "wifi": 8571428, "lifi": minCapBps})
 	if diff := cmp.Diff(map[string]float64{"wifi": 8.571428, "lifi": 0.064}, got); diff != "" {
 		t.Errorf("capsMbps (-want +got):\n%s", diff)
+	}
+}
+
+func TestQueueBytes(t *testing.T) {
+	for _, tc := range []struct {
+		bps  uint64
+		want uint32
+	}{
+		{64_000, 65536},    // floor: one 64 KiB GSO packet
+		{5_242_880, 65536}, // 100 ms is exactly the floor
+		{6e6, 75_000},      // 100 ms of 6 Mbit/s
+		{14e6, 175_000},    // 100 ms of 14 Mbit/s
+		{30_000e6, 375e6},  // the largest link rate
+		{1 << 40, 1 << 30}, // bounded
+	} {
+		if got := queueBytes(tc.bps); got != tc.want {
+			t.Errorf("queueBytes(%d) = %d, want %d", tc.bps, got, tc.want)
+		}
+	}
+}
+
+func TestParseBfifo(t *testing.T) {
+	msg := func(ifindex int32, attrs ...*nl.RtAttr) []byte {
+		b := (&nl.TcMsg{Ifindex: ifindex, Parent: vnl.MakeHandle(1, 3), Handle: vnl.MakeHandle(3, 0)}).Serialize()
+		for _, a := range attrs {
+			b = append(b, a.Serialize()...)
+		}
+		return b
+	}
+	kind := func(k string) *nl.RtAttr { return nl.NewRtAttr(nl.TCA_KIND, nl.ZeroTerminated(k)) }
+	limit := nl.NewRtAttr(nl.TCA_OPTIONS, binary.NativeEndian.AppendUint32(nil, 75_000))
+	for name, tc := range map[string]struct {
+		m      []byte
+		ok     bool
+		err    string
+		parsed Bfifo
+	}{
+		"bfifo":         {m: msg(7, kind("bfifo"), limit), ok: true, parsed: Bfifo{Parent: vnl.MakeHandle(1, 3), Handle: vnl.MakeHandle(3, 0), Limit: 75_000}},
+		"other link":    {m: msg(8, kind("bfifo"), limit)},
+		"other kind":    {m: msg(7, kind("pfifo"), limit)},
+		"no limit":      {m: msg(7, kind("bfifo")), err: "without its limit"},
+		"short header":  {m: []byte{0, 0, 0}, err: "want >= 20"},
+		"cut attribute": {m: append(msg(7), 0x20, 0, 1, 0), err: "attributes"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			q, ok, err := parseBfifo(tc.m, 7)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || ok != tc.ok || q != tc.parsed {
+				t.Fatalf("parseBfifo = %+v, %v, %v; want %+v, %v", q, ok, err, tc.parsed, tc.ok)
+			}
+		})
 	}
 }

@@ -52,7 +52,7 @@ func pacer(t *testing.T, by pacing.KeyBy) *pacing.Pacer {
 func TestSharesPacedInNetns(t *testing.T) {
 	p := pacer(t, pacing.LocalAddr)
 	nstest.Do(t, func(netns.NsHandle) {
-		h, err := vnl.NewHandle()
+		h, err := NewHandle()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
 
 	"github.com/mcw-xapp/kernel-agent/agent"
 	"github.com/mcw-xapp/kernel-agent/backend"
@@ -360,7 +359,7 @@ func newDownlink(ctx context.Context, cfg config.Config, log *slog.Logger) (back
 			}
 			return d, nil
 		}
-		h, err := netlink.NewHandle()
+		h, err := mptcpshares.NewHandle()
 		if err != nil {
 			onoff.Close()
 			return nil, fmt.Errorf("netlink: %w", err)
@@ -413,7 +412,7 @@ func newBackend(ctx context.Context, cfg config.Config) (backend.Backend, error)
 			}
 			return b, nil
 		}
-		h, err := netlink.NewHandle()
+		h, err := mptcpshares.NewHandle()
 		if err != nil {
 			pm.Close()
 			return nil, fmt.Errorf("netlink: %w", err)
