@@ -62,6 +62,8 @@ class StandInSubmgr:
         self.error_cause = ""
         self.status = 201
         self.notify = True
+        #: How long a DELETE takes to answer (a slow or overloaded submgr).
+        self.delete_delay_s = 0.0
         self._n = 0
         self._lock = threading.Lock()
         server = self
@@ -92,6 +94,7 @@ class StandInSubmgr:
                 prefix = "/ric/v1/subscriptions/"
                 if not self.path.startswith(prefix):
                     server.problems.append(f"DELETE on {self.path}")
+                time.sleep(server.delete_delay_s)
                 server.deletes.append(self.path[len(prefix):])
                 self._answer(204, None)
 
@@ -513,3 +516,34 @@ def test_a_step_makes_a_bounded_number_of_requests(submgr: StandInSubmgr) -> Non
         assert set(xapp.sub.states()) == {"pending"}
     finally:
         xapp.close()
+
+
+def test_stop_fits_its_time_and_leaves_the_rest_to_the_next_run(submgr: StandInSubmgr) -> None:
+    names = [f"gnb_{i:04d}" for i in range(6)]
+    nodes = StaticNodes([StaticNode(n, GOLDEN_FUNCTION, 3) for n in names])
+    ids = MemoryIdStore()
+    xapp = Xapp(submgr, nodes, ids=ids)
+    try:
+        xapp.sub.step()
+        assert wait_until(lambda: set(xapp.sub.states()) == {"active"}, timeout_s=5)
+        made = {n["subscription"]["id"] for n in xapp.sub.view()["nodes"].values()}
+        assert len(made) == 6
+        submgr.delete_delay_s = 0.3
+        started = time.monotonic()
+        xapp.sub.stop(timeout_s=0.7)
+        took = time.monotonic() - started
+        # Requests start only before the deadline: 3 of 0.3 s each, at most one beyond it.
+        assert 0.6 <= took < 0.7 + 0.3 + 0.25, took
+        assert 2 <= len(submgr.deletes) <= 4, submgr.deletes
+        left = made - set(submgr.deletes)
+        assert xapp.sub.counts()["delete_deferred"] == len(left)
+        assert ids.load() == left  # still listed, for the next start to delete
+    finally:
+        xapp.close()
+    submgr.delete_delay_s = 0.0
+    again = Xapp(submgr, StaticNodes([]), ids=ids)
+    try:
+        again.sub.step()
+        assert set(submgr.deletes) == made and ids.load() == set()
+    finally:
+        again.close()

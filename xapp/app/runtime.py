@@ -303,7 +303,7 @@ class XappProcess:
             # Unsubscribe first, while the HTTP server and RMR still run.
             self.e2.worker.stop(timeout_s=left(0.2))
             try:
-                self.e2.subscriber.stop()
+                self.e2.subscriber.stop(timeout_s=left(0.25))
             except Exception:
                 log.exception("deleting the E2 subscriptions failed")
             for stopper in self.e2.stoppers:

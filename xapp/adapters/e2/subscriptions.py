@@ -732,16 +732,26 @@ class E2Subscriber:
             if self._delete(sid):
                 self._count("stale_deleted")
 
-    def stop(self) -> None:
-        """Delete every subscription this process made (bounded by the client's timeout each);
-        what cannot be deleted stays in SDL for the next run to delete."""
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Delete every subscription this process made, one request at a time (each bounded by
+        the client's timeout), starting none after ``timeout_s``: what is not deleted stays in
+        SDL for the next run to delete, so a stop with many slow nodes still fits its grace
+        period (overrunning it by one request at most)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._lock:
             subs = [s for s in self._subs.values() if s.subscription_id is not None]
             ids = [self._forget(s) for s in subs]
             for s in subs:
                 s.state = "stopped"
+            # Kept as stale until deleted, so every save below still lists the ones not done.
+            self._stale = (self._stale or set()) | set(ids)
         self.book.clear()
-        for sid in ids:
+        for done, sid in enumerate(ids):
+            if deadline is not None and time.monotonic() >= deadline:
+                self._count("delete_deferred", len(ids) - done)
+                log.warning("E2: no time left to delete %d subscriptions; the next start deletes "
+                            "them", len(ids) - done)
+                break
             self._delete(sid, budgeted=False)
 
     # --- what /ric/v1/e2/subscriptions shows ------------------------------------------------------
