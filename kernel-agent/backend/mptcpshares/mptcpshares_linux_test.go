@@ -78,23 +78,7 @@ func TestSharesApplyInNetns(t *testing.T) {
 		}
 		defer h.Close()
 		addrs := map[string]netip.Addr{"nr0": netip.MustParseAddr("10.61.1.1"), "wifi0": netip.MustParseAddr("10.61.2.1")}
-		links := map[string]vnl.Link{}
-		for name, a := range addrs {
-			if err := h.LinkAdd(&vnl.Veth{LinkAttrs: vnl.LinkAttrs{Name: name}, PeerName: "p" + name}); err != nil {
-				t.Fatal(err)
-			}
-			l, err := h.LinkByName(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := h.AddrAdd(l, &vnl.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
-				t.Fatal(err)
-			}
-			if err := h.LinkSetUp(l); err != nil {
-				t.Fatal(err)
-			}
-			links[name] = l
-		}
+		links := vethsWithAddrs(t, h, addrs)
 		// The operator's own root qdisc on wifi0.
 		tbf := &vnl.Tbf{QdiscAttrs: vnl.QdiscAttrs{LinkIndex: links["wifi0"].Attrs().Index, Handle: vnl.MakeHandle(9, 0), Parent: vnl.HANDLE_ROOT},
 			Rate: 10e6 / 8, Limit: 100000, Buffer: 20000}
@@ -165,4 +149,28 @@ func TestSharesApplyInNetns(t *testing.T) {
 			t.Error("all weights 0 accepted")
 		}
 	})
+}
+
+// vethsWithAddrs makes one veth per name (peer "p"+name), up, with its /24
+// address, in the namespace h works in.
+func vethsWithAddrs(t *testing.T, h *Handle, addrs map[string]netip.Addr) map[string]vnl.Link {
+	t.Helper()
+	links := map[string]vnl.Link{}
+	for name, a := range addrs {
+		if err := h.LinkAdd(&vnl.Veth{LinkAttrs: vnl.LinkAttrs{Name: name}, PeerName: "p" + name}); err != nil {
+			t.Fatal(err)
+		}
+		l, err := h.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.AddrAdd(l, &vnl.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+		links[name] = l
+	}
+	return links
 }

@@ -4,7 +4,6 @@ package mptcpshares
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	vnl "github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/mcw-xapp/kernel-agent/backend"
@@ -58,23 +56,7 @@ func TestSharesPacedInNetns(t *testing.T) {
 		}
 		defer h.Close()
 		addrs := map[string]netip.Addr{"nr0": netip.MustParseAddr("10.62.1.1"), "wifi0": netip.MustParseAddr("10.62.2.1")}
-		links := map[string]vnl.Link{}
-		for name, a := range addrs {
-			if err := h.LinkAdd(&vnl.Veth{LinkAttrs: vnl.LinkAttrs{Name: name}, PeerName: "p" + name}); err != nil {
-				t.Fatal(err)
-			}
-			l, err := h.LinkByName(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := h.AddrAdd(l, &vnl.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
-				t.Fatal(err)
-			}
-			if err := h.LinkSetUp(l); err != nil {
-				t.Fatal(err)
-			}
-			links[name] = l
-		}
+		links := vethsWithAddrs(t, h, addrs)
 		pm, err := mptcppm.Dial()
 		if err != nil {
 			t.Fatal(err)
