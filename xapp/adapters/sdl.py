@@ -23,8 +23,9 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from collections.abc import Set as AbstractSet
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
@@ -338,6 +339,17 @@ class LazySdlClient(Generic[_B]):
     def __init__(self, factory: Callable[[], _B]) -> None:
         self._factory = factory
         self._backend: _B | None = None
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def use(self) -> Iterator[_B]:
+        """The client, one user at a time; an exception drops it (and propagates)."""
+        with self._lock:
+            try:
+                yield self.get()
+            except Exception:
+                self.reset()
+                raise
 
     def get(self) -> _B:
         if self._backend is None:
@@ -381,16 +393,11 @@ class SdlVersionStore:
         self.namespace = namespace
         self._floor = floor
         self._sdl = LazySdlClient(backend_factory)
-        self._lock = threading.Lock()
 
     def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
         keys = {VERSION_PREFIX + c for c in cpe_ids}
-        with self._lock:
-            try:
-                stored = self._sdl.get().get(self.namespace, keys) if keys else {}
-            except Exception:
-                self._sdl.reset()
-                raise
+        with self._sdl.use() as sdl:
+            stored = sdl.get(self.namespace, keys) if keys else {}
         out = dict.fromkeys(cpe_ids, 0)
         for key, raw in stored.items():
             out[key[len(VERSION_PREFIX):]] = int(json.loads(raw))
@@ -404,9 +411,5 @@ class SdlVersionStore:
         current = self.get_ceilings(list(ceilings))
         data = {VERSION_PREFIX + c: _encode(max(int(v), current.get(c, 0)))
                 for c, v in ceilings.items()}
-        with self._lock:
-            try:
-                self._sdl.get().set(self.namespace, data)
-            except Exception:
-                self._sdl.reset()
-                raise
+        with self._sdl.use() as sdl:
+            sdl.set(self.namespace, data)

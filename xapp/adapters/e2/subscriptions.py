@@ -320,15 +320,10 @@ class SdlIdStore:
     def __init__(self, namespace: str, backend_factory: Callable[[], SdlBackendLike]) -> None:
         self.namespace = namespace
         self._sdl = LazySdlClient(backend_factory)
-        self._lock = threading.Lock()
 
     def load(self) -> set[str]:
-        with self._lock:
-            try:
-                raw = self._sdl.get().get(self.namespace, {SDL_KEY}).get(SDL_KEY)
-            except Exception:
-                self._sdl.reset()
-                raise
+        with self._sdl.use() as sdl:
+            raw = sdl.get(self.namespace, {SDL_KEY}).get(SDL_KEY)
         if raw is None:
             return set()
         try:
@@ -344,12 +339,8 @@ class SdlIdStore:
 
     def save(self, ids: set[str]) -> None:
         data = {SDL_KEY: json.dumps({"ids": sorted(ids)[: self.MAX_IDS]}).encode()}
-        with self._lock:
-            try:
-                self._sdl.get().set(self.namespace, data)
-            except Exception:
-                self._sdl.reset()
-                raise
+        with self._sdl.use() as sdl:
+            sdl.set(self.namespace, data)
 
 
 # --- the subscriber -------------------------------------------------------------------------
