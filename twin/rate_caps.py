@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from xapp.core.caps import share_of_total
+
 Array = NDArray[np.float64]
 IntArray = NDArray[np.integer[Any]]
 Mask = NDArray[np.bool_]
@@ -59,11 +61,8 @@ def agent_caps(weights: IntArray, message_caps: Array | None, link_mbps: Array) 
     w = np.asarray(weights, dtype=np.float64)
     link = np.broadcast_to(np.asarray(link_mbps, dtype=np.float64), w.shape)
     on = w > 0
-    total_w = w.sum(axis=-1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(total_w > 0, w / total_w, 0.0)
-        total = np.min(np.where(on, link / share, np.inf), axis=-1, keepdims=True)
-        derived = np.where(on, share * total, np.inf)
+    share, total = share_of_total(w, on, link)
+    derived = np.where(on, share * total, np.inf)
     want = derived
     if message_caps is not None:
         m = np.broadcast_to(np.asarray(message_caps, dtype=np.float64), w.shape)

@@ -88,6 +88,20 @@ def check_headroom(value: float) -> float:
     return float(value)
 
 
+def share_of_total(weights: Array, bounding: Mask, rate: Array) -> tuple[Array, Array]:
+    """Each WAT's share ``w_i / sum(w)`` and the total ``T = min_i rate_i / share_i`` over the
+    ``bounding`` WATs (the largest total every one of them carries at its share), arrays
+    (..., k) and (..., 1); ``T`` is inf where no WAT bounds it.
+
+    The one place the rule's arithmetic lives: the xApp takes ``rate`` from its forecasts,
+    the twin's model of the agent from the configured link rates."""
+    total_w = weights.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(total_w > 0, weights / total_w, 0.0)
+        total = np.min(np.where(bounding, rate / share, np.inf), axis=-1, keepdims=True)
+    return share, total
+
+
 def rate_caps(weights: NDArray[np.integer], present: Mask, forecast: Array,
               headroom: float = DEFAULT_HEADROOM) -> Array:
     """Caps in Mbit/s per (CPE, WAT) for rows of weights, NaN where a WAT has no cap.
@@ -103,14 +117,10 @@ def rate_caps(weights: NDArray[np.integer], present: Mask, forecast: Array,
     if w.shape != f.shape:
         raise ValueError(f"weights {w.shape} and forecast {f.shape} differ in shape")
     on = w > 0
-    total_w = w.sum(axis=-1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(total_w > 0, w / total_w, 0.0)
-        good = on & np.isfinite(f) & (f > 0)
-        usable_row = np.asarray(on.any(axis=-1) & ~(on & ~good).any(axis=-1), dtype=bool)
-        per = np.where(on, f / share, np.inf)
-        total = np.where(usable_row, np.min(np.where(good, per, np.inf), axis=-1), np.nan)
-        carry = share * total[..., None]
+    good = on & np.isfinite(f) & (f > 0)
+    usable_row = np.asarray(on.any(axis=-1) & ~(on & ~good).any(axis=-1), dtype=bool)
+    share, total = share_of_total(w, good, f)
+    carry = share * np.where(usable_row[..., None], total, np.nan)
     binding = np.asarray(carry >= f * (1.0 - _BINDING), dtype=bool)
     raw = headroom * carry
     capped = on & usable_row[..., None] & ~binding
