@@ -120,29 +120,11 @@ func newBidirTopology(t *testing.T) *bidirTopology {
 	for _, c := range cmds {
 		sh(t, c...)
 	}
-	for _, h := range []struct {
-		name string
-		ns   *netns.NsHandle
-	}{{tp.cpe, &tp.cpeNS}, {tp.router, &tp.routerNS}, {tp.proxy, &tp.proxyNS}} {
-		ns, err := netns.GetFromName(h.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		*h.ns = ns
-		t.Cleanup(func() { ns.Close() })
-	}
+	nss := openNamespaces(t, tp.cpe, tp.router, tp.proxy)
+	tp.cpeNS, tp.routerNS, tp.proxyNS = nss[0], nss[1], nss[2]
 	// The CPE's path manager may open a subflow per WAT; the proxy's
 	// limits do not apply under the userspace path manager.
-	if err := nstest.In(tp.cpeNS, func() error {
-		pm, err := mptcppm.Dial()
-		if err != nil {
-			return err
-		}
-		defer pm.Close()
-		return pm.SetLimits(mptcppm.Limits{Subflows: 4, AddAddrAccepted: 4})
-	}); err != nil {
-		t.Fatalf("CPE limits: %v", err)
-	}
+	allowSubflows(t, tp.cpeNS)
 	return tp
 }
 

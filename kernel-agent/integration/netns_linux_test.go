@@ -134,29 +134,10 @@ func newTopology(t *testing.T) *topology {
 	for _, ifc := range []string{"nr0", "wifi0"} {
 		sh(t, "ip", "netns", "exec", tp.cpe, "sysctl", "-q", "-w", "net.ipv4.conf."+ifc+".rp_filter=0")
 	}
-	var err error
-	if tp.cpeNS, err = netns.GetFromName(tp.cpe); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tp.cpeNS.Close() })
-	if tp.proxyNS, err = netns.GetFromName(tp.proxy); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tp.proxyNS.Close() })
+	nss := openNamespaces(t, tp.cpe, tp.proxy)
+	tp.cpeNS, tp.proxyNS = nss[0], nss[1]
 	// Path-manager limits in both namespaces (the server must accept joins).
-	for _, ns := range []netns.NsHandle{tp.cpeNS, tp.proxyNS} {
-		err := nstest.In(ns, func() error {
-			pm, err := mptcppm.Dial()
-			if err != nil {
-				return err
-			}
-			defer pm.Close()
-			return pm.SetLimits(mptcppm.Limits{Subflows: 4, AddAddrAccepted: 4})
-		})
-		if err != nil {
-			t.Fatalf("set limits: %v", err)
-		}
-	}
+	allowSubflows(t, tp.cpeNS, tp.proxyNS)
 	return tp
 }
 

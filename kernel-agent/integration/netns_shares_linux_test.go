@@ -26,7 +26,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares/pacing"
 	"github.com/mcw-xapp/kernel-agent/internal/nstest"
@@ -187,32 +186,12 @@ func newSharesTopology(t *testing.T, tag string, paths []sharesPath) *sharesTopo
 	for _, c := range cmds {
 		sh(t, c...)
 	}
-	for _, h := range []struct {
-		name string
-		ns   *netns.NsHandle
-	}{{tp.cpe, &tp.cpeNS}, {tp.router, &tp.routerNS}, {tp.proxy, &tp.proxyNS}} {
-		ns, err := netns.GetFromName(h.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		*h.ns = ns
-		t.Cleanup(func() { ns.Close() })
-	}
+	nss := openNamespaces(t, tp.cpe, tp.router, tp.proxy)
+	tp.cpeNS, tp.routerNS, tp.proxyNS = nss[0], nss[1], nss[2]
 	// In-kernel path managers at both ends; the CPE has one subflow
 	// endpoint per WAT address, as the agent would create them, so the
 	// default scheduler alone (before any agent runs) uses every path.
-	for _, ns := range []netns.NsHandle{tp.cpeNS, tp.proxyNS} {
-		if err := nstest.In(ns, func() error {
-			pm, err := mptcppm.Dial()
-			if err != nil {
-				return err
-			}
-			defer pm.Close()
-			return pm.SetLimits(mptcppm.Limits{Subflows: 4, AddAddrAccepted: 4})
-		}); err != nil {
-			t.Fatalf("limits: %v", err)
-		}
-	}
+	allowSubflows(t, tp.cpeNS, tp.proxyNS)
 	h, err := netlink.NewHandleAt(tp.cpeNS)
 	if err != nil {
 		t.Fatal(err)
