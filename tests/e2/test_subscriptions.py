@@ -49,6 +49,27 @@ MEID = "gnb_208_092_0000000a"
 GOLDEN_INSTANCE, GOLDEN_FUNCTION, GOLDEN_REQUESTOR = 7, 2, 123
 
 
+def submgr_instance(xapp_id: int, e2_id: int, failure: str = "", *,
+                    timeout: bool = False) -> dict[str, Any]:
+    """One SubscriptionInstance exactly as submgr's control.go sends it.
+
+    Success (``sendSuccesfullResponseNotification``): the node's instance id, ``ErrorCause``
+    " " (``CheckActionNotAdmittedList`` formats two empty strings) and ``ErrorSource``
+    "E2Node", always.  Failure (``sendUnsuccesfullResponseNotification``): instance id 0, the
+    cause, the source ("E2Node" for the node's RICSubscriptionFailure, "SUBMGR" when none was
+    set, as on the E2 time-out) and ``TimeoutType`` on time-outs.
+    """
+    if timeout:
+        return {"XappEventInstanceId": xapp_id, "E2EventInstanceId": 0,
+                "ErrorCause": "E2 RICSubscriptionResponse timeout", "ErrorSource": "SUBMGR",
+                "TimeoutType": "E2-Timeout"}
+    if failure:
+        return {"XappEventInstanceId": xapp_id, "E2EventInstanceId": 0,
+                "ErrorCause": failure, "ErrorSource": "E2Node"}
+    return {"XappEventInstanceId": xapp_id, "E2EventInstanceId": e2_id,
+            "ErrorCause": " ", "ErrorSource": "E2Node"}
+
+
 class StandInSubmgr:
     """``/ric/v1/subscriptions`` as submgr serves it: checks the body, answers 201, then posts
     one notification per SubscriptionDetail to the client endpoint (unless told not to)."""
@@ -60,6 +81,8 @@ class StandInSubmgr:
         #: What the next notifications say: E2 instance id per detail index, or an error.
         self.e2_instances: list[int] = [GOLDEN_INSTANCE, GOLDEN_INSTANCE + 1]
         self.error_cause = ""
+        #: The failure is submgr's E2 time-out (no answer from the node), not a refusal.
+        self.timeout = False
         self.status = 201
         self.notify = True
         #: How long a DELETE takes to answer (a slow or overloaded submgr).
@@ -138,11 +161,8 @@ class StandInSubmgr:
         ep = doc["ClientEndpoint"]
         url = f"http://{ep['Host']}:{ep['HTTPPort']}{CALLBACK_PATH}"
         for i, d in enumerate(doc["SubscriptionDetails"]):
-            inst: dict[str, Any] = {"XappEventInstanceId": d["XappEventInstanceId"],
-                                    "E2EventInstanceId": 0 if self.error_cause
-                                    else self.e2_instances[i]}
-            if self.error_cause:
-                inst.update(ErrorCause=self.error_cause, ErrorSource="E2Node")
+            inst = submgr_instance(d["XappEventInstanceId"], self.e2_instances[i],
+                                   self.error_cause, timeout=self.timeout)
             body = json.dumps({"SubscriptionId": sid, "SubscriptionInstances": [inst]}).encode()
             req = urllib.request.Request(url, data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
@@ -298,6 +318,56 @@ def test_error_cause_fails_and_retries_with_back_off(submgr: StandInSubmgr) -> N
         assert xapp.sub.counters["instances_failed"] == 1
     finally:
         xapp.close()
+
+
+def test_submgr_success_with_its_blank_cause_is_active(submgr: StandInSubmgr) -> None:
+    # What the real submgr sends on success: ErrorCause " " and ErrorSource "E2Node".
+    xapp = Xapp(submgr, static())
+    try:
+        xapp.sub.step()
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
+        view = xapp.sub.view()["nodes"][MEID]["subscription"]
+        assert all(i["state"] == "active" and i["error"] == "" for i in view["instances"])
+        assert xapp.sub.counters.get("instances_failed", 0) == 0
+    finally:
+        xapp.close()
+
+
+def test_e2_timeout_is_a_failure_with_its_type(submgr: StandInSubmgr) -> None:
+    submgr.timeout = True
+    xapp = Xapp(submgr, static())
+    try:
+        xapp.sub.step()
+        assert wait_until(lambda: xapp.state() == "failed", timeout_s=5)
+        err = xapp.sub.view()["nodes"][MEID]["subscription"]["last_error"]
+        assert "E2 RICSubscriptionResponse timeout" in err and "E2-Timeout" in err
+        assert "SUBMGR" in err and xapp.book.active() == []
+    finally:
+        xapp.close()
+
+
+@pytest.mark.parametrize(("inst", "want"), [
+    (submgr_instance(1, 7), {"xapp": 1, "e2": 7, "error": "", "note": ""}),
+    ({"XappEventInstanceId": 1, "E2EventInstanceId": 7, "ErrorSource": "E2Node",
+      "ErrorCause": "RICSubscriptionResponse partially accepted: ActionNotAdmittedList: "
+                    "[{\"ActionId\":2}]"},
+     {"xapp": 1, "e2": 7, "error": "",
+      "note": "RICSubscriptionResponse partially accepted: ActionNotAdmittedList: "
+              "[{\"ActionId\":2}]"}),
+    (submgr_instance(1, 7, "RICSubscriptionFailure"),
+     {"xapp": 1, "e2": 0, "error": "RICSubscriptionFailure (E2Node)", "note": ""}),
+    (submgr_instance(1, 7, timeout=True),
+     {"xapp": 1, "e2": 0, "note": "",
+      "error": "E2 RICSubscriptionResponse timeout (SUBMGR) [E2-Timeout]"}),
+    ({"XappEventInstanceId": 1, "E2EventInstanceId": 0},
+     {"xapp": 1, "e2": 0, "note": "",
+      "error": "submgr answered E2 instance id 0 without a cause"}),
+])
+def test_callback_instances_classified_as_submgr_sends_them(inst: dict[str, Any],
+                                                            want: dict[str, Any]) -> None:
+    from xapp.adapters.e2.subscriptions import _parse_callback
+    assert _parse_callback({"SubscriptionId": "s", "SubscriptionInstances": [inst]}) == \
+        ("s", [want])
 
 
 def test_submgr_refusal_and_silence_are_retried(submgr: StandInSubmgr) -> None:

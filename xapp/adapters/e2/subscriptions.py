@@ -14,8 +14,6 @@ Subscription Manager's go-swagger server decodes with); o-ran-sc/ric-plt-submgr
     {"ClientEndpoint": {"Host": "service-ricxapp-mcw-xapp-http.ricxapp",
                         "HTTPPort": 8080, "RMRPort": 4560},
      "Meid": "gnb_208_092_0000000a", "RANFunctionID": 2,
-     "E2SubscriptionDirectives": {"E2TimeoutTimerValue": 2, "E2RetryCount": 2,
-                                  "RMRRoutingNeeded": true},
      "SubscriptionDetails": [{"XappEventInstanceId": 1,
                               "EventTriggers": [bytes as integers 0..255],
                               "ActionToBeSetupList": [{"ActionID": 1, "ActionType": "report",
@@ -40,7 +38,14 @@ Subscription Manager's go-swagger server decodes with); o-ran-sc/ric-plt-submgr
   [{"XappEventInstanceId": n, "E2EventInstanceId": m, "ErrorCause": "...", "ErrorSource":
   "SUBMGR|RTMGR|DBAAS|ASN1|E2Node", "TimeoutType": "E2-Timeout|..."}]}`` and retries (10
   times, 5 s apart) until it gets 200.  ``E2EventInstanceId`` is the RIC Request ID's
-  instance the E2 node sees; a non-empty ErrorCause is a failure.
+  instance the E2 node sees.  Success and failure are told apart by it alone
+  (``sendSuccesfullResponseNotification`` / ``sendUnsuccesfullResponseNotification``): a
+  success carries the node's instance id, ``"ErrorSource": "E2Node"`` and ``"ErrorCause": " "``
+  on every instance (``CheckActionNotAdmittedList`` formats two empty strings), or a
+  "partially accepted" cause listing actions the node did not admit; a failure carries
+  ``E2EventInstanceId`` 0, the cause, its source and, on time-outs, ``TimeoutType``.
+  ``E2SubscriptionDirectives`` (time-out, retries) is optional and not sent: submgr's
+  defaults apply.
 * The RIC Request ID's requestor towards the node is submgr's constant ``ricRequestorId =
   123`` (control.go, ``sendE2TSubscriptionRequest``); nodes echo it in their indications (the
   O-RAN SC KPM simulator's golden indication carries 123; ``match_requestor`` off is for
@@ -362,6 +367,8 @@ class _Instance:
     detail: Detail
     e2_instance_id: int | None = None
     error: str = ""
+    #: submgr's cause on a success (actions the node did not admit), shown, not an error.
+    note: str = ""
 
 
 @dataclass
@@ -631,6 +638,11 @@ class E2Subscriber:
                 self._count("instances_failed")
             else:
                 inst.e2_instance_id, inst.error = instance["e2"], ""
+                inst.note = instance["note"]
+                if inst.note:
+                    self._count("instances_partial")
+                    log.warning("E2: subscription %s style %d active with submgr's note: %s",
+                                sid, inst.detail.style, inst.note)
                 kpm = sub.node.kpm
                 self.book.add(ActiveSubscription(
                     subscription_id=sid, node=sub.node.inventory_name,
@@ -763,7 +775,7 @@ class E2Subscriber:
                             "measurements": list(i.detail.measurements),
                             "state": ("active" if i.e2_instance_id is not None else
                                       "failed" if i.error else "pending"),
-                            "error": i.error,
+                            "error": i.error, "note": i.note,
                             "indications": (0 if i.e2_instance_id is None or kpm is None else
                                             self.book.indications(i.e2_instance_id,
                                                                   kpm.ran_function_id)),
@@ -806,12 +818,24 @@ def _parse_callback(doc: Any) -> tuple[str, list[dict[str, Any]]]:
             if isinstance(value, bool) or not isinstance(value, int) or \
                     not 0 <= value <= MAX_INSTANCE_ID:
                 raise ValueError(f"{name} must be an integer in 0..{MAX_INSTANCE_ID}")
-        cause = inst.get("ErrorCause") or ""
-        if not isinstance(cause, str):
-            raise ValueError("ErrorCause must be a string")
-        source = inst.get("ErrorSource") or ""
-        timeout = inst.get("TimeoutType") or ""
-        error = " ".join(str(p)[:200] for p in (cause, f"({source})" if source else "",
-                                                timeout) if p)
-        out.append({"xapp": xid, "e2": eid, "error": error})
+        cause, source, timeout = (inst.get(k) or "" for k in ("ErrorCause", "ErrorSource",
+                                                               "TimeoutType"))
+        for name, value in (("ErrorCause", cause), ("ErrorSource", source),
+                            ("TimeoutType", timeout)):
+            if not isinstance(value, str):
+                raise ValueError(f"{name} must be a string")
+        detail = " ".join(p[:200] for p in (cause.strip(), f"({source})" if source else "",
+                                            f"[{timeout}]" if timeout else "") if p)
+        # submgr tells success from failure by the E2 instance id alone: a success carries
+        # the node's instance id and, always, ErrorSource "E2Node" with ErrorCause " " (two
+        # empty strings formatted with a space), or "RICSubscriptionResponse partially
+        # accepted: ActionNotAdmittedList: [...]"; a failure carries 0 with the cause (and
+        # TimeoutType on time-outs).  So a cause on a non-zero id is a note, not an error.
+        if eid == 0:
+            out.append({"xapp": xid, "e2": 0,
+                        "error": detail or "submgr answered E2 instance id 0 without a cause",
+                        "note": ""})
+        else:
+            note = cause.strip()[:400]
+            out.append({"xapp": xid, "e2": eid, "error": "", "note": note})
     return sid, out
