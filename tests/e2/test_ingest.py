@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xapp.adapters.e2 import codec
-from xapp.adapters.e2.ingest import MAPPING_COUNTS, OUTCOMES, KpmIngest
+from xapp.adapters.e2.ingest import DIALECT_COUNTS, MAPPING_COUNTS, OUTCOMES, KpmIngest
 from xapp.adapters.e2.records import ActiveSubscription, RicRequestId
 from xapp.adapters.e2.registry import CpeRegistry
 from xapp.adapters.e2.subscriptions import SubscriptionBook
@@ -216,7 +216,7 @@ def test_counters_have_fixed_keys() -> None:
     keys = list(ingest.counters)
     ingest.handle(golden())
     ingest.handle(b"")
-    assert list(ingest.counters) == keys == list(OUTCOMES + MAPPING_COUNTS)
+    assert list(ingest.counters) == keys == list(OUTCOMES + MAPPING_COUNTS + DIALECT_COUNTS)
 
 
 _SAMPLES = [golden(), envelope(format3([(17, {"DRB.UEThpDl": 1000, "RRU.PrbTotDl": 5})]))]

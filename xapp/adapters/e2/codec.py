@@ -58,9 +58,20 @@ MAX_RAN_FUNCTIONS: Final = 256
 
 SUPPORTED_VERSIONS: Final = (2, 3, 4)
 
+#: The sets of E2SM-KPM definitions ("dialects") a node's bytes are read with, in the order
+#: they are tried when a node's bytes do not decode under the one it was taken for:
+#: "v3" (KPM v03.00, also v04.00 and the v2.02/v2.03 nodes that send v3-era structures, such
+#: as srsRAN's gNB), "v2" (KPM v02.00: 4-octet TimeStamp, opaque UE-Identity), "flexric-v3"
+#: and "flexric-v2" (FlexRIC's KPM v03.00/v02.03 model that OAI's gNB links: the v3 text with
+#: seven extension markers moved; v02.03's header has the 4-octet TimeStamp).
+DIALECTS: Final = ("v3", "v2", "flexric-v3", "flexric-v2")
+
 #: E2SM-KPM OIDs: 1.3.6.1.4.1.53148.1.<version>.2.2 (e2(1) versionN(N) e2sm(2) kpm(2)).
 _KPM_OID_RE: Final = re.compile(r"1\.3\.6\.1\.4\.1\.53148\.1\.([0-9]+)\.2\.2")
 _KPM_SHORT_NAME: Final = "ORAN-E2SM-KPM"
+#: Short names real nodes use: "ORAN-E2SM-KPM" (the specification, srsRAN, the O-RAN SC
+#: simulator) and "ORAN-E2SM-KPM-v03.00" / "-v02.03" (FlexRIC, so OAI's gNB).
+_KPM_SHORT_NAME_RE: Final = re.compile(r"ORAN-E2SM-KPM(?:-v([0-9]{2})\.([0-9]{2}))?")
 
 # E2AP procedure codes and protocol IE ids (E2AP clause 9.3.6/9.3.7).
 _PROC_E2SETUP: Final = 1
@@ -87,6 +98,7 @@ class _Codecs:
     pdu: Any  # E2AP-PDU
     v2: Any  # E2SM-KPM-v2-IEs module class
     v3: Any
+    flexric: Any  # E2SM-KPM-FlexRIC-IEs: v3 with seven extension markers moved (see its .asn)
 
 
 @cache
@@ -94,18 +106,19 @@ def _codecs() -> _Codecs:
     """Load the compiled modules once (about 0.3 s, see the bench); later calls are free."""
     from pycrate_asn1dir import E2AP
 
-    from xapp.adapters.e2.asn1 import _kpm_v2, _kpm_v3
+    from xapp.adapters.e2.asn1 import _kpm_flexric, _kpm_v2, _kpm_v3
 
     v2: ModuleType = _kpm_v2
     v3: ModuleType = _kpm_v3
+    flexric: ModuleType = _kpm_flexric
     codecs = _Codecs(E2AP.E2AP_PDU_Descriptions.E2AP_PDU, v2.E2SM_KPM_v2_IEs,
-                     v3.E2SM_KPM_v3_IEs)
+                     v3.E2SM_KPM_v3_IEs, flexric.E2SM_KPM_FlexRIC_IEs)
     # from_aper re-walks the whole decoded value to check constraints the APER structure already
     # enforced (it costs two thirds of a format 3 decode).  Only the KPM modules' objects skip
     # it (instance attributes, nested ones included: extension additions such as format 3 are
     # open types, decoded by their own from_aper); the values used are range-checked below.
     codecs.pdu._SAFE_BND = False
-    for module in (codecs.v2, codecs.v3):
+    for module in (codecs.v2, codecs.v3, codecs.flexric):
         for name in module._all_:
             _skip_bound_checks(name)
     return codecs
@@ -140,6 +153,26 @@ def _kpm_module(kpm_version: int) -> Any:
         return _codecs().v3
     raise E2DecodeError(f"E2SM-KPM version {kpm_version!r} is not supported "
                         f"(supported: {', '.join(map(str, SUPPORTED_VERSIONS))})")
+
+
+def default_dialect(kpm_version: int) -> str:
+    """The dialect a node of ``kpm_version`` is read with until its bytes say otherwise."""
+    return "v2" if kpm_version == 2 else "v3"
+
+
+def _dialect_modules(dialect: str) -> tuple[Any, Any]:
+    """(indication header module, message/action definition module) of ``dialect``."""
+    c = _codecs()
+    if dialect == "v3":
+        return c.v3, c.v3
+    if dialect == "v2":
+        return c.v2, c.v2
+    if dialect == "flexric-v3":
+        return c.v3, c.flexric
+    if dialect == "flexric-v2":
+        return c.v2, c.flexric
+    raise E2DecodeError(f"E2SM-KPM dialect {dialect!r} is not known "
+                        f"(known: {', '.join(DIALECTS)})")
 
 
 def _decode(obj: Any, data: bytes, what: str) -> Any:
@@ -302,8 +335,10 @@ def decode_ran_function_description(data: bytes, ran_function_id: int, oid: str,
         desc = _decode(_codecs().v3.E2SM_KPM_RANfunction_Description, raw, what)
     name = desc["ranFunction-Name"]
     short = str(name["ranFunction-ShortName"])
-    if short != _KPM_SHORT_NAME:
-        raise E2DecodeError(f"{what}: short name {short!r} is not {_KPM_SHORT_NAME}")
+    short_match = _KPM_SHORT_NAME_RE.fullmatch(short.strip())
+    if short_match is None:
+        raise E2DecodeError(f"{what}: short name {short!r} is not {_KPM_SHORT_NAME} "
+                            "(optionally with a -vNN.NN suffix)")
     report_styles: dict[int, tuple[str, int, int, int]] = {}
     measurements: dict[int, tuple[str, ...]] = {}
     ids: dict[int, str] = {}
@@ -322,15 +357,27 @@ def decode_ran_function_description(data: bytes, ran_function_id: int, oid: str,
         for a in actions:
             if "measID" in a:
                 ids.setdefault(int(a["measID"]), str(a["measName"]))
+    per_ue = any(s[1] in (4, 5) or s[3] == 3 for s in report_styles.values())
     version = _version_from_oid(oid)
     if version is None:
         version = _version_from_oid(str(name["ranFunction-E2SM-OID"]))
+    if version is None and short_match.group(1) is not None:
+        version = int(short_match.group(1))
     if version is None:
-        per_ue = any(s[1] in (4, 5) or s[3] == 3 for s in report_styles.values())
         version = 3 if per_ue else 2
     if version not in SUPPORTED_VERSIONS:
         raise E2DecodeError(f"{what}: E2SM-KPM version {version} is not supported "
                             f"(supported: {', '.join(map(str, SUPPORTED_VERSIONS))})")
+    # A first guess, checked against the node's first indication (the description reads the
+    # same under every dialect): the -vNN.NN suffix is FlexRIC's naming; a node labelled v2
+    # that offers per-UE styles (srsRAN: KPM v2 OID, v3-era structures, 8-octet TimeStamp)
+    # gets the v3 definitions, which also give it action definition formats 4 and 5.
+    if short_match.group(1) is not None:
+        dialect = "flexric-v2" if version == 2 else "flexric-v3"
+    elif version == 2 and per_ue:
+        dialect = "v3"
+    else:
+        dialect = default_dialect(version)
     return KpmRanFunction(
         ran_function_id=ran_function_id,
         oid=oid,
@@ -342,6 +389,7 @@ def decode_ran_function_description(data: bytes, ran_function_id: int, oid: str,
         measurement_ids=ids,
         event_trigger_styles=tuple(int(s["ric-EventTriggerStyle-Type"])
                                    for s in desc.get("ric-EventTriggerStyle-List", ())),
+        dialect=dialect,
     )
 
 
@@ -396,11 +444,18 @@ def _meas_name(meas_type: Any, ids: Mapping[int, str] | None) -> str:
     raise E2DecodeError("measurement type is neither a name nor an id")
 
 
+#: Measurements whose values under several labels are averaged, not summed (the rest are
+#: volumes, throughputs, counts: summed over the labels' disjoint subsets).
+_AVERAGED: Final = re.compile(r"(?i).*(delay|cqi|rsrp|rsrq|sinr|mcs|bler|ratio|percent|mean)")
+
+
 def _values(data_items: Sequence[Any], names: Sequence[str]) -> dict[str, float]:
     """Measurement name -> value of the period's latest complete record (latest if none is).
 
     Record i of a MeasurementDataItem is measurement-and-label i of the list ``names`` was made
-    from; a measurement with several labels keeps its first label's value.
+    from.  A measurement reported under several labels (per PLMN, slice, 5QI...) is one value:
+    the ``noLabel`` record (the total) if ``names`` marks one with a trailing ``"\0"``, else
+    the sum over the labels, or their mean for delays and radio qualities (``_AVERAGED``).
     """
     if not data_items:
         return {}
@@ -413,13 +468,23 @@ def _values(data_items: Sequence[Any], names: Sequence[str]) -> dict[str, float]
     if len(records) != len(names):
         raise E2DecodeError(f"measurement record has {len(records)} values for "
                             f"{len(names)} measurements")
-    out: dict[str, float] = {}
+    totals: dict[str, float] = {}
+    parts: dict[str, list[float]] = {}
     for name, record in zip(names, records, strict=True):
-        if name in out:
-            continue
         value = _number(record)
-        if value is not None:
-            out[name] = value
+        if value is None:
+            continue
+        if name.endswith("\0"):
+            totals[name[:-1]] = value
+        else:
+            parts.setdefault(name, []).append(value)
+    out: dict[str, float] = {}
+    for name, values in parts.items():
+        if name in totals:
+            continue
+        total = math.fsum(values)
+        out[name] = total / len(values) if len(values) > 1 and _AVERAGED.match(name) else total
+    out.update(totals)
     return out
 
 
@@ -433,10 +498,15 @@ def _format1(fmt: Mapping[str, Any], ids: Mapping[int, str] | None,
         flat = []
         for item in info:
             name = _meas_name(item["measType"], ids)
-            labels = len(item["labelInfoList"])
-            if labels > MAX_MEASUREMENTS:
-                raise E2DecodeError(f"{labels} labels for {name}, more than {MAX_MEASUREMENTS}")
-            flat.extend([name] * labels)
+            labels = item["labelInfoList"]
+            if len(labels) > MAX_MEASUREMENTS:
+                raise E2DecodeError(f"{len(labels)} labels for {name}, more than "
+                                    f"{MAX_MEASUREMENTS}")
+            if len(labels) == 1:
+                flat.append(name)
+            else:  # "\0" marks the total among several labels (see _values)
+                flat.extend(name + "\0" if "noLabel" in lab["measLabel"] else name
+                            for lab in labels)
     elif names is not None:
         flat = list(names)
     else:
@@ -446,6 +516,52 @@ def _format1(fmt: Mapping[str, Any], ids: Mapping[int, str] | None,
         raise E2DecodeError(f"{len(flat)} measurement records, more than {MAX_MEASUREMENTS}")
     period = fmt.get("granulPeriod")
     return _values(fmt["measData"], flat), (int(period) if period is not None else None)
+
+
+def _format2(fmt: Mapping[str, Any], ids: Mapping[int, str] | None
+             ) -> tuple[int | None, list[KpmReport]]:
+    """Format 2 (style 3): one report per matched UE where the node lists them, else one.
+
+    The record list is read one of two ways, told apart by its length: one record per
+    condition (measCondUEidList's item i), the UEs it matched sharing the value; or one record
+    per matched UE, conditions in order and their matchingUEidList in order (what srsRAN
+    sends).  Without matched UEs, one report for the node or cell.
+    """
+    conds = fmt["measCondUEidList"]
+    if len(conds) > MAX_MEASUREMENTS:
+        raise E2DecodeError(f"{len(conds)} conditional measurements, more than "
+                            f"{MAX_MEASUREMENTS}")
+    names = [_meas_name(c["measType"], ids) for c in conds]
+    gp = fmt.get("granulPeriod")
+    period = int(gp) if gp is not None else None
+    matched: list[list[UeId]] = []
+    for cond in conds:
+        items = cond.get("matchingUEidList") or ()
+        if len(items) > MAX_REPORTS:
+            raise E2DecodeError(f"{len(items)} matched UEs, more than {MAX_REPORTS}")
+        matched.append([_ue_id(item["ueID"], 3) for item in items])
+    total = sum(len(m) for m in matched)
+    if total > MAX_REPORTS:
+        raise E2DecodeError(f"{total} matched UEs, more than {MAX_REPORTS}")
+    data = fmt["measData"]
+    width = len(data[-1]["measRecord"]) if data else 0
+    per_ue: dict[UeId, dict[str, float]] = {}
+    if total and width == total and total != len(conds):
+        flat = [(name, ue) for name, ues in zip(names, matched, strict=True) for ue in ues]
+        keys = [f"{i}" for i in range(total)]
+        by_key = _values(data, keys)
+        for key, (name, ue) in zip(keys, flat, strict=True):
+            if key in by_key:
+                per_ue.setdefault(ue, {})[name] = by_key[key]
+        return period, [KpmReport(v, ue=ue) for ue, v in per_ue.items()]
+    values = _values(data, names)
+    for name, ues in zip(names, matched, strict=True):
+        for ue in ues:
+            if name in values:
+                per_ue.setdefault(ue, {})[name] = values[name]
+    if per_ue:
+        return period, [KpmReport(v, ue=ue) for ue, v in per_ue.items()]
+    return period, [KpmReport(values)]
 
 
 def _bits(value: tuple[int, int]) -> int:
@@ -483,21 +599,26 @@ def _ue_id(value: Any, kpm_version: int) -> UeId:
 
 
 def decode_kpm_indication(header: bytes, message: bytes, kpm_version: int, *,
+                          dialect: str | None = None,
                           measurement_ids: Mapping[int, str] | None = None,
                           measurement_names: Sequence[str] | None = None) -> KpmIndication:
-    """An E2SM-KPM indication header and message of ``kpm_version`` (2, 3 or 4).
+    """An E2SM-KPM indication header and message read with ``dialect`` (see :data:`DIALECTS`;
+    by default the standard definitions of ``kpm_version``, 2, 3 or 4).
 
     ``measurement_ids`` names measurements a node reports by measID; ``measurement_names`` is
     the action definition's measurement list, needed only when a node leaves measInfoList out
     of format 1 (its records are then in the action definition's order).
     """
-    module = _kpm_module(kpm_version)
+    if dialect is None:
+        _kpm_module(kpm_version)  # refuses unsupported versions
+        dialect = default_dialect(kpm_version)
+    head_module, body_module = _dialect_modules(dialect)
     head = _need_bytes(header, MAX_HEADER_BYTES, "KPM indication header")
     body = _need_bytes(message, MAX_INDICATION_BYTES, "KPM indication message")
     with _LOCK:
-        hdr = _decode(module.E2SM_KPM_IndicationHeader, head, "KPM indication header")
-        msg = _decode(module.E2SM_KPM_IndicationMessage, body, "KPM indication message")
-        if kpm_version == 2 and msg["indicationMessage-formats"][0] not in (
+        hdr = _decode(head_module.E2SM_KPM_IndicationHeader, head, "KPM indication header")
+        msg = _decode(body_module.E2SM_KPM_IndicationMessage, body, "KPM indication message")
+        if dialect == "v2" and msg["indicationMessage-formats"][0] not in (
                 "indicationMessage-Format1", "indicationMessage-Format2"):
             # v2.02/v2.03 nodes send format 3 (with the UEID CHOICE): v3's definitions.
             msg = _decode(_codecs().v3.E2SM_KPM_IndicationMessage, body,
@@ -515,14 +636,7 @@ def decode_kpm_indication(header: bytes, message: bytes, kpm_version: int, *,
         reports.append(KpmReport(values))
     elif kind == "indicationMessage-Format2":
         number = 2
-        conds = fmt["measCondUEidList"]
-        if len(conds) > MAX_MEASUREMENTS:
-            raise E2DecodeError(f"{len(conds)} conditional measurements, more than "
-                                f"{MAX_MEASUREMENTS}")
-        names = [_meas_name(c["measType"], measurement_ids) for c in conds]
-        gp = fmt.get("granulPeriod")
-        period = int(gp) if gp is not None else None
-        reports.append(KpmReport(_values(fmt["measData"], names)))
+        period, reports = _format2(fmt, measurement_ids)
     elif kind == "indicationMessage-Format3":
         number = 3
         ues = fmt["ueMeasReportList"]
@@ -538,7 +652,34 @@ def decode_kpm_indication(header: bytes, message: bytes, kpm_version: int, *,
     sender = hval.get("senderName")
     return KpmIndication(kpm_version=kpm_version, format=number, collect_start_ms=start,
                          granularity_ms=period, sender_name=str(sender) if sender else None,
-                         reports=tuple(reports))
+                         reports=tuple(reports), dialect=dialect)
+
+
+def detect_kpm_indication(header: bytes, message: bytes, kpm_version: int, *,
+                          first: str | None = None,
+                          measurement_ids: Mapping[int, str] | None = None,
+                          measurement_names: Sequence[str] | None = None) -> KpmIndication:
+    """The indication read with the first dialect under which header and message both decode
+    with no bytes left over, ``first`` tried first, then :data:`DIALECTS` in order.
+
+    The result's ``dialect`` names the one that did; E2DecodeError (with ``first``'s reason)
+    when none does.  A message can fit more than one text only where the texts agree on the
+    wire (format 1 without the moved components), so the choice does not change the values.
+    """
+    order = [first] if first is not None else []
+    order += [d for d in DIALECTS if d != first]
+    first_error: E2DecodeError | None = None
+    for dialect in order:
+        try:
+            return decode_kpm_indication(header, message, kpm_version, dialect=dialect,
+                                         measurement_ids=measurement_ids,
+                                         measurement_names=measurement_names)
+        except E2DecodeError as exc:
+            if first_error is None:
+                first_error = exc
+    assert first_error is not None
+    raise E2DecodeError(f"{first_error} (and under no other E2SM-KPM dialect: "
+                        f"{', '.join(order[1:])})")
 
 
 # --- E2SM-KPM: encoders (subscriptions; indications for tests, benches and the twin) --------
@@ -638,24 +779,50 @@ def _ueid_value(ue: UeId, kpm_version: int) -> Any:
 
 def encode_action_definition(measurements: Sequence[str], granularity_ms: int,
                              kpm_version: int, *, style: int = 1, cell: str | None = None,
-                             ues: Sequence[UeId] = ()) -> bytes:
-    """E2SM-KPM action definition of REPORT ``style``.
+                             ues: Sequence[UeId] = (), dialect: str | None = None) -> bytes:
+    """E2SM-KPM action definition of REPORT ``style`` under ``dialect`` (by default the
+    standard definitions of ``kpm_version``).
 
     Style 1: format 1, node or cell level (``cell`` an NR CGI "<plmn hex>-<nci hex>").
-    Style 4 (v3, v4): format 4, every UE that has an RSRP ("rSRP present"), per-UE reports in
-    indication format 3.  Style 5 (v3, v4): format 5, the ``ues`` listed (at least two).
+    Style 2: format 2, the one UE ``ues[0]``.  Style 3: format 3, each measurement for the UEs
+    that have an RSRP ("rSRP present"), reported in indication format 2.
+    Style 4 (not v2.00): format 4, every UE that has an RSRP, per-UE reports in indication
+    format 3.  Style 5 (not v2.00): format 5, the ``ues`` listed (at least two).
     """
-    module = _check_version(kpm_version)
+    _check_version(kpm_version)
+    if dialect is None:
+        dialect = default_dialect(kpm_version)
+    try:
+        module = _dialect_modules(dialect)[1]
+    except E2DecodeError as exc:
+        raise ValueError(str(exc)) from None
+    v2 = module is _codecs().v2
     info = _format1_definition(measurements, granularity_ms, cell)
+    rsrp_present = {"testType": ("rSRP", "true"), "testExpr": "present"}
     if style == 1:
         formats: tuple[str, Any] = ("actionDefinition-Format1", info)
-    elif style in (4, 5) and kpm_version == 2:
+    elif style == 2:
+        if len(ues) != 1:
+            raise ValueError("style 2 (action definition format 2) names exactly one UE")
+        formats = ("actionDefinition-Format2", {"ueID": _ueid_value(ues[0], 2 if v2 else 3),
+                                                "subscriptInfo": info})
+    elif style == 3:
+        # v2.00's MatchingCondItem is the CHOICE itself; v3 wraps it with logicalOR.
+        choice = ("testCondInfo", rsrp_present)
+        cond: list[Any] = [choice] if v2 else [{"matchingCondChoice": choice}]
+        fmt3: dict[str, Any] = {
+            "measCondList": [{"measType": m["measType"], "matchingCond": cond}
+                             for m in info["measInfoList"]],
+            "granulPeriod": info["granulPeriod"]}
+        if "cellGlobalID" in info:
+            fmt3["cellGlobalID"] = info["cellGlobalID"]
+        formats = ("actionDefinition-Format3", fmt3)
+    elif style in (4, 5) and v2:
         raise ValueError(f"E2SM-KPM v2.00 has no style {style} (action definition format "
                          f"{style}); subscribe with v3 or v4, or style 1")
     elif style == 4:
         formats = ("actionDefinition-Format4", {
-            "matchingUeCondList": [{"testCondInfo": {"testType": ("rSRP", "true"),
-                                                     "testExpr": "present"}}],
+            "matchingUeCondList": [{"testCondInfo": rsrp_present}],
             "subscriptionInfo": info})
     elif style == 5:
         if len(ues) < 2:
@@ -663,13 +830,30 @@ def encode_action_definition(measurements: Sequence[str], granularity_ms: int,
         if len(ues) > MAX_REPORTS:
             raise ValueError(f"{len(ues)} UEs, more than {MAX_REPORTS}")
         formats = ("actionDefinition-Format5", {
-            "matchingUEidList": [{"ueID": _ueid_value(u, kpm_version)} for u in ues],
+            "matchingUEidList": [{"ueID": _ueid_value(u, 3)} for u in ues],
             "subscriptionInfo": info})
     else:
-        raise ValueError(f"REPORT style {style!r} is not supported (1, 4 or 5)")
+        raise ValueError(f"REPORT style {style!r} is not supported (1 to 5)")
     value = {"ric-Style-Type": style, "actionDefinition-formats": formats}
     with _LOCK:
         return _encode(module.E2SM_KPM_ActionDefinition, value, "action definition")
+
+
+def decode_action_definition(data: bytes, dialect: str) -> tuple[int, str, tuple[str, ...],
+                                                                 int | None]:
+    """(style, format name, measurement names, granularity ms) of an action definition read
+    with ``dialect`` (the node's side of a subscription; tests and the interop checks)."""
+    what = "KPM action definition"
+    raw = _need_bytes(data, MAX_DESCRIPTION_BYTES, what)
+    module = _dialect_modules(dialect)[1]
+    with _LOCK:
+        value = _decode(module.E2SM_KPM_ActionDefinition, raw, what)
+    kind, fmt = value["actionDefinition-formats"]
+    info = fmt.get("subscriptInfo") or fmt.get("subscriptionInfo") or fmt
+    items = info.get("measInfoList") or info.get("measCondList") or ()
+    names = tuple(_meas_name(i["measType"], None) for i in items)
+    period = info.get("granulPeriod")
+    return int(value["ric-Style-Type"]), str(kind), names, (int(period) if period else None)
 
 
 def _ntp(ms: int, octets: int) -> bytes:

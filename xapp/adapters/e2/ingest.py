@@ -49,10 +49,15 @@ OUTCOMES: Final[tuple[str, ...]] = (
     "refused_insert",  # an INSERT indication: KPM reports only
     "refused_unknown_subscription",
     "refused_wrong_node",  # the RMR meid is not the subscription's node
-    "refused_kpm",  # the E2SM-KPM header/message does not decode with the subscription's version
+    "refused_kpm",  # the E2SM-KPM header/message decodes under no dialect
     "sink_errors",
     "internal_errors",
 )
+#: E2SM-KPM dialect detection: indications decoded per dialect; a node's first indication
+#: (or one that failed under the remembered dialect) checked against every dialect, and how
+#: often that changed the node's dialect.
+DIALECT_COUNTS: Final[tuple[str, ...]] = (
+    *(f"decoded_{d}" for d in codec.DIALECTS), "dialect_checks", "dialect_changes")
 MAPPING_COUNTS: Final[tuple[str, ...]] = tuple(MappingCounts().as_dict())
 
 
@@ -61,6 +66,10 @@ class SubscriptionLookup(Protocol):
 
     def lookup(self, request: RicRequestId, ran_function_id: int
                ) -> ActiveSubscription | None: ...
+
+    def dialect(self, node: str, ran_function_id: int) -> str | None: ...
+
+    def remember_dialect(self, node: str, ran_function_id: int, dialect: str) -> None: ...
 
 
 class KpmIngest:
@@ -91,7 +100,7 @@ class KpmIngest:
         self.clock = clock
         self.max_payload = max_payload
         self.log_interval_s = log_interval_s
-        self.counters: dict[str, int] = dict.fromkeys(OUTCOMES + MAPPING_COUNTS, 0)
+        self.counters: dict[str, int] = dict.fromkeys(OUTCOMES + MAPPING_COUNTS + DIALECT_COUNTS, 0)
         #: reason -> (monotonic time of the last log line, refusals not logged since)
         self._logged: dict[str, tuple[float, int]] = {}
 
@@ -133,13 +142,38 @@ class KpmIngest:
                          f"subscription {sub.subscription_id} is for {sub.node}, "
                          f"the indication came from {meid}")
             return
+        node = sub.node or meid or ""
+        known = self.book.dialect(node, sub.ran_function_id)
+        names = sub.measurements or None
         try:
-            kpm = codec.decode_kpm_indication(ind.header, ind.message, sub.kpm_version,
-                                              measurement_ids=sub.measurement_ids or None)
+            if known is not None:
+                try:
+                    kpm = codec.decode_kpm_indication(
+                        ind.header, ind.message, sub.kpm_version, dialect=known,
+                        measurement_ids=sub.measurement_ids or None, measurement_names=names)
+                except E2DecodeError:
+                    known_failed = True
+                else:
+                    known_failed = False
+            if known is None or known_failed:
+                # First indication of this node and function, or one its remembered dialect
+                # cannot read: try every dialect, the remembered (else assumed) one first.
+                c["dialect_checks"] += 1
+                kpm = codec.detect_kpm_indication(
+                    ind.header, ind.message, sub.kpm_version, first=known or sub.dialect,
+                    measurement_ids=sub.measurement_ids or None, measurement_names=names)
+                if kpm.dialect != known:
+                    if known is not None:
+                        c["dialect_changes"] += 1
+                        log.warning("E2 node %s RAN function %d: indications now decode as "
+                                    "%s, not %s", node, sub.ran_function_id, kpm.dialect, known)
+                    self.book.remember_dialect(node, sub.ran_function_id, kpm.dialect)
         except E2DecodeError as exc:
             self._refuse("refused_kpm",
-                         f"subscription {sub.subscription_id} (KPM v{sub.kpm_version}): {exc}")
+                         f"subscription {sub.subscription_id} (KPM v{sub.kpm_version}, "
+                         f"{known or sub.dialect}): {exc}")
             return
+        c[f"decoded_{kpm.dialect}"] += 1
         frame, counts = map_indication(kpm, self.registry, time_s=self.clock(),
                                        names=self.names, default_cell=sub.cell)
         for key, n in counts.as_dict().items():

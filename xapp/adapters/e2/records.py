@@ -93,6 +93,8 @@ class KpmIndication:
     granularity_ms: int | None
     sender_name: str | None
     reports: tuple[KpmReport, ...]
+    #: The E2SM-KPM definitions it was read with (``xapp.adapters.e2.codec.DIALECTS``).
+    dialect: str = "v3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,9 @@ class KpmRanFunction:
     #: measID -> name where the node numbers its measurements.
     measurement_ids: dict[int, str] = field(default_factory=dict)
     event_trigger_styles: tuple[int, ...] = ()
+    #: The definitions the node is taken to speak until its indications say otherwise
+    #: (``xapp.adapters.e2.codec.DIALECTS``); action definitions are encoded with them.
+    dialect: str = "v3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,3 +147,7 @@ class ActiveSubscription:
     cell: str | None = None
     #: measID -> name for nodes that report measurements by id.
     measurement_ids: dict[int, str] = field(default_factory=dict)
+    #: The dialect the subscription's action definition was encoded with (first one tried).
+    dialect: str = "v3"
+    #: The action definition's measurement names, in order (format 1 without measInfoList).
+    measurements: tuple[str, ...] = ()

@@ -243,6 +243,7 @@ class SubscriptionBook:
         self.match_requestor = match_requestor
         self._subs: dict[tuple[int, int], ActiveSubscription] = {}
         self._hits: dict[tuple[int, int], int] = {}
+        self._dialects: dict[tuple[str, int], str] = {}
         self.misses = 0
         self._lock = threading.Lock()
 
@@ -279,6 +280,16 @@ class SubscriptionBook:
     def indications(self, instance: int, ran_function_id: int) -> int:
         with self._lock:
             return self._hits.get((instance, ran_function_id), 0)
+
+    def dialect(self, node: str, ran_function_id: int) -> str | None:
+        """The E2SM-KPM dialect the node's indications last decoded with, None before one."""
+        with self._lock:
+            return self._dialects.get((node, ran_function_id))
+
+    def remember_dialect(self, node: str, ran_function_id: int, dialect: str) -> None:
+        """Kept per node and RAN function (not per subscription): it outlives resubscribing."""
+        with self._lock:
+            self._dialects[(node, ran_function_id)] = dialect
 
     def active(self) -> list[ActiveSubscription]:
         with self._lock:
@@ -390,7 +401,8 @@ class Encoder(Protocol):
     def event_trigger(self, period_ms: int, kpm_version: int) -> bytes: ...
 
     def action_definition(self, measurements: Sequence[str], granularity_ms: int,
-                          kpm_version: int, style: int) -> bytes: ...
+                          kpm_version: int, style: int, *, dialect: str | None = None
+                          ) -> bytes: ...
 
 
 class CodecEncoder:
@@ -402,11 +414,14 @@ class CodecEncoder:
         return codec.encode_event_trigger(period_ms, kpm_version)
 
     def action_definition(self, measurements: Sequence[str], granularity_ms: int,
-                          kpm_version: int, style: int) -> bytes:
+                          kpm_version: int, style: int, *, dialect: str | None = None
+                          ) -> bytes:
         from xapp.adapters.e2 import codec
 
+        # Under the definitions the node speaks: srsRAN's v2-labelled function gets v3's
+        # formats 4/5, FlexRIC's its moved-marker CHOICE.
         return codec.encode_action_definition(measurements, granularity_ms, kpm_version,
-                                              style=style)
+                                              style=style, dialect=dialect)
 
 
 class E2Subscriber:
@@ -542,7 +557,8 @@ class E2Subscriber:
                 continue
             trigger = self._encoder.event_trigger(s.report_period_ms, kpm.kpm_version)
             action = self._encoder.action_definition(measurements, s.granularity_ms,
-                                                     kpm.kpm_version, style)
+                                                     kpm.kpm_version, style,
+                                                     dialect=kpm.dialect)
             self._next_xapp_id = self._next_xapp_id % MAX_INSTANCE_ID + 1
             details.append(Detail(self._next_xapp_id, style, measurements, trigger, action))
         return details
@@ -649,7 +665,8 @@ class E2Subscriber:
                     request=RicRequestId(self.settings.requestor_id, instance["e2"]),
                     ran_function_id=kpm.ran_function_id, kpm_version=kpm.kpm_version,
                     report_style=inst.detail.style,
-                    measurement_ids=dict(kpm.measurement_ids)))
+                    measurement_ids=dict(kpm.measurement_ids), dialect=kpm.dialect,
+                    measurements=inst.detail.measurements))
                 self._count("instances_active")
             answered = [i for i in sub.instances.values() if i.e2_instance_id is not None
                         or i.error]
@@ -766,6 +783,9 @@ class E2Subscriber:
                 kpm = sub.node.kpm
                 nodes[name] = {
                     **node_view(sub.node),
+                    "dialect": {"assumed": None if kpm is None else kpm.dialect,
+                                "detected": None if kpm is None else
+                                self.book.dialect(name, kpm.ran_function_id)},
                     "subscription": {
                         "id": sub.subscription_id, "state": sub.state,
                         "last_error": sub.last_error, "attempts": sub.attempts,

@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 MODULES: dict[str, str] = {
     "_kpm_v2.py": "e2sm-kpm-v2.asn",
     "_kpm_v3.py": "e2sm-kpm-v3.asn",
+    "_kpm_flexric.py": "e2sm-kpm-flexric.asn",
 }
 
 _PREAMBLE = (
