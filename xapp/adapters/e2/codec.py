@@ -662,24 +662,22 @@ def detect_kpm_indication(header: bytes, message: bytes, kpm_version: int, *,
     """The indication read with the first dialect under which header and message both decode
     with no bytes left over, ``first`` tried first, then :data:`DIALECTS` in order.
 
-    The result's ``dialect`` names the one that did; E2DecodeError (with ``first``'s reason)
+    The result's ``dialect`` names the one that did; E2DecodeError (each dialect's reason)
     when none does.  A message can fit more than one text only where the texts agree on the
     wire (format 1 without the moved components), so the choice does not change the values.
     """
     order = [first] if first is not None else []
     order += [d for d in DIALECTS if d != first]
-    first_error: E2DecodeError | None = None
+    errors: list[str] = []
     for dialect in order:
         try:
             return decode_kpm_indication(header, message, kpm_version, dialect=dialect,
                                          measurement_ids=measurement_ids,
                                          measurement_names=measurement_names)
         except E2DecodeError as exc:
-            if first_error is None:
-                first_error = exc
-    assert first_error is not None
-    raise E2DecodeError(f"{first_error} (and under no other E2SM-KPM dialect: "
-                        f"{', '.join(order[1:])})")
+            errors.append(f"{dialect}: {exc}")
+    raise E2DecodeError(f"KPM indication decodes under no E2SM-KPM dialect "
+                        f"({'; '.join(errors)})"[:1200])
 
 
 # --- E2SM-KPM: encoders (subscriptions; indications for tests, benches and the twin) --------
@@ -839,16 +837,43 @@ def encode_action_definition(measurements: Sequence[str], granularity_ms: int,
         return _encode(module.E2SM_KPM_ActionDefinition, value, "action definition")
 
 
-def decode_action_definition(data: bytes, dialect: str) -> tuple[int, str, tuple[str, ...],
-                                                                 int | None]:
-    """(style, format name, measurement names, granularity ms) of an action definition read
-    with ``dialect`` (the node's side of a subscription; tests and the interop checks)."""
-    what = "KPM action definition"
-    raw = _need_bytes(data, MAX_DESCRIPTION_BYTES, what)
-    module = _dialect_modules(dialect)[1]
-    with _LOCK:
-        value = _decode(module.E2SM_KPM_ActionDefinition, raw, what)
+_KINDS: Final = {"header": ("E2SM_KPM_IndicationHeader", 0),
+                 "message": ("E2SM_KPM_IndicationMessage", 1),
+                 "action_definition": ("E2SM_KPM_ActionDefinition", 1)}
+
+
+def decode_kpm_value(kind: str, data: bytes, *, first: str | None = None) -> tuple[str, Any]:
+    """(dialect, decoded value) of one E2SM-KPM ``kind`` ("header", "message",
+    "action_definition"): the first dialect (``first``, then :data:`DIALECTS`) under which the
+    bytes decode with none left over.  The value is pycrate's (dicts, tuples, bytes), for
+    inspection (interop checks, tools); the indication path uses :func:`detect_kpm_indication`.
+    """
+    if kind not in _KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {', '.join(_KINDS)}")
+    type_name, which = _KINDS[kind]
+    what = f"KPM {kind.replace('_', ' ')}"
+    raw = _need_bytes(data, MAX_INDICATION_BYTES, what)
+    order = ([first] if first is not None else []) + [d for d in DIALECTS if d != first]
+    errors: list[str] = []
+    for dialect in order:
+        module = _dialect_modules(dialect)[which]
+        try:
+            with _LOCK:
+                return dialect, _decode(getattr(module, type_name), raw, what)
+        except E2DecodeError as exc:
+            errors.append(f"{dialect}: {exc}")
+    raise E2DecodeError(f"{what} decodes under no E2SM-KPM dialect ({'; '.join(errors)})"[:600])
+
+
+def decode_action_definition(data: bytes, dialect: str | None = None
+                             ) -> tuple[int, str, tuple[str, ...], int | None]:
+    """(style, format name, measurement names or "id:<n>", granularity ms) of an action
+    definition, read with ``dialect`` first, then the others (the node's side of a
+    subscription; tests and interop checks)."""
+    _, value = decode_kpm_value("action_definition", data, first=dialect)
     kind, fmt = value["actionDefinition-formats"]
+    if not kind.startswith("actionDefinition-Format"):
+        raise E2DecodeError(f"KPM action definition format {kind!r} is not known")
     info = fmt.get("subscriptInfo") or fmt.get("subscriptionInfo") or fmt
     items = info.get("measInfoList") or info.get("measCondList") or ()
     names = tuple(_meas_name(i["measType"], None) for i in items)
