@@ -555,8 +555,10 @@ def test_rnib_node_is_discovered_and_subscribed(submgr: StandInSubmgr,
         source.close()
 
 
-def test_rnib_node_without_wanted_measurements_is_not_subscribed(
+def test_rnib_node_without_wanted_measurements_gets_what_it_offers_that_maps(
         submgr: StandInSubmgr, redis: RedisServer) -> None:
+    # The simulator offers none of the configured names; it is subscribed for what it offers
+    # that the table maps (its RLC SDU volumes), not left unusable.
     from xapp.adapters.e2.nodes import RnibNodes, ricsdl_rnib_backend
 
     write_rnib((DATA / "e2setup_req.bin").read_bytes(), MEID, status=1)
@@ -564,11 +566,86 @@ def test_rnib_node_without_wanted_measurements_is_not_subscribed(
     xapp = Xapp(submgr, source)
     try:
         xapp.sub.step()
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
+        [doc] = submgr.posts
+        [action] = doc["SubscriptionDetails"][0]["ActionToBeSetupList"]
+        style, _kind, names, _period = codec.decode_action_definition(
+            bytes(action["ActionDefinition"]), "v3")
+        assert style == 1
+        assert names == ("DRB.RlcSduTransmittedVolumeDL", "DRB.RlcSduTransmittedVolumeUL")
+    finally:
+        xapp.close()
+        source.close()
+
+
+class Offering:
+    """A node source with one node offering exactly ``names`` in style 1."""
+
+    def __init__(self, names: tuple[str, ...], *, dialect: str = "v3",
+                 cell: str | None = None) -> None:
+        from xapp.adapters.e2.records import KpmRanFunction
+
+        kpm = KpmRanFunction(GOLDEN_FUNCTION, "", 0, "ORAN-E2SM-KPM", 3,
+                             {1: ("E2 Node Measurement", 1, 1, 1),
+                              4: ("per UE", 4, 1, 3)},
+                             measurements={1: names, 4: names}, dialect=dialect)
+        self.node = E2Node(MEID, MEID, kpm, cell=cell, prb_total=106)
+
+    def nodes(self) -> list[E2Node]:
+        return [self.node]
+
+
+def test_node_offering_nothing_that_maps_is_unusable(submgr: StandInSubmgr) -> None:
+    xapp = Xapp(submgr, Offering(("L1M.UL-SRS-RSRP", "DRB.PacketLossRateULDist")))
+    try:
+        xapp.sub.step()
         assert xapp.state() == "unusable" and submgr.posts == []
         assert "measurements" in xapp.sub.view()["nodes"][MEID]["subscription"]["last_error"]
     finally:
         xapp.close()
-        source.close()
+
+
+def test_family_names_are_added_and_the_cell_goes_into_the_action_definition(
+        submgr: StandInSubmgr) -> None:
+    # srsRAN's DU offers CQI/RSRP/RSRQ beside the 28.552 names: both are asked for; the
+    # node's cell (R-NIB or configuration) is in the style 1 action definition and in the
+    # active subscription, so cell-level reports have a cell.
+    cell = "00f110-00000000a"
+    xapp = Xapp(submgr, Offering(("DRB.UEThpDl", "CQI", "RSRP", "Other"), cell=cell))
+    try:
+        xapp.sub.step()
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
+        [action] = submgr.posts[0]["SubscriptionDetails"][0]["ActionToBeSetupList"]
+        raw = bytes(action["ActionDefinition"])
+        assert codec.decode_action_definition(raw, "v3")[2] == ("DRB.UEThpDl", "CQI", "RSRP")
+        _, value = codec.decode_kpm_value("action_definition", raw)
+        assert value["actionDefinition-formats"][1]["cellGlobalID"] == (
+            "nR-CGI", {"pLMNIdentity": bytes.fromhex("00f110"), "nRCellIdentity": (0xa, 36)})
+        [active] = xapp.book.active()
+        assert (active.cell, active.family, active.prb_total) == (cell, "srsran", 106)
+        assert active.measurements == ("DRB.UEThpDl", "CQI", "RSRP")
+        node = xapp.sub.view()["nodes"][MEID]
+        assert node["cell"] == cell and node["dialect"] == {"assumed": "v3", "detected": None}
+    finally:
+        xapp.close()
+
+
+def test_flexric_node_gets_style_4_in_its_own_dialect(submgr: StandInSubmgr) -> None:
+    names = ("DRB.UEThpDl", "RRU.PrbTotDl", "DRB.PdcpSduVolumeDL")
+    xapp = Xapp(submgr, Offering(names, dialect="flexric-v3"), styles=(4,))
+    try:
+        xapp.sub.step()
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
+        [action] = submgr.posts[0]["SubscriptionDetails"][0]["ActionToBeSetupList"]
+        raw = bytes(action["ActionDefinition"])
+        # FlexRIC's CHOICE has format 4 in its root: the bytes read under flexric-v3 only.
+        assert codec.decode_kpm_value("action_definition", raw)[0] == "flexric-v3"
+        assert codec.decode_action_definition(raw, "flexric-v3")[:3] == (
+            4, "actionDefinition-Format4", ("DRB.UEThpDl", "RRU.PrbTotDl", "DRB.PdcpSduVolumeDL"))
+        [active] = xapp.book.active()
+        assert (active.dialect, active.family) == ("flexric-v3", "oai")
+    finally:
+        xapp.close()
 
 
 def test_a_step_makes_a_bounded_number_of_requests(submgr: StandInSubmgr) -> None:

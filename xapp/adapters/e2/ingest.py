@@ -101,6 +101,8 @@ class KpmIngest:
         self.max_payload = max_payload
         self.log_interval_s = log_interval_s
         self.counters: dict[str, int] = dict.fromkeys(OUTCOMES + MAPPING_COUNTS + DIALECT_COUNTS, 0)
+        #: family -> the table with that family's rules on top of ``names``
+        self._tables: dict[str, MeasurementMap] = {}
         #: reason -> (monotonic time of the last log line, refusals not logged since)
         self._logged: dict[str, tuple[float, int]] = {}
 
@@ -174,8 +176,13 @@ class KpmIngest:
                          f"{known or sub.dialect}): {exc}")
             return
         c[f"decoded_{kpm.dialect}"] += 1
+        table = self._tables.get(sub.family)
+        if table is None:
+            table = self._tables[sub.family] = self.names.for_family(sub.family)
         frame, counts = map_indication(kpm, self.registry, time_s=self.clock(),
-                                       names=self.names, default_cell=sub.cell)
+                                       names=table, default_cell=sub.cell,
+                                       prb_total=sub.prb_total,
+                                       granularity_ms=sub.granularity_ms)
         for key, n in counts.as_dict().items():
             if n:
                 c[key] += n

@@ -10,6 +10,7 @@ measurement                                field                  dir.   how
 ``RRU.PrbUsedDl`` / ``RRU.PrbAvailDl``     ``prb_util``           dl     used / available PRBs
 ``RRU.PrbUsedUl`` / ``RRU.PrbAvailUl``     ``prb_util``           ul     used / available PRBs
 ``RRU.PrbTotDl`` / ``RRU.PrbTotUl``        ``prb_util``           dl/ul  % / 100 (ratio wins)
+``DRB.RlcSduTransmittedVolumeDL/UL``       ``delivered_mbps``     dl/ul  kbit / period s / 1000
 ``TB.ErrTotalNbrDl`` / ``TB.TotNbrDl``     ``bler``               dl     erroneous / all TBs
 ``TB.ErrTotalNbrUl`` / ``TB.TotNbrUl``     ``bler``               ul     erroneous / all TBs
 ``CARR.WBCQIDist.Bin<k>...``               ``cqi``                link   mean of the CQI bins
@@ -19,6 +20,9 @@ measurement                                field                  dir.   how
 ``L1M.SS-SINR``                            ``sinr_db``            link   dB (UE only)
 ``CARR.WBCQI``, ``CARR.PDSCHMCS``, ...     ``cqi``, ``mcs``       ...    means where a node has them
 =========================================  =====================  =====  ==========================
+
+Node families (:data:`FAMILY_RULES`, chosen by :func:`family_of`) add srsRAN's and OAI's own
+names and units on top.
 
 Levels (see ``docs/e2.md``): a per-UE report (format 3, or format 1/2 naming a UE) goes to the
 registry's CPE as its ``nr`` rows, every mapped field.  A cell-level report goes to every CPE the
@@ -64,6 +68,9 @@ class Rule:
     direction: str
     scale: float = 1.0
     cell_level: bool = False
+    #: "" (value * scale), "prb_total" (a PRB count: value / the cell's PRBs * scale) or
+    #: "period_s" (a volume over the granularity period: value * scale / period in s).
+    per: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +100,9 @@ DEFAULT_RULES: Final[Mapping[str, Rule]] = {
     "DRB.UEThpUl": Rule("delivered_mbps", "ul", 1e-3),
     "RRU.PrbTotDl": Rule("prb_util", "dl", 1e-2, cell_level=True),
     "RRU.PrbTotUl": Rule("prb_util", "ul", 1e-2, cell_level=True),
+    # kbit delivered over the granularity period (TS 28.552 5.1.2.x): a rate once divided.
+    "DRB.RlcSduTransmittedVolumeDL": Rule("delivered_mbps", "dl", 1e-3, per="period_s"),
+    "DRB.RlcSduTransmittedVolumeUL": Rule("delivered_mbps", "ul", 1e-3, per="period_s"),
     "L1M.SS-RSRP": Rule("rsrp_dbm", ""),
     "L1M.SS-RSRQ": Rule("rsrq_db", ""),
     "L1M.SS-SINR": Rule("sinr_db", ""),
@@ -111,6 +121,46 @@ DEFAULT_DISTRIBUTIONS: Final[tuple[Distribution, ...]] = (
     Distribution("CARR.PDSCHMCSDist.Bin", "mcs", "dl"),
     Distribution("CARR.PUSCHMCSDist.Bin", "mcs", "ul"),
 )
+#: Measurement tables per node family, on top of the TS 28.552 defaults (``docs/e2.md``):
+#: * "srsran": srsRAN Project's DU measurement provider names its radio measurements ``CQI``,
+#:   ``RSRP``, ``RSRQ`` (per UE, wideband CQI, dBm, dB).
+#: * "oai": OpenAirInterface's gNB (FlexRIC agent) reports ``RRU.PrbTotDl/Ul`` as the PRBs
+#:   used (a count, not TS 28.552's percentage: divided by the cell's PRBs), and
+#:   ``DRB.PdcpSduVolumeDL/UL`` in kbit over the granularity period (a rate once divided by
+#:   it; ``DRB.UEThpDl/Ul`` wins where both are there).
+#: ``DRB.RlcSduDelayDl`` (RLC queueing delay, 0.1 ms in TS 28.552, microseconds in OAI) is
+#: recognised (not counted as unknown) but feeds no field: ``rtt_ms`` is the end-to-end
+#: round trip the agents measure, which one leg's queueing delay is not.
+FAMILIES: Final = ("3gpp", "srsran", "oai")
+FAMILY_RULES: Final[Mapping[str, Mapping[str, Rule]]] = {
+    "3gpp": {},
+    "srsran": {
+        "CQI": Rule("cqi", ""),
+        "RSRP": Rule("rsrp_dbm", ""),
+        "RSRQ": Rule("rsrq_db", ""),
+    },
+    "oai": {
+        "RRU.PrbTotDl": Rule("prb_util", "dl", 1.0, cell_level=True, per="prb_total"),
+        "RRU.PrbTotUl": Rule("prb_util", "ul", 1.0, cell_level=True, per="prb_total"),
+        "DRB.PdcpSduVolumeDL": Rule("delivered_mbps", "dl", 1e-3, per="period_s"),
+        "DRB.PdcpSduVolumeUL": Rule("delivered_mbps", "ul", 1e-3, per="period_s"),
+    },
+}
+#: Names every family recognises without mapping them to a field (see above).
+RECOGNISED: Final = frozenset({"DRB.RlcSduDelayDl"})
+_PER: Final = ("", "prb_total", "period_s")
+
+
+def family_of(dialect: str, offered: Iterable[str] = ()) -> str:
+    """The measurement table family of a node: FlexRIC's dialect is OAI's gNB; a node that
+    offers srsRAN's own names (``CQI``, ``RSRP``, ``RSRQ``) is srsRAN's; the rest TS 28.552."""
+    if dialect.startswith("flexric"):
+        return "oai"
+    if {"CQI", "RSRP", "RSRQ"} & set(offered):
+        return "srsran"
+    return "3gpp"
+
+
 #: Vendor tables are bounded like every other input.
 MAX_RULES: Final = 1024
 _NAME_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,150}")
@@ -147,6 +197,8 @@ class MeasurementMap:
             _check(name, r.field, r.direction)
             if not (math.isfinite(r.scale) and r.scale != 0.0):
                 raise MeasurementMapError(f"{name}: scale must be finite and non-zero")
+            if r.per not in _PER:
+                raise MeasurementMapError(f"{name}: per {r.per!r} is not one of {_PER}")
         for q in self.ratios:
             _check(q.numerator, q.field, q.direction)
             _check(q.denominator, q.field, q.direction)
@@ -159,6 +211,15 @@ class MeasurementMap:
         """Whether any rule uses measurement ``name``."""
         return (name in self.rules or name in self.ratio_names
                 or any(name.startswith(d.prefix) for d in self.distributions))
+
+    def for_family(self, family: str) -> MeasurementMap:
+        """This table with a node family's rules (``FAMILY_RULES``) on top."""
+        extra = FAMILY_RULES.get(family)
+        if extra is None:
+            raise MeasurementMapError(f"family {family!r} is not one of {FAMILIES}")
+        if not extra:
+            return self
+        return replace(self, rules={**self.rules, **extra})
 
     def names(self) -> tuple[str, ...]:
         """Measurement names to subscribe to (distributions are asked for by their prefix)."""
@@ -234,10 +295,13 @@ Values = dict[tuple[str, str], float]  # (field, direction) -> value
 
 
 def report_values(values: Mapping[str, float], names: MeasurementMap, *,
-                  cell_level: bool) -> tuple[Values, int]:
+                  cell_level: bool, prb_total: int | None = None,
+                  granularity_ms: int | None = None) -> tuple[Values, int]:
     """The (field, direction) values one report gives, and how many of its names no rule
-    knows.  ``cell_level``: only rules meaningful for every CPE of a cell."""
+    knows (or could not be converted: a PRB count without the cell's PRBs, a volume without
+    a granularity period).  ``cell_level``: only rules meaningful for every CPE of a cell."""
     out: Values = {}
+    later: Values = {}  # volume-derived rates: a direct throughput of the same key wins
     unknown = 0
     rules = names.rules
     dists = names.distributions
@@ -245,10 +309,25 @@ def report_values(values: Mapping[str, float], names: MeasurementMap, *,
     for name, v in values.items():
         r = rules.get(name)
         if r is not None:
-            if (r.cell_level or not cell_level) and math.isfinite(v):
+            if not (r.cell_level or not cell_level) or not math.isfinite(v):
+                continue
+            if r.per == "prb_total":
+                if not prb_total or prb_total <= 0:
+                    unknown += 1
+                    continue
+                out[(r.field, r.direction)] = v / prb_total * r.scale
+            elif r.per == "period_s":
+                if not granularity_ms or granularity_ms <= 0:
+                    unknown += 1
+                    continue
+                later[(r.field, r.direction)] = v * r.scale / (granularity_ms / 1000.0)
+            else:
                 out[(r.field, r.direction)] = v * r.scale
-        elif name not in ratio_names and not any(name.startswith(d.prefix) for d in dists):
+        elif name not in ratio_names and name not in RECOGNISED and \
+                not any(name.startswith(d.prefix) for d in dists):
             unknown += 1
+    for key, v in later.items():
+        out.setdefault(key, v)
     for q in names.ratios:
         if cell_level and not q.cell_level:
             continue
@@ -271,14 +350,17 @@ def report_values(values: Mapping[str, float], names: MeasurementMap, *,
 
 
 def map_indication(ind: KpmIndication, registry: CpeLookup, *, time_s: float,
-                   names: MeasurementMap = DEFAULT_MAP, default_cell: str | None = None
+                   names: MeasurementMap = DEFAULT_MAP, default_cell: str | None = None,
+                   prb_total: int | None = None, granularity_ms: int | None = None
                    ) -> tuple[KpiFrame | None, MappingCounts]:
     """One :class:`KpiFrame` (``nr`` rows keyed by CPE and direction) from one indication,
     or None when nothing maps, with the counts of what happened to each report.
 
     ``default_cell`` is the cell the subscription names, for cell-level reports that do not
-    carry their own.
+    carry their own; ``prb_total`` its PRBs, for tables that read PRB counts;
+    ``granularity_ms`` the subscription's period, for reports that leave theirs out.
     """
+    conv = {"prb_total": prb_total, "granularity_ms": ind.granularity_ms or granularity_ms}
     counts = MappingCounts()
     rows: dict[tuple[str, str], dict[str, float]] = {}
     cells: dict[str, str | None] = {}
@@ -302,7 +384,7 @@ def map_indication(ind: KpmIndication, registry: CpeLookup, *, time_s: float,
         counts.ue_mapped += 1
         per_ue.add(cpe)
         cells[cpe] = report.cell or registry.cell_of(cpe)
-        values, unknown = report_values(report.values, names, cell_level=False)
+        values, unknown = report_values(report.values, names, cell_level=False, **conv)
         counts.unknown_names += unknown
         _merge(rows, cpe, values)
     for report in cell_reports:
@@ -315,7 +397,7 @@ def map_indication(ind: KpmIndication, registry: CpeLookup, *, time_s: float,
         if not cpes:
             counts.cell_unknown += 1
             continue
-        values, unknown = report_values(report.values, names, cell_level=True)
+        values, unknown = report_values(report.values, names, cell_level=True, **conv)
         counts.unknown_names += unknown
         if not values:
             continue
@@ -368,7 +450,7 @@ def rules_table(names: MeasurementMap = DEFAULT_MAP) -> Iterable[dict[str, Any]]
     """The table as rows (for ``docs/e2.md`` and ``/ric/v1/config``)."""
     for name, r in names.rules.items():
         yield {"measurement": name, "field": r.field, "direction": r.direction or "link",
-               "scale": r.scale, "cell_level": r.cell_level}
+               "scale": r.scale, "cell_level": r.cell_level, "per": r.per}
     for q in names.ratios:
         yield {"measurement": f"{q.numerator} / {q.denominator}", "field": q.field,
                "direction": q.direction or "link", "scale": 1.0, "cell_level": q.cell_level}

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import binascii
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Final, Protocol
 
 from xapp.adapters.e2.records import E2DecodeError, E2Node, KpmRanFunction
 
@@ -84,6 +85,9 @@ class StaticNode:
     report_styles: tuple[int, ...] = DEFAULT_STATIC_STYLES
     oid: str = ""
     global_id: str = ""
+    #: The node's cell, NR CGI "<plmn hex>-<nci hex>", and its carrier's PRBs (see E2Node).
+    cell: str | None = None
+    prb_total: int | None = None
 
     def node(self) -> E2Node:
         # Styles are offered with their standard formats (O-RAN.WG3.E2SM-KPM 7.4.1):
@@ -94,7 +98,8 @@ class StaticNode:
         kpm = KpmRanFunction(ran_function_id=self.ran_function_id, oid=self.oid,
                              revision=0, short_name="ORAN-E2SM-KPM",
                              kpm_version=self.kpm_version, report_styles=styles)
-        return E2Node(self.inventory_name, self.global_id or self.inventory_name, kpm)
+        return E2Node(self.inventory_name, self.global_id or self.inventory_name, kpm,
+                      cell=self.cell, prb_total=self.prb_total)
 
 
 class StaticNodes:
@@ -234,7 +239,9 @@ class RnibNodes:
         gid = info.global_nb_id
         global_id = f"{gid.plmn_id}-{gid.nb_id}" if gid.plmn_id or gid.nb_id else name
         functions = info.gnb.ran_functions if info.HasField("gnb") else ()
-        return E2Node(name, global_id, self._kpm(name, functions, seen), connected)
+        cell, prbs = served_cell(info)
+        return E2Node(name, global_id, self._kpm(name, functions, seen), connected,
+                      cell=cell, prb_total=prbs)
 
     def _kpm(self, name: str, functions: Iterable[object],
              seen: set[tuple[str, int, int, str]]) -> KpmRanFunction | None:
@@ -264,6 +271,31 @@ class RnibNodes:
             if decoded is not None and (best is None or decoded.kpm_version > best.kpm_version):
                 best = decoded
         return best
+
+
+_RNIB_CELL_RE: Final = re.compile(r"([0-9a-fA-F]{6})[:\-]([0-9a-fA-F]{1,9})")
+_NRB_RE: Final = re.compile(r"NRB([0-9]{2,3})")
+
+
+def served_cell(info: Any) -> tuple[str | None, int | None]:
+    """(NR CGI "<plmn hex>-<nci hex>", PRBs) of a gNB's first served NR cell in its R-NIB
+    entry (E2 manager's ``cellId`` "<plmn>:<nci>" and the NR mode's transmission bandwidth
+    ``NRB<n>``), or None for what is not there.  A node with several cells has no one cell:
+    its cell-level reports name their own."""
+    try:
+        if not info.HasField("gnb") or len(info.gnb.served_nr_cells) != 1:
+            return None, None
+        inf = info.gnb.served_nr_cells[0].served_nr_cell_information
+        match = _RNIB_CELL_RE.fullmatch(str(inf.cell_id).strip())
+        cell = f"{match.group(1).lower()}-{match.group(2).lower()}" if match else None
+        mode = inf.choice_nr_mode
+        bw = (mode.tdd.transmission_bandwidth if mode.HasField("tdd")
+              else mode.fdd.dl_transmission_bandwidth)
+        name = bw.DESCRIPTOR.fields_by_name["ncnrb"].enum_type.values_by_number.get(bw.ncnrb)
+        nrb = _NRB_RE.fullmatch(name.name) if name is not None else None
+        return cell, int(nrb.group(1)) if nrb else None
+    except Exception:  # an R-NIB entry of another schema version: no cell, not an error
+        return None, None
 
 
 #: ``ConnectionStatus.CONNECTED`` of the R-NIB protobufs (nb_identity.proto, nodeb_info.proto).
@@ -296,8 +328,10 @@ class CombinedNodes:
 def node_view(node: E2Node) -> Mapping[str, object]:
     """A node as ``/ric/v1/e2/subscriptions`` shows it."""
     kpm = node.kpm
-    return {"global_id": node.global_id, "connected": node.connected,
+    return {"global_id": node.global_id, "connected": node.connected, "cell": node.cell,
+            "prb_total": node.prb_total,
             "kpm": None if kpm is None else {
                 "ran_function_id": kpm.ran_function_id, "oid": kpm.oid,
                 "revision": kpm.revision, "version": kpm.kpm_version,
+                "short_name": kpm.short_name,
                 "report_styles": sorted(kpm.report_styles)}}

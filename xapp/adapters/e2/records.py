@@ -127,6 +127,11 @@ class E2Node:
     global_id: str
     kpm: KpmRanFunction | None
     connected: bool = True
+    #: The node's cell as an NR CGI "<plmn hex>-<nci hex>" (R-NIB served cell or
+    #: configuration): named in style 1/3 action definitions and given to cell-level reports.
+    cell: str | None = None
+    #: PRBs of that cell's carrier, for nodes that report RRU.PrbTot as a count (OAI).
+    prb_total: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,3 +156,8 @@ class ActiveSubscription:
     dialect: str = "v3"
     #: The action definition's measurement names, in order (format 1 without measInfoList).
     measurements: tuple[str, ...] = ()
+    #: Measurement table family (``xapp.adapters.e2.mapping.FAMILIES``) and the cell's PRBs.
+    family: str = "3gpp"
+    prb_total: int | None = None
+    #: The action definition's granularity period (reports that leave theirs out).
+    granularity_ms: int | None = None

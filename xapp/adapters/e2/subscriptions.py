@@ -75,8 +75,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from xapp.adapters import bounded_json
+from xapp.adapters.e2.mapping import DEFAULT_MAP, FAMILY_RULES, MeasurementMap, family_of
 from xapp.adapters.e2.nodes import NodeSource, node_view
-from xapp.adapters.e2.records import ActiveSubscription, E2Node, KpmRanFunction, RicRequestId
+from xapp.adapters.e2.records import ActiveSubscription, E2Node, RicRequestId
 from xapp.adapters.sdl import LazySdlClient
 
 log = logging.getLogger(__name__)
@@ -395,14 +396,34 @@ class _NodeSub:
     backoff_s: float = 0.0
 
 
+def choose_measurements(configured: Sequence[str], offered: Sequence[str] | None,
+                        table: MeasurementMap, family: str) -> tuple[str, ...]:
+    """What to ask a node for in one style: the configured names it offers, plus the names
+    of its family's table it offers (srsRAN's CQI/RSRP/RSRQ); when that leaves nothing, every
+    name it offers that the table maps.  A node that lists no names gets the configured ones.
+    A node is unusable in a style only when nothing it offers maps."""
+    if not offered:
+        return tuple(configured)
+    have = set(offered)
+    chosen = [m for m in configured if m in have]
+    chosen += [m for m in FAMILY_RULES.get(family, {}) if m in have and m not in chosen]
+    if not chosen:
+        chosen = [m for m in dict.fromkeys(offered) if table.known(m)]
+    return tuple(chosen[:MAX_SUBSCRIBED_MEASUREMENTS])
+
+
+#: Measurements asked for in one action definition (a node may offer hundreds).
+MAX_SUBSCRIBED_MEASUREMENTS = 64
+
+
 class Encoder(Protocol):
     """The codec's two encoders (:mod:`xapp.adapters.e2.codec`)."""
 
     def event_trigger(self, period_ms: int, kpm_version: int) -> bytes: ...
 
     def action_definition(self, measurements: Sequence[str], granularity_ms: int,
-                          kpm_version: int, style: int, *, dialect: str | None = None
-                          ) -> bytes: ...
+                          kpm_version: int, style: int, *, dialect: str | None = None,
+                          cell: str | None = None) -> bytes: ...
 
 
 class CodecEncoder:
@@ -414,14 +435,14 @@ class CodecEncoder:
         return codec.encode_event_trigger(period_ms, kpm_version)
 
     def action_definition(self, measurements: Sequence[str], granularity_ms: int,
-                          kpm_version: int, style: int, *, dialect: str | None = None
-                          ) -> bytes:
+                          kpm_version: int, style: int, *, dialect: str | None = None,
+                          cell: str | None = None) -> bytes:
         from xapp.adapters.e2 import codec
 
         # Under the definitions the node speaks: srsRAN's v2-labelled function gets v3's
         # formats 4/5, FlexRIC's its moved-marker CHOICE.
         return codec.encode_action_definition(measurements, granularity_ms, kpm_version,
-                                              style=style, dialect=dialect)
+                                              style=style, dialect=dialect, cell=cell)
 
 
 class E2Subscriber:
@@ -544,21 +565,26 @@ class E2Subscriber:
         log.warning("E2 subscription of node %s failed (%s); retry in %.0f s",
                     sub.node.inventory_name, error, sub.backoff_s)
 
-    def _details(self, kpm: KpmRanFunction) -> list[Detail]:
+    def _details(self, node: E2Node) -> list[Detail]:
         s = self.settings
+        kpm = node.kpm
+        assert kpm is not None
+        family = family_of(kpm.dialect, (m for ms in kpm.measurements.values() for m in ms))
+        table = DEFAULT_MAP.for_family(family)
         details: list[Detail] = []
         for style in s.report_styles:
             if kpm.report_styles and style not in kpm.report_styles:
                 continue
-            offered = kpm.measurements.get(style)
-            measurements = tuple(m for m in s.measurements if not offered or m in offered)
+            measurements = choose_measurements(s.measurements, kpm.measurements.get(style),
+                                               table, family)
             if not measurements:
-                log.info("node offers none of the configured measurements in style %d", style)
+                log.info("node offers none of the configured measurements in style %d, and "
+                         "none the %s table maps", style, family)
                 continue
             trigger = self._encoder.event_trigger(s.report_period_ms, kpm.kpm_version)
-            action = self._encoder.action_definition(measurements, s.granularity_ms,
-                                                     kpm.kpm_version, style,
-                                                     dialect=kpm.dialect)
+            action = self._encoder.action_definition(
+                measurements, s.granularity_ms, kpm.kpm_version, style, dialect=kpm.dialect,
+                cell=node.cell if style in (1, 3) else None)
             self._next_xapp_id = self._next_xapp_id % MAX_INSTANCE_ID + 1
             details.append(Detail(self._next_xapp_id, style, measurements, trigger, action))
         return details
@@ -568,7 +594,7 @@ class E2Subscriber:
         assert node.kpm is not None
         now = self._clock()
         try:
-            details = self._details(node.kpm)
+            details = self._details(node)
         except ValueError as exc:  # the codec cannot encode for this node's KPM version
             with self._lock:
                 sub.state, sub.last_error = "unusable", f"cannot encode: {exc}"
@@ -666,7 +692,11 @@ class E2Subscriber:
                     ran_function_id=kpm.ran_function_id, kpm_version=kpm.kpm_version,
                     report_style=inst.detail.style,
                     measurement_ids=dict(kpm.measurement_ids), dialect=kpm.dialect,
-                    measurements=inst.detail.measurements))
+                    measurements=inst.detail.measurements,
+                    cell=sub.node.cell if inst.detail.style in (1, 3) else None,
+                    family=family_of(kpm.dialect, (m for ms in kpm.measurements.values()
+                                                   for m in ms)),
+                    prb_total=sub.node.prb_total, granularity_ms=self.settings.granularity_ms))
                 self._count("instances_active")
             answered = [i for i in sub.instances.values() if i.e2_instance_id is not None
                         or i.error]
