@@ -2,7 +2,12 @@
 
 Indications are made with the project's encoder (pycrate, the shipped codec): format 1 (one
 cell, four measurements) and format 3 (per UE, 10 and 100 UEs, four measurements each, UEs named
-by gNB UEID: AMF-UE-NGAP-ID + GUAMI, F1AP id, RAN UE id).  For each, two paths on the same bytes:
+by gNB UEID: AMF-UE-NGAP-ID + GUAMI, F1AP id, RAN UE id), in the standard v3 text and, for 100
+UEs, in the FlexRIC dialect; and, where ``../shared/data/e2-interop`` is there, the bytes
+FlexRIC's own encoder made as OAI's gNB fills them (v03.00 and v02.03, format 3 with 2 UEs and
+format 1, 7 measurements, PRB counts converted with the cell's 106 PRBs).  The full path's
+subscription names the case's dialect, which the first (untimed) indication confirms; the
+steady state decodes under the remembered dialect.  For each, two paths on the same bytes:
 
 * raw decode (the baseline): ``decode_ric_indication`` + ``decode_kpm_indication``;
 * full path: ``KpmIngest.handle`` (decode, subscription match, UE -> CPE through an in-memory
@@ -26,6 +31,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -56,6 +62,38 @@ class Case:
     ues: int  # 0: format 1, cell level
     payload: bytes
     values_per_indication: int
+    dialect: str = "v3"
+    kpm_version: int = 3
+    #: Measurement table family and PRBs of the subscription the full path matches.
+    family: str = "3gpp"
+    ue_keys: tuple[tuple[str, ...], ...] = ()
+
+
+#: Where ``../shared/data/e2-interop`` is (other projects' bytes; optional).
+INTEROP = Path(__file__).resolve().parents[2] / "shared" / "data" / "e2-interop"
+#: FlexRIC's encoder filled as OAI's gNB fills it: 7 measurements, UEs AMF-UE-NGAP-ID 3 and 7.
+OAI_UES = (("amf:00f110-2-1-1:3",), ("amf:00f110-2-1-1:7",))
+
+
+def interop_cases(where: Path) -> list[Case]:
+    """Cases made of the interop vectors (FlexRIC/OAI bytes), one per dialect and format."""
+    files = [where / "captured.json", where / "flexric.json"]
+    if not all(f.is_file() for f in files):
+        print(f"interop vectors not found in {where}: their cases are left out", file=sys.stderr)
+        return []
+    vec = {e["id"]: bytes.fromhex(e["hex"]) for f in files
+           for e in json.loads(f.read_text(encoding="utf-8"))}
+    out = []
+    for version, dialect, kpm in (("v03.00", "flexric-v3", 3), ("v02.03", "flexric-v2", 2)):
+        header = vec[f"flexric_{version}_oai_hdr"]
+        for fmt, ues in (("f3", 2), ("f1", 0)):
+            payload = codec.encode_ric_indication(RicIndication(
+                REQUEST, RAN_FUNCTION, 1, 1, "report", header,
+                vec[f"flexric_{version}_oai_msg_{fmt}"]))
+            what = f"{ues} UEs" if ues else "cell"
+            out.append(Case(f"{dialect} OAI {fmt} {what}", ues, payload, max(1, ues) * 7,
+                            dialect, kpm, "oai", OAI_UES))
+    return out
 
 
 def ue(i: int) -> UeId:
@@ -63,7 +101,7 @@ def ue(i: int) -> UeId:
                 ran_ue_id=f"{0xA000_0000 + i:016x}")
 
 
-def make_case(ues: int) -> Case:
+def make_case(ues: int, dialect: str = "v3") -> Case:
     if ues == 0:
         reports = [KpmReport({"DRB.UEThpDl": 812_345.0, "DRB.UEThpUl": 95_000.0,
                               "RRU.PrbUsedDl": 61.0, "RRU.PrbAvailDl": 273.0})]
@@ -72,11 +110,14 @@ def make_case(ues: int) -> Case:
                               "RRU.PrbUsedDl": float(i % 50), "RRU.PrbAvailDl": 273.0},
                              ue=ue(i)) for i in range(ues)]
     header = codec.encode_kpm_indication_header(1_700_000_000_000, 3, sender_name="gnb-bench")
-    message = codec.encode_kpm_indication_message(reports, 3, granularity_ms=1000)
+    message = codec.encode_kpm_indication_message(reports, 3, granularity_ms=1000,
+                                                  dialect=dialect)
     payload = codec.encode_ric_indication(RicIndication(
         REQUEST, RAN_FUNCTION, 1, 1, "report", header, message))
     name = "format 1, cell level" if ues == 0 else f"format 3, {ues} UEs"
-    return Case(name, ues, payload, max(1, ues) * len(MEASUREMENTS))
+    keys = tuple(ue(i).keys()[:2] for i in range(ues))
+    return Case(f"{dialect} {name}", ues, payload, max(1, ues) * len(MEASUREMENTS), dialect,
+                ue_keys=keys)
 
 
 class FrameSink:
@@ -91,12 +132,18 @@ class FrameSink:
         self.last = frame
 
 
-def make_ingest(max_ues: int) -> tuple[KpmIngest, FrameSink]:
+def make_ingest(case: Case) -> tuple[KpmIngest, FrameSink]:
+    """The full path for ``case``: its node's subscription (dialect, table family, PRBs), a
+    registry holding every UE of it; the dialect is detected at the first (untimed) call."""
     book = SubscriptionBook(REQUEST.requestor)
-    book.add(ActiveSubscription("bench-sub", NODE, REQUEST, RAN_FUNCTION, 3, 4, cell=CELL))
+    book.add(ActiveSubscription("bench-sub", NODE, REQUEST, RAN_FUNCTION, case.kpm_version, 4,
+                                cell=CELL, dialect=case.dialect, family=case.family,
+                                prb_total=106, granularity_ms=1000))
     registry = CpeRegistry()
-    for i in range(max_ues):
-        registry.add(f"cpe-{i}", ue(i).keys()[:2], CELL)
+    for i, keys in enumerate(case.ue_keys):
+        registry.add(f"cpe-{i}", keys, CELL)
+    if not case.ue_keys:
+        registry.add("cpe-cell", ("crnti:1",), CELL)
     sink = FrameSink()
     return KpmIngest(book, registry, sink), sink
 
@@ -121,6 +168,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="wall time per measurement")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--interop", default=str(INTEROP),
+                        help="directory of the e2-interop vectors (FlexRIC/OAI cases)")
+    parser.add_argument("--no-interop", action="store_true", help="leave those cases out")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
@@ -130,28 +180,40 @@ def main() -> None:
     codec.warm_up()
     startup_s = time.perf_counter() - t0
 
-    cases = [make_case(n) for n in (0, 10, 100)]
-    ingest, sink = make_ingest(100)
+    cases = [make_case(n) for n in (0, 10, 100)] + [make_case(100, "flexric-v3")]
+    if not args.no_interop:
+        cases += interop_cases(Path(args.interop))
     figures: dict[str, object] = {
         "startup_s": round(startup_s, 3),
         "ue_measurement": "one UE's value of one measurement (format 1: the cell's values)",
         "measurements_per_report": len(MEASUREMENTS),
         "cases": [],
     }
+    refused: dict[str, int] = {}
+    frames = 0
     for case in cases:
+        ingest, sink = make_ingest(case)
+
         def raw(case: Case = case) -> None:
             ind = codec.decode_ric_indication(case.payload)
-            codec.decode_kpm_indication(ind.header, ind.message, 3)
+            codec.decode_kpm_indication(ind.header, ind.message, case.kpm_version,
+                                        dialect=case.dialect)
 
-        def full(case: Case = case) -> None:
+        def full(case: Case = case, ingest: KpmIngest = ingest) -> None:
             ingest.handle(case.payload, NODE)
 
         before = ingest.counters["accepted"]
         raw_rate = rate(raw, args.seconds, f"{case.name}: decode", quiet)
         full_rate = rate(full, args.seconds, f"{case.name}: decode+map", quiet)
         assert ingest.counters["accepted"] > before, ingest.counters
+        assert ingest.counters[f"decoded_{case.dialect}"] > 0, ingest.counters
+        for k, v in ingest.counters.items():
+            if k.startswith("refused") and v:
+                refused[k] = refused.get(k, 0) + v
+        frames += sink.frames
         figures["cases"].append({  # type: ignore[attr-defined]
             "case": case.name,
+            "dialect": case.dialect,
             "bytes": len(case.payload),
             "ues": case.ues,
             "decode_indications_per_s": round(raw_rate, 1),
@@ -160,19 +222,18 @@ def main() -> None:
             "full_ue_measurements_per_s": round(full_rate * case.values_per_indication),
             "full_ms_per_indication": round(1e3 / full_rate, 3),
         })
-    refused = {k: v for k, v in ingest.counters.items() if k.startswith("refused") and v}
     figures["refused"] = refused
-    figures["frames"] = sink.frames
+    figures["frames"] = frames
     if args.json:
         print(json.dumps(figures))
         return
     print(f"codec start-up (E2AP + KPM modules loaded): {startup_s * 1e3:.0f} ms")
     print(f"UE measurement = {figures['ue_measurement']}; {len(MEASUREMENTS)} measurements "
-          "per report; one core, wall time")
-    print(f"{'case':24} {'bytes':>6} {'decode ind/s':>13} {'UE meas/s':>10} "
+          "per report (the OAI cases: 7); one core, wall time")
+    print(f"{'case':30} {'bytes':>6} {'decode ind/s':>13} {'UE meas/s':>10} "
           f"{'decode+map ind/s':>17} {'UE meas/s':>10} {'ms/ind':>8}")
     for c in figures["cases"]:  # type: ignore[attr-defined]
-        print(f"{c['case']:24} {c['bytes']:>6} {c['decode_indications_per_s']:>13} "
+        print(f"{c['case']:30} {c['bytes']:>6} {c['decode_indications_per_s']:>13} "
               f"{c['decode_ue_measurements_per_s']:>10} {c['full_indications_per_s']:>17} "
               f"{c['full_ue_measurements_per_s']:>10} {c['full_ms_per_indication']:>8}")
     print(f"target: 10,000 UE measurements/s through decode+map; refusals: {refused or 'none'}")

@@ -937,9 +937,16 @@ def _format1_message(values: Mapping[str, float], granularity_ms: int | None) ->
 
 
 def encode_kpm_indication_message(reports: Sequence[KpmReport], kpm_version: int, *,
-                                  granularity_ms: int | None = None) -> bytes:
-    """E2SM-KPM indication message: format 1 for one report without a UE, else format 3."""
+                                  granularity_ms: int | None = None,
+                                  dialect: str | None = None) -> bytes:
+    """E2SM-KPM indication message: format 1 for one report without a UE, else format 3
+    (``dialect``: as a node of that dialect sends it, e.g. "flexric-v3"; benches, the twin)."""
     module = _check_version(kpm_version)
+    if dialect is not None:
+        try:
+            module = _dialect_modules(dialect)[1]
+        except E2DecodeError as exc:
+            raise ValueError(str(exc)) from None
     if not reports:
         raise ValueError("no reports to encode")
     if len(reports) > MAX_REPORTS:
@@ -948,13 +955,13 @@ def encode_kpm_indication_message(reports: Sequence[KpmReport], kpm_version: int
         formats: tuple[str, Any] = ("indicationMessage-Format1",
                                     _format1_message(reports[0].values, granularity_ms))
     else:
-        if kpm_version == 2:
+        if module is _codecs().v2:
             raise ValueError("E2SM-KPM v2.00 has no indication message format 3 (per-UE)")
         items = []
         for report in reports:
             if report.ue is None:
                 raise ValueError("format 3 reports each name a UE")
-            items.append({"ueID": _ueid_value(report.ue, kpm_version),
+            items.append({"ueID": _ueid_value(report.ue, 2 if module is _codecs().v2 else 3),
                           "measReport": _format1_message(report.values, granularity_ms)})
         formats = ("indicationMessage-Format3", {"ueMeasReportList": items})
     value = {"indicationMessage-formats": formats}
