@@ -63,8 +63,9 @@ SUPPORTED_VERSIONS: Final = (2, 3, 4)
 #: "v3" (KPM v03.00, also v04.00 and the v2.02/v2.03 nodes that send v3-era structures, such
 #: as srsRAN's gNB), "v2" (KPM v02.00: 4-octet TimeStamp, opaque UE-Identity), "flexric-v3"
 #: and "flexric-v2" (FlexRIC's KPM v03.00/v02.03 model that OAI's gNB links: the v3 text with
-#: seven extension markers moved; v02.03's header has the 4-octet TimeStamp).
-DIALECTS: Final = ("v3", "v2", "flexric-v3", "flexric-v2")
+#: seven extension markers moved; v02.03's header has the 4-octet TimeStamp), "onf-v2" (KPM
+#: v02.00.03 of onos-e2-sm and Radisys: subscriptID, cellObjID, KPM node list, kpmNodeID).
+DIALECTS: Final = ("v3", "v2", "flexric-v3", "flexric-v2", "onf-v2")
 
 #: E2SM-KPM OIDs: 1.3.6.1.4.1.53148.1.<version>.2.2 (e2(1) versionN(N) e2sm(2) kpm(2)).
 _KPM_OID_RE: Final = re.compile(r"1\.3\.6\.1\.4\.1\.53148\.1\.([0-9]+)\.2\.2")
@@ -99,6 +100,7 @@ class _Codecs:
     v2: Any  # E2SM-KPM-v2-IEs module class
     v3: Any
     flexric: Any  # E2SM-KPM-FlexRIC-IEs: v3 with seven extension markers moved (see its .asn)
+    onf: Any  # E2SM-KPM-ONF-v2-IEs: KPM v02.00.03 of the ONF/Radisys lineage
 
 
 @cache
@@ -106,19 +108,21 @@ def _codecs() -> _Codecs:
     """Load the compiled modules once (about 0.3 s, see the bench); later calls are free."""
     from pycrate_asn1dir import E2AP
 
-    from xapp.adapters.e2.asn1 import _kpm_flexric, _kpm_v2, _kpm_v3
+    from xapp.adapters.e2.asn1 import _kpm_flexric, _kpm_onf_v2, _kpm_v2, _kpm_v3
 
     v2: ModuleType = _kpm_v2
     v3: ModuleType = _kpm_v3
     flexric: ModuleType = _kpm_flexric
+    onf: ModuleType = _kpm_onf_v2
     codecs = _Codecs(E2AP.E2AP_PDU_Descriptions.E2AP_PDU, v2.E2SM_KPM_v2_IEs,
-                     v3.E2SM_KPM_v3_IEs, flexric.E2SM_KPM_FlexRIC_IEs)
+                     v3.E2SM_KPM_v3_IEs, flexric.E2SM_KPM_FlexRIC_IEs,
+                     onf.E2SM_KPM_ONF_v2_IEs)
     # from_aper re-walks the whole decoded value to check constraints the APER structure already
     # enforced (it costs two thirds of a format 3 decode).  Only the KPM modules' objects skip
     # it (instance attributes, nested ones included: extension additions such as format 3 are
     # open types, decoded by their own from_aper); the values used are range-checked below.
     codecs.pdu._SAFE_BND = False
-    for module in (codecs.v2, codecs.v3, codecs.flexric):
+    for module in (codecs.v2, codecs.v3, codecs.flexric, codecs.onf):
         for name in module._all_:
             _skip_bound_checks(name)
     return codecs
@@ -171,6 +175,8 @@ def _dialect_modules(dialect: str) -> tuple[Any, Any]:
         return c.v3, c.flexric
     if dialect == "flexric-v2":
         return c.v2, c.flexric
+    if dialect == "onf-v2":
+        return c.onf, c.onf
     raise E2DecodeError(f"E2SM-KPM dialect {dialect!r} is not known "
                         f"(known: {', '.join(DIALECTS)})")
 
@@ -330,9 +336,18 @@ def decode_ran_function_description(data: bytes, ran_function_id: int, oid: str,
     """
     what = f"RAN function {ran_function_id} description"
     raw = _need_bytes(data, MAX_DESCRIPTION_BYTES, what)
-    # The description's structure is the same in v2 and v3: decode it once with v3.
+    # The description's structure is the same in v2, v3 and FlexRIC's: decode it with v3;
+    # v02.00.03 (ONF, Radisys) adds a KPM node list and constrains the style numbers.
+    onf = False
     with _LOCK:
-        desc = _decode(_codecs().v3.E2SM_KPM_RANfunction_Description, raw, what)
+        try:
+            desc = _decode(_codecs().v3.E2SM_KPM_RANfunction_Description, raw, what)
+        except E2DecodeError as exc:
+            try:
+                desc = _decode(_codecs().onf.E2SM_KPM_RANfunction_Description, raw, what)
+            except E2DecodeError:
+                raise exc from None
+            onf = True
     name = desc["ranFunction-Name"]
     short = str(name["ranFunction-ShortName"])
     short_match = _KPM_SHORT_NAME_RE.fullmatch(short.strip())
@@ -372,7 +387,9 @@ def decode_ran_function_description(data: bytes, ran_function_id: int, oid: str,
     # same under every dialect): the -vNN.NN suffix is FlexRIC's naming; a node labelled v2
     # that offers per-UE styles (srsRAN: KPM v2 OID, v3-era structures, 8-octet TimeStamp)
     # gets the v3 definitions, which also give it action definition formats 4 and 5.
-    if short_match.group(1) is not None:
+    if onf:
+        dialect = "onf-v2"
+    elif short_match.group(1) is not None:
         dialect = "flexric-v2" if version == 2 else "flexric-v3"
     elif version == 2 and per_ue:
         dialect = "v3"
@@ -498,7 +515,7 @@ def _format1(fmt: Mapping[str, Any], ids: Mapping[int, str] | None,
         flat = []
         for item in info:
             name = _meas_name(item["measType"], ids)
-            labels = item["labelInfoList"]
+            labels = item.get("labelInfoList") or ({"measLabel": {"noLabel": "true"}},)
             if len(labels) > MAX_MEASUREMENTS:
                 raise E2DecodeError(f"{len(labels)} labels for {name}, more than "
                                     f"{MAX_MEASUREMENTS}")
@@ -795,8 +812,22 @@ def encode_action_definition(measurements: Sequence[str], granularity_ms: int,
     except E2DecodeError as exc:
         raise ValueError(str(exc)) from None
     v2 = module is _codecs().v2
-    info = _format1_definition(measurements, granularity_ms, cell)
+    onf = module is _codecs().onf
+    info = _format1_definition(measurements, granularity_ms, None if onf else cell)
     rsrp_present = {"testType": ("rSRP", "true"), "testExpr": "present"}
+    if onf:
+        if style != 1:
+            raise ValueError(f"REPORT style {style} is not supported for KPM v02.00.03 (onf-v2) "
+                             "nodes: style 1 only")
+        # v02.00.03 names the cell by the node's own cell object id (from its KPM node list;
+        # ``cell`` is passed as that id) and numbers the subscription: one per node here.
+        onf_info = {"cellObjID": cell or "", "measInfoList": [
+            {"measType": m["measType"]} for m in info["measInfoList"]],
+            "granulPeriod": info["granulPeriod"], "subscriptID": 1}
+        value = {"ric-Style-Type": 1, "actionDefinition-formats": (
+            "actionDefinition-Format1", onf_info)}
+        with _LOCK:
+            return _encode(module.E2SM_KPM_ActionDefinition, value, "action definition")
     if style == 1:
         formats: tuple[str, Any] = ("actionDefinition-Format1", info)
     elif style == 2:
@@ -839,14 +870,16 @@ def encode_action_definition(measurements: Sequence[str], granularity_ms: int,
 
 _KINDS: Final = {"header": ("E2SM_KPM_IndicationHeader", 0),
                  "message": ("E2SM_KPM_IndicationMessage", 1),
-                 "action_definition": ("E2SM_KPM_ActionDefinition", 1)}
+                 "action_definition": ("E2SM_KPM_ActionDefinition", 1),
+                 "ran_function": ("E2SM_KPM_RANfunction_Description", 1)}
 
 
 def decode_kpm_value(kind: str, data: bytes, *, first: str | None = None) -> tuple[str, Any]:
     """(dialect, decoded value) of one E2SM-KPM ``kind`` ("header", "message",
-    "action_definition"): the first dialect (``first``, then :data:`DIALECTS`) under which the
-    bytes decode with none left over.  The value is pycrate's (dicts, tuples, bytes), for
-    inspection (interop checks, tools); the indication path uses :func:`detect_kpm_indication`.
+    "action_definition", "ran_function"): the first dialect (``first``, then
+    :data:`DIALECTS`) under which the bytes decode with none left over.  The value is
+    pycrate's (dicts, tuples, bytes), for inspection (interop checks, tools); the indication
+    path uses :func:`detect_kpm_indication`.
     """
     if kind not in _KINDS:
         raise ValueError(f"kind {kind!r} is not one of {', '.join(_KINDS)}")

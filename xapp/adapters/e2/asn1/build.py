@@ -18,6 +18,7 @@ MODULES: dict[str, str] = {
     "_kpm_v2.py": "e2sm-kpm-v2.asn",
     "_kpm_v3.py": "e2sm-kpm-v3.asn",
     "_kpm_flexric.py": "e2sm-kpm-flexric.asn",
+    "_kpm_onf_v2.py": "e2sm-kpm-onf-v2.asn",
 }
 
 _PREAMBLE = (
