@@ -1,5 +1,6 @@
 """Hypothesis over the indication decoders: truncations, bit flips, spliced and random bytes,
-wrong KPM versions.  Only E2DecodeError may come out, and every call returns quickly."""
+wrong KPM versions, every dialect (detection tries them all).  Only E2DecodeError may come
+out, and every call returns quickly."""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ def _seeds() -> list[tuple[bytes, int]]:
             codec.encode_kpm_indication_header(1_700_000_000_000, version, sender_name="gnb"),
             codec.encode_kpm_indication_message(reports, version, granularity_ms=1000))),
             version))
+    out.append((codec.encode_ric_indication(RicIndication(
+        RicRequestId(123, 7), 2, 1, 9, "report",
+        codec.encode_kpm_indication_header(1_700_000_000_000, 3),
+        codec.encode_kpm_indication_message(
+            [KpmReport({"DRB.UEThpDl": 1.5 + i}, ue=u) for i, u in enumerate(ues)], 3,
+            dialect="flexric-v3"))), 3))
     return out
 
 
@@ -43,7 +50,10 @@ def _decode_all(data: bytes, version: int) -> None:
     start = time.perf_counter()
     try:
         ind = codec.decode_ric_indication(data)
-        codec.decode_kpm_indication(ind.header, ind.message, version)
+        try:
+            codec.decode_kpm_indication(ind.header, ind.message, version)
+        finally:
+            codec.detect_kpm_indication(ind.header, ind.message, version)
     except E2DecodeError:
         pass
     assert time.perf_counter() - start < MAX_SECONDS
@@ -52,7 +62,7 @@ def _decode_all(data: bytes, version: int) -> None:
 def _decode_kpm(header: bytes, message: bytes, version: int) -> None:
     start = time.perf_counter()
     try:
-        kpm = codec.decode_kpm_indication(header, message, version)
+        kpm = codec.detect_kpm_indication(header, message, version)
     except E2DecodeError:
         return
     finally:
