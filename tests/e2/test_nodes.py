@@ -138,3 +138,21 @@ def test_configured_nodes_win_over_the_rnib() -> None:
     assert set(nodes) == {"gnb_1", "gnb_2"}
     kpm = nodes["gnb_1"].kpm
     assert kpm is not None and kpm.ran_function_id == 5
+
+
+def test_served_cell_from_the_rnib_entry() -> None:
+    from ricxappframe.entities.rnib.nodeb_info_pb2 import NodebInfo
+
+    from xapp.adapters.e2.nodes import served_cell
+
+    info = NodebInfo()
+    assert served_cell(info) == (None, None)  # not a gNB
+    cell = info.gnb.served_nr_cells.add().served_nr_cell_information
+    cell.cell_id = "02F829:0007AB50"
+    bw = cell.choice_nr_mode.tdd.transmission_bandwidth
+    bw.ncnrb = bw.DESCRIPTOR.fields_by_name["ncnrb"].enum_type.values_by_name["NRB106"].number
+    assert served_cell(info) == ("02f829-0007ab50", 106)
+    cell.cell_id = "not a cell"
+    assert served_cell(info) == (None, 106)
+    info.gnb.served_nr_cells.add()  # two cells: the node has no one cell
+    assert served_cell(info) == (None, None)
