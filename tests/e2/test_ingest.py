@@ -54,8 +54,8 @@ def format3(ues: list[tuple[int, dict[str, int]]]) -> bytes:
     return bytes(m.to_aper())
 
 
-def envelope(message: bytes) -> bytes:
-    """The golden RIC Indication with its KPM message replaced."""
+def envelope(message: bytes, header: bytes | None = None) -> bytes:
+    """The golden RIC Indication with its KPM message (and header, when given) replaced."""
     from pycrate_asn1dir import E2AP
 
     pdu = E2AP.E2AP_PDU_Descriptions.E2AP_PDU
@@ -64,6 +64,8 @@ def envelope(message: bytes) -> bytes:
     for ie in v[1]["value"][1]["protocolIEs"]:
         if ie["value"][0] == "RICindicationMessage":
             ie["value"] = ("RICindicationMessage", message)
+        elif ie["value"][0] == "RICindicationHeader" and header is not None:
+            ie["value"] = ("RICindicationHeader", header)
     pdu.set_val(v)
     return bytes(pdu.to_aper())
 

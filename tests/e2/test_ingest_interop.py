@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.e2.test_ingest import CELL, NODE, Sink, golden, subscription
+from tests.e2.test_ingest import envelope as golden_envelope
 from xapp.adapters.e2 import codec
 from xapp.adapters.e2.ingest import KpmIngest
 from xapp.adapters.e2.registry import CpeRegistry
@@ -41,18 +42,7 @@ def vec() -> dict[str, bytes]:
 
 def envelope(header: bytes, message: bytes) -> bytes:
     """The golden RIC Indication carrying ``header`` and ``message``."""
-    from pycrate_asn1dir import E2AP
-
-    pdu = E2AP.E2AP_PDU_Descriptions.E2AP_PDU
-    pdu.from_aper(golden())
-    v = pdu.get_val()
-    for ie in v[1]["value"][1]["protocolIEs"]:
-        if ie["value"][0] == "RICindicationMessage":
-            ie["value"] = ("RICindicationMessage", message)
-        elif ie["value"][0] == "RICindicationHeader":
-            ie["value"] = ("RICindicationHeader", header)
-    pdu.set_val(v)
-    return bytes(pdu.to_aper())
+    return golden_envelope(message, header)
 
 
 def rig(**kw: Any) -> tuple[KpmIngest, Sink, CpeRegistry, SubscriptionBook]:
