@@ -694,3 +694,24 @@ def test_stop_fits_its_time_and_leaves_the_rest_to_the_next_run(submgr: StandInS
         assert set(submgr.deletes) == made and ids.load() == set()
     finally:
         again.close()
+
+
+def test_a_detected_dialect_is_what_the_next_subscription_is_encoded_in(
+        submgr: StandInSubmgr) -> None:
+    # The description's guess was v3; the node's indications decoded as FlexRIC's: a
+    # (re)subscription encodes its action definitions the way the node reads them.
+    names = ("DRB.UEThpDl", "RRU.PrbTotDl")
+    xapp = Xapp(submgr, Offering(names, dialect="v3"), styles=(4,))
+    xapp.book.remember_dialect(MEID, GOLDEN_FUNCTION, "flexric-v3")
+    try:
+        xapp.sub.step()
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
+        [action] = submgr.posts[0]["SubscriptionDetails"][0]["ActionToBeSetupList"]
+        assert codec.decode_kpm_value("action_definition",
+                                      bytes(action["ActionDefinition"]))[0] == "flexric-v3"
+        [active] = xapp.book.active()
+        assert (active.dialect, active.family) == ("flexric-v3", "oai")
+        assert xapp.sub.view()["nodes"][MEID]["dialect"] == {"assumed": "v3",
+                                                             "detected": "flexric-v3"}
+    finally:
+        xapp.close()

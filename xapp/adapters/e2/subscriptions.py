@@ -565,11 +565,19 @@ class E2Subscriber:
         log.warning("E2 subscription of node %s failed (%s); retry in %.0f s",
                     sub.node.inventory_name, error, sub.backoff_s)
 
+    def _speaks(self, node: E2Node) -> tuple[str, str]:
+        """(dialect, measurement table family) of ``node``: what its indications decoded with
+        once one has (a resubscription then uses it), until then the description's guess."""
+        kpm = node.kpm
+        assert kpm is not None
+        dialect = self.book.dialect(node.inventory_name, kpm.ran_function_id) or kpm.dialect
+        return dialect, family_of(dialect, (m for ms in kpm.measurements.values() for m in ms))
+
     def _details(self, node: E2Node) -> list[Detail]:
         s = self.settings
         kpm = node.kpm
         assert kpm is not None
-        family = family_of(kpm.dialect, (m for ms in kpm.measurements.values() for m in ms))
+        dialect, family = self._speaks(node)
         table = DEFAULT_MAP.for_family(family)
         details: list[Detail] = []
         for style in s.report_styles:
@@ -583,7 +591,7 @@ class E2Subscriber:
                 continue
             trigger = self._encoder.event_trigger(s.report_period_ms, kpm.kpm_version)
             action = self._encoder.action_definition(
-                measurements, s.granularity_ms, kpm.kpm_version, style, dialect=kpm.dialect,
+                measurements, s.granularity_ms, kpm.kpm_version, style, dialect=dialect,
                 cell=node.cell if style in (1, 3) else None)
             self._next_xapp_id = self._next_xapp_id % MAX_INSTANCE_ID + 1
             details.append(Detail(self._next_xapp_id, style, measurements, trigger, action))
@@ -686,16 +694,16 @@ class E2Subscriber:
                     log.warning("E2: subscription %s style %d active with submgr's note: %s",
                                 sid, inst.detail.style, inst.note)
                 kpm = sub.node.kpm
+                dialect, family = self._speaks(sub.node)
                 self.book.add(ActiveSubscription(
                     subscription_id=sid, node=sub.node.inventory_name,
                     request=RicRequestId(self.settings.requestor_id, instance["e2"]),
                     ran_function_id=kpm.ran_function_id, kpm_version=kpm.kpm_version,
                     report_style=inst.detail.style,
-                    measurement_ids=dict(kpm.measurement_ids), dialect=kpm.dialect,
+                    measurement_ids=dict(kpm.measurement_ids), dialect=dialect,
                     measurements=inst.detail.measurements,
                     cell=sub.node.cell if inst.detail.style in (1, 3) else None,
-                    family=family_of(kpm.dialect, (m for ms in kpm.measurements.values()
-                                                   for m in ms)),
+                    family=family,
                     prb_total=sub.node.prb_total, granularity_ms=self.settings.granularity_ms))
                 self._count("instances_active")
             answered = [i for i in sub.instances.values() if i.e2_instance_id is not None
