@@ -64,7 +64,8 @@ def test_e2_controls(tmp_path: Path) -> None:
     assert not off.active and off.enabled and off.requestor_id == 123  # no submgr URL
     c = load_config(write(tmp_path / "e.json", {**CONTROLS, "e2": {
         "report_styles": [1], "nodes": [{"inventory_name": "gnb_1", "ran_function_id": 2,
-                                         "kpm_version": 2, "report_styles": [1, 4]}]}}),
+                                         "kpm_version": 2, "report_styles": [1, 4],
+                                         "cell": "00f110-00000000a", "prb_total": 106}]}}),
         environ={"MCW_E2_SUBMGR_URL": "http://submgr:8088",
                  "MCW_E2_MEASUREMENTS": '["DRB.UEThpDl"]'}).controls
     e2 = c.e2
@@ -73,6 +74,7 @@ def test_e2_controls(tmp_path: Path) -> None:
     [node] = e2.nodes
     assert (node.inventory_name, node.ran_function_id, node.kpm_version, node.report_styles) \
         == ("gnb_1", 2, 2, (1, 4))
+    assert (node.cell, node.prb_total) == ("00f110-00000000a", 106)
     assert c.to_dict()["e2"]["nodes"][0]["inventory_name"] == "gnb_1"
 
 

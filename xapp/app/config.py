@@ -110,6 +110,9 @@ class E2NodeSettings:
     ran_function_id: int
     kpm_version: int = 3
     report_styles: tuple[int, ...] = (1,)
+    #: NR CGI "<plmn hex>-<nci hex>" of the node's cell, and its carrier's PRBs (0: unknown).
+    cell: str = ""
+    prb_total: int = 0
 
 
 #: The KPM measurements the product maps, asked for by default (a node is asked only for those

@@ -517,7 +517,9 @@ def build_e2(args: argparse.Namespace, controls: Controls, comp: Components) -> 
     stoppers: list[Callable[[], object]] = []
     if e.nodes:
         sources.append(StaticNodes([StaticNode(n.inventory_name, n.ran_function_id,
-                                               n.kpm_version, n.report_styles)
+                                               n.kpm_version, n.report_styles,
+                                               cell=n.cell or None,
+                                               prb_total=n.prb_total or None)
                                     for n in e.nodes]))
     if e.rnib and redis:
         rnib = RnibNodes(ricsdl_rnib_backend, codec.decode_ran_function_description)
