@@ -349,3 +349,61 @@ def test_too_many_ues_refused() -> None:
     assert len(data) <= codec.MAX_INDICATION_BYTES
     with pytest.raises(E2DecodeError, match="2049 UE reports, more than 2048"):
         codec.decode_kpm_indication(codec.encode_kpm_indication_header(0, 3), data, 3)
+
+
+def _format2(records: list[int], ues: list[int]) -> bytes:
+    """A v3 format 2 message: one condition on DRB.UEThpDl matched by ``ues`` (AMF ids)."""
+    from xapp.adapters.e2.asn1 import _kpm_v3
+
+    guami = {"pLMNIdentity": b"\x00\xf1\x10", "aMFRegionID": (2, 8), "aMFSetID": (1, 10),
+             "aMFPointer": (3, 6)}
+    cond: dict[str, object] = {
+        "measType": ("measName", "DRB.UEThpDl"),
+        "matchingCond": [{"matchingCondChoice": ("testCondInfo", {
+            "testType": ("rSRP", "true"), "testExpr": "present"})}]}
+    if ues:
+        cond["matchingUEidList"] = [
+            {"ueID": ("gNB-UEID", {"amf-UE-NGAP-ID": u, "guami": guami})} for u in ues]
+    m = _kpm_v3.E2SM_KPM_v3_IEs.E2SM_KPM_IndicationMessage
+    m.set_val({"indicationMessage-formats": ("indicationMessage-Format2", {
+        "measData": [{"measRecord": [("integer", r) for r in records]}],
+        "measCondUEidList": [cond], "granulPeriod": 1000})})
+    return bytes(m.to_aper())
+
+
+def test_format2_reports_per_matched_ue() -> None:
+    header = codec.encode_kpm_indication_header(1_700_000_000_000, 3)
+    # One record per matched UE (two UEs, two records): each UE its own value.
+    kpm = codec.decode_kpm_indication(header, _format2([500, 700], [3, 7]), 3)
+    assert kpm.format == 2
+    assert [(r.ue.amf_ue_ngap_id if r.ue else None, r.values) for r in kpm.reports] == \
+        [(3, {"DRB.UEThpDl": 500.0}), (7, {"DRB.UEThpDl": 700.0})]
+    # One record per condition: the matched UEs share it.
+    kpm = codec.decode_kpm_indication(header, _format2([600], [3, 7]), 3)
+    assert [r.values for r in kpm.reports] == [{"DRB.UEThpDl": 600.0}] * 2
+    # No matched UE: one node/cell report.
+    kpm = codec.decode_kpm_indication(header, _format2([600], []), 3)
+    assert [(r.ue, r.values) for r in kpm.reports] == [(None, {"DRB.UEThpDl": 600.0})]
+    # Neither reading fits: refused, not guessed.
+    with pytest.raises(E2DecodeError, match="values for"):
+        codec.decode_kpm_indication(header, _format2([1, 2, 3], [3, 7]), 3)
+
+
+def test_labels_summed_averaged_or_the_total() -> None:
+    from xapp.adapters.e2.asn1 import _kpm_v3
+
+    def item(name: str, labels: list[dict[str, object]]) -> dict[str, object]:
+        return {"measType": ("measName", name),
+                "labelInfoList": [{"measLabel": lab} for lab in labels]}
+
+    plmn1, plmn2 = {"plmnID": b"\x00\xf1\x10"}, {"plmnID": b"\x99\xf9\x99"}
+    m = _kpm_v3.E2SM_KPM_v3_IEs.E2SM_KPM_IndicationMessage
+    m.set_val({"indicationMessage-formats": ("indicationMessage-Format1", {
+        "measData": [{"measRecord": [("integer", v) for v in (10, 30, 100, 40, 60, 5, 7)]}],
+        "measInfoList": [item("DRB.RlcSduDelayDl", [plmn1, plmn2]),  # 10, 30: mean
+                         item("DRB.UEThpDl", [{"noLabel": "true"}, plmn1, plmn2]),  # total
+                         item("DRB.UEThpUl", [plmn1, plmn2])]})})  # 5, 7: sum
+    header = codec.encode_kpm_indication_header(1_700_000_000_000, 3)
+    [report] = codec.decode_kpm_indication(header, bytes(m.to_aper()), 3).reports
+    assert report.values == {"DRB.RlcSduDelayDl": 20.0, "DRB.UEThpDl": 100.0,
+                             "DRB.UEThpUl": 12.0}
