@@ -2,18 +2,20 @@
 
 E2AP: pycrate's bundled module (``pycrate_asn1dir.E2AP``, pycrate 0.8.x: the E2AP v3 message
 set, RIC Query included), used for the envelope only.  E2SM-KPM: the project's own definitions
-(``asn1/e2sm-kpm-v2.asn``: v02.00, ``asn1/e2sm-kpm-v3.asn``: v03.00), compiled by pycrate at
-build time.  KPM v4.00 adds only extension additions to v03.00, so v4 nodes are decoded with the
-v3 module.  What differs per version and how it is handled:
+(``asn1/*.asn``), compiled by pycrate at build time, one set per dialect (:data:`DIALECTS`):
+a node's bytes, not its label, say which it speaks (``docs/e2.md``).  What differs:
 
-* Indication header: v2's TimeStamp is 4 octets (NTP seconds), v3's 8 (NTP seconds and fraction).
+* Indication header: v2's TimeStamp is 4 octets (NTP seconds), v3's 8 (NTP seconds and
+  fraction); FlexRIC's v02.03 and ONF's v02.00.03 use 4, FlexRIC's v03.00 8.
 * UE identity: v2 has an opaque ``UE-Identity`` OCTET STRING (kept as ``UeId.ran_ue_id`` hex);
   v3 has the E2SM common UEID CHOICE (gNB: AMF-UE-NGAP-ID + GUAMI, F1AP ids, RAN UE id; gNB-DU;
   gNB-CU-UP; ng-eNB; en-gNB; eNB), mapped onto :class:`UeId`.
 * Indication message format 3 (several UEs) and action definition formats 4 and 5 exist from v3
-  on (as extension additions).  A node that says v2 but sends format 3 (E2SM-KPM v2.02/v2.03,
-  which already had it, with the UEID CHOICE) is decoded with the v3 definitions.
-* MeasurementLabel gained extension additions in v3; labels are not read here.
+  on (as extension additions; root alternatives in FlexRIC's text).  A node that says v2 but
+  sends format 3 (E2SM-KPM v2.02/v2.03, with the UEID CHOICE) is read with the v3 definitions.
+* KPM v04.00 adds only extension additions to v03.00: v4 nodes are read with the v3 module.
+* v02.00.03 (ONF, Radisys) carries subscriptID and cellObjID, a KPM node list, optional labels.
+* Several labels of one measurement become one value (see ``_values``).
 
 Every public function raises :class:`E2DecodeError` only (``ValueError`` for bad arguments of
 the encoders).  Inputs are bounded before parsing (bytes) and while turning values into records
