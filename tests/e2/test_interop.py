@@ -255,8 +255,12 @@ def _check_ranfunc(entry: dict[str, Any]) -> None:
         assert fn.dialect == "onf-v2"
     if want["short"] == "ORAN-E2SM-KPM" and want["oid"].endswith(".1.2.2.2") and any(
             w["action_format"] in (4, 5) for w in want["report_styles"].values()):
-        # srsRAN: labelled v2, v3-era structures: read and subscribed with v3's definitions.
+        # srsRAN: labelled v2, v3-era structures: read and subscribed with v3's definitions,
+        # mapped with srsRAN's table.
+        from xapp.adapters.e2.mapping import family_of
+
         assert (fn.kpm_version, fn.dialect) == (2, "v3")
+        assert family_of(fn.dialect, (), fn.kpm_version) == "srsran"
     if want["short"].startswith("ORAN-E2SM-KPM-v"):
         assert fn.dialect.startswith("flexric-")
         assert fn.kpm_version == int(want["short"][-5:-3])

@@ -151,12 +151,13 @@ RECOGNISED: Final = frozenset({"DRB.RlcSduDelayDl"})
 _PER: Final = ("", "prb_total", "period_s")
 
 
-def family_of(dialect: str, offered: Iterable[str] = ()) -> str:
+def family_of(dialect: str, offered: Iterable[str] = (), kpm_version: int | None = None) -> str:
     """The measurement table family of a node: FlexRIC's dialect is OAI's gNB; a node that
-    offers srsRAN's own names (``CQI``, ``RSRP``, ``RSRQ``) is srsRAN's; the rest TS 28.552."""
+    offers srsRAN's own names (``CQI``, ``RSRP``, ``RSRQ``), or labels itself KPM v2 and speaks
+    v3 (srsRAN Project's gNB), is srsRAN's; the rest TS 28.552."""
     if dialect.startswith("flexric"):
         return "oai"
-    if {"CQI", "RSRP", "RSRQ"} & set(offered):
+    if {"CQI", "RSRP", "RSRQ"} & set(offered) or (kpm_version == 2 and dialect == "v3"):
         return "srsran"
     return "3gpp"
 

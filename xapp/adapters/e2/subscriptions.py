@@ -571,7 +571,8 @@ class E2Subscriber:
         kpm = node.kpm
         assert kpm is not None
         dialect = self.book.dialect(node.inventory_name, kpm.ran_function_id) or kpm.dialect
-        return dialect, family_of(dialect, (m for ms in kpm.measurements.values() for m in ms))
+        return dialect, family_of(dialect, (m for ms in kpm.measurements.values() for m in ms),
+                                  kpm.kpm_version)
 
     def _details(self, node: E2Node) -> list[Detail]:
         s = self.settings
