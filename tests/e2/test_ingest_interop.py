@@ -150,3 +150,30 @@ def test_format1_without_meas_info_list_uses_the_subscriptions_names() -> None:
     ingest.handle(envelope(header, bytes(m.to_aper())), NODE)
     assert sink.value("cpe-1", "dl", "prb_util") == pytest.approx(0.40)
     assert sink.value("cpe-1", "ul", "prb_util") == pytest.approx(0.10)
+
+
+def test_a_failed_check_is_not_repeated_within_the_interval(vec: dict[str, bytes]) -> None:
+    now = [100.0]
+    ind = codec.decode_ric_indication(golden())
+    book = SubscriptionBook(ind.request.requestor)
+    book.add(subscription(ind.request, ind.ran_function_id, family="oai", prb_total=106,
+                          cell=None, measurement_ids={}))
+    reg = CpeRegistry()
+    reg.add("cpe-a", [UE3])
+    sink = Sink()
+    ingest = KpmIngest(book, reg, sink, clock=lambda: 1000.0, recheck_interval_s=10.0,
+                       monotonic=lambda: now[0])
+    garbage = envelope(vec["flexric_v03.00_oai_hdr"], vec["nsoran_v1_msg"])
+    oai = envelope(vec["flexric_v03.00_oai_hdr"], vec["flexric_v03.00_oai_msg_f3"])
+    c = ingest.counters
+    ingest.handle(garbage, NODE)  # every dialect tried once
+    ingest.handle(garbage, NODE)  # within 10 s: only the assumed dialect
+    assert (c["refused_kpm"], c["dialect_checks"], c["dialect_checks_skipped"]) == (2, 1, 1)
+    ingest.handle(oai, NODE)  # FlexRIC bytes, still within 10 s: not re-checked, refused
+    assert (c["refused_kpm"], c["dialect_checks"]) == (3, 1)
+    now[0] += 10.0
+    ingest.handle(oai, NODE)  # the interval is over: checked, read, remembered
+    assert (c["accepted"], c["dialect_checks"], c["decoded_flexric-v3"]) == (1, 2, 1)
+    assert book.dialect(NODE, _fn()) == "flexric-v3"
+    ingest.handle(garbage, NODE)  # fails under flexric-v3: checked again (no recent failure)
+    assert (c["dialect_checks"], c["refused_kpm"]) == (3, 4)

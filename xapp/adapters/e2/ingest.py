@@ -28,7 +28,13 @@ from xapp.adapters.e2.mapping import (
     MeasurementMap,
     map_indication,
 )
-from xapp.adapters.e2.records import ActiveSubscription, E2DecodeError, RicRequestId
+from xapp.adapters.e2.records import (
+    ActiveSubscription,
+    E2DecodeError,
+    KpmIndication,
+    RicIndication,
+    RicRequestId,
+)
 from xapp.core.forecast import KpiFrame
 
 log = logging.getLogger(__name__)
@@ -57,7 +63,10 @@ OUTCOMES: Final[tuple[str, ...]] = (
 #: (or one that failed under the remembered dialect) checked against every dialect, and how
 #: often that changed the node's dialect.
 DIALECT_COUNTS: Final[tuple[str, ...]] = (
-    *(f"decoded_{d}" for d in codec.DIALECTS), "dialect_checks", "dialect_changes")
+    *(f"decoded_{d}" for d in codec.DIALECTS), "dialect_checks", "dialect_changes",
+    "dialect_checks_skipped")
+#: (node, RAN function) pairs whose failed dialect check is remembered; beyond, forgotten.
+MAX_TRACKED_FUNCTIONS: Final = 4096
 MAPPING_COUNTS: Final[tuple[str, ...]] = tuple(MappingCounts().as_dict())
 
 
@@ -87,12 +96,18 @@ class KpmIngest:
         Measurement table; the defaults of :mod:`xapp.adapters.e2.mapping` when None.
     clock : callable
         Time of each frame (arrival time, like every other intake source).
+    recheck_interval_s : float
+        How long after a failed dialect check a node's undecodable indications are refused
+        without trying every dialect again.
+    monotonic : callable
+        The clock of that interval.
     """
 
     def __init__(self, book: SubscriptionLookup, registry: CpeLookup,
                  sink: Callable[[KpiFrame], None], *, names: MeasurementMap | None = None,
                  clock: Callable[[], float] = time.time, max_payload: int = MAX_PAYLOAD,
-                 log_interval_s: float = 10.0) -> None:
+                 log_interval_s: float = 10.0, recheck_interval_s: float = 10.0,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.book = book
         self.registry = registry
         self.sink = sink
@@ -100,6 +115,10 @@ class KpmIngest:
         self.clock = clock
         self.max_payload = max_payload
         self.log_interval_s = log_interval_s
+        self.recheck_interval_s = recheck_interval_s
+        self.monotonic = monotonic
+        #: (node, RAN function) -> monotonic time of its last failed dialect check
+        self._failed_checks: dict[tuple[str, int], float] = {}
         self.counters: dict[str, int] = dict.fromkeys(OUTCOMES + MAPPING_COUNTS + DIALECT_COUNTS, 0)
         #: family -> the table with that family's rules on top of ``names``
         self._tables: dict[str, MeasurementMap] = {}
@@ -145,35 +164,11 @@ class KpmIngest:
                          f"the indication came from {meid}")
             return
         node = sub.node or meid or ""
-        known = self.book.dialect(node, sub.ran_function_id)
-        names = sub.measurements or None
         try:
-            if known is not None:
-                try:
-                    kpm = codec.decode_kpm_indication(
-                        ind.header, ind.message, sub.kpm_version, dialect=known,
-                        measurement_ids=sub.measurement_ids or None, measurement_names=names)
-                except E2DecodeError:
-                    known_failed = True
-                else:
-                    known_failed = False
-            if known is None or known_failed:
-                # First indication of this node and function, or one its remembered dialect
-                # cannot read: try every dialect, the remembered (else assumed) one first.
-                c["dialect_checks"] += 1
-                kpm = codec.detect_kpm_indication(
-                    ind.header, ind.message, sub.kpm_version, first=known or sub.dialect,
-                    measurement_ids=sub.measurement_ids or None, measurement_names=names)
-                if kpm.dialect != known:
-                    if known is not None:
-                        c["dialect_changes"] += 1
-                        log.warning("E2 node %s RAN function %d: indications now decode as "
-                                    "%s, not %s", node, sub.ran_function_id, kpm.dialect, known)
-                    self.book.remember_dialect(node, sub.ran_function_id, kpm.dialect)
+            kpm = self._decode_kpm(ind, sub, node)
         except E2DecodeError as exc:
-            self._refuse("refused_kpm",
-                         f"subscription {sub.subscription_id} (KPM v{sub.kpm_version}, "
-                         f"{known or sub.dialect}): {exc}")
+            self._refuse("refused_kpm", f"subscription {sub.subscription_id} "
+                         f"(KPM v{sub.kpm_version}): {exc}")
             return
         c[f"decoded_{kpm.dialect}"] += 1
         table = self._tables.get(sub.family)
@@ -196,6 +191,53 @@ class KpmIngest:
             self._refuse("sink_errors", f"{type(exc).__name__}: {exc}", exc_info=True)
             return
         c["accepted"] += 1
+
+    def _decode_kpm(self, ind: RicIndication, sub: ActiveSubscription,
+                    node: str) -> KpmIndication:
+        """The KPM payload read with the node's remembered dialect; on the node's first
+        indication, or when the remembered dialect fails, with every dialect (the remembered,
+        else the assumed one first), remembering what reads it.
+
+        A failed check is not repeated for the same node and function within
+        ``recheck_interval_s``: a node sending bytes no dialect reads costs one decode per
+        indication, not one per dialect (counted as ``dialect_checks_skipped``)."""
+        c = self.counters
+        key = (node, sub.ran_function_id)
+        known = self.book.dialect(node, sub.ran_function_id)
+        ids = sub.measurement_ids or None
+        names = sub.measurements or None
+        first = known or sub.dialect
+        failed_at = self._failed_checks.get(key)
+        if failed_at is not None and self.monotonic() - failed_at < self.recheck_interval_s:
+            c["dialect_checks_skipped"] += 1
+            return codec.decode_kpm_indication(ind.header, ind.message, sub.kpm_version,
+                                               dialect=first, measurement_ids=ids,
+                                               measurement_names=names)
+        if known is not None:
+            try:
+                return codec.decode_kpm_indication(ind.header, ind.message, sub.kpm_version,
+                                                   dialect=known, measurement_ids=ids,
+                                                   measurement_names=names)
+            except E2DecodeError:
+                pass
+        c["dialect_checks"] += 1
+        try:
+            kpm = codec.detect_kpm_indication(ind.header, ind.message, sub.kpm_version,
+                                              first=first, measurement_ids=ids,
+                                              measurement_names=names)
+        except E2DecodeError:
+            if len(self._failed_checks) >= MAX_TRACKED_FUNCTIONS:
+                self._failed_checks.clear()
+            self._failed_checks[key] = self.monotonic()
+            raise
+        self._failed_checks.pop(key, None)
+        if kpm.dialect != known:
+            if known is not None:
+                c["dialect_changes"] += 1
+                log.warning("E2 node %s RAN function %d: indications now decode as %s, not %s",
+                            node, sub.ran_function_id, kpm.dialect, known)
+            self.book.remember_dialect(node, sub.ran_function_id, kpm.dialect)
+        return kpm
 
     def _refuse(self, reason: str, detail: str, *, exc_info: bool = False) -> None:
         if reason.startswith("refused_"):
