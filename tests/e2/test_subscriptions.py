@@ -715,3 +715,28 @@ def test_a_detected_dialect_is_what_the_next_subscription_is_encoded_in(
                                                              "detected": "flexric-v3"}
     finally:
         xapp.close()
+
+
+def test_a_style_that_cannot_be_encoded_is_left_out_not_the_node(
+        submgr: StandInSubmgr) -> None:
+    # Style 5 names UEs the xApp does not know: left out (counted); style 1 still goes.
+    names = ("DRB.UEThpDl",)
+    offering = Offering(names)
+    offering.node.kpm.report_styles[5] = ("multiple UEs", 5, 1, 3)  # type: ignore[union-attr]
+    xapp = Xapp(submgr, offering, styles=(1, 5))
+    try:
+        xapp.sub.step()
+        assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
+        assert [d["XappEventInstanceId"] > 0 for d in
+                submgr.posts[0]["SubscriptionDetails"]] == [True]
+        assert xapp.sub.counters["encode_errors"] == 1
+    finally:
+        xapp.close()
+    # Only styles that cannot be encoded: the node is unusable, with the reasons.
+    xapp = Xapp(submgr, Offering(names, dialect="onf-v2"), styles=(4,))
+    try:
+        xapp.sub.step()
+        assert xapp.state() == "unusable"
+        assert "style 4" in xapp.sub.view()["nodes"][MEID]["subscription"]["last_error"]
+    finally:
+        xapp.close()

@@ -581,6 +581,7 @@ class E2Subscriber:
         dialect, family = self._speaks(node)
         table = DEFAULT_MAP.for_family(family)
         details: list[Detail] = []
+        errors: list[str] = []
         for style in s.report_styles:
             if kpm.report_styles and style not in kpm.report_styles:
                 continue
@@ -591,11 +592,22 @@ class E2Subscriber:
                          "none the %s table maps", style, family)
                 continue
             trigger = self._encoder.event_trigger(s.report_period_ms, kpm.kpm_version)
-            action = self._encoder.action_definition(
-                measurements, s.granularity_ms, kpm.kpm_version, style, dialect=dialect,
-                cell=node.cell if style in (1, 3) else None)
+            try:
+                action = self._encoder.action_definition(
+                    measurements, s.granularity_ms, kpm.kpm_version, style, dialect=dialect,
+                    cell=node.cell if style in (1, 3) else None)
+            except ValueError as exc:
+                # One style the codec cannot encode for this node (styles 2 and 5 name UEs the
+                # xApp does not know; ONF's v02.00.03 has style 1 only): the others still go.
+                errors.append(f"style {style}: {exc}")
+                continue
             self._next_xapp_id = self._next_xapp_id % MAX_INSTANCE_ID + 1
             details.append(Detail(self._next_xapp_id, style, measurements, trigger, action))
+        if errors and not details:
+            raise ValueError("; ".join(errors))
+        for error in errors:
+            self._count("encode_errors")
+            log.warning("E2 node %s: %s left out", node.inventory_name, error)
         return details
 
     def _subscribe(self, sub: _NodeSub) -> None:
