@@ -156,3 +156,12 @@ def test_served_cell_from_the_rnib_entry() -> None:
     assert served_cell(info) == (None, 106)
     info.gnb.served_nr_cells.add()  # two cells: the node has no one cell
     assert served_cell(info) == (None, None)
+
+
+def test_configured_nodes_start_with_their_versions_definitions() -> None:
+    from xapp.adapters.e2 import codec
+    from xapp.adapters.e2.nodes import StaticNode
+
+    for version in (2, 3, 4):
+        kpm = StaticNode("gnb", 2, version).node().kpm
+        assert kpm is not None and kpm.dialect == codec.default_dialect(version)

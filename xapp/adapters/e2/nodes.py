@@ -95,9 +95,12 @@ class StaticNode:
         # the multi-UE styles 4 and 5, which report in format 3.
         styles = {s: (f"style {s}", s, 1, 3 if s in (4, 5) else 1 if s != 3 else 2)
                   for s in self.report_styles}
+        # The standard definitions of the configured version until its indications say
+        # otherwise (codec.default_dialect).
         kpm = KpmRanFunction(ran_function_id=self.ran_function_id, oid=self.oid,
                              revision=0, short_name="ORAN-E2SM-KPM",
-                             kpm_version=self.kpm_version, report_styles=styles)
+                             kpm_version=self.kpm_version, report_styles=styles,
+                             dialect="v2" if self.kpm_version == 2 else "v3")
         return E2Node(self.inventory_name, self.global_id or self.inventory_name, kpm,
                       cell=self.cell, prb_total=self.prb_total)
 
