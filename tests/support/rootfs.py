@@ -52,10 +52,10 @@ def debootstrap(name: str, packages: list[str], *, timeout_s: float = 900) -> Pa
     # What an image does not need: package lists and caches, documentation.
     for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
         for child in (dest / junk).glob("*"):
-            if child.is_dir() and child.name != "partial":
-                shutil.rmtree(child)
-            elif child.is_file():
+            if child.is_symlink() or child.is_file():
                 child.unlink()
+            elif child.is_dir() and child.name != "partial":
+                shutil.rmtree(child)
     (dest / ".complete").write_text(" ".join(packages) + "\n")
     return dest
 
