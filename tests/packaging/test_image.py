@@ -34,6 +34,9 @@ from tests.support.rootfs import python_base_image
 pytestmark = pytest.mark.slow
 
 BUILD_TIMEOUT_S = 1500
+#: The default rlimits cannot be raised here (root lacks CAP_SYS_RESOURCE), so every
+#: ``podman run`` states its own.
+ULIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
 #: Where the container sees the test's secrets and configuration (read-only bind mount).
 SECRETS = "/opt/ric/test"
 
@@ -78,7 +81,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         size = int(subprocess.run([podman, "image", "inspect", "--format", "{{.Size}}", tag],
                                   capture_output=True, text=True, check=True).stdout.strip())
-        venv = subprocess.run([podman, "run", "--rm", "--entrypoint", "du", tag, "-sb",
+        venv = subprocess.run([podman, "run", "--rm", *ULIMITS, "--entrypoint", "du", tag, "-sb",
                                "/opt/venv"], capture_output=True, text=True, check=True)
         venv_bytes = int(venv.stdout.split()[0])
         figures = {"image_mb": round(size / 1e6), "venv_mb": round(venv_bytes / 1e6),
@@ -102,7 +105,7 @@ def test_runtime_image_user_and_entrypoint(image: str) -> None:
 def test_runtime_image_has_no_compiler_and_no_pip(image: str) -> None:
     """The build stage's compiler and the venv's installers stay out of the runtime image."""
     probe = subprocess.run(
-        [_podman(), "run", "--rm", "--entrypoint", "python", image, "-c",
+        [_podman(), "run", "--rm", *ULIMITS, "--entrypoint", "python", image, "-c",
          "import importlib.util as u, shutil; "
          "print(shutil.which('gcc'), u.find_spec('pip'), u.find_spec('pycrate_asn1dir.NBAP'))"],
         capture_output=True, text=True, check=True)
@@ -149,9 +152,7 @@ def test_runtime_image_runs_as_the_chart_runs_it(image: str,
         cmd = [podman, "run", "-d", "--name", name, "--network", "host",
                "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,size=64m,mode=1777",
                "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-               "--user", f"{UID}:{UID}",
-               # The default rlimits cannot be raised here (no CAP_SYS_RESOURCE): say them.
-               "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096",
+               "--user", f"{UID}:{UID}", *ULIMITS,
                "-v", f"{secrets}:{SECRETS}:ro"]
         for key, value in sorted(container_env.items()):
             cmd += ["-e", f"{key}={value}"]
