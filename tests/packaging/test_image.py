@@ -31,7 +31,7 @@ from tests.support.polling import free_port, wait_until
 from tests.support.redis_server import RedisServer, redis_binary
 from tests.support.rootfs import python_base_image
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 BUILD_TIMEOUT_S = 1500
 #: The default rlimits cannot be raised here (root lacks CAP_SYS_RESOURCE), so every

@@ -34,7 +34,7 @@ from tests.support.mosquitto import MosquittoBroker, connect_client, make_pki, m
 from tests.support.polling import wait_until
 from tests.support.rootfs import debootstrap
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 UNIT = ROOT / "kernel-agent" / "deploy" / "mcw-agent.service"
 AGENT = ROOT / "kernel-agent" / "bin" / "mcw-agent"
