@@ -28,34 +28,58 @@ ARG RMR_VERSION=4.9.4
 # package's page (https://packagecloud.io/o-ran-sc/release/packages/debian/stretch/
 # rmr_4.9.4_amd64.deb, "Checksums"). A new RMR_VERSION needs its own RMR_DEB_SHA256.
 ARG RMR_DEB_SHA256=76b48a28fc7b3fe38b1f3784e2ef958bd85265613b4793f8ec2c6b09bd10f84a
+# RMR_DEB_URL=none builds an image without RMR, for builders that cannot reach packagecloud:
+# `mcw run` then serves A1 and everything else over HTTP and says at start-up that RMR is
+# absent (/ric/v1/config shows it too). The test stage refuses to build without RMR.
 ARG RMR_DEB_URL=https://packagecloud.io/o-ran-sc/release/packages/debian/stretch/rmr_${RMR_VERSION}_amd64.deb/download.deb
 # Download tools of a throw-away stage: the base image pins the Debian release, not each package.
 # hadolint ignore=DL3008
-RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates wget \
- && rm -rf /var/lib/apt/lists/*
-RUN { printf '%s\n' "${RMR_DEB_SHA256}" | grep -Eqx '[0-9a-f]{64}' \
+RUN mkdir -p /out/lib \
+ && if [ "${RMR_DEB_URL}" = none ]; then echo "building without RMR (RMR_DEB_URL=none)"; exit 0; fi \
+ && { printf '%s\n' "${RMR_DEB_SHA256}" | grep -Eqx '[0-9a-f]{64}' \
       || { echo "RMR_DEB_SHA256 must be the sha256 of rmr_${RMR_VERSION}_amd64.deb (64 hex digits)" >&2; exit 1; }; } \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates wget \
+ && rm -rf /var/lib/apt/lists/* \
  && wget -nv -O /tmp/rmr.deb "${RMR_DEB_URL}" \
  && echo "${RMR_DEB_SHA256}  /tmp/rmr.deb" | sha256sum -c - \
  && dpkg -i /tmp/rmr.deb \
  && rm -f /tmp/rmr.deb \
- && mkdir -p /out/lib \
  && cp -a /usr/local/lib*/librmr_si.so* /out/lib/ \
  && test -e "/out/lib/librmr_si.so.${RMR_VERSION}" \
  && test -e /out/lib/librmr_si.so
 
 # --- build -----------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+# ricsdl pins hiredis==2.0.0, which has no wheel for CPython 3.11: pip compiles it, so this
+# throw-away stage has a C compiler (and Python's headers, when the base image is Debian's own
+# python3 rather than the python image); the runtime image gets only the built venv.
+# hadolint ignore=DL3008
+RUN headers=$(python -c 'import os, sysconfig; print("" if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else "python3-dev")') \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev ${headers} \
+ && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:${PATH}
 WORKDIR /src
 COPY pyproject.toml README.md* ./
 COPY xapp/ xapp/
-# pip compiles the bytecode here, so the read-only runtime never needs to write it.
-RUN pip install --no-cache-dir .
+# pip compiles the bytecode here, so the read-only runtime never needs to write it. Then the
+# venv loses what the runtime never runs: pycrate's 250 MB of ASN.1 modules but the E2AP one
+# the codec imports, the packages' own test suites, and pip/setuptools themselves.
+RUN pip install --no-cache-dir . \
+ && site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+ && find "$site/pycrate_asn1dir" -mindepth 1 -maxdepth 1 ! -name '__init__.py' ! -name 'E2AP*' \
+      ! -name '__pycache__' -exec rm -rf {} + \
+ && find "$site/pycrate_asn1dir/__pycache__" -type f ! -name '__init__.*' ! -name 'E2AP*' -delete \
+ && find "$site" -depth -type d -name tests -path '*/site-packages/*/tests' \
+      \( -path '*/numpy/*' -o -path '*/scipy/*' -o -path '*/pandas/*' -o -path '*/sklearn/*' \) \
+      -exec rm -rf {} + \
+ && pip uninstall -y -q pip setuptools \
+ && python -c 'import pycrate_asn1dir.E2AP, xapp.adapters.e2.codec, sklearn.ensemble, scipy.stats, pandas, ricsdl'
 
 # --- xapp: the runtime image's content (the test stage builds on it) --------------------------
 FROM ${PYTHON_IMAGE} AS xapp

@@ -27,7 +27,8 @@ deps: deps-system deps-python deps-tools agent
 # Debian packages: only the ones whose command is missing, so a warm machine does not touch apt.
 # command:package pairs; Go comes with this kind of machine, golang-go is the fallback.
 APT_NEEDS := redis-server:redis-server mosquitto:mosquitto mosquitto_pub:mosquitto-clients \
-             ip:iproute2 tc:iproute2 openssl:openssl go:golang-go gcc:gcc
+             ip:iproute2 tc:iproute2 openssl:openssl go:golang-go gcc:gcc \
+             podman:podman runc:runc debootstrap:debootstrap systemd-nspawn:systemd-container
 
 deps-system:
 	@missing=""; \

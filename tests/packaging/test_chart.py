@@ -804,3 +804,15 @@ def test_container_arguments_are_ones_mcw_run_accepts(rendered: dict[str, cr.Ren
     # mcw run stops within --grace-s; the pod's grace period must leave room for it.
     grace = _pod(rendered["default"])["terminationGracePeriodSeconds"]
     assert args.grace_s == grace - 5
+
+
+def test_helm_test_pod_outlives_its_run_for_logs(rendered: dict[str, cr.Rendered]) -> None:
+    """`helm test --logs` reads the pod's logs after it succeeded: a hook-succeeded delete
+    policy removes it first, and helm then exits 1 although the test passed."""
+    for r in rendered.values():
+        pods = [p for p in r.of_kind("Pod")
+                if p["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+        assert pods
+        for pod in pods:
+            policy = pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
+            assert "hook-succeeded" not in policy and "before-hook-creation" in policy
