@@ -60,7 +60,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 # hadolint ignore=DL3008
 RUN headers=$(python -c 'import os, sysconfig; print("" if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else "python3-dev")') \
  && apt-get update \
- && apt-get install -y --no-install-recommends gcc libc6-dev ${headers} \
+ && apt-get install -y --no-install-recommends gcc libc6-dev ${headers:+"$headers"} \
  && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:${PATH}
