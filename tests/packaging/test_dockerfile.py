@@ -148,11 +148,16 @@ def test_rmr_deb_checksum_is_set_and_always_checked(dockerfile: Dockerfile) -> N
     assert version in PUBLISHED_RMR_DEB_SHA256, (
         f"record the published sha256 of rmr_{version}_amd64.deb in PUBLISHED_RMR_DEB_SHA256")
     assert checksum == PUBLISHED_RMR_DEB_SHA256[version]
-    # One chain: refuse an empty or malformed checksum, download, check, then install; no
-    # branch skips the check.
+    # One chain: refuse an empty or malformed checksum, download, check, then install. The one
+    # branch is the explicit opt-out RMR_DEB_URL=none, which installs nothing; no branch skips
+    # the check of a package that is downloaded.
     [download] = [i for i in rmr.all("RUN") if "dpkg -i" in i.args]
-    assert not re.search(r"\b(if|then|fi)\b", download.args), download.args
     steps = [step.strip() for step in download.args.split(" && ")]
+    opt_out = 'if [ "${RMR_DEB_URL}" = none ]; then'
+    assert steps[0] == "mkdir -p /out/lib" and steps[1].startswith(opt_out), steps[:2]
+    assert steps[1].endswith("exit 0; fi") and "wget" not in steps[1], steps[1]
+    steps = steps[2:]
+    assert not re.search(r"\b(if|then|fi)\b", " && ".join(steps)), steps
     assert "grep -Eqx '[0-9a-f]{64}'" in steps[0] and "exit 1" in steps[0]
     check = 'echo "${RMR_DEB_SHA256}  /tmp/rmr.deb" | sha256sum -c -'
     assert check in steps
