@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.channel.conftest import decision
-from tests.channel.test_subscriber import state_doc
+from tests.channel.test_subscriber import state_doc, telemetry_doc
 from tests.support.mosquitto import (
     BROKER_DIR,
     MosquittoBroker,
@@ -215,6 +215,56 @@ def test_a_proxy_speaking_for_another_is_dropped_and_counted(
         assert sub.wait_for(lambda s: (p := s.proxy("proxy-0001")) is not None and p.cpes == 5,
                             5)
         assert sub.received == 8 and sub.proxy_cpe_states() == {}
+    finally:
+        p1.close()
+        sub.stop()
+
+
+@pytest.fixture
+def pre_deny_broker(pki: Pki, tmp_path: Path) -> Iterator[MosquittoBroker]:
+    """A broker whose proxy stanza lacks the deny of mcw/v1/cpe/<proxy id>/# (an ACL written
+    before it existed): the CPE patterns then let the proxy's certificate write as a CPE."""
+    if mosquitto_binary() is None:
+        pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
+    make_pki(pki.root, n_cpes=1, n_proxies=1)
+    text = subprocess.run(["bash", str(BROKER_DIR / "make-acl.sh"), "proxy-0001:cpe-0001"],
+                          capture_output=True, text=True, check=True).stdout
+    old = "\n".join(ln for ln in text.splitlines()
+                    if ln != "topic deny mcw/v1/cpe/proxy-0001/#") + "\n"
+    assert old != text
+    acl = tmp_path / "acl"
+    acl.write_text(old)
+    b = MosquittoBroker(pki, tmp_path / "broker", acl=acl).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def test_a_proxy_certificate_is_not_taken_for_a_cpe(
+        pre_deny_broker: MosquittoBroker, pki: Pki) -> None:
+    cert, key = pki.cert("mcw-xapp")
+    settings = MqttSettings(host="127.0.0.1", port=pre_deny_broker.port, ca_file=str(pki.ca),
+                            cert_file=str(cert), key_file=str(key), client_id="test-xapp",
+                            reconnect_min_s=0.1, reconnect_max_s=1.0)
+    p1 = connect_client(pre_deny_broker, "proxy-0001", client_id="p1")
+    sub = ChannelSubscriber(settings).start()
+    try:
+        assert sub.wait_subscribed(10)
+        # Before the xApp knows proxy-0001 is a proxy, its forged CPE state looks like a CPE's.
+        assert p1.publish("mcw/v1/cpe/proxy-0001/state", state_doc("proxy-0001", 1)) < 0x80
+        assert sub.wait_for(lambda s: "proxy-0001" in s.states(), 5)
+        # Its own proxy state tells the xApp what that certificate is: the "CPE" goes...
+        assert p1.publish("mcw/v1/proxy/proxy-0001/state", proxy_state("proxy-0001")) < 0x80
+        assert sub.wait_for(lambda s: s.proxy("proxy-0001") is not None, 5)
+        assert "proxy-0001" not in sub.states()
+        # ...and whatever it writes on CPE topics from now on is refused and counted.
+        assert p1.publish("mcw/v1/cpe/proxy-0001/state", state_doc("proxy-0001", 2)) < 0x80
+        assert p1.publish("mcw/v1/cpe/proxy-0001/telemetry",
+                          telemetry_doc("proxy-0001", 5.0)) < 0x80
+        assert sub.wait_for(lambda s: s.received == 4, 5)
+        assert "proxy-0001" not in sub.states()
+        assert sub.drops.snapshot() == {"state/role-mismatch": 1, "telemetry/role-mismatch": 1}
     finally:
         p1.close()
         sub.stop()

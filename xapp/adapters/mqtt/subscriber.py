@@ -516,6 +516,10 @@ class ChannelSubscriber:
                 self.received += 1
                 self._cond.notify_all()
 
+    def _is_proxy(self, identity: str) -> bool:
+        with self._lock:
+            return identity in self._proxies
+
     def _handle(self, name: str, payload: bytes) -> None:
         if not payload:
             topic = parse_channel_topic(name)
@@ -531,6 +535,12 @@ class ChannelSubscriber:
         if decoded is None:
             return
         kind, doc = decoded
+        if kind in ("state", "telemetry") and "proxy_id" not in doc \
+                and self._is_proxy(str(doc["cpe_id"])):
+            # A CPE topic named after a proxy: only a proxy's certificate (CN = proxy id) could
+            # have written it, through an ACL from before the proxies' deny line.
+            self.drops.drop(kind, "role-mismatch", "a CPE topic named after a known proxy", name)
+            return
         state: CpeState | None = None
         proxy: ProxyState | None = None
         frame: KpiFrame | None = None
@@ -552,6 +562,8 @@ class ChannelSubscriber:
                 proxy = ProxyState.from_doc(doc, self._proxies.get(doc["proxy_id"]),
                                             time.monotonic())
                 self._proxies[proxy.proxy_id] = proxy
+                # A "CPE" of that name seen before was the proxy's certificate speaking as one.
+                self._states.pop(proxy.proxy_id, None)
                 self._generation += 1
                 self._cond.notify_all()
         elif kind == "telemetry":
