@@ -146,7 +146,8 @@ type cpe struct {
 	want      []backend.Path
 	wantErr   error
 	changed   bool
-	unexpr    error // why the CPE is not in the kernel as requested
+	unexpr    error  // why the CPE is not in the kernel as requested
+	alarm     string // payload.AlarmAddressConflict while another CPE claims one of its addresses
 	lastError string
 	event     string // to report after the next apply ("" nothing)
 	eventErr  error
@@ -156,16 +157,16 @@ type cpe struct {
 // pendingUpdate is an update accepted by the version and lease checks; it
 // is granted once the backend applied it, rolled back when it failed.
 type pendingUpdate struct {
-	version     int64
-	until       time.Time
-	at          time.Time
-	note        string
-	prev        payload.Weights
-	prevCaps    map[string]float64
-	prevSafe    bool
-	prevMode    string
-	prevVersion int64
-	prevUntil   time.Time // zero: no lease was running
+	version   int64
+	until     time.Time
+	at        time.Time
+	note      string
+	prev      payload.Weights
+	prevCaps  map[string]float64
+	prevSafe  bool
+	prevMode  string
+	prevMark  lease.Mark
+	prevUntil time.Time // zero: no lease was running
 }
 
 // overflowCounter is a downlink that tells the CPEs it left out for its rule
@@ -296,18 +297,14 @@ func (p *Proxy) Start(ctx context.Context) error {
 		if err != nil {
 			p.deps.Log.Error("persisted state unusable, starting from safe weights", "cpe_id", id, "err", err)
 		}
-		if ok && rec.Version > lease.MaxVersion {
-			p.deps.Log.Warn("persisted version above the bound, discarded", "cpe_id", id, "version", rec.Version)
-			ok = false
-		}
 		if ok {
-			until := time.UnixMilli(rec.LeaseUntilMs)
-			if rec.Weights != nil && rec.LeaseUntilMs > 0 && until.After(now) {
-				c.tracker.Restore(rec.Version, until)
+			inForce, kept := state.Resume(c.tracker, rec, now)
+			if !kept {
+				p.deps.Log.Warn("persisted mark issued beyond this proxy's clock, discarded", "cpe_id", id, "version", rec.Version)
+			}
+			if inForce {
 				c.requested, c.safe, c.mode, c.caps = rec.Weights.Clone(), false, rec.Mode, rec.CapsMbps
 				event = payload.EventRestored
-			} else {
-				c.tracker.Restore(rec.Version, time.Time{})
 			}
 		}
 		c.event = event
@@ -442,50 +439,33 @@ func (p *Proxy) onWeights(c *cpe, data []byte, at time.Time) {
 		return
 	}
 	now := p.deps.Now()
-	until, err := c.tracker.Check(lease.Update{
+	lu := lease.Update{
 		Version:  u.Version,
 		IssuedAt: time.UnixMilli(u.IssuedAtMs),
 		Lease:    time.Duration(u.LeaseS * float64(time.Second)),
-	}, now)
+	}
+	until, err := c.tracker.Check(lu, now)
 	switch {
 	case errors.Is(err, lease.ErrReplay):
 		m.Updates.WithLabelValues("replay").Inc()
 		return
-	case errors.Is(err, lease.ErrExpired):
-		m.Updates.WithLabelValues("expired").Inc()
-		p.deps.Log.Warn("weights rejected", "cpe_id", c.id, "reason", err.Error())
-		c.tracker.Supersede(u.Version)
-		c.pending = nil
-		if !c.safe {
-			c.useSafe(p.cfg.SafeWeights)
-			p.touch(c)
-		}
-		p.save(c, now)
-		c.setEvent(payload.EventRejected, err)
-		return
 	case err != nil:
-		result := "stale"
-		switch {
-		case errors.Is(err, lease.ErrVersionBound):
-			result = "version_bound"
-		case errors.Is(err, lease.ErrFuture):
-			result = "future"
-		}
-		m.Updates.WithLabelValues(result).Inc()
+		// Refused: nothing changes (see the CPE agent's ProcessWeights).
+		m.Updates.WithLabelValues(lease.Result(err)).Inc()
 		p.deps.Log.Warn("weights rejected", "cpe_id", c.id, "reason", err.Error())
 		c.setEvent(payload.EventRejected, err)
 		return
 	}
 	if c.pending == nil {
 		c.pending = &pendingUpdate{prev: c.requested, prevCaps: c.caps, prevSafe: c.safe, prevMode: c.mode,
-			prevVersion: c.tracker.Version(), prevUntil: c.tracker.Until()}
+			prevMark: c.tracker.Mark(), prevUntil: c.tracker.Until()}
 	}
 	c.pending.version, c.pending.until, c.pending.at = u.Version, until, at
 	c.pending.note = u.DL.Reason
 	c.requested, c.safe, c.mode, c.caps = u.DL.Weights.Clone(), false, u.DL.Mode, u.DL.CapsMbps
 	// The version counts as seen at once, so that a replay queued behind it
 	// in this batch stays silent; a failed apply rolls it back.
-	c.tracker.Grant(u.Version, until)
+	c.tracker.Grant(lu.Mark(), until)
 	p.touch(c)
 	c.setEvent(payload.EventApplied, nil)
 }
@@ -668,6 +648,7 @@ func (p *Proxy) apply(ctx context.Context) {
 	m := p.deps.Metrics
 	set := make([]backend.CPEPaths, 0, len(p.order))
 	want := map[string][]backend.Path{}
+	conflicts := p.conflicts()
 	for _, id := range p.order {
 		c := p.cpes[id]
 		if c.changed {
@@ -675,8 +656,20 @@ func (p *Proxy) apply(ctx context.Context) {
 			c.changed = false
 		}
 		ps, err := c.want, c.wantErr
+		if cerr, clash := conflicts[id]; clash {
+			// Neither claimant is steered: whichever is lying, a rule for
+			// that address would act on the other's traffic.
+			ps, err = nil, cerr
+			if c.alarm == "" {
+				c.setEvent(payload.EventRejected, cerr)
+			}
+			c.alarm = payload.AlarmAddressConflict
+		} else if c.alarm != "" {
+			c.alarm = ""
+			c.setEvent(payload.EventApplied, nil)
+		}
 		c.unexpr = err
-		if err != nil {
+		if err != nil && c.alarm == "" {
 			ps = c.applied // keep what is in force: never all zero
 		}
 		if ps == nil {
@@ -701,7 +694,7 @@ func (p *Proxy) apply(ctx context.Context) {
 				// retained message delivered again is judged afresh.
 				c.requested, c.safe, c.mode, c.caps = pu.prev, pu.prevSafe, pu.prevMode, pu.prevCaps
 				c.changed = true
-				c.tracker.Restore(pu.prevVersion, pu.prevUntil)
+				c.tracker.Restore(pu.prevMark, pu.prevUntil, p.deps.Now())
 				c.pending = nil
 				m.Updates.WithLabelValues("apply_error").Inc()
 				c.eventErr = nil
@@ -723,6 +716,8 @@ func (p *Proxy) apply(ctx context.Context) {
 			c.applied, c.unexpr = nil, fmt.Errorf("not applied by %s: %w", p.deps.Downlink.Name(), nerr)
 		} else if sent {
 			c.applied = ps
+		} else if c.alarm != "" {
+			c.applied = nil // left out of the set: its rules are gone
 		}
 		// A CPE can enter or leave the kernel without news of its own
 		// (room under the rule bound, a retry after a failure): say so.
@@ -755,9 +750,35 @@ func (p *Proxy) apply(ctx context.Context) {
 	p.updateGauges()
 }
 
+// conflicts returns, per served CPE, why one of its claimed WAT addresses
+// cannot be steered: another served CPE claims the same address.
+func (p *Proxy) conflicts() map[string]error {
+	owners := map[netip.Addr][]string{}
+	for _, id := range p.order {
+		for _, a := range p.cpes[id].addrs {
+			owners[a] = append(owners[a], id)
+		}
+	}
+	out := map[string]error{}
+	for a, ids := range owners {
+		if len(ids) < 2 {
+			continue
+		}
+		for _, id := range ids {
+			others := slices.DeleteFunc(slices.Clone(ids), func(o string) bool { return o == id })
+			out[id] = errors.Join(out[id], fmt.Errorf("%s: address %s also claimed by %s: downlink not steered",
+				payload.AlarmAddressConflict, a, strings.Join(others, ", ")))
+		}
+	}
+	return out
+}
+
 func (p *Proxy) updateGauges() {
-	var applied, safe, unexpr float64
+	var applied, safe, unexpr, conflict float64
 	for _, c := range p.cpes {
+		if c.alarm == payload.AlarmAddressConflict {
+			conflict++
+		}
 		switch {
 		case c.applied == nil || c.unexpr != nil:
 			unexpr++
@@ -772,17 +793,18 @@ func (p *Proxy) updateGauges() {
 	g.WithLabelValues("applied").Set(applied)
 	g.WithLabelValues("safe").Set(safe)
 	g.WithLabelValues("unexpressed").Set(unexpr)
+	g.WithLabelValues("address_conflict").Set(conflict)
 	p.deps.Metrics.ProxyRules.WithLabelValues("used").Set(float64(p.rules.Used))
 	p.deps.Metrics.ProxyRules.WithLabelValues("limit").Set(float64(p.rules.Limit))
 }
 
 // save queues c's record for the persister (latest wins per CPE).
 func (p *Proxy) save(c *cpe, now time.Time) {
-	rec := state.Record{Version: c.tracker.Version(), SavedAtMs: now.UnixMilli()}
+	var requested payload.Weights
 	if !c.safe {
-		rec.Weights, rec.Mode, rec.CapsMbps = c.requested, c.mode, c.caps
-		rec.LeaseUntilMs = c.tracker.Until().UnixMilli()
+		requested = c.requested
 	}
+	rec := state.Snapshot(c.tracker, requested, c.mode, c.caps, now)
 	p.persist.put(c.id, c.store, rec)
 }
 
@@ -805,7 +827,7 @@ func (p *Proxy) report(c *cpe) {
 	s := payload.State{
 		CPEID: c.id, Online: true, Role: payload.RoleProxy, ProxyID: p.cfg.ProxyID, Direction: payload.DL,
 		TimeMs: p.deps.Now().UnixMilli(), AppliedWeights: payload.Weights{}, Backend: p.deps.Downlink.Name(),
-		Capabilities: &caps, Links: map[string]string{}, Event: event, LastError: c.lastError,
+		Capabilities: &caps, Links: map[string]string{}, Event: event, Alarm: c.alarm, LastError: c.lastError,
 	}
 	if !c.safe && c.applied != nil {
 		s.AppliedVersion = c.tracker.Version()

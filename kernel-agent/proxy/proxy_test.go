@@ -478,3 +478,93 @@ func TestProxySharesCapsReachTheDownlink(t *testing.T) {
 		t.Fatalf("safe weights carry caps (-want +got):\n%s", diff)
 	}
 }
+
+// TestProxyAddressClaims: a CPE that claims another's WAT address used to
+// get the victim's downlink rule for itself (the lower id won); now two
+// claims of one address get neither CPE steered, an alarm in both states
+// and a metric, until the claims differ again.
+func TestProxyAddressClaims(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	f.step(cpeState("cpe-0001", addrs1, up1), cpeState("cpe-0002", addrs2, up2),
+		weights("cpe-0001", 5, t0, 60, `{"nr":1,"wifi":200,"lifi":0}`, `{"nr":1}`),
+		weights("cpe-0002", 5, t0, 60, `{"nr":1,"wifi":0}`, `{"nr":1}`))
+	if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 1, "wifi": 200, "lifi": 0}) {
+		t.Fatalf("before: %v", got)
+	}
+	// cpe-0002 retains cpe-0001's Wi-Fi address as its own.
+	f.step(cpeState("cpe-0002", `{"nr":"10.32.1.2","wifi":"10.31.2.2"}`, up2))
+	if got := f.dl.Last(); len(got) != 0 {
+		t.Fatalf("a claimed address is still steered: %v", got)
+	}
+	for _, id := range []string{"cpe-0001", "cpe-0002"} {
+		s := f.state(id)
+		if s.Alarm != payload.AlarmAddressConflict || s.Event != payload.EventRejected || len(s.AppliedWeights) != 0 ||
+			!strings.Contains(s.LastError, "10.31.2.2 also claimed by") {
+			t.Fatalf("%s during the conflict: %+v", id, s)
+		}
+	}
+	if got := metrics.Value(f.m.ProxyCPEs.WithLabelValues("address_conflict")); got != 2 {
+		t.Fatalf("proxy_cpes{state=address_conflict} = %v", got)
+	}
+	// The claim withdrawn: both are steered again and the alarm clears.
+	f.step(cpeState("cpe-0002", addrs2, up2))
+	want := map[string]payload.Weights{"cpe-0001": {"nr": 1, "wifi": 200, "lifi": 0}, "cpe-0002": {"nr": 1, "wifi": 0}}
+	if diff := cmp.Diff(want, f.dl.Last()); diff != "" {
+		t.Fatalf("after the conflict (-want +got):\n%s", diff)
+	}
+	if s := f.state("cpe-0001"); s.Alarm != "" || s.Event != payload.EventApplied || s.LastError != "" {
+		t.Fatalf("cpe-0001 after the conflict: %+v", s)
+	}
+	if got := metrics.Value(f.m.ProxyCPEs.WithLabelValues("address_conflict")); got != 0 {
+		t.Fatalf("proxy_cpes{state=address_conflict} after = %v", got)
+	}
+}
+
+// TestProxyRefusesWildcardClaims: a claim that would match traffic of
+// others (the WRR kernel's wildcard 0.0.0.0 at the head of the list, an
+// IPv4-mapped spelling of a victim's address, ...) is refused with the
+// whole state; nothing reaches the kernel.
+func TestProxyRefusesWildcardClaims(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	f.step(cpeState("cpe-0001", addrs1, up1), cpeState("cpe-0002", addrs2, up2))
+	before, calls := f.dl.Last(), f.dl.Calls()
+	for _, a := range []string{"0.0.0.0", "::", "::ffff:10.31.2.2", "127.0.0.1", "::1", "224.0.0.1", "ff02::1", "255.255.255.255", "fe80::1%eth0"} {
+		f.step(cpeState("cpe-0002", fmt.Sprintf(`{"nr":"10.32.1.2","wifi":%q}`, a), up2))
+		if diff := cmp.Diff(before, f.dl.Last()); diff != "" || f.dl.Calls() != calls {
+			t.Fatalf("claim of %s changed the downlink (-want +got):\n%s", a, diff)
+		}
+	}
+	if got := metrics.Value(f.m.ProxyStates.WithLabelValues("invalid")); got != 9 {
+		t.Fatalf("proxy_cpe_states{result=invalid} = %v", got)
+	}
+}
+
+// TestProxyVersionPoisoning: the proxy follows the same rule as the CPE
+// agent (package lease): an expired update far ahead changes nothing, not
+// even the lease; a valid one far ahead in versions does not make the
+// xApp's next update stale; nor does an xApp restarted with versions from 1.
+func TestProxyVersionPoisoning(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	dl := `{"nr":3,"wifi":7,"lifi":0}`
+	f.step(cpeState("cpe-0001", addrs1, up1), weights("cpe-0001", 5, t0.Add(-50*time.Minute), 3600, dl, `{"nr":1}`))
+	steps := []struct {
+		name        string
+		msg         message
+		wantVersion int64
+	}{
+		{"expired, far ahead", weights("cpe-0001", 1<<40, t0.Add(-40*time.Minute), 60, `{"nr":9}`, `{"nr":1}`), 5},
+		{"far ahead, valid", weights("cpe-0001", 1<<32, t0.Add(-3*time.Second), 60, dl, `{"nr":1}`), 1 << 32},
+		{"the xApp's next", weights("cpe-0001", 6, t0.Add(-2*time.Second), 60, dl, `{"nr":1}`), 6},
+		{"xApp restarted, empty store", weights("cpe-0001", 1, t0.Add(-time.Second), 60, dl, `{"nr":1}`), 1},
+	}
+	for _, st := range steps {
+		f.step(st.msg)
+		s := f.state("cpe-0001")
+		if s.AppliedVersion != st.wantVersion || !cmp.Equal(s.AppliedWeights, payload.Weights{"nr": 3, "wifi": 7, "lifi": 0}) {
+			t.Fatalf("%s: %+v", st.name, s)
+		}
+	}
+	if got := metrics.Value(f.m.Updates.WithLabelValues("expired")); got != 1 {
+		t.Fatalf("updates{result=expired} = %v", got)
+	}
+}
