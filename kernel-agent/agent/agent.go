@@ -350,6 +350,17 @@ func (a *Agent) waitStarted(ctx context.Context, beat func()) error {
 // ("" for a silently ignored replay). Not safe for concurrent use with Run.
 func (a *Agent) ProcessWeights(ctx context.Context, data []byte, at time.Time) string {
 	m := a.deps.Metrics
+	if len(data) == 0 {
+		// The retained weights were cleared: no weights, as when the lease
+		// runs out (the proxy does the same), not a rejected message.
+		m.Updates.WithLabelValues("cleared").Inc()
+		if !a.tracker.Active() {
+			return ""
+		}
+		a.timer.Stop()
+		a.expireLease(ctx)
+		return payload.EventLeaseExpired
+	}
 	u, err := payload.ParseWeights(data, a.cfg.CPEID)
 	if err != nil {
 		m.Updates.WithLabelValues("invalid").Inc()

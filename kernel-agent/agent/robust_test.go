@@ -329,3 +329,35 @@ func TestSupervisedWorkers(t *testing.T) {
 }
 
 var errNetlinkGone = errors.New("netlink: no buffer space")
+
+// TestEmptyRetainedWeights: an empty retained message (the weights cleared
+// on the broker) means no weights, as in the proxy role: the lease ends and
+// the safe weights stand. It used to be reported as a rejected message.
+func TestEmptyRetainedWeights(t *testing.T) {
+	h := start(t, t.TempDir())
+	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+	v5 := weightsMsg(5, 600, `{"nr":4,"wifi":9}`)
+	h.agent.HandleWeights(v5, time.Now())
+	_, n = h.pub.waitEvent(t, payload.EventApplied, n)
+	h.agent.HandleWeights(nil, time.Now())
+	s, _ := h.pub.waitEvent(t, payload.EventLeaseExpired, n)
+	if diff := cmp.Diff(payload.Weights{"nr": 1, "wifi": 1}, s.AppliedWeights); diff != "" || s.LastError != "" {
+		t.Fatalf("after the weights were cleared: %+v (-want +got):\n%s", s, diff)
+	}
+	if got := updates(t, h.agent, "cleared"); got != 1 || updates(t, h.agent, "invalid") != 0 {
+		t.Fatalf("updates{result=cleared} = %v, invalid = %v", got, updates(t, h.agent, "invalid"))
+	}
+	// The mark stays: the cleared update cannot come back as a replay.
+	h.agent.HandleWeights(v5, time.Now())
+	h.agent.HandleWeights(nil, time.Now()) // no lease: nothing to end
+	waitRecord(t, h.store, func(r state.Record) bool { return r.Version == 5 && r.Weights == nil })
+	for deadline := time.Now().Add(2 * time.Second); updates(t, h.agent, "replay") != 1 || updates(t, h.agent, "cleared") != 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("updates{result=replay} = %v, cleared = %v", updates(t, h.agent, "replay"), updates(t, h.agent, "cleared"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := updates(t, h.agent, "applied"); got != 1 {
+		t.Fatalf("updates{result=applied} = %v: the replay was applied", got)
+	}
+}

@@ -14,7 +14,7 @@ import (
 
 // Metrics are the agent's collectors.
 type Metrics struct {
-	Updates        *prometheus.CounterVec // result: applied, invalid, stale, replay, future, expired, apply_error, dropped
+	Updates        *prometheus.CounterVec // result: applied, invalid, stale, replay, future, expired, cleared, apply_error, dropped
 	Applies        *prometheus.CounterVec // cause: update, safe, link, restore, start
 	ApplyErrors    prometheus.Counter     // failed backend applies
 	ApplySeconds   prometheus.Histogram   // backend apply + verify

@@ -429,7 +429,13 @@ func splitTopic(topic string) (id, kind string, ok bool) {
 func (p *Proxy) onWeights(c *cpe, data []byte, at time.Time) {
 	m := p.deps.Metrics
 	if len(data) == 0 {
-		return // a retained message cleared: nothing new
+		// The retained weights were cleared: no weights, as when the lease
+		// runs out (the CPE agent does the same).
+		m.Updates.WithLabelValues("cleared").Inc()
+		if c.tracker.Active() {
+			p.endLease(c, p.deps.Now())
+		}
+		return
 	}
 	u, err := payload.ParseWeights(data, c.id)
 	if err != nil {
@@ -599,15 +605,21 @@ func (p *Proxy) expireLeases() {
 		if !c.tracker.Active() || now.Before(c.tracker.Until()) {
 			continue
 		}
-		c.tracker.Expire()
-		p.deps.Metrics.LeaseExpiries.Inc()
-		c.useSafe(p.cfg.SafeWeights)
-		c.pending = nil
-		p.touch(c)
-		p.save(c, now)
-		p.deps.Log.Warn("lease expired, safe downlink weights in force", "cpe_id", id)
-		c.setEvent(payload.EventLeaseExpired, nil)
+		p.endLease(c, now)
 	}
+}
+
+// endLease puts c on the safe weights: its lease ran out or its weights
+// were withdrawn.
+func (p *Proxy) endLease(c *cpe, now time.Time) {
+	c.tracker.Expire()
+	p.deps.Metrics.LeaseExpiries.Inc()
+	c.useSafe(p.cfg.SafeWeights)
+	c.pending = nil
+	p.touch(c)
+	p.save(c, now)
+	p.deps.Log.Warn("lease ended, safe downlink weights in force", "cpe_id", c.id)
+	c.setEvent(payload.EventLeaseExpired, nil)
 }
 
 // resetTimer arms the timer for the earliest lease end.

@@ -452,7 +452,7 @@ func TestProxyTelemetry(t *testing.T) {
 func TestProxySharesCapsReachTheDownlink(t *testing.T) {
 	f := newFixture(t, t.TempDir())
 	f.step(cpeState("cpe-0001", addrs1, up1))
-	m := weights("cpe-0001", 6, t0, 30, `{"nr":7,"wifi":3,"lifi":0},"caps_mbps":{"nr":14,"wifi":6,"lifi":1}`, `{"nr":1}`)
+	m := weights("cpe-0001", 6, t0, 30, `{"nr":7,"wifi":3,"lifi":0},"caps_mbps":{"nr":14,"wifi":6}`, `{"nr":1}`)
 	f.step(m)
 	capsOf := func() map[string]float64 {
 		for _, c := range f.dl.LastPaths() {
@@ -466,7 +466,7 @@ func TestProxySharesCapsReachTheDownlink(t *testing.T) {
 		}
 		return nil
 	}
-	if diff := cmp.Diff(map[string]float64{"nr": 14, "wifi": 6, "lifi": 1}, capsOf()); diff != "" {
+	if diff := cmp.Diff(map[string]float64{"nr": 14, "wifi": 6, "lifi": 0}, capsOf()); diff != "" {
 		t.Fatalf("caps handed to the downlink (-want +got):\n%s", diff)
 	}
 	if s := f.state("cpe-0001"); s.Event != payload.EventApplied || s.AppliedVersion != 6 {
@@ -566,5 +566,23 @@ func TestProxyVersionPoisoning(t *testing.T) {
 	}
 	if got := metrics.Value(f.m.Updates.WithLabelValues("expired")); got != 1 {
 		t.Fatalf("updates{result=expired} = %v", got)
+	}
+}
+
+// TestProxyEmptyRetainedWeights: an empty retained weights message means no
+// weights, as in the CPE role: the lease ends and the safe weights stand.
+// It used to be ignored, the cleared weights staying in force.
+func TestProxyEmptyRetainedWeights(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	f.step(cpeState("cpe-0001", addrs1, up1), weights("cpe-0001", 5, t0, 60, `{"nr":3,"wifi":7,"lifi":0}`, `{"nr":1}`))
+	f.step(message{topic: "mcw/v1/cpe/cpe-0001/weights", at: t0})
+	if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 1, "wifi": 1, "lifi": 1}) {
+		t.Fatalf("after the weights were cleared: %v", got)
+	}
+	if s := f.state("cpe-0001"); s.Event != payload.EventLeaseExpired || s.AppliedVersion != 0 {
+		t.Fatalf("state: %+v", s)
+	}
+	if got := metrics.Value(f.m.Updates.WithLabelValues("cleared")); got != 1 {
+		t.Fatalf("updates{result=cleared} = %v", got)
 	}
 }
