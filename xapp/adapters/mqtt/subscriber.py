@@ -96,6 +96,9 @@ class CpeState:
     #: With ``rate-caps``: the caps the backend set for the applied weights (a WAT absent is
     #: uncapped).
     applied_caps_mbps: Mapping[str, float] = field(default_factory=dict)
+    #: A standing condition the applier reports (a proxy: ``address-conflict``, another CPE it
+    #: serves claims one of this CPE's WAT addresses, so neither is steered); None: none.
+    alarm: str | None = None
 
     @property
     def rate_caps(self) -> bool:
@@ -140,6 +143,8 @@ class CpeState:
             applied_caps_mbps={k: float(v) for k, v in doc.get(
                 "applied_caps_mbps",
                 {} if "applied_weights" in doc else base.applied_caps_mbps).items()},
+            # Reported with every state while it stands; a last will keeps what was known.
+            alarm=doc.get("alarm") if "applied_weights" in doc else base.alarm,
         )
 
 
