@@ -62,6 +62,9 @@ type Config struct {
 	MPTCPOnly         bool
 	// MaxClockSkew: see lease.Config.
 	MaxClockSkew time.Duration
+	// Prefixes is the operator's registry: a CPE listed here may only
+	// claim WAT addresses within its prefixes (nil: no registry).
+	Prefixes map[string][]netip.Prefix
 }
 
 // Deps are the proxy's collaborators; Subflows may be nil (no telemetry),
@@ -488,6 +491,8 @@ func (p *Proxy) onCPEState(c *cpe, data []byte) {
 		err = fmt.Errorf("%w: cpe_id %q on the topic of %q", payload.ErrInvalid, s.CPEID, c.id)
 	case s.Role != "" && s.Role != payload.RoleCPE:
 		err = fmt.Errorf("%w: role %q on a CPE agent's topic", payload.ErrInvalid, s.Role)
+	default:
+		err = p.registered(c.id, s.ParsedAddresses())
 	}
 	if err != nil {
 		p.deps.Metrics.ProxyStates.WithLabelValues("invalid").Inc()
@@ -532,6 +537,22 @@ func (p *Proxy) onCPEState(c *cpe, data []byte) {
 		c.setEvent(ev, nil)
 	}
 	p.publishAddrs(c)
+}
+
+// registered checks a CPE's claimed addresses against the operator's
+// registry: the CPE's claim alone never decides which traffic is its own
+// when the operator has said.
+func (p *Proxy) registered(id string, addrs map[string]netip.Addr) error {
+	prefixes, listed := p.cfg.Prefixes[id]
+	if !listed {
+		return nil
+	}
+	for wat, a := range addrs {
+		if !slices.ContainsFunc(prefixes, func(pfx netip.Prefix) bool { return pfx.Contains(a) }) {
+			return fmt.Errorf("%w: addresses: %s=%s is outside the prefixes registered for %s (%v)", payload.ErrInvalid, wat, a, id, prefixes)
+		}
+	}
+	return nil
 }
 
 func (c *cpe) downWATs() int {

@@ -586,3 +586,41 @@ func TestProxyEmptyRetainedWeights(t *testing.T) {
 		t.Fatalf("updates{result=cleared} = %v", got)
 	}
 }
+
+// TestProxyRegistry: with the operator's registry (config cpe_prefixes) a
+// CPE's claim alone never decides: an address outside the CPE's registered
+// prefixes (here another CPE's, not served by this proxy, so no conflict
+// could catch it) is refused with the whole state.
+func TestProxyRegistry(t *testing.T) {
+	dir := t.TempDir()
+	clk := &clock{t: t0}
+	dl := dryrun.NewDownlink()
+	m := metrics.New()
+	p, err := New(Config{ProxyID: "proxy-0001", CPEs: []string{"cpe-0001"}, SafeWeights: payload.Weights{"nr": 1, "wifi": 1},
+		StateDir: dir, MaxClockSkew: 5 * time.Second,
+		Prefixes: map[string][]netip.Prefix{"cpe-0001": {netip.MustParsePrefix("10.31.0.0/16")}}},
+		Deps{Downlink: dl, Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, p: p, dl: dl, clk: clk, dir: dir, m: m}
+	f.step(cpeState("cpe-0001", `{"nr":"10.31.1.2","wifi":"10.31.2.2"}`, up2))
+	if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 1, "wifi": 1}) {
+		t.Fatalf("registered addresses: %v", got)
+	}
+	calls := f.dl.Calls()
+	f.step(cpeState("cpe-0001", `{"nr":"10.31.1.2","wifi":"10.77.2.2"}`, up2))
+	if f.dl.Calls() != calls || metrics.Value(m.ProxyStates.WithLabelValues("invalid")) != 1 {
+		t.Fatalf("an unregistered address was taken: %d applies, invalid %v", f.dl.Calls()-calls, metrics.Value(m.ProxyStates.WithLabelValues("invalid")))
+	}
+	for _, c := range f.dl.LastPaths() {
+		for _, ps := range c.Paths {
+			if ps.Addr.String() == "10.77.2.2" {
+				t.Fatalf("unregistered address in the kernel set: %+v", c)
+			}
+		}
+	}
+}

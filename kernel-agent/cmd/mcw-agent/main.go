@@ -250,7 +250,7 @@ func runProxy(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	px, err := proxy.New(proxy.Config{
 		ProxyID: cfg.ProxyID, CPEs: cfg.CPEs, SafeWeights: cfg.SafeWeights, StateDir: cfg.StateDir,
 		TelemetryInterval: cfg.Telemetry.Interval(), MPTCPOnly: cfg.Telemetry.OnlyMPTCP(),
-		MaxClockSkew: cfg.Lease.MaxClockSkew(),
+		MaxClockSkew: cfg.Lease.MaxClockSkew(), Prefixes: cfg.Prefixes(),
 	}, deps)
 	if err != nil {
 		return err
