@@ -639,7 +639,10 @@ func (a *Agent) report(event string, err error) {
 	}
 	for _, w := range a.wats {
 		s.Links[w] = map[bool]string{true: "up", false: "down"}[a.links[w].Usable()]
-		if addr := a.links[w].Addr; addr.IsValid() {
+		// An address no peer accepts as a CPE's own (loopback in a lab,
+		// see payload.CheckWATAddr) would get the whole state refused: the
+		// WAT is reported without one, as a WAT with no address is.
+		if addr := a.links[w].Addr; addr.IsValid() && payload.CheckWATAddr(addr) == nil {
 			s.Addresses[w] = addr.String()
 		}
 	}

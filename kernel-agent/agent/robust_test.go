@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -359,5 +360,25 @@ func TestEmptyRetainedWeights(t *testing.T) {
 	}
 	if got := updates(t, h.agent, "applied"); got != 1 {
 		t.Fatalf("updates{result=applied} = %v: the replay was applied", got)
+	}
+}
+
+// TestUnclaimableAddressNotReported: a WAT whose interface has an address
+// no peer accepts as a CPE's own (loopback here) is reported without it, so
+// the rest of the state still reaches the proxy and the xApp.
+func TestUnclaimableAddressNotReported(t *testing.T) {
+	h := start(t, t.TempDir())
+	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+	h.links.ch <- linkwatch.Status{Interface: "nr0", Index: 2, LinkUp: true, Addr: netip.MustParseAddr("127.0.0.1")}
+	s, _ := h.pub.waitEvent(t, payload.EventLinkUp, n)
+	if _, ok := s.Addresses["nr"]; ok || s.Addresses["wifi"] == "" {
+		t.Fatalf("addresses %v: want wifi only", s.Addresses)
+	}
+	b, err := s.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := payload.ParseState(b); err != nil {
+		t.Fatalf("the state is refused: %v", err)
 	}
 }
