@@ -225,22 +225,16 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	event := payload.EventStarted
 	a.useSafe()
-	if ok && rec.Version > lease.MaxVersion {
-		// Written by an agent without the version bound: keeping it would
-		// lock the CPE out of every later update, so forget it.
-		a.deps.Log.Warn("persisted version above the bound, discarded", "version", rec.Version, "max", int64(lease.MaxVersion))
-		ok = false
-	}
 	if ok {
-		until := time.UnixMilli(rec.LeaseUntilMs)
-		if rec.Weights != nil && rec.LeaseUntilMs > 0 && until.After(now) {
-			a.tracker.Restore(rec.Version, until)
+		inForce, kept := state.Resume(a.tracker, rec, now)
+		if !kept {
+			a.deps.Log.Warn("persisted mark issued beyond this CPE's clock, discarded", "version", rec.Version, "issued_at_ms", rec.IssuedAtMs)
+		}
+		if inForce {
 			a.requested, a.safe, a.mode = rec.Weights.Clone(), false, rec.Mode
 			a.caps = rec.CapsMbps
-			a.timer.Reset(until.Sub(now))
+			a.timer.Reset(a.tracker.Remaining(now))
 			event = payload.EventRestored
-		} else {
-			a.tracker.Restore(rec.Version, time.Time{})
 		}
 		a.deps.Log.Info("state restored", "version", rec.Version, "lease_until_ms", rec.LeaseUntilMs, "event", event)
 	}
@@ -356,6 +350,17 @@ func (a *Agent) waitStarted(ctx context.Context, beat func()) error {
 // ("" for a silently ignored replay). Not safe for concurrent use with Run.
 func (a *Agent) ProcessWeights(ctx context.Context, data []byte, at time.Time) string {
 	m := a.deps.Metrics
+	if len(data) == 0 {
+		// The retained weights were cleared: no weights, as when the lease
+		// runs out (the proxy does the same), not a rejected message.
+		m.Updates.WithLabelValues("cleared").Inc()
+		if !a.tracker.Active() {
+			return ""
+		}
+		a.timer.Stop()
+		a.expireLease(ctx)
+		return payload.EventLeaseExpired
+	}
 	u, err := payload.ParseWeights(data, a.cfg.CPEID)
 	if err != nil {
 		m.Updates.WithLabelValues("invalid").Inc()
@@ -364,42 +369,22 @@ func (a *Agent) ProcessWeights(ctx context.Context, data []byte, at time.Time) s
 		return payload.EventRejected
 	}
 	now := a.deps.Now()
-	until, err := a.tracker.Check(lease.Update{
+	lu := lease.Update{
 		Version:  u.Version,
 		IssuedAt: time.UnixMilli(u.IssuedAtMs),
 		Lease:    time.Duration(u.LeaseS * float64(time.Second)),
-	}, now)
+	}
+	until, err := a.tracker.Check(lu, now)
 	switch {
 	case errors.Is(err, lease.ErrReplay):
 		// A retained message delivered again on reconnect: not news.
 		m.Updates.WithLabelValues("replay").Inc()
 		a.deps.Log.Debug("weights ignored", "reason", err.Error())
 		return ""
-	case errors.Is(err, lease.ErrExpired):
-		// The newest word of the xApp has lapsed (an old retained message,
-		// or one delayed in the broker): it ends any older lease, and the
-		// safe weights stand until a fresh update.
-		m.Updates.WithLabelValues("expired").Inc()
-		a.deps.Log.Warn("weights rejected", "reason", err.Error())
-		a.tracker.Supersede(u.Version)
-		a.timer.Stop()
-		var aerr error
-		if !a.safe {
-			a.useSafe()
-			aerr = a.applyRequested(ctx, "safe", true)
-		}
-		a.persist(now)
-		a.report(payload.EventRejected, errors.Join(err, aerr))
-		return payload.EventRejected
 	case err != nil:
-		result := "stale"
-		switch {
-		case errors.Is(err, lease.ErrVersionBound):
-			result = "version_bound"
-		case errors.Is(err, lease.ErrFuture):
-			result = "future"
-		}
-		m.Updates.WithLabelValues(result).Inc()
+		// Refused: nothing changes, not the mark and not the lease, so no
+		// message can end or poison what is in force by being refused.
+		m.Updates.WithLabelValues(lease.Result(err)).Inc()
 		a.deps.Log.Warn("weights rejected", "reason", err.Error())
 		a.report(payload.EventRejected, err)
 		return payload.EventRejected
@@ -426,7 +411,7 @@ func (a *Agent) ProcessWeights(ctx context.Context, data []byte, at time.Time) s
 		return payload.EventRejected
 	}
 	m.UpdateSeconds.Observe(time.Since(at).Seconds())
-	a.tracker.Grant(u.Version, until)
+	a.tracker.Grant(lu.Mark(), until)
 	a.timer.Stop()
 	a.timer.Reset(a.tracker.Remaining(now))
 	m.Updates.WithLabelValues("applied").Inc()
@@ -575,11 +560,11 @@ func (a *Agent) applyRequested(ctx context.Context, cause string, force bool) er
 }
 
 func (a *Agent) persist(now time.Time) {
-	rec := state.Record{Version: a.tracker.Version(), SavedAtMs: now.UnixMilli()}
+	var requested payload.Weights
 	if !a.safe {
-		rec.Weights, rec.Mode, rec.CapsMbps = a.requested, a.mode, a.caps
-		rec.LeaseUntilMs = a.tracker.Until().UnixMilli()
+		requested = a.requested
 	}
+	rec := state.Snapshot(a.tracker, requested, a.mode, a.caps, now)
 	// Latest wins: an older record still queued is replaced.
 	select {
 	case <-a.persistCh:
@@ -654,7 +639,10 @@ func (a *Agent) report(event string, err error) {
 	}
 	for _, w := range a.wats {
 		s.Links[w] = map[bool]string{true: "up", false: "down"}[a.links[w].Usable()]
-		if addr := a.links[w].Addr; addr.IsValid() {
+		// An address no peer accepts as a CPE's own (loopback in a lab,
+		// see payload.CheckWATAddr) would get the whole state refused: the
+		// WAT is reported without one, as a WAT with no address is.
+		if addr := a.links[w].Addr; addr.IsValid() && payload.CheckWATAddr(addr) == nil {
 			s.Addresses[w] = addr.String()
 		}
 	}

@@ -164,6 +164,8 @@ func TestAgentLifecycle(t *testing.T) {
 		t.Fatalf("started: version %d weights (-want +got):\n%s", s.AppliedVersion, diff)
 	}
 
+	t0 := time.Now()
+	v7 := weightsMsgAt(7, t0.Add(time.Millisecond), 60, `{"nr":0,"wifi":3}`)
 	steps := []struct {
 		name        string
 		msg         []byte
@@ -171,13 +173,13 @@ func TestAgentLifecycle(t *testing.T) {
 		wantVersion int64
 		wantWeights payload.Weights
 	}{
-		{"valid update", weightsMsg(5, 60, `{"nr":30,"wifi":100,"lifi":7}`), payload.EventApplied, 5, payload.Weights{"nr": 30, "wifi": 100}},
-		{"stale version", weightsMsg(4, 60, `{"nr":1,"wifi":1}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
+		{"valid update", weightsMsgAt(5, t0, 60, `{"nr":30,"wifi":100,"lifi":7}`), payload.EventApplied, 5, payload.Weights{"nr": 30, "wifi": 100}},
+		{"stale version", weightsMsgAt(4, t0.Add(-time.Millisecond), 60, `{"nr":1,"wifi":1}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
 		{"all zero", weightsMsg(6, 60, `{"nr":0,"wifi":0}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
 		{"out of range", weightsMsg(6, 60, `{"nr":256}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
 		{"only an unconfigured WAT", weightsMsg(6, 60, `{"lifi":9}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
 		{"other CPE", []byte(`{"schema":"mcw.weights.v2","cpe_id":"cpe-0002","version":9,"issued_at_ms":1763800000000,"lease_s":5,"dl":{"mode":"fixed_split","weights":{"nr":1}},"ul":{"mode":"fixed_split","weights":{"nr":1}}}`), payload.EventRejected, 5, payload.Weights{"nr": 30, "wifi": 100}},
-		{"newer version", weightsMsg(7, 60, `{"nr":0,"wifi":3}`), payload.EventApplied, 7, payload.Weights{"nr": 0, "wifi": 3}},
+		{"newer version", v7, payload.EventApplied, 7, payload.Weights{"nr": 0, "wifi": 3}},
 	}
 	for _, st := range steps {
 		h.agent.HandleWeights(st.msg, time.Now())
@@ -198,7 +200,7 @@ func TestAgentLifecycle(t *testing.T) {
 
 	// A replay of the newest version is ignored silently.
 	applies := len(h.be.Applied())
-	h.agent.HandleWeights(weightsMsg(7, 60, `{"nr":0,"wifi":3}`), time.Now())
+	h.agent.HandleWeights(v7, time.Now())
 	h.agent.HandleWeights(weightsMsg(8, 60, `{"nr":2,"wifi":3}`), time.Now())
 	s, n = h.pub.waitEvent(t, payload.EventApplied, n)
 	if s.AppliedVersion != 8 || len(h.be.Applied()) != applies+1 {
@@ -234,15 +236,15 @@ func TestAgentLifecycle(t *testing.T) {
 		t.Fatalf("address change: %+v", s)
 	}
 
-	// Restart: the lease still runs, so the weights come back; the high-water
-	// mark blocks the old version.
+	// Restart: the lease still runs, so the weights come back; the saved
+	// mark blocks an older update.
 	h.stop()
 	h2 := start(t, dir)
 	s, n = h2.pub.waitEvent(t, payload.EventRestored, 0)
 	if s.AppliedVersion != 9 || s.AppliedWeights["nr"] != 5 {
 		t.Fatalf("restored: %+v", s)
 	}
-	h2.agent.HandleWeights(weightsMsg(8, 60, `{"nr":1,"wifi":1}`), time.Now())
+	h2.agent.HandleWeights(weightsMsgAt(8, t0.Add(-time.Second), 60, `{"nr":1,"wifi":1}`), time.Now())
 	if s, _ = h2.pub.waitEvent(t, payload.EventRejected, n); s.AppliedVersion != 9 {
 		t.Fatalf("stale after restart: %+v", s)
 	}
@@ -253,7 +255,8 @@ func TestLeaseExpiry(t *testing.T) {
 	h := start(t, dir)
 	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
 	t0 := time.Now()
-	h.agent.HandleWeights(weightsMsg(3, 1, `{"nr":0,"wifi":9}`), t0)
+	v3 := weightsMsgAt(3, t0, 1, `{"nr":0,"wifi":9}`)
+	h.agent.HandleWeights(v3, t0)
 	_, n = h.pub.waitEvent(t, payload.EventApplied, n)
 	s, _ := h.pub.waitEvent(t, payload.EventLeaseExpired, n)
 	if el := time.Since(t0); el < time.Second || el > 2*time.Second {
@@ -273,9 +276,9 @@ func TestLeaseExpiry(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	// The expired version cannot be replayed.
-	h.agent.HandleWeights(weightsMsg(3, 1, `{"nr":0,"wifi":9}`), time.Now())
-	h.agent.HandleWeights(weightsMsg(2, 1, `{"nr":0,"wifi":9}`), time.Now())
+	// The expired update cannot be replayed, nor an older one applied.
+	h.agent.HandleWeights(v3, time.Now())
+	h.agent.HandleWeights(weightsMsgAt(2, t0.Add(-time.Millisecond), 1, `{"nr":0,"wifi":9}`), time.Now())
 	if s, _ := h.pub.waitEvent(t, payload.EventRejected, n); s.AppliedWeights["nr"] != 1 {
 		t.Fatalf("replay after expiry applied: %+v", s)
 	}

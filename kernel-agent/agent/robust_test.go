@@ -8,18 +8,16 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mcw-xapp/kernel-agent/backend"
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
-	"github.com/mcw-xapp/kernel-agent/lease"
 	"github.com/mcw-xapp/kernel-agent/linkwatch"
 	"github.com/mcw-xapp/kernel-agent/metrics"
 	"github.com/mcw-xapp/kernel-agent/payload"
@@ -27,21 +25,9 @@ import (
 	"github.com/mcw-xapp/kernel-agent/supervisor"
 )
 
-// value reads a counter or gauge.
-func value(c prometheus.Metric) float64 {
-	var d dto.Metric
-	if err := c.Write(&d); err != nil {
-		return -1
-	}
-	if d.Counter != nil {
-		return d.Counter.GetValue()
-	}
-	return d.Gauge.GetValue()
-}
-
 func updates(t *testing.T, a *Agent, result string) float64 {
 	t.Helper()
-	return value(a.deps.Metrics.Updates.WithLabelValues(result))
+	return metrics.Value(a.deps.Metrics.Updates.WithLabelValues(result))
 }
 
 // TestLeaseFromIssueTime is the regression test of the lease start: an
@@ -109,66 +95,79 @@ func TestIssueTimeChecks(t *testing.T) {
 		t.Fatalf("message within the skew: %+v", s)
 	}
 
-	// Version 7 arrives after its lease: safe weights replace version 6.
+	// Version 7 arrives after its lease: refused, and nothing changes, not
+	// even the lease of version 6 (it used to end it and raise the mark).
 	h.agent.HandleWeights(weightsMsgAt(7, time.Now().Add(-time.Hour), 60, `{"nr":0,"wifi":9}`), time.Now())
 	s, _ = h.pub.waitEvent(t, payload.EventRejected, n)
-	if diff := cmp.Diff(payload.Weights{"nr": 1, "wifi": 1}, s.AppliedWeights); diff != "" || s.AppliedVersion != 0 {
+	if diff := cmp.Diff(payload.Weights{"nr": 3, "wifi": 9}, s.AppliedWeights); diff != "" || s.AppliedVersion != 6 {
 		t.Fatalf("expired newer message: version %d (-want +got):\n%s", s.AppliedVersion, diff)
 	}
-	waitRecord(t, h.store, func(r state.Record) bool { return r.Version == 7 && r.Weights == nil && r.LeaseUntilMs == 0 })
+	waitRecord(t, h.store, func(r state.Record) bool { return r.Version == 6 && r.Weights != nil && r.LeaseUntilMs > 0 })
 }
 
-// TestVersionLockout is the regression test of the version lock-out: a
-// version near 2^53 used to be applied and persisted, after which every
-// later update of the xApp was stale, across restarts.
-func TestVersionLockout(t *testing.T) {
+// TestVersionPoisoning: no message the xApp's certificate could sign, and
+// no saved state, locks a CPE out. A valid message far ahead in versions
+// used to be applied, after which every normal version was stale; an
+// expired one far ahead used to end the lease and raise the mark; an xApp
+// restarted with an empty store (versions from 1 again) was refused.
+func TestVersionPoisoning(t *testing.T) {
 	dir := t.TempDir()
 	h := start(t, dir)
 	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
-
+	t0 := time.Now()
 	steps := []struct {
 		name        string
 		version     int64
+		issued      time.Time
+		lease       float64
 		wantEvent   string
 		wantVersion int64
 	}{
-		{"near 2^53, no saved state", 1<<53 - 2, payload.EventRejected, 0},
-		{"the xApp's next version", 3, payload.EventApplied, 3},
-		{"jump beyond 2^32", 4 + lease.MaxVersionJump, payload.EventRejected, 3},
-		{"next after the jump", 4, payload.EventApplied, 4},
-		{"xApp restarted, skipped its block", 4 + 100, payload.EventApplied, 104},
+		{"normal", 5, t0.Add(-50 * time.Minute), 3600, payload.EventApplied, 5},
+		{"expired, far ahead", 1 << 40, t0.Add(-40 * time.Minute), 60, payload.EventRejected, 5},
+		{"far ahead, valid", 5 + 1<<32 - 5, t0.Add(-3 * time.Second), 600, payload.EventApplied, 5 + 1<<32 - 5},
+		{"the xApp's next version", 6, t0.Add(-2 * time.Second), 600, payload.EventApplied, 6},
+		{"near 2^53", 1<<53 - 2, t0.Add(-1500 * time.Millisecond), 600, payload.EventApplied, 1<<53 - 2},
+		{"xApp restarted with an empty store", 1, t0.Add(-time.Second), 600, payload.EventApplied, 1},
+		{"replay of an older message", 6, t0.Add(-2 * time.Second), 600, payload.EventRejected, 1},
+		{"the xApp's next after those", 2, t0.Add(-500 * time.Millisecond), 600, payload.EventApplied, 2},
 	}
 	for _, st := range steps {
-		h.agent.HandleWeights(weightsMsg(st.version, 600, `{"nr":2,"wifi":3}`), time.Now())
+		h.agent.HandleWeights(weightsMsgAt(st.version, st.issued, st.lease, `{"nr":2,"wifi":3}`), time.Now())
 		var s payload.State
 		s, n = h.pub.waitEvent(t, st.wantEvent, n)
 		if s.AppliedVersion != st.wantVersion {
 			t.Fatalf("%s: applied_version %d, want %d (%s)", st.name, s.AppliedVersion, st.wantVersion, s.LastError)
 		}
-		if st.wantEvent == payload.EventRejected && !strings.Contains(s.LastError, "version out of bounds") {
-			t.Fatalf("%s: last_error %q", st.name, s.LastError)
+		if diff := cmp.Diff(payload.Weights{"nr": 2, "wifi": 3}, s.AppliedWeights); diff != "" {
+			t.Fatalf("%s: the lease in force ended (-want +got):\n%s", st.name, diff)
 		}
 	}
-	if got := updates(t, h.agent, "version_bound"); got != 2 {
-		t.Fatalf("updates{result=version_bound} = %v", got)
+	if got := updates(t, h.agent, "expired"); got != 1 {
+		t.Fatalf("updates{result=expired} = %v", got)
 	}
-	waitRecord(t, h.store, func(r state.Record) bool { return r.Version == 104 })
+	waitRecord(t, h.store, func(r state.Record) bool { return r.Version == 2 && r.LeaseUntilMs > 0 })
 
-	// A CPE locked out by an older agent (persisted version near 2^53)
-	// recovers: the persisted version is discarded at start.
+	// A saved mark from beyond the CPE's clock (an older agent's, or a
+	// clock stepped back) is discarded at start.
 	h.stop()
 	store, err := state.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Save(state.Record{Version: 1<<53 - 2, SavedAtMs: time.Now().UnixMilli()}); err != nil {
+	ahead := time.Now().Add(24 * time.Hour)
+	if err := store.Save(state.Record{Version: 1<<53 - 2, IssuedAtMs: ahead.UnixMilli(), Weights: payload.Weights{"nr": 9, "wifi": 1},
+		Mode: "fixed_split", LeaseUntilMs: ahead.UnixMilli(), SavedAtMs: time.Now().UnixMilli()}); err != nil {
 		t.Fatal(err)
 	}
 	h2 := start(t, dir)
-	_, n = h2.pub.waitEvent(t, payload.EventStarted, 0)
+	s, n := h2.pub.waitEvent(t, payload.EventStarted, 0)
+	if diff := cmp.Diff(payload.Weights{"nr": 1, "wifi": 1}, s.AppliedWeights); diff != "" {
+		t.Fatalf("a poisoned saved lease was restored (-want +got):\n%s", diff)
+	}
 	h2.agent.HandleWeights(weightsMsg(1, 600, `{"nr":2,"wifi":3}`), time.Now())
 	if s, _ := h2.pub.waitEvent(t, payload.EventApplied, n); s.AppliedVersion != 1 {
-		t.Fatalf("after a locked-out state: %+v", s)
+		t.Fatalf("after a poisoned state: %+v", s)
 	}
 }
 
@@ -299,7 +298,7 @@ func TestSupervisedWorkers(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			if got := value(m.WorkerUp.WithLabelValues(tt.worker)); got != 1 {
+			if got := metrics.Value(m.WorkerUp.WithLabelValues(tt.worker)); got != 1 {
 				t.Fatalf("worker_up{%s} = %v before", tt.worker, got)
 			}
 
@@ -317,7 +316,7 @@ func TestSupervisedWorkers(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			if got := value(m.WorkerUp.WithLabelValues(tt.worker)); got != 0 {
+			if got := metrics.Value(m.WorkerUp.WithLabelValues(tt.worker)); got != 0 {
 				t.Fatalf("worker_up{%s} = %v after", tt.worker, got)
 			}
 			close(be.release) // let the hung call return so the shutdown is clean
@@ -331,3 +330,55 @@ func TestSupervisedWorkers(t *testing.T) {
 }
 
 var errNetlinkGone = errors.New("netlink: no buffer space")
+
+// TestEmptyRetainedWeights: an empty retained message (the weights cleared
+// on the broker) means no weights, as in the proxy role: the lease ends and
+// the safe weights stand. It used to be reported as a rejected message.
+func TestEmptyRetainedWeights(t *testing.T) {
+	h := start(t, t.TempDir())
+	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+	v5 := weightsMsg(5, 600, `{"nr":4,"wifi":9}`)
+	h.agent.HandleWeights(v5, time.Now())
+	_, n = h.pub.waitEvent(t, payload.EventApplied, n)
+	h.agent.HandleWeights(nil, time.Now())
+	s, _ := h.pub.waitEvent(t, payload.EventLeaseExpired, n)
+	if diff := cmp.Diff(payload.Weights{"nr": 1, "wifi": 1}, s.AppliedWeights); diff != "" || s.LastError != "" {
+		t.Fatalf("after the weights were cleared: %+v (-want +got):\n%s", s, diff)
+	}
+	if got := updates(t, h.agent, "cleared"); got != 1 || updates(t, h.agent, "invalid") != 0 {
+		t.Fatalf("updates{result=cleared} = %v, invalid = %v", got, updates(t, h.agent, "invalid"))
+	}
+	// The mark stays: the cleared update cannot come back as a replay.
+	h.agent.HandleWeights(v5, time.Now())
+	h.agent.HandleWeights(nil, time.Now()) // no lease: nothing to end
+	waitRecord(t, h.store, func(r state.Record) bool { return r.Version == 5 && r.Weights == nil })
+	for deadline := time.Now().Add(2 * time.Second); updates(t, h.agent, "replay") != 1 || updates(t, h.agent, "cleared") != 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("updates{result=replay} = %v, cleared = %v", updates(t, h.agent, "replay"), updates(t, h.agent, "cleared"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := updates(t, h.agent, "applied"); got != 1 {
+		t.Fatalf("updates{result=applied} = %v: the replay was applied", got)
+	}
+}
+
+// TestUnclaimableAddressNotReported: a WAT whose interface has an address
+// no peer accepts as a CPE's own (loopback here) is reported without it, so
+// the rest of the state still reaches the proxy and the xApp.
+func TestUnclaimableAddressNotReported(t *testing.T) {
+	h := start(t, t.TempDir())
+	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+	h.links.ch <- linkwatch.Status{Interface: "nr0", Index: 2, LinkUp: true, Addr: netip.MustParseAddr("127.0.0.1")}
+	s, _ := h.pub.waitEvent(t, payload.EventLinkUp, n)
+	if _, ok := s.Addresses["nr"]; ok || s.Addresses["wifi"] == "" {
+		t.Fatalf("addresses %v: want wifi only", s.Addresses)
+	}
+	b, err := s.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := payload.ParseState(b); err != nil {
+		t.Fatalf("the state is refused: %v", err)
+	}
+}

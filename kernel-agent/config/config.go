@@ -31,7 +31,11 @@ type Config struct {
 	ProxyID string `yaml:"proxy_id"`
 	// CPEs are the CPEs the proxy serves (role proxy).
 	CPEs []string `yaml:"cpes"`
-	MQTT MQTT     `yaml:"mqtt"`
+	// CPEPrefixes is the operator's registry (role proxy, optional): per
+	// served CPE, the prefixes its WAT addresses must lie in. A CPE listed
+	// here cannot claim an address outside them, whatever its state says.
+	CPEPrefixes map[string][]string `yaml:"cpe_prefixes"`
+	MQTT        MQTT                `yaml:"mqtt"`
 	// WATs maps each WAT name (nr, lte, wifi, lifi) to its interface
 	// (role cpe; a proxy learns its CPEs' WATs from their state).
 	WATs map[string]WAT `yaml:"wats"`
@@ -411,5 +415,42 @@ func (c Config) validateProxy() []error {
 		}
 		seen[id] = true
 	}
+	for id, list := range c.CPEPrefixes {
+		if !seen[id] {
+			add("cpe_prefixes: %q is not one of cpes", id)
+		}
+		if len(list) == 0 {
+			add("cpe_prefixes[%s]: empty (omit the CPE instead)", id)
+		}
+		for i, text := range list {
+			pfx, err := netip.ParsePrefix(text)
+			if err == nil && pfx != pfx.Masked() {
+				err = fmt.Errorf("host bits set (%s)", pfx.Masked())
+			}
+			if err == nil {
+				err = payload.CheckWATAddr(pfx.Addr())
+			}
+			if err != nil {
+				add("cpe_prefixes[%s][%d] %q: %v", id, i, text, err)
+			}
+		}
+	}
 	return errs
+}
+
+// Prefixes returns the registry of CPEPrefixes parsed (Validate has
+// checked it).
+func (c Config) Prefixes() map[string][]netip.Prefix {
+	if len(c.CPEPrefixes) == 0 {
+		return nil
+	}
+	out := make(map[string][]netip.Prefix, len(c.CPEPrefixes))
+	for id, list := range c.CPEPrefixes {
+		for _, text := range list {
+			if p, err := netip.ParsePrefix(text); err == nil {
+				out[id] = append(out[id], p)
+			}
+		}
+	}
+	return out
 }

@@ -84,6 +84,12 @@ func TestParseProxy(t *testing.T) {
 		{"cpe keys in a proxy", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_id: cpe-0001", "only with role cpe"},
 		{"wats in a proxy", "state_dir: /tmp/x", "state_dir: /tmp/x\nwats: {nr: {interface: nr0}}", "only with role cpe"},
 		{"unknown WAT in safe weights", "{nr: 1, wifi: 1}", "{nr: 1, wifi7: 1}", "unknown WAT"},
+		{"registry of an unserved CPE", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_prefixes: {cpe-0009: [10.31.0.0/16]}", "not one of cpes"},
+		{"registry empty", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_prefixes: {cpe-0001: []}", "empty"},
+		{"registry not a prefix", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_prefixes: {cpe-0001: [10.31.0.1]}", "cpe_prefixes[cpe-0001][0]"},
+		{"registry host bits", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_prefixes: {cpe-0001: [10.31.0.1/16]}", "host bits"},
+		{"registry wildcard", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_prefixes: {cpe-0001: [0.0.0.0/0]}", "unspecified"},
+		{"registry mapped", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_prefixes: {cpe-0001: ['::ffff:10.0.0.0/104']}", "IPv4-mapped"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,6 +101,10 @@ func TestParseProxy(t *testing.T) {
 				t.Fatalf("Parse = %v, want an error mentioning %q", err, tt.wantErr)
 			}
 		})
+	}
+	c, err = Parse([]byte(goodProxy + "cpe_prefixes: {cpe-0001: [10.31.0.0/16, 'fd31::/64']}\n"))
+	if err != nil || len(c.Prefixes()["cpe-0001"]) != 2 || c.Prefixes()["cpe-0001"][1].String() != "fd31::/64" {
+		t.Fatalf("registry: %+v, %v", c.Prefixes(), err)
 	}
 	if _, err := Parse([]byte(good + "cpes: [cpe-0002]\n")); err == nil || !strings.Contains(err.Error(), "only with role proxy") {
 		t.Fatalf("cpes in a CPE config: %v", err)

@@ -38,6 +38,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/vishvananda/netns"
 
+	"github.com/mcw-xapp/kernel-agent/internal/brokertest"
 	"github.com/mcw-xapp/kernel-agent/internal/nstest"
 	"github.com/mcw-xapp/kernel-agent/mptcppm"
 	"github.com/mcw-xapp/kernel-agent/payload"
@@ -167,50 +168,10 @@ func startBidirBroker(t *testing.T, tp *bidirTopology, dir string) (pki string) 
 	if err := os.WriteFile(aclPath, []byte(acl), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	conf, err := os.ReadFile(filepath.Join(root, "broker", "mosquitto.test.conf.in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	persist := filepath.Join(dir, "mosquitto") + "/"
-	os.MkdirAll(persist, 0o700)
-	text := strings.NewReplacer(
-		"@PORT@", strconv.Itoa(bidirPort), "@CAFILE@", filepath.Join(pki, "ca.crt"),
-		"@CERTFILE@", filepath.Join(pki, "server-ns.crt"), "@KEYFILE@", filepath.Join(pki, "server-ns.key"),
-		"@ACLFILE@", aclPath, "@PERSISTDIR@", persist, "@LOGFILE@", filepath.Join(dir, "mosquitto.log"),
-		"@USER@", "root").Replace(string(conf))
-	// The shipped test configuration listens on loopback; here the agents
-	// of two other namespaces reach it on the router's address.
-	listen := fmt.Sprintf("listener %d 127.0.0.1", bidirPort)
-	if !strings.Contains(text, listen) {
-		t.Fatalf("mosquitto.test.conf.in has no %q line", listen)
-	}
-	text = strings.Replace(text, listen, fmt.Sprintf("listener %d %s", bidirPort, bidirBroker), 1)
-	confPath := filepath.Join(dir, "mosquitto.conf")
-	if err := os.WriteFile(confPath, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("ip", "netns", "exec", tp.router, "mosquitto", "-c", confPath)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopProcess(cmd) })
-	addr := netip.AddrPortFrom(bidirBroker, bidirPort).String()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		err := nstest.In(tp.routerNS, func() error {
-			c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-			if err == nil {
-				c.Close()
-			}
-			return err
-		})
-		if err == nil {
-			return pki
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "mosquitto.log"))
-			t.Fatalf("mosquitto did not start: %v\n%s", err, log)
-		}
-	}
+	brokertest.Start(t, brokertest.Options{Dir: dir, PKI: pki, ServerCert: "server-ns.crt", ServerKey: "server-ns.key",
+		ACL: aclPath, Listen: netip.AddrPortFrom(bidirBroker, bidirPort),
+		Prefix: []string{"ip", "netns", "exec", tp.router}, In: func(f func() error) error { return nstest.In(tp.routerNS, f) }})
+	return pki
 }
 
 // buildAgent builds the agent binary into a directory nobody can traverse
@@ -279,7 +240,7 @@ func startAgentCaps(t *testing.T, name, ns, bin, cfg string, files []string, cap
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		stopProcess(cmd)
+		brokertest.Stop(cmd)
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
 			t.Logf("%s log:\n%s", name, b)

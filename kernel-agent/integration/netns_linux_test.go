@@ -26,12 +26,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +38,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/mcw-xapp/kernel-agent/internal/brokertest"
 	"github.com/mcw-xapp/kernel-agent/internal/nstest"
 	"github.com/mcw-xapp/kernel-agent/mptcppm"
 	"github.com/mcw-xapp/kernel-agent/payload"
@@ -170,10 +169,7 @@ func (tp *topology) share(t *testing.T, d time.Duration) (nrMbps, wifiMbps float
 	return float64(n1-n0) * 8 / s / 1e6, float64(w1-w0) * 8 / s / 1e6
 }
 
-func repoRoot(t *testing.T) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
+func repoRoot(*testing.T) string { return brokertest.RepoRoot() }
 
 // startBroker makes the test PKI with the shipped script and runs Mosquitto
 // with the shipped test configuration and ACL inside the CPE namespace.
@@ -189,59 +185,9 @@ func startBroker(t *testing.T, tp *topology, dir string) (pki string) {
 	}
 	pki = filepath.Join(dir, "pki")
 	sh(t, "bash", script, pki, "1")
-	conf, err := os.ReadFile(confIn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	persist := filepath.Join(dir, "mosquitto") + "/"
-	os.MkdirAll(persist, 0o700)
-	repl := strings.NewReplacer(
-		"@PORT@", strconv.Itoa(brokerPort), "@CAFILE@", filepath.Join(pki, "ca.crt"),
-		"@CERTFILE@", filepath.Join(pki, "server.crt"), "@KEYFILE@", filepath.Join(pki, "server.key"),
-		"@ACLFILE@", acl, "@PERSISTDIR@", persist, "@LOGFILE@", filepath.Join(dir, "mosquitto.log"),
-		"@USER@", "root")
-	confPath := filepath.Join(dir, "mosquitto.conf")
-	if err := os.WriteFile(confPath, []byte(repl.Replace(string(conf))), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("ip", "netns", "exec", tp.cpe, "mosquitto", "-c", confPath)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopProcess(cmd) })
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := nstest.In(tp.cpeNS, func() error {
-			c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", brokerPort), 200*time.Millisecond)
-			if err == nil {
-				c.Close()
-			}
-			return err
-		})
-		if err == nil {
-			return pki
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "mosquitto.log"))
-			t.Fatalf("mosquitto did not start: %v\n%s", err, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func stopProcess(cmd *exec.Cmd) {
-	if cmd.Process == nil {
-		return
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
+	brokertest.Start(t, brokertest.Options{Dir: dir, PKI: pki, Listen: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), brokerPort),
+		Prefix: []string{"ip", "netns", "exec", tp.cpe}, In: func(f func() error) error { return nstest.In(tp.cpeNS, f) }})
+	return pki
 }
 
 // xapp is the test's stand-in for the xApp: it publishes weights and

@@ -1,8 +1,17 @@
 // Package lease decides which weights updates the agent may apply and for
-// how long. Versions must grow (stale or replayed ones are refused), may not
-// jump further than MaxVersionJump and must leave room for later versions;
-// every accepted update holds until its issue time plus its lease, by the
-// CPE's clock, after which the agent falls back to its safe weights. The
+// how long; both roles (CPE and proxy) call it, so the rule is written once.
+//
+// The rule: updates are ordered by their mark, the xApp's issue time first
+// and the version second. A mark must be above the last one applied (an
+// equal one is a replay, a lower one stale); the issue time may lie at most
+// the allowed clock skew ahead of this device's clock, and the lease must
+// not have ended. So the step by which the mark can advance is bounded by
+// the device's own clock: no update the xApp's certificate signed, today or
+// yesterday, can put the mark further ahead than now plus the skew, and an
+// xApp that restarts with an empty store (versions from 1 again) is
+// accepted at once because it issues later. A refused update changes
+// nothing: not the mark, not the lease. Every accepted update holds until
+// its issue time plus its lease, never later than now plus its lease. The
 // package is pure: the caller passes the clock.
 package lease
 
@@ -12,35 +21,14 @@ import (
 	"time"
 )
 
-// Version bounds. Versions travel as JSON numbers, exact only up to
-// 2^53-1, and the agent persists the highest one it accepted, so one
-// accepted version near 2^53 would lock the CPE out of every later update.
-const (
-	// MaxSafeVersion is the largest version a JSON number carries exactly.
-	MaxSafeVersion = 1<<53 - 1
-	// MaxVersionJump is how far a version may lie above the highest one
-	// accepted before. The xApp counts up by 1 per publish and, after a
-	// restart, skips at most one reserved block (100 versions by default,
-	// see xapp/adapters/mqtt/versions.py); 2^32 publishes take over 13
-	// years at 10 per second, so no legitimate sequence comes near it.
-	MaxVersionJump = 1 << 32
-	// MaxVersion is the highest version accepted at all, even without a
-	// previous one: above it fewer than MaxVersionJump versions would be
-	// left for later updates.
-	MaxVersion = MaxSafeVersion - MaxVersionJump
-)
-
 // Errors returned by Tracker.Check; test with errors.Is.
 var (
-	// ErrReplay: the version equals the last accepted one (a retained
-	// message delivered again on reconnect, or a duplicate).
-	ErrReplay = errors.New("replayed version")
-	// ErrStale: the version is below the last accepted one.
-	ErrStale = errors.New("stale version")
-	// ErrVersionBound: the version jumps more than MaxVersionJump above
-	// the last accepted one, or exceeds MaxVersion.
-	ErrVersionBound = errors.New("version out of bounds")
-	// ErrFuture: the update was issued later than the CPE's clock plus
+	// ErrReplay: the mark equals the last applied one (a retained message
+	// delivered again on reconnect, or a duplicate).
+	ErrReplay = errors.New("replayed update")
+	// ErrStale: the mark is below the last applied one.
+	ErrStale = errors.New("stale update")
+	// ErrFuture: the update was issued later than the device's clock plus
 	// the allowed clock skew.
 	ErrFuture = errors.New("issued in the future")
 	// ErrExpired: the update's lease ended before it could be applied.
@@ -50,9 +38,24 @@ var (
 // Config configures a Tracker.
 type Config struct {
 	// MaxClockSkew is how far an update's issue time may lie ahead of the
-	// CPE's clock; an update issued later than that is refused. Zero
+	// device's clock; an update issued later than that is refused. Zero
 	// allows no skew.
 	MaxClockSkew time.Duration
+}
+
+// Mark orders updates: the issue time (Unix milliseconds) of the xApp's
+// clock first, the version among updates issued in the same millisecond.
+type Mark struct {
+	IssuedMs int64
+	Version  int64
+}
+
+// Less reports whether m orders before o.
+func (m Mark) Less(o Mark) bool {
+	if m.IssuedMs != o.IssuedMs {
+		return m.IssuedMs < o.IssuedMs
+	}
+	return m.Version < o.Version
 }
 
 // Update is what the tracker needs to know of a weights update.
@@ -62,50 +65,58 @@ type Update struct {
 	Lease    time.Duration
 }
 
-// Tracker holds the highest accepted version and the current lease. The
-// zero value allows no clock skew, accepts any version in [1, MaxVersion]
-// and holds no lease. It is not safe for concurrent use.
+// Mark returns u's mark.
+func (u Update) Mark() Mark { return Mark{IssuedMs: u.IssuedAt.UnixMilli(), Version: u.Version} }
+
+// Tracker holds the last applied mark and the current lease. The zero value
+// allows no clock skew, has applied nothing and holds no lease. It is not
+// safe for concurrent use.
 type Tracker struct {
-	cfg     Config
-	version int64
-	until   time.Time
-	active  bool
+	cfg    Config
+	mark   Mark
+	until  time.Time
+	active bool
 }
 
 // New returns a Tracker with cfg.
 func New(cfg Config) *Tracker { return &Tracker{cfg: cfg} }
 
-// Restore sets the tracker from persisted state: version is the high-water
-// mark, until the lease's end (a zero until means no lease).
-func (t *Tracker) Restore(version int64, until time.Time) {
-	t.version = version
+// Restore sets the tracker from persisted state: m is the last applied mark,
+// until the lease's end (a zero until means no lease). A mark issued beyond
+// now plus the skew cannot have been applied under this rule (a file of an
+// older agent, or a clock stepped back): it is dropped, with its lease, so
+// that it cannot lock the device out; Restore reports whether it kept m.
+func (t *Tracker) Restore(m Mark, until, now time.Time) bool {
+	if time.UnixMilli(m.IssuedMs).Sub(now) > t.cfg.MaxClockSkew {
+		t.mark, t.until, t.active = Mark{}, time.Time{}, false
+		return false
+	}
+	t.mark = m
 	t.until = until
 	t.active = !until.IsZero()
+	return true
 }
 
-// Version returns the highest accepted version (0 before any).
-func (t *Tracker) Version() int64 { return t.version }
+// Version returns the last applied version (0 before any).
+func (t *Tracker) Version() int64 { return t.mark.Version }
+
+// Mark returns the last applied mark.
+func (t *Tracker) Mark() Mark { return t.mark }
 
 // Check reports whether u may be applied at now and returns the end of its
-// lease: u's issue time plus its lease, but never later than now plus its
-// lease (an issue time within the skew allowance ahead of the CPE's clock
-// earns no extra time). The version checks come first, so that a replay is
-// reported as ErrReplay whatever its lease. When there is no previous
-// version (no saved state), any version up to MaxVersion passes the jump
-// bound: the first update sets the reference.
+// lease. The order checks come first, so that a replay is reported as
+// ErrReplay whatever its lease. Check changes nothing; Grant records.
 func (t *Tracker) Check(u Update, now time.Time) (until time.Time, err error) {
+	m := u.Mark()
 	switch {
-	case u.Version == t.version:
-		return time.Time{}, fmt.Errorf("version %d: %w", u.Version, ErrReplay)
-	case u.Version < t.version:
-		return time.Time{}, fmt.Errorf("version %d < %d: %w", u.Version, t.version, ErrStale)
-	case u.Version > MaxVersion:
-		return time.Time{}, fmt.Errorf("version %d above %d leaves no room for later versions: %w", u.Version, int64(MaxVersion), ErrVersionBound)
-	case t.version > 0 && u.Version-t.version > MaxVersionJump:
-		return time.Time{}, fmt.Errorf("version %d jumps %d above %d, at most %d: %w", u.Version, u.Version-t.version, t.version, int64(MaxVersionJump), ErrVersionBound)
+	case m == t.mark:
+		return time.Time{}, fmt.Errorf("version %d issued at %d ms: %w", u.Version, m.IssuedMs, ErrReplay)
+	case m.Less(t.mark):
+		return time.Time{}, fmt.Errorf("version %d issued at %d ms is older than version %d issued at %d ms: %w",
+			u.Version, m.IssuedMs, t.mark.Version, t.mark.IssuedMs, ErrStale)
 	}
 	if ahead := u.IssuedAt.Sub(now); ahead > t.cfg.MaxClockSkew {
-		return time.Time{}, fmt.Errorf("version %d issued %v ahead of this CPE's clock, more than the allowed skew of %v: %w",
+		return time.Time{}, fmt.Errorf("version %d issued %v ahead of this device's clock, more than the allowed skew of %v: %w",
 			u.Version, ahead.Round(time.Millisecond), t.cfg.MaxClockSkew, ErrFuture)
 	}
 	until = u.IssuedAt.Add(u.Lease)
@@ -119,21 +130,11 @@ func (t *Tracker) Check(u Update, now time.Time) (until time.Time, err error) {
 	return until, nil
 }
 
-// Grant records version as accepted with a lease until until (as returned
-// by Check).
-func (t *Tracker) Grant(version int64, until time.Time) {
-	t.version = version
+// Grant records m as applied with a lease until until (as returned by Check).
+func (t *Tracker) Grant(m Mark, until time.Time) {
+	t.mark = m
 	t.until = until
 	t.active = true
-}
-
-// Supersede records version as accepted without a lease: an update that
-// passed the version checks but whose lease had already ended. Any lease
-// held ends (the newer update replaces it), and replays of version are
-// ignored from now on.
-func (t *Tracker) Supersede(version int64) {
-	t.version = version
-	t.Expire()
 }
 
 // Active reports whether a lease is held (granted and not yet expired
@@ -160,6 +161,24 @@ func (t *Tracker) Remaining(now time.Time) time.Duration {
 	return 0
 }
 
-// Expire ends the lease; the version high-water mark stays, so the expired
-// update cannot be replayed.
+// Expire ends the lease; the mark stays, so the expired update cannot be
+// replayed.
 func (t *Tracker) Expire() { t.active = false; t.until = time.Time{} }
+
+// Result names err's refusal as the agent's update metrics label it:
+// replay, stale, future or expired ("" for nil, "invalid" for another).
+func Result(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrReplay):
+		return "replay"
+	case errors.Is(err, ErrStale):
+		return "stale"
+	case errors.Is(err, ErrFuture):
+		return "future"
+	case errors.Is(err, ErrExpired):
+		return "expired"
+	}
+	return "invalid"
+}

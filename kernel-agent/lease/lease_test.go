@@ -8,35 +8,36 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestTrackerVersions(t *testing.T) {
+func TestTrackerOrder(t *testing.T) {
 	t0 := time.Unix(1_763_800_000, 0)
-	tr := New(Config{})
+	tr := New(Config{MaxClockSkew: time.Second})
 	steps := []struct {
 		name    string
 		version int64
+		issued  time.Duration // after t0
 		wantErr error
 	}{
-		{"first", 5, nil},
-		{"replay", 5, ErrReplay},
-		{"stale", 4, ErrStale},
-		{"newer", 9, nil},
-		{"older than newer", 6, ErrStale},
-		{"largest jump", 9 + MaxVersionJump, nil},
-		{"jump too far", 9 + 2*MaxVersionJump + 1, ErrVersionBound},
-		{"next after the refused one", 10 + MaxVersionJump, nil},
-		{"no room left", MaxVersion + 1, ErrVersionBound},
+		{"first", 5, 0, nil},
+		{"replay", 5, 0, ErrReplay},
+		{"lower version, same millisecond", 4, 0, ErrStale},
+		{"newer", 9, 0, nil},
+		{"issued earlier, higher version", 10, -time.Millisecond, ErrStale},
+		{"issued later, lower version: an xApp restarted with an empty store", 1, time.Millisecond, nil},
+		{"far ahead in versions", 1<<53 - 1, 2 * time.Millisecond, nil},
+		{"the xApp's next, issued later", 2, 3 * time.Millisecond, nil},
 	}
 	for _, s := range steps {
-		until, err := tr.Check(Update{Version: s.version, IssuedAt: t0, Lease: 2500 * time.Millisecond}, t0)
+		u := Update{Version: s.version, IssuedAt: t0.Add(s.issued), Lease: 2500 * time.Millisecond}
+		until, err := tr.Check(u, t0)
 		if !errors.Is(err, s.wantErr) || (s.wantErr == nil && err != nil) {
 			t.Fatalf("%s: Check(%d) = %v, want %v", s.name, s.version, err, s.wantErr)
 		}
 		if err == nil {
-			tr.Grant(s.version, until)
+			tr.Grant(u.Mark(), until)
 		}
 	}
-	if tr.Version() != 10+MaxVersionJump {
-		t.Fatalf("Version = %d", tr.Version())
+	if got := tr.Mark(); got != (Mark{IssuedMs: t0.Add(3 * time.Millisecond).UnixMilli(), Version: 2}) {
+		t.Fatalf("Mark = %+v", got)
 	}
 	if got := tr.Remaining(t0.Add(time.Second)); got != 1500*time.Millisecond {
 		t.Fatalf("Remaining = %v", got)
@@ -44,57 +45,72 @@ func TestTrackerVersions(t *testing.T) {
 	if got := tr.Remaining(t0.Add(3 * time.Second)); got != 0 {
 		t.Fatalf("Remaining after the end = %v", got)
 	}
+	m := tr.Mark()
 	tr.Expire()
-	if _, err := tr.Check(Update{Version: tr.Version(), IssuedAt: t0, Lease: time.Second}, t0); tr.Active() || !tr.Until().IsZero() || err == nil {
-		t.Fatal("after Expire the lease must be gone and the version still blocked")
-	}
-	r := New(Config{})
-	r.Restore(7, time.Time{})
-	if _, err := r.Check(Update{Version: 7, IssuedAt: t0, Lease: time.Second}, t0); r.Active() || err == nil {
-		t.Fatal("Restore without lease")
-	}
-	if _, err := r.Check(Update{Version: 8, IssuedAt: t0, Lease: time.Second}, t0); err != nil {
-		t.Fatalf("Restore without lease: %v", err)
+	if _, err := tr.Check(Update{Version: m.Version, IssuedAt: time.UnixMilli(m.IssuedMs), Lease: time.Second}, t0); tr.Active() || !tr.Until().IsZero() || !errors.Is(err, ErrReplay) {
+		t.Fatal("after Expire the lease must be gone and the mark still blocked")
 	}
 }
 
-// TestVersionLockout is the regression test of the version lock-out: a
-// version near 2^53 used to be accepted and persisted, after which every
-// later (lower) version was stale. Without saved state the first version
-// sets the reference, so the ceiling is what protects a fresh agent.
-func TestVersionLockout(t *testing.T) {
-	t0 := time.Unix(1_763_800_000, 0)
-	u := func(v int64) Update { return Update{Version: v, IssuedAt: t0, Lease: time.Minute} }
-	tests := []struct {
-		name     string
-		restored int64 // 0: no saved state
-		version  int64
-		wantErr  error
-	}{
-		{"fresh: near 2^53", 0, MaxSafeVersion - 1, ErrVersionBound},
-		{"fresh: at the ceiling", 0, MaxVersion, nil},
-		{"fresh: large but below the ceiling", 0, 1 << 40, nil},
-		{"saved: near 2^53", 41, MaxSafeVersion - 1, ErrVersionBound},
-		{"saved: jump of 2^32+1", 41, 42 + MaxVersionJump, ErrVersionBound},
-		{"saved: jump of 2^32", 41, 41 + MaxVersionJump, nil},
-		{"saved: xApp restart skips a block", 41, 41 + 101, nil},
+// TestRefusedChangesNothing: a refused update leaves the mark and the
+// lease as they were, whatever its version (an expired update far ahead
+// used to end the lease and raise the high-water mark).
+func TestRefusedChangesNothing(t *testing.T) {
+	now := time.Unix(1_763_800_000, 0)
+	for _, u := range []Update{
+		{Version: 1 << 52, IssuedAt: now.Add(-time.Hour), Lease: time.Minute}, // expired
+		{Version: 1 << 52, IssuedAt: now.Add(time.Hour), Lease: time.Minute},  // future
+		{Version: 1, IssuedAt: now.Add(-2 * time.Second), Lease: time.Minute}, // stale
+	} {
+		tr := New(Config{MaxClockSkew: 5 * time.Second})
+		first := Update{Version: 7, IssuedAt: now.Add(-time.Second), Lease: time.Minute}
+		until, err := tr.Check(first, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.Grant(first.Mark(), until)
+		if _, err := tr.Check(u, now); err == nil {
+			t.Fatalf("%+v accepted", u)
+		}
+		if tr.Mark() != first.Mark() || !tr.Active() || !tr.Until().Equal(until) {
+			t.Fatalf("after refusing %+v: mark %+v active %v until %v", u, tr.Mark(), tr.Active(), tr.Until())
+		}
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tr := New(Config{})
-			tr.Restore(tt.restored, time.Time{})
-			_, err := tr.Check(u(tt.version), t0)
-			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
-				t.Fatalf("Check(%d) = %v, want %v", tt.version, err, tt.wantErr)
-			}
-			if tt.wantErr != nil {
-				// Refused, so the agent keeps its reference: the next
-				// ordinary version still passes.
-				if _, err := tr.Check(u(tt.restored+1), t0); err != nil {
-					t.Fatalf("after the refused version, %d: %v", tt.restored+1, err)
-				}
-			}
-		})
+}
+
+// TestPoisonBoundedBySkew: the furthest an accepted update can put the mark
+// is the device's clock plus the skew, so once that much time has passed
+// the xApp's ordinary updates pass again.
+func TestPoisonBoundedBySkew(t *testing.T) {
+	now := time.Unix(1_763_800_000, 0)
+	skew := 5 * time.Second
+	tr := New(Config{MaxClockSkew: skew})
+	poison := Update{Version: 1<<53 - 1, IssuedAt: now.Add(skew), Lease: time.Hour}
+	until, err := tr.Check(poison, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Grant(poison.Mark(), until)
+	later := now.Add(skew + time.Millisecond)
+	if _, err := tr.Check(Update{Version: 1, IssuedAt: later, Lease: time.Minute}, later); err != nil {
+		t.Fatalf("an ordinary update after the skew: %v", err)
+	}
+	// Restore drops a saved mark from beyond the clock, with its lease.
+	r := New(Config{MaxClockSkew: skew})
+	if r.Restore(Mark{IssuedMs: now.Add(time.Hour).UnixMilli(), Version: 3}, now.Add(time.Hour), now) || r.Active() || r.Mark() != (Mark{}) {
+		t.Fatalf("a mark from the future was kept: %+v", r.Mark())
+	}
+	if !r.Restore(Mark{IssuedMs: now.UnixMilli(), Version: 3}, time.Time{}, now) || r.Active() || r.Version() != 3 {
+		t.Fatal("Restore without lease")
+	}
+}
+
+func TestResult(t *testing.T) {
+	for err, want := range map[error]string{nil: "", ErrReplay: "replay", ErrStale: "stale", ErrFuture: "future",
+		ErrExpired: "expired", errors.New("other"): "invalid"} {
+		if got := Result(err); got != want {
+			t.Errorf("Result(%v) = %q, want %q", err, got, want)
+		}
 	}
 }
 
@@ -128,18 +144,5 @@ func TestLeaseFromIssueTime(t *testing.T) {
 				t.Fatalf("until (-want +got):\n%s", diff)
 			}
 		})
-	}
-}
-
-func TestSupersede(t *testing.T) {
-	t0 := time.Unix(1_763_800_000, 0)
-	tr := New(Config{})
-	tr.Grant(3, t0.Add(time.Hour))
-	tr.Supersede(4)
-	if tr.Active() || tr.Version() != 4 {
-		t.Fatalf("after Supersede: active %v version %d", tr.Active(), tr.Version())
-	}
-	if _, err := tr.Check(Update{Version: 4, IssuedAt: t0, Lease: time.Hour}, t0); !errors.Is(err, ErrReplay) {
-		t.Fatalf("superseded version replayed: %v", err)
 	}
 }

@@ -9,11 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics are the agent's collectors.
 type Metrics struct {
-	Updates        *prometheus.CounterVec // result: applied, invalid, stale, replay, version_bound, future, expired, apply_error, dropped
+	Updates        *prometheus.CounterVec // result: applied, invalid, stale, replay, future, expired, cleared, apply_error, dropped
 	Applies        *prometheus.CounterVec // cause: update, safe, link, restore, start
 	ApplyErrors    prometheus.Counter     // failed backend applies
 	ApplySeconds   prometheus.Histogram   // backend apply + verify
@@ -25,7 +26,7 @@ type Metrics struct {
 	PublishErrors  *prometheus.CounterVec // topic kind
 	Connected      prometheus.Gauge       // MQTT connection up
 	WorkerUp       *prometheus.GaugeVec   // worker: 1 while running, 0 once dead, stalled or stopped
-	ProxyCPEs      *prometheus.GaugeVec   // role proxy; state: served, applied, safe, unexpressed
+	ProxyCPEs      *prometheus.GaugeVec   // role proxy; state: served, applied, safe, unexpressed, address_conflict
 	ProxyRules     *prometheus.GaugeVec   // role proxy; kind: used, limit
 	ProxyStates    *prometheus.CounterVec // role proxy; CPE state payloads by result: accepted, invalid
 	registry       *prometheus.Registry
@@ -108,3 +109,16 @@ func (m *Metrics) Handler() http.Handler {
 
 // Registry returns the registry (for tests).
 func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// Value reads a counter or gauge (tests and tools; -1 when it cannot be
+// read).
+func Value(c prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := c.Write(&d); err != nil {
+		return -1
+	}
+	if d.Counter != nil {
+		return d.Counter.GetValue()
+	}
+	return d.Gauge.GetValue()
+}

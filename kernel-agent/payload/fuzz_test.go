@@ -19,6 +19,9 @@ func FuzzParseWeights(f *testing.F) {
 	f.Add([]byte(validWeightsCaps))
 	f.Add([]byte(`{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":1,"issued_at_ms":0,"lease_s":1,"dl":{"mode":"fixed_split","weights":{"nr":1},"caps_mbps":{"nr":1e-300}},"ul":{"mode":"fixed_split","weights":{"nr":1},"caps_mbps":{"lte":100000}}}`))
 	f.Add([]byte(`{"weights":{"nr":1e2}}`))
+	f.Add([]byte(strings.Replace(validWeights, `"dl":`, `"DL":`, 1)))
+	f.Add([]byte(strings.Replace(validWeights, `"cpe_id":"cpe-0001"`, `"cpe_id":"x","cpe_id":"cpe-0001"`, 1)))
+	f.Add([]byte(strings.Replace(validWeights, `"reason":"tick"`, `"reason":null`, 1)))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -40,8 +43,8 @@ func FuzzParseWeights(f *testing.F) {
 				t.Fatalf("accepted an empty caps_mbps")
 			}
 			for k, v := range d.CapsMbps {
-				if !KnownWAT(k) || !(v > 0) || v > MaxCapMbps {
-					t.Fatalf("accepted cap %s=%v", k, v)
+				if !KnownWAT(k) || !(v >= MinCapMbps) || v > MaxCapMbps || d.Weights[k] == 0 {
+					t.Fatalf("accepted cap %s=%v with weight %d", k, v, d.Weights[k])
 				}
 			}
 		}

@@ -2,6 +2,7 @@ package payload
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -219,17 +220,23 @@ func TestPayloadsMatchSchemas(t *testing.T) {
 func TestSchemaValidatorRejects(t *testing.T) {
 	root := loadSchema(t, "mqtt-weights.schema.json")
 	for name, doc := range map[string]string{
-		"v1":            `{"schema":"mcw.weights.v1","cpe_id":"c","version":1,"issued_at_ms":0,"lease_s":1,"mode":"fixed_split","weights":{"nr":1}}`,
-		"dl all zero":   strings.Replace(validWeights, `{"nr":200,"wifi":50,"lifi":0}`, `{"nr":0}`, 1),
-		"weight 256":    strings.Replace(validWeights, `"nr":200`, `"nr":256`, 1),
-		"ul missing":    validWeights[:strings.Index(validWeights, `,"ul"`)] + "}",
-		"bad cpe_id":    strings.Replace(validWeights, `"cpe-0001"`, `"cpe/1"`, 1),
-		"extra key":     strings.Replace(validWeights, `"lease_s":30`, `"lease_s":30,"x":1`, 1),
-		"lease too big": strings.Replace(validWeights, `"lease_s":30`, `"lease_s":3601`, 1),
-		"caps empty":    strings.Replace(validWeightsCaps, `{"nr":14.7,"wifi":6.3,"lifi":2}`, `{}`, 1),
-		"cap zero":      strings.Replace(validWeightsCaps, `"nr":14.7`, `"nr":0`, 1),
-		"cap too big":   strings.Replace(validWeightsCaps, `"nr":14.7`, `"nr":100001`, 1),
-		"cap unknown":   strings.Replace(validWeightsCaps, `"nr":14.7`, `"5g":14.7`, 1),
+		"v1":                `{"schema":"mcw.weights.v1","cpe_id":"c","version":1,"issued_at_ms":0,"lease_s":1,"mode":"fixed_split","weights":{"nr":1}}`,
+		"dl all zero":       strings.Replace(validWeights, `{"nr":200,"wifi":50,"lifi":0}`, `{"nr":0}`, 1),
+		"weight 256":        strings.Replace(validWeights, `"nr":200`, `"nr":256`, 1),
+		"ul missing":        validWeights[:strings.Index(validWeights, `,"ul"`)] + "}",
+		"bad cpe_id":        strings.Replace(validWeights, `"cpe-0001"`, `"cpe/1"`, 1),
+		"extra key":         strings.Replace(validWeights, `"lease_s":30`, `"lease_s":30,"x":1`, 1),
+		"lease too big":     strings.Replace(validWeights, `"lease_s":30`, `"lease_s":3601`, 1),
+		"caps empty":        strings.Replace(validWeightsCaps, `{"nr":14.7,"wifi":6.3}`, `{}`, 1),
+		"cap zero":          strings.Replace(validWeightsCaps, `"nr":14.7`, `"nr":0`, 1),
+		"cap too big":       strings.Replace(validWeightsCaps, `"nr":14.7`, `"nr":100001`, 1),
+		"cap unknown":       strings.Replace(validWeightsCaps, `"nr":14.7`, `"5g":14.7`, 1),
+		"cap denormal":      strings.Replace(validWeightsCaps, `"nr":14.7`, `"nr":1e-320`, 1),
+		"key in upper case": strings.Replace(validWeights, `"dl":`, `"DL":`, 1),
+		"key capitalised":   strings.Replace(validWeights, `"weights":{"nr":200`, `"Weights":{"nr":200`, 1),
+		"WAT in upper case": strings.Replace(validWeights, `"nr":200`, `"NR":200`, 1),
+		"null caps":         strings.Replace(validWeightsCaps, `{"nr":14.7,"wifi":6.3}`, `null`, 1),
+		"null reason":       strings.Replace(validWeights, `"reason":"dl tick"`, `"reason":null`, 1),
 	} {
 		var v any
 		if err := json.Unmarshal([]byte(doc), &v); err != nil {
@@ -240,6 +247,34 @@ func TestSchemaValidatorRejects(t *testing.T) {
 		}
 		if _, err := ParseWeights([]byte(doc), "cpe-0001"); err == nil {
 			t.Errorf("%s: ParseWeights accepted what the schema refuses", name)
+		}
+	}
+}
+
+// TestParseStricterThanDecodedSchema: what a JSON Schema cannot see, because
+// it validates the parsed document, ParseWeights still refuses: a duplicate
+// key (a parser keeping the last value yields a valid document, one keeping
+// the first another) and a cap on a WAT that carries no traffic (the
+// schema's description states it). The validator accepts each parsed
+// document, so the refusal is ParseWeights' own.
+func TestParseStricterThanDecodedSchema(t *testing.T) {
+	root := loadSchema(t, "mqtt-weights.schema.json")
+	for name, doc := range map[string]string{
+		"duplicate cpe_id":   strings.Replace(validWeights, `"cpe_id":"cpe-0001"`, `"cpe_id":"cpe-0002","cpe_id":"cpe-0001"`, 1),
+		"duplicate dl":       strings.Replace(validWeights, `"dl":{`, `"dl":{"mode":"fixed_split","weights":{"nr":1}},"dl":{`, 1),
+		"duplicate WAT":      strings.Replace(validWeights, `"nr":200`, `"nr":1,"nr":200`, 1),
+		"cap at weight 0":    strings.Replace(validWeightsCaps, `"nr":14.7`, `"nr":14.7,"lifi":2`, 1),
+		"cap not in the set": strings.Replace(validWeightsCaps, `"nr":14.7`, `"nr":14.7,"lte":2`, 1),
+	} {
+		var v any
+		if err := json.Unmarshal([]byte(doc), &v); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := validate(root, root, v, "$"); err != nil {
+			t.Fatalf("%s: the row no longer tests what the schema cannot see: %v", name, err)
+		}
+		if _, err := ParseWeights([]byte(doc), "cpe-0001"); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: ParseWeights = %v, want ErrInvalid", name, err)
 		}
 	}
 }

@@ -135,7 +135,10 @@ type State struct {
 	Capabilities    *Capabilities      `json:"capabilities,omitempty"`
 	Links           map[string]string  `json:"links"`
 	Event           string             `json:"event,omitempty"`
-	LastError       string             `json:"last_error"`
+	// Alarm is a standing condition the operator must resolve (role
+	// proxy: AlarmAddressConflict); empty when none.
+	Alarm     string `json:"alarm,omitempty"`
+	LastError string `json:"last_error"`
 }
 
 // Marshal encodes s with its schema set.
@@ -181,6 +184,7 @@ type wireState struct {
 	Capabilities   *Capabilities     `json:"capabilities"`
 	Links          map[string]string `json:"links"`
 	Event          string            `json:"event"`
+	Alarm          string            `json:"alarm"`
 	LastError      string            `json:"last_error"`
 }
 
@@ -220,6 +224,8 @@ func ParseState(data []byte) (State, error) {
 		return State{}, fmt.Errorf("%w: backend %q: unknown", ErrInvalid, w.Backend)
 	case !knownEvent(w.Event):
 		return State{}, fmt.Errorf("%w: event %q: unknown", ErrInvalid, w.Event)
+	case w.Alarm != "" && w.Alarm != AlarmAddressConflict:
+		return State{}, fmt.Errorf("%w: alarm %q: unknown", ErrInvalid, w.Alarm)
 	case len([]rune(w.LastError)) > MaxErrorLen:
 		return State{}, fmt.Errorf("%w: last_error: longer than %d characters", ErrInvalid, MaxErrorLen)
 	}
@@ -247,15 +253,19 @@ func ParseState(data []byte) (State, error) {
 		if !KnownWAT(k) {
 			return State{}, fmt.Errorf("%w: addresses: unknown WAT %q", ErrInvalid, k)
 		}
-		if a, err := netip.ParseAddr(v); err != nil || a.Zone() != "" || !a.IsValid() {
+		a, err := netip.ParseAddr(v)
+		if err != nil {
 			return State{}, fmt.Errorf("%w: addresses: %s=%q is not an IP address", ErrInvalid, k, v)
+		}
+		if err := CheckWATAddr(a); err != nil {
+			return State{}, fmt.Errorf("addresses: %s: %w", k, err)
 		}
 	}
 	return State{
 		Schema: *w.Schema, CPEID: *w.CPEID, Online: *w.Online, Role: w.Role, ProxyID: w.ProxyID,
 		Direction: w.Direction, TimeMs: w.TimeMs, AppliedVersion: w.AppliedVersion,
 		AppliedWeights: w.AppliedWeights, AppliedCapsMbps: appliedCaps, Addresses: w.Addresses, Backend: w.Backend,
-		Capabilities: w.Capabilities, Links: w.Links, Event: w.Event, LastError: w.LastError,
+		Capabilities: w.Capabilities, Links: w.Links, Event: w.Event, Alarm: w.Alarm, LastError: w.LastError,
 	}, nil
 }
 

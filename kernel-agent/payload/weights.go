@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"sort"
 	"strings"
 )
@@ -42,6 +43,9 @@ const (
 	// MaxCapMbps bounds a cap in caps_mbps and applied_caps_mbps (the
 	// schemas' maximum: 100 Gbit/s).
 	MaxCapMbps = 100_000
+	// MinCapMbps bounds a cap in caps_mbps from below: 64 kbit/s, the
+	// shares backend's floor (the xApp clips its caps to it).
+	MinCapMbps = 0.064
 	// maxSafeInt is the largest integer a JSON number carries exactly in
 	// every implementation (2^53 - 1), the bound for version and times.
 	maxSafeInt = 1<<53 - 1
@@ -321,6 +325,16 @@ func parseDir(name string, d *wireDir) (DirWeights, error) {
 	if err != nil {
 		return DirWeights{}, err
 	}
+	for k, c := range caps {
+		// A WAT at weight 0 is off, not capped; a cap below the backends'
+		// resolution would be a cap of another size.
+		if weights[k] == 0 {
+			return DirWeights{}, fmt.Errorf("%w: %s.caps_mbps: %s has weight 0 or is not in the set", ErrInvalid, name, k)
+		}
+		if c < MinCapMbps {
+			return DirWeights{}, fmt.Errorf("%w: %s.caps_mbps: %s=%g below %g", ErrInvalid, name, k, c, MinCapMbps)
+		}
+	}
 	return DirWeights{Mode: *d.Mode, Reason: reason, Weights: weights, CapsMbps: caps}, nil
 }
 
@@ -361,14 +375,18 @@ func ValidCPEID(id string) bool {
 }
 
 // decodeStrict decodes exactly one JSON object into v, refusing unknown keys,
-// trailing data, oversized and too deeply nested input; size and depth are
-// checked before the decoder runs.
+// keys in another case, duplicate keys, null, trailing data, oversized and
+// too deeply nested input; size and depth are checked before the decoder
+// runs.
 func decodeStrict(data []byte, v any) error {
 	if len(data) > MaxPayloadBytes {
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalid, len(data), MaxPayloadBytes)
 	}
 	if d := depth(data); d > MaxDepth {
 		return fmt.Errorf("%w: nested %d levels deep, at most %d", ErrInvalid, d, MaxDepth)
+	}
+	if err := checkKeys(data, fieldNames(reflect.TypeOf(v))); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

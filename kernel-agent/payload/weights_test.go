@@ -33,7 +33,7 @@ func TestParseWeightsValid(t *testing.T) {
 const validWeightsCaps = `{"schema":"mcw.weights.v2","cpe_id":"cpe-0001","version":43,` +
 	`"issued_at_ms":1763800000123,"lease_s":30,` +
 	`"dl":{"mode":"fixed_split","weights":{"nr":7,"wifi":3}},` +
-	`"ul":{"mode":"fixed_split","weights":{"nr":7,"wifi":3,"lifi":0},"caps_mbps":{"nr":14.7,"wifi":6.3,"lifi":2}}}`
+	`"ul":{"mode":"fixed_split","weights":{"nr":7,"wifi":3,"lifi":0},"caps_mbps":{"nr":14.7,"wifi":6.3}}}`
 
 func TestParseWeightsCaps(t *testing.T) {
 	got, err := ParseWeights([]byte(validWeightsCaps), "cpe-0001")
@@ -44,12 +44,12 @@ func TestParseWeightsCaps(t *testing.T) {
 		CPEID: "cpe-0001", Version: 43, IssuedAtMs: 1763800000123, LeaseS: 30,
 		DL: DirWeights{Mode: "fixed_split", Weights: Weights{NR: 7, WiFi: 3}},
 		UL: DirWeights{Mode: "fixed_split", Weights: Weights{NR: 7, WiFi: 3, LiFi: 0},
-			CapsMbps: map[WAT]float64{NR: 14.7, WiFi: 6.3, LiFi: 2}},
+			CapsMbps: map[WAT]float64{NR: 14.7, WiFi: 6.3}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("ParseWeights (-want +got):\n%s", diff)
 	}
-	caps := `"caps_mbps":{"nr":14.7,"wifi":6.3,"lifi":2}`
+	caps := `"caps_mbps":{"nr":14.7,"wifi":6.3}`
 	for _, tt := range []struct{ name, caps string }{
 		{"empty", `"caps_mbps":{}`},
 		{"null", `"caps_mbps":null`},
@@ -61,25 +61,27 @@ func TestParseWeightsCaps(t *testing.T) {
 		{"unknown WAT", `"caps_mbps":{"5g":10}`},
 		{"nested", `"caps_mbps":{"nr":{"x":1}}`},
 		{"array", `"caps_mbps":[10]`},
+		{"on a WAT at weight 0", `"caps_mbps":{"nr":14.7,"lifi":2}`},
+		{"on a WAT not in the set", `"caps_mbps":{"nr":14.7,"lte":2}`},
+		{"denormal", `"caps_mbps":{"nr":1e-320}`},
+		{"below the floor", `"caps_mbps":{"nr":0.0639}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			if !strings.Contains(validWeightsCaps, caps) {
+				t.Fatal("stale row: the valid payload changed")
+			}
 			data := strings.Replace(validWeightsCaps, caps, tt.caps, 1)
 			_, err := ParseWeights([]byte(data), "cpe-0001")
-			// "null" decodes to a nil map: the same as no key, accepted.
-			if tt.name == "null" {
-				if err != nil {
-					t.Fatalf("ParseWeights(%s) = %v, want nil (null is no caps)", data, err)
-				}
-				return
-			}
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("ParseWeights(%s) = %v, want an error wrapping ErrInvalid", data, err)
 			}
 		})
 	}
-	// The bound itself is a cap.
-	if _, err := ParseWeights([]byte(strings.Replace(validWeightsCaps, caps, `"caps_mbps":{"nr":100000}`, 1)), "cpe-0001"); err != nil {
-		t.Fatalf("cap at the bound: %v", err)
+	// The bounds themselves are caps.
+	for _, c := range []string{`"caps_mbps":{"nr":100000}`, `"caps_mbps":{"nr":0.064}`} {
+		if _, err := ParseWeights([]byte(strings.Replace(validWeightsCaps, caps, c, 1)), "cpe-0001"); err != nil {
+			t.Fatalf("cap at the bound %s: %v", c, err)
+		}
 	}
 }
 

@@ -5,18 +5,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +20,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
+	"github.com/mcw-xapp/kernel-agent/internal/brokertest"
 	"github.com/mcw-xapp/kernel-agent/metrics"
 	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
@@ -64,57 +61,7 @@ func startBroker(t *testing.T) broker {
 	if err := os.WriteFile(aclPath, acl, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	conf, err := os.ReadFile(filepath.Join(root, "broker", "mosquitto.test.conf.in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	user := "root"
-	if u := os.Getenv("USER"); u != "" {
-		user = u
-	}
-	persist := filepath.Join(dir, "db") + "/"
-	os.MkdirAll(persist, 0o700)
-	logPath := filepath.Join(dir, "mosquitto.log")
-	repl := strings.NewReplacer("@PORT@", strconv.Itoa(port), "@CAFILE@", filepath.Join(pki, "ca.crt"),
-		"@CERTFILE@", filepath.Join(pki, "server.crt"), "@KEYFILE@", filepath.Join(pki, "server.key"),
-		"@ACLFILE@", aclPath, "@PERSISTDIR@", persist, "@LOGFILE@", logPath, "@USER@", user)
-	confPath := filepath.Join(dir, "mosquitto.conf")
-	if err := os.WriteFile(confPath, []byte(repl.Replace(string(conf))), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("mosquitto", "-c", confPath)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(logPath)
-			t.Fatalf("mosquitto did not start: %v\n%s", err, log)
-		}
-	}
+	addr := brokertest.Start(t, brokertest.Options{Dir: dir, PKI: pki, ACL: aclPath})
 	return broker{addr: addr, pki: pki}
 }
 

@@ -62,6 +62,9 @@ type Config struct {
 	MPTCPOnly         bool
 	// MaxClockSkew: see lease.Config.
 	MaxClockSkew time.Duration
+	// Prefixes is the operator's registry: a CPE listed here may only
+	// claim WAT addresses within its prefixes (nil: no registry).
+	Prefixes map[string][]netip.Prefix
 }
 
 // Deps are the proxy's collaborators; Subflows may be nil (no telemetry),
@@ -146,7 +149,8 @@ type cpe struct {
 	want      []backend.Path
 	wantErr   error
 	changed   bool
-	unexpr    error // why the CPE is not in the kernel as requested
+	unexpr    error  // why the CPE is not in the kernel as requested
+	alarm     string // payload.AlarmAddressConflict while another CPE claims one of its addresses
 	lastError string
 	event     string // to report after the next apply ("" nothing)
 	eventErr  error
@@ -156,16 +160,16 @@ type cpe struct {
 // pendingUpdate is an update accepted by the version and lease checks; it
 // is granted once the backend applied it, rolled back when it failed.
 type pendingUpdate struct {
-	version     int64
-	until       time.Time
-	at          time.Time
-	note        string
-	prev        payload.Weights
-	prevCaps    map[string]float64
-	prevSafe    bool
-	prevMode    string
-	prevVersion int64
-	prevUntil   time.Time // zero: no lease was running
+	version   int64
+	until     time.Time
+	at        time.Time
+	note      string
+	prev      payload.Weights
+	prevCaps  map[string]float64
+	prevSafe  bool
+	prevMode  string
+	prevMark  lease.Mark
+	prevUntil time.Time // zero: no lease was running
 }
 
 // overflowCounter is a downlink that tells the CPEs it left out for its rule
@@ -296,18 +300,14 @@ func (p *Proxy) Start(ctx context.Context) error {
 		if err != nil {
 			p.deps.Log.Error("persisted state unusable, starting from safe weights", "cpe_id", id, "err", err)
 		}
-		if ok && rec.Version > lease.MaxVersion {
-			p.deps.Log.Warn("persisted version above the bound, discarded", "cpe_id", id, "version", rec.Version)
-			ok = false
-		}
 		if ok {
-			until := time.UnixMilli(rec.LeaseUntilMs)
-			if rec.Weights != nil && rec.LeaseUntilMs > 0 && until.After(now) {
-				c.tracker.Restore(rec.Version, until)
+			inForce, kept := state.Resume(c.tracker, rec, now)
+			if !kept {
+				p.deps.Log.Warn("persisted mark issued beyond this proxy's clock, discarded", "cpe_id", id, "version", rec.Version)
+			}
+			if inForce {
 				c.requested, c.safe, c.mode, c.caps = rec.Weights.Clone(), false, rec.Mode, rec.CapsMbps
 				event = payload.EventRestored
-			} else {
-				c.tracker.Restore(rec.Version, time.Time{})
 			}
 		}
 		c.event = event
@@ -432,7 +432,13 @@ func splitTopic(topic string) (id, kind string, ok bool) {
 func (p *Proxy) onWeights(c *cpe, data []byte, at time.Time) {
 	m := p.deps.Metrics
 	if len(data) == 0 {
-		return // a retained message cleared: nothing new
+		// The retained weights were cleared: no weights, as when the lease
+		// runs out (the CPE agent does the same).
+		m.Updates.WithLabelValues("cleared").Inc()
+		if c.tracker.Active() {
+			p.endLease(c, p.deps.Now())
+		}
+		return
 	}
 	u, err := payload.ParseWeights(data, c.id)
 	if err != nil {
@@ -442,50 +448,33 @@ func (p *Proxy) onWeights(c *cpe, data []byte, at time.Time) {
 		return
 	}
 	now := p.deps.Now()
-	until, err := c.tracker.Check(lease.Update{
+	lu := lease.Update{
 		Version:  u.Version,
 		IssuedAt: time.UnixMilli(u.IssuedAtMs),
 		Lease:    time.Duration(u.LeaseS * float64(time.Second)),
-	}, now)
+	}
+	until, err := c.tracker.Check(lu, now)
 	switch {
 	case errors.Is(err, lease.ErrReplay):
 		m.Updates.WithLabelValues("replay").Inc()
 		return
-	case errors.Is(err, lease.ErrExpired):
-		m.Updates.WithLabelValues("expired").Inc()
-		p.deps.Log.Warn("weights rejected", "cpe_id", c.id, "reason", err.Error())
-		c.tracker.Supersede(u.Version)
-		c.pending = nil
-		if !c.safe {
-			c.useSafe(p.cfg.SafeWeights)
-			p.touch(c)
-		}
-		p.save(c, now)
-		c.setEvent(payload.EventRejected, err)
-		return
 	case err != nil:
-		result := "stale"
-		switch {
-		case errors.Is(err, lease.ErrVersionBound):
-			result = "version_bound"
-		case errors.Is(err, lease.ErrFuture):
-			result = "future"
-		}
-		m.Updates.WithLabelValues(result).Inc()
+		// Refused: nothing changes (see the CPE agent's ProcessWeights).
+		m.Updates.WithLabelValues(lease.Result(err)).Inc()
 		p.deps.Log.Warn("weights rejected", "cpe_id", c.id, "reason", err.Error())
 		c.setEvent(payload.EventRejected, err)
 		return
 	}
 	if c.pending == nil {
 		c.pending = &pendingUpdate{prev: c.requested, prevCaps: c.caps, prevSafe: c.safe, prevMode: c.mode,
-			prevVersion: c.tracker.Version(), prevUntil: c.tracker.Until()}
+			prevMark: c.tracker.Mark(), prevUntil: c.tracker.Until()}
 	}
 	c.pending.version, c.pending.until, c.pending.at = u.Version, until, at
 	c.pending.note = u.DL.Reason
 	c.requested, c.safe, c.mode, c.caps = u.DL.Weights.Clone(), false, u.DL.Mode, u.DL.CapsMbps
 	// The version counts as seen at once, so that a replay queued behind it
 	// in this batch stays silent; a failed apply rolls it back.
-	c.tracker.Grant(u.Version, until)
+	c.tracker.Grant(lu.Mark(), until)
 	p.touch(c)
 	c.setEvent(payload.EventApplied, nil)
 }
@@ -502,6 +491,8 @@ func (p *Proxy) onCPEState(c *cpe, data []byte) {
 		err = fmt.Errorf("%w: cpe_id %q on the topic of %q", payload.ErrInvalid, s.CPEID, c.id)
 	case s.Role != "" && s.Role != payload.RoleCPE:
 		err = fmt.Errorf("%w: role %q on a CPE agent's topic", payload.ErrInvalid, s.Role)
+	default:
+		err = p.registered(c.id, s.ParsedAddresses())
 	}
 	if err != nil {
 		p.deps.Metrics.ProxyStates.WithLabelValues("invalid").Inc()
@@ -546,6 +537,22 @@ func (p *Proxy) onCPEState(c *cpe, data []byte) {
 		c.setEvent(ev, nil)
 	}
 	p.publishAddrs(c)
+}
+
+// registered checks a CPE's claimed addresses against the operator's
+// registry: the CPE's claim alone never decides which traffic is its own
+// when the operator has said.
+func (p *Proxy) registered(id string, addrs map[string]netip.Addr) error {
+	prefixes, listed := p.cfg.Prefixes[id]
+	if !listed {
+		return nil
+	}
+	for wat, a := range addrs {
+		if !slices.ContainsFunc(prefixes, func(pfx netip.Prefix) bool { return pfx.Contains(a) }) {
+			return fmt.Errorf("%w: addresses: %s=%s is outside the prefixes registered for %s (%v)", payload.ErrInvalid, wat, a, id, prefixes)
+		}
+	}
+	return nil
 }
 
 func (c *cpe) downWATs() int {
@@ -619,15 +626,21 @@ func (p *Proxy) expireLeases() {
 		if !c.tracker.Active() || now.Before(c.tracker.Until()) {
 			continue
 		}
-		c.tracker.Expire()
-		p.deps.Metrics.LeaseExpiries.Inc()
-		c.useSafe(p.cfg.SafeWeights)
-		c.pending = nil
-		p.touch(c)
-		p.save(c, now)
-		p.deps.Log.Warn("lease expired, safe downlink weights in force", "cpe_id", id)
-		c.setEvent(payload.EventLeaseExpired, nil)
+		p.endLease(c, now)
 	}
+}
+
+// endLease puts c on the safe weights: its lease ran out or its weights
+// were withdrawn.
+func (p *Proxy) endLease(c *cpe, now time.Time) {
+	c.tracker.Expire()
+	p.deps.Metrics.LeaseExpiries.Inc()
+	c.useSafe(p.cfg.SafeWeights)
+	c.pending = nil
+	p.touch(c)
+	p.save(c, now)
+	p.deps.Log.Warn("lease ended, safe downlink weights in force", "cpe_id", c.id)
+	c.setEvent(payload.EventLeaseExpired, nil)
 }
 
 // resetTimer arms the timer for the earliest lease end.
@@ -668,6 +681,7 @@ func (p *Proxy) apply(ctx context.Context) {
 	m := p.deps.Metrics
 	set := make([]backend.CPEPaths, 0, len(p.order))
 	want := map[string][]backend.Path{}
+	conflicts := p.conflicts()
 	for _, id := range p.order {
 		c := p.cpes[id]
 		if c.changed {
@@ -675,8 +689,20 @@ func (p *Proxy) apply(ctx context.Context) {
 			c.changed = false
 		}
 		ps, err := c.want, c.wantErr
+		if cerr, clash := conflicts[id]; clash {
+			// Neither claimant is steered: whichever is lying, a rule for
+			// that address would act on the other's traffic.
+			ps, err = nil, cerr
+			if c.alarm == "" {
+				c.setEvent(payload.EventRejected, cerr)
+			}
+			c.alarm = payload.AlarmAddressConflict
+		} else if c.alarm != "" {
+			c.alarm = ""
+			c.setEvent(payload.EventApplied, nil)
+		}
 		c.unexpr = err
-		if err != nil {
+		if err != nil && c.alarm == "" {
 			ps = c.applied // keep what is in force: never all zero
 		}
 		if ps == nil {
@@ -701,7 +727,7 @@ func (p *Proxy) apply(ctx context.Context) {
 				// retained message delivered again is judged afresh.
 				c.requested, c.safe, c.mode, c.caps = pu.prev, pu.prevSafe, pu.prevMode, pu.prevCaps
 				c.changed = true
-				c.tracker.Restore(pu.prevVersion, pu.prevUntil)
+				c.tracker.Restore(pu.prevMark, pu.prevUntil, p.deps.Now())
 				c.pending = nil
 				m.Updates.WithLabelValues("apply_error").Inc()
 				c.eventErr = nil
@@ -723,6 +749,8 @@ func (p *Proxy) apply(ctx context.Context) {
 			c.applied, c.unexpr = nil, fmt.Errorf("not applied by %s: %w", p.deps.Downlink.Name(), nerr)
 		} else if sent {
 			c.applied = ps
+		} else if c.alarm != "" {
+			c.applied = nil // left out of the set: its rules are gone
 		}
 		// A CPE can enter or leave the kernel without news of its own
 		// (room under the rule bound, a retry after a failure): say so.
@@ -755,9 +783,35 @@ func (p *Proxy) apply(ctx context.Context) {
 	p.updateGauges()
 }
 
+// conflicts returns, per served CPE, why one of its claimed WAT addresses
+// cannot be steered: another served CPE claims the same address.
+func (p *Proxy) conflicts() map[string]error {
+	owners := map[netip.Addr][]string{}
+	for _, id := range p.order {
+		for _, a := range p.cpes[id].addrs {
+			owners[a] = append(owners[a], id)
+		}
+	}
+	out := map[string]error{}
+	for a, ids := range owners {
+		if len(ids) < 2 {
+			continue
+		}
+		for _, id := range ids {
+			others := slices.DeleteFunc(slices.Clone(ids), func(o string) bool { return o == id })
+			out[id] = errors.Join(out[id], fmt.Errorf("%s: address %s also claimed by %s: downlink not steered",
+				payload.AlarmAddressConflict, a, strings.Join(others, ", ")))
+		}
+	}
+	return out
+}
+
 func (p *Proxy) updateGauges() {
-	var applied, safe, unexpr float64
+	var applied, safe, unexpr, conflict float64
 	for _, c := range p.cpes {
+		if c.alarm == payload.AlarmAddressConflict {
+			conflict++
+		}
 		switch {
 		case c.applied == nil || c.unexpr != nil:
 			unexpr++
@@ -772,17 +826,18 @@ func (p *Proxy) updateGauges() {
 	g.WithLabelValues("applied").Set(applied)
 	g.WithLabelValues("safe").Set(safe)
 	g.WithLabelValues("unexpressed").Set(unexpr)
+	g.WithLabelValues("address_conflict").Set(conflict)
 	p.deps.Metrics.ProxyRules.WithLabelValues("used").Set(float64(p.rules.Used))
 	p.deps.Metrics.ProxyRules.WithLabelValues("limit").Set(float64(p.rules.Limit))
 }
 
 // save queues c's record for the persister (latest wins per CPE).
 func (p *Proxy) save(c *cpe, now time.Time) {
-	rec := state.Record{Version: c.tracker.Version(), SavedAtMs: now.UnixMilli()}
+	var requested payload.Weights
 	if !c.safe {
-		rec.Weights, rec.Mode, rec.CapsMbps = c.requested, c.mode, c.caps
-		rec.LeaseUntilMs = c.tracker.Until().UnixMilli()
+		requested = c.requested
 	}
+	rec := state.Snapshot(c.tracker, requested, c.mode, c.caps, now)
 	p.persist.put(c.id, c.store, rec)
 }
 
@@ -805,7 +860,7 @@ func (p *Proxy) report(c *cpe) {
 	s := payload.State{
 		CPEID: c.id, Online: true, Role: payload.RoleProxy, ProxyID: p.cfg.ProxyID, Direction: payload.DL,
 		TimeMs: p.deps.Now().UnixMilli(), AppliedWeights: payload.Weights{}, Backend: p.deps.Downlink.Name(),
-		Capabilities: &caps, Links: map[string]string{}, Event: event, LastError: c.lastError,
+		Capabilities: &caps, Links: map[string]string{}, Event: event, Alarm: c.alarm, LastError: c.lastError,
 	}
 	if !c.safe && c.applied != nil {
 		s.AppliedVersion = c.tracker.Version()

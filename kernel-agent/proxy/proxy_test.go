@@ -452,7 +452,7 @@ func TestProxyTelemetry(t *testing.T) {
 func TestProxySharesCapsReachTheDownlink(t *testing.T) {
 	f := newFixture(t, t.TempDir())
 	f.step(cpeState("cpe-0001", addrs1, up1))
-	m := weights("cpe-0001", 6, t0, 30, `{"nr":7,"wifi":3,"lifi":0},"caps_mbps":{"nr":14,"wifi":6,"lifi":1}`, `{"nr":1}`)
+	m := weights("cpe-0001", 6, t0, 30, `{"nr":7,"wifi":3,"lifi":0},"caps_mbps":{"nr":14,"wifi":6}`, `{"nr":1}`)
 	f.step(m)
 	capsOf := func() map[string]float64 {
 		for _, c := range f.dl.LastPaths() {
@@ -466,7 +466,7 @@ func TestProxySharesCapsReachTheDownlink(t *testing.T) {
 		}
 		return nil
 	}
-	if diff := cmp.Diff(map[string]float64{"nr": 14, "wifi": 6, "lifi": 1}, capsOf()); diff != "" {
+	if diff := cmp.Diff(map[string]float64{"nr": 14, "wifi": 6, "lifi": 0}, capsOf()); diff != "" {
 		t.Fatalf("caps handed to the downlink (-want +got):\n%s", diff)
 	}
 	if s := f.state("cpe-0001"); s.Event != payload.EventApplied || s.AppliedVersion != 6 {
@@ -476,5 +476,151 @@ func TestProxySharesCapsReachTheDownlink(t *testing.T) {
 	f.step()
 	if diff := cmp.Diff(map[string]float64{"nr": 0, "wifi": 0, "lifi": 0}, capsOf()); diff != "" {
 		t.Fatalf("safe weights carry caps (-want +got):\n%s", diff)
+	}
+}
+
+// TestProxyAddressClaims: a CPE that claims another's WAT address used to
+// get the victim's downlink rule for itself (the lower id won); now two
+// claims of one address get neither CPE steered, an alarm in both states
+// and a metric, until the claims differ again.
+func TestProxyAddressClaims(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	f.step(cpeState("cpe-0001", addrs1, up1), cpeState("cpe-0002", addrs2, up2),
+		weights("cpe-0001", 5, t0, 60, `{"nr":1,"wifi":200,"lifi":0}`, `{"nr":1}`),
+		weights("cpe-0002", 5, t0, 60, `{"nr":1,"wifi":0}`, `{"nr":1}`))
+	if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 1, "wifi": 200, "lifi": 0}) {
+		t.Fatalf("before: %v", got)
+	}
+	// cpe-0002 retains cpe-0001's Wi-Fi address as its own.
+	f.step(cpeState("cpe-0002", `{"nr":"10.32.1.2","wifi":"10.31.2.2"}`, up2))
+	if got := f.dl.Last(); len(got) != 0 {
+		t.Fatalf("a claimed address is still steered: %v", got)
+	}
+	for _, id := range []string{"cpe-0001", "cpe-0002"} {
+		s := f.state(id)
+		if s.Alarm != payload.AlarmAddressConflict || s.Event != payload.EventRejected || len(s.AppliedWeights) != 0 ||
+			!strings.Contains(s.LastError, "10.31.2.2 also claimed by") {
+			t.Fatalf("%s during the conflict: %+v", id, s)
+		}
+	}
+	if got := metrics.Value(f.m.ProxyCPEs.WithLabelValues("address_conflict")); got != 2 {
+		t.Fatalf("proxy_cpes{state=address_conflict} = %v", got)
+	}
+	// The claim withdrawn: both are steered again and the alarm clears.
+	f.step(cpeState("cpe-0002", addrs2, up2))
+	want := map[string]payload.Weights{"cpe-0001": {"nr": 1, "wifi": 200, "lifi": 0}, "cpe-0002": {"nr": 1, "wifi": 0}}
+	if diff := cmp.Diff(want, f.dl.Last()); diff != "" {
+		t.Fatalf("after the conflict (-want +got):\n%s", diff)
+	}
+	if s := f.state("cpe-0001"); s.Alarm != "" || s.Event != payload.EventApplied || s.LastError != "" {
+		t.Fatalf("cpe-0001 after the conflict: %+v", s)
+	}
+	if got := metrics.Value(f.m.ProxyCPEs.WithLabelValues("address_conflict")); got != 0 {
+		t.Fatalf("proxy_cpes{state=address_conflict} after = %v", got)
+	}
+}
+
+// TestProxyRefusesWildcardClaims: a claim that would match traffic of
+// others (the WRR kernel's wildcard 0.0.0.0 at the head of the list, an
+// IPv4-mapped spelling of a victim's address, ...) is refused with the
+// whole state; nothing reaches the kernel.
+func TestProxyRefusesWildcardClaims(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	f.step(cpeState("cpe-0001", addrs1, up1), cpeState("cpe-0002", addrs2, up2))
+	before, calls := f.dl.Last(), f.dl.Calls()
+	for _, a := range []string{"0.0.0.0", "::", "::ffff:10.31.2.2", "127.0.0.1", "::1", "224.0.0.1", "ff02::1", "255.255.255.255", "fe80::1%eth0"} {
+		f.step(cpeState("cpe-0002", fmt.Sprintf(`{"nr":"10.32.1.2","wifi":%q}`, a), up2))
+		if diff := cmp.Diff(before, f.dl.Last()); diff != "" || f.dl.Calls() != calls {
+			t.Fatalf("claim of %s changed the downlink (-want +got):\n%s", a, diff)
+		}
+	}
+	if got := metrics.Value(f.m.ProxyStates.WithLabelValues("invalid")); got != 9 {
+		t.Fatalf("proxy_cpe_states{result=invalid} = %v", got)
+	}
+}
+
+// TestProxyVersionPoisoning: the proxy follows the same rule as the CPE
+// agent (package lease): an expired update far ahead changes nothing, not
+// even the lease; a valid one far ahead in versions does not make the
+// xApp's next update stale; nor does an xApp restarted with versions from 1.
+func TestProxyVersionPoisoning(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	dl := `{"nr":3,"wifi":7,"lifi":0}`
+	f.step(cpeState("cpe-0001", addrs1, up1), weights("cpe-0001", 5, t0.Add(-50*time.Minute), 3600, dl, `{"nr":1}`))
+	steps := []struct {
+		name        string
+		msg         message
+		wantVersion int64
+	}{
+		{"expired, far ahead", weights("cpe-0001", 1<<40, t0.Add(-40*time.Minute), 60, `{"nr":9}`, `{"nr":1}`), 5},
+		{"far ahead, valid", weights("cpe-0001", 1<<32, t0.Add(-3*time.Second), 60, dl, `{"nr":1}`), 1 << 32},
+		{"the xApp's next", weights("cpe-0001", 6, t0.Add(-2*time.Second), 60, dl, `{"nr":1}`), 6},
+		{"xApp restarted, empty store", weights("cpe-0001", 1, t0.Add(-time.Second), 60, dl, `{"nr":1}`), 1},
+	}
+	for _, st := range steps {
+		f.step(st.msg)
+		s := f.state("cpe-0001")
+		if s.AppliedVersion != st.wantVersion || !cmp.Equal(s.AppliedWeights, payload.Weights{"nr": 3, "wifi": 7, "lifi": 0}) {
+			t.Fatalf("%s: %+v", st.name, s)
+		}
+	}
+	if got := metrics.Value(f.m.Updates.WithLabelValues("expired")); got != 1 {
+		t.Fatalf("updates{result=expired} = %v", got)
+	}
+}
+
+// TestProxyEmptyRetainedWeights: an empty retained weights message means no
+// weights, as in the CPE role: the lease ends and the safe weights stand.
+// It used to be ignored, the cleared weights staying in force.
+func TestProxyEmptyRetainedWeights(t *testing.T) {
+	f := newFixture(t, t.TempDir())
+	f.step(cpeState("cpe-0001", addrs1, up1), weights("cpe-0001", 5, t0, 60, `{"nr":3,"wifi":7,"lifi":0}`, `{"nr":1}`))
+	f.step(message{topic: "mcw/v1/cpe/cpe-0001/weights", at: t0})
+	if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 1, "wifi": 1, "lifi": 1}) {
+		t.Fatalf("after the weights were cleared: %v", got)
+	}
+	if s := f.state("cpe-0001"); s.Event != payload.EventLeaseExpired || s.AppliedVersion != 0 {
+		t.Fatalf("state: %+v", s)
+	}
+	if got := metrics.Value(f.m.Updates.WithLabelValues("cleared")); got != 1 {
+		t.Fatalf("updates{result=cleared} = %v", got)
+	}
+}
+
+// TestProxyRegistry: with the operator's registry (config cpe_prefixes) a
+// CPE's claim alone never decides: an address outside the CPE's registered
+// prefixes (here another CPE's, not served by this proxy, so no conflict
+// could catch it) is refused with the whole state.
+func TestProxyRegistry(t *testing.T) {
+	dir := t.TempDir()
+	clk := &clock{t: t0}
+	dl := dryrun.NewDownlink()
+	m := metrics.New()
+	p, err := New(Config{ProxyID: "proxy-0001", CPEs: []string{"cpe-0001"}, SafeWeights: payload.Weights{"nr": 1, "wifi": 1},
+		StateDir: dir, MaxClockSkew: 5 * time.Second,
+		Prefixes: map[string][]netip.Prefix{"cpe-0001": {netip.MustParsePrefix("10.31.0.0/16")}}},
+		Deps{Downlink: dl, Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, p: p, dl: dl, clk: clk, dir: dir, m: m}
+	f.step(cpeState("cpe-0001", `{"nr":"10.31.1.2","wifi":"10.31.2.2"}`, up2))
+	if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 1, "wifi": 1}) {
+		t.Fatalf("registered addresses: %v", got)
+	}
+	calls := f.dl.Calls()
+	f.step(cpeState("cpe-0001", `{"nr":"10.31.1.2","wifi":"10.77.2.2"}`, up2))
+	if f.dl.Calls() != calls || metrics.Value(m.ProxyStates.WithLabelValues("invalid")) != 1 {
+		t.Fatalf("an unregistered address was taken: %d applies, invalid %v", f.dl.Calls()-calls, metrics.Value(m.ProxyStates.WithLabelValues("invalid")))
+	}
+	for _, c := range f.dl.LastPaths() {
+		for _, ps := range c.Paths {
+			if ps.Addr.String() == "10.77.2.2" {
+				t.Fatalf("unregistered address in the kernel set: %+v", c)
+			}
+		}
 	}
 }

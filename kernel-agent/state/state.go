@@ -12,7 +12,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
+	"github.com/mcw-xapp/kernel-agent/lease"
 	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
@@ -21,8 +23,10 @@ const FileName = "applied.json"
 
 // Record is the persisted state.
 type Record struct {
-	// Version is the highest accepted weights version.
-	Version int64 `json:"version"`
+	// Version and IssuedAtMs are the last applied update's mark (see
+	// lease.Mark); a record of an older agent has no issue time (0).
+	Version    int64 `json:"version"`
+	IssuedAtMs int64 `json:"issued_at_ms,omitempty"`
 	// Weights are the requested weights of Version (before local link
 	// reactions), or nil when safe weights are in force.
 	Weights payload.Weights `json:"weights,omitempty"`
@@ -59,7 +63,7 @@ func Decode(b []byte) (Record, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Record{}, errors.New("trailing data after the record")
 	}
-	for _, n := range []int64{r.Version, r.LeaseUntilMs, r.SavedAtMs} {
+	for _, n := range []int64{r.Version, r.IssuedAtMs, r.LeaseUntilMs, r.SavedAtMs} {
 		if n < 0 || n > maxSafeInt {
 			return Record{}, fmt.Errorf("number %d outside [0, 2^53-1]", n)
 		}
@@ -78,6 +82,34 @@ func Decode(b []byte) (Record, error) {
 		}
 	}
 	return r, nil
+}
+
+// Snapshot is the record of tr with the requested set in force; nil
+// weights mean the safe weights are in force (no set, no lease saved).
+func Snapshot(tr *lease.Tracker, weights payload.Weights, mode string, caps map[string]float64, now time.Time) Record {
+	m := tr.Mark()
+	r := Record{Version: m.Version, IssuedAtMs: m.IssuedMs, SavedAtMs: now.UnixMilli()}
+	if weights != nil {
+		r.Weights, r.Mode, r.CapsMbps = weights, mode, caps
+		r.LeaseUntilMs = tr.Until().UnixMilli()
+	}
+	return r
+}
+
+// Resume restores tr from r at now (both roles, each device) and reports
+// whether r's set is still in force: its lease runs past now. A mark from
+// beyond the device's clock is dropped (lease.Tracker.Restore): kept is
+// false then, and nothing of r is in force.
+func Resume(tr *lease.Tracker, r Record, now time.Time) (inForce, kept bool) {
+	until := time.UnixMilli(r.LeaseUntilMs)
+	inForce = r.Weights != nil && r.LeaseUntilMs > 0 && until.After(now)
+	if !inForce {
+		until = time.Time{}
+	}
+	if !tr.Restore(lease.Mark{IssuedMs: r.IssuedAtMs, Version: r.Version}, until, now) {
+		return false, false
+	}
+	return inForce, true
 }
 
 // Store reads and writes the record in one directory. It is not safe for

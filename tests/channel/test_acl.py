@@ -94,6 +94,10 @@ def test_xapp_cannot_impersonate_an_agent(broker: MosquittoBroker) -> None:
     try:
         assert xapp.publish("mcw/v1/cpe/cpe-0001/state", b"{}") == NOT_AUTHORISED
         assert xapp.publish("elsewhere", b"{}") == NOT_AUTHORISED
+        # The CPE patterns would grant its own CN's CPE topics without the stanza's deny.
+        assert xapp.publish("mcw/v1/cpe/mcw-xapp/state", b"{}") == NOT_AUTHORISED
+        assert xapp.publish("mcw/v1/cpe/mcw-xapp/telemetry", b"{}") == NOT_AUTHORISED
+        assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"{}") < 0x80
     finally:
         xapp.close()
 
@@ -223,9 +227,6 @@ def test_proxy_writes_its_own_topics_and_the_xapp_reads_them(
         # Clearing a served CPE's state (empty retained message) is a write like any other.
         assert proxy.publish("mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state", b"", retain=True) < 0x80
         assert xapp.wait_for(lambda: {m.topic for m in xapp.messages} == set(own))
-        # The CPE patterns apply to every certificate, the proxy's included: it may write
-        # mcw/v1/cpe/proxy-0001/state, which names no CPE (the CA never issues cpe CN proxy-*).
-        assert proxy.publish("mcw/v1/cpe/proxy-0001/state", b"own-cn") < 0x80
         # A late xApp replica gets the retained proxy reports; the cleared one is gone.
         replica = connect_client(proxy_broker, "mcw-xapp", client_id="xapp-replica")
         try:
@@ -276,6 +277,30 @@ def test_proxy_cannot_publish_outside_its_grant(proxy_broker: MosquittoBroker,
     finally:
         for c in (xapp, victim, proxy):
             c.close()
+
+
+@pytest.mark.parametrize("topic", [
+    "mcw/v1/cpe/proxy-0001/state",
+    "mcw/v1/cpe/proxy-0001/telemetry",
+    "mcw/v1/cpe/cpe-0001/state",
+])
+def test_proxy_cannot_publish_as_a_cpe(proxy_broker: MosquittoBroker, topic: str) -> None:
+    """The CPE patterns name %u, so without a deny the proxy's certificate could report as a
+    CPE called after itself; the xApp subscribes to mcw/v1/cpe/+/state and would take it."""
+    xapp = connect_client(proxy_broker, "mcw-xapp")
+    proxy = connect_client(proxy_broker, "proxy-0001")
+    try:
+        xapp.subscribe("mcw/v1/cpe/#")
+        xapp.subscribe("mcw/v1/proxy/#")
+        assert proxy.publish(topic, b"as-a-cpe") == NOT_AUTHORISED
+        # Positive control on the same connections.
+        assert proxy.publish("mcw/v1/proxy/proxy-0001/state", b"legit") < 0x80
+        assert xapp.wait_for(lambda: bool(xapp.on("mcw/v1/proxy/proxy-0001/state")))
+        time.sleep(QUIET_S)
+        assert xapp.on(topic) == []
+    finally:
+        proxy.close()
+        xapp.close()
 
 
 @pytest.mark.parametrize("topic", [

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.channel.conftest import decision
-from tests.channel.test_subscriber import state_doc
+from tests.channel.test_subscriber import state_doc, telemetry_doc
 from tests.support.mosquitto import (
     BROKER_DIR,
     MosquittoBroker,
@@ -217,4 +217,115 @@ def test_a_proxy_speaking_for_another_is_dropped_and_counted(
         assert sub.received == 8 and sub.proxy_cpe_states() == {}
     finally:
         p1.close()
+        sub.stop()
+
+
+@pytest.fixture
+def pre_deny_broker(pki: Pki, tmp_path: Path) -> Iterator[MosquittoBroker]:
+    """A broker whose proxy stanza lacks the deny of mcw/v1/cpe/<proxy id>/# (an ACL written
+    before it existed): the CPE patterns then let the proxy's certificate write as a CPE."""
+    if mosquitto_binary() is None:
+        pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
+    make_pki(pki.root, n_cpes=1, n_proxies=1)
+    text = subprocess.run(["bash", str(BROKER_DIR / "make-acl.sh"), "proxy-0001:cpe-0001"],
+                          capture_output=True, text=True, check=True).stdout
+    old = "\n".join(ln for ln in text.splitlines()
+                    if ln != "topic deny mcw/v1/cpe/proxy-0001/#") + "\n"
+    assert old != text
+    acl = tmp_path / "acl"
+    acl.write_text(old)
+    b = MosquittoBroker(pki, tmp_path / "broker", acl=acl).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def test_a_proxy_certificate_is_not_taken_for_a_cpe(
+        pre_deny_broker: MosquittoBroker, pki: Pki) -> None:
+    cert, key = pki.cert("mcw-xapp")
+    settings = MqttSettings(host="127.0.0.1", port=pre_deny_broker.port, ca_file=str(pki.ca),
+                            cert_file=str(cert), key_file=str(key), client_id="test-xapp",
+                            reconnect_min_s=0.1, reconnect_max_s=1.0)
+    p1 = connect_client(pre_deny_broker, "proxy-0001", client_id="p1")
+    sub = ChannelSubscriber(settings).start()
+    try:
+        assert sub.wait_subscribed(10)
+        # Before the xApp knows proxy-0001 is a proxy, its forged CPE state looks like a CPE's.
+        assert p1.publish("mcw/v1/cpe/proxy-0001/state", state_doc("proxy-0001", 1)) < 0x80
+        assert sub.wait_for(lambda s: "proxy-0001" in s.states(), 5)
+        # Its own proxy state tells the xApp what that certificate is: the "CPE" goes...
+        assert p1.publish("mcw/v1/proxy/proxy-0001/state", proxy_state("proxy-0001")) < 0x80
+        assert sub.wait_for(lambda s: s.proxy("proxy-0001") is not None, 5)
+        assert "proxy-0001" not in sub.states()
+        # ...and whatever it writes on CPE topics from now on is refused and counted.
+        assert p1.publish("mcw/v1/cpe/proxy-0001/state", state_doc("proxy-0001", 2)) < 0x80
+        assert p1.publish("mcw/v1/cpe/proxy-0001/telemetry",
+                          telemetry_doc("proxy-0001", 5.0)) < 0x80
+        assert sub.wait_for(lambda s: s.received == 4, 5)
+        assert "proxy-0001" not in sub.states()
+        assert sub.drops.snapshot() == {"state/role-mismatch": 1, "telemetry/role-mismatch": 1}
+    finally:
+        p1.close()
+        sub.stop()
+
+
+def test_an_address_conflict_shows_in_ric_v1_cpes(
+        proxy_broker: MosquittoBroker, xapp_settings: MqttSettings) -> None:
+    """The proxy reports two CPEs claiming one address with alarm address-conflict in both
+    per-CPE states; /ric/v1/cpes shows it on each CPE's downlink, and drops it once cleared."""
+    p1 = connect_client(proxy_broker, "proxy-0001", client_id="p1")
+    sub = ChannelSubscriber(xapp_settings).start()
+    base = "mcw/v1/proxy/proxy-0001"
+    error = "address-conflict: address 10.31.2.2 also claimed by {}: downlink not steered"
+    try:
+        assert sub.wait_subscribed(10)
+        assert p1.publish(f"{base}/state", proxy_state("proxy-0001"), retain=True) < 0x80
+        for cpe, other in (("cpe-0001", "cpe-0002"), ("cpe-0002", "cpe-0001")):
+            assert p1.publish(f"{base}/cpe/{cpe}/state", proxy_cpe_state(
+                "proxy-0001", cpe, 0, event="rejected", alarm="address-conflict",
+                applied_weights={}, last_error=error.format(other)), retain=True) < 0x80
+        assert sub.wait_for(lambda s: all(
+            (d := s.downlink(c)) is not None and d.state.alarm == "address-conflict"
+            for c in ("cpe-0001", "cpe-0002")), 5)
+        doc = cpes_document({}, sub.states(), sub.downlinks(), sub.downlink_semantics)["cpes"]
+        for cpe, other in (("cpe-0001", "cpe-0002"), ("cpe-0002", "cpe-0001")):
+            dl = doc[cpe]["applied_by"]["dl"]
+            assert dl["alarm"] == "address-conflict" and other in dl["last_error"]
+            assert dl["applied_weights"] == {}
+        # The claim withdrawn: the proxy's next state has no alarm.
+        assert p1.publish(f"{base}/cpe/cpe-0001/state",
+                          proxy_cpe_state("proxy-0001", "cpe-0001", 4), retain=True) < 0x80
+        assert sub.wait_for(lambda s: (d := s.downlink("cpe-0001")) is not None
+                            and d.state.alarm is None, 5)
+        doc = cpes_document({}, sub.states(), sub.downlinks(), sub.downlink_semantics)["cpes"]
+        assert doc["cpe-0001"]["applied_by"]["dl"]["alarm"] is None
+        assert sub.drops.total() == 0
+    finally:
+        p1.close()
+        sub.stop()
+
+
+@pytest.mark.parametrize("address", [
+    "0.0.0.0", "::", "::ffff:10.2.0.2", "127.0.0.1", "::1", "224.0.0.1", "ff02::1",
+    "255.255.255.255"])
+def test_a_cpe_claiming_a_wildcard_address_is_dropped(
+        proxy_broker: MosquittoBroker, xapp_settings: MqttSettings, address: str) -> None:
+    """A CPE state whose WAT address would match traffic that is not the CPE's is dropped and
+    counted, as the proxy agent refuses it; the CPE's last good state stays."""
+    cpe = connect_client(proxy_broker, "cpe-0001", client_id="cpe1")
+    sub = ChannelSubscriber(xapp_settings).start()
+    try:
+        assert sub.wait_subscribed(10)
+        assert cpe.publish("mcw/v1/cpe/cpe-0001/state", state_doc("cpe-0001", 3)) < 0x80
+        assert sub.wait_for(lambda s: s.state("cpe-0001") is not None, 5)
+        bad = state_doc("cpe-0001", 4, addresses={"nr": "10.1.0.2", "wifi": address})
+        assert cpe.publish("mcw/v1/cpe/cpe-0001/state", bad) < 0x80
+        assert sub.wait_for(lambda s: s.received == 2, 5)
+        assert sub.drops.snapshot() == {"state/bad-address": 1}
+        st = sub.state("cpe-0001")
+        assert st is not None and st.applied_version == 3
+        assert st.addresses == {"nr": "10.1.0.2", "wifi": "10.2.0.2"}
+    finally:
+        cpe.close()
         sub.stop()

@@ -217,7 +217,9 @@ def cpes_document(records: Mapping[str, CpeRecord], agents: Mapping[str, CpeStat
     who applies each direction: ``ul`` the CPE agent as it last reported (online or not; null
     before any report), ``dl`` the proxy whose report says it applies the CPE's downlink (null:
     nobody does, the proxy or the CPE runs its defaults), each with its ``semantics`` and the
-    ``applied_caps_mbps`` it reports.  ``agent`` is the CPE agent's last state in full.
+    ``applied_caps_mbps`` it reports (``dl`` also its ``alarm``: ``address-conflict`` when another
+    CPE the proxy serves claims one of this CPE's addresses).  ``agent`` is the CPE agent's last
+    state in full.
 
     ``downlink_semantics`` is :meth:`ChannelSubscriber.downlink_semantics
     <xapp.adapters.mqtt.ChannelSubscriber.downlink_semantics>`: a proxy may report its
@@ -244,7 +246,8 @@ def cpes_document(records: Mapping[str, CpeRecord], agents: Mapping[str, CpeStat
                     "applied_weights": dict(down.state.applied_weights),
                     "semantics": downlink_semantics(down),
                     "applied_caps_mbps": dict(down.state.applied_caps_mbps),
-                    "backend": down.state.backend, "last_error": down.state.last_error},
+                    "backend": down.state.backend, "alarm": down.state.alarm,
+                    "last_error": down.state.last_error},
             },
             "agent": None if agent is None else {
                 "online": agent.online, "applied_version": agent.applied_version,

@@ -28,7 +28,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/mcw-xapp/kernel-agent/agent"
 	"github.com/mcw-xapp/kernel-agent/backend"
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
@@ -81,31 +80,114 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	runRole := run
-	if cfg.IsProxy() {
-		runRole = runProxy
-	}
-	if err := runRole(ctx, cfg, log); err != nil && !errors.Is(err, context.Canceled) {
+	if err := run(ctx, cfg, log); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("exiting", "err", err)
 		os.Exit(1)
 	}
 }
 
-// run wires the agent together and runs it until ctx ends (nil) or one of
+// role is what differs between the CPE and the proxy role; run is the
+// rest, written once.
+type role struct {
+	name string // for the logs: "agent" or "proxy"
+	// mqtt holds the role's identity and message handlers; run adds the
+	// connection settings and callbacks.
+	mqtt      mqttclient.Config
+	republish func()
+	workers   func(*mqttclient.Client) []supervisor.Worker
+	// offline publishes what the last will would say, before a clean
+	// disconnect (so the broker does not fire the will again).
+	offline    func(context.Context, *mqttclient.Client) error
+	startAttrs []any
+	closers    []func() error
+}
+
+func (r *role) close() {
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		r.closers[i]()
+	}
+}
+
+// run wires the role together and runs it until ctx ends (nil) or one of
 // its workers dies or stalls (the error; main exits 1 and systemd restarts
 // the agent from its persisted state).
 func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	m := metrics.New()
+	build := cpeRole
+	if cfg.IsProxy() {
+		build = proxyRole
+	}
+	r := &role{}
+	defer r.close()
+	if err := build(ctx, cfg, log, m, r); err != nil {
+		return err
+	}
+	sup := supervisor.New(supervisor.Config{Log: log, OnChange: m.SetWorkerUp})
+	if err := serveMetrics(cfg, m, sup, log); err != nil {
+		return err
+	}
+	tlsCfg, err := loadTLS(cfg)
+	if err != nil {
+		return err
+	}
+	mctx, mcancel := context.WithCancel(context.Background()) // outlives ctx for the goodbye
+	defer mcancel()
+	mc := r.mqtt
+	mc.BrokerURL, mc.TLS, mc.KeepAlive = cfg.MQTT.BrokerURL, tlsCfg, cfg.MQTT.KeepAliveS
+	mc.OnConnect = func() {
+		m.Connected.Set(1)
+		log.Info("mqtt connected", "broker", cfg.MQTT.BrokerURL)
+		r.republish()
+	}
+	mc.OnDisconnect = func() { m.Connected.Set(0); log.Warn("mqtt connection lost") }
+	mc.OnError = func(err error) { log.Warn("mqtt", "err", err) }
+	client, err := mqttclient.Connect(mctx, mc)
+	if err != nil {
+		return err
+	}
+	for _, w := range r.workers(client) {
+		sup.Add(w)
+	}
+	sup.Add(mqttWorker(client))
+	log.Info(r.name+" starting", r.startAttrs...)
+	runErr := sup.Run(ctx)
+
+	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := r.offline(sctx, client); err != nil {
+		log.Warn("offline state not published", "err", err)
+	}
+	if err := client.Disconnect(sctx); err != nil {
+		log.Warn("disconnect", "err", err)
+	}
+	log.Info(r.name + " stopped")
+	return runErr
+}
+
+// subflows opens the sock_diag source when telemetry is on (nil otherwise).
+func subflows(cfg config.Config, r *role) (*telemetry.Conn, error) {
+	if cfg.Telemetry.IntervalMs <= 0 {
+		return nil, nil
+	}
+	sd, err := telemetry.Dial()
+	if err != nil {
+		return nil, err
+	}
+	r.closers = append(r.closers, sd.Close)
+	return sd, nil
+}
+
+// cpeRole builds the CPE role: the uplink of this CPE.
+func cpeRole(ctx context.Context, cfg config.Config, log *slog.Logger, m *metrics.Metrics, r *role) error {
 	be, err := newBackend(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer be.Close()
+	r.closers = append(r.closers, be.Close)
 	store, err := state.New(cfg.StateDir)
 	if err != nil {
 		return err
 	}
-	m := metrics.New()
-
 	wats := map[string]string{}
 	ifaces := make([]string, 0, len(cfg.WATs))
 	for name, w := range cfg.WATs {
@@ -113,12 +195,11 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ifaces = append(ifaces, w.Interface)
 	}
 	deps := agent.Deps{Backend: be, Store: store, Links: linkwatch.New(ifaces), Metrics: m, Log: log}
-	if cfg.Telemetry.IntervalMs > 0 {
-		sd, err := telemetry.Dial()
-		if err != nil {
-			return err
-		}
-		defer sd.Close()
+	sd, err := subflows(cfg, r)
+	if err != nil {
+		return err
+	}
+	if sd != nil {
 		deps.Subflows = sd
 	}
 	a, err := agent.New(agent.Config{
@@ -129,52 +210,58 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	sup := supervisor.New(supervisor.Config{Log: log, OnChange: m.SetWorkerUp})
-
-	if err := serveMetrics(cfg, m, sup, log); err != nil {
-		return err
+	r.name = "agent"
+	r.mqtt = mqttclient.Config{CPEID: cfg.CPEID, OnWeights: a.HandleWeights}
+	r.republish = a.Republish
+	r.workers = func(c *mqttclient.Client) []supervisor.Worker { return a.Workers(c) }
+	r.offline = func(ctx context.Context, c *mqttclient.Client) error {
+		return c.PublishState(ctx, payload.Offline(cfg.CPEID))
 	}
+	r.startAttrs = []any{"backend", be.Name(), "wats", wats, "safe_weights", cfg.SafeWeights.String(),
+		"max_clock_skew", cfg.Lease.MaxClockSkew().String()}
+	return nil
+}
 
-	tlsCfg, err := loadTLS(cfg)
+// proxyRole builds the proxy role: the downlink of the CPEs it serves.
+func proxyRole(ctx context.Context, cfg config.Config, log *slog.Logger, m *metrics.Metrics, r *role) error {
+	dl, err := newDownlink(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	mctx, mcancel := context.WithCancel(context.Background()) // outlives ctx for the goodbye
-	defer mcancel()
-	client, err := mqttclient.Connect(mctx, mqttclient.Config{
-		BrokerURL: cfg.MQTT.BrokerURL, TLS: tlsCfg, CPEID: cfg.CPEID, KeepAlive: cfg.MQTT.KeepAliveS,
-		OnWeights: a.HandleWeights,
-		OnConnect: func() {
-			m.Connected.Set(1)
-			log.Info("mqtt connected", "broker", cfg.MQTT.BrokerURL)
-			a.Republish()
-		},
-		OnDisconnect: func() { m.Connected.Set(0); log.Warn("mqtt connection lost") },
-		OnError:      func(err error) { log.Warn("mqtt", "err", err) },
-	})
+	r.closers = append(r.closers, dl.Close)
+	deps := proxy.Deps{Downlink: dl, Metrics: m, Log: log}
+	sd, err := subflows(cfg, r)
 	if err != nil {
 		return err
 	}
-	for _, w := range a.Workers(client) {
-		sup.Add(w)
+	if sd != nil {
+		deps.Subflows = sd
 	}
-	sup.Add(mqttWorker(client))
-	log.Info("agent starting", "backend", be.Name(), "wats", wats, "safe_weights", cfg.SafeWeights.String(),
-		"max_clock_skew", cfg.Lease.MaxClockSkew().String())
-	runErr := sup.Run(ctx)
-
-	// Goodbye within a deadline: say offline (what the will would say),
-	// then disconnect cleanly so the broker does not fire the will again.
-	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := client.PublishState(sctx, payload.Offline(cfg.CPEID)); err != nil {
-		log.Warn("offline state not published", "err", err)
+	px, err := proxy.New(proxy.Config{
+		ProxyID: cfg.ProxyID, CPEs: cfg.CPEs, SafeWeights: cfg.SafeWeights, StateDir: cfg.StateDir,
+		TelemetryInterval: cfg.Telemetry.Interval(), MPTCPOnly: cfg.Telemetry.OnlyMPTCP(),
+		MaxClockSkew: cfg.Lease.MaxClockSkew(), Prefixes: cfg.Prefixes(),
+	}, deps)
+	if err != nil {
+		return err
 	}
-	if err := client.Disconnect(sctx); err != nil {
-		log.Warn("disconnect", "err", err)
+	r.name = "proxy"
+	r.mqtt = mqttclient.Config{ProxyID: cfg.ProxyID, Subscriptions: px.Subscriptions(), OnMessage: px.HandleMessage}
+	r.republish = px.Republish
+	r.workers = func(c *mqttclient.Client) []supervisor.Worker {
+		ws := px.Workers(c)
+		if w, ok := dl.(watcher); ok {
+			// A backend that follows the kernel (new subflows to flag) is a
+			// worker like the others: dead or stuck, the health check says so.
+			ws = append(ws, supervisor.Worker{Name: "downlink", Run: w.Watch, Stall: downlinkStall})
+		}
+		return ws
 	}
-	log.Info("agent stopped")
-	return runErr
+	r.offline = func(ctx context.Context, c *mqttclient.Client) error {
+		return c.PublishRetained(ctx, mqttclient.ProxyTopicsFor(cfg.ProxyID).State(), payload.ProxyOffline(cfg.ProxyID))
+	}
+	r.startAttrs = []any{"backend", dl.Name(), "cpes", len(cfg.CPEs), "safe_weights", cfg.SafeWeights.String()}
+	return nil
 }
 
 // mqttWorker watches the connection manager: autopaho reconnects by itself
@@ -228,80 +315,6 @@ func serveMetrics(cfg config.Config, m *metrics.Metrics, sup *supervisor.Supervi
 	sup.Add(serveWorker(ln, mux))
 	log.Info("metrics listening", "addr", ln.Addr().String())
 	return nil
-}
-
-// runProxy wires the proxy role together and runs it like run.
-func runProxy(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	dl, err := newDownlink(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer dl.Close()
-	m := metrics.New()
-	deps := proxy.Deps{Downlink: dl, Metrics: m, Log: log}
-	if cfg.Telemetry.IntervalMs > 0 {
-		sd, err := telemetry.Dial()
-		if err != nil {
-			return err
-		}
-		defer sd.Close()
-		deps.Subflows = sd
-	}
-	px, err := proxy.New(proxy.Config{
-		ProxyID: cfg.ProxyID, CPEs: cfg.CPEs, SafeWeights: cfg.SafeWeights, StateDir: cfg.StateDir,
-		TelemetryInterval: cfg.Telemetry.Interval(), MPTCPOnly: cfg.Telemetry.OnlyMPTCP(),
-		MaxClockSkew: cfg.Lease.MaxClockSkew(),
-	}, deps)
-	if err != nil {
-		return err
-	}
-	sup := supervisor.New(supervisor.Config{Log: log, OnChange: m.SetWorkerUp})
-	if err := serveMetrics(cfg, m, sup, log); err != nil {
-		return err
-	}
-	tlsCfg, err := loadTLS(cfg)
-	if err != nil {
-		return err
-	}
-	mctx, mcancel := context.WithCancel(context.Background()) // outlives ctx for the goodbye
-	defer mcancel()
-	client, err := mqttclient.Connect(mctx, mqttclient.Config{
-		BrokerURL: cfg.MQTT.BrokerURL, TLS: tlsCfg, ProxyID: cfg.ProxyID, KeepAlive: cfg.MQTT.KeepAliveS,
-		Subscriptions: px.Subscriptions(),
-		OnMessage:     px.HandleMessage,
-		OnConnect: func() {
-			m.Connected.Set(1)
-			log.Info("mqtt connected", "broker", cfg.MQTT.BrokerURL)
-			px.Republish()
-		},
-		OnDisconnect: func() { m.Connected.Set(0); log.Warn("mqtt connection lost") },
-		OnError:      func(err error) { log.Warn("mqtt", "err", err) },
-	})
-	if err != nil {
-		return err
-	}
-	for _, w := range px.Workers(client) {
-		sup.Add(w)
-	}
-	if w, ok := dl.(watcher); ok {
-		// A backend that follows the kernel (new subflows to flag) is a
-		// worker like the others: dead or stuck, the health check says so.
-		sup.Add(supervisor.Worker{Name: "downlink", Run: w.Watch, Stall: downlinkStall})
-	}
-	sup.Add(mqttWorker(client))
-	log.Info("proxy starting", "backend", dl.Name(), "cpes", len(cfg.CPEs), "safe_weights", cfg.SafeWeights.String())
-	runErr := sup.Run(ctx)
-
-	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := client.PublishRetained(sctx, mqttclient.ProxyTopicsFor(cfg.ProxyID).State(), payload.ProxyOffline(cfg.ProxyID)); err != nil {
-		log.Warn("offline state not published", "err", err)
-	}
-	if err := client.Disconnect(sctx); err != nil {
-		log.Warn("disconnect", "err", err)
-	}
-	log.Info("proxy stopped")
-	return runErr
 }
 
 // watcher is a downlink backend with a goroutine of its own (the

@@ -20,6 +20,7 @@ through both engines and requires them to agree.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import re
@@ -37,6 +38,7 @@ from jsonschema import Draft202012Validator
 from numpy.typing import NDArray
 
 from xapp.adapters.bounded_json import BoundedJsonError, JsonLimits, loads
+from xapp.core.caps import CAP_MIN_MBPS
 from xapp.core.forecast import DIRECTIONS
 from xapp.core.ports import Choice, DirectionBatch, PublishResult, WeightBatch
 from xapp.core.weights import WeightDecision
@@ -49,7 +51,8 @@ PROXY_PREFIX: Final = "mcw/v1/proxy"
 WATS: Final = ("nr", "lte", "wifi", "lifi")
 MODES: Final = ("load_balancing", "fixed_split", "active_standby", "latency_bound")
 MAX_WEIGHT: Final = 255
-#: ``$defs/cap`` of the weights schema: a rate cap is in (0, CAP_MAX_MBPS] Mbit/s.
+#: ``$defs/cap`` of the weights schema: a rate cap is in [CAP_MIN_MBPS, CAP_MAX_MBPS] Mbit/s
+#: (the floor is the shares backend's, to which :mod:`xapp.core.caps` clips).
 CAP_MAX_MBPS: Final = 100_000.0
 #: The schema's cpe_id pattern with ECMA-262 anchors: Python's ``$`` also matches before a
 #: final newline, which would let "cpe-1\n" through (and the Go agent refuses it).
@@ -294,11 +297,11 @@ def _check_direction(d: DirectionBatch, name: str, refused: dict[int, PayloadErr
     # The schema's bounds, and the contract that only a WAT with a weight above 0 is capped
     # (weight 0 is off, not capped: a cap there would contradict the set).
     with np.errstate(invalid="ignore"):
-        bad = has & ~((caps > 0) & (caps <= CAP_MAX_MBPS))
+        bad = has & ~((caps >= CAP_MIN_MBPS) & (caps <= CAP_MAX_MBPS))
     for i in np.flatnonzero(bad.any(axis=1)).tolist():
         refused.setdefault(i, PayloadError("schema", f"{name}.caps_mbps: "
                                            f"{caps[i][has[i]].tolist()} are not all within "
-                                           f"(0, {CAP_MAX_MBPS:g}]"))
+                                           f"[{CAP_MIN_MBPS:g}, {CAP_MAX_MBPS:g}]"))
     for i in np.flatnonzero((has & ~(present & (w > 0))).any(axis=1)).tolist():
         refused.setdefault(i, PayloadError("schema", f"{name}.caps_mbps: a cap on a WAT "
                                            "that is not in the set or has weight 0"))
@@ -446,7 +449,8 @@ def decode(topic_name: str, payload: bytes, drops: DropCounter
     surrogate escape), ``schema``, ``cpe-id-mismatch`` (the topic's cpe_id differs from the
     payload's: an agent may only speak for its CPE), ``proxy-id-mismatch`` (the same for the
     proxy id: a proxy may only speak for itself), ``role-mismatch`` (a state of role proxy on a
-    CPE topic, or of role cpe on a proxy topic), ``internal`` (a bug here: counted, not
+    CPE topic, or of role cpe on a proxy topic), ``bad-address`` (a WAT address no CPE can own:
+    :func:`wat_address_problem`), ``internal`` (a bug here: counted, not
     raised).  The kind of a proxy's own state is ``proxy-state``; a proxy's per-CPE state and
     telemetry are ``state`` and ``telemetry`` with the ``proxy_id`` in the document.
     """
@@ -498,4 +502,29 @@ def _decode(t: ChannelTopic, topic_name: str, payload: bytes, drops: DropCounter
             "proxy" if t.proxy_id else "cpe"):
         drops.drop(kind, "role-mismatch", f"role {doc.get('role')!r}", topic_name)
         return None
+    if kind == "state":
+        for wat, text in doc.get("addresses", {}).items():
+            problem = wat_address_problem(text)
+            if problem is not None:
+                drops.drop(kind, "bad-address", f"{wat}: {problem}", topic_name)
+                return None
     return kind, doc
+
+
+def wat_address_problem(text: str) -> str | None:
+    """Why ``text`` cannot be one CPE's own WAT address (None: it can), as the proxy agent
+    decides it (kernel-agent ``payload.CheckWATAddr``): a proxy writes a rule matching the
+    address, so a form matching other hosts' traffic (unspecified = the WRR kernel's wildcard,
+    multicast, broadcast), the proxy itself (loopback) or a second spelling of an IPv4 address
+    (IPv4-mapped IPv6) would let a CPE steer traffic that is not its own."""
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return f"{text!r} is not an IP address"
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return f"{text} is IPv4-mapped"
+    if addr.is_unspecified or addr.is_loopback or addr.is_multicast:
+        return f"{text} is unspecified, loopback or multicast"
+    if addr == ipaddress.IPv4Address("255.255.255.255"):
+        return f"{text} is the broadcast address"
+    return None

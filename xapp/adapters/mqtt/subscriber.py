@@ -96,6 +96,9 @@ class CpeState:
     #: With ``rate-caps``: the caps the backend set for the applied weights (a WAT absent is
     #: uncapped).
     applied_caps_mbps: Mapping[str, float] = field(default_factory=dict)
+    #: A standing condition the applier reports (a proxy: ``address-conflict``, another CPE it
+    #: serves claims one of this CPE's WAT addresses, so neither is steered); None: none.
+    alarm: str | None = None
 
     @property
     def rate_caps(self) -> bool:
@@ -140,6 +143,8 @@ class CpeState:
             applied_caps_mbps={k: float(v) for k, v in doc.get(
                 "applied_caps_mbps",
                 {} if "applied_weights" in doc else base.applied_caps_mbps).items()},
+            # Reported with every state while it stands; a last will keeps what was known.
+            alarm=doc.get("alarm") if "applied_weights" in doc else base.alarm,
         )
 
 
@@ -516,6 +521,10 @@ class ChannelSubscriber:
                 self.received += 1
                 self._cond.notify_all()
 
+    def _is_proxy(self, identity: str) -> bool:
+        with self._lock:
+            return identity in self._proxies
+
     def _handle(self, name: str, payload: bytes) -> None:
         if not payload:
             topic = parse_channel_topic(name)
@@ -531,6 +540,12 @@ class ChannelSubscriber:
         if decoded is None:
             return
         kind, doc = decoded
+        if kind in ("state", "telemetry") and "proxy_id" not in doc \
+                and self._is_proxy(str(doc["cpe_id"])):
+            # A CPE topic named after a proxy: only a proxy's certificate (CN = proxy id) could
+            # have written it, through an ACL from before the proxies' deny line.
+            self.drops.drop(kind, "role-mismatch", "a CPE topic named after a known proxy", name)
+            return
         state: CpeState | None = None
         proxy: ProxyState | None = None
         frame: KpiFrame | None = None
@@ -552,6 +567,8 @@ class ChannelSubscriber:
                 proxy = ProxyState.from_doc(doc, self._proxies.get(doc["proxy_id"]),
                                             time.monotonic())
                 self._proxies[proxy.proxy_id] = proxy
+                # A "CPE" of that name seen before was the proxy's certificate speaking as one.
+                self._states.pop(proxy.proxy_id, None)
                 self._generation += 1
                 self._cond.notify_all()
         elif kind == "telemetry":
