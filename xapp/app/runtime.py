@@ -345,7 +345,7 @@ class XappProcess:
         budget first); the body of /ric/v1/health/alive names each worker's state."""
         statuses = self.supervisor.check()
         return (all(st.healthy for st in statuses),
-                {st.name: st.state.value for st in statuses})
+                {st.name: st.describe() for st in statuses})
 
     def config_view(self) -> dict[str, Any]:
         current = self.watcher.current
