@@ -622,7 +622,8 @@ def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
     except OSError as exc:  # the TLS files come from a Secret; say which one is missing
         raise RuntimeError(f"MQTT TLS material not usable: {exc.strerror or exc} "
                            f"({exc.filename or m.ca_file}); see controls.mqtt.*_file") from exc
-    checks["broker"] = lambda: publisher.connected
+    # Connected is not enough: a stopped broker keeps the connection open (issue 22).
+    checks["broker"] = publisher.answering
     stoppers.append(publisher.stop)
     # Agent telemetry (subflow throughput, RTT, cwnd) goes into InfluxDB with the radio KPIs,
     # one point per message so each keeps its own time; agent states are logged when they
