@@ -556,7 +556,8 @@ def _estimator(args: argparse.Namespace, controls: Controls,
         try:
             from xapp.model.online import ModelEstimator, ModelHolder
 
-            holder = ModelHolder(controls.model.path, controls.model.public_key_file)
+            holder = ModelHolder(controls.model.path, controls.model.public_key_file,
+                                 plausible_mbps=controls.model.plausible_mbps)
             workers.append(holder.start(interval_s=controls.model.reload_check_s))
             stoppers.append(holder.stop)
             from xapp.core.exploration import ExploringEstimator
