@@ -1,14 +1,13 @@
 """RmrGlue's dispatch in-process (issue 22, issue 21 item 4): what RMR's one dispatch thread
 does with each message, driven through :meth:`RmrGlue.dispatch` with the real A1 handler and
-the real queue workers; only the transport (RMR's return-to-sender and free) is recorded here
-instead of sent, because ``librmr_si.so`` is not needed to route.  The same path with real RMR
-is in ``test_rmr.py``, which skips without the library.
+the real queue workers; only the transport (RMR's return-to-sender and free) is kept instead
+of sent (:class:`xapp.adapters.lab.LoopbackGlue`), because ``librmr_si.so`` is not needed to
+route.  The same path with real RMR is in ``test_rmr.py``, which skips without the library.
 """
 
 from __future__ import annotations
 
 import json
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from xapp.adapters.a1 import A1Handler, PolicyType
-from xapp.adapters.rmr import MS_MEID, MS_MSG_TYPE, MS_PAYLOAD, RmrGlue
+from xapp.adapters.lab import LoopbackGlue
 from xapp.app.collector import ComponentCollector
 from xapp.core.policy_book import PolicyBook, PolicyInstance
 from xapp.core.workers import Supervisor
@@ -26,40 +25,6 @@ A1_POLICY_REQ, A1_POLICY_RESP, HEALTH_REQ, HEALTH_RESP, RIC_INDICATION = (
     20010, 20011, 100, 101, 12050)
 DEFAULTS = {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
             "capacity_floor_mbps": 1.0}
-
-
-class RecordingGlue(RmrGlue):
-    """RmrGlue whose return-to-sender records the answer (with when it left) instead of
-    handing it to RMR; everything before that is the shipped code."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.answers: queue.Queue[tuple[float, Any, int, bytes]] = queue.Queue()
-
-    def _rts(self, sbuf: Any, payload: bytes, mtype: int) -> bool:
-        self.answers.put((time.monotonic(), sbuf, mtype, payload))
-        return True
-
-    def _free(self, sbuf: Any) -> None:
-        pass
-
-    def rmr_healthy(self) -> bool:  # RMR's own receive thread: there is none in-process
-        return True
-
-    def answer(self, sbuf: Any, timeout_s: float = 10.0) -> tuple[float, int, bytes]:
-        """The answer to the message sent with buffer ``sbuf`` (others stay queued)."""
-        deadline = time.monotonic() + timeout_s
-        held = []
-        try:
-            while True:
-                at, buf, mtype, payload = self.answers.get(
-                    timeout=max(0.0, deadline - time.monotonic()))
-                if buf == sbuf:
-                    return at, mtype, payload
-                held.append((at, buf, mtype, payload))
-        finally:
-            for item in held:
-                self.answers.put(item)
 
 
 class SlowStore:
@@ -78,11 +43,9 @@ class SlowStore:
         pass
 
 
-def send(glue: RmrGlue, mtype: int, payload: bytes, sbuf: str, meid: bytes = b"") -> float:
-    """What the dispatch worker does with one received message; returns when it was sent."""
-    at = time.monotonic()
-    glue.dispatch(None, {MS_MSG_TYPE: mtype, MS_PAYLOAD: payload, MS_MEID: meid}, sbuf)
-    return at
+def send(glue: LoopbackGlue, mtype: int, payload: bytes, token: str,
+         meid: bytes = b"") -> float:
+    return glue.send(mtype, payload, token, meid)
 
 
 def a1_request(iid: str, payload: dict[str, Any]) -> bytes:
@@ -91,12 +54,12 @@ def a1_request(iid: str, payload: dict[str, Any]) -> bytes:
 
 
 @pytest.fixture
-def make_glue(policy_type: PolicyType) -> Iterator[Callable[..., RecordingGlue]]:
-    made: list[RecordingGlue] = []
+def make_glue(policy_type: PolicyType) -> Iterator[Callable[..., LoopbackGlue]]:
+    made: list[LoopbackGlue] = []
 
-    def make(store: SlowStore | None = None, **kwargs: Any) -> RecordingGlue:
+    def make(store: SlowStore | None = None, **kwargs: Any) -> LoopbackGlue:
         handler = A1Handler(PolicyBook(DEFAULTS), policy_type, "mcw-xapp-0", persistence=store)
-        glue = RecordingGlue(handler, lambda: True, **kwargs)
+        glue = LoopbackGlue(handler, lambda: True, **kwargs)
         glue.start_handlers()
         made.append(glue)
         return glue
@@ -108,7 +71,7 @@ def make_glue(policy_type: PolicyType) -> Iterator[Callable[..., RecordingGlue]]
 
 
 def test_the_issue_request_is_answered_in_100ms_and_a_health_check_during_it_in_10ms(
-        make_glue: Callable[..., RecordingGlue]) -> None:
+        make_glue: Callable[..., LoopbackGlue]) -> None:
     """Issue 22: ``scope.cpes = [0, "c0", ..., "c29999"]`` (282 KiB) was answered after 50 s,
     with the health check unanswered all along."""
     glue = make_glue()
@@ -127,7 +90,7 @@ def test_the_issue_request_is_answered_in_100ms_and_a_health_check_during_it_in_
 
 
 def test_a_hung_a1_request_holds_up_neither_health_checks_nor_indications(
-        make_glue: Callable[..., RecordingGlue]) -> None:
+        make_glue: Callable[..., LoopbackGlue]) -> None:
     store = SlowStore()
     seen: list[tuple[bytes, str | None, str]] = []
     glue = make_glue(store, on_indication=lambda payload, meid: seen.append(
@@ -149,7 +112,7 @@ def test_a_hung_a1_request_holds_up_neither_health_checks_nor_indications(
 
 
 def test_a1_requests_past_the_queue_are_refused_at_once_naming_the_instance(
-        make_glue: Callable[..., RecordingGlue]) -> None:
+        make_glue: Callable[..., LoopbackGlue]) -> None:
     store = SlowStore()
     glue = make_glue(store, a1_queue=1)
     try:
@@ -169,7 +132,7 @@ def test_a1_requests_past_the_queue_are_refused_at_once_naming_the_instance(
 
 
 def test_indications_past_the_queue_are_dropped_and_counted_without_delaying_a1(
-        make_glue: Callable[..., RecordingGlue]) -> None:
+        make_glue: Callable[..., LoopbackGlue]) -> None:
     """Issue 21 item 4: decoding runs on its own worker; a full queue drops and counts."""
     release, entered = threading.Event(), threading.Event()
     decoded: list[bytes] = []
@@ -211,7 +174,7 @@ def test_indications_past_the_queue_are_dropped_and_counted_without_delaying_a1(
 
 
 def test_a_stuck_a1_worker_fails_the_health_check_without_waiting(
-        make_glue: Callable[..., RecordingGlue]) -> None:
+        make_glue: Callable[..., LoopbackGlue]) -> None:
     store = SlowStore()
     glue = make_glue(store)
     glue.a1_worker._deadline = lambda: 0.05  # a request held past its deadline is stuck
