@@ -187,3 +187,19 @@ def test_a_stuck_a1_worker_fails_the_health_check_without_waiting(
         assert body.startswith(b"ERROR") and at - started < 0.010
     finally:
         store.release.set()
+
+
+def test_stop_frees_the_buffers_of_requests_never_handled(
+        make_glue: Callable[..., LoopbackGlue]) -> None:
+    store = SlowStore()
+    glue = make_glue(store)
+    freed: list[Any] = []
+    glue._free = freed.append  # type: ignore[method-assign]
+    try:
+        send(glue, A1_POLICY_REQ, a1_request("p1", {}), "handling")
+        assert store.entered.wait(5)
+        send(glue, A1_POLICY_REQ, a1_request("p2", {}), "waiting")
+        glue.stop(timeout_s=1.0)  # the worker is still held by p1: p2 is never handled
+    finally:
+        store.release.set()
+    assert freed == ["waiting"]

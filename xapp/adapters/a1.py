@@ -369,7 +369,8 @@ class A1Handler:
 
     def responsive(self, timeout_s: float = 1.0) -> bool:
         """Whether a request could be handled now: no request has held the handler longer
-        than ``timeout_s`` (the RMR health check answers OK only then)."""
+        than ``timeout_s``.  Waits up to that long, so the RMR health check does not call it:
+        it reads the A1 worker's state instead (:class:`~xapp.adapters.rmr.RmrGlue`)."""
         if not self._lock.acquire(timeout=timeout_s):
             return False
         self._lock.release()

@@ -208,17 +208,16 @@ class RmrGlue:
         """Deregister (if registered), stop dispatching and close RMR, within ``timeout_s``."""
         self._stop.set()
         x = self._xapp
-        if x is None:
-            return
         deadline = time.monotonic() + timeout_s
+        if x is None:
+            self._stop_handlers(deadline)
+            return
         x._keep_registration = False
         x._keep_going = False
         self.query_worker.stop(timeout_s=1.0)
         if self.dispatcher is not None:
             self.dispatcher.stop(timeout_s=max(0.0, deadline - time.monotonic()))
-        for worker in (self.a1_worker, self.e2_worker):
-            if worker is not None:
-                worker.stop(timeout_s=max(0.0, min(1.0, deadline - time.monotonic())))
+        handlers_stopped = self._stop_handlers(deadline)
         if self.registered:
             try:
                 x.deregister()
@@ -229,13 +228,27 @@ class RmrGlue:
         # The frame's receive thread waits up to 5 s in rmr_torcv_msg; closing the context under
         # it would crash, so wait for it (bounded) and close only when it has finished.
         loop._thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        if loop._thread.is_alive():
-            log.warning("RMR receive thread still running at shutdown; context left open")
+        if loop._thread.is_alive() or not handlers_stopped:
+            # An A1 answer may still be on its way out of the A1 worker: same rule.
+            log.warning("RMR receive thread or a handler still running at shutdown; context "
+                        "left open")
             return
         from ricxappframe.rmr import rmr
 
         rmr.rmr_close(loop.mrc)
         log.info("RMR stopped")
+
+    def _stop_handlers(self, deadline: float) -> bool:
+        """Stop the A1 and indication workers; False if one is still in a step."""
+        stopped = True
+        for worker in (self.a1_worker, self.e2_worker):
+            if worker is not None:
+                stopped &= worker.stop(
+                    timeout_s=max(0.0, min(1.0, deadline - time.monotonic())))
+        # A1 requests never handled hold RMR buffers; the mediator resends after the restart.
+        for _payload, sbuf in self.a1_worker.drain():
+            self._free(sbuf)
+        return stopped
 
     # --- handlers (run in the dispatch thread: quick, and catch everything) --------------------
 

@@ -247,6 +247,15 @@ class QueueWorker(Worker, Generic[T]):
     def pending(self) -> int:
         return self._items.qsize()
 
+    def drain(self) -> list[T]:
+        """Take every item still waiting (after :meth:`stop`: what was never handled)."""
+        items = []
+        while True:
+            try:
+                items.append(self._items.get_nowait())
+            except queue.Empty:
+                return items
+
     def status(self) -> WorkerStatus:
         st = super().status()
         return WorkerStatus(st.name, st.state, st.restarts, st.failures, st.idle_s,
