@@ -495,3 +495,19 @@ def test_a_following_set_with_every_weight_excluded_is_not_sent() -> None:
     policy = {"directions": {"dl": {"excluded_wats": ["nr", "wifi", "lifi"]}}}
     doc, (loop, *_) = _one_direction_tick(("ul",), policy)
     assert doc == {} and not loop.fleets["ul"].has[0]
+
+
+def test_a_following_direction_decides_on_its_own_rows_at_once() -> None:
+    """Even when its update period has not elapsed since it last followed."""
+    policy = {"update_period_s": 5.0, "directions": {"dl": {"excluded_wats": ["lifi"]}}}
+    first, rig = _one_direction_tick(("ul",), policy)
+    assert first["dl"]["reason"].startswith("follows ul")  # type: ignore[index]
+    loop, intake, pub, _, _ = rig
+    intake.update(directed({("c1", "nr", "dl"): 900.0, ("c1", "wifi", "dl"): 100.0,
+                            ("c1", "lifi", "dl"): 50.0}, t=101.0))
+    report = loop.tick(101.0)
+    assert report.decided_by_direction.get("dl") == 1
+    (doc,) = valid(pub.take())
+    dl = doc["dl"]  # type: ignore[index]
+    assert dl["reason"] == "load_balancing" and dl["weights"]["nr"] > dl["weights"]["wifi"]
+    assert dl["weights"]["lifi"] == 0

@@ -435,6 +435,8 @@ class ControlLoop:
         # into 2 s.
         due = (np.isnan(last) | changed_policy | fleet.unpublished[rows]
                | (now_s - last >= policy.update_period_s - s.control_period_s / 2))
+        if not lent:  # rows of its own after following: decide on them at once
+            due |= fleet.follows[rows] & fleet.has[rows]
         refresh_at = s.lease_s * s.refresh_fraction
         # CPEs not due keep their weights; those half a lease old are re-sent as they are.
         out.in_force(fleet, rows[~due & fleet.has[rows] & (fleet.follows[rows] == lent)
@@ -519,7 +521,7 @@ class ControlLoop:
             own[d] = fresh["own"] | (fleet.has[rows] & ~fleet.follows[rows] & seen[rows])
             # A set decided under this direction's policy from the other's forecasts, now or
             # in force: it goes as it is.
-            decided[d] = fresh["lent"] | (fleet.has[rows] & fleet.follows[rows] & ~seen[rows])
+            decided[d] = fresh["lent"] | (fleet.has[rows] & fleet.follows[rows])
             cols[d] = c
         follows: dict[str, NDArray[np.bool_]] = {}
         for d, other in zip(DIRECTIONS, DIRECTIONS[::-1], strict=True):
