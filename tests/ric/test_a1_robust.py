@@ -4,8 +4,10 @@ nothing, the next request is handled; a fuzzer runs in CI over the handler (issu
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -120,3 +122,78 @@ def test_fuzz_schema_valid_payloads_are_applied_or_refused_with_a_reason(
     assert resp.status is Status.OK or (resp.reason and "internal error" not in resp.reason)
     if resp.status is Status.OK:
         handler.book.resolver().for_cpe("cpe-1")
+
+
+# --- issue 22: every check in bounded time, and the refusal names the instance ----------------
+
+BIG_MIXED = {"scope": {"cpes": [0] + [f"c{i}" for i in range(30000)]}}
+
+
+@pytest.mark.parametrize("payload, where", [
+    (BIG_MIXED, "scope/cpes/0"),
+    ({"scope": {"cpes": [f"c{i}" for i in range(30000)] + ["c7"]}}, "scope/cpes/30000"),
+    ({"excluded_wats": ["nr"] * 100_000}, "excluded_wats"),
+    ({"priority": ["nr", 1] * 50_000}, "priority"),
+], ids=["issue-22 mixed cpes", "repeated cpe", "100k excluded_wats", "100k mixed priority"])
+def test_large_arrays_are_refused_in_bounded_time(handler: A1Handler, payload: Any,
+                                                  where: str) -> None:
+    """50 s before for the first (jsonschema's uniqueItems compares every pair when an array
+    mixes types)."""
+    started = time.perf_counter()
+    resp = handler.handle(request(payload, iid="p-big"))
+    assert time.perf_counter() - started < 0.5
+    assert resp.status is Status.ERROR and resp.policy_instance_id == "p-big"
+    assert f": {where}" in resp.reason
+    assert handler.book.instances() == []
+
+
+def test_thirty_thousand_valid_cpes_are_accepted_quickly(handler: A1Handler) -> None:
+    started = time.perf_counter()
+    resp = handler.handle(request({"scope": {"cpes": [f"c{i}" for i in range(30000)]}}))
+    assert time.perf_counter() - started < 0.5
+    assert resp.status is Status.OK
+    assert handler.book.resolver().for_cpe("c29999")[1] == "p1"
+
+
+@pytest.mark.parametrize("items, unique", [
+    ([1, 1.0], False), ([1, True], True), ([0, False], True), ([None, None], False),
+    ([{"a": 1, "b": [2]}, {"b": [2.0], "a": 1}], False), ([[1, "1"], [1, 1]], True),
+    (["a", "b", 0, "a"], False),
+])
+def test_unique_items_keeps_json_schema_equality(policy_type: PolicyType, items: list[Any],
+                                                 unique: bool) -> None:
+    validator = PolicyType(0, "t", "", {"uniqueItems": True}).validator()
+    assert validator.is_valid(items) is unique
+    assert jsonschema.Draft7Validator({"uniqueItems": True}).is_valid(items) is unique
+
+
+def test_unique_items_is_linear() -> None:
+    validator = PolicyType(0, "t", "", {"uniqueItems": True}).validator()
+    items: list[Any] = [0] + [f"c{i}" for i in range(100_000)]
+    started = time.perf_counter()
+    assert validator.is_valid(items)
+    assert time.perf_counter() - started < 0.5
+
+
+@pytest.mark.parametrize("raw, iid", [
+    # Over the 1 MiB limit: refused before parsing, the id found in the first bytes.
+    (request({"scope": {"cpes": [f"c{i}" for i in range(120_000)]}}, iid="p-huge"), "p-huge"),
+    (request({"x": "a" * (2 << 20)}, iid=42), "42"),
+    # The Go mediator's encoding: type id a string, the payload a JSON-encoded string whose
+    # keys (escaped) are not the request's.
+    (json.dumps({"operation": "CREATE", "policy_type_id": "20100",
+                 "payload": json.dumps({"policy_instance_id": "inner", "x": "a" * (2 << 20)}),
+                 "policy_instance_id": "outer"}).encode(), "outer"),
+    # Too deep to parse, the id before the depth bomb; a nested key of the same name is not
+    # the request's.
+    (b'{"payload":{"policy_instance_id":"nested"},"policy_instance_id":"p-deep",'
+     b'"policy_type_id":20100,"x":' + b"[" * 5000 + b"]" * 5000 + b"}", "p-deep"),
+    # An id that fails its check is not echoed.
+    (request({"x": "a" * (2 << 20)}, iid="p1\n"), ""),
+])
+def test_a_request_too_large_to_parse_is_refused_naming_its_instance(
+        handler: A1Handler, raw: bytes, iid: str) -> None:
+    """Issue 22: the ERROR reply for an oversized request carried policy instance id ""."""
+    resp = handler.handle(raw)
+    assert resp.status is Status.ERROR
+    assert (resp.policy_type_id, resp.policy_instance_id) == (20100, iid)

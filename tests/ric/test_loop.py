@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -400,3 +401,113 @@ def test_lab_kpi_file_rows_per_direction(tmp_path: Path) -> None:
     assert loop.tick(1.0).decided_by_direction == {"dl": 1, "ul": 1}
     (doc,) = valid(pub.take())
     assert doc["dl"]["weights"]["nr"] > doc["ul"]["weights"]["nr"]  # type: ignore[index]
+
+
+# --- issue 22: a direction that follows the other obeys its own effective policy --------------
+
+#: The other direction's rows: capacity (Mbps) and RTT (ms) per WAT.
+FOLLOWED = {"nr": (300.0, 5.0), "wifi": (900.0, 40.0), "lifi": (20.0, 2.0)}
+#: Per override field: the instance's own keys, the override of the following direction, and
+#: what its set must then satisfy (weights, mode).
+OVERRIDES: dict[str, tuple[dict[str, object], dict[str, object],
+                           Callable[[dict[str, int], str], bool]]] = {
+    "mode": ({}, {"mode": "active_standby", "priority": ["lifi", "nr"]},
+             lambda w, m: m == "active_standby" and w["lifi"] > 0 == w["wifi"] == w["nr"]),
+    "max_weight": ({}, {"max_weight": 7}, lambda w, m: max(w.values()) <= 7),
+    "wats": ({}, {"wats": {"wifi": {"max_share": 0.2}}},
+             lambda w, m: w["wifi"] <= 0.2 * sum(w.values()) + 1),
+    "excluded_wats": ({}, {"excluded_wats": ["wifi"]}, lambda w, m: w["wifi"] == 0),
+    "priority": ({"mode": "active_standby", "priority": ["wifi", "nr"]}, {"priority": ["nr"]},
+                 lambda w, m: w["nr"] > 0 == w["wifi"] == w["lifi"]),
+    "rtt_bound_ms": ({"mode": "latency_bound", "rtt_bound_ms": 100.0}, {"rtt_bound_ms": 10.0},
+                     lambda w, m: w["wifi"] == 0 < w["nr"]),
+    "demand_mbps": ({"mode": "latency_bound", "rtt_bound_ms": 10.0},
+                    {"demand_mbps": 1000.0}, lambda w, m: w["wifi"] > 0),
+    "capacity_floor_mbps": ({}, {"capacity_floor_mbps": 100.0},
+                            lambda w, m: w["lifi"] == 0 < w["nr"]),
+}
+
+
+def _one_direction_tick(rows_in: tuple[str, ...], policy: dict[str, object],
+                        t: float = 100.0, scale: dict[str, float] | None = None,
+                        loop: tuple[ControlLoop, LatestKpis, MemoryPublisher, PolicyBook,
+                                    StateStore] | None = None
+                        ) -> tuple[dict[str, object], tuple[ControlLoop, LatestKpis,
+                                                          MemoryPublisher, PolicyBook,
+                                                          StateStore]]:
+    rig = loop or directed_loop()
+    lp, intake, pub, book, _ = rig
+    if loop is None:
+        book.put(PolicyInstance("p", policy, frozenset(), 1.0))
+    scale = scale or {}
+    cap = {("c1", w, d): c * scale.get(w, 1.0) for w, (c, _) in FOLLOWED.items() for d in rows_in}
+    rtt = {("c1", w, d): r for w, (_, r) in FOLLOWED.items() for d in rows_in}
+    intake.update(directed(cap, t=t, rtt_ms=rtt))
+    lp.tick(t)
+    docs = valid(pub.take())
+    return (docs[-1] if docs else {}), rig
+
+
+@pytest.mark.parametrize("direction", ["dl", "ul"])
+@pytest.mark.parametrize("field", sorted(OVERRIDES))
+def test_a_following_direction_obeys_its_own_override(field: str, direction: str) -> None:
+    """Issue 22: with ``directions.dl.excluded_wats = [wifi]`` and only ul rows, the dl set was
+    ul's, wifi included.  Now it is what dl's own policy makes of ul's forecasts: the same set
+    as if dl had reported ul's rows itself."""
+    other = "ul" if direction == "dl" else "dl"
+    own, override, holds = OVERRIDES[field]
+    policy = {**own, "directions": {direction: override}}
+    doc, _ = _one_direction_tick((other,), policy)
+    mine, theirs = doc[direction], doc[other]  # type: ignore[index]
+    assert mine["reason"].startswith(f"follows {other}: ")
+    assert holds(mine["weights"], mine["mode"]), mine
+    assert mine["weights"] != theirs["weights"]  # the override mattered
+    alone, _ = _one_direction_tick((other, direction), policy)
+    assert mine["weights"] == alone[direction]["weights"]  # type: ignore[index]
+    assert mine["mode"] == alone[direction]["mode"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("direction", ["dl", "ul"])
+def test_a_following_direction_holds_with_its_own_hysteresis(direction: str) -> None:
+    other = "ul" if direction == "dl" else "dl"
+    policy = {"hysteresis_pct": 0.0, "directions": {direction: {"hysteresis_pct": 50.0}}}
+    first, rig = _one_direction_tick((other,), policy)
+    # wifi 20 % up: the other direction (no hysteresis) moves, this one (50 %) holds.
+    doc, _ = _one_direction_tick((other,), policy, t=101.0, scale={"wifi": 1.2}, loop=rig)
+    assert doc[other]["weights"] != first[other]["weights"]  # type: ignore[index]
+    assert doc[direction]["weights"] == first[direction]["weights"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("direction", ["dl", "ul"])
+def test_the_issue_22_override_with_only_the_other_directions_rows(direction: str) -> None:
+    other = "ul" if direction == "dl" else "dl"
+    policy = {"directions": {direction: {"excluded_wats": ["wifi"],
+                                         "capacity_floor_mbps": 400}}}
+    doc, _ = _one_direction_tick((other,), policy)
+    # nr 300 and lifi 20 under the floor, wifi excluded: nothing usable for this direction.
+    # The floor cannot be met by any set; the exclusion can, and holds.
+    mine = doc[direction]  # type: ignore[index]
+    assert mine["weights"]["wifi"] == 0 < mine["weights"]["nr"]
+    assert mine["reason"] == f"follows {other}: load_balancing (without excluded wifi)"
+
+
+def test_a_following_set_with_every_weight_excluded_is_not_sent() -> None:
+    policy = {"directions": {"dl": {"excluded_wats": ["nr", "wifi", "lifi"]}}}
+    doc, (loop, *_) = _one_direction_tick(("ul",), policy)
+    assert doc == {} and not loop.fleets["ul"].has[0]
+
+
+def test_a_following_direction_decides_on_its_own_rows_at_once() -> None:
+    """Even when its update period has not elapsed since it last followed."""
+    policy = {"update_period_s": 5.0, "directions": {"dl": {"excluded_wats": ["lifi"]}}}
+    first, rig = _one_direction_tick(("ul",), policy)
+    assert first["dl"]["reason"].startswith("follows ul")  # type: ignore[index]
+    loop, intake, pub, _, _ = rig
+    intake.update(directed({("c1", "nr", "dl"): 900.0, ("c1", "wifi", "dl"): 100.0,
+                            ("c1", "lifi", "dl"): 50.0}, t=101.0))
+    report = loop.tick(101.0)
+    assert report.decided_by_direction.get("dl") == 1
+    (doc,) = valid(pub.take())
+    dl = doc["dl"]  # type: ignore[index]
+    assert dl["reason"] == "load_balancing" and dl["weights"]["nr"] > dl["weights"]["wifi"]
+    assert dl["weights"]["lifi"] == 0

@@ -159,6 +159,28 @@ def test_hostile_a1_requests_do_not_stop_a1_or_health_checks(rig: dict[str, Any]
     assert resp["status"] == "OK"
 
 
+def test_the_282_kib_request_of_issue_22_and_a_health_check_during_it(
+        rig: dict[str, Any]) -> None:
+    """Issue 22: answered after 50 s before, with the health check unanswered all along; now
+    under 100 ms, and the health check sent right after it under 10 ms."""
+    peer = rig["peer"]
+    peer.receive(A1_POLICY_QUERY, timeout_s=20)
+    peer.send(100, b"ping")
+    assert peer.receive(101, timeout_s=20) == b"OK\n"  # warm: connections are up
+    raw = json.dumps({"operation": "CREATE", "policy_type_id": 20100,
+                      "policy_instance_id": "p-big", "payload": {"scope": {
+                          "cpes": [0] + [f"c{i}" for i in range(30000)]}}}).encode()
+    sent = time.monotonic()
+    peer.send(A1_POLICY_REQ, raw)
+    health_sent = time.monotonic()
+    peer.send(100, b"ping")
+    assert peer.receive(101, timeout_s=20) == b"OK\n"
+    assert peer.arrived_at[101] - health_sent < 0.010
+    resp = json.loads(peer.receive(A1_POLICY_RESP, timeout_s=20))
+    assert (resp["status"], resp["policy_instance_id"]) == ("ERROR", "p-big")
+    assert peer.arrived_at[A1_POLICY_RESP] - sent < 0.100
+
+
 # --- E2: a RIC Indication (12050) through RMR to the intake ----------------------------------
 
 RIC_INDICATION = 12050

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 import urllib.request
@@ -53,6 +54,8 @@ POLICY_TYPE_FILE = f"a1-policy-type-{POLICY_TYPE_ID}.json"
 #: What one A1 request may hold.  A policy with a scope of 10,000 CPE ids is about 300 KiB;
 #: the deepest valid document (request > payload > limits > wat) has four levels.
 A1_LIMITS = JsonLimits(max_bytes=1024 * 1024, max_depth=16, max_int_digits=20)
+#: How much of a request that does not parse is scanned for its ids (for the ERROR answer).
+ID_SCAN_BYTES = 64 * 1024
 
 class Operation(StrEnum):
     CREATE = "CREATE"
@@ -94,7 +97,43 @@ class PolicyType:
                    doc["create_schema"])
 
     def validator(self) -> jsonschema.Draft7Validator:
-        return jsonschema.Draft7Validator(self.create_schema)
+        validator: jsonschema.Draft7Validator = _LinearValidator(self.create_schema)
+        return validator
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable key equal for exactly the values JSON Schema calls equal: ``1 == 1.0``, but
+    ``true`` is not ``1``, and objects compare regardless of key order."""
+    if isinstance(value, bool) or value is None:
+        return ("c", value)
+    if isinstance(value, int | float):
+        return ("n", value)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, list | tuple):
+        return ("a", tuple(_canonical(v) for v in value))
+    if isinstance(value, Mapping):
+        return ("o", frozenset((k, _canonical(v)) for k, v in value.items()))
+    return ("?", repr(value))
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Any:
+    """``uniqueItems`` in linear time.  jsonschema's own falls back to comparing every pair
+    when an array mixes types: 30,000 items took 50 s on the RMR dispatch thread (issue 22)."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[Any] = set()
+    for item in instance:
+        key = _canonical(item)
+        if key in seen:
+            yield jsonschema.ValidationError(
+                f"has non-unique elements (first repeated: {_excerpt(item)})")
+            return
+        seen.add(key)
+
+
+_LinearValidator = jsonschema.validators.extend(jsonschema.Draft7Validator,
+                                                {"uniqueItems": _unique_items})
 
 
 @dataclass(frozen=True)
@@ -183,13 +222,18 @@ def _excerpt(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _excerpt_message(message: str) -> str:
+    """jsonschema's messages quote the whole failing value, which may be an array of 1 MiB."""
+    return message if len(message) <= 300 else message[:297] + "..."
+
+
 def _ids_best_effort(raw: bytes | str | Mapping[str, Any]) -> tuple[int, str]:
     """Ids for an ERROR answer to a request that did not parse (0 and "" when unknown); only
     ids that pass their checks are echoed back."""
     try:
         doc = bounded_loads(raw, A1_LIMITS) if isinstance(raw, bytes | bytearray | str) else raw
     except BoundedJsonError:
-        return 0, ""
+        return scan_ids(raw) if isinstance(raw, bytes | bytearray | str) else (0, "")
     if not isinstance(doc, Mapping):
         return 0, ""
     try:
@@ -200,6 +244,83 @@ def _ids_best_effort(raw: bytes | str | Mapping[str, Any]) -> tuple[int, str]:
     if isinstance(iid, int) and not isinstance(iid, bool):
         iid = str(iid)
     return type_id, iid if is_instance_id(iid) else ""
+
+
+# A JSON string (escapes included) or a bracket: enough to know the nesting depth of every
+# key while skipping what strings hold.
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]')
+_VALUE = re.compile(rb'\s*:\s*("(?:[^"\\]|\\.){0,1024}"|-?[0-9]{1,20})')
+_SCANNED = {b'"policy_type_id"': "type", b'"policy_instance_id"': "instance"}
+_TAIL_CANDIDATES = 4
+
+
+def scan_ids(raw: bytes | bytearray | str, limit: int = ID_SCAN_BYTES) -> tuple[int, str]:
+    """The type and instance ids of a request that cannot be parsed whole (too large, too deep,
+    broken further on), from its first and last ``limit`` bytes: top-level keys only, each
+    value checked as in a parsed request; 0 and "" for what is not found there."""
+    data = raw.encode("utf-8", "replace") if isinstance(raw, str) else bytes(raw)
+    found = _scan_head(data[:limit])
+    if len(found) < 2 and len(data) > limit:
+        for key, value in _scan_tail(data[-limit:]).items():
+            found.setdefault(key, value)
+    try:
+        type_id = _type_id(found.get("type"))
+    except A1Error:
+        type_id = 0
+    iid = found.get("instance")
+    if isinstance(iid, int) and not isinstance(iid, bool) and iid >= 0:
+        iid = str(iid)
+    return type_id, iid if is_instance_id(iid) else ""
+
+
+def _scan_head(data: bytes) -> dict[str, Any]:
+    """Top-level ids in the first bytes of a request: depth counted from the start."""
+    found: dict[str, Any] = {}
+    depth = 0
+    for token in _TOKENS.finditer(data):
+        text = token.group()
+        if text in (b"{", b"["):
+            depth += 1
+        elif text in (b"}", b"]"):
+            depth -= 1
+        elif depth == 1 and text in _SCANNED:
+            value = _VALUE.match(data, token.end())
+            if value is None:
+                continue
+            try:
+                found.setdefault(_SCANNED[text], json.loads(value.group(1)))
+            except ValueError:
+                continue
+        if len(found) == 2:
+            break
+    return found
+
+
+def _scan_tail(data: bytes) -> dict[str, Any]:
+    """Top-level ids in the last bytes of a request (the ids may follow a huge payload): a key
+    is top-level when what follows its value closes exactly one object, at the very end."""
+    found: dict[str, Any] = {}
+    for name, key in _SCANNED.items():
+        # The last few only: a real request has one such key, and each try reads to the end.
+        for candidate in list(re.finditer(re.escape(name), data))[-_TAIL_CANDIDATES:]:
+            value = _VALUE.match(data, candidate.end())
+            if value is None or not _closes_one_object(data, value.end()):
+                continue
+            try:
+                found[key] = json.loads(value.group(1))
+            except ValueError:
+                continue
+    return found
+
+
+def _closes_one_object(data: bytes, start: int) -> bool:
+    depth = 1
+    for token in _TOKENS.finditer(data, start):
+        text = token.group()
+        depth += 1 if text in (b"{", b"[") else -1 if text in (b"}", b"]") else 0
+        if depth == 0:
+            return not data[token.end():].strip()
+    return False
 
 
 class A1Handler:
@@ -248,7 +369,8 @@ class A1Handler:
 
     def responsive(self, timeout_s: float = 1.0) -> bool:
         """Whether a request could be handled now: no request has held the handler longer
-        than ``timeout_s`` (the RMR health check answers OK only then)."""
+        than ``timeout_s``.  Waits up to that long, so the RMR health check does not call it:
+        it reads the A1 worker's state instead (:class:`~xapp.adapters.rmr.RmrGlue`)."""
         if not self._lock.acquire(timeout=timeout_s):
             return False
         self._lock.release()
@@ -297,20 +419,15 @@ class A1Handler:
                 self._persistence.delete_policy(req.policy_instance_id)
             return Status.DELETED
         assert req.payload is not None
-        errors = sorted(self._validator.iter_errors(req.payload), key=lambda e: list(e.path))
-        if errors:
-            first = errors[0]
+        cpes, payload = self._scope(req.payload)
+        # The first error only: looking for more would check every item of a long array
+        # after a bound on its length already failed.
+        first = next(iter(self._validator.iter_errors(payload)), None)
+        if first is not None:
             where = "/".join(str(p) for p in first.absolute_path) or "(payload)"
             raise A1Error(f"payload does not match policy type {self.policy_type.name}: "
-                          f"{where}: {first.message}")
+                          f"{where}: {_excerpt_message(first.message)}")
         body = {k: v for k, v in req.payload.items() if k != "scope"}
-        cpes = frozenset((req.payload.get("scope") or {}).get("cpes") or [])
-        # The schema's pattern is checked with re.search, where "$" also matches before a
-        # final newline: "cpe-1\n" passes it, and would silently match no CPE.
-        bad = sorted(c for c in cpes if not is_cpe_id(c))
-        if bad:
-            raise A1Error(f"payload scope/cpes has ids that are not CPE ids: "
-                          f"{_excerpt(bad[:3])}")
         try:
             policy = self.book.check(body)
         except PolicyError as exc:
@@ -323,6 +440,28 @@ class A1Handler:
         if self._persistence is not None:
             self._persistence.save_policy(instance)
         return Status.OK
+
+    def _scope(self, payload: Mapping[str, Any]) -> tuple[frozenset[str], Mapping[str, Any]]:
+        """``scope.cpes`` checked in one linear pass (the one array a policy may fill with
+        tens of thousands of items), and the payload with that list emptied for the schema.
+
+        Each id must be a whole CPE id: the schema's pattern is checked with re.search, where
+        "$" also matches before a final newline, so "cpe-1\\n" would pass it and silently match
+        no CPE.
+        """
+        scope = payload.get("scope")
+        if not isinstance(scope, Mapping) or not isinstance(scope.get("cpes"), list):
+            return frozenset(), payload
+        cpes: set[str] = set()
+        for index, cpe in enumerate(scope["cpes"]):
+            if not is_cpe_id(cpe):
+                raise A1Error(f"payload does not match policy type {self.policy_type.name}: "
+                              f"scope/cpes/{index}: {_excerpt(cpe)} is not a CPE id")
+            if cpe in cpes:
+                raise A1Error(f"payload does not match policy type {self.policy_type.name}: "
+                              f"scope/cpes/{index}: {cpe!r} is repeated")
+            cpes.add(cpe)
+        return frozenset(cpes), {**payload, "scope": {**scope, "cpes": []}}
 
     def _done(self, operation: str, resp: A1Response) -> A1Response:
         if resp.status is Status.ERROR:

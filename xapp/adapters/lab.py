@@ -17,6 +17,11 @@ KPI file format::
 
 Fields of a WAT apply to both directions; those under ``dl`` or ``ul`` to that direction only.
 Every row is taken as fresh (its time is the time of the call).
+
+:class:`LoopbackGlue` is the shipped :class:`~xapp.adapters.rmr.RmrGlue` without RMR's library:
+messages go in through :meth:`~xapp.adapters.rmr.RmrGlue.dispatch` (what the dispatch worker
+does with each received message) and the answers RMR would return to the sender are kept,
+with the time they left, for tests and ``bench/bench_a1.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +40,7 @@ import numpy as np
 
 from xapp.adapters.mqtt.payloads import encode_weights_batch
 from xapp.adapters.mqtt.versions import MemoryVersionStore, VersionAllocator, VersionStore
+from xapp.adapters.rmr import MS_MEID, MS_MSG_TYPE, MS_PAYLOAD, RmrGlue
 from xapp.core.forecast import DIRECTIONS, CapacityForecast, KpiFrame
 from xapp.core.ports import Published, PublishResult, WeightBatch
 
@@ -160,3 +167,45 @@ def read_published(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if not p.exists():
         return []
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+class LoopbackGlue(RmrGlue):
+    """:class:`~xapp.adapters.rmr.RmrGlue` whose return-to-sender keeps the answer (and when it
+    left) instead of handing it to RMR; everything before that is the shipped code.  The
+    buffer handed to :meth:`send` is any token that names the message."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.answers: queue.Queue[tuple[float, Any, int, bytes]] = queue.Queue()
+
+    def send(self, mtype: int, payload: bytes, token: Any, meid: bytes = b"") -> float:
+        """Dispatch one message as if received; returns when it was (``time.monotonic()``)."""
+        at = time.monotonic()
+        self.dispatch(None, {MS_MSG_TYPE: mtype, MS_PAYLOAD: payload, MS_MEID: meid}, token)
+        return at
+
+    def answer(self, token: Any, timeout_s: float = 10.0) -> tuple[float, int, bytes]:
+        """When the answer to the message ``token`` left, its type and payload (answers to
+        other messages stay queued); raises ``queue.Empty`` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        held = []
+        try:
+            while True:
+                at, buf, mtype, payload = self.answers.get(
+                    timeout=max(0.0, deadline - time.monotonic()))
+                if buf == token:
+                    return at, mtype, payload
+                held.append((at, buf, mtype, payload))
+        finally:
+            for item in held:
+                self.answers.put(item)
+
+    def rmr_healthy(self) -> bool:
+        return True  # RMR's own receive thread: there is none here
+
+    def _rts(self, sbuf: Any, payload: bytes, mtype: int) -> bool:
+        self.answers.put((time.monotonic(), sbuf, mtype, payload))
+        return True
+
+    def _free(self, sbuf: Any) -> None:
+        pass

@@ -17,6 +17,11 @@ What the frame gets wrong for us, and what is done about it:
 * ``rmr_wait_for_ready`` would block start-up until a route table arrives: we start at once and
   send ``A1_POLICY_QUERY`` from a thread as soon as RMR can route it.
 * mdclogpy starts at ERROR: the frame's own logger gets our level.
+* The frame's one dispatch thread runs every handler in turn, so one slow message holds up all
+  the others: here it only routes.  A1 requests and RIC indications each go through a bounded
+  queue to their own supervised worker (:class:`~xapp.core.workers.QueueWorker`); health checks
+  are answered on the dispatch thread at once.  A full queue drops the message and counts it
+  (an A1 request dropped so is answered ERROR, naming its instance).
 * The frame's SDL client is the in-memory fake: the xApp's state goes through
   :mod:`xapp.adapters.sdl`, which survives Redis going away; RIC health checks (100 -> 101)
   answer from that store's state.
@@ -38,9 +43,12 @@ from xapp.adapters.a1 import (
     A1_POLICY_REQ,
     A1_POLICY_RESP,
     A1Handler,
+    A1Response,
+    Status,
     query_message,
+    scan_ids,
 )
-from xapp.core.workers import Worker
+from xapp.core.workers import QueueWorker, Worker
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +59,16 @@ RIC_HEALTH_CHECK_RESP = 101
 RIC_INDICATION = 12050
 #: RMR_ERR_RETRY: the send may succeed if tried again (transient back-pressure).
 _RMR_ERR_RETRY = 10
+#: Keys of the frame's message summary (``rmr.RMR_MS_*``), here so that routing a message
+#: needs no RMR library (the in-process tests drive :meth:`RmrGlue.dispatch` without one).
+MS_PAYLOAD = "payload"
+MS_MEID = "meid"
+MS_MSG_TYPE = "message type"
+#: A1 requests waiting for the A1 worker: the mediator sends one per instance, and resends all
+#: of them after ``A1_POLICY_QUERY``.
+A1_QUEUE = 256
+#: RIC indications waiting for the E2 worker (one granularity period of a few hundred nodes).
+E2_QUEUE = 1024
 
 
 def rmr_library_available() -> tuple[bool, str]:
@@ -100,15 +118,20 @@ class RmrGlue:
         Interval between attempts to send ``A1_POLICY_QUERY`` until one succeeds.
     on_indication : callable, default=None
         Takes the payload and the sending E2 node's name (RMR meid, None when the message has
-        none) of every ``RIC_INDICATION`` (12050); not registered when None.  Runs in the
-        dispatch thread, so it must be quick (:class:`~xapp.adapters.e2.ingest.KpmIngest`).
+        none) of every ``RIC_INDICATION`` (12050); not registered when None.  Runs in its own
+        worker, ``mcw-e2-indications`` (:class:`~xapp.adapters.e2.ingest.KpmIngest`).
+    a1_queue, e2_queue : int
+        Room in the queues in front of the A1 and the indication workers; what arrives when
+        one is full is dropped and counted (``dropped`` in ``/ric/v1/health/alive`` and
+        ``mcw_worker_queue_dropped``).
     """
 
     def __init__(self, a1: A1Handler, healthy: Callable[[], bool], *, port: int = 4560,
                  on_config_event: Callable[[], object] | None = None,
                  on_query_sent: Callable[[], object] | None = None,
                  log_level: int = logging.INFO, query_retry_s: float = 2.0,
-                 on_indication: Callable[[bytes, str | None], None] | None = None) -> None:
+                 on_indication: Callable[[bytes, str | None], None] | None = None,
+                 a1_queue: int = A1_QUEUE, e2_queue: int = E2_QUEUE) -> None:
         self.a1 = a1
         self._on_indication = on_indication
         self._on_query_sent = on_query_sent
@@ -124,6 +147,14 @@ class RmrGlue:
         self.query_worker = Worker("mcw-a1-query", self._send_query, query_retry_s,
                                    deadline_s=60.0)
         self.query_sent = threading.Event()
+        #: Applies A1 requests and answers them by RTS, off the dispatch thread.
+        self.a1_worker: QueueWorker[tuple[bytes, Any]] = QueueWorker(
+            "mcw-a1", self._answer_a1, maxsize=a1_queue, deadline_s=10.0)
+        #: Decodes RIC indications, off the dispatch thread (None without ``on_indication``).
+        self.e2_worker: QueueWorker[tuple[bytes, str | None]] | None = None
+        if on_indication is not None:
+            self.e2_worker = QueueWorker("mcw-e2-indications", self._ingest, maxsize=e2_queue,
+                                         deadline_s=30.0)
         self.registered = False
         #: Messages whose handler failed outside the A1 handler (RTS errors), answered or not.
         self.callback_errors = 0
@@ -136,20 +167,37 @@ class RmrGlue:
         self._xapp = cls(glue=self, default_handler=_default_handler,
                          config_handler=self._config_handler, rmr_port=self.port,
                          rmr_wait_for_ready=False, use_fake_sdl=True)
-        # After the constructor: only now does RMRXapp have its dispatch table.
-        self._xapp.register_callback(self._on_a1_request, A1_POLICY_REQ)
-        self._xapp.register_callback(self._on_health_check, RIC_HEALTH_CHECK_REQ)
-        if self._on_indication is not None:
-            self._xapp.register_callback(self._on_ric_indication, RIC_INDICATION)
+        self.start_handlers()
         # Our own dispatch loop, a supervised worker (see McwRmrXapp.run); rmr_timeout bounds
         # how long stop() waits for it.
         self._xapp.run(thread=True, rmr_timeout=0.5)
         self.query_worker.start()
         log.info("RMR started on port %d", self.port)
 
+    def start_handlers(self) -> None:
+        """Start the A1 and indication workers (:meth:`start` does; tests without RMR too)."""
+        for worker in (self.a1_worker, self.e2_worker):
+            if worker is not None:
+                worker.start()
+
+    def callbacks(self) -> dict[int, Callable[[Any, dict[str, Any], Any], None]]:
+        """Message type -> handler, each quick: it answers or hands over, never works."""
+        table: dict[int, Callable[[Any, dict[str, Any], Any], None]] = {
+            A1_POLICY_REQ: self._on_a1_request, RIC_HEALTH_CHECK_REQ: self._on_health_check}
+        if self.e2_worker is not None:
+            table[RIC_INDICATION] = self._on_ric_indication
+        return table
+
+    def dispatch(self, xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
+        """Route one received message (one step of the dispatch worker)."""
+        handler = self.callbacks().get(summary.get(MS_MSG_TYPE, -1), _default_handler)
+        handler(xapp, summary, sbuf)
+
     def workers(self) -> list[Worker]:
-        """The threads this glue owns, for the supervisor (the dispatch loop, the query)."""
-        return [w for w in (self.dispatcher, self.query_worker) if w is not None]
+        """The threads this glue owns, for the supervisor (the dispatch loop, the query, the
+        A1 and indication workers)."""
+        return [w for w in (self.dispatcher, self.query_worker, self.a1_worker, self.e2_worker)
+                if w is not None]
 
     def rmr_healthy(self) -> bool:
         """RMR's receive thread is running and not stuck."""
@@ -160,14 +208,16 @@ class RmrGlue:
         """Deregister (if registered), stop dispatching and close RMR, within ``timeout_s``."""
         self._stop.set()
         x = self._xapp
-        if x is None:
-            return
         deadline = time.monotonic() + timeout_s
+        if x is None:
+            self._stop_handlers(deadline)
+            return
         x._keep_registration = False
         x._keep_going = False
         self.query_worker.stop(timeout_s=1.0)
         if self.dispatcher is not None:
             self.dispatcher.stop(timeout_s=max(0.0, deadline - time.monotonic()))
+        handlers_stopped = self._stop_handlers(deadline)
         if self.registered:
             try:
                 x.deregister()
@@ -178,24 +228,54 @@ class RmrGlue:
         # The frame's receive thread waits up to 5 s in rmr_torcv_msg; closing the context under
         # it would crash, so wait for it (bounded) and close only when it has finished.
         loop._thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        if loop._thread.is_alive():
-            log.warning("RMR receive thread still running at shutdown; context left open")
+        if loop._thread.is_alive() or not handlers_stopped:
+            # An A1 answer may still be on its way out of the A1 worker: same rule.
+            log.warning("RMR receive thread or a handler still running at shutdown; context "
+                        "left open")
             return
         from ricxappframe.rmr import rmr
 
         rmr.rmr_close(loop.mrc)
         log.info("RMR stopped")
 
-    # --- handlers (run in the frame's dispatch thread) -----------------------------------------
+    def _stop_handlers(self, deadline: float) -> bool:
+        """Stop the A1 and indication workers; False if one is still in a step."""
+        stopped = True
+        for worker in (self.a1_worker, self.e2_worker):
+            if worker is not None:
+                stopped &= worker.stop(
+                    timeout_s=max(0.0, min(1.0, deadline - time.monotonic())))
+        # A1 requests never handled hold RMR buffers; the mediator resends after the restart.
+        for _payload, sbuf in self.a1_worker.drain():
+            self._free(sbuf)
+        return stopped
 
-    # The frame's dispatch thread dies with the first exception out of a callback, and with it
-    # every later A1 request and health check: each handler catches everything.
+    # --- handlers (run in the dispatch thread: quick, and catch everything) --------------------
+
+    # An exception out of a callback would cost the dispatch step, and a slow one holds every
+    # message behind it: each handler answers at once or hands over to a worker.
 
     def _on_a1_request(self, xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
         try:
-            from ricxappframe.rmr import rmr
+            payload = bytes(summary.get(MS_PAYLOAD) or b"")
+            if self.a1_worker.offer((payload, sbuf)):
+                return
+            # Full: answer at once, so the mediator knows, naming the instance when the
+            # request's first bytes carry it (a bounded scan, not a parse).
+            type_id, iid = scan_ids(payload)
+            log.error("A1 request for policy instance %r dropped: %d requests waiting",
+                      iid, self.a1_worker.maxsize)
+            busy = A1Response(type_id or self.a1.policy_type.policy_type_id, iid,
+                              self.a1.handler_id, Status.ERROR)
+            self._rts(sbuf, busy.encode(), A1_POLICY_RESP)
+        except Exception:
+            self.callback_errors += 1
+            log.exception("A1 request could not be answered")
+            self._free(sbuf)
 
-            payload = summary.get(rmr.RMR_MS_PAYLOAD, b"")
+    def _answer_a1(self, item: tuple[bytes, Any]) -> None:
+        payload, sbuf = item
+        try:
             response = self.a1.handle(payload)  # never raises
             self._rts(sbuf, response.encode(), A1_POLICY_RESP)
         except Exception:
@@ -205,9 +285,9 @@ class RmrGlue:
 
     def _on_health_check(self, xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
         try:
-            # OK only while A1 requests can be handled: a handler held by a stuck request is
-            # as broken as a dead dispatch thread, which answers nothing at all.
-            ok = self.frame_healthy() and self.a1.responsive(timeout_s=0.5)
+            # OK only while A1 requests can be handled: an A1 worker held by a stuck request
+            # (or dead) is as broken as a dead dispatch thread.  Reading its state never waits.
+            ok = self.frame_healthy() and self.a1_worker.status().healthy
             payload = b"OK\n" if ok else b"ERROR [RMR, SDL or A1 handling is unhealthy]\n"
             self._rts(sbuf, payload, RIC_HEALTH_CHECK_RESP)
         except Exception:
@@ -217,20 +297,24 @@ class RmrGlue:
 
     def _on_ric_indication(self, xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
         try:
-            from ricxappframe.rmr import rmr
-
-            payload = summary.get(rmr.RMR_MS_PAYLOAD) or b""
-            raw_meid = summary.get(rmr.RMR_MS_MEID) or b""
+            payload = bytes(summary.get(MS_PAYLOAD) or b"")
+            raw_meid = summary.get(MS_MEID) or b""
             meid = raw_meid.decode("utf-8", "replace") if isinstance(raw_meid, bytes) \
                 else str(raw_meid)
-            handler = self._on_indication
-            if handler is not None:
-                handler(bytes(payload), meid or None)
+            worker = self.e2_worker
+            if worker is not None and not worker.offer((payload, meid or None)) \
+                    and worker.dropped & (worker.dropped - 1) == 0:  # 1, 2, 4, ...: no log flood
+                log.warning("RIC indication dropped: %d waiting to be decoded (%d dropped)",
+                            worker.maxsize, worker.dropped)
         except Exception:
             self.callback_errors += 1
             log.exception("RIC indication could not be handled")
         finally:
             self._free(sbuf)
+
+    def _ingest(self, item: tuple[bytes, str | None]) -> None:
+        if self._on_indication is not None:
+            self._on_indication(*item)
 
     def _free(self, sbuf: Any) -> None:
         try:
@@ -295,9 +379,7 @@ class RmrGlue:
 
 
 def _default_handler(xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
-    from ricxappframe.rmr import rmr
-
-    log.warning("RMR message of unexpected type %s ignored", summary.get(rmr.RMR_MS_MSG_TYPE))
+    log.warning("RMR message of unexpected type %s ignored", summary.get(MS_MSG_TYPE))
     xapp.rmr_free(sbuf)
 
 
@@ -331,16 +413,12 @@ def _xapp_class() -> type:
                                            deadline_s=30.0).start()
 
         def _dispatch_one(self, timeout_s: float) -> None:
-            from ricxappframe.rmr import rmr
-
             try:
                 summary, sbuf = self._rmr_loop.rcv_queue.get(block=True, timeout=timeout_s)
             except queue.Empty:
                 pass
             else:
-                handler = self._dispatch.get(summary[rmr.RMR_MS_MSG_TYPE]) \
-                    or self._default_handler
-                handler(self, summary, sbuf)
+                self._glue.dispatch(self, summary, sbuf)
             for _event in self.config_check(timeout=0):
                 self._config_handler(self, None)
 

@@ -112,11 +112,19 @@ class ComponentCollector(Collector):
         failures = CounterMetricFamily("mcw_worker_step_failures", "Steps of the worker that "
                                        "raised (logged; the worker carried on).",
                                        labels=["worker"])
+        queued = GaugeMetricFamily("mcw_worker_queue_depth", "Items waiting in front of a "
+                                   "queue worker (A1 requests, RIC indications).",
+                                   labels=["worker"])
+        dropped = CounterMetricFamily("mcw_worker_queue_dropped", "Items a queue worker's full "
+                                      "queue refused (dropped, never handled).",
+                                      labels=["worker"])
         for st in self.workers():
             up.add_metric([st.name, st.state.value], 1 if st.healthy else 0)
             restarts.add_metric([st.name], st.restarts)
             failures.add_metric([st.name], st.failures)
-        yield from (up, restarts, failures)
+            queued.add_metric([st.name], st.queued)
+            dropped.add_metric([st.name], st.dropped)
+        yield from (up, restarts, failures, queued, dropped)
 
     def _e2(self) -> Iterable[Metric]:
         e2 = self.e2

@@ -85,6 +85,9 @@ class ModelSettings:
     # WAT from what an error costs under WRR (its forecast share of the CPE's total,
     # xapp.core.planning); a number in [0.01, 0.5] fixes it (0.1: the former bound).
     planning_level: str | float = "cost"
+    # The most each WAT's forecast may be on the physics check's reference inputs, over the
+    # peak rates in xapp.model.physics.PEAK_MBPS; a model above is refused (issue 22).
+    plausible_mbps: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -345,7 +345,7 @@ class XappProcess:
         budget first); the body of /ric/v1/health/alive names each worker's state."""
         statuses = self.supervisor.check()
         return (all(st.healthy for st in statuses),
-                {st.name: st.state.value for st in statuses})
+                {st.name: st.describe() for st in statuses})
 
     def config_view(self) -> dict[str, Any]:
         current = self.watcher.current
@@ -558,7 +558,8 @@ def _estimator(args: argparse.Namespace, controls: Controls,
         try:
             from xapp.model.online import ModelEstimator, ModelHolder
 
-            holder = ModelHolder(controls.model.path, controls.model.public_key_file)
+            holder = ModelHolder(controls.model.path, controls.model.public_key_file,
+                                 plausible_mbps=controls.model.plausible_mbps)
             workers.append(holder.start(interval_s=controls.model.reload_check_s))
             stoppers.append(holder.stop)
             from xapp.core.exploration import ExploringEstimator
@@ -624,7 +625,8 @@ def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
     except OSError as exc:  # the TLS files come from a Secret; say which one is missing
         raise RuntimeError(f"MQTT TLS material not usable: {exc.strerror or exc} "
                            f"({exc.filename or m.ca_file}); see controls.mqtt.*_file") from exc
-    checks["broker"] = lambda: publisher.connected
+    # Connected is not enough: a stopped broker keeps the connection open (issue 22).
+    checks["broker"] = publisher.answering
     stoppers.append(publisher.stop)
     # Agent telemetry (subflow throughput, RTT, cwnd) goes into InfluxDB with the radio KPIs,
     # one point per message so each keeps its own time; agent states are logged when they

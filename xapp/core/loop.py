@@ -34,9 +34,12 @@ Rules decided once (README, "The control loop"):
   xApp no longer knows anything about it;
 * when the policy leaves no usable WAT, the weights in force stay (and keep their lease);
 * a direction with no KPI rows of its own for a CPE this tick (an agent that reports one
-  direction only), or with nothing decided yet, carries the other direction's set in the
-  message (reason ``follows ul: ...``): a message needs both sets, and the other direction's
-  is the best knowledge there is; it decides on its own as soon as it has rows.
+  direction only) is decided from the other direction's forecasts, the best knowledge there
+  is, but under its *own* effective policy (exclusions, floors, bounds, mode, update period;
+  reason ``follows ul: ...``): a message needs both sets, and a set that follows must not
+  carry weights its own policy forbids (issue 22).  Its hysteresis holds against what it
+  followed last; it decides from its own rows as soon as it has them, without hysteresis
+  against what it followed.
 
 * a direction whose applier enforces shares as rate caps (``capabilities.semantics``
   ``rate-caps``, :class:`~xapp.core.ports.BackendSemantics`) carries ``caps_mbps``: headroom x
@@ -269,19 +272,30 @@ class ControlLoop:
         report.cpes = len(rm.cpe_ids)
         median, lower = np.asarray(forecast.median_mbps), np.asarray(forecast.lower_mbps)
         out = {d: _Outgoing() for d in DIRECTIONS}
+        #: Sets of a direction without rows, decided from the other direction's forecasts.
+        lent = {d: _Outgoing() for d in DIRECTIONS}
         caps = {d: self._rate_caps_rows(d) for d in DIRECTIONS}
-        for d in DIRECTIONS:
-            dr = rm.dirs[d]
-            if not dr.seen.any():
-                continue
-            inputs = self._inputs(frame, rm, dr, median, lower, report)
+        inputs = {d: self._inputs(frame, rm, rm.dirs[d], median, lower, report)
+                  for d in DIRECTIONS if rm.dirs[d].seen.any()}
+        # Decisions on borrowed forecasts are not the direction's own: counted as followed.
+        scratch = TickReport(time_s=now_s)
+        for d, other in zip(DIRECTIONS, DIRECTIONS[::-1], strict=True):
+            seen = rm.dirs[d].seen
+            borrowed = ~seen & rm.dirs[other].seen if other in inputs else None
             for group in self._policy_groups(rm):
-                positions = group.positions[dr.seen[group.positions]]
+                policy = group.policy.for_direction(d)
+                positions = group.positions[seen[group.positions]]
                 if len(positions):
-                    self._decide_group(d, group.policy.for_direction(d), group.source,
-                                       positions, rm, now_s, inputs, report, out[d], caps[d])
-        if any(o.rows for o in out.values()):
-            self._publish(out, rm, now_s, report, caps)
+                    self._decide_group(d, policy, group.source, positions, rm, now_s,
+                                       inputs[d], report, out[d], caps[d])
+                if borrowed is None:
+                    continue
+                positions = group.positions[borrowed[group.positions]]
+                if len(positions):
+                    self._decide_group(d, policy, group.source, positions, rm, now_s,
+                                       inputs[other], scratch, lent[d], None, follows=other)
+        if any(o.rows for o in (*out.values(), *lent.values())):
+            self._publish(out, lent, rm, now_s, report, caps)
 
     def _rate_caps_rows(self, direction: str) -> Mask | None:
         """Fleet rows whose ``direction`` is applied with rate caps; None when no row is and
@@ -408,8 +422,12 @@ class ControlLoop:
 
     def _decide_group(self, direction: str, policy: Policy, source: str,
                       positions: NDArray[np.intp], rm: _RowMap, now_s: float, x: _Inputs,
-                      report: TickReport, out: _Outgoing, rate_capped: Mask | None) -> None:
+                      report: TickReport, out: _Outgoing, rate_capped: Mask | None,
+                      follows: str | None = None) -> None:
+        """Decide the due CPEs at ``positions`` from inputs ``x``: the direction's own rows,
+        or, with ``follows`` (the other direction's name), that direction's rows."""
         s, fleet = self.settings, self.fleets[direction]
+        lent = follows is not None
         rows = rm.fleet_rows[positions]
         changed_policy = fleet.policy_changed(rows, policy)
         last = fleet.decided_s[rows]
@@ -417,9 +435,11 @@ class ControlLoop:
         # into 2 s.
         due = (np.isnan(last) | changed_policy | fleet.unpublished[rows]
                | (now_s - last >= policy.update_period_s - s.control_period_s / 2))
+        if not lent:  # rows of its own after following: decide on them at once
+            due |= fleet.follows[rows] & fleet.has[rows]
         refresh_at = s.lease_s * s.refresh_fraction
         # CPEs not due keep their weights; those half a lease old are re-sent as they are.
-        out.in_force(fleet, rows[~due & fleet.has[rows] & ~fleet.follows[rows]
+        out.in_force(fleet, rows[~due & fleet.has[rows] & (fleet.follows[rows] == lent)
                                  & (now_s - fleet.published_s[rows] >= refresh_at)],
                      rate_capped)
         idx = positions[due]
@@ -429,7 +449,10 @@ class ControlLoop:
         d = self.decide(KNOWN_WATS, x.cap[idx], x.low[idx], x.present[idx], x.up[idx],
                         x.rtt[idx], policy, fleet.weights[r_due], fleet.present[r_due],
                         fleet.usable[r_due],
-                        fleet.has[r_due] & ~fleet.follows[r_due] & ~changed_policy[due])
+                        # Hysteresis holds against a set of the same kind: own rows against
+                        # own, a followed direction against what it followed last.
+                        fleet.has[r_due] & (fleet.follows[r_due] == lent)
+                        & ~changed_policy[due])
         ok, no_usable, error = d.status == OK, d.status == NO_USABLE, d.status == ERROR
         fleet.decided_s[r_due[ok | no_usable]] = now_s
         fleet.applied[r_due[ok]] = policy
@@ -448,8 +471,9 @@ class ControlLoop:
         owed = fleet.unpublished[r_due]
         stale = now_s - fleet.published_s[r_due] >= refresh_at
         mode = policy.mode.value
+        # Going from a followed set to an own one, or back, is a change.
         differs = ((d.weights != fleet.weights[r_due]) | (x.present[idx] != fleet.present[r_due])
-                   ).any(axis=1) | (fleet.mode[r_due] != mode) | fleet.follows[r_due]
+                   ).any(axis=1) | (fleet.mode[r_due] != mode) | (fleet.follows[r_due] != lent)
         caps = None
         if rate_capped is not None:
             # Caps of the weights being decided, from the forecasts they were decided with;
@@ -461,41 +485,59 @@ class ControlLoop:
                                      self.settings.caps_headroom)
             differs |= caps_moved(fleet.caps[r_due], caps, self.settings.caps_headroom)
         send = np.flatnonzero(ok & (d.changed | ~fleet.has[r_due] | owed | differs | stale))
+        reasons = d.reason[send].tolist()
+        if lent:
+            reasons = [f"follows {follows}: {r}" for r in reasons]
         out.add(r_due[send], d.weights[send], x.present[idx[send]], d.usable[send],
-                d.aggregate[send], [mode] * len(send), d.reason[send].tolist(),
+                d.aggregate[send], [mode] * len(send), reasons,
                 [source] * len(send), None if caps is None else caps[send])
         # No usable WAT: the weights in force stay; re-send them if owed or half a lease old.
-        out.in_force(fleet, r_due[no_usable & fleet.has[r_due] & ~fleet.follows[r_due]
-                                  & (owed | stale)], rate_capped)
+        out.in_force(fleet, r_due[no_usable & fleet.has[r_due]
+                                  & (fleet.follows[r_due] == lent) & (owed | stale)],
+                     rate_capped)
 
-    def _message_sets(self, out: dict[str, _Outgoing], rm: _RowMap,
-                      rate_capped: dict[str, Mask | None]
+    def _message_sets(self, out: dict[str, _Outgoing], lent: dict[str, _Outgoing],
+                      rm: _RowMap, rate_capped: dict[str, Mask | None]
                       ) -> tuple[NDArray[np.intp], dict[str, _Columns], dict[str, Mask]]:
         """The fleet rows of the messages to send, each direction's set for them and whether
-        it is the other direction's (both sets go in every message)."""
-        parts = [np.concatenate(o.rows) for o in out.values() if o.rows]
+        it follows the other direction (both sets go in every message)."""
+        parts = [np.concatenate(o.rows) for o in (*out.values(), *lent.values()) if o.rows]
         rows = np.unique(np.concatenate(parts))
         cols: dict[str, _Columns] = {}
         own: dict[str, NDArray[np.bool_]] = {}
+        decided: dict[str, NDArray[np.bool_]] = {}
         for d in DIRECTIONS:
-            fleet, o = self.fleets[d], out[d]
+            fleet = self.fleets[d]
             c = _Columns.in_force(fleet, rows, rate_capped[d])
-            fresh = np.zeros(len(rows), dtype=bool)
-            if o.rows:
-                at = np.searchsorted(rows, np.concatenate(o.rows))
-                c.put(at, o)
-                fresh[at] = True
+            fresh = {}
+            for name, o in (("own", out[d]), ("lent", lent[d])):
+                fresh[name] = np.zeros(len(rows), dtype=bool)
+                if o.rows:
+                    at = np.searchsorted(rows, np.concatenate(o.rows))
+                    c.put(at, o)
+                    fresh[name][at] = True
             seen = np.zeros(len(fleet), dtype=bool)
             seen[rm.fleet_rows[rm.dirs[d].seen]] = True
-            own[d] = fresh | (fleet.has[rows] & ~fleet.follows[rows] & seen[rows])
+            own[d] = fresh["own"] | (fleet.has[rows] & ~fleet.follows[rows] & seen[rows])
+            # A set decided under this direction's policy from the other's forecasts, now or
+            # in force: it goes as it is.
+            decided[d] = fresh["lent"] | (fleet.has[rows] & fleet.follows[rows])
             cols[d] = c
         follows: dict[str, NDArray[np.bool_]] = {}
         for d, other in zip(DIRECTIONS, DIRECTIONS[::-1], strict=True):
             follows[d] = ~own[d] & own[other]
-            cols[d].follow(follows[d], cols[other], other)
+            # What is left has no decision under its own policy: none of its WATs usable (a
+            # floor no WAT meets, say).  It goes as the other's set without the WATs its own
+            # policy excludes; the message waits when that leaves nothing.
+            copied = follows[d] & ~decided[d]
+            cols[d].follow(copied, cols[other], other)
+            if copied.any():
+                cols[d].exclude(np.flatnonzero(copied), self._excluded(d, rows[copied]))
         # Neither direction has a set of its own (cannot happen while every row sent comes
         # from a decision of some direction): only what is in force in both may go again.
-        orphan = ~own["dl"] & ~own["ul"]
+        # A set left with no weight at all cannot go either.
+        orphan = (~own["dl"] & ~own["ul"]) | ~(cols["dl"].weights > 0).any(axis=1) \
+            | ~(cols["ul"].weights > 0).any(axis=1)
         keep = ~orphan | (self.fleets["dl"].has[rows] & self.fleets["ul"].has[rows])
         if not keep.all():
             at = np.flatnonzero(keep)
@@ -504,10 +546,19 @@ class ControlLoop:
             follows = {d: f[at] for d, f in follows.items()}
         return rows, cols, follows
 
-    def _publish(self, out: dict[str, _Outgoing], rm: _RowMap, now_s: float,
-                 report: TickReport, rate_capped: dict[str, Mask | None]) -> None:
+    def _excluded(self, direction: str, rows: NDArray[np.intp]) -> Mask:
+        """(rows, WAT) the effective policy of ``direction`` excludes, per fleet row."""
+        resolver, ids = self.policies(), self.fleets[direction].ids
+        out = np.zeros((len(rows), len(KNOWN_WATS)), dtype=bool)
+        for i, r in enumerate(rows.tolist()):
+            excluded = resolver.for_cpe(ids[r])[0].for_direction(direction).excluded
+            out[i] = [w in excluded for w in KNOWN_WATS]
+        return out
+
+    def _publish(self, out: dict[str, _Outgoing], lent: dict[str, _Outgoing], rm: _RowMap,
+                 now_s: float, report: TickReport, rate_capped: dict[str, Mask | None]) -> None:
         ids = self.fleet.ids
-        rows, cols, follows = self._message_sets(out, rm, rate_capped)
+        rows, cols, follows = self._message_sets(out, lent, rm, rate_capped)
         if len(rows) == 0:
             return
         report.followed += sum(int(f.sum()) for f in follows.values())
@@ -650,6 +701,17 @@ class _Columns:
         self.reasons[mask] = [f"follows {other_name}: {r}" for r in other.reasons[mask].tolist()]
         # Caps come from a direction's own forecasts; a set that follows has none.
         self.caps[mask] = np.nan
+
+    def exclude(self, at: NDArray[np.intp], excluded: Mask) -> None:
+        """Positions ``at`` lose the WATs ``excluded`` marks (one row of it per position)."""
+        if not excluded.any():
+            return
+        self.weights[at] = np.where(excluded, 0, self.weights[at])
+        self.usable[at] = self.usable[at] & ~excluded
+        for i, row in zip(at.tolist(), excluded, strict=True):
+            if row.any():
+                names = ", ".join(w for w, x in zip(KNOWN_WATS, row.tolist(), strict=True) if x)
+                self.reasons[i] = f"{self.reasons[i]} (without excluded {names})"
 
     def subset(self, at: NDArray[np.intp]) -> _Columns:
         return _Columns(self.weights[at], self.present[at], self.usable[at], self.aggregate[at],

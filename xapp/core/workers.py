@@ -23,11 +23,13 @@ probes that ask are the clock, so no supervising thread needs supervising in tur
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,13 @@ class WorkerStatus:
     #: Seconds since the last step ended (or since start when none has).
     idle_s: float
     last_error: str = ""
+    #: For a :class:`QueueWorker`: items waiting, and items refused because the queue was full.
+    queued: int = 0
+    dropped: int = 0
+
+    def describe(self) -> str:
+        """The state as ``/ric/v1/health/alive`` shows it; a queue that dropped work says so."""
+        return self.state.value + (f"; dropped {self.dropped}" if self.dropped else "")
 
     @property
     def healthy(self) -> bool:
@@ -184,6 +193,80 @@ class Worker:
             next_at = max(next_at + self._interval(), self._clock())
             self._wake.wait(max(0.0, next_at - self._clock()))
             self._wake.clear()
+
+
+T = TypeVar("T")
+
+
+class QueueWorker(Worker, Generic[T]):
+    """A worker that handles the items of a bounded queue, one per step.
+
+    :meth:`offer` never blocks: a producer that must stay quick (RMR's dispatch thread) hands
+    work over and returns; when the queue is full the item is dropped and counted, so a flood
+    costs what it brings and nothing else waits behind it.
+
+    Parameters
+    ----------
+    name : str
+        Thread name, log and metric label.
+    handle : callable
+        Called with each item; what it raises is logged and counted like a failing step.
+    maxsize : int
+        Items the queue holds before :meth:`offer` drops.
+    deadline_s : float, default=30.0
+        How long handling one item may take before the worker counts as stuck.
+    poll_s : float, default=0.5
+        How long one step waits for an item (bounds how long :meth:`stop` waits).
+    """
+
+    def __init__(self, name: str, handle: Callable[[T], object], *, maxsize: int,
+                 deadline_s: float = 30.0, poll_s: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if maxsize < 1:
+            raise ValueError(f"a queue worker needs room for at least one item, got {maxsize}")
+        self._handle = handle
+        self._poll_s = poll_s
+        self._items: queue.Queue[T] = queue.Queue(maxsize)
+        self.maxsize = maxsize
+        #: Items accepted by :meth:`offer`, and items it refused (queue full).
+        self.accepted = 0
+        self.dropped = 0
+        super().__init__(name, self._next, 0.0, deadline_s=max(deadline_s, 2 * poll_s),
+                         clock=clock)
+
+    def offer(self, item: T) -> bool:
+        """Queue ``item`` for the worker; False (and counted) when the queue is full."""
+        try:
+            self._items.put_nowait(item)
+        except queue.Full:
+            self.dropped += 1
+            return False
+        self.accepted += 1
+        return True
+
+    def pending(self) -> int:
+        return self._items.qsize()
+
+    def drain(self) -> list[T]:
+        """Take every item still waiting (after :meth:`stop`: what was never handled)."""
+        items = []
+        while True:
+            try:
+                items.append(self._items.get_nowait())
+            except queue.Empty:
+                return items
+
+    def status(self) -> WorkerStatus:
+        st = super().status()
+        return WorkerStatus(st.name, st.state, st.restarts, st.failures, st.idle_s,
+                            st.last_error, queued=self.pending(), dropped=self.dropped)
+
+    def _next(self) -> None:
+        try:
+            item = self._items.get(timeout=self._poll_s)
+        except queue.Empty:
+            return
+        self._handle(item)
 
 
 @dataclass

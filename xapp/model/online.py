@@ -7,8 +7,10 @@ usable (no radio KPI and no throughput sample), or whose family has no model, ge
 forecast: the weight engine treats the WAT as unknown.  It never raises on bad data.
 
 :class:`ModelHolder` owns the current :class:`~xapp.model.artifact.LoadedModel` and swaps in a
-new artifact only after it verified the signature, loaded it within bounds and made a finite
-prediction on a probe frame; a refused artifact is logged with the reason and counted
+new artifact only after it verified the signature, loaded it within bounds, made a finite
+prediction on a probe frame and passed the physics check (:mod:`xapp.model.physics`: forecasts
+on a reference input set finite and within each WAT's plausible range); a refused artifact is
+logged with the reason and counted
 (``model_reload_failures`` among the estimator's counters, which the xApp exports as
 ``mcw_estimator_events``), and the old model stays.  Nothing a file in the model directory
 holds can stop the reload thread: it outlives any exception of a reload.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -49,6 +52,7 @@ from xapp.model.features import (
     capacity_sample,
     matrix,
 )
+from xapp.model.physics import check_forecasts, check_plausible
 from xapp.model.signing import load_public_key
 
 log = logging.getLogger(__name__)
@@ -126,14 +130,22 @@ class ModelHolder:
         :func:`default_public_key_path`.  A key file is read once, here: rotating the trusted
         key is a restart (a writable key file must not be able to change whom the xApp trusts).
 
+    plausible_mbps : mapping, default=None
+        The most each WAT's forecast may be on the reference inputs (Mbps), over the peak
+        rates of :data:`xapp.model.physics.PEAK_MBPS`.
+
     Raises
     ------
     ArtifactError
         If the first artifact cannot be loaded (there is no old model to keep).
+    ValueError
+        If ``plausible_mbps`` names an unknown WAT or a value that is not positive.
     """
 
-    def __init__(self, path: str | Path, public_key: PublicKey | None = None) -> None:
+    def __init__(self, path: str | Path, public_key: PublicKey | None = None,
+                 plausible_mbps: Mapping[str, float] | None = None) -> None:
         self.path = Path(path)
+        self.plausible_mbps = check_plausible(plausible_mbps or {})
         key = default_public_key_path() if public_key is None else public_key
         self.public_key = key if isinstance(key, Ed25519PublicKey) else load_public_key(key)
         self.counters = ReloadCounters()
@@ -185,6 +197,10 @@ class ModelHolder:
             raise ArtifactError(f"{model.path}: probe forecast failed: {exc}") from exc
         if not np.isfinite(forecast.median_mbps).all() or probe.counters.predict_errors:
             raise ArtifactError(f"{model.path}: probe forecast is not finite")
+        reference = ModelEstimator(model)
+        check_forecasts(reference.step, self.plausible_mbps, str(model.path))
+        if reference.counters.predict_errors:
+            raise ArtifactError(f"{model.path}: the physics check's forecasts failed")
         return model
 
     def poll(self) -> bool:

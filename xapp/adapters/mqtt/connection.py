@@ -35,6 +35,12 @@ class MqttSettings:
         Base client id; the publisher and subscriber append ``-pub`` / ``-sub``. Give every
         replica its own (e.g. the pod name), or the broker disconnects the older one.
     keepalive_s : int, default=30
+    answer_timeout_s : float, default=5.0
+        How long the broker may leave a PINGREQ or PUBLISH unanswered before the publisher
+        reports it as not answering (``/ric/v1/health/ready`` fails on ``broker``), and how
+        long a connection may stay silent before it is probed with a PINGREQ.  A broker that
+        is stopped (SIGSTOP, a hung host) keeps its TCP connections open, so only an answer
+        overdue shows it; the connection itself is dropped only after ``keepalive_s``.
     reconnect_min_s, reconnect_max_s : float, default=0.5, 30.0
         Exponential reconnect backoff bounds (paho doubles the delay per failed attempt and
         resets it after a successful CONNACK).
@@ -47,6 +53,7 @@ class MqttSettings:
     port: int = 8883
     client_id: str = "mcw-xapp"
     keepalive_s: int = 30
+    answer_timeout_s: float = 5.0
     reconnect_min_s: float = 0.5
     reconnect_max_s: float = 30.0
 

@@ -183,6 +183,11 @@ class MqttWeightPublisher:
         #: Network threads started again after the previous one died.
         self.restarts = 0
         self._last_loop = time.monotonic()
+        #: Since when a PINGREQ or PUBLISH has waited for the broker's answer (None: nothing
+        #: waits), and when the broker last sent anything; written by the network thread.
+        self._awaiting_since: float | None = None
+        self._last_heard = time.monotonic()
+        self._overdue_logged = False
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -254,6 +259,14 @@ class MqttWeightPublisher:
     def connected(self) -> bool:
         with self._lock:
             return self._st.connected
+
+    def answering(self, now: float | None = None) -> bool:
+        """Connected, and the broker answered what it was sent within ``answer_timeout_s``
+        (readiness): False for a broker that is stopped but whose connection is still open."""
+        now = time.monotonic() if now is None else now
+        since = self._awaiting_since
+        return self.connected and (since is None
+                                   or now - since <= self.settings.answer_timeout_s)
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until every queued message was acknowledged; False on timeout."""
@@ -526,6 +539,18 @@ class MqttWeightPublisher:
                     st.ready[cpe_id] = newer
             self._idle.notify_all()
 
+    def _heard(self, ping_pending: bool) -> None:
+        """The broker answered: what still waits, waits from now."""
+        now = self._last_heard = time.monotonic()
+        with self._lock:
+            waiting = ping_pending or bool(self._st.inflight)
+        self._awaiting_since = now if waiting else None
+        if not self.answering(now):
+            return
+        if self._overdue_logged:
+            self._overdue_logged = False
+            log.info("the broker %s:%d answers again", self.settings.host, self.settings.port)
+
     def _serve(self, stream: TlsStream) -> None:
         """Pump messages and acknowledgements until stopped or the connection fails."""
         keepalive = float(self.settings.keepalive_s)
@@ -534,6 +559,9 @@ class MqttWeightPublisher:
         sock = stream.sock
         last_out = time.monotonic()
         ping_sent: float | None = None
+        self._awaiting_since = None
+        self._last_heard = last_out
+        probe = self.settings.answer_timeout_s
         wake_r = self._wake_r
         assert wake_r is not None  # made by start() before the thread
         while not self._stopping.is_set():
@@ -542,14 +570,26 @@ class MqttWeightPublisher:
                 stream.write(out)
                 out.clear()
                 last_out = time.monotonic()
+                if self._awaiting_since is None:
+                    self._awaiting_since = last_out
             all_sent = stream.flush()
             now = self._last_loop = time.monotonic()
             if ping_sent is not None and now - ping_sent > keepalive:
                 raise ConnectionError(f"no PINGRESP within {keepalive:.0f} s")
-            if ping_sent is None and now - last_out >= keepalive / 2:
+            # Keep-alive, and a probe of a connection silent for answer_timeout_s: a stopped
+            # broker answers nothing, and readiness must know in seconds, not a keep-alive.
+            if ping_sent is None and (now - last_out >= keepalive / 2
+                                      or now - self._last_heard >= probe):
                 stream.write(PINGREQ_PACKET)
                 all_sent = stream.flush()
                 ping_sent = last_out = now
+                if self._awaiting_since is None:
+                    self._awaiting_since = now
+            if not self._overdue_logged and not self.answering(now):
+                self._overdue_logged = True
+                log.warning("the broker %s:%d has not answered for %.0f s (stopped or hung?); "
+                            "not ready until it does", self.settings.host, self.settings.port,
+                            now - (self._awaiting_since or now))
             timeout = max(0.0, min(1.0, last_out + keepalive / 2 - now))
             rlist, _w, _x = select.select([sock, wake_r],
                                           [] if all_sent else [sock], [], timeout)
@@ -558,7 +598,8 @@ class MqttWeightPublisher:
                     wake_r.recv(4096)
             if sock in rlist:
                 acks: list[tuple[int, int]] = []
-                for first, body in reader.feed(stream.read()):
+                packets = reader.feed(stream.read())
+                for first, body in packets:
                     if first == PUBACK:
                         acks.append(parse_puback(body))
                     elif first == PINGRESP:
@@ -568,3 +609,5 @@ class MqttWeightPublisher:
                         raise ConnectionError(f"broker sent DISCONNECT reason 0x{code:02x}")
                 if acks:
                     self._acknowledge(acks)
+                if packets:
+                    self._heard(ping_sent is not None)

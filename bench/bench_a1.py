@@ -1,0 +1,113 @@
+"""Benchmark of A1 round trips through the shipped RMR glue, and of health checks sent during
+them (issue 22).
+
+Each request goes in through :meth:`xapp.adapters.rmr.RmrGlue.dispatch`, what RMR's dispatch
+thread does with every received message, and out through the glue's return-to-sender; RMR's
+library itself is replaced by :class:`xapp.adapters.lab.LoopbackGlue`, which keeps the answer
+and the time it left.  In between everything is shipped code: the bounded A1 queue, the
+``mcw-a1`` worker, :class:`~xapp.adapters.a1.A1Handler` with the policy type's schema.
+
+Requests:
+
+``issue-22``
+    ``scope.cpes = [0, "c0", ..., "c29999"]`` (282 KiB): answered after 50 s before issue 22.
+``valid-30k``
+    30,000 valid CPE ids (applied).
+``small``
+    A policy of a few keys (applied).
+
+After each request a health check (100) is dispatched at once; its figure is the time from
+dispatch to its answer leaving, while the A1 worker handles the request.
+
+    python bench/bench_a1.py [--runs 30] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from typing import Any
+
+from xapp.adapters.a1 import A1Handler, PolicyType
+from xapp.adapters.lab import LoopbackGlue
+from xapp.core.policy_book import PolicyBook
+
+A1_POLICY_REQ, HEALTH_REQ = 20010, 100
+DEFAULTS = {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
+            "capacity_floor_mbps": 1.0}
+
+
+def requests() -> dict[str, bytes]:
+    def req(iid: str, payload: dict[str, Any]) -> bytes:
+        return json.dumps({"operation": "CREATE", "policy_type_id": 20100,
+                           "policy_instance_id": iid, "payload": payload}).encode()
+
+    return {
+        "issue-22": req("p-big", {"scope": {"cpes": [0] + [f"c{i}" for i in range(30000)]}}),
+        "valid-30k": req("p-30k", {"scope": {"cpes": [f"c{i}" for i in range(30000)]}}),
+        "small": req("p-small", {"max_weight": 40, "excluded_wats": ["lifi"]}),
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def run(runs: int) -> dict[str, dict[str, float]]:
+    handler = A1Handler(PolicyBook(DEFAULTS), PolicyType.load(), "bench")
+    glue = LoopbackGlue(handler, lambda: True)
+    glue.start_handlers()
+    out: dict[str, dict[str, float]] = {}
+    try:
+        for name, raw in requests().items():
+            a1_ms, health_ms = [], []
+            status = ""
+            for i in range(runs + 2):
+                sent = glue.send(A1_POLICY_REQ, raw, ("a1", i))
+                health_sent = glue.send(HEALTH_REQ, b"ping", ("hc", i))
+                health_at, _, body = glue.answer(("hc", i))
+                a1_at, _, answer = glue.answer(("a1", i))
+                status = json.loads(answer)["status"]
+                if body != b"OK\n":
+                    raise RuntimeError(f"health check answered {body!r}")
+                if i >= 2:  # warm-up
+                    a1_ms.append((a1_at - sent) * 1e3)
+                    health_ms.append((health_at - health_sent) * 1e3)
+            out[name] = {"bytes": len(raw), "status": status,  # type: ignore[dict-item]
+                         "a1_p50_ms": statistics.median(a1_ms),
+                         "a1_p99_ms": percentile(a1_ms, 0.99), "a1_max_ms": max(a1_ms),
+                         "health_p50_ms": statistics.median(health_ms),
+                         "health_max_ms": max(health_ms)}
+    finally:
+        for worker in glue.workers():
+            worker.stop(timeout_s=2)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    logging.disable(logging.ERROR)  # each refusal of the issue-22 request is logged, by design
+    started = time.perf_counter()
+    result = run(args.runs)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"A1 round trips through RmrGlue in-process, {args.runs} runs each "
+          f"({time.perf_counter() - started:.1f} s)")
+    print(f"{'request':<10} {'KiB':>6} {'answer':>7} {'A1 p50':>8} {'p99':>8} {'max':>8} "
+          f"{'health p50':>11} {'max':>7}")
+    for name, r in result.items():
+        print(f"{name:<10} {r['bytes'] / 1024:>6.0f} {r['status']:>7} {r['a1_p50_ms']:>6.1f}ms "
+              f"{r['a1_p99_ms']:>6.1f}ms {r['a1_max_ms']:>6.1f}ms {r['health_p50_ms']:>9.2f}ms "
+              f"{r['health_max_ms']:>5.2f}ms")
+
+
+if __name__ == "__main__":
+    main()
