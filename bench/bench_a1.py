@@ -19,7 +19,13 @@ Requests:
 After each request a health check (100) is dispatched at once; its figure is the time from
 dispatch to its answer leaving, while the A1 worker handles the request.
 
-    python bench/bench_a1.py [--runs 30] [--json]
+Then the ``small`` request's round trip while E2 indications arrive (issue 21): a feeder
+dispatches RIC indications (12050) of ``bench_kpm``'s format 3 case, 100 UEs x 4 measurements,
+at ``--ue-rate`` UE measurements per second (default 10,000: 25 indications/s) through the same
+glue, so that the ``mcw-e2-indications`` worker runs the shipped ``KpmIngest.handle`` on them
+while A1 requests are answered; the idle figure is measured in the same run, just before.
+
+    python bench/bench_a1.py [--runs 30] [--load-runs 1000] [--ue-rate 10000] [--json]
 """
 
 from __future__ import annotations
@@ -28,14 +34,20 @@ import argparse
 import json
 import logging
 import statistics
+import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from xapp.adapters.a1 import A1Handler, PolicyType
 from xapp.adapters.lab import LoopbackGlue
 from xapp.core.policy_book import PolicyBook
 
-A1_POLICY_REQ, HEALTH_REQ = 20010, 100
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_kpm import NODE, make_case, make_ingest
+
+A1_POLICY_REQ, HEALTH_REQ, RIC_INDICATION = 20010, 100, 12050
 DEFAULTS = {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
             "capacity_floor_mbps": 1.0}
 
@@ -88,16 +100,86 @@ def run(runs: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def round_trips(glue: LoopbackGlue, raw: bytes, runs: int, tag: str) -> list[float]:
+    """Milliseconds from dispatch to answer of ``runs`` A1 requests, one at a time."""
+    out = []
+    for i in range(runs + 2):
+        sent = glue.send(A1_POLICY_REQ, raw, (tag, i))
+        at, _, answer = glue.answer((tag, i))
+        if json.loads(answer)["status"] != "OK":
+            raise RuntimeError(f"A1 answered {answer!r}")
+        if i >= 2:
+            out.append((at - sent) * 1e3)
+        time.sleep(0.002)  # requests spread over the load, not queued back to back
+    return out
+
+
+def under_indications(runs: int, ue_rate: float) -> dict[str, float]:
+    """A1 round trips idle, then while indications arrive at ``ue_rate`` UE measurements/s."""
+    case = make_case(100)
+    ingest, sink = make_ingest(case)
+    handler = A1Handler(PolicyBook(DEFAULTS), PolicyType.load(), "bench")
+    glue = LoopbackGlue(handler, lambda: True, on_indication=ingest.handle)
+    glue.start_handlers()
+    raw = requests()["small"]
+    period_s = case.values_per_indication / ue_rate
+    stop = threading.Event()
+    sent = [0]
+
+    def feed() -> None:
+        next_at = time.monotonic()
+        while not stop.is_set():
+            glue.send(RIC_INDICATION, case.payload, ("e2", sent[0]), meid=NODE.encode())
+            sent[0] += 1
+            next_at += period_s
+            stop.wait(max(0.0, next_at - time.monotonic()))
+
+    try:
+        ingest.handle(case.payload, NODE)  # dialect detection and caches, outside the clock
+        idle = round_trips(glue, raw, runs, "idle")
+        frames_before = sink.frames
+        feeder = threading.Thread(target=feed, name="e2-feeder", daemon=True)
+        started = time.monotonic()
+        feeder.start()
+        loaded = round_trips(glue, raw, runs, "load")
+        stop.set()
+        feeder.join(timeout=5)
+        took = time.monotonic() - started
+        e2 = glue.e2_worker
+        assert e2 is not None
+        deadline = time.monotonic() + 30
+        while e2.pending() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # the last one taken off the queue
+        decoded, dropped = sink.frames - frames_before, e2.dropped
+    finally:
+        stop.set()
+        for worker in glue.workers():
+            worker.stop(timeout_s=2)
+    return {"ue_rate_asked": ue_rate,
+            "ue_rate_dispatched": sent[0] * case.values_per_indication / took,
+            "indications_sent": sent[0], "indications_decoded": decoded,
+            "indications_dropped": dropped,
+            "idle_p50_ms": statistics.median(idle), "idle_p99_ms": percentile(idle, 0.99),
+            "load_p50_ms": statistics.median(loaded), "load_p99_ms": percentile(loaded, 0.99),
+            "p99_ratio": percentile(loaded, 0.99) / percentile(idle, 0.99)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--load-runs", type=int, default=1000,
+                        help="small A1 requests idle and under indication load (default 1000)")
+    parser.add_argument("--ue-rate", type=float, default=10_000.0,
+                        help="UE measurements per second the E2 feeder dispatches (10000)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     logging.disable(logging.ERROR)  # each refusal of the issue-22 request is logged, by design
     started = time.perf_counter()
     result = run(args.runs)
+    load = under_indications(args.load_runs, args.ue_rate)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps({"requests": result, "under_indications": load}, indent=2))
         return
     print(f"A1 round trips through RmrGlue in-process, {args.runs} runs each "
           f"({time.perf_counter() - started:.1f} s)")
@@ -107,6 +189,12 @@ def main() -> None:
         print(f"{name:<10} {r['bytes'] / 1024:>6.0f} {r['status']:>7} {r['a1_p50_ms']:>6.1f}ms "
               f"{r['a1_p99_ms']:>6.1f}ms {r['a1_max_ms']:>6.1f}ms {r['health_p50_ms']:>9.2f}ms "
               f"{r['health_max_ms']:>5.2f}ms")
+    print(f"\nsmall A1 request under E2 load ({args.load_runs} round trips each): indications "
+          f"of 100 UEs x 4 at {load['ue_rate_dispatched']:,.0f} UE meas/s "
+          f"({load['indications_decoded']}/{load['indications_sent']} decoded)")
+    print(f"idle  p50 {load['idle_p50_ms']:.2f} ms  p99 {load['idle_p99_ms']:.2f} ms")
+    print(f"load  p50 {load['load_p50_ms']:.2f} ms  p99 {load['load_p99_ms']:.2f} ms  "
+          f"(p99 {load['p99_ratio']:.2f}x idle)")
 
 
 if __name__ == "__main__":
