@@ -1,4 +1,4 @@
-# make demo  - the closed loop on the wifi-walk scenario, embedded defaults, under a minute
+# make demo  - the closed loop with the shipped model on wifi-walk (EWMA, lagged oracle beside it), < 1 min
 # make test  - lint + every test (Python against real redis/influxd/mosquitto, Go agent, chart)
 # make bench - the benchmarks in bench/, figures printed (see README)
 #
