@@ -24,8 +24,8 @@ demo: deps-python
 
 test: deps lint test-python test-agent
 
-# E2E_AGENTS dry-run Go agents, one per CPE; the whole run takes about 4 minutes warm.
-E2E_AGENTS ?= 200
+# E2E_AGENTS dry-run Go agents, one per CPE (each is a process: 300 want more than 2 cores).
+E2E_AGENTS ?= 50
 e2e: deps-e2e agent
 	$(PY) -m tests.e2e --agents $(E2E_AGENTS) --bench --out out/e2e
 
@@ -80,7 +80,8 @@ agent:
 	fi
 
 lint: deps-python
-	$(VENV)/bin/ruff check xapp twin tests bench
+	$(VENV)/bin/ruff check xapp twin tests bench dashboards
+	$(PY) -m dashboards --check
 	$(VENV)/bin/mypy
 	@if [ -f kernel-agent/go.mod ]; then cd kernel-agent && go vet ./...; fi
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from tests.e2e.dashboard_queries import check_dashboards
 from tests.e2e.feeder import ScenarioFeeder
 from tests.e2e.observer import Observer
 from tests.e2e.prometheus import Prometheus, prometheus_binary
@@ -64,6 +65,8 @@ from tests.support.polling import free_port, wait_until
 from tests.support.redis_server import RedisServer, redis_binary
 
 LEASE_S = 6.0
+#: Agent telemetry period: every agent scans its sockets this often.
+TELEMETRY_MS = 2000
 A1_TYPE = "20100"
 
 
@@ -265,7 +268,7 @@ def _agent_stop(run: Run) -> None:
 
 def _agent_start(run: Run) -> None:
     cpe = run.cpes[0]
-    run.stack.agents[0] = run.stack.start_agent(cpe, telemetry_ms=1000,
+    run.stack.agents[0] = run.stack.start_agent(cpe, telemetry_ms=TELEMETRY_MS,
                                                 metrics_port=run.agent_ports[cpe])
     run.stack.agents.pop()  # start_agent appends; the restarted agent takes the old slot
 
@@ -357,6 +360,18 @@ def missing_tools() -> list[str]:
     return out
 
 
+def distinct_ports(n: int, taken: set[int]) -> list[int]:
+    """``n`` free loopback ports, none repeated and none in ``taken``: the agents bind theirs
+    later, so two calls of :func:`free_port` could otherwise hand out the same one."""
+    out: list[int] = []
+    while len(out) < n:
+        p = free_port()
+        if p not in taken:
+            taken.add(p)
+            out.append(p)
+    return out
+
+
 def start(root: Path, n_agents: int, n_cpes: int) -> Run:
     """Every server, ``mcw run``, the agents, Prometheus and the feeder, ready to go."""
     root.mkdir(parents=True, exist_ok=True)
@@ -390,10 +405,10 @@ def start(root: Path, n_agents: int, n_cpes: int) -> Run:
     t0 = time.monotonic()
     observer = Observer(broker, t0).start()
     agent_cpes = cpes[:n_agents]
-    ports = {c: free_port() for c in agent_cpes}
+    ports = dict(zip(agent_cpes, distinct_ports(len(agent_cpes), {port, a1_port}), strict=True))
     try:
         for c in tqdm(agent_cpes, desc="agents", unit="agent"):
-            stack.start_agent(c, telemetry_ms=1000, metrics_port=ports[c])
+            stack.start_agent(c, telemetry_ms=TELEMETRY_MS, metrics_port=ports[c])
         prom = Prometheus(root / "prometheus", port, list(ports.values())).start()
     except BaseException:
         observer.stop()
@@ -463,8 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.e2e", description=__doc__)
     parser.add_argument("--out", type=Path, default=REPO / "out" / "e2e", metavar="DIR",
                         help="output directory (default: out/e2e); emptied first")
-    parser.add_argument("--agents", type=int, default=100,
-                        help="dry-run Go agents, one per CPE (default: 100)")
+    parser.add_argument("--agents", type=int, default=50,
+                        help="dry-run Go agents, one per CPE (default: 50; every agent is a "
+                             "process, so a few hundred want more than 2 cores)")
     parser.add_argument("--cpes", type=int, default=0,
                         help="CPEs in the KPI feed (default: as many as agents)")
     parser.add_argument("--steady-s", type=float, default=20.0,
@@ -488,8 +504,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not wait_until(lambda: run.ready()[0] and all(
                 v > 0 for v in run.observer.latest_versions().values())
-                and len(run.observer.latest_versions()) == len(run.cpes), 120, 0.5):
-            print(f"e2e: the system never became ready: {run.ready()}", file=sys.stderr)
+                and len(run.observer.latest_versions()) == len(run.cpes), 180, 0.5):
+            late = sorted(set(run.cpes) - set(run.observer.latest_versions()))
+            print(f"e2e: the system never became ready: {run.ready()}; agents without "
+                  f"weights: {late[:10]}", file=sys.stderr)
             return 1
         run.mark(f"ready: {len(run.cpes)} agents applied weights")
         figures: dict[str, Any] = {"agents": len(run.cpes), "cpes": n_cpes,
@@ -515,7 +533,9 @@ def main(argv: list[str] | None = None) -> int:
                       lease_kept(records, end, LEASE_S, outages),
                       Check("Prometheus scrapes the xApp and every agent",
                             up.get("mcw-xapp") == 1 and up.get("mcw-agent") == len(run.cpes),
-                            f"targets up: {up}")]
+                            f"targets up: {up}"),
+                      *check_dashboards(run.prom, run.stack.influx, run.cpes[1],
+                                        e2_running=False)]
         figures["faults"] = {r.name: {"detect_s": r.detect_s, "recover_s": r.recover_s}
                              for r in results}
         figures["wall_s"] = round(time.monotonic() - wall0, 1)
