@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.support.polling import free_port, wait_until
+from tests.support.polling import free_port, stop_process, wait_until
 
 
 def prometheus_binary() -> str | None:
@@ -91,11 +91,5 @@ class Prometheus:
         return out
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None

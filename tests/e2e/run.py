@@ -22,7 +22,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -526,9 +526,14 @@ def main(argv: list[str] | None = None) -> int:
         run.mark(f"xApp's InfluxDB buffer drained: {drained}")
         end = run.now()
         records = run.observer.snapshot()
+        with (args.out / "states.jsonl").open("w") as fh:
+            for r in records:
+                fh.write(json.dumps(asdict(r)) + "\n")
         up = run.prom.targets_up()
         invariants = [versions_in_order(records),
-                      weights_in_influx(records, stored_weight_versions(run)),
+                      weights_in_influx(records, stored_weight_versions(run),
+                                        crashes=[r.injected_s for r in results
+                                                 if r.name.startswith("mcw run killed")]),
                       kpis_in_influx(run.feeder.acked_points(), stored_kpis(run)),
                       lease_kept(records, end, LEASE_S, outages),
                       Check("Prometheus scrapes the xApp and every agent",

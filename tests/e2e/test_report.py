@@ -36,6 +36,10 @@ def test_weights_and_kpis_in_influx() -> None:
     assert weights_in_influx(records, {"a": {1, 2, 7}}).ok
     missing = weights_in_influx(records, {"a": {1}})
     assert not missing.ok and "a v2" in missing.detail
+    # Applied a moment before mcw run was SIGKILLed: the unflushed batch, listed, not failed.
+    crashed = weights_in_influx(records, {"a": {1}}, crashes=[3.0])
+    assert crashed.ok and "a v2 at 1.0s" in crashed.detail
+    assert not weights_in_influx(records, {"a": {1}}, crashes=[30.0]).ok
     assert kpis_in_influx(10, 10).ok and not kpis_in_influx(10, 9).ok
 
 
