@@ -73,8 +73,9 @@ def _panels() -> list[Any]:
             ("SELECT sum(m) FROM (SELECT mean(median_mbps) AS m FROM wat_prediction WHERE "
              f"{cpe} AND direction = 'dl' {GROUP}, wat) {GROUP}", "predicted sum, dl")),
             0, 9, unit="Mbits"),
-        _panel("Weights applied by the CPE's agent", _prom(
-            ('mcw_agent_weight{cpe_id="$cpe"}', "{{wat}} {{direction}}"),), 12, 9),
+        # The agent's metrics carry no CPE label (one agent, one scrape target): the fleet view.
+        _panel("Weights the agents apply, fleet mean per WAT", _prom(
+            ("avg by (wat) (mcw_agent_weight)", "{{wat}}"),), 12, 9),
         RowPanel(title="Model", gridPos=GridPos(h=1, w=24, x=0, y=17)),
         _panel("Lower-bound coverage against its target", _prom(
             ("mcw_model_lower_coverage", "coverage {{family}}"),

@@ -39,7 +39,7 @@ def check_dashboards(prom: Prometheus, influx: InfluxServer, cpe: str,
     for name, build in DASHBOARDS.items():
         for q in queries(dashboard_json(build())):
             try:
-                n = (len(prom.query(q.text)) if q.source == "prometheus"
+                n = (len(prom.query(q.text.replace("$cpe", cpe))) if q.source == "prometheus"
                      else influx_query(influx, q.text, cpe))
                 err = ""
             except (OSError, RuntimeError) as exc:

@@ -300,9 +300,10 @@ def _malformed(run: Run) -> None:
     client.publish(f"mcw/v1/cpe/{run.cpes[-1]}/telemetry", b'{"schema": "garbage"')
     client.close()
     results.append("MQTT telemetry: truncated JSON published")
-    ok = influx_write(run.stack.influx, [f"wat_kpi,cpe={run.cpes[-1]},wat=wifi "
-                                         'delivered_mbps="fast" 1'])
-    results.append(f"InfluxDB: string-typed KPI write accepted={ok}")
+    run.scratch["skipped_before"] = _skipped_unknown_wat(run)
+    ok = influx_write(run.stack.influx, [f"wat_kpi,cpe={run.cpes[-1]},wat=bogus,cell=x "
+                                         f"delivered_mbps=1.0 {time.time_ns()}"])
+    results.append(f"InfluxDB: a KPI row of an unknown WAT, acknowledged={ok}")
     code = http_get(run.stack.xapp.http_port, "/ric/v1/health/ready?" + "x" * 5000)[0]
     results.append(f"HTTP: oversized query answered {code}")
     run.mark("malformed inputs: " + "; ".join(results))
@@ -315,13 +316,22 @@ def _dropped(run: Run) -> float:
                and ("kind", "telemetry") in labels)
 
 
+def _skipped_unknown_wat(run: Run) -> float:
+    return run.stack.xapp.metrics().get(
+        ("mcw_kpi_rows_skipped_total", (("reason", "unknown_wat"),)), 0.0)
+
+
 def _malformed_checks(run: Run, _res: FaultResult) -> list[Check]:
     counted = wait_until(lambda: _dropped(run) > run.scratch["dropped_before"], 10)
+    skipped = wait_until(lambda: _skipped_unknown_wat(run) > run.scratch["skipped_before"], 10)
     return [Check("A1: an invalid policy refused with status ERROR",
                   run.scratch["a1_refused"] == 1.0, ""),
             Check("MQTT: malformed telemetry dropped and counted", counted,
                   f"mcw_mqtt_subscriber_dropped_payloads_total{{kind=telemetry}} = "
                   f"{_dropped(run)}"),
+            Check("InfluxDB: a KPI row of an unknown WAT skipped and counted", skipped,
+                  f"mcw_kpi_rows_skipped_total{{reason=unknown_wat}} = "
+                  f"{_skipped_unknown_wat(run)}"),
             Check("xApp alive and ready after every malformed input",
                   run.alive() and run.ready()[0], "")]
 
