@@ -205,12 +205,16 @@ def _split_applied(run: Run) -> str | None:
     return f"{n} agents applied 50/50" if n == len(run.cpes) else None
 
 
+def _unequal(run: Run) -> int:
+    return sum(1 for w in run.latest().values() if w.get("nr") != w.get("wifi"))
+
+
 def _split_checks(run: Run, res: FaultResult) -> list[Check]:
-    back = wait_until(lambda: sum(1 for w in run.latest().values()
-                                  if w.get("nr") != w.get("wifi")) >= 0.9 * len(run.cpes), 30)
+    back = wait_until(lambda: _unequal(run) >= 0.9 * len(run.cpes), 30)
     return [Check("every agent applied 50/50 through A1", res.detect_s is not None,
                   f"in {res.detect_s}s" if res.detect_s is not None else "not all agents"),
-            Check("load balancing back after DELETE on >= 90% of agents", back, "")]
+            Check("load balancing back after DELETE on >= 90% of agents", back,
+                  f"{_unequal(run)}/{len(run.cpes)} agents with unequal nr/wifi weights")]
 
 
 def _broker_stop(run: Run) -> None:
