@@ -12,18 +12,42 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from tests.e2e.observer import Applied
 from tests.e2e.report import FaultResult
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
     from tests.e2e.run import Run
 
 COLOURS = {"nr": "tab:blue", "wifi": "tab:orange", "lifi": "tab:green"}
 
 
+def _real_link(run: Run, records: list[Applied], ax_rate: Axes, ax_w: Axes) -> None:
+    """The real MPTCP connection: delivered per direction against the sum of the path
+    rates, and the weights its CPE agent applied (uplink; the proxy applies the same message's
+    downlink)."""
+    assert run.link is not None
+    wall0 = time.time() - run.now()
+    for d, style in (("ul", "-"), ("dl", "--")):
+        pts = run.link.delivered(d)
+        ax_rate.plot([t - 0.5 - wall0 for t, _ in pts], [m for _, m in pts], style,
+                     label=f"delivered {d}")
+    ax_rate.axhline(run.link.sum_mbit, color="black", lw=0.8, label="sum of path rates")
+    ax_rate.set_ylabel(f"real MPTCP\n{run.link.cpe_id}, Mbit/s")
+    ax_rate.legend(loc="lower right", ncol=3)
+    mine = [r for r in records if r.cpe == run.link.cpe_id and r.online]
+    for wat in (p.wat for p in run.link.topo.paths):
+        ax_w.step([r.t for r in mine], [r.weights.get(wat, 0) for r in mine], where="post",
+                  color=COLOURS[wat], label=wat)
+    ax_w.set_ylabel(f"real {run.link.cpe_id}\napplied ul weight")
+    ax_w.legend(loc="upper right", ncol=2)
+
+
 def plot(run: Run, faults: list[FaultResult], path: Path) -> Path:
     records = run.observer.snapshot()
     cpe = run.cpes[min(1, len(run.cpes) - 1)]  # cpes[0] is the one restarted
-    fig, axes = plt.subplots(4, 1, figsize=(12, 11), sharex=True)
+    fig, axes = plt.subplots(6, 1, figsize=(12, 16), sharex=True)
     mine = [r for r in records if r.cpe == cpe and r.online and r.version > 0]
     ax = axes[0]
     for wat, colour in COLOURS.items():
@@ -62,6 +86,9 @@ def plot(run: Run, faults: list[FaultResult], path: Path) -> Path:
     ax.set_ylabel("Prometheus")
     ax.set_ylim(-0.05, 1.1)
     ax.legend(loc="lower right", ncol=3)
+    if run.link is not None:
+        _real_link(run, records, axes[4], axes[5])
+    ax = axes[-1]
     ax.set_xlabel("time since start, s")
     for f in faults:
         for a in axes:

@@ -32,6 +32,7 @@ from tests.e2e.dashboard_queries import check_dashboards
 from tests.e2e.feeder import ScenarioFeeder
 from tests.e2e.observer import Observer
 from tests.e2e.prometheus import Prometheus, prometheus_binary
+from tests.e2e.reallink import RealLink, proxy_acl
 from tests.e2e.report import (
     Check,
     FaultResult,
@@ -85,6 +86,8 @@ class Run:
     timeline: list[tuple[float, str]]
     #: Values one step of the story leaves for its checks.
     scratch: dict[str, float] = field(default_factory=dict)
+    #: The real MPTCP connection (its CPE is not in ``cpes``: those are the dry-run fleet).
+    link: RealLink | None = None
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -187,12 +190,14 @@ SPLIT = {"mode": "fixed_split", "excluded_wats": ["lifi"],
 
 
 def _a1_create(run: Run) -> None:
+    run.scratch["split_wall0"] = time.time()
     resp = run.a1({"operation": "CREATE", "policy_type_id": A1_TYPE,
                    "policy_instance_id": "e2e-split", "payload": json.dumps(SPLIT)})
     run.mark(f"A1 CREATE fixed_split 50/50: {resp.get('status')}")
 
 
 def _a1_delete(run: Run) -> None:
+    run.scratch["split_wall1"] = time.time()
     resp = run.a1({"operation": "DELETE", "policy_type_id": A1_TYPE,
                    "policy_instance_id": "e2e-split", "payload": "{}"})
     run.mark(f"A1 DELETE fixed_split: {resp.get('status')}")
@@ -344,6 +349,47 @@ def _nothing(_run: Run) -> None:
     return None
 
 
+def _wat_down(run: Run) -> None:
+    assert run.link is not None
+    run.scratch["wat_down_wall"] = time.time()
+    run.link.topo.set_link("wifi", False)
+
+
+def _wat_up(run: Run) -> None:
+    assert run.link is not None
+    run.scratch["wat_up_wall"] = time.time()
+    run.link.topo.set_link("wifi", True)
+
+
+def _wat_down_seen(run: Run) -> str | None:
+    """The real CPE agent reported the WAT down (its link-down state message)."""
+    assert run.link is not None
+    cpe = run.link.cpe_id
+    t_inj = max((t for t, what in run.timeline if what.startswith("inject WAT down")),
+                default=0.0)
+    hit = any(r.cpe == cpe and r.event == "link-down" and r.t >= t_inj
+              for r in run.observer.snapshot())
+    return "the CPE agent's link-down state" if hit else None
+
+
+def _wat_checks(run: Run, _res: FaultResult) -> list[Check]:
+    """Delivered back above the fastest path alone in both directions after the WAT returned
+    (the subflow that stood through the outage first waits out its backed-off timer)."""
+    assert run.link is not None
+    up = run.scratch["wat_up_wall"]
+    best = max(p.mbit for p in run.link.topo.paths)
+    back = run.link.recovered_at(up, best, 40)
+    # From 2 s after the link went down (the queued second drains) to its return.
+    during = run.link.mean("ul", run.scratch["wat_down_wall"] + 2, up)
+    run.scratch["wat_link_recover_s"] = -1.0 if back is None else round(back - up, 1)
+    return [Check("real connection: both directions above the fastest path after the WAT "
+                  "returned", back is not None,
+                  f"after {run.scratch['wat_link_recover_s']} s (-1: never within 40 s)"),
+            Check("real connection: the uplink during the outage within the remaining path",
+                  during is not None and during <= run.link.topo.paths[0].mbit * 1.05,
+                  f"{during} Mbit/s")]
+
+
 STORY: list[Fault] = [
     Fault("A1 fixed_split 50/50 and back", _a1_create, _a1_delete, 20.0,
           detect=_split_applied, checks=_split_checks),
@@ -357,6 +403,8 @@ STORY: list[Fault] = [
           detect=_agent_detect, checks=_agent_checks),
     Fault("malformed input on every interface", _malformed, _nothing, 2.0,
           detect=lambda _r: None, detect_pending_ok=True, checks=_malformed_checks),
+    Fault("WAT down on the real MPTCP connection (wifi link down 10 s)", _wat_down, _wat_up,
+          10.0, detect=_wat_down_seen, checks=_wat_checks),
 ]
 
 
@@ -390,7 +438,9 @@ def start(root: Path, n_agents: int, n_cpes: int) -> Run:
     """Every server, ``mcw run``, the agents, Prometheus and the feeder, ready to go."""
     root.mkdir(parents=True, exist_ok=True)
     pki = make_pki(root / "pki", n_cpes=n_cpes, jobs=2)
-    broker = MosquittoBroker(pki, root / "broker").start()
+    cpes = [cpe_name(i) for i in range(1, n_cpes + 1)]
+    # The shipped ACL plus the proxy's grants for the real connection's CPE (cpes[0]).
+    broker = MosquittoBroker(pki, root / "broker", acl=proxy_acl(root / "acl", cpes[0])).start()
     try:
         influx = start_influxd(root)
     except BaseException:
@@ -406,7 +456,6 @@ def start(root: Path, n_agents: int, n_cpes: int) -> Run:
     write_config(config)
     env = {**operator_env(root, pki, broker, influx, redis), "CONFIG_FILE": str(config),
            "MCW_MQTT_LEASE_S": str(int(LEASE_S)), "MCW_LOG_LEVEL": "WARNING"}
-    cpes = [cpe_name(i) for i in range(1, n_cpes + 1)]
     scenario_feeder = ScenarioFeeder(influx, cpes)
     feeder = scenario_feeder.start()
     port, a1_port = free_port(), free_port()
@@ -418,18 +467,45 @@ def start(root: Path, n_agents: int, n_cpes: int) -> Run:
     stack.xapp.start()
     t0 = time.monotonic()
     observer = Observer(broker, t0).start()
-    agent_cpes = cpes[:n_agents]
+    # cpes[0] is the real connection's CPE; the others up to n_agents run dry-run agents.
+    agent_cpes = cpes[1:n_agents]
     ports = dict(zip(agent_cpes, distinct_ports(len(agent_cpes), {port, a1_port}), strict=True))
+    link = RealLink(root / "mptcp", pki, broker.port, cpes[0])
     try:
+        link.start()
         for c in tqdm(agent_cpes, desc="agents", unit="agent"):
             stack.start_agent(c, telemetry_ms=TELEMETRY_MS, metrics_port=ports[c])
         prom = Prometheus(root / "prometheus", port, list(ports.values())).start()
     except BaseException:
         observer.stop()
+        link.stop()
         stack.stop()
         raise
     return Run(stack=stack, cpes=agent_cpes, agent_ports=ports, a1_port=a1_port,
-               observer=observer, feeder=scenario_feeder, prom=prom, t0=t0, timeline=[])
+               observer=observer, feeder=scenario_feeder, prom=prom, t0=t0, timeline=[],
+               link=link)
+
+
+def link_figures(run: Run, steady_wall: tuple[float, float]) -> dict[str, Any]:
+    """Delivered Mbit/s per direction on the real connection against the sum of the path
+    rates: the steady phase (load_balancing) and the A1 fixed_split hold; the WAT down's
+    recovery on the connection itself."""
+    assert run.link is not None
+    lk = run.link
+
+    def phase(t0: float, t1: float) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for d in ("ul", "dl"):
+            m = lk.mean(d, t0, t1)
+            out[f"{d}_mbps"] = None if m is None else round(m, 2)
+            out[f"{d}_of_sum"] = None if m is None else round(m / lk.sum_mbit, 3)
+        return out
+
+    # The split's first 5 s are the agents taking it up and the queues draining.
+    split = (run.scratch.get("split_wall0", 0.0) + 5, run.scratch.get("split_wall1", 0.0))
+    return {"paths_mbit": {p.wat: p.mbit for p in lk.topo.paths}, "sum_mbit": lk.sum_mbit,
+            "load_balancing_steady": phase(*steady_wall), "fixed_split_50_50": phase(*split),
+            "wat_down_link_recover_s": run.scratch.get("wat_link_recover_s")}
 
 
 def proc_usage(pid: int) -> tuple[float, float]:
@@ -518,12 +594,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not wait_until(lambda: run.ready()[0] and all(
                 v > 0 for v in run.observer.latest_versions().values())
-                and len(run.observer.latest_versions()) == len(run.cpes), 180, 0.5):
+                and set(run.cpes) <= set(run.observer.latest_versions()), 180, 0.5):
             late = sorted(set(run.cpes) - set(run.observer.latest_versions()))
             print(f"e2e: the system never became ready: {run.ready()}; agents without "
                   f"weights: {late[:10]}", file=sys.stderr)
             return 1
         run.mark(f"ready: {len(run.cpes)} agents applied weights")
+        steady_wall = (time.time(), time.time() + args.steady_s)
         figures: dict[str, Any] = {"agents": len(run.cpes), "cpes": n_cpes,
                                    "steady": steady(run, args.steady_s)}
         results: list[FaultResult] = []
@@ -557,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
                                         e2_running=False)]
         figures["faults"] = {r.name: {"detect_s": r.detect_s, "recover_s": r.recover_s}
                              for r in results}
+        figures["real_mptcp"] = link_figures(run, steady_wall)
         figures["wall_s"] = round(time.monotonic() - wall0, 1)
         doc = to_json(results, invariants, {"figures": figures,
                                             "timeline": run.timeline})
@@ -567,6 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         run.observer.stop()
         run.prom.stop()
+        if run.link is not None:
+            run.link.stop()
         run.stack.stop()
     text = timeline_text(run) + "\n\n" + to_text(doc)
     (args.out / "report.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tests.e2e.observer import Applied
 from tests.e2e.report import (
     Check,
@@ -29,6 +31,12 @@ def test_versions_in_order() -> None:
     assert not reused.ok and "version 3 applied as" in reused.detail
     # Offline wills carry version 0 and never count as going back.
     assert versions_in_order([rec(0, "a", 3), rec(1, "a", 0, online=False)]).ok
+    # The agent masks a WAT that went down under the same version, and unmasks it: the
+    # agent's own events (hyphenated, as the agent sends them), not a reuse.
+    masked = [rec(0, "a", 3, nr=5), replace(rec(1, "a", 3, nr=0), event="link-down"),
+              replace(rec(2, "a", 3, nr=5), event="link-up")]
+    assert versions_in_order(masked).ok
+    assert not versions_in_order([*masked, rec(3, "a", 3, nr=0)]).ok
 
 
 def test_weights_and_kpis_in_influx() -> None:
