@@ -18,6 +18,7 @@ from pathlib import Path as FsPath
 from tests.e2e.netns import PROXY_ADDR, Path, Topology
 from tests.integration.stack import AGENT_BINARY
 from tests.support.mosquitto import REPO, Pki
+from tests.support.polling import stop_process
 
 PROXY_ID = "proxy-0001"
 BULK_PORT = 5301
@@ -141,11 +142,5 @@ class RealLink:
 
     def stop(self) -> None:
         for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc)
         self.topo.close()
