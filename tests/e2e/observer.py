@@ -12,7 +12,7 @@ import json
 import ssl
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import paho.mqtt.client as mqtt
@@ -21,6 +21,8 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from tests.support.mosquitto import MosquittoBroker
 
 STATE_TOPIC = "mcw/v1/cpe/+/state"
+#: The proxies' per-CPE states (downlink): kept apart, as they share the CPE's versions.
+PROXY_STATE_TOPIC = "mcw/v1/proxy/+/cpe/+/state"
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,8 @@ class Applied:
     version: int
     weights: dict[str, int]
     event: str
+    #: The rate caps the agent applied (mptcp-shares), Mbit/s per WAT; empty for dry-run.
+    caps: dict[str, float] = field(default_factory=dict)
 
 
 class Observer:
@@ -42,6 +46,7 @@ class Observer:
         self.t0 = t0
         self.lock = threading.Lock()
         self.records: list[Applied] = []
+        self.proxy_records: list[Applied] = []
         self.bad: list[str] = []
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="e2e-observer",
                                   protocol=MQTTProtocolVersion.MQTTv5)
@@ -56,6 +61,7 @@ class Observer:
 
     def _on_connect(self, c: mqtt.Client, *_: object) -> None:
         c.subscribe(STATE_TOPIC, qos=1)
+        c.subscribe(PROXY_STATE_TOPIC, qos=1)
 
     def _on_message(self, _c: mqtt.Client, _u: object, msg: mqtt.MQTTMessage) -> None:
         if not msg.payload:
@@ -67,13 +73,16 @@ class Observer:
                           version=int(doc.get("applied_version", 0)),
                           weights={str(k): int(v)
                                    for k, v in (doc.get("applied_weights") or {}).items()},
-                          event=str(doc.get("event", "")))
+                          event=str(doc.get("event", "")),
+                          caps={str(k): float(v)
+                                for k, v in (doc.get("applied_caps_mbps") or {}).items()})
         except (ValueError, KeyError, TypeError) as exc:
             with self.lock:
                 self.bad.append(f"{msg.topic}: {exc}")
             return
         with self.lock:
-            self.records.append(rec)
+            (self.proxy_records if msg.topic.startswith("mcw/v1/proxy/")
+             else self.records).append(rec)
 
     def start(self) -> Observer:
         self.client.connect("127.0.0.1", self.port, keepalive=5)
@@ -87,6 +96,11 @@ class Observer:
     def snapshot(self) -> list[Applied]:
         with self.lock:
             return list(self.records)
+
+    def proxy_snapshot(self) -> list[Applied]:
+        """The proxies' per-CPE (downlink) states."""
+        with self.lock:
+            return list(self.proxy_records)
 
     def latest_versions(self) -> dict[str, int]:
         """Each CPE's highest applied version seen so far."""

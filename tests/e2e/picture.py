@@ -36,13 +36,17 @@ def _real_link(run: Run, records: list[Applied], ax_rate: Axes, ax_w: Axes) -> N
     ax_rate.axhline(run.link.sum_mbit, color="black", lw=0.8, label="sum of path rates")
     ax_rate.set_ylabel(f"real MPTCP\n{run.link.cpe_id}, Mbit/s")
     ax_rate.legend(loc="lower right", ncol=3)
-    mine = [r for r in records if r.cpe == run.link.cpe_id and r.online]
-    for wat in (p.wat for p in run.link.topo.paths):
-        ax_w.step([r.t for r in mine], [r.weights.get(wat, 0) for r in mine], where="post",
-                  color=COLOURS[wat], label=wat)
-    ax_w.set_ylabel(f"real {run.link.cpe_id}\napplied ul weight")
-    ax_w.legend(loc="upper right", ncol=2)
-
+    # The weights each agent applied per WAT: the CPE's uplink (solid), the proxy's downlink
+    # for this CPE (dashed). Their states carry no applied_caps_mbps in this run, so the caps
+    # mptcp-shares derives from these weights are not drawn.
+    ul = [r for r in records if r.cpe == run.link.cpe_id and r.online]
+    dl = [r for r in run.observer.proxy_snapshot() if r.cpe == run.link.cpe_id and r.online]
+    for recs, style, d in ((ul, "-", "ul"), (dl, "--", "dl")):
+        for wat in (p.wat for p in run.link.topo.paths):
+            ax_w.step([r.t for r in recs], [r.weights.get(wat, 0) for r in recs], style,
+                      where="post", color=COLOURS[wat], label=f"{wat} {d}")
+    ax_w.set_ylabel(f"real {run.link.cpe_id}\napplied weights")
+    ax_w.legend(loc="upper right", ncol=4)
 
 def plot(run: Run, faults: list[FaultResult], path: Path) -> Path:
     records = run.observer.snapshot()

@@ -379,6 +379,8 @@ def _wat_checks(run: Run, _res: FaultResult) -> list[Check]:
     up = run.scratch["wat_up_wall"]
     best = max(p.mbit for p in run.link.topo.paths)
     back = run.link.recovered_at(up, best, 40)
+    dl = [r for r in run.observer.proxy_snapshot()
+          if r.cpe == run.link.cpe_id and r.online and r.version > 0]
     # From 2 s after the link went down (the queued second drains) to its return.
     during = run.link.mean("ul", run.scratch["wat_down_wall"] + 2, up)
     run.scratch["wat_link_recover_s"] = -1.0 if back is None else round(back - up, 1)
@@ -387,7 +389,11 @@ def _wat_checks(run: Run, _res: FaultResult) -> list[Check]:
                   f"after {run.scratch['wat_link_recover_s']} s (-1: never within 40 s)"),
             Check("real connection: the uplink during the outage within the remaining path",
                   during is not None and during <= run.link.topo.paths[0].mbit * 1.05,
-                  f"{during} Mbit/s")]
+                  f"{during} Mbit/s"),
+            Check("real connection: the proxy agent applied the CPE's downlink weights",
+                  bool(dl) and any(dl[-1].weights.values()),
+                  f"{len(dl)} proxy states; last v{dl[-1].version} {dl[-1].weights} "
+                  f"caps {dl[-1].caps or 'not reported'}" if dl else "no proxy state for the CPE")]
 
 
 STORY: list[Fault] = [
