@@ -1,6 +1,8 @@
-# make demo  - the closed loop on the wifi-walk scenario, embedded defaults, under a minute
+# make demo  - the closed loop with the shipped model on wifi-walk (EWMA, lagged oracle beside it), < 1 min
 # make test  - lint + every test (Python against real redis/influxd/mosquitto, Go agent, chart)
 # make bench - the benchmarks in bench/, figures printed (see README)
+# make e2e   - the whole loop with real servers, agents, Prometheus and a scripted fault story
+#              (report, timeline, PNG in out/e2e, figures in bench/e2e.json; docs/e2e.md)
 #
 # On a fresh Debian machine as root these install what they need: Debian packages with apt-get,
 # Python packages into .venv, Go tools (influxd 1.8, helm) into .tools/bin with `go install`.
@@ -15,12 +17,20 @@ export GOFLAGS ?= -mod=mod
 INFLUXD_VERSION := v1.8.10
 HELM_VERSION    := v3.16.4
 
-.PHONY: demo test lint test-python test-agent bench deps deps-python deps-system deps-tools agent clean
+.PHONY: demo e2e deps-e2e test lint test-python test-agent bench deps deps-python deps-system deps-tools agent clean
 
 demo: deps-python
 	$(VENV)/bin/mcw demo --out out/demo
 
 test: deps lint test-python test-agent
+
+# E2E_AGENTS dry-run Go agents, one per CPE (each is a process: 300 want more than 2 cores).
+E2E_AGENTS ?= 50
+e2e: deps-e2e agent
+	$(PY) -m tests.e2e --agents $(E2E_AGENTS) --bench --out out/e2e
+
+deps-e2e: deps-python deps-tools
+	@$(MAKE) --no-print-directory deps-system APT_NEEDS="$(APT_NEEDS) prometheus:prometheus"
 
 deps: deps-system deps-python deps-tools agent
 
@@ -71,7 +81,8 @@ agent:
 	fi
 
 lint: deps-python
-	$(VENV)/bin/ruff check xapp twin tests bench
+	$(VENV)/bin/ruff check xapp twin tests bench dashboards
+	$(PY) -m dashboards --check
 	$(VENV)/bin/mypy
 	@if [ -f kernel-agent/go.mod ]; then cd kernel-agent && go vet ./...; fi
 

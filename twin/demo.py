@@ -1,10 +1,14 @@
 """``mcw demo``: the closed loop on embedded defaults, with a dry-run kernel backend.
 
 The wifi-walk scenario (paper 000, section 6.5) drives one CPE; every control period (1 s) the
-twin's agents report the subflow KPIs of each direction, and the shipped control loop
-(:class:`xapp.core.loop.ControlLoop`, through :class:`twin.loop_driver.LoopDriver`) forecasts
-each WAT's capacity per direction with the EWMA estimator, decides WRR weights (hysteresis 1 %)
-and publishes a validated weights message with both sets.  The table, the plot and the
+twin's agents report the subflow KPIs and radio KPIs of each direction, and the shipped control
+loop (:class:`xapp.core.loop.ControlLoop`, through :class:`twin.loop_driver.LoopDriver`)
+forecasts each WAT's capacity per direction with the shipped model (``models/default``, loaded
+only when its Ed25519 signature verifies against ``keys/model-signing.pub``, wrapped in the
+exploring estimator exactly as ``mcw run`` wraps it), decides WRR weights (hysteresis 1 %) and
+publishes a validated weights message with both sets.  The same loop with the EWMA estimator and
+the lagged oracle (the best weights one control period late) run on the same trace as
+references.  The table, the plot and the
 comparison are the downlink's (the paper's direction: the proxy's agent applies ``dl``); the
 CPE's agent applies the uplink set, and each new one is written in the 5G-CLARITY sysctl format
 by :class:`twin.sysctl_backend.DryRunBackend` under ``OUT/sysroot`` (source addresses of the
@@ -27,9 +31,17 @@ import numpy as np
 
 from twin.fluid import Observation, simulate_duplex
 from twin.loop_driver import LoopDriver
-from twin.policies import TwinOptions, loop_policy, make_estimator, run_policy, summary
+from twin.policies import (
+    TwinOptions,
+    TwinPolicyError,
+    loop_policy,
+    make_estimator,
+    run_policy,
+    summary,
+)
 from twin.scenarios import Scenario, build
 from twin.sysctl_backend import DEMO_SOURCE_IPS, WEIGHTS_PATH, DryRunBackend
+from xapp.model import default_model_path
 
 
 class _DemoLoop:
@@ -103,10 +115,11 @@ def _row_text(r: dict[str, Any]) -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Closed-loop demo on embedded defaults: the wifi-walk scenario, the EWMA capacity "
-        "estimator, the weight engine for both directions and a dry-run kernel backend "
-        "writing the CPE's (uplink) 5G-CLARITY WRR sysctls into OUT/sysroot; the table and "
-        "plot are the downlink's.  Writes OUT/demo.png and OUT/summary.json.")
+        "Closed-loop demo on embedded defaults: the wifi-walk scenario, the shipped capacity "
+        "model (models/default, signature checked), the weight engine for both directions and "
+        "a dry-run kernel backend writing the CPE's (uplink) 5G-CLARITY WRR sysctls into "
+        "OUT/sysroot; the table and plot are the downlink's.  The EWMA estimator and the "
+        "lagged oracle run beside it as references.  Writes OUT/demo.png and OUT/summary.json.")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="output directory (default: a new temporary directory)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
@@ -123,31 +136,54 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     scenario = build("wifi-walk", seed=args.seed)
     opts = TwinOptions()
+    try:
+        # The model the xApp ships, checked as `mcw run` checks it: a missing, unsigned or
+        # tampered artifact stops the demo instead of quietly falling back to the EWMA.
+        estimator = make_estimator("model")
+    except TwinPolicyError as exc:
+        print(f"mcw demo: {exc}", file=sys.stderr)
+        return 1
     oracle = run_policy(scenario, "oracle", opts)
+    lagged = run_policy(scenario, "lagged-oracle", opts)
     probe = run_policy(scenario, "probe", opts)
     probe.oracle_mbps = oracle.aggregate_mbps
-    inner = LoopDriver(make_estimator("ewma"), loop_policy(opts),
-                       round(opts.period_s / scenario.dt_s), radio_kpis=False)
+    period_steps = round(opts.period_s / scenario.dt_s)
+    ewma = simulate_duplex(scenario, LoopDriver(make_estimator("ewma"), loop_policy(opts),
+                                                period_steps, radio_kpis=False),
+                           "xapp-ewma", progress=False)["dl"]
+    ewma.oracle_mbps = oracle.aggregate_mbps
+    ewma.extra["estimator"] = "ewma"
+    inner = LoopDriver(estimator, loop_policy(opts), period_steps, radio_kpis=True)
     backend = DryRunBackend(out / "sysroot")
     stream = None if args.quiet else sys.stdout
+    version = str(getattr(estimator, "version", ""))
     if stream is not None:
         print(f"wifi-walk: Wi-Fi AP carried 25 m away and back in {scenario.duration_s:.0f} s; "
-              f"sysctls under {backend.root}", file=stream)
+              f"model {version} (signature verified); sysctls under {backend.root}",
+              file=stream)
         print(_header(scenario.wats), file=stream)
     loop = _DemoLoop(inner, backend, scenario, oracle.aggregate_mbps, args.every, stream)
     results = simulate_duplex(scenario, loop, "xapp", progress=not args.quiet)
     res = results["dl"]
     res.oracle_mbps = oracle.aggregate_mbps
+    res.extra["estimator"] = "model"
     ul = results["ul"]
     ul.oracle_mbps = run_policy(scenario.toward("ul"), "oracle", opts).aggregate_mbps
 
     from twin.plots import plot_run
 
     png = plot_run(res, scenario.capacity_mbps, out / "demo.png",
-                   title="wifi-walk closed loop, downlink: EWMA estimator + weight engine (xapp)")
+                   title=f"wifi-walk closed loop, downlink: shipped model {version} + weight "
+                   "engine (xapp)")
     doc: dict[str, Any] = {
+        "model": {"version": version, "path": str(default_model_path()),
+                  "signature": "verified"},
         "xapp": summary(res),
         "xapp_ul": summary(ul),
+        "ewma": summary(ewma),
+        "lagged_oracle": {"aggregate_mbps": round(float(lagged.aggregate_mbps.mean()), 3),
+                          "ratio_to_oracle": round(float(lagged.aggregate_mbps.mean())
+                                                   / float(oracle.aggregate_mbps.mean()), 4)},
         "probe": summary(probe),
         "sysctl": {"root": str(backend.root), "writes": backend.writes, "direction": "ul",
                    "source_ips": DEMO_SOURCE_IPS,
@@ -157,11 +193,16 @@ def run(args: argparse.Namespace) -> int:
     }
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
     x, u, p = doc["xapp"], doc["xapp_ul"], doc["probe"]
-    print(f"\nxapp  {x['aggregate_mbps']:7.1f} Mbps  ({x['ratio_to_oracle']:.1%} of oracle "
-          f"{x['oracle_mbps']:.1f}) downlink")
-    print(f"xapp  {u['aggregate_mbps']:7.1f} Mbps  ({u['ratio_to_oracle']:.1%} of oracle "
-          f"{u['oracle_mbps']:.1f}) uplink, {backend.writes} sysctl writes on the CPE")
-    print(f"probe {p['aggregate_mbps']:7.1f} Mbps  ({p['ratio_to_oracle']:.1%} of oracle), "
-          f"the paper's method")
+    e, lo = doc["ewma"], doc["lagged_oracle"]
+    print(f"\nxapp (model)   {x['aggregate_mbps']:7.1f} Mbps  ({x['ratio_to_oracle']:.1%} of "
+          f"oracle {x['oracle_mbps']:.1f}) downlink")
+    print(f"xapp (model)   {u['aggregate_mbps']:7.1f} Mbps  ({u['ratio_to_oracle']:.1%} of "
+          f"oracle {u['oracle_mbps']:.1f}) uplink, {backend.writes} sysctl writes on the CPE")
+    print(f"xapp (EWMA)    {e['aggregate_mbps']:7.1f} Mbps  ({e['ratio_to_oracle']:.1%} of "
+          f"oracle), reference: the loop without the model")
+    print(f"lagged oracle  {lo['aggregate_mbps']:7.1f} Mbps  ({lo['ratio_to_oracle']:.1%} of "
+          f"oracle), reference: the best weights one period late")
+    print(f"probe          {p['aggregate_mbps']:7.1f} Mbps  ({p['ratio_to_oracle']:.1%} of "
+          f"oracle), the paper's method")
     print(f"wrote {png} and {out / 'summary.json'}")
     return 0

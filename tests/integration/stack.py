@@ -253,8 +253,11 @@ class Stack:
             out[key] = value.stdout.decode(errors="replace").strip()
         return out
 
-    def start_agent(self, cpe_id: str, *, telemetry_ms: int = 500) -> subprocess.Popen[bytes]:
-        """The real Go agent (dry-run backend) for ``cpe_id`` with its own certificate."""
+    def start_agent(self, cpe_id: str, *, telemetry_ms: int = 500,
+                    metrics_port: int | None = None) -> subprocess.Popen[bytes]:
+        """The real Go agent (dry-run backend) for ``cpe_id`` with its own certificate; with
+        ``metrics_port`` it serves Prometheus metrics on that loopback port.  A restart reuses
+        the agent's directory, so its state file survives."""
         workdir = self.root / f"agent-{cpe_id}"
         (workdir / "state").mkdir(parents=True, exist_ok=True)
         cert, key = self.pki.cert(cpe_id)
@@ -272,7 +275,7 @@ class Stack:
             + "backend: dry-run\n"
             "safe_weights: {" + ", ".join(f"{w}: 1" for w in wats) + "}\n"
             f"state_dir: {workdir / 'state'}\n"
-            'metrics_listen: ""\n'
+            f"metrics_listen: \"{'' if metrics_port is None else f'127.0.0.1:{metrics_port}'}\"\n"
             f"telemetry:\n  interval_ms: {telemetry_ms}\n  mptcp_only: false\n"
             "log_level: debug\n")
         (workdir / "agent.yaml").write_text(config)

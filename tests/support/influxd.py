@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tests.support.polling import free_port
+from tests.support.polling import free_port, stop_process
 
 DATABASE = "mcw"
 
@@ -136,15 +136,7 @@ class InfluxServer:
 
     def stop(self) -> None:
         """Stop influxd (SIGTERM, then SIGKILL after 10 s); data stays in ``root``."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10.0)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
 

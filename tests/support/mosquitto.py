@@ -33,7 +33,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from tests.support.polling import free_port
+from tests.support.polling import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 BROKER_DIR = REPO / "broker"
@@ -155,13 +155,7 @@ class MosquittoBroker:
 
     def stop(self) -> None:
         """Graceful stop (SIGTERM: mosquitto saves its persistence file)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
     def kill(self) -> None:

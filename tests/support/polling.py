@@ -1,8 +1,10 @@
-"""Small helpers every server-backed test needs: a free loopback port, and waiting for a state."""
+"""Small helpers every server-backed test needs: a free loopback port, waiting for a state,
+stopping a server process."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -22,3 +24,15 @@ def wait_until(cond: Callable[[], bool], timeout_s: float = 40.0, step_s: float 
             return True
         time.sleep(step_s)
     return cond()
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None, timeout_s: float = 10.0) -> None:
+    """SIGTERM ``proc`` (a server saves its state on it), SIGKILL after ``timeout_s``."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

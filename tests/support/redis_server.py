@@ -24,7 +24,7 @@ from types import TracebackType
 
 import pytest
 
-from tests.support.polling import free_port
+from tests.support.polling import free_port, stop_process
 
 
 def redis_binary() -> str | None:
@@ -90,14 +90,7 @@ class RedisServer:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=timeout_s)
+        stop_process(proc, timeout_s)
 
     def restart(self) -> RedisServer:
         self.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -47,4 +48,25 @@ def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = (tmp_path / "sysroot" / WEIGHTS_PATH).read_text().split()
     assert len(text) == 15 and text[0] == "335544330"
     assert doc["xapp"]["aggregate_mbps"] > doc["probe"]["aggregate_mbps"]
-    assert "xapp" in capsys.readouterr().out
+    # The shipped model drives the loop; the EWMA and the lagged oracle are references.
+    latest = (Path(__file__).resolve().parents[2] / "models" / "default" / "LATEST")
+    assert doc["model"]["version"] and doc["model"]["version"] in latest.read_text()
+    assert doc["xapp"]["estimator"] != doc["ewma"]["estimator"]
+    assert 0 < doc["lagged_oracle"]["ratio_to_oracle"] <= 1
+    assert doc["ewma"]["aggregate_mbps"] > doc["probe"]["aggregate_mbps"]
+    out = capsys.readouterr().out
+    assert "xapp (model)" in out and "xapp (EWMA)" in out and "lagged oracle" in out
+
+
+def test_demo_refuses_a_tampered_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    shipped = Path(__file__).resolve().parents[2] / "models" / "default"
+    model = tmp_path / "model"
+    shutil.copytree(shipped, model)
+    artifact = next(model.glob("*.skops"))
+    data = bytearray(artifact.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    artifact.write_bytes(bytes(data))
+    monkeypatch.setenv("MCW_MODEL", str(model))
+    assert main(["demo", "--out", str(tmp_path / "out"), "--quiet"]) == 1
+    assert "cannot load the model" in capsys.readouterr().err

@@ -1,0 +1,146 @@
+"""One CPE agent and one proxy agent (both ``mptcp-shares``) on ONE real MPTCP connection.
+
+The network is ``netns.Topology`` (two WATs, tbf-shaped links); the agents are the real binary
+with the documented config, run by ``ip netns exec`` in the CPE's and the proxy's namespace; they
+reach the run's Mosquitto through ``nsrelay``.  ``mptcp_bulk`` sends both ways on one connection
+and logs what each end receives per second: the delivered uplink (at the proxy) and downlink
+(at the CPE)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+
+from tests.e2e.netns import PROXY_ADDR, Path, Topology
+from tests.integration.stack import AGENT_BINARY
+from tests.support.mosquitto import REPO, Pki
+from tests.support.polling import stop_process
+
+PROXY_ID = "proxy-0001"
+BULK_PORT = 5301
+# Modest rates: two cores carry both directions and the rest of the run.
+PATHS = [Path("nr", 1, 16), Path("wifi", 2, 8)]
+
+
+def proxy_acl(out: FsPath, cpe_id: str) -> FsPath:
+    """The shipped ACL with the proxy's grants for ``cpe_id`` (``broker/make-acl.sh``)."""
+    text = subprocess.run(["bash", str(REPO / "broker" / "make-acl.sh"), f"{PROXY_ID}:{cpe_id}"],
+                          capture_output=True, check=True, timeout=20).stdout.decode()
+    out.write_text(text)
+    return out
+
+
+def agent_config(role: str, ident: str, cert: tuple[FsPath, FsPath], ca: FsPath,
+                 broker_port: int, state: FsPath, paths: list[Path], cpe_id: str) -> str:
+    links = ", ".join(f"{p.wat}: {p.mbit}" for p in paths)
+    # Safe weights in proportion to the link rates: before the xApp speaks, each WAT gets its share.
+    safe = ", ".join(f"{p.wat}: {p.mbit}" for p in paths)
+    head = (f"cpe_id: {ident}\nwats:\n" + "".join(f"  {p.wat}: {{interface: {p.ifc}}}\n"
+                                                  for p in paths)
+            if role == "cpe" else f"role: proxy\nproxy_id: {ident}\ncpes: [{cpe_id}]\n")
+    return (head
+            + f"mqtt: {{broker_url: \"mqtts://127.0.0.1:{broker_port}\", ca_file: {ca}, "
+            f"cert_file: {cert[0]}, key_file: {cert[1]}, keepalive_s: 5}}\n"
+            f"backend: mptcp-shares\nmptcp_shares: {{link_mbps: {{{links}}}}}\n"
+            f"safe_weights: {{{safe}}}\nstate_dir: {state}\nmetrics_listen: \"\"\n"
+            "telemetry: {interval_ms: 1000}\nlog_level: info\n")
+
+
+@dataclass
+class RealLink:
+    root: FsPath
+    pki: Pki
+    broker_port: int
+    cpe_id: str
+    topo: Topology = field(default_factory=lambda: Topology(list(PATHS)))
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def ul_file(self) -> FsPath:
+        return self.root / "delivered-ul.jsonl"
+
+    @property
+    def dl_file(self) -> FsPath:
+        return self.root / "delivered-dl.jsonl"
+
+    def _spawn(self, name: str, netns: str | None, cmd: list[str]) -> None:
+        prefix = ["ip", "netns", "exec", netns] if netns else []
+        with (self.root / f"{name}.log").open("ab") as log:
+            self.procs[name] = subprocess.Popen([*prefix, *cmd], stdout=log,
+                                                stderr=subprocess.STDOUT, cwd=REPO)
+
+    def start_agent(self, role: str) -> None:
+        ident = self.cpe_id if role == "cpe" else PROXY_ID
+        work = self.root / f"agent-{role}"
+        (work / "state").mkdir(parents=True, exist_ok=True)
+        cfg = work / "agent.yaml"
+        cfg.write_text(agent_config(role, ident, self.pki.cert(ident), self.pki.ca,
+                                    self.broker_port, work / "state", self.topo.paths,
+                                    self.cpe_id))
+        ns = self.topo.cpe if role == "cpe" else self.topo.proxy
+        self._spawn(f"agent-{role}", ns, [str(AGENT_BINARY), "-config", str(cfg)])
+
+    def start(self) -> RealLink:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.topo.create()
+        try:
+            self._spawn("relay", None, [sys.executable, "-m", "tests.e2e.nsrelay", "--netns",
+                                        self.topo.cpe, "--netns", self.topo.proxy, "--port",
+                                        str(self.broker_port)])
+            # The proxy agent first: it selects the userspace path manager in its namespace,
+            # which must happen before the connection exists.
+            self.start_agent("proxy")
+            self.start_agent("cpe")
+            time.sleep(3)
+            bulk = [sys.executable, "-m", "tests.e2e.mptcp_bulk"]
+            self._spawn("bulk-proxy", self.topo.proxy, [*bulk, "serve", "--addr", PROXY_ADDR,
+                                                         "--port", str(BULK_PORT),
+                                                         "--out", str(self.ul_file)])
+            time.sleep(0.5)
+            self._spawn("bulk-cpe", self.topo.cpe, [*bulk, "connect", "--addr", PROXY_ADDR,
+                                                     "--port", str(BULK_PORT),
+                                                     "--out", str(self.dl_file)])
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def delivered(self, direction: str) -> list[tuple[float, float]]:
+        """(wall clock s, Mbit/s delivered in the second ending then) for ``ul`` or ``dl``."""
+        path = self.ul_file if direction == "ul" else self.dl_file
+        if not path.exists():
+            return []
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [(float(r["t"]), float(r["mbps"])) for r in rows]
+
+    def mean(self, direction: str, t0: float, t1: float) -> float | None:
+        """Mean delivered Mbit/s over the whole seconds within wall clock [t0, t1]."""
+        xs = [m for t, m in self.delivered(direction) if t0 + 1 <= t <= t1]
+        return sum(xs) / len(xs) if xs else None
+
+    def recovered_at(self, since: float, above: float, timeout: float) -> float | None:
+        """The first second after ``since`` in which both directions delivered more than
+        ``above`` Mbit/s, waiting up to ``timeout`` s for it; None if it never came."""
+        deadline = since + timeout
+        while True:
+            ul = {t: m for t, m in self.delivered("ul") if t > since + 1}
+            dl = {t: m for t, m in self.delivered("dl") if t > since + 1}
+            both = sorted(t for t in ul if t in dl and ul[t] > above and dl[t] > above)
+            if both:
+                return both[0]
+            if time.time() > deadline:
+                return None
+            time.sleep(0.5)
+
+    @property
+    def sum_mbit(self) -> float:
+        return float(sum(p.mbit for p in self.topo.paths))
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            stop_process(proc)
+        self.topo.close()

@@ -1,0 +1,68 @@
+"""The dashboard code, its committed JSON and the chart's ConfigMap agree; the JSON is sound.
+
+Whether every query returns data is checked by ``make e2e`` against its real Prometheus and
+InfluxDB (:mod:`tests.e2e.dashboard_queries`); here the model itself.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dashboards import DASHBOARDS, dashboard_json, queries
+from dashboards.__main__ import OUT, main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_committed_json_is_current(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--check"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_dashboard_model_is_sound(name: str) -> None:
+    doc = dashboard_json(DASHBOARDS[name]())
+    assert doc["uid"] and doc["title"] and doc["schemaVersion"] >= 12
+    panels = doc["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), ids
+    cells: set[tuple[int, int]] = set()
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"])
+                for y in range(g["y"], g["y"] + g["h"])}
+        assert not mine & cells, f"{p['title']} overlaps another panel"
+        cells |= mine
+        if p["type"] != "row":
+            assert p["targets"], p["title"]
+            for t in p["targets"]:
+                assert t["datasource"] in ("${prometheus}", "${influxdb}"), t
+    qs = queries(doc)
+    assert len(qs) == sum(len(p.get("targets", [])) for p in panels)
+    assert {q.source for q in qs} == {"prometheus", "influxdb"}
+    variables = {v["name"] for v in doc["templating"]["list"]}
+    assert {"prometheus", "influxdb", "cpe"} <= variables
+
+
+def test_chart_ships_the_json_as_a_configmap() -> None:
+    helm = shutil.which("helm") or str(REPO / ".tools" / "bin" / "helm")
+    if not Path(helm).exists():
+        pytest.skip("helm not found (make deps-tools)")
+    out = subprocess.run(
+        [helm, "template", "t", str(REPO / "charts" / "mcw-xapp"), "--show-only",
+         "templates/configmap-dashboards.yaml", "--set", "metrics.grafanaDashboard.enabled=true"],
+        capture_output=True, check=True, text=True, timeout=60).stdout
+    cm = yaml.safe_load(out)
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    for name in DASHBOARDS:
+        assert json.loads(cm["data"][name]) == json.loads((OUT / name).read_text())
+    off = subprocess.run(
+        [helm, "template", "t", str(REPO / "charts" / "mcw-xapp")],
+        capture_output=True, check=True, text=True, timeout=60).stdout
+    assert "-dashboards" not in off
