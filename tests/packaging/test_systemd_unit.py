@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ import pytest
 
 from tests.packaging.paths import ROOT
 from tests.support.mosquitto import MosquittoBroker, connect_client, make_pki, mosquitto_binary
-from tests.support.polling import wait_until
+from tests.support.polling import stop_process, wait_until
 from tests.support.rootfs import debootstrap
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -140,12 +139,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Machine,
             f"the container did not boot: {(root / 'console.log').read_text()[-2000:]}")
         yield Machine(nspawn, leader), broker
     finally:
-        nspawn.send_signal(signal.SIGTERM)
-        try:
-            nspawn.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            nspawn.kill()
-            nspawn.wait()
+        stop_process(nspawn, timeout_s=30)  # SIGTERM: the container shuts down
         broker.stop()
 
 
