@@ -122,6 +122,27 @@ class RealLink:
         xs = [m for t, m in self.delivered(direction) if t0 + 1 <= t <= t1]
         return sum(xs) / len(xs) if xs else None
 
+    def best_window(self, direction: str, window: int, above: float,
+                    timeout: float) -> float | None:
+        """The mean of the first ``window`` consecutive seconds delivering more than ``above``
+        Mbit/s on average, waiting up to ``timeout`` s; otherwise the best such mean seen.
+
+        One fixed window is not enough: per-second deliveries on a multipath connection swing
+        by a factor of three (reordering across paths of different delay), so a window that
+        happens to hold the ramp-up or one stall says nothing about whether both WATs carry."""
+        deadline = time.time() + timeout
+        best: float | None = None
+        while True:
+            xs = [m for _, m in self.delivered(direction)]
+            for i in range(len(xs) - window + 1):
+                m = sum(xs[i:i + window]) / window
+                best = m if best is None else max(best, m)
+                if m > above:
+                    return m
+            if time.time() > deadline:
+                return best
+            time.sleep(1)
+
     def recovered_at(self, since: float, above: float, timeout: float) -> float | None:
         """The first second after ``since`` in which both directions delivered more than
         ``above`` Mbit/s, waiting up to ``timeout`` s for it; None if it never came."""
