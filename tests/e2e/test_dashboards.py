@@ -41,13 +41,39 @@ def test_dashboard_model_is_sound(name: str) -> None:
         cells |= mine
         if p["type"] != "row":
             assert p["targets"], p["title"]
-            for t in p["targets"]:
-                assert t["datasource"] in ("${prometheus}", "${influxdb}"), t
+            assert p["datasource"]["uid"] in ("${prometheus}", "${influxdb}"), p["title"]
     qs = queries(doc)
     assert len(qs) == sum(len(p.get("targets", [])) for p in panels)
     assert {q.source for q in qs} == {"prometheus", "influxdb"}
     variables = {v["name"] for v in doc["templating"]["list"]}
     assert {"prometheus", "influxdb", "cpe"} <= variables
+
+
+GO = shutil.which("go") or "/usr/local/go/bin/go"
+
+
+def schemacheck(*files: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([GO, "run", ".", *map(str, files)],
+                          cwd=REPO / "dashboards" / "schemacheck",
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_json_decodes_strictly_against_grafanas_schema(tmp_path: Path) -> None:
+    """Grafana drops what its schema does not know without a word; the check does not."""
+    files = sorted(OUT.glob("*.json"))
+    assert files
+    ok = schemacheck(*files)
+    assert ok.returncode == 0, ok.stderr
+    # The check can fail: a field the schema lacks, and a legacy string data source.
+    doc = json.loads(files[0].read_text())
+    doc["panels"][1]["span"] = 6
+    doc["panels"][2]["targets"][0]["datasource"] = "${prometheus}"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    refused = schemacheck(bad)
+    assert refused.returncode == 1
+    assert "unexpected field 'span'" in refused.stderr
+    assert "panels[2].targets[0]" in refused.stderr, refused.stderr
 
 
 def test_chart_ships_the_json_as_a_configmap() -> None:
