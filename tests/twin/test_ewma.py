@@ -56,6 +56,21 @@ def test_slow_start_until_the_first_saturation() -> None:
     assert fc.median_mbps[1] == pytest.approx(110.0 * 1.15)  # accelerated 1.5x, below 50 %
 
 
+def test_a_wat_that_carries_nothing_explores_within_its_last_measurement() -> None:
+    """0 delivered bounds nothing: the estimate may grow, but to headroom x the last
+    measurement, not by half a period for ever (1.7e14 Mbit/s was seen)."""
+    est = EwmaEstimator(headroom=4.0)
+    est.step(_frame([100.0, 400.0], [1.0, 1.0]))
+    est.step(_frame([100.0, 400.0], [1.0, 1.0]))
+    fc = None
+    for _ in range(200):
+        fc = est.step(_frame([100.0, 0.0], [1.0, 0.0]))
+    assert fc is not None
+    assert fc.median_mbps[1] == pytest.approx(1600.0)
+    # Dropped once, it is still explored: above its last measurement.
+    assert est.estimate_[1] > 400.0
+
+
 def test_naive_mode_locks_in() -> None:
     est = EwmaEstimator(censoring=False, explore_pct=0.0, explore_max_pct=0.0)
     for _ in range(20):
