@@ -35,12 +35,17 @@ def _real_link(run: Run, records: list[Applied], ax_rate: Axes, ax_w: Axes) -> N
                      label=f"delivered {d}")
     ax_rate.axhline(run.link.sum_mbit, color="black", lw=0.8, label="sum of path rates")
     ax_rate.set_ylabel(f"real MPTCP\n{run.link.cpe_id}, Mbit/s")
-    ax_rate.legend(loc="lower right", ncol=3)
     # The weights each agent applied per WAT: the CPE's uplink (solid), the proxy's downlink
-    # for this CPE (dashed). Their states carry no applied_caps_mbps in this run, so the caps
-    # mptcp-shares derives from these weights are not drawn.
+    # for this CPE (dashed); above, the rate caps mptcp-shares set from them (dotted: uplink,
+    # dash-dot: downlink; a gap is a WAT left uncapped, its own link the limit).
     ul = [r for r in records if r.cpe == run.link.cpe_id and r.online]
     dl = [r for r in run.observer.proxy_snapshot() if r.cpe == run.link.cpe_id and r.online]
+    for recs, style, d in ((ul, ":", "ul"), (dl, "-.", "dl")):
+        for wat in (p.wat for p in run.link.topo.paths):
+            if any(wat in r.caps for r in recs):
+                ax_rate.step([r.t for r in recs], [r.caps.get(wat, float("nan")) for r in recs],
+                             style, where="post", color=COLOURS[wat], label=f"{wat} cap {d}")
+    ax_rate.legend(loc="lower right", ncol=4, fontsize=8)
     for recs, style, d in ((ul, "-", "ul"), (dl, "--", "dl")):
         for wat in (p.wat for p in run.link.topo.paths):
             ax_w.step([r.t for r in recs], [r.weights.get(wat, 0) for r in recs], style,

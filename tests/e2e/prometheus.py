@@ -70,9 +70,9 @@ class Prometheus:
             raise RuntimeError(f"prometheus query {expr!r}: {doc}")
         return list(doc["data"]["result"])
 
-    def query_range(self, expr: str, start_s: float, end_s: float,
-                    step_s: float = 1.0) -> list[tuple[float, float]]:
-        """The first series of ``expr`` over [start, end] (unix seconds) as (t, value) pairs."""
+    def series_range(self, expr: str, start_s: float, end_s: float,
+                     step_s: float = 1.0) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """Every series of ``expr`` over [start, end] (unix seconds): (labels, (t, value))."""
         params = {"query": expr, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}",
                   "step": f"{step_s:g}"}
         url = f"{self.url}/api/v1/query_range?" + urllib.parse.urlencode(params)
@@ -80,8 +80,15 @@ class Prometheus:
             doc = json.loads(r.read())
         if doc.get("status") != "success":
             raise RuntimeError(f"prometheus query {expr!r}: {doc}")
-        result = doc["data"]["result"]
-        return [(float(t), float(v)) for t, v in result[0]["values"]] if result else []
+        return [({str(k): str(v) for k, v in s["metric"].items()},
+                 [(float(t), float(v)) for t, v in s["values"]])
+                for s in doc["data"]["result"]]
+
+    def query_range(self, expr: str, start_s: float, end_s: float,
+                    step_s: float = 1.0) -> list[tuple[float, float]]:
+        """The first series of ``expr`` over [start, end] (unix seconds) as (t, value) pairs."""
+        series = self.series_range(expr, start_s, end_s, step_s)
+        return series[0][1] if series else []
 
     def targets_up(self) -> dict[str, int]:
         """Targets up per job, from the ``up`` metric."""

@@ -24,6 +24,8 @@ PROXY_ID = "proxy-0001"
 BULK_PORT = 5301
 # Modest rates: two cores carry both directions and the rest of the run.
 PATHS = [Path("nr", 1, 16), Path("wifi", 2, 8)]
+#: Where each agent serves /metrics inside its own namespace (the relay exposes it outside).
+METRICS_INNER_PORT = 9464
 
 
 def proxy_acl(out: FsPath, cpe_id: str) -> FsPath:
@@ -35,7 +37,8 @@ def proxy_acl(out: FsPath, cpe_id: str) -> FsPath:
 
 
 def agent_config(role: str, ident: str, cert: tuple[FsPath, FsPath], ca: FsPath,
-                 broker_port: int, state: FsPath, paths: list[Path], cpe_id: str) -> str:
+                 broker_port: int, state: FsPath, paths: list[Path], cpe_id: str,
+                 metrics_listen: str = "") -> str:
     links = ", ".join(f"{p.wat}: {p.mbit}" for p in paths)
     # Safe weights in proportion to the link rates: before the xApp speaks, each WAT gets its share.
     safe = ", ".join(f"{p.wat}: {p.mbit}" for p in paths)
@@ -46,7 +49,7 @@ def agent_config(role: str, ident: str, cert: tuple[FsPath, FsPath], ca: FsPath,
             + f"mqtt: {{broker_url: \"mqtts://127.0.0.1:{broker_port}\", ca_file: {ca}, "
             f"cert_file: {cert[0]}, key_file: {cert[1]}, keepalive_s: 5}}\n"
             f"backend: mptcp-shares\nmptcp_shares: {{link_mbps: {{{links}}}}}\n"
-            f"safe_weights: {{{safe}}}\nstate_dir: {state}\nmetrics_listen: \"\"\n"
+            f"safe_weights: {{{safe}}}\nstate_dir: {state}\nmetrics_listen: \"{metrics_listen}\"\n"
             "telemetry: {interval_ms: 1000}\nlog_level: info\n")
 
 
@@ -56,6 +59,9 @@ class RealLink:
     pki: Pki
     broker_port: int
     cpe_id: str
+    #: Outside ports the agents' /metrics are exposed on, by role ("cpe", "proxy"); empty:
+    #: the agents serve no metrics.
+    metrics_ports: dict[str, int] = field(default_factory=dict)
     topo: Topology = field(default_factory=lambda: Topology(list(PATHS)))
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -80,7 +86,9 @@ class RealLink:
         cfg = work / "agent.yaml"
         cfg.write_text(agent_config(role, ident, self.pki.cert(ident), self.pki.ca,
                                     self.broker_port, work / "state", self.topo.paths,
-                                    self.cpe_id))
+                                    self.cpe_id,
+                                    f"127.0.0.1:{METRICS_INNER_PORT}"
+                                    if role in self.metrics_ports else ""))
         ns = self.topo.cpe if role == "cpe" else self.topo.proxy
         self._spawn(f"agent-{role}", ns, [str(AGENT_BINARY), "-config", str(cfg)])
 
@@ -88,9 +96,12 @@ class RealLink:
         self.root.mkdir(parents=True, exist_ok=True)
         self.topo.create()
         try:
+            expose = [a for role, port in self.metrics_ports.items() for a in (
+                "--expose", f"{self.topo.cpe if role == 'cpe' else self.topo.proxy}="
+                            f"{METRICS_INNER_PORT}:{port}")]
             self._spawn("relay", None, [sys.executable, "-m", "tests.e2e.nsrelay", "--netns",
                                         self.topo.cpe, "--netns", self.topo.proxy, "--port",
-                                        str(self.broker_port)])
+                                        str(self.broker_port), *expose])
             # The proxy agent first: it selects the userspace path manager in its namespace,
             # which must happen before the connection exists.
             self.start_agent("proxy")

@@ -28,7 +28,9 @@ from typing import Any
 
 from tqdm import tqdm
 
+from dashboards import DASHBOARDS, dashboard_json
 from tests.e2e.dashboard_queries import check_dashboards
+from tests.e2e.dashboard_render import render
 from tests.e2e.feeder import ScenarioFeeder
 from tests.e2e.observer import Observer
 from tests.e2e.prometheus import Prometheus, prometheus_binary
@@ -352,6 +354,7 @@ def _nothing(_run: Run) -> None:
 def _wat_down(run: Run) -> None:
     assert run.link is not None
     run.scratch["wat_down_wall"] = time.time()
+    run.scratch["wat_down_t"] = run.now()
     run.link.topo.set_link("wifi", False)
 
 
@@ -365,8 +368,8 @@ def _wat_down_seen(run: Run) -> str | None:
     """The real CPE agent reported the WAT down (its link-down state message)."""
     assert run.link is not None
     cpe = run.link.cpe_id
-    t_inj = max((t for t, what in run.timeline if what.startswith("inject WAT down")),
-                default=0.0)
+    # Taken before the interface went down: the agent's state can beat the timeline's mark.
+    t_inj = run.scratch["wat_down_t"]
     hit = any(r.cpe == cpe and r.event == "link-down" and r.t >= t_inj
               for r in run.observer.snapshot())
     return "the CPE agent's link-down state" if hit else None
@@ -461,9 +464,16 @@ def start(root: Path, n_agents: int, n_cpes: int) -> Run:
     write_config(config)
     env = {**operator_env(root, pki, broker, influx, redis), "CONFIG_FILE": str(config),
            "MCW_MQTT_LEASE_S": str(int(LEASE_S)), "MCW_LOG_LEVEL": "WARNING"}
-    scenario_feeder = ScenarioFeeder(influx, cpes)
-    feeder = scenario_feeder.start()
     port, a1_port = free_port(), free_port()
+    # cpes[0] is the real connection's CPE; the others up to n_agents run dry-run agents.
+    agent_cpes = cpes[1:n_agents]
+    free = distinct_ports(len(agent_cpes) + 2, {port, a1_port})
+    ports = dict(zip(agent_cpes, free[:-2], strict=True))
+    # The real connection's two agents are scraped too, through the relay out of their netns.
+    link = RealLink(root / "mptcp", pki, broker.port, cpes[0],
+                    metrics_ports={"cpe": free[-2], "proxy": free[-1]})
+    scenario_feeder = ScenarioFeeder(influx, cpes, real=(cpes[0], link.topo))
+    feeder = scenario_feeder.start()
     stack = Stack(root=root, pki=pki, broker=broker, influx=influx, redis=redis,
                   config_path=config, env=env, xapp=XappRun([], env, port, root / "xapp.log"),
                   feeder=feeder)
@@ -472,15 +482,12 @@ def start(root: Path, n_agents: int, n_cpes: int) -> Run:
     stack.xapp.start()
     t0 = time.monotonic()
     observer = Observer(broker, t0).start()
-    # cpes[0] is the real connection's CPE; the others up to n_agents run dry-run agents.
-    agent_cpes = cpes[1:n_agents]
-    ports = dict(zip(agent_cpes, distinct_ports(len(agent_cpes), {port, a1_port}), strict=True))
-    link = RealLink(root / "mptcp", pki, broker.port, cpes[0])
     try:
         link.start()
         for c in tqdm(agent_cpes, desc="agents", unit="agent"):
             stack.start_agent(c, telemetry_ms=TELEMETRY_MS, metrics_port=ports[c])
-        prom = Prometheus(root / "prometheus", port, list(ports.values())).start()
+        prom = Prometheus(root / "prometheus", port,
+                          [*ports.values(), *link.metrics_ports.values()]).start()
     except BaseException:
         observer.stop()
         link.stop()
@@ -633,10 +640,16 @@ def main(argv: list[str] | None = None) -> int:
                       kpis_in_influx(run.feeder.acked_points(), stored_kpis(run)),
                       lease_kept(records, end, LEASE_S, outages),
                       Check("Prometheus scrapes the xApp and every agent",
-                            up.get("mcw-xapp") == 1 and up.get("mcw-agent") == len(run.cpes),
+                            up.get("mcw-xapp") == 1
+                            and up.get("mcw-agent") == len(run.cpes) + 2,
                             f"targets up: {up}"),
                       *check_dashboards(run.prom, run.stack.influx, run.cpes[1],
                                         e2_running=False)]
+        _, drawn = render(dashboard_json(DASHBOARDS["mcw-xapp.json"]()), run.prom,
+                          run.stack.influx, run.cpes[1], time.time() - run.now(), time.time(),
+                          args.out / "dashboard.png")
+        run.mark(f"dashboard drawn: {sum(1 for n in drawn.values() if n)} of {len(drawn)} "
+                 "panels with data")
         figures["faults"] = {r.name: {"detect_s": r.detect_s, "recover_s": r.recover_s}
                              for r in results}
         figures["real_mptcp"] = link_figures(run, steady_wall)
