@@ -45,7 +45,6 @@ the uplink capacities.  ``dl`` is the paper's direction and the default.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -99,27 +98,19 @@ class TwinOptions:
 
 
 def make_estimator(name: str) -> CapacityEstimator:
-    """The estimator called ``name``; ``model`` loads :mod:`xapp.model` lazily."""
+    """The estimator called ``name``; ``model`` is the shipped artifact, as ``mcw run``
+    loads it."""
     if name == "ewma":
         return EwmaEstimator()
     if name == "ewma-naive":  # the history-only EWMA the design brief warns about
         return EwmaEstimator(censoring=False, explore_pct=0.0, explore_max_pct=0.0)
     if name == "model":
+        from xapp.model import load_estimator  # scikit-learn only when asked for
+
         try:
-            module = importlib.import_module("xapp.model")
-        except ImportError as exc:
-            raise TwinPolicyError(f"--estimator model needs xapp.model: {exc}") from exc
-        factory = getattr(module, "load_estimator", None)
-        if factory is None:
-            raise TwinPolicyError("xapp.model has no load_estimator(); cannot use --estimator "
-                                  "model yet")
-        try:
-            est = factory()
+            est = load_estimator()
         except Exception as exc:  # a missing, damaged or incompatible artifact
             raise TwinPolicyError(f"--estimator model: cannot load the model: {exc}") from exc
-        if not isinstance(est, CapacityEstimator):
-            raise TwinPolicyError("xapp.model.load_estimator() did not return a "
-                                  "CapacityEstimator")
         return ExploringEstimator(est)  # as the xApp runs it: see xapp.core.exploration
     raise TwinPolicyError(f"unknown estimator {name!r}; known: {list(ESTIMATORS)}")
 

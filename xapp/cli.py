@@ -19,8 +19,8 @@ from importlib.metadata import entry_points
 #: never imports them and its runtime image need not contain them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "weights": ("xapp.app.weights_cli", "compute WRR weights from per-WAT capacities"),
-    "model": ("xapp.model.cli", "train, evaluate and inspect the capacity model"),
-    "telemetry": ("xapp.app.telemetry_cli", "generate, import and load per-WAT KPI telemetry"),
+    "model": ("xapp.app.model_cli", "train, evaluate and inspect the capacity model"),
+    "telemetry": ("xapp.app.telemetry_cli", "import and load per-WAT KPI telemetry"),
     "cpe-registry": ("xapp.app.registry_cli", "provision the CPE registry (RAN UE ids and cell "
                      "per CPE) that maps E2 KPM reports"),
     "run": ("xapp.app.runtime", "run the xApp in the near-RT RIC (RMR, A1, SDL, MQTT)"),

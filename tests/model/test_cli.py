@@ -50,11 +50,15 @@ def test_train_evaluate_info_raca_format(tmp_path: Path, signing_key: KeyPair,
     assert rc == 2 and "fewer than 50 labelled rows of wifi, lifi" in capsys.readouterr().err
     assert not out.exists()
     # ... unless the twin's telemetry covers the other technologies.
-    rc = main(["model", "train", *key, "--format", "raca5g", "--csv", *files[:3], "--synthetic",
-               "wifi-walk", "--synthetic-cpes", "1", "--out", str(out), "--max-iter", "20",
-               "--json"])
+    twin = tmp_path / "twin.csv"
+    assert main(["synth", "training", "--synthetic", "wifi-walk", "--cpes", "1", "--out",
+                 str(twin)]) == 0
+    capsys.readouterr()
+    rc = main(["model", "train", *key, "--csv", *files[:3], str(twin), "--out", str(out),
+               "--max-iter", "20", "--json"])
     assert rc == 0
     card = json.loads(capsys.readouterr().out)
+    assert set(card["training"]["sources"]["csv"]["by_source"]) == {"raca5g", "synthetic"}
     assert card["training"]["test_groups"] and card["metrics_heldout"]["rows"] > 0
     assert card["training"]["sources"]["csv"]["skipped_rows"] == 3
     assert card["signing_key_id"] == key_id(signing_key.public)
@@ -112,14 +116,13 @@ def test_train_long_csv_and_bad_input(tmp_path: Path, signing_key: KeyPair,
 def test_train_on_closed_loop_telemetry(tmp_path: Path, signing_key: KeyPair) -> None:
     """The shipped loop's own telemetry as training data: no true capacity, censored periods
     passed to the fit as lower bounds."""
-    out = tmp_path / "m"
+    out, twin = tmp_path / "m", tmp_path / "twin.csv"
+    assert main(["synth", "training", "--synthetic", "paper-static", "--closed-loop",
+                 "paper-static", "lockin", "--cpes", "1", "--out", str(twin)]) == 0
     assert main(["model", "train", "--signing-key", str(signing_key.private_file),
-                 "--synthetic", "paper-static", "--closed-loop", "paper-static", "lockin",
-                 "--synthetic-cpes", "1", "--max-iter", "5", "--out", str(out),
-                 "--json"]) == 0
+                 "--csv", str(twin), "--max-iter", "5", "--out", str(out), "--json"]) == 0
     card = json.loads(next(out.glob("*.card.json")).read_text())
-    src = card["training"]["sources"]["closed-loop"]
-    assert src["scenarios"] == ["paper-static", "lockin"] and src["rows"] > 0
+    assert card["training"]["sources"]["csv"]["by_source"]["closed-loop"] > 0
     assert card["training"]["censored_rows"] > 0
     assert "lower bound" in card["training"]["label"]
     assert set(card["metrics_heldout"]["by_source"]) == {"closed-loop", "synthetic"}

@@ -1,11 +1,11 @@
-"""``mcw telemetry``: synthesise, import and load per-WAT KPI telemetry.
+"""``mcw telemetry``: import and load per-WAT KPI telemetry.
 
 Examples::
 
-    mcw telemetry synth --scenario wifi-walk --cpes 4 --out walk.csv
-    mcw telemetry synth --scenario wifi-walk --influx http://127.0.0.1:8086
     mcw telemetry import-raca ../shared/data/raca5g --influx http://127.0.0.1:8086
     mcw telemetry import-raca ../shared/data/raca5g --out raca.csv
+
+Synthetic telemetry comes from the twin, which is not part of the xApp: ``mcw synth``.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import pandas as pd
 from tqdm import tqdm
 
 
-def _sink_args(p: argparse.ArgumentParser) -> None:
+def sink_args(p: argparse.ArgumentParser) -> None:
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--out", metavar="FILE.csv", help="write a long CSV table")
     out.add_argument("--influx", metavar="URL", help="write to this InfluxDB")
@@ -31,27 +30,18 @@ def _sink_args(p: argparse.ArgumentParser) -> None:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = "Generate, import and load per-WAT KPI telemetry (wat_kpi)."
+    parser.description = "Import and load per-WAT KPI telemetry (wat_kpi)."
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    syn = sub.add_parser("synth", help="KPIs of a twin scenario, consistent with its capacities",
-                         description="Derive NR, Wi-Fi and LiFi KPIs from a twin scenario's "
-                         "physical drivers (see twin/kpis.py) and write them.")
-    syn.add_argument("--scenario", required=True, help="twin scenario name, e.g. wifi-walk")
-    syn.add_argument("--cpes", type=int, default=1, help="number of CPEs (default 1)")
-    syn.add_argument("--seed", type=int, default=0)
-    syn.add_argument("--duration", type=float, default=None, help="seconds (scenario default)")
-    syn.add_argument("--period", type=float, default=1.0, help="report period in s (default 1)")
-    syn.add_argument("--start", type=float, default=None,
-                     help="epoch seconds of the first report (default: now - duration)")
-    _sink_args(syn)
     imp = sub.add_parser("import-raca", help="import Raca 5G trace CSVs",
                          description="Read Raca et al. 5G traces (files or directories) into "
                          "wat_kpi rows; malformed rows are skipped and counted.")
     imp.add_argument("paths", nargs="+", metavar="PATH")
-    _sink_args(imp)
+    sink_args(imp)
 
 
-def _emit(df: pd.DataFrame, args: argparse.Namespace, extra: dict[str, object]) -> int:
+def emit(df: pd.DataFrame, args: argparse.Namespace, extra: dict[str, object]) -> int:
+    """Write ``df`` where :func:`sink_args`' options say (a CSV file or InfluxDB) and print a
+    summary; 1 when InfluxDB did not take every point."""
     summary: dict[str, object] = {"rows": len(df), **extra}
     if args.out:
         df.to_csv(args.out, index=False)
@@ -82,19 +72,10 @@ def _emit(df: pd.DataFrame, args: argparse.Namespace, extra: dict[str, object]) 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        if args.action == "synth":
-            from twin.kpis import synthesize
-            from twin.scenarios import build
-
-            scn = build(args.scenario, n_cpes=args.cpes, seed=args.seed,
-                        duration_s=args.duration)
-            start = time.time() - scn.duration_s if args.start is None else args.start
-            df = synthesize(scn, period_s=args.period, seed=args.seed, start_time_s=start)
-            return _emit(df, args, {"scenario": args.scenario})
         from xapp.adapters.raca5g import read_sessions
 
         df, stats = read_sessions(args.paths)
-        return _emit(df, args, {"files": stats.files, "skipped_rows": stats.skipped_rows})
+        return emit(df, args, {"files": stats.files, "skipped_rows": stats.skipped_rows})
     except (ValueError, OSError) as exc:
         print(f"mcw telemetry {args.action}: {exc}", file=sys.stderr)
         return 1

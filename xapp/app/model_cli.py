@@ -3,15 +3,19 @@
 Examples::
 
     mcw model keygen ~/.mcw/model-signing.key        # and ~/.mcw/model-signing.key.pub
+    mcw synth training --synthetic wifi-walk --closed-loop wifi-walk --out twin.csv
     mcw model train --signing-key ~/.mcw/model-signing.key --format raca5g \
-        --csv ../shared/data/raca5g --synthetic wifi-walk --out models
+        --csv ../shared/data/raca5g --out models
+    mcw model train --signing-key KEY --csv twin.csv --out models   # long format
     mcw model train --signing-key KEY --influx http://127.0.0.1:8086 --since 24h
     mcw model sign --signing-key KEY --model models/default
     mcw model evaluate --public-key KEY.pub --format raca5g FILE... --json
     mcw model info --json
 
 The xApp loads only artifacts signed by the key whose public half it is given
-(``controls.model.public_key_file``); see :mod:`xapp.model.artifact`.
+(``controls.model.public_key_file``); see :mod:`xapp.model.artifact`.  Training reads files and
+InfluxDB only; the twin writes its synthetic and closed-loop telemetry as files
+(``mcw synth training``), so the xApp never imports the twin.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,21 +36,11 @@ from xapp.model import artifact as art
 from xapp.model import signing, training
 from xapp.model.online import default_model_path, default_public_key_path
 
-SYNTHETIC_PERIODS_S: tuple[float, ...] = (1.0,)
 KEY_HELP = ("Ed25519 private key file: PEM PKCS#8 (unencrypted, as `mcw model keygen` or "
             "`openssl genpkey -algorithm ed25519` write it) or the raw 32-byte key")
 PUBLIC_KEY_HELP = ("trusted Ed25519 public key file (PEM or raw 32 bytes); default "
                    "$MCW_MODEL_PUBLIC_KEY_FILE, else the project's release key keys/"
                    "model-signing.pub")
-
-#: Fraction of censored (not saturated) periods in each synthetic replica.  Under WRR most
-#: subflows are held below capacity most of the time, so the model must learn to forecast
-#: from radio KPIs with little or no throughput history: one replica is mostly censored.
-SYNTHETIC_CENSOR_FRACTIONS: tuple[float, ...] = (0.1, 0.7)
-#: Seeds of the closed-loop runs (the twin's figures use seed 0: the model never trains on the
-#: runs it is scored on).
-CLOSED_LOOP_SEEDS: tuple[int, ...] = (200, 201)
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = ("Train the per-technology capacity model on KPI history, score it "
@@ -58,29 +53,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "per technology family, score it against the baselines, and write a "
                         "versioned skops artifact, its model card and their Ed25519 signature "
                         "into --out.  Every family (cellular, wifi, lifi) needs 50 labelled "
-                        "rows: add --synthetic for technologies the data lacks.")
+                        "rows: add twin telemetry (mcw synth training) for technologies the "
+                        "data lacks.")
     tr.add_argument("--signing-key", required=True, metavar="PATH", help=KEY_HELP)
     src = tr.add_argument_group("data")
     src.add_argument("--csv", nargs="+", default=[], metavar="FILE",
                      help="CSV files or directories (see --format)")
-    src.add_argument("--format", choices=["raca5g", "long"], default="long",
-                     help="CSV format: 'raca5g' (Raca et al. traces) or 'long' (a wat_kpi "
-                          "table with time_s, cpe, wat, cell and field columns); default long")
+    src.add_argument("--format", choices=["auto", "raca5g", "long"], default="auto",
+                     help="CSV format: 'raca5g' (Raca et al. traces), 'long' (a wat_kpi "
+                          "table with time_s, cpe, wat, cell and field columns, and optionally "
+                          "source, as mcw synth and mcw telemetry import-raca write) or 'auto' "
+                          "(each file by its header); default auto")
     src.add_argument("--influx", metavar="URL", help="read wat_kpi from this InfluxDB")
     src.add_argument("--bucket", default="mcw/autogen",
                      help="bucket (InfluxDB 1.8: database/retention-policy); default mcw/autogen")
     src.add_argument("--org", default="-", help="organisation (ignored by 1.8); default '-'")
     src.add_argument("--token", default="", help="token ('user:password' on 1.8; default none)")
     src.add_argument("--since", default="24h", help="InfluxDB range start, e.g. 24h, 7d")
-    src.add_argument("--synthetic", nargs="*", default=[], metavar="SCENARIO",
-                     help="add twin telemetry of these scenarios (all families)")
-    src.add_argument("--synthetic-cpes", type=int, default=8, help="CPEs per scenario")
-    src.add_argument("--closed-loop", nargs="*", default=[], metavar="SCENARIO",
-                     help="telemetry of the shipped control loop run on these twin scenarios "
-                     "(EWMA estimator, 1 s period, --synthetic-cpes CPEs, two seeds): what the "
-                     "agents report under WRR, delivered throughput and saturation only, "
-                     "without the twin's true capacity, so its labels are censoring-aware as "
-                     "real telemetry's are")
     tr.add_argument("--out", default=str(default_model_path()), help="artifact directory")
     tr.add_argument("--test-fraction", type=float, default=0.25,
                     help="fraction of groups (latest first) held out; default 0.25")
@@ -99,7 +88,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         description="Score the model and the persistence/EWMA baselines on the "
                         "next-period capacity of each row of the given files.")
     ev.add_argument("files", nargs="+", metavar="FILE")
-    ev.add_argument("--format", choices=["raca5g", "long"], default="raca5g")
+    ev.add_argument("--format", choices=["auto", "raca5g", "long"], default="auto",
+                    help="as for train; default auto")
     ev.add_argument("--model", default=str(default_model_path()),
                     help="artifact file or directory with LATEST (default: shipped model)")
     ev.add_argument("--public-key", default=str(default_public_key_path()), metavar="PATH",
@@ -129,40 +119,37 @@ def configure(parser: argparse.ArgumentParser) -> None:
                     help="artifact file or directory with LATEST (default: shipped model)")
 
 
+def _is_long(path: Path) -> bool:
+    """A long wat_kpi table names time_s, cpe and wat in its header; a Raca trace does not."""
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        header = {c.strip() for c in fh.readline().split(",")}
+    return {"time_s", "cpe", "wat"} <= header
+
+
 def _read_csv(files: list[str], fmt: str) -> tuple[pd.DataFrame, dict[str, Any]]:
-    if fmt == "raca5g":
-        from xapp.adapters.raca5g import read_sessions
+    """Every file as wat_kpi rows with a ``source`` (a long table's own column where it has
+    one, else the file's format); ``fmt`` auto tells the formats apart by their headers."""
+    from xapp.adapters.raca5g import find_sessions, read_sessions
 
-        df, stats = read_sessions(files)
-        return df, {"files": stats.files, "rows": stats.rows, "skipped_rows": stats.skipped_rows}
-    frames = [pd.read_csv(f) for f in files]
-    missing = [c for c in ("time_s", "cpe", "wat") if frames and c not in frames[0]]
-    if missing:
-        raise ValueError(f"long CSV needs columns time_s, cpe, wat; missing {missing}")
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return df, {"files": len(files), "rows": len(df)}
-
-
-def _synthetic(names: list[str], n_cpes: int) -> pd.DataFrame:
-    from twin.kpis import synthesize
-    from twin.scenarios import build
-
-    frames = []
-    for i, name in enumerate(names):
-        for seed, censor in enumerate(SYNTHETIC_CENSOR_FRACTIONS):
-            scn = build(name, n_cpes=n_cpes, seed=100 + seed)
-            for period in SYNTHETIC_PERIODS_S:
-                frames.append(synthesize(scn, period_s=period, censor_fraction=censor, seed=seed,
-                                         cpe_prefix=f"syn-{name}-{seed}-{period}-",
-                                         start_time_s=1e6 * (i + 1)))
-    return pd.concat(frames, ignore_index=True)
-
-
-def _closed_loop(names: list[str], n_cpes: int) -> pd.DataFrame:
-    from twin.closed_loop_data import closed_loop_telemetry
-
-    df = closed_loop_telemetry(names, n_cpes=n_cpes, seeds=CLOSED_LOOP_SEEDS)
-    return df.drop(columns=["capacity_mbps"], errors="ignore")
+    paths = find_sessions(files)
+    long = [p for p in paths if fmt == "long" or (fmt == "auto" and _is_long(p))]
+    raca = [p for p in paths if p not in long]
+    frames, stats = [], {"files": len(paths), "rows": 0}
+    if raca:
+        df, st = read_sessions(raca)
+        frames.append(df.assign(source="raca5g"))
+        stats["skipped_rows"] = st.skipped_rows
+    for path in long:
+        df = pd.read_csv(path)
+        missing = [c for c in ("time_s", "cpe", "wat") if c not in df]
+        if missing:
+            raise ValueError(f"{path}: a long CSV needs columns time_s, cpe, wat; missing "
+                             f"{missing}")
+        df["source"] = df["source"].fillna("long") if "source" in df else "long"
+        frames.append(df)
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    stats["rows"] = len(out)
+    return out, stats
 
 
 def _replay(df: pd.DataFrame) -> training.Dataset:
@@ -185,9 +172,12 @@ def _train(args: argparse.Namespace) -> int:
     sources: dict[str, Any] = {}
     if args.csv:
         df, st = _read_csv(args.csv, args.format)
-        df["source"] = args.format
         frames.append(df)
-        sources["csv"] = {"format": args.format, **st}
+        # Splits are made within each source (the twin's synthetic and closed-loop rows, Raca
+        # traces, a site's export): the card says how many rows each brought.
+        sources["csv"] = {"format": args.format, **st,
+                          "by_source": {str(k): int(v)
+                                        for k, v in df["source"].value_counts().items()}}
     if args.influx:
         from xapp.adapters.influx import InfluxConfig, InfluxStore
 
@@ -201,19 +191,8 @@ def _train(args: argparse.Namespace) -> int:
         frames.append(df)
         sources["influx"] = {"url": args.influx, "bucket": args.bucket, "since": args.since,
                              "rows": len(df), "skipped_rows": store.counters.parse_skipped}
-    if args.synthetic:
-        df = _synthetic(args.synthetic, args.synthetic_cpes)
-        df["source"] = "synthetic"
-        frames.append(df)
-        sources["synthetic"] = {"scenarios": args.synthetic, "rows": len(df)}
-    if args.closed_loop:
-        df = _closed_loop(args.closed_loop, args.synthetic_cpes)
-        df["source"] = "closed-loop"
-        frames.append(df)
-        sources["closed-loop"] = {"scenarios": args.closed_loop, "rows": len(df)}
     if not frames or sum(len(f) for f in frames) == 0:
-        print("mcw model train: no data (give --csv, --influx, --synthetic or --closed-loop)",
-              file=sys.stderr)
+        print("mcw model train: no data (give --csv or --influx)", file=sys.stderr)
         return 2
     if not 0.0 <= args.test_fraction < 1.0:
         print("mcw model train: --test-fraction must be in [0, 1)", file=sys.stderr)
@@ -234,8 +213,8 @@ def _train(args: argparse.Namespace) -> int:
     short = [f for f in art.REQUIRED_FAMILIES if len(ds.rows(f, train_mask)) < 50]
     if short:
         print(f"mcw model train: fewer than 50 labelled rows of {', '.join(short)}; the xApp "
-              "needs a model of every family (add --synthetic SCENARIO for technologies the "
-              "data lacks)", file=sys.stderr)
+              "needs a model of every family (add twin telemetry, mcw synth training, for "
+              "technologies the data lacks)", file=sys.stderr)
         return 2
     fams = list(art.REQUIRED_FAMILIES)
     models = {}

@@ -1,0 +1,115 @@
+"""Every arrow points inward: the layering of ``docs/architecture.md``, checked on the source.
+
+``core`` is the control loop's logic and its ports; ``model`` the capacity model on top of it;
+``adapters`` implement core's ports for Redis, InfluxDB, MQTT, RMR, A1 and E2; ``app`` wires
+them into commands and the runtime.  The twin is a plug-in that imports the xApp and is never
+imported by it (the runtime image ships no ``twin/``).  Imports inside functions and
+``importlib.import_module("...")`` with a constant name count as much as top-level ones.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: layer -> the layers of ours it may import (besides itself).
+ALLOWED: dict[str, set[str]] = {
+    "xapp.core": set(),
+    "xapp.model": {"xapp.core"},
+    "xapp.adapters": {"xapp.core", "xapp.schemas"},
+    "xapp.app": {"xapp.core", "xapp.model", "xapp.adapters", "xapp.schemas", "xapp"},
+    "xapp": {"xapp.core", "xapp.app", "xapp.schemas"},
+    "xapp.schemas": set(),
+    "twin": {"xapp", "xapp.core", "xapp.model", "xapp.adapters", "xapp.app", "xapp.schemas"},
+}
+
+
+def layer(module: str) -> str | None:
+    """The layer a dotted module name belongs to; None when it is not ours."""
+    parts = module.split(".")
+    if parts[0] == "twin":
+        return "twin"
+    if parts[0] != "xapp":
+        return None
+    if len(parts) > 1 and f"xapp.{parts[1]}" in ALLOWED:
+        return f"xapp.{parts[1]}"
+    return "xapp"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import in ``path``, relative ones resolved."""
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            name = ".".join([*base, node.module] if node.module else base)
+            yield node.lineno, name
+            # `from xapp import model` imports the module xapp.model.
+            yield from ((node.lineno, f"{name}.{a.name}") for a in node.names)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "import_module" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            yield node.lineno, node.args[0].value
+
+
+def sources() -> list[Path]:
+    return sorted([*(REPO / "xapp").rglob("*.py"), *(REPO / "twin").rglob("*.py")])
+
+
+def violations(paths: list[Path]) -> list[str]:
+    out = []
+    for path in paths:
+        src = layer(module_name(path))
+        assert src is not None
+        for line, name in imports(path):
+            dst = layer(name)
+            if dst is None or dst == src or dst in ALLOWED[src]:
+                continue
+            out.append(f"{path.relative_to(REPO)}:{line}: {src} imports {name} ({dst})")
+    return out
+
+
+def test_every_arrow_points_inward() -> None:
+    assert violations(sources()) == []
+
+
+def test_the_check_sees_every_kind_of_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    """A core module that reaches out in each way an import can be written is caught."""
+    pkg = tmp_path / "xapp" / "core"
+    pkg.mkdir(parents=True)
+    bad = pkg / "bad.py"
+    bad.write_text("import importlib\n"
+                   "from xapp.adapters import sdl\n"
+                   "from ..model import online\n"
+                   "def f():\n"
+                   "    import twin.kpis\n"
+                   "    return importlib.import_module('xapp.app.runtime')\n")
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    found = violations([bad])
+    assert [v.split(": ", 1)[1] for v in found] == [
+        "xapp.core imports xapp.adapters (xapp.adapters)",
+        "xapp.core imports xapp.adapters.sdl (xapp.adapters)",
+        "xapp.core imports xapp.model (xapp.model)",
+        "xapp.core imports xapp.model.online (xapp.model)",
+        "xapp.core imports twin.kpis (twin)",
+        "xapp.core imports xapp.app.runtime (xapp.app)",
+    ], found
+
+
+def test_no_module_of_ours_outside_the_layers() -> None:
+    assert {layer(module_name(p)) for p in sources()} <= set(ALLOWED)
