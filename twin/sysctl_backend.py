@@ -17,10 +17,11 @@ demo writes into a temporary tree instead.  The shared vectors in
 from __future__ import annotations
 
 import ipaddress
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from xapp.files import atomic_write
 
 SCHEDULER_PATH = "proc/sys/net/mptcp/mptcp_scheduler"
 CWND_LIMITED_PATH = "sys/module/mptcp_rr/parameters/cwnd_limited"
@@ -72,13 +73,6 @@ def format_weights(tuples: Sequence[WrrTuple]) -> str:
     return " ".join(parts)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 class DryRunBackend:
     """Writes the WRR sysctls under ``root`` and verifies them by reading back.
 
@@ -101,9 +95,9 @@ class DryRunBackend:
     def apply(self, weights: Mapping[str, int]) -> str:
         """Select the WRR scheduler, set cwnd_limited=N, write the weights; returns the text."""
         text = format_weights(self.tuples(weights))  # validate before touching any file
-        _atomic_write(self.root / SCHEDULER_PATH, "roundrobin\n")
-        _atomic_write(self.root / CWND_LIMITED_PATH, "N\n")
-        _atomic_write(self.root / WEIGHTS_PATH, text + "\n")
+        atomic_write(self.root / SCHEDULER_PATH, "roundrobin\n")
+        atomic_write(self.root / CWND_LIMITED_PATH, "N\n")
+        atomic_write(self.root / WEIGHTS_PATH, text + "\n")
         got = (self.root / WEIGHTS_PATH).read_text().strip()
         if got != text:
             raise OSError(f"read back {got!r} after writing {text!r}")

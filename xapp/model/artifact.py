@@ -44,12 +44,13 @@ import numpy as np
 import skops.io as sio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from xapp.files import atomic_write
 from xapp.model import payload as payload_mod
 from xapp.model import signing
 from xapp.model.archive import DEFAULT_LIMITS, Limits, check_archive
 from xapp.model.errors import ArtifactError
 from xapp.model.estimator import CapacityRegressor
-from xapp.model.files import atomic_write, read_bounded
+from xapp.model.files import read_bounded
 from xapp.model.payload import ARTIFACT_FORMAT, REQUIRED_FAMILIES
 
 __all__ = [

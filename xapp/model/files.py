@@ -1,15 +1,13 @@
-"""The model package's file I/O: reads bounded before they allocate, writes atomic.
+"""The model package's reads: bounded before they allocate.
 
 An artifact directory may be a volume someone else writes; every file read from it is read
-with a size cap first (a 10 GB "card" must not be read into memory to find out it is wrong),
-and every file this package writes is replaced atomically (write, fsync, rename), so a reader
-sees the old or the new content, never half of one.
+with a size cap first (a 10 GB "card" must not be read into memory to find out it is wrong).
+Writes go through :func:`xapp.files.atomic_write`.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from xapp.model.errors import ArtifactError
@@ -30,19 +28,3 @@ def read_bounded(path: Path, limit: int, what: str) -> bytes:
     if len(data) > limit:
         raise ArtifactError(f"{what} {path} grew above the {limit}-byte cap while read")
     return data
-
-
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` by ``data`` atomically; the file gets ``mode`` (artifacts are read by
-    the xApp's non-root user in the image, so 0644 unless it is a secret)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

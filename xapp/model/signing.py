@@ -36,8 +36,9 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from xapp.files import atomic_write
 from xapp.model.errors import ArtifactError
-from xapp.model.files import atomic_write, read_bounded
+from xapp.model.files import read_bounded
 
 SIGNATURE_FORMAT = "mcw-model-signature/1"
 SIGNATURE_SUFFIX = ".sig"

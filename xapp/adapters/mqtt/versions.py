@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+from xapp.files import atomic_write
 
 
 @runtime_checkable
@@ -87,22 +88,7 @@ class FileVersionStore:
             merged = dict(self._ceilings)
             for cpe_id, value in ceilings.items():
                 merged[cpe_id] = max(merged.get(cpe_id, 0), int(value))
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".")
-            try:
-                with os.fdopen(fd, "w") as fh:
-                    json.dump(merged, fh, separators=(",", ":"), sort_keys=True)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            dir_fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            atomic_write(self.path, json.dumps(merged, separators=(",", ":"), sort_keys=True))
             self._ceilings = merged
 
 
