@@ -41,7 +41,7 @@ from twin.fluid import Observation, deliver
 from twin.rate_caps import agent_caps, deliver_caps
 from twin.scenarios import Scenario
 from xapp.adapters.lab import MemoryPublisher, NullSink
-from xapp.adapters.sdl import StateStore
+from xapp.adapters.sdl import SdlStateStore
 from xapp.core.decisions import DecideBatch, decide_batch
 from xapp.core.forecast import CapacityEstimator, KpiFrame
 from xapp.core.intake import LatestKpis
@@ -137,7 +137,7 @@ class LoopDriver:
         dt = scenario.dt_s
         self.loop = ControlLoop(
             self.intake, self.estimator, self.publisher, NullSink(),
-            PolicyBook(self.policy).resolver, StateStore(),
+            PolicyBook(self.policy).resolver, SdlStateStore(),
             settings=LoopSettings(control_period_s=self.period_steps * dt,
                                   kpi_max_age_s=max(5.0, 3 * self.period_steps * dt),
                                   lease_s=self.lease_s),

@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.redis_server import RedisServer
 from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, Status, mediator_lister
-from xapp.adapters.sdl import Restored, StateStore, ricsdl_backend
+from xapp.adapters.sdl import Restored, SdlStateStore, ricsdl_backend
 from xapp.core.policy_book import PolicyBook
 
 NS = "mcw-resync-test"
@@ -78,7 +78,7 @@ def before_restart(redis: RedisServer) -> dict[str, dict[str, Any]]:
     """The xApp ran with three instances, saved in SDL; then it stopped."""
     payloads = {"p1": {"max_weight": 10}, "p2": {"max_weight": 20},
                 "p3": {"max_weight": 30, "scope": {"cpes": ["cpe-3"]}}}
-    store = StateStore(NS, ricsdl_backend)
+    store = SdlStateStore(NS, ricsdl_backend)
     handler = A1Handler(PolicyBook(DEFAULTS), PolicyType.load(), "x", persistence=store)
     for iid, payload in payloads.items():
         doc = {"operation": "CREATE", "policy_type_id": 20100, "policy_instance_id": iid,
@@ -96,11 +96,11 @@ def mediator(before_restart: dict[str, dict[str, Any]]) -> Iterator[MediatorStan
     m.close()
 
 
-def restart(redis: RedisServer) -> tuple[A1Handler, StateStore]:
+def restart(redis: RedisServer) -> tuple[A1Handler, SdlStateStore]:
     """A new xApp process: restore from SDL into a fresh book, as XappProcess does."""
     book = PolicyBook(DEFAULTS)
     restored: list[Restored] = []
-    store = StateStore(NS, ricsdl_backend, on_restore=restored.append)
+    store = SdlStateStore(NS, ricsdl_backend, on_restore=restored.append)
     assert store.sync()
     for inst in restored[0].policies:
         book.put(inst)
@@ -118,9 +118,9 @@ def run_resync(resync: A1Resync, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def saved_policies(store: StateStore) -> set[str]:
+def saved_policies(store: SdlStateStore) -> set[str]:
     restored: list[Restored] = []
-    StateStore(NS, ricsdl_backend, on_restore=restored.append).sync()
+    SdlStateStore(NS, ricsdl_backend, on_restore=restored.append).sync()
     return {p.instance_id for p in restored[0].policies}
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from xapp.adapters.lab import FileKpiSource, MemoryPublisher
 from xapp.adapters.mqtt.payloads import check
-from xapp.adapters.sdl import StateStore
+from xapp.adapters.sdl import SdlStateStore
 from xapp.app.metrics import Metrics
 from xapp.app.runner import LoopRunner
 from xapp.core.forecast import CapacityForecast, KpiFrame
@@ -92,9 +92,9 @@ class FakeSink:
 
 
 def make(lease_s: float = 30.0) -> tuple[ControlLoop, FakeKpis, FakePublisher, FakeSink,
-                                          PolicyBook, StateStore, Metrics]:
+                                          PolicyBook, SdlStateStore, Metrics]:
     kpis, pub, sink = FakeKpis(), FakePublisher(), FakeSink()
-    book, state, metrics = PolicyBook(DEFAULTS), StateStore(), Metrics()
+    book, state, metrics = PolicyBook(DEFAULTS), SdlStateStore(), Metrics()
     loop = ControlLoop(kpis, Oracle(), pub, sink, book.resolver, state,
                        model_version=lambda: "m-1", on_tick=metrics.record_tick,
                        settings=LoopSettings(control_period_s=1.0, lease_s=lease_s))
@@ -244,7 +244,7 @@ def test_misaligned_estimator_is_an_error() -> None:
     kpis = FakeKpis()
     paper(kpis)
     loop = ControlLoop(kpis, Broken(), FakePublisher(), None, PolicyBook().resolver,
-                       StateStore())
+                       SdlStateStore())
     with pytest.raises(ValueError, match="aligned"):
         loop.tick(1.0)
 
@@ -264,9 +264,9 @@ def directed(rows: dict[tuple[str, str, str], float], t: float = 100.0,
 
 
 def directed_loop(defaults: dict[str, object] | None = None
-                  ) -> tuple[ControlLoop, LatestKpis, MemoryPublisher, PolicyBook, StateStore]:
+                  ) -> tuple[ControlLoop, LatestKpis, MemoryPublisher, PolicyBook, SdlStateStore]:
     intake, pub = LatestKpis(), MemoryPublisher(clock=lambda: 100.0)
-    book, state = PolicyBook(defaults or DEFAULTS), StateStore()
+    book, state = PolicyBook(defaults or DEFAULTS), SdlStateStore()
     loop = ControlLoop(intake, Oracle(), pub, None, book.resolver, state,
                        settings=LoopSettings(control_period_s=1.0, kpi_max_age_s=5.0))
     return loop, intake, pub, book, state
@@ -397,7 +397,7 @@ def test_lab_kpi_file_rows_per_direction(tmp_path: Path) -> None:
     assert rows[0] == ("nr", "dl", 300.0, 20.0) and rows[1] == ("nr", "ul", 60.0, 20.0)
     assert rows[2][:3] == ("wifi", "", 500.0)  # no direction: both
     loop = ControlLoop(FileKpiSource(path), Oracle(), pub := MemoryPublisher(), None,
-                       PolicyBook(DEFAULTS).resolver, StateStore())
+                       PolicyBook(DEFAULTS).resolver, SdlStateStore())
     assert loop.tick(1.0).decided_by_direction == {"dl": 1, "ul": 1}
     (doc,) = valid(pub.take())
     assert doc["dl"]["weights"]["nr"] > doc["ul"]["weights"]["nr"]  # type: ignore[index]
@@ -431,10 +431,10 @@ OVERRIDES: dict[str, tuple[dict[str, object], dict[str, object],
 def _one_direction_tick(rows_in: tuple[str, ...], policy: dict[str, object],
                         t: float = 100.0, scale: dict[str, float] | None = None,
                         loop: tuple[ControlLoop, LatestKpis, MemoryPublisher, PolicyBook,
-                                    StateStore] | None = None
+                                    SdlStateStore] | None = None
                         ) -> tuple[dict[str, object], tuple[ControlLoop, LatestKpis,
                                                           MemoryPublisher, PolicyBook,
-                                                          StateStore]]:
+                                                          SdlStateStore]]:
     rig = loop or directed_loop()
     lp, intake, pub, book, _ = rig
     if loop is None:

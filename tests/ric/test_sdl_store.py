@@ -10,8 +10,8 @@ from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 from xapp.adapters.sdl import (
     Restored,
+    SdlStateStore,
     SdlVersionStore,
-    StateStore,
     ricsdl_backend,
 )
 from xapp.core.policy_book import PolicyInstance
@@ -44,7 +44,7 @@ def raw_keys() -> dict[str, bytes]:
 
 
 def test_state_survives_a_restart_of_the_xapp(redis: RedisServer) -> None:
-    a = StateStore(NS, ricsdl_backend)
+    a = SdlStateStore(NS, ricsdl_backend)
     a.save_policy(PolicyInstance("p1", {"max_weight": 9}, frozenset({"cpe-1"}), 12.5))
     a.put_cpe("cpe-1", record(7))
     a.set_model_version("model-2024-01")
@@ -54,7 +54,7 @@ def test_state_survives_a_restart_of_the_xapp(redis: RedisServer) -> None:
     a.stop()
 
     restored: list[Restored] = []
-    b = StateStore(NS, ricsdl_backend, on_restore=restored.append)
+    b = SdlStateStore(NS, ricsdl_backend, on_restore=restored.append)
     assert b.sync()
     assert b.policies() == [PolicyInstance("p1", {"max_weight": 9}, frozenset({"cpe-1"}), 12.5)]
     assert b.cpe("cpe-1") == record(7)
@@ -69,7 +69,7 @@ def test_state_survives_a_restart_of_the_xapp(redis: RedisServer) -> None:
 
 def test_directions_survive_a_restart_and_old_records_read_as_both(redis: RedisServer
                                                                    ) -> None:
-    a = StateStore(NS, ricsdl_backend)
+    a = SdlStateStore(NS, ricsdl_backend)
     dl = DirectionRecord.from_decision(decision(200, 5), mode="load_balancing",
                                        policy_source="dl-only")
     ul = DirectionRecord.from_decision(decision(1, 90), mode="fixed_split",
@@ -81,7 +81,7 @@ def test_directions_survive_a_restart_and_old_records_read_as_both(redis: RedisS
     old = {"version": 4, "weights": {"nr": 3, "lifi": 1}, "shares": {"nr": 0.75, "lifi": 0.25},
            "aggregate_mbps": 40.0, "usable": ["lifi", "nr"], "reason": "load_balancing",
            "mode": "load_balancing", "policy_source": "default", "time_s": 2.0}
-    b = StateStore(NS, ricsdl_backend)
+    b = SdlStateStore(NS, ricsdl_backend)
     assert b.sync()
     got = b.cpe("cpe-2")
     assert got == CpeRecord(11, 3.0, dl, ul)
@@ -95,7 +95,7 @@ def test_directions_survive_a_restart_and_old_records_read_as_both(redis: RedisS
 
 def test_redis_outage_runs_from_memory_and_catches_up(redis: RedisServer) -> None:
     errors: list[int] = []
-    store = StateStore(NS, ricsdl_backend, on_error=lambda: errors.append(1), interval_s=0.05)
+    store = SdlStateStore(NS, ricsdl_backend, on_error=lambda: errors.append(1), interval_s=0.05)
     store.save_policy(PolicyInstance("p1", {"max_weight": 9}, frozenset(), 1.0))
     store.put_cpe("cpe-1", record(1))
     assert store.sync()
@@ -121,7 +121,7 @@ def test_redis_outage_runs_from_memory_and_catches_up(redis: RedisServer) -> Non
 
 
 def test_redis_absent_at_start_restores_when_it_appears(redis: RedisServer) -> None:
-    seed = StateStore(NS, ricsdl_backend)
+    seed = SdlStateStore(NS, ricsdl_backend)
     seed.save_policy(PolicyInstance("old", {"max_weight": 5}, frozenset(), 1.0))
     seed.save_policy(PolicyInstance("gone", {"max_weight": 6}, frozenset(), 1.0))
     assert seed.sync()
@@ -135,7 +135,7 @@ def test_redis_absent_at_start_restores_when_it_appears(redis: RedisServer) -> N
         return ricsdl_backend()
 
     restored: list[Restored] = []
-    store = StateStore(NS, factory, on_restore=restored.append)
+    store = SdlStateStore(NS, factory, on_restore=restored.append)
     assert not store.sync() and not store.connected
     # Before Redis is back, an A1 update of "old" and a delete of "gone" arrive.
     store.save_policy(PolicyInstance("old", {"max_weight": 50}, frozenset(), 2.0))
@@ -167,6 +167,6 @@ def test_version_store_ceilings_only_grow_and_survive(redis: RedisServer) -> Non
 
 
 def test_memory_only_store_needs_no_redis() -> None:
-    store = StateStore(NS)
+    store = SdlStateStore(NS)
     store.put_cpe("c", record(1))
     assert store.sync() and store.connected and store.cpe("c") == record(1)

@@ -8,9 +8,9 @@ What is kept, in the SDL namespace of ``controls.sdl_namespace`` (default ``mcw`
 ``meta/writer``           a marker; when it is missing after a reconnect, Redis lost its data
 
 Memory is the source of truth while the process runs: the control loop and the A1 handler only
-touch memory and mark keys dirty, and one background thread (:meth:`StateStore.start`) flushes
+touch memory and mark keys dirty, and one background thread (:meth:`SdlStateStore.start`) flushes
 dirty keys in one ``set`` per pass.  So a Redis that hangs or goes away never stalls the loop;
-while it is gone :attr:`StateStore.connected` is False (``/ric/v1/health/ready`` says so) and
+while it is gone :attr:`SdlStateStore.connected` is False (``/ric/v1/health/ready`` says so) and
 the flusher retries with a fresh client each pass.  When it comes back the flusher catches up:
 it writes what changed meanwhile, or everything if the marker shows Redis came back empty.
 On the first successful connection the stored state is loaded (restart restore); keys changed
@@ -94,7 +94,7 @@ def _encode(doc: Any) -> bytes:
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
 
-class StateStore:
+class SdlStateStore:
     """In-memory state mirrored to SDL; safe for concurrent use.
 
     Parameters
@@ -383,7 +383,7 @@ class SdlVersionStore:
     so a CPE that has used up its block waits for Redis before it gets new weights; the others
     carry on.  Ceilings only grow (the maximum of stored and requested is kept).
 
-    ``floor(cpe_id)`` (the last published version the :class:`StateStore` remembers) is a lower
+    ``floor(cpe_id)`` (the last published version the :class:`SdlStateStore` remembers) is a lower
     bound for a ceiling: if Redis lost its data, the state store's catch-up rewrites the CPE
     records, and the versions in them keep a later restart from going back.
     """

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, mediator_lister
-from xapp.adapters.sdl import Restored, SdlVersionStore, StateStore, ricsdl_backend
+from xapp.adapters.sdl import Restored, SdlStateStore, SdlVersionStore, ricsdl_backend
 from xapp.app.collector import ComponentCollector, E2Counters
 from xapp.app.config import ConfigError, ConfigWatcher, Controls, LoadedConfig, load_config
 from xapp.app.endpoints import (
@@ -171,7 +171,7 @@ class XappProcess:
         self.supervisor = Supervisor()
         controls = config.controls
         factory = ricsdl_backend if args.sdl == "redis" else None
-        self.state = StateStore(controls.sdl_namespace, factory,
+        self.state = SdlStateStore(controls.sdl_namespace, factory,
                                 on_error=self.metrics.sdl_errors.inc,
                                 on_restore=self._restore)
         self.book = PolicyBook(controls.default_policy)

@@ -320,7 +320,7 @@ class CpeRecord:
 
 class StateStore(Protocol):
     """What the loop remembers across restarts: per-CPE records and the model version
-    (:class:`xapp.adapters.sdl.StateStore`: memory mirrored to SDL)."""
+    (:class:`xapp.adapters.sdl.SdlStateStore`: memory mirrored to SDL)."""
 
     def cpe(self, cpe_id: str) -> CpeRecord | None: ...
 
