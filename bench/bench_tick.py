@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO))
 
 from twin.fluid import deliver  # noqa: E402
 from xapp.adapters.lab import MemoryPublisher, NullSink  # noqa: E402
-from xapp.adapters.sdl import StateStore  # noqa: E402
+from xapp.adapters.sdl import SdlStateStore  # noqa: E402
 from xapp.app.runner import tune_gc  # noqa: E402
 from xapp.core.decisions import DecideBatch, decide_batch, decide_per_cpe  # noqa: E402
 from xapp.core.ewma import EwmaEstimator  # noqa: E402
@@ -121,7 +121,7 @@ def _loop(intake: LatestKpis, publisher: WeightPublisher, period_s: float,
     # Every CPE is due every period: the policy's update period is the control period.
     policy = {"hysteresis_pct": 1.0, "update_period_s": period_s}
     return ControlLoop(intake, EwmaEstimator(), publisher, sink or NullSink(),
-                       PolicyBook(policy).resolver, StateStore(),
+                       PolicyBook(policy).resolver, SdlStateStore(),
                        settings=LoopSettings(control_period_s=period_s, kpi_max_age_s=5.0),
                        decide=decide)
 

@@ -12,7 +12,7 @@ from hypothesis.extra.numpy import arrays
 
 from xapp.adapters.lab import MemoryPublisher, NullSink
 from xapp.adapters.mqtt.payloads import check
-from xapp.adapters.sdl import StateStore
+from xapp.adapters.sdl import SdlStateStore
 from xapp.core.caps import (
     CAP_MAX_MBPS,
     CAP_MIN_MBPS,
@@ -153,9 +153,9 @@ class Semantics:
 
 
 def _loop(kpis: Kpis, pub: MemoryPublisher, semantics: Semantics | None,
-          policy: dict[str, object], state: StateStore | None = None) -> ControlLoop:
+          policy: dict[str, object], state: SdlStateStore | None = None) -> ControlLoop:
     return ControlLoop(kpis, Exact(), pub, NullSink(), PolicyBook(policy).resolver,
-                       state or StateStore(), settings=LoopSettings(lease_s=30.0),
+                       state or SdlStateStore(), settings=LoopSettings(lease_s=30.0),
                        semantics=semantics)
 
 
@@ -234,7 +234,7 @@ def test_loop_caps_survive_a_restart_and_ride_the_refresh() -> None:
     kpis = Kpis(_rows(["a"]))
     sem = Semantics()
     sem.ul = {"a"}
-    state = StateStore()
+    state = SdlStateStore()
     pub = MemoryPublisher(clock=lambda: 0.0)
     _loop(kpis, pub, sem, {**SPLIT, "update_period_s": 60.0}, state).tick(100.0)
     caps = pub.take()[0]["ul"]["caps_mbps"]

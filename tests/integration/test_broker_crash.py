@@ -28,7 +28,7 @@ from tests.support.mosquitto import (
 )
 from xapp.adapters.lab import FileKpiSource
 from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher
-from xapp.adapters.sdl import StateStore
+from xapp.adapters.sdl import SdlStateStore
 from xapp.app.runner import LoopRunner
 from xapp.core.ewma import EwmaEstimator
 from xapp.core.loop import ControlLoop, LoopSettings
@@ -70,7 +70,7 @@ def test_weights_resent_after_broker_crash(pki: Pki, broker: MosquittoBroker,
                      reconnect_min_s=0.1, reconnect_max_s=0.5),
         MemoryVersionStore()).start()
     assert publisher.wait_connected(10)
-    state = StateStore("it", None)
+    state = SdlStateStore("it", None)
     book = PolicyBook({"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
                        "capacity_floor_mbps": 1.0})
     loop = ControlLoop(FileKpiSource(kpis), EwmaEstimator(), publisher, None, book.resolver,
