@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -21,12 +23,18 @@ from xapp.core.weights import (
     optimal_weights_batch,
 )
 
+T = TypeVar("T")
 PAPER = {"nr": 342.0, "wifi": 1190.0, "lifi": 12.0}
 
 
-def states(caps: dict[str, float], **kw: dict[str, object]) -> dict[str, WatState]:
+def states(caps: dict[str, float], **kw: dict[str, Any]) -> dict[str, WatState]:
     return {w: WatState(capacity_mbps=c, **{k: v[w] for k, v in kw.items() if w in v})
             for w, c in caps.items()}
+
+
+def _named(values: Sequence[T]) -> dict[str, T]:
+    """Values as the engine takes them: by WAT name ("0", "1", ...)."""
+    return {str(i): v for i, v in enumerate(values)}
 
 
 def brute_force_best(caps: list[float], max_weight: int,
@@ -40,7 +48,7 @@ def brute_force_best(caps: list[float], max_weight: int,
             continue
         if hi and any(wi > h * total + 1e-9 for wi, h in zip(w, hi, strict=True)):
             continue
-        best = max(best, fluid_aggregate(dict(enumerate(caps)), dict(enumerate(w))))
+        best = max(best, fluid_aggregate(_named(caps), _named(w)))
     return best
 
 
@@ -65,7 +73,7 @@ def test_unbounded_search_is_exact(caps: list[float], max_weight: int) -> None:
     if not any(c > 0 for c in caps):
         return
     w = optimal_weights_batch(np.array([caps]), max_weight)[0]
-    got = fluid_aggregate(dict(enumerate(caps)), dict(enumerate(w.tolist())))
+    got = fluid_aggregate(_named(caps), _named(w.tolist()))
     assert got == pytest.approx(brute_force_best(caps, max_weight), rel=1e-9)
     assert w.max() <= max_weight and w.min() >= 0
 
