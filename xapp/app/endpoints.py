@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -106,6 +107,18 @@ class PeriodicCheck:
         self.worker.stop()
 
 
+class _Server(ThreadingHTTPServer):
+    """A client that hangs up mid-answer (a probe whose timeout fired, a scraper restarted) is
+    the client's business: logged in one line, not as the standard library's traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):
+            log.debug("http client %s went away: %s", client_address, exc)
+            return
+        log.warning("http request from %s failed: %r", client_address, exc)
+
+
 class HttpServer:
     """Serves :class:`Health`, the config and the metrics on ``(host, port)``; port 0 picks one."""
 
@@ -121,7 +134,7 @@ class HttpServer:
         self.config = config
         self.metrics = metrics
         handler = _make_handler(self)
-        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server = _Server((host, port), handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
