@@ -8,7 +8,6 @@ import subprocess
 import time
 from collections.abc import Callable
 
-
 #: Ports :func:`free_port` handed out in this process: the kernel may give a port back as soon
 #: as its probe socket closes, before the server it was meant for binds it.
 _HANDED_OUT: set[int] = set()
