@@ -86,7 +86,7 @@ const (
 // Log are required; Subflows may be nil (no telemetry); Now defaults to
 // time.Now.
 type Deps struct {
-	Backend  backend.Backend
+	Backend  backend.Local
 	Store    *state.Store
 	Links    LinkSource
 	Subflows SubflowSource
@@ -632,7 +632,7 @@ func (a *Agent) report(event string, err error) {
 	for _, p := range a.applied {
 		s.AppliedWeights[p.WAT] = p.Weight
 	}
-	if cr, ok := a.deps.Backend.(backend.CapsReporter); ok && a.applied != nil {
+	if cr, ok := a.deps.Backend.(backend.LocalCapsReporter); ok && a.applied != nil {
 		if caps := cr.AppliedCaps(); len(caps) > 0 {
 			s.AppliedCapsMbps = caps
 		}

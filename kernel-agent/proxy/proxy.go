@@ -1,6 +1,6 @@
 // Package proxy is the agent's proxy role: beside an MPTCP proxy that sends
 // the downlink to many CPEs, it applies each CPE's dl weights through a
-// backend.Downlink. It reads every served CPE's weights (the dl set) and
+// backend.Backend. It reads every served CPE's weights (the dl set) and
 // its agent's retained state (the addresses of the CPE's WATs, which are
 // the remote addresses of the downlink subflows, and which links are
 // down), and applies per CPE the CPE agent's rules: versions grow
@@ -70,7 +70,7 @@ type Config struct {
 // Deps are the proxy's collaborators; Subflows may be nil (no telemetry),
 // Now defaults to time.Now.
 type Deps struct {
-	Downlink backend.Downlink
+	Downlink backend.Backend
 	Subflows SubflowSource
 	Metrics  *metrics.Metrics
 	Log      *slog.Logger
@@ -679,7 +679,7 @@ func (p *Proxy) flush(ctx context.Context) {
 func (p *Proxy) apply(ctx context.Context) {
 	p.dirty = false
 	m := p.deps.Metrics
-	set := make([]backend.CPEPaths, 0, len(p.order))
+	set := make([]backend.Device, 0, len(p.order))
 	want := map[string][]backend.Path{}
 	conflicts := p.conflicts()
 	for _, id := range p.order {
@@ -709,7 +709,7 @@ func (p *Proxy) apply(ctx context.Context) {
 			continue
 		}
 		want[id] = ps
-		set = append(set, backend.CPEPaths{CPEID: id, Paths: ps})
+		set = append(set, backend.Device{CPEID: id, Paths: ps})
 	}
 	t0 := time.Now()
 	notApplied, err := p.deps.Downlink.ApplyAll(ctx, set)
@@ -868,7 +868,7 @@ func (p *Proxy) report(c *cpe) {
 	for _, ps := range c.applied {
 		s.AppliedWeights[ps.WAT] = ps.Weight
 	}
-	if cr, ok := p.deps.Downlink.(backend.DownlinkCapsReporter); ok && c.applied != nil && c.unexpr == nil {
+	if cr, ok := p.deps.Downlink.(backend.CapsReporter); ok && c.applied != nil && c.unexpr == nil {
 		if caps := cr.AppliedCaps(c.id); len(caps) > 0 {
 			s.AppliedCapsMbps = caps
 		}

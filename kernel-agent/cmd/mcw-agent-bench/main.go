@@ -35,12 +35,12 @@ import (
 
 // timed wraps a backend and records when the last Apply returned.
 type timed struct {
-	backend.Backend
+	backend.Local
 	done time.Time
 }
 
 func (t *timed) Apply(ctx context.Context, p []backend.Path) error {
-	err := t.Backend.Apply(ctx, p)
+	err := t.Local.Apply(ctx, p)
 	t.done = time.Now()
 	return err
 }
@@ -99,7 +99,7 @@ func run(n int, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	be := &timed{Backend: wrr}
+	be := &timed{Local: wrr}
 	store, err := state.New(stateDir)
 	if err != nil {
 		return err

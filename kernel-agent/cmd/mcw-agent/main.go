@@ -327,7 +327,7 @@ type watcher interface {
 const downlinkStall = 10 * time.Second
 
 // newDownlink builds the proxy role's backend.
-func newDownlink(ctx context.Context, cfg config.Config, log *slog.Logger) (backend.Downlink, error) {
+func newDownlink(ctx context.Context, cfg config.Config, log *slog.Logger) (backend.Backend, error) {
 	switch cfg.Backend {
 	case payload.BackendDryRun:
 		return dryrun.NewDownlink(), nil
@@ -390,7 +390,7 @@ func newDownlink(ctx context.Context, cfg config.Config, log *slog.Logger) (back
 	}
 }
 
-func newBackend(ctx context.Context, cfg config.Config) (backend.Backend, error) {
+func newBackend(ctx context.Context, cfg config.Config) (backend.Local, error) {
 	switch cfg.Backend {
 	case payload.BackendWRRSysctl:
 		return wrrsysctl.New(wrrsysctl.Config{
