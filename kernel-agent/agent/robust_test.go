@@ -265,17 +265,13 @@ func TestSupervisedWorkers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store, err := state.New(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
 			be := &blocking{Backend: dryrun.New(), release: make(chan struct{})}
 			links := &failingLinks{fakeLinks: newFakeLinks(), fail: make(chan error, 1)}
 			m := metrics.New()
 			a, err := New(Config{
 				CPEID: "cpe-0001", WATs: map[string]string{"nr": "nr0", "wifi": "wlan0"},
-				SafeWeights: payload.Weights{"nr": 1, "wifi": 1},
-			}, Deps{Backend: be, Store: store, Links: links, Metrics: m, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+				SafeWeights: payload.Weights{"nr": 1, "wifi": 1}, StateDir: t.TempDir(),
+			}, Deps{Backend: backend.Own(be), Links: links, Metrics: m, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,7 +286,7 @@ func TestSupervisedWorkers(t *testing.T) {
 			deadline := time.Now().Add(5 * time.Second)
 			for {
 				code, ws := health(t, sup)
-				if code == http.StatusOK && ws["loop"].State == supervisor.StateRunning && a.LastState() != nil {
+				if code == http.StatusOK && ws["loop"].State == supervisor.StateRunning && a.LastState("cpe-0001") != nil {
 					break
 				}
 				if time.Now().After(deadline) {
