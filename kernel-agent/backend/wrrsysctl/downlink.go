@@ -101,7 +101,7 @@ func (d *Downlink) OverflowCPEs() int {
 }
 
 var (
-	_ backend.Backend    = (*Downlink)(nil)
+	_ backend.Backend     = (*Downlink)(nil)
 	_ backend.RuleCounter = (*Downlink)(nil)
 )
 

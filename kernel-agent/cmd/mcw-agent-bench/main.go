@@ -153,7 +153,7 @@ func run(n int, asJSON bool) error {
 	}
 	res := map[string]any{
 		"update_to_verified_write":       summarize(applied),
-		"process_call":           summarize(total),
+		"process_call":                   summarize(total),
 		"baseline_sysctl_write_readback": summarize(baseline),
 		"tree":                           tree, "target_p99_us": 1000,
 	}
