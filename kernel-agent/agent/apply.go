@@ -83,7 +83,7 @@ func (a *Agent) apply(ctx context.Context) {
 		notApplied, err = a.deps.Backend.ApplyAll(ctx, set)
 		m.ApplySeconds.Observe(time.Since(t0).Seconds())
 		if err != nil {
-			a.failed(err, len(set))
+			a.failed(err, len(set), cause == "retry")
 			return
 		}
 		m.Applies.WithLabelValues(cause).Inc()
@@ -131,8 +131,10 @@ func (a *Agent) apply(ctx context.Context) {
 
 // failed handles an ApplyAll that applied nothing: the kernel's state is
 // unknown (the next batch, or the retry a second later, applies again),
-// every pending update is rolled back.
-func (a *Agent) failed(err error, n int) {
+// every pending update is rolled back. A retry that fails as the last
+// attempt did is not reported again.
+func (a *Agent) failed(err error, n int, retry bool) {
+	again := retry && a.applyErr == err.Error()
 	a.deps.Metrics.ApplyErrors.Inc()
 	a.lastOK, a.applyErr = false, err.Error()
 	a.deps.Log.Error("apply failed", "devices", n, "err", err)
@@ -144,9 +146,9 @@ func (a *Agent) failed(err error, n int) {
 			continue
 		}
 		switch {
-		case d.event == "":
+		case d.event == "" && !again:
 			d.setEvent(payload.EventRejected, err)
-		case d.eventErr == nil:
+		case d.event != "" && d.eventErr == nil:
 			d.eventErr = err
 		}
 	}

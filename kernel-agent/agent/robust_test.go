@@ -378,3 +378,36 @@ func TestUnclaimableAddressNotReported(t *testing.T) {
 		t.Fatalf("the state is refused: %v", err)
 	}
 }
+
+// TestCPERetriesFailedApply: as the proxy, the CPE role tries a failed
+// apply again each second by itself (the kernel's state is unknown after
+// it), reports a failure that repeats itself once, and is back in the
+// kernel as soon as the backend recovers; the refused update was rolled
+// back, so its redelivery applies.
+func TestCPERetriesFailedApply(t *testing.T) {
+	h := start(t, t.TempDir())
+	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+	h.be.SetErr(errors.New("kernel says no"))
+	v3 := weightsMsg(3, 60, `{"nr":4,"wifi":9}`)
+	h.agent.HandleWeights(v3, time.Now())
+	s, n := h.pub.waitEvent(t, payload.EventRejected, n)
+	if s.LastError != "kernel says no" || s.AppliedVersion != 0 || len(s.AppliedWeights) != 0 {
+		t.Fatalf("failed apply: %+v", s)
+	}
+	time.Sleep(2500 * time.Millisecond) // two retries, failing alike
+	h.pub.mu.Lock()
+	after := len(h.pub.states) - n
+	h.pub.mu.Unlock()
+	if after != 0 || metrics.Value(h.agent.deps.Metrics.ApplyErrors) < 3 {
+		t.Fatalf("%d more states, %v apply errors: the retries should run silently", after, metrics.Value(h.agent.deps.Metrics.ApplyErrors))
+	}
+	h.be.SetErr(nil)
+	s, n = h.pub.waitEvent(t, payload.EventApplied, n)
+	if diff := cmp.Diff(payload.Weights{"nr": 1, "wifi": 1}, s.AppliedWeights); diff != "" || s.LastError != "" {
+		t.Fatalf("after the retry (-want +got):\n%s", diff)
+	}
+	h.agent.HandleWeights(v3, time.Now())
+	if s, _ = h.pub.waitEvent(t, payload.EventApplied, n); s.AppliedVersion != 3 || s.AppliedWeights["nr"] != 4 {
+		t.Fatalf("redelivered update: %+v", s)
+	}
+}
