@@ -343,7 +343,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		if a.local {
 			d.configured = a.wats
 			for _, w := range a.wats {
-				d.setLocal(w, initial[a.cfg.WATs[w]])
+				d.setLocal(w, a.cfg.WATs[w], initial[a.cfg.WATs[w]])
 			}
 			a.publishInfo(d)
 		}

@@ -382,3 +382,32 @@ func TestCPETelemetry(t *testing.T) {
 		t.Fatalf("telemetry %+v", tm)
 	}
 }
+
+// TestMissingInterfaceKeepsItsName: a WAT whose interface does not exist
+// at start is handed to the backend under its configured interface (weight
+// 0, no address), so a backend that works per interface knows which one.
+func TestMissingInterfaceKeepsItsName(t *testing.T) {
+	links := newFakeLinks()
+	delete(links.initial, "wlan0")
+	be := dryrun.New()
+	a, err := New(Config{CPEID: "cpe-0001", WATs: map[string]string{"nr": "nr0", "wifi": "wlan0"},
+		SafeWeights: payload.Weights{"nr": 1, "wifi": 1}, StateDir: t.TempDir()},
+		Deps{Backend: backend.Own(be), Links: links, Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	all := be.Applied()
+	if len(all) != 1 {
+		t.Fatalf("%d applies at start", len(all))
+	}
+	want := []backend.Path{
+		{WAT: "nr", Interface: "nr0", Index: 2, Addr: netip.MustParseAddr("10.31.1.1"), Weight: 1},
+		{WAT: "wifi", Interface: "wlan0", Weight: 0},
+	}
+	if diff := cmp.Diff(want, all[0], cmp.Comparer(func(x, y netip.Addr) bool { return x == y })); diff != "" {
+		t.Fatalf("paths (-want +got):\n%s", diff)
+	}
+}

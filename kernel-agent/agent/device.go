@@ -103,10 +103,11 @@ func (d *device) useSafe() {
 	d.set(weightsInForce{requested: d.safeW.Clone(), safe: true})
 }
 
-// setLocal takes one of this host's WAT interfaces (role cpe); it reports
-// whether anything a path depends on changed.
-func (d *device) setLocal(wat string, s linkwatch.Status) bool {
-	sl := slot{iface: s.Interface, index: s.Index, addr: s.Addr, usable: s.Usable()}
+// setLocal takes the status of iface, one of this host's WAT interfaces
+// (role cpe; the zero status while it does not exist); it reports whether
+// anything a path depends on changed.
+func (d *device) setLocal(wat, iface string, s linkwatch.Status) bool {
+	sl := slot{iface: iface, index: s.Index, addr: s.Addr, usable: s.Usable()}
 	old, had := d.slots[wat]
 	d.slots[wat] = sl
 	d.links[wat] = map[bool]string{true: "up", false: "down"}[sl.usable]

@@ -27,7 +27,7 @@ func (a *Agent) onLink(s linkwatch.Status) {
 			continue
 		}
 		old := d.slots[w]
-		if !d.setLocal(w, s) {
+		if !d.setLocal(w, s.Interface, s) {
 			continue
 		}
 		a.publishInfo(d)
