@@ -117,6 +117,3 @@ func (o own) AppliedCaps(string) map[string]float64 {
 	}
 	return nil
 }
-
-// Unwrap returns the adapted Local backend.
-func (o own) Unwrap() Local { return o.Local }
