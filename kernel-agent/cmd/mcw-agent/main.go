@@ -112,7 +112,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		closers = append(closers, dl.Close)
 		acfg.Role, acfg.ProxyID, acfg.CPEs, acfg.Prefixes = payload.RoleProxy, cfg.ProxyID, cfg.CPEs, cfg.Prefixes()
 		deps.Backend = dl
-		startAttrs = []any{"cpes", len(cfg.CPEs), "registry", len(cfg.CPEPrefixes) > 0}
+		startAttrs = []any{"cpes", len(cfg.CPEs), "registered_cpes", len(cfg.CPEPrefixes)}
 	} else {
 		be, err := newBackend(ctx, cfg)
 		if err != nil {
