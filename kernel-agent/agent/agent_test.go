@@ -17,8 +17,10 @@ import (
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
 	"github.com/mcw-xapp/kernel-agent/linkwatch"
 	"github.com/mcw-xapp/kernel-agent/metrics"
+	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
 	"github.com/mcw-xapp/kernel-agent/state"
+	"github.com/mcw-xapp/kernel-agent/telemetry"
 )
 
 // fakeLinks is a LinkSource driven by the test.
@@ -54,6 +56,11 @@ func (f *fakeLinks) Run(ctx context.Context, out chan<- linkwatch.Status, beat f
 	}
 }
 
+// HandleWeights queues a payload on the CPE role's weights topic.
+func (a *Agent) HandleWeights(data []byte, at time.Time) {
+	a.HandleMessage(mqttclient.TopicsFor(a.cfg.CPEID).Weights, data, at)
+}
+
 // recorder is a Publisher that keeps every state payload.
 type recorder struct {
 	mu     sync.Mutex
@@ -61,7 +68,10 @@ type recorder struct {
 	telem  int
 }
 
-func (r *recorder) PublishState(_ context.Context, b []byte) error {
+func (r *recorder) PublishRetained(_ context.Context, topic string, b []byte) error {
+	if topic != "mcw/v1/cpe/cpe-0001/state" {
+		return fmt.Errorf("state on %s", topic)
+	}
 	s, err := payload.ParseState(b)
 	if err != nil {
 		return err
@@ -72,7 +82,7 @@ func (r *recorder) PublishState(_ context.Context, b []byte) error {
 	return nil
 }
 
-func (r *recorder) PublishTelemetry(context.Context, []byte) error {
+func (r *recorder) PublishQoS0(context.Context, string, []byte) error {
 	r.mu.Lock()
 	r.telem++
 	r.mu.Unlock()
@@ -133,7 +143,8 @@ func start(t *testing.T, dir string) *harness {
 		WATs:         map[string]string{"nr": "nr0", "wifi": "wlan0"},
 		SafeWeights:  payload.Weights{"nr": 1, "wifi": 1},
 		MaxClockSkew: 2 * time.Second,
-	}, Deps{Backend: h.be, Store: store, Links: h.links, Metrics: metrics.New(),
+		StateDir:     dir,
+	}, Deps{Backend: backend.Own(h.be), Links: h.links, Metrics: metrics.New(),
 		Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -329,5 +340,74 @@ func TestSharesCapsReachTheBackend(t *testing.T) {
 	all = h.be.Applied()
 	if diff := cmp.Diff(map[string]float64{"nr": 0, "wifi": 0}, capsOf(all[len(all)-1])); diff != "" {
 		t.Fatalf("safe weights carry caps (-want +got):\n%s", diff)
+	}
+}
+
+// TestCPETelemetry: in role cpe the one dump is matched by the subflows'
+// local address (each WAT interface's), published on the CPE's own
+// telemetry topic, without a proxy id.
+func TestCPETelemetry(t *testing.T) {
+	src := &subflows{}
+	clk := &clock{t: t0}
+	a, err := New(Config{CPEID: "cpe-0001", WATs: map[string]string{"nr": "nr0", "wifi": "wlan0"},
+		SafeWeights: payload.Weights{"nr": 1, "wifi": 1}, StateDir: t.TempDir(), TelemetryInterval: time.Second, MPTCPOnly: true},
+		Deps{Backend: backend.Own(dryrun.New()), Links: newFakeLinks(), Subflows: src, Metrics: metrics.New(),
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	peer := netip.MustParseAddr("10.31.0.1")
+	sf := func(src string, cookie, acked uint64) telemetry.Subflow {
+		return telemetry.Subflow{Src: netip.MustParseAddr(src), Dst: peer, Cookie: cookie, BytesAcked: acked, MPTCP: true, Cwnd: 10, RTTMicros: 5000}
+	}
+	aggs := map[string]*telemetry.Aggregator{}
+	src.list = []telemetry.Subflow{sf("10.31.1.1", 1, 0), sf("10.31.2.1", 2, 0)}
+	a.sampleTelemetry(aggs)
+	clk.t = clk.t.Add(time.Second)
+	src.list = []telemetry.Subflow{sf("10.31.1.1", 1, 2_500_000), sf("10.31.2.1", 2, 125_000), sf("192.0.2.9", 3, 9_999_999)}
+	a.sampleTelemetry(aggs)
+	_, pending := a.out.q.take()
+	m, ok := pending["mcw/v1/cpe/cpe-0001/telemetry"]
+	if !ok || m.retained || len(pending) != 2 { // the started state beside it
+		t.Fatalf("queued %v", pending)
+	}
+	tm, err := payload.ParseTelemetry(m.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm.ProxyID != "" || tm.WATs["nr"].UL == nil || tm.WATs["nr"].UL.DeliveredMbps != 20 || tm.WATs["wifi"].UL.DeliveredMbps != 1 {
+		t.Fatalf("telemetry %+v", tm)
+	}
+}
+
+// TestMissingInterfaceKeepsItsName: a WAT whose interface does not exist
+// at start is handed to the backend under its configured interface (weight
+// 0, no address), so a backend that works per interface knows which one.
+func TestMissingInterfaceKeepsItsName(t *testing.T) {
+	links := newFakeLinks()
+	delete(links.initial, "wlan0")
+	be := dryrun.New()
+	a, err := New(Config{CPEID: "cpe-0001", WATs: map[string]string{"nr": "nr0", "wifi": "wlan0"},
+		SafeWeights: payload.Weights{"nr": 1, "wifi": 1}, StateDir: t.TempDir()},
+		Deps{Backend: backend.Own(be), Links: links, Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	all := be.Applied()
+	if len(all) != 1 {
+		t.Fatalf("%d applies at start", len(all))
+	}
+	want := []backend.Path{
+		{WAT: "nr", Interface: "nr0", Index: 2, Addr: netip.MustParseAddr("10.31.1.1"), Weight: 1},
+		{WAT: "wifi", Interface: "wlan0", Weight: 0},
+	}
+	if diff := cmp.Diff(want, all[0], cmp.Comparer(func(x, y netip.Addr) bool { return x == y })); diff != "" {
+		t.Fatalf("paths (-want +got):\n%s", diff)
 	}
 }

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcw-xapp/kernel-agent/backend"
 	"github.com/mcw-xapp/kernel-agent/backend/wrrsysctl"
 	"github.com/mcw-xapp/kernel-agent/linkwatch"
 	"github.com/mcw-xapp/kernel-agent/metrics"
 	"github.com/mcw-xapp/kernel-agent/payload"
-	"github.com/mcw-xapp/kernel-agent/state"
 )
 
 // BenchmarkProcessWeightsWRR measures one weights payload from bytes in to
@@ -40,8 +40,8 @@ func BenchmarkProcessWeightsWRR(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if ev := a.ProcessWeights(ctx, msgs[i], time.Now()); ev != payload.EventApplied {
-			b.Fatalf("event %q: %s", ev, a.lastError)
+		if ev := a.Process(ctx, Message{Topic: "mcw/v1/cpe/cpe-0001/weights", Data: msgs[i], At: time.Now()}); ev != payload.EventApplied {
+			b.Fatalf("event %q: %s", ev, a.devs["cpe-0001"].lastError)
 		}
 	}
 }
@@ -81,10 +81,6 @@ func NewWRRBenchAgent(dir, treeDir string) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := state.New(filepath.Join(dir, "state"))
-	if err != nil {
-		return nil, err
-	}
 	links := linkwatch.Static{
 		"nr0":   {Interface: "nr0", Index: 2, LinkUp: true, Addr: netip.MustParseAddr("10.0.0.20")},
 		"wlan0": {Interface: "wlan0", Index: 3, LinkUp: true, Addr: netip.MustParseAddr("10.0.1.20")},
@@ -94,5 +90,6 @@ func NewWRRBenchAgent(dir, treeDir string) (*Agent, error) {
 		CPEID:       "cpe-0001",
 		WATs:        map[string]string{"nr": "nr0", "wifi": "wlan0", "lifi": "lifi0"},
 		SafeWeights: payload.Weights{"nr": 1, "wifi": 1, "lifi": 1},
-	}, Deps{Backend: be, Store: store, Links: links, Metrics: metrics.New(), Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+		StateDir:    filepath.Join(dir, "state"),
+	}, Deps{Backend: backend.Own(be), Links: links, Metrics: metrics.New(), Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 }

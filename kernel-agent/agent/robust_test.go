@@ -265,17 +265,13 @@ func TestSupervisedWorkers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store, err := state.New(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
 			be := &blocking{Backend: dryrun.New(), release: make(chan struct{})}
 			links := &failingLinks{fakeLinks: newFakeLinks(), fail: make(chan error, 1)}
 			m := metrics.New()
 			a, err := New(Config{
 				CPEID: "cpe-0001", WATs: map[string]string{"nr": "nr0", "wifi": "wlan0"},
-				SafeWeights: payload.Weights{"nr": 1, "wifi": 1},
-			}, Deps{Backend: be, Store: store, Links: links, Metrics: m, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+				SafeWeights: payload.Weights{"nr": 1, "wifi": 1}, StateDir: t.TempDir(),
+			}, Deps{Backend: backend.Own(be), Links: links, Metrics: m, Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,7 +286,7 @@ func TestSupervisedWorkers(t *testing.T) {
 			deadline := time.Now().Add(5 * time.Second)
 			for {
 				code, ws := health(t, sup)
-				if code == http.StatusOK && ws["loop"].State == supervisor.StateRunning && a.LastState() != nil {
+				if code == http.StatusOK && ws["loop"].State == supervisor.StateRunning && a.LastState("cpe-0001") != nil {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -380,5 +376,38 @@ func TestUnclaimableAddressNotReported(t *testing.T) {
 	}
 	if _, err := payload.ParseState(b); err != nil {
 		t.Fatalf("the state is refused: %v", err)
+	}
+}
+
+// TestCPERetriesFailedApply: as the proxy, the CPE role tries a failed
+// apply again each second by itself (the kernel's state is unknown after
+// it), reports a failure that repeats itself once, and is back in the
+// kernel as soon as the backend recovers; the refused update was rolled
+// back, so its redelivery applies.
+func TestCPERetriesFailedApply(t *testing.T) {
+	h := start(t, t.TempDir())
+	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
+	h.be.SetErr(errors.New("kernel says no"))
+	v3 := weightsMsg(3, 60, `{"nr":4,"wifi":9}`)
+	h.agent.HandleWeights(v3, time.Now())
+	s, n := h.pub.waitEvent(t, payload.EventRejected, n)
+	if s.LastError != "kernel says no" || s.AppliedVersion != 0 || len(s.AppliedWeights) != 0 {
+		t.Fatalf("failed apply: %+v", s)
+	}
+	time.Sleep(2500 * time.Millisecond) // two retries, failing alike
+	h.pub.mu.Lock()
+	after := len(h.pub.states) - n
+	h.pub.mu.Unlock()
+	if after != 0 || metrics.Value(h.agent.deps.Metrics.ApplyErrors) < 3 {
+		t.Fatalf("%d more states, %v apply errors: the retries should run silently", after, metrics.Value(h.agent.deps.Metrics.ApplyErrors))
+	}
+	h.be.SetErr(nil)
+	s, n = h.pub.waitEvent(t, payload.EventApplied, n)
+	if diff := cmp.Diff(payload.Weights{"nr": 1, "wifi": 1}, s.AppliedWeights); diff != "" || s.LastError != "" {
+		t.Fatalf("after the retry (-want +got):\n%s", diff)
+	}
+	h.agent.HandleWeights(v3, time.Now())
+	if s, _ = h.pub.waitEvent(t, payload.EventApplied, n); s.AppliedVersion != 3 || s.AppliedWeights["nr"] != 4 {
+		t.Fatalf("redelivered update: %+v", s)
 	}
 }

@@ -31,9 +31,10 @@ type Config struct {
 	ProxyID string `yaml:"proxy_id"`
 	// CPEs are the CPEs the proxy serves (role proxy).
 	CPEs []string `yaml:"cpes"`
-	// CPEPrefixes is the operator's registry (role proxy, optional): per
-	// served CPE, the prefixes its WAT addresses must lie in. A CPE listed
-	// here cannot claim an address outside them, whatever its state says.
+	// CPEPrefixes is the operator's registry (role proxy, required for every
+	// served CPE): per CPE, the prefixes its WAT addresses must lie in. A
+	// CPE cannot claim an address outside them, whatever its state says: a
+	// CPE's own claim alone never decides which traffic is its.
 	CPEPrefixes map[string][]string `yaml:"cpe_prefixes"`
 	MQTT        MQTT                `yaml:"mqtt"`
 	// WATs maps each WAT name (nr, lte, wifi, lifi) to its interface
@@ -414,6 +415,11 @@ func (c Config) validateProxy() []error {
 			add("cpes[%d] %q: the proxy's own id", i, id)
 		}
 		seen[id] = true
+	}
+	for _, id := range c.CPEs {
+		if _, listed := c.CPEPrefixes[id]; !listed && payload.ValidCPEID(id) && id != c.ProxyID {
+			add("cpe_prefixes[%s]: missing: the operator's registry says which addresses are the CPE's own (its claim alone is not trusted)", id)
+		}
 	}
 	for id, list := range c.CPEPrefixes {
 		if !seen[id] {

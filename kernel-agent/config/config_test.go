@@ -62,6 +62,7 @@ mqtt:
 backend: dry-run
 safe_weights: {nr: 1, wifi: 1}
 state_dir: /tmp/x
+cpe_prefixes: {cpe-0001: [10.31.0.0/16], cpe-0002: [10.32.0.0/16]}
 `
 
 func TestParseProxy(t *testing.T) {
@@ -84,12 +85,15 @@ func TestParseProxy(t *testing.T) {
 		{"cpe keys in a proxy", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_id: cpe-0001", "only with role cpe"},
 		{"wats in a proxy", "state_dir: /tmp/x", "state_dir: /tmp/x\nwats: {nr: {interface: nr0}}", "only with role cpe"},
 		{"unknown WAT in safe weights", "{nr: 1, wifi: 1}", "{nr: 1, wifi7: 1}", "unknown WAT"},
-		{"registry of an unserved CPE", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_prefixes: {cpe-0009: [10.31.0.0/16]}", "not one of cpes"},
-		{"registry empty", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_prefixes: {cpe-0001: []}", "empty"},
-		{"registry not a prefix", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_prefixes: {cpe-0001: [10.31.0.1]}", "cpe_prefixes[cpe-0001][0]"},
-		{"registry host bits", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_prefixes: {cpe-0001: [10.31.0.1/16]}", "host bits"},
-		{"registry wildcard", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_prefixes: {cpe-0001: [0.0.0.0/0]}", "unspecified"},
-		{"registry mapped", "state_dir: /tmp/x", "state_dir: /tmp/x\ncpe_prefixes: {cpe-0001: ['::ffff:10.0.0.0/104']}", "IPv4-mapped"},
+		{"registry of an unserved CPE", "cpe-0002: [10.32.0.0/16]}", "cpe-0002: [10.32.0.0/16], cpe-0009: [10.33.0.0/16]}", "not one of cpes"},
+		{"registry empty", "cpe-0001: [10.31.0.0/16]", "cpe-0001: []", "empty"},
+		{"registry not a prefix", "cpe-0001: [10.31.0.0/16]", "cpe-0001: [10.31.0.1]", "cpe_prefixes[cpe-0001][0]"},
+		{"registry host bits", "cpe-0001: [10.31.0.0/16]", "cpe-0001: [10.31.0.1/16]", "host bits"},
+		{"registry wildcard", "cpe-0001: [10.31.0.0/16]", "cpe-0001: [0.0.0.0/0]", "unspecified"},
+		{"registry mapped", "cpe-0001: [10.31.0.0/16]", "cpe-0001: ['::ffff:10.0.0.0/104']", "IPv4-mapped"},
+		// A CPE's claim alone never decides which traffic is its own.
+		{"no registry", "cpe_prefixes: {cpe-0001: [10.31.0.0/16], cpe-0002: [10.32.0.0/16]}", "", "cpe_prefixes[cpe-0001]: missing"},
+		{"a CPE left out of the registry", ", cpe-0002: [10.32.0.0/16]}", "}", "cpe_prefixes[cpe-0002]: missing"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -102,7 +106,7 @@ func TestParseProxy(t *testing.T) {
 			}
 		})
 	}
-	c, err = Parse([]byte(goodProxy + "cpe_prefixes: {cpe-0001: [10.31.0.0/16, 'fd31::/64']}\n"))
+	c, err = Parse([]byte(strings.Replace(goodProxy, "cpe-0001: [10.31.0.0/16]", "cpe-0001: [10.31.0.0/16, 'fd31::/64']", 1)))
 	if err != nil || len(c.Prefixes()["cpe-0001"]) != 2 || c.Prefixes()["cpe-0001"][1].String() != "fd31::/64" {
 		t.Fatalf("registry: %+v, %v", c.Prefixes(), err)
 	}

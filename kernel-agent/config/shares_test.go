@@ -36,7 +36,7 @@ func TestParseShares(t *testing.T) {
 // WAT, take rates for other known WATs and a class bound.
 func TestSharesProxy(t *testing.T) {
 	const proxy = "role: proxy\nproxy_id: proxy-0001\ncpes: [cpe-0001]\nmqtt: {broker_url: mqtts://127.0.0.1:8883, ca_file: a, cert_file: b, key_file: c}\n" +
-		"backend: mptcp-shares\nmptcp_shares: {link_mbps: {nr: 20, wifi: 20, lte: 5}, max_classes: 64}\nsafe_weights: {nr: 1, wifi: 1}\nstate_dir: /tmp/x\n"
+		"backend: mptcp-shares\nmptcp_shares: {link_mbps: {nr: 20, wifi: 20, lte: 5}, max_classes: 64}\nsafe_weights: {nr: 1, wifi: 1}\nstate_dir: /tmp/x\ncpe_prefixes: {cpe-0001: [10.31.0.0/16]}\n"
 	c, err := Parse([]byte(proxy))
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestSharesEnforce(t *testing.T) {
 		})
 	}
 	const proxy = "role: proxy\nproxy_id: proxy-0001\ncpes: [cpe-0001]\nmqtt: {broker_url: mqtts://127.0.0.1:8883, ca_file: a, cert_file: b, key_file: c}\n" +
-		"backend: mptcp-shares\nmptcp_shares: {link_mbps: {nr: 20, wifi: 20}, max_classes: 5000, enforce: pacing, pacing_cgroup: /sys/fs/cgroup}\nsafe_weights: {nr: 1, wifi: 1}\nstate_dir: /tmp/x\n"
+		"backend: mptcp-shares\nmptcp_shares: {link_mbps: {nr: 20, wifi: 20}, max_classes: 5000, enforce: pacing, pacing_cgroup: /sys/fs/cgroup}\nsafe_weights: {nr: 1, wifi: 1}\nstate_dir: /tmp/x\ncpe_prefixes: {cpe-0001: [10.31.0.0/16]}\n"
 	if _, err := Parse([]byte(proxy)); err == nil || !strings.Contains(err.Error(), "max_classes 5000: want at most 4096 with enforce pacing") {
 		t.Fatalf("Parse = %v, want the pacing bound", err)
 	}

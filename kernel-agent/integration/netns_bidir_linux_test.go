@@ -498,6 +498,7 @@ log_level: info
 	startAgent(t, "proxy-agent", tp.proxy, bin, fmt.Sprintf(`role: proxy
 proxy_id: %s
 cpes: [%s]
+cpe_prefixes: {%[2]s: [10.32.1.0/24, 10.32.2.0/24, 10.32.3.0/24]}
 mqtt: {broker_url: %q, ca_file: @DIR@/ca.crt, cert_file: @DIR@/%s.crt, key_file: @DIR@/%s.key}
 backend: mptcp-upstream
 safe_weights: {nr: 1, wifi: 1, lifi: 1}

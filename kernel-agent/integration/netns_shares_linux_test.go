@@ -378,15 +378,16 @@ log_level: info
 // in the proxy namespace (before any transfer: it selects the userspace
 // path manager) and waits until it serves the CPE at its addresses.
 func startSharesProxy(t *testing.T, tp *sharesTopology, w *watcher, pki, bin string) {
-	var links, safe strings.Builder
-	for _, p := range tp.paths {
+	var links, safe, prefixes strings.Builder
+	for i, p := range tp.paths {
 		fmt.Fprintf(&links, "%s: %g, ", p.wat, float64(p.mbit))
 		fmt.Fprintf(&safe, "%s: 1, ", p.wat)
+		fmt.Fprintf(&prefixes, "%s/24, ", p.cpeAddr(i)[:len(p.cpeAddr(i))-1]+"0")
 	}
 	startAgent(t, "shares-proxy", tp.proxy, bin, fmt.Sprintf(`role: proxy
 proxy_id: %s
 cpes: [%s]
-mqtt: {broker_url: %q, ca_file: @DIR@/ca.crt, cert_file: @DIR@/%s.crt, key_file: @DIR@/%s.key}
+`+"cpe_prefixes: {"+cpeID+": ["+strings.TrimSuffix(prefixes.String(), ", ")+"]}\n"+`mqtt: {broker_url: %q, ca_file: @DIR@/ca.crt, cert_file: @DIR@/%s.crt, key_file: @DIR@/%s.key}
 backend: mptcp-shares
 mptcp_shares: {link_mbps: {%s}}
 safe_weights: {%s}

@@ -76,6 +76,11 @@ type Tracker struct {
 	mark   Mark
 	until  time.Time
 	active bool
+	// staged is an update accepted by Check and waiting to be applied
+	// (hasStaged): later updates are ordered after it, but nothing else
+	// changes until Grant.
+	staged    Mark
+	hasStaged bool
 }
 
 // New returns a Tracker with cfg.
@@ -107,13 +112,16 @@ func (t *Tracker) Mark() Mark { return t.mark }
 // lease. The order checks come first, so that a replay is reported as
 // ErrReplay whatever its lease. Check changes nothing; Grant records.
 func (t *Tracker) Check(u Update, now time.Time) (until time.Time, err error) {
-	m := u.Mark()
+	m, last := u.Mark(), t.mark
+	if t.hasStaged {
+		last = t.staged
+	}
 	switch {
-	case m == t.mark:
+	case m == last:
 		return time.Time{}, fmt.Errorf("version %d issued at %d ms: %w", u.Version, m.IssuedMs, ErrReplay)
-	case m.Less(t.mark):
+	case m.Less(last):
 		return time.Time{}, fmt.Errorf("version %d issued at %d ms is older than version %d issued at %d ms: %w",
-			u.Version, m.IssuedMs, t.mark.Version, t.mark.IssuedMs, ErrStale)
+			u.Version, m.IssuedMs, last.Version, last.IssuedMs, ErrStale)
 	}
 	if ahead := u.IssuedAt.Sub(now); ahead > t.cfg.MaxClockSkew {
 		return time.Time{}, fmt.Errorf("version %d issued %v ahead of this device's clock, more than the allowed skew of %v: %w",
@@ -135,7 +143,18 @@ func (t *Tracker) Grant(m Mark, until time.Time) {
 	t.mark = m
 	t.until = until
 	t.active = true
+	t.hasStaged = false
 }
+
+// Stage holds m, accepted by Check, while it is being applied: a copy of it
+// is then a replay and an older update stale, but the mark, the version and
+// the lease stay those of the last granted update until Grant records m,
+// or Abort forgets it (the kernel refused it: its redelivery is judged
+// afresh). A later Stage replaces an earlier one.
+func (t *Tracker) Stage(m Mark) { t.staged, t.hasStaged = m, true }
+
+// Abort forgets the staged update.
+func (t *Tracker) Abort() { t.staged, t.hasStaged = Mark{}, false }
 
 // Active reports whether a lease is held (granted and not yet expired
 // through Expire).

@@ -146,3 +146,46 @@ func TestLeaseFromIssueTime(t *testing.T) {
 		})
 	}
 }
+
+// TestStage: an update being applied orders the ones after it (its copy is
+// a replay, an older one stale) but changes neither the version nor the
+// lease until it is granted; aborted, its redelivery is judged afresh.
+func TestStage(t *testing.T) {
+	now := time.UnixMilli(1763800000000)
+	tr := New(Config{MaxClockSkew: time.Second})
+	first := Update{Version: 1, IssuedAt: now.Add(-time.Second), Lease: time.Minute}
+	until, err := tr.Check(first, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Grant(first.Mark(), until)
+	next := Update{Version: 2, IssuedAt: now, Lease: time.Minute}
+	if _, err := tr.Check(next, now); err != nil {
+		t.Fatal(err)
+	}
+	tr.Stage(next.Mark())
+	if tr.Version() != 1 || !tr.Until().Equal(until) {
+		t.Fatalf("staging changed the version %d or the lease %v", tr.Version(), tr.Until())
+	}
+	older := Update{Version: 9, IssuedAt: now.Add(-500 * time.Millisecond), Lease: time.Minute}
+	for name, tc := range map[string]struct {
+		u    Update
+		want error
+	}{"copy of the staged": {next, ErrReplay}, "older than the staged": {older, ErrStale}} {
+		if _, err := tr.Check(tc.u, now); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", name, err, tc.want)
+		}
+	}
+	tr.Abort()
+	if _, err := tr.Check(next, now); err != nil {
+		t.Fatalf("after Abort the staged update is judged afresh: %v", err)
+	}
+	tr.Stage(next.Mark())
+	tr.Grant(next.Mark(), now.Add(time.Minute))
+	if tr.Version() != 2 {
+		t.Fatalf("granted version %d", tr.Version())
+	}
+	if _, err := tr.Check(older, now); !errors.Is(err, ErrStale) {
+		t.Fatalf("after Grant: %v", err)
+	}
+}

@@ -3,57 +3,115 @@
 package mptcppm
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"sync"
 	"time"
 
-	"github.com/mdlayher/genetlink"
-	"github.com/mdlayher/netlink"
+	vnl "github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
+// requestTimeout bounds one request's send and reply: the path manager
+// answers in microseconds; a socket that stays silent is not waited on for
+// ever.
+const requestTimeout = 10 * time.Second
+
+// dialSocket opens a netlink socket of proto in the calling thread's
+// network namespace (requests made later from any thread stay there), with
+// the kernel's extended error messages and a timeout on each request.
+func dialSocket(proto int) (*nl.SocketHandle, error) {
+	s, err := nl.GetNetlinkSocketAt(netns.None(), netns.None(), proto)
+	if err != nil {
+		return nil, err
+	}
+	tv := unix.NsecToTimeval(requestTimeout.Nanoseconds())
+	if err := errors.Join(s.SetSendTimeout(&tv), s.SetReceiveTimeout(&tv), s.SetExtAck(true)); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return &nl.SocketHandle{Socket: s}, nil
+}
+
+// execute sends one request of type typ on sh and returns the payloads of
+// the replies (a dump's parts until its end, or the one reply; with
+// NLM_F_ACK the kernel's error, if any).
+func execute(sh *nl.SocketHandle, proto int, typ uint16, flags int, data ...[]byte) ([][]byte, error) {
+	req := nl.NewNetlinkRequest(int(typ), flags)
+	req.Sockets = map[int]*nl.SocketHandle{proto: sh}
+	for _, d := range data {
+		req.AddRawData(d)
+	}
+	return req.Execute(proto, 0)
+}
+
+// family resolves the mptcp_pm generic netlink family (its id, version
+// and multicast groups are global, not per namespace).
+func family() (*vnl.GenlFamily, error) {
+	f, err := vnl.GenlFamilyGet(FamilyName)
+	if err != nil {
+		return nil, fmt.Errorf("family %s: %w", FamilyName, err)
+	}
+	return f, nil
+}
+
 // Conn is a connection to the MPTCP path manager. It is safe for
-// concurrent use (the underlying genetlink.Conn serialises requests).
+// concurrent use (requests on the socket are serialised).
 type Conn struct {
-	c      *genetlink.Conn
-	family genetlink.Family
+	sh      *nl.SocketHandle
+	id      uint16
+	version uint8
 }
 
 // Dial opens a generic netlink socket in the calling thread's network
 // namespace and resolves the mptcp_pm family. It fails with an error
 // wrapping the kernel's ENOENT when the kernel has no MPTCP.
 func Dial() (*Conn, error) {
-	c, err := genetlink.Dial(nil)
+	f, err := family()
+	if err != nil {
+		return nil, opError("get-family", err)
+	}
+	sh, err := dialSocket(unix.NETLINK_GENERIC)
 	if err != nil {
 		return nil, opError("dial", err)
 	}
-	f, err := c.GetFamily(FamilyName)
-	if err != nil {
-		c.Close()
-		return nil, opError("get-family", err)
-	}
-	return &Conn{c: c, family: f}, nil
+	return &Conn{sh: sh, id: f.ID, version: uint8(f.Version)}, nil
 }
 
 // Close closes the socket.
-func (c *Conn) Close() error { return c.c.Close() }
+func (c *Conn) Close() error { c.sh.Close(); return nil }
 
-func (c *Conn) execute(cmd uint8, flags netlink.HeaderFlags, data []byte) ([]genetlink.Message, error) {
-	return c.c.Execute(genetlink.Message{
-		Header: genetlink.Header{Command: cmd, Version: c.family.Version},
-		Data:   data,
-	}, c.family.ID, netlink.Request|flags)
+// execute runs one command and returns the attributes of each reply
+// (after the generic netlink header).
+func (c *Conn) execute(cmd uint8, flags int, attrs []byte) ([][]byte, error) {
+	hdr := (&nl.Genlmsg{Command: cmd, Version: c.version}).Serialize()
+	msgs, err := execute(c.sh, unix.NETLINK_GENERIC, c.id, flags, hdr, attrs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, 0, len(msgs))
+	for _, m := range msgs {
+		if len(m) < nl.SizeofGenlmsg {
+			return nil, fmt.Errorf("reply of %d bytes", len(m))
+		}
+		out = append(out, m[nl.SizeofGenlmsg:])
+	}
+	return out, nil
 }
 
 // Endpoints lists the configured endpoints (`ip mptcp endpoint show`).
 func (c *Conn) Endpoints() ([]Endpoint, error) {
-	msgs, err := c.execute(cmdGetAddr, netlink.Dump, nil)
+	msgs, err := c.execute(cmdGetAddr, unix.NLM_F_DUMP, nil)
 	if err != nil {
 		return nil, opError("get-addr", err)
 	}
 	var out []Endpoint
 	for _, m := range msgs {
-		eps, err := decodeEndpoints(m.Data)
+		eps, err := decodeEndpoints(m)
 		if err != nil {
 			return nil, opError("get-addr", err)
 		}
@@ -65,26 +123,14 @@ func (c *Conn) Endpoints() ([]Endpoint, error) {
 // Add creates an endpoint with e's address, flags and interface (ID 0 lets
 // the kernel choose one).
 func (c *Conn) Add(e Endpoint) error {
-	ae := netlink.NewAttributeEncoder()
-	encodeEndpoint(ae, e, true)
-	b, err := ae.Encode()
-	if err != nil {
-		return opError("add-addr", err)
-	}
-	_, err = c.execute(cmdAddAddr, netlink.Acknowledge, b)
+	_, err := c.execute(cmdAddAddr, unix.NLM_F_ACK, serialize(encodeEndpoint(e, true)))
 	return opError("add-addr", err)
 }
 
 // Delete removes the endpoint with e's ID (the kernel looks endpoints up by
 // ID for deletion).
 func (c *Conn) Delete(e Endpoint) error {
-	ae := netlink.NewAttributeEncoder()
-	encodeEndpoint(ae, Endpoint{ID: e.ID}, false)
-	b, err := ae.Encode()
-	if err != nil {
-		return opError("del-addr", err)
-	}
-	_, err = c.execute(cmdDelAddr, netlink.Acknowledge, b)
+	_, err := c.execute(cmdDelAddr, unix.NLM_F_ACK, serialize(encodeEndpoint(Endpoint{ID: e.ID}, false)))
 	return opError("del-addr", err)
 }
 
@@ -92,26 +138,14 @@ func (c *Conn) Delete(e Endpoint) error {
 // addr; the kernel sends MP_PRIO on established subflows from that address,
 // so the change applies to running connections at once.
 func (c *Conn) SetFlags(e Endpoint) error {
-	ae := netlink.NewAttributeEncoder()
-	encodeEndpoint(ae, Endpoint{Addr: e.Addr, Port: e.Port, Flags: e.Flags}, true)
-	b, err := ae.Encode()
-	if err != nil {
-		return opError("set-flags", err)
-	}
-	_, err = c.execute(cmdSetFlags, netlink.Acknowledge, b)
+	_, err := c.execute(cmdSetFlags, unix.NLM_F_ACK, serialize(encodeEndpoint(Endpoint{Addr: e.Addr, Port: e.Port, Flags: e.Flags}, true)))
 	return opError("set-flags", err)
 }
 
 // SetLimits sets the path manager's limits (`ip mptcp limits set`).
 func (c *Conn) SetLimits(l Limits) error {
-	ae := netlink.NewAttributeEncoder()
-	ae.Uint32(attrRcvAddAddrs, l.AddAddrAccepted)
-	ae.Uint32(attrSubflows, l.Subflows)
-	b, err := ae.Encode()
-	if err != nil {
-		return opError("set-limits", err)
-	}
-	_, err = c.execute(cmdSetLimits, netlink.Acknowledge, b)
+	_, err := c.execute(cmdSetLimits, unix.NLM_F_ACK, serialize(
+		nl.NewRtAttr(attrRcvAddAddrs, nl.Uint32Attr(l.AddAddrAccepted)), nl.NewRtAttr(attrSubflows, nl.Uint32Attr(l.Subflows))))
 	return opError("set-limits", err)
 }
 
@@ -124,7 +158,7 @@ func (c *Conn) Limits() (Limits, error) {
 	if len(msgs) == 0 {
 		return Limits{}, opError("get-limits", errEmptyReply)
 	}
-	l, err := decodeLimits(msgs[0].Data)
+	l, err := decodeLimits(msgs[0])
 	return l, opError("get-limits", err)
 }
 
@@ -138,7 +172,7 @@ func (c *Conn) SetSubflowBackup(token uint32, local, remote netip.AddrPort, back
 	if err != nil {
 		return opError("set-flags", err)
 	}
-	_, err = c.execute(cmdSetFlags, netlink.Acknowledge, b)
+	_, err = c.execute(cmdSetFlags, unix.NLM_F_ACK, b)
 	return opError("set-flags", err)
 }
 
@@ -146,48 +180,75 @@ func (c *Conn) SetSubflowBackup(token uint32, local, remote netip.AddrPort, back
 // a listener on the events group, which the userspace path manager needs
 // to accept MP_JOINs.
 type Monitor struct {
-	c *genetlink.Conn
+	s        *nl.NetlinkSocket
+	mu       sync.Mutex
+	deadline time.Time
 }
 
 // DialMonitor opens a generic netlink socket in the calling thread's
 // network namespace and joins the mptcp_pm events group.
 func DialMonitor() (*Monitor, error) {
-	c, err := genetlink.Dial(nil)
+	f, err := family()
 	if err != nil {
-		return nil, opError("monitor", err)
-	}
-	f, err := c.GetFamily(FamilyName)
-	if err != nil {
-		c.Close()
 		return nil, opError("monitor", err)
 	}
 	for _, g := range f.Groups {
-		if g.Name == EventsGroup {
-			if err := c.JoinGroup(g.ID); err != nil {
-				c.Close()
-				return nil, opError("monitor", err)
-			}
-			return &Monitor{c: c}, nil
+		if g.Name != EventsGroup {
+			continue
 		}
+		s, err := nl.SubscribeAt(netns.None(), netns.None(), unix.NETLINK_GENERIC)
+		if err != nil {
+			return nil, opError("monitor", err)
+		}
+		// The group's id is dynamic and may lie beyond the 32 groups a
+		// bind can name: join it by socket option.
+		if err := unix.SetsockoptInt(s.GetFd(), unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, int(g.ID)); err != nil {
+			s.Close()
+			return nil, opError("monitor", fmt.Errorf("join group %s: %w", EventsGroup, err))
+		}
+		return &Monitor{s: s}, nil
 	}
-	c.Close()
 	return nil, opError("monitor", fmt.Errorf("family %s has no group %s", FamilyName, EventsGroup))
 }
 
 // SetReadDeadline bounds the next Receive, so a caller can check its
-// context between waits.
-func (m *Monitor) SetReadDeadline(t time.Time) error { return m.c.SetReadDeadline(t) }
+// context between waits; Receive then fails with os.ErrDeadlineExceeded.
+func (m *Monitor) SetReadDeadline(t time.Time) error {
+	m.mu.Lock()
+	m.deadline = t
+	m.mu.Unlock()
+	return nil
+}
 
 // Receive waits for the next batch of events. An event that does not
 // decode is returned as an error after the ones that did.
 func (m *Monitor) Receive() ([]Event, error) {
-	msgs, _, err := m.c.Receive()
+	m.mu.Lock()
+	deadline := m.deadline
+	m.mu.Unlock()
+	if !deadline.IsZero() {
+		d := time.Until(deadline)
+		if d <= 0 {
+			return nil, opError("monitor", os.ErrDeadlineExceeded)
+		}
+		tv := unix.NsecToTimeval(d.Nanoseconds())
+		if err := m.s.SetReceiveTimeout(&tv); err != nil {
+			return nil, opError("monitor", err)
+		}
+	}
+	msgs, _, err := m.s.Receive()
+	if errors.Is(err, unix.EAGAIN) {
+		err = os.ErrDeadlineExceeded // how the library reports its timeout
+	}
 	if err != nil {
 		return nil, opError("monitor", err)
 	}
 	out := make([]Event, 0, len(msgs))
 	for _, msg := range msgs {
-		ev, err := decodeEvent(msg.Header.Command, msg.Data)
+		if msg.Header.Type == unix.NLMSG_ERROR || msg.Header.Type == unix.NLMSG_DONE || len(msg.Data) < nl.SizeofGenlmsg {
+			continue
+		}
+		ev, err := decodeEvent(msg.Data[0], msg.Data[nl.SizeofGenlmsg:])
 		if err != nil {
 			return out, opError("monitor", err)
 		}
@@ -198,40 +259,37 @@ func (m *Monitor) Receive() ([]Event, error) {
 
 // Close leaves the group; under the userspace path manager new joins are
 // refused from then on.
-func (m *Monitor) Close() error { return m.c.Close() }
+func (m *Monitor) Close() error { m.s.Close(); return nil }
 
 // Diag lists MPTCP subflows through sock_diag, the one place the kernel
 // shows both ends' backup flags of each subflow.
 type Diag struct {
-	c *netlink.Conn
+	sh *nl.SocketHandle
 }
 
 // DialDiag opens a NETLINK_SOCK_DIAG socket in the calling thread's
 // network namespace. Reading the MPTCP part needs CAP_NET_ADMIN.
 func DialDiag() (*Diag, error) {
-	c, err := netlink.Dial(unix.NETLINK_SOCK_DIAG, nil)
+	sh, err := dialSocket(unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return nil, opError("sock-diag", err)
 	}
-	return &Diag{c: c}, nil
+	return &Diag{sh: sh}, nil
 }
 
 // Close closes the socket.
-func (d *Diag) Close() error { return d.c.Close() }
+func (d *Diag) Close() error { d.sh.Close(); return nil }
 
 // Subflows returns the established MPTCP subflows (IPv4 and IPv6).
 func (d *Diag) Subflows() ([]Subflow, error) {
 	var out []Subflow
 	for _, family := range []uint8{afInet, afInet6} {
-		msgs, err := d.c.Execute(netlink.Message{
-			Header: netlink.Header{Type: sockDiagByFamily, Flags: netlink.Request | netlink.Dump},
-			Data:   diagRequest(family),
-		})
+		msgs, err := execute(d.sh, unix.NETLINK_SOCK_DIAG, sockDiagByFamily, unix.NLM_F_DUMP, diagRequest(family))
 		if err != nil {
 			return nil, opError("sock-diag", err)
 		}
 		for _, m := range msgs {
-			s, ok, err := parseDiag(m.Data)
+			s, ok, err := parseDiag(m)
 			if err != nil {
 				return nil, opError("sock-diag", err)
 			}

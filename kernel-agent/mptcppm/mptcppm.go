@@ -6,6 +6,16 @@
 //
 // Every operation acts on the network namespace the Conn was dialled in and
 // needs CAP_NET_ADMIN there.
+//
+// The agent speaks netlink through one library, vishvananda/netlink: its
+// high-level API covers the rtnetlink work that is costly to write by hand
+// (links and addresses for linkwatch, routes, HTB qdiscs and classes, u32
+// filters for mptcpshares, veths and namespaces for the tests), and its
+// low-level nl package carries the two raw protocols it has no API for
+// (generic netlink mptcp_pm here, sock_diag here and in telemetry) with the
+// same sockets, requests, acknowledgements and extended errors. The other
+// candidate, mdlayher/netlink, has generic netlink but no rtnetlink or
+// traffic control, which would have to be encoded by hand.
 package mptcppm
 
 import (
@@ -14,7 +24,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/mdlayher/netlink"
+	"github.com/vishvananda/netlink/nl"
 )
 
 // FamilyName is the generic netlink family of the MPTCP path manager.
@@ -96,35 +106,39 @@ const (
 	afInet6 = 10
 )
 
-// encodeEndpoint writes e as the nested MPTCP_PM_ATTR_ADDR attribute.
+// encodeEndpoint returns e as the nested MPTCP_PM_ATTR_ADDR attribute.
 // Addresses are big-endian on the wire (nla_get_in_addr); the other integers
 // are host order.
-func encodeEndpoint(ae *netlink.AttributeEncoder, e Endpoint, withFlags bool) {
-	ae.Nested(attrAddr, func(nae *netlink.AttributeEncoder) error {
-		switch {
-		case e.Addr.Is4():
-			nae.Uint16(addrAttrFamily, afInet)
-			b := e.Addr.As4()
-			nae.Bytes(addrAttrAddr4, b[:])
-		case e.Addr.Is6():
-			nae.Uint16(addrAttrFamily, afInet6)
-			b := e.Addr.As16()
-			nae.Bytes(addrAttrAddr6, b[:])
-		}
-		if e.ID != 0 {
-			nae.Uint8(addrAttrID, e.ID)
-		}
-		if e.Port != 0 {
-			nae.Uint16(addrAttrPort, e.Port)
-		}
-		if withFlags {
-			nae.Uint32(addrAttrFlags, uint32(e.Flags))
-		}
-		if e.IfIndex != 0 {
-			nae.Int32(addrAttrIfIdx, e.IfIndex)
-		}
-		return nil
-	})
+func encodeEndpoint(e Endpoint, withFlags bool) *nl.RtAttr {
+	n := nested(attrAddr)
+	encodeAddr(n, e.Addr)
+	if e.ID != 0 {
+		n.AddRtAttr(addrAttrID, nl.Uint8Attr(e.ID))
+	}
+	if e.Port != 0 {
+		n.AddRtAttr(addrAttrPort, nl.Uint16Attr(e.Port))
+	}
+	if withFlags {
+		n.AddRtAttr(addrAttrFlags, nl.Uint32Attr(uint32(e.Flags)))
+	}
+	if e.IfIndex != 0 {
+		n.AddRtAttr(addrAttrIfIdx, nl.Uint32Attr(uint32(e.IfIndex)))
+	}
+	return n
+}
+
+// encodeAddr adds a's family and address to n (nothing for an invalid a).
+func encodeAddr(n *nl.RtAttr, a netip.Addr) {
+	switch {
+	case a.Is4():
+		n.AddRtAttr(addrAttrFamily, nl.Uint16Attr(afInet))
+		b := a.As4()
+		n.AddRtAttr(addrAttrAddr4, b[:])
+	case a.Is6():
+		n.AddRtAttr(addrAttrFamily, nl.Uint16Attr(afInet6))
+		b := a.As16()
+		n.AddRtAttr(addrAttrAddr6, b[:])
+	}
 }
 
 // Bounds of one path-manager reply: the kernel sends one endpoint of
@@ -143,52 +157,62 @@ func decodeEndpoints(b []byte) ([]Endpoint, error) {
 	if len(b) > maxReplyBytes {
 		return nil, errReplyTooLarge
 	}
-	ad, err := netlink.NewAttributeDecoder(b)
+	top, err := parseAttrs(b)
 	if err != nil {
 		return nil, err
 	}
 	var out []Endpoint
-	for ad.Next() {
-		if ad.Type() != attrAddr {
+	for _, a := range top {
+		if a.typ != attrAddr {
 			continue
 		}
 		if len(out) == maxEndpoints {
 			return nil, fmt.Errorf("more than %d endpoints", maxEndpoints)
 		}
-		var e Endpoint
-		ad.Nested(func(nad *netlink.AttributeDecoder) error {
-			for nad.Next() {
-				switch nad.Type() {
-				case addrAttrID:
-					e.ID = nad.Uint8()
-				case addrAttrAddr4:
-					b := nad.Bytes()
-					if len(b) != 4 {
-						return fmt.Errorf("IPv4 address of %d bytes", len(b))
-					}
-					e.Addr = netip.AddrFrom4([4]byte(b))
-				case addrAttrAddr6:
-					b := nad.Bytes()
-					if len(b) != 16 {
-						return fmt.Errorf("IPv6 address of %d bytes", len(b))
-					}
-					e.Addr = netip.AddrFrom16([16]byte(b))
-				case addrAttrPort:
-					e.Port = nad.Uint16()
-				case addrAttrFlags:
-					e.Flags = Flags(nad.Uint32())
-				case addrAttrIfIdx:
-					e.IfIndex = nad.Int32()
-				}
-			}
-			return nil
-		})
+		e, err := decodeEndpoint(a.data)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, e)
 	}
-	if err := ad.Err(); err != nil {
-		return nil, err
-	}
 	return out, nil
+}
+
+func decodeEndpoint(b []byte) (Endpoint, error) {
+	attrs, err := parseAttrs(b)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	var e Endpoint
+	for _, a := range attrs {
+		var err error
+		switch a.typ {
+		case addrAttrID:
+			e.ID, err = a.u8()
+		case addrAttrAddr4:
+			if err = a.exact(4); err == nil {
+				e.Addr = netip.AddrFrom4([4]byte(a.data))
+			}
+		case addrAttrAddr6:
+			if err = a.exact(16); err == nil {
+				e.Addr = netip.AddrFrom16([16]byte(a.data))
+			}
+		case addrAttrPort:
+			e.Port, err = a.u16()
+		case addrAttrFlags:
+			var f uint32
+			f, err = a.u32()
+			e.Flags = Flags(f)
+		case addrAttrIfIdx:
+			var i uint32
+			i, err = a.u32()
+			e.IfIndex = int32(i)
+		}
+		if err != nil {
+			return Endpoint{}, err
+		}
+	}
+	return e, nil
 }
 
 // decodeLimits parses a GET_LIMITS reply.
@@ -196,20 +220,24 @@ func decodeLimits(b []byte) (Limits, error) {
 	if len(b) > maxReplyBytes {
 		return Limits{}, errReplyTooLarge
 	}
-	ad, err := netlink.NewAttributeDecoder(b)
+	attrs, err := parseAttrs(b)
 	if err != nil {
 		return Limits{}, err
 	}
 	var l Limits
-	for ad.Next() {
-		switch ad.Type() {
+	for _, a := range attrs {
+		var err error
+		switch a.typ {
 		case attrRcvAddAddrs:
-			l.AddAddrAccepted = ad.Uint32()
+			l.AddAddrAccepted, err = a.u32()
 		case attrSubflows:
-			l.Subflows = ad.Uint32()
+			l.Subflows, err = a.u32()
+		}
+		if err != nil {
+			return Limits{}, err
 		}
 	}
-	return l, ad.Err()
+	return l, nil
 }
 
 // OpError is the error of one path-manager operation.
@@ -220,8 +248,8 @@ type OpError struct {
 
 func (e *OpError) Error() string { return fmt.Sprintf("mptcp_pm %s: %v", e.Op, e.Err) }
 
-// Unwrap returns the underlying error (often a *netlink.OpError carrying
-// the kernel's errno and extended ack message).
+// Unwrap returns the underlying error (often the kernel's errno, a
+// syscall.Errno, with its extended ack message).
 func (e *OpError) Unwrap() error { return e.Err }
 
 func opError(op string, err error) error {

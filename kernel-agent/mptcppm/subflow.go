@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/mdlayher/netlink"
+	"github.com/vishvananda/netlink/nl"
 )
 
 // Per-connection control, for a host that is the passive end of many MPTCP
@@ -105,62 +105,61 @@ func decodeEvent(cmd uint8, b []byte) (Event, error) {
 	if len(b) > maxEventBytes {
 		return Event{}, fmt.Errorf("event of %d bytes, at most %d", len(b), maxEventBytes)
 	}
-	ad, err := netlink.NewAttributeDecoder(b)
+	attrs, err := parseAttrs(b)
 	if err != nil {
 		return Event{}, err
 	}
 	ev := Event{Type: EventType(cmd)}
 	var local, remote netip.Addr
 	var sport, dport uint16
-	addr := func(want int) (netip.Addr, error) {
-		v := ad.Bytes()
-		if len(v) != want {
-			return netip.Addr{}, fmt.Errorf("address of %d bytes, want %d", len(v), want)
+	addr := func(a attr, want int) (netip.Addr, error) {
+		if err := a.exact(want); err != nil {
+			return netip.Addr{}, err
 		}
 		if want == 4 {
-			return netip.AddrFrom4([4]byte(v)), nil
+			return netip.AddrFrom4([4]byte(a.data)), nil
 		}
-		return netip.AddrFrom16([16]byte(v)), nil
+		return netip.AddrFrom16([16]byte(a.data)), nil
 	}
-	port := func() (uint16, error) {
-		v := ad.Bytes()
-		if len(v) != 2 {
-			return 0, fmt.Errorf("port of %d bytes", len(v))
+	port := func(a attr) (uint16, error) {
+		if err := a.exact(2); err != nil {
+			return 0, err
 		}
-		return binary.BigEndian.Uint16(v), nil
+		return binary.BigEndian.Uint16(a.data), nil
 	}
-	for ad.Next() {
+	flag := func(a attr) (bool, error) {
+		v, err := a.u8()
+		return v != 0, err
+	}
+	for _, a := range attrs {
 		var err error
-		switch ad.Type() {
+		switch a.typ {
 		case evAttrToken:
-			ev.Token = ad.Uint32()
+			ev.Token, err = a.u32()
 		case evAttrLocID:
-			ev.LocalID = ad.Uint8()
+			ev.LocalID, err = a.u8()
 		case evAttrRemID:
-			ev.RemoteID = ad.Uint8()
+			ev.RemoteID, err = a.u8()
 		case evAttrSaddr4:
-			local, err = addr(4)
+			local, err = addr(a, 4)
 		case evAttrSaddr6:
-			local, err = addr(16)
+			local, err = addr(a, 16)
 		case evAttrDaddr4:
-			remote, err = addr(4)
+			remote, err = addr(a, 4)
 		case evAttrDaddr6:
-			remote, err = addr(16)
+			remote, err = addr(a, 16)
 		case evAttrSport:
-			sport, err = port()
+			sport, err = port(a)
 		case evAttrDport:
-			dport, err = port()
+			dport, err = port(a)
 		case evAttrBackup:
-			ev.Backup = ad.Uint8() != 0
+			ev.Backup, err = flag(a)
 		case evAttrServerSide:
-			ev.ServerSide = ad.Uint8() != 0
+			ev.ServerSide, err = flag(a)
 		}
 		if err != nil {
 			return Event{}, err
 		}
-	}
-	if err := ad.Err(); err != nil {
-		return Event{}, err
 	}
 	if local.IsValid() {
 		ev.Local = netip.AddrPortFrom(local, sport)
@@ -186,29 +185,13 @@ func encodeSubflowFlags(token uint32, local, remote netip.AddrPort, backup bool)
 	if backup {
 		flags = FlagBackup
 	}
-	ae := netlink.NewAttributeEncoder()
-	ae.Uint32(attrToken, token)
-	encodeEndpoint(ae, Endpoint{Addr: local.Addr(), Port: local.Port(), Flags: flags}, true)
-	ae.Nested(attrAddrRemote, func(nae *netlink.AttributeEncoder) error {
-		encodeAddr(nae, remote.Addr())
-		if remote.Port() != 0 {
-			nae.Uint16(addrAttrPort, remote.Port())
-		}
-		return nil
-	})
-	return ae.Encode()
-}
-
-func encodeAddr(nae *netlink.AttributeEncoder, a netip.Addr) {
-	if a.Is4() {
-		nae.Uint16(addrAttrFamily, afInet)
-		b := a.As4()
-		nae.Bytes(addrAttrAddr4, b[:])
-		return
+	rem := nested(attrAddrRemote)
+	encodeAddr(rem, remote.Addr())
+	if remote.Port() != 0 {
+		rem.AddRtAttr(addrAttrPort, nl.Uint16Attr(remote.Port()))
 	}
-	nae.Uint16(addrAttrFamily, afInet6)
-	b := a.As16()
-	nae.Bytes(addrAttrAddr6, b[:])
+	return serialize(nl.NewRtAttr(attrToken, nl.Uint32Attr(token)),
+		encodeEndpoint(Endpoint{Addr: local.Addr(), Port: local.Port(), Flags: flags}, true), rem), nil
 }
 
 // SubflowFlags are the MPTCP_SUBFLOW_FLAG_* bits sock_diag reports.

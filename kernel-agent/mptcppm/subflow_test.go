@@ -6,40 +6,30 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/mdlayher/netlink"
+	"github.com/vishvananda/netlink/nl"
 )
 
 // eventBytes encodes an event as the kernel does (ports big-endian).
 func eventBytes(t testing.TB, ev Event) []byte {
 	t.Helper()
-	ae := netlink.NewAttributeEncoder()
-	ae.Uint32(evAttrToken, ev.Token)
-	ae.Uint8(evAttrLocID, ev.LocalID)
-	ae.Uint8(evAttrRemID, ev.RemoteID)
+	attrs := []*nl.RtAttr{nl.NewRtAttr(evAttrToken, nl.Uint32Attr(ev.Token)),
+		nl.NewRtAttr(evAttrLocID, nl.Uint8Attr(ev.LocalID)), nl.NewRtAttr(evAttrRemID, nl.Uint8Attr(ev.RemoteID))}
 	if ev.Local.Addr().Is4() {
-		ae.Uint16(evAttrFamily, afInet)
 		l, r := ev.Local.Addr().As4(), ev.Remote.Addr().As4()
-		ae.Bytes(evAttrSaddr4, l[:])
-		ae.Bytes(evAttrDaddr4, r[:])
+		attrs = append(attrs, nl.NewRtAttr(evAttrFamily, nl.Uint16Attr(afInet)), nl.NewRtAttr(evAttrSaddr4, l[:]), nl.NewRtAttr(evAttrDaddr4, r[:]))
 	} else {
-		ae.Uint16(evAttrFamily, afInet6)
 		l, r := ev.Local.Addr().As16(), ev.Remote.Addr().As16()
-		ae.Bytes(evAttrSaddr6, l[:])
-		ae.Bytes(evAttrDaddr6, r[:])
+		attrs = append(attrs, nl.NewRtAttr(evAttrFamily, nl.Uint16Attr(afInet6)), nl.NewRtAttr(evAttrSaddr6, l[:]), nl.NewRtAttr(evAttrDaddr6, r[:]))
 	}
-	ae.Bytes(evAttrSport, binary.BigEndian.AppendUint16(nil, ev.Local.Port()))
-	ae.Bytes(evAttrDport, binary.BigEndian.AppendUint16(nil, ev.Remote.Port()))
+	attrs = append(attrs, nl.NewRtAttr(evAttrSport, binary.BigEndian.AppendUint16(nil, ev.Local.Port())),
+		nl.NewRtAttr(evAttrDport, binary.BigEndian.AppendUint16(nil, ev.Remote.Port())))
 	if ev.Backup {
-		ae.Uint8(evAttrBackup, 1)
+		attrs = append(attrs, nl.NewRtAttr(evAttrBackup, nl.Uint8Attr(1)))
 	}
 	if ev.ServerSide {
-		ae.Uint8(evAttrServerSide, 1)
+		attrs = append(attrs, nl.NewRtAttr(evAttrServerSide, nl.Uint8Attr(1)))
 	}
-	b, err := ae.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return serialize(attrs...)
 }
 
 var cmpAddrPort = cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })
@@ -68,9 +58,7 @@ func TestDecodeEvent(t *testing.T) {
 		})
 	}
 	// closed carries only the token: no addresses.
-	ae := netlink.NewAttributeEncoder()
-	ae.Uint32(evAttrToken, 9)
-	b, _ := ae.Encode()
+	b := serialize(nl.NewRtAttr(evAttrToken, nl.Uint32Attr(9)))
 	if ev, err := decodeEvent(uint8(EventClosed), b); err != nil || ev.Token != 9 || ev.Local.IsValid() || ev.Remote.IsValid() {
 		t.Fatalf("closed: %+v, %v", ev, err)
 	}
@@ -93,27 +81,21 @@ func TestEncodeSubflowFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ad, err := netlink.NewAttributeDecoder(b)
+		attrs, err := parseAttrs(b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var token uint32
 		var loc, rem []Endpoint
-		for ad.Next() {
-			switch ad.Type() {
+		for _, a := range attrs {
+			switch a.typ {
 			case attrToken:
-				token = ad.Uint32()
+				token, err = a.u32()
 			case attrAddr:
 				// decodeEndpoints reads a list of attrAddr attributes.
-				e := netlink.NewAttributeEncoder()
-				e.Bytes(attrAddr, ad.Bytes())
-				eb, _ := e.Encode()
-				loc, err = decodeEndpoints(eb)
+				loc, err = decodeEndpoints(serialize(nl.NewRtAttr(attrAddr, a.data)))
 			case attrAddrRemote:
-				e := netlink.NewAttributeEncoder()
-				e.Bytes(attrAddr, ad.Bytes())
-				eb, _ := e.Encode()
-				rem, err = decodeEndpoints(eb)
+				rem, err = decodeEndpoints(serialize(nl.NewRtAttr(attrAddr, a.data)))
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -158,24 +140,11 @@ func diagBytes(t testing.TB, s Subflow, ulp string) []byte {
 	}
 	binary.BigEndian.PutUint16(b[4:6], s.Local.Port())
 	binary.BigEndian.PutUint16(b[6:8], s.Remote.Port())
-	mp := netlink.NewAttributeEncoder()
-	mp.Uint32(1, 0xdead) // TOKEN_REM: ignored
-	mp.Uint32(sfAttrTokenLoc, s.Token)
-	mp.Uint32(sfAttrFlags, uint32(s.Flags))
-	mp.Uint8(sfAttrIDRem, s.RemoteID)
-	mp.Uint8(sfAttrIDLoc, s.LocalID)
-	mpb, err := mp.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ulpe := netlink.NewAttributeEncoder()
-	ulpe.String(ulpInfoName, ulp)
-	ulpe.Bytes(ulpInfoMPTCP, mpb)
-	ulpb, _ := ulpe.Encode()
-	top := netlink.NewAttributeEncoder()
-	top.Bytes(diagAttrInfo, make([]byte, 232))
-	top.Bytes(diagAttrULPInfo, ulpb)
-	tb, _ := top.Encode()
+	mpb := serialize(nl.NewRtAttr(1, nl.Uint32Attr(0xdead)), // TOKEN_REM: ignored
+		nl.NewRtAttr(sfAttrTokenLoc, nl.Uint32Attr(s.Token)), nl.NewRtAttr(sfAttrFlags, nl.Uint32Attr(uint32(s.Flags))),
+		nl.NewRtAttr(sfAttrIDRem, nl.Uint8Attr(s.RemoteID)), nl.NewRtAttr(sfAttrIDLoc, nl.Uint8Attr(s.LocalID)))
+	ulpb := serialize(nl.NewRtAttr(ulpInfoName, nl.ZeroTerminated(ulp)), nl.NewRtAttr(ulpInfoMPTCP, mpb))
+	tb := serialize(nl.NewRtAttr(diagAttrInfo, make([]byte, 232)), nl.NewRtAttr(diagAttrULPInfo, ulpb))
 	return append(b, tb...)
 }
 

@@ -2,7 +2,8 @@
 // TLS (github.com/eclipse/paho.golang/autopaho, reconnecting with backoff),
 // the retained offline last will on the state topic, and the subscriptions
 // (a CPE: its own weights topic; a proxy: the weights and state topics of
-// every CPE it serves), renewed on every reconnect. The agent connects
+// every CPE it serves), renewed on every reconnect, and one publish API
+// (retained QoS 1 for states, QoS 0 for telemetry) for both roles. The agent connects
 // out, so NAT in front of the CPE does not matter.
 package mqttclient
 
@@ -56,30 +57,27 @@ func (p ProxyTopics) CPETelemetry(cpeID string) string { return p.base + "cpe/" 
 // (16 KiB in broker/mosquitto.conf; a topic costs about 40 bytes).
 const subscribeBatch = 100
 
-// Config configures a Client: a CPE agent's (CPEID) or a proxy's (ProxyID).
+// Config configures a Client; the agent's core (agent.Agent) gives the
+// identity, will and subscriptions of its role.
 type Config struct {
 	// BrokerURL, e.g. "mqtts://broker.example:8883" (schemes mqtts, tls, ssl;
 	// plain mqtt only when TLS is nil, for development).
 	BrokerURL string
 	// TLS is the client's TLS configuration (see LoadTLS).
 	TLS *tls.Config
-	// CPEID is the CPE's identifier, equal to its certificate's CN; it
-	// selects the CPE's topics, will and subscription (OnWeights).
-	CPEID string
-	// ProxyID is the proxy's identifier, equal to its certificate's CN,
-	// when CPEID is empty: the will is the proxy's offline state, the
-	// subscriptions are Subscriptions, delivered to OnMessage.
-	ProxyID string
-	// Subscriptions are the proxy's topics (QoS 1), renewed on reconnect.
+	// ClientID is the CPE's or the proxy's id, equal to its certificate's CN.
+	ClientID string
+	// WillTopic and Will are the retained last will (QoS 1): the agent's
+	// offline state.
+	WillTopic string
+	Will      []byte
+	// Subscriptions are the topics read (QoS 1), renewed on reconnect.
 	Subscriptions []string
 	// OnMessage is called with every payload received on Subscriptions,
 	// from the client's goroutine; it must not block.
 	OnMessage func(topic string, data []byte, received time.Time)
 	// KeepAlive in seconds; 0 means 30.
 	KeepAlive uint16
-	// OnWeights is called with every payload received on the weights
-	// topic, from the client's goroutine; it must not block.
-	OnWeights func(data []byte, received time.Time)
 	// OnConnect is called after each (re)connection and subscription, so
 	// the agent can republish its retained state; it must not block.
 	OnConnect func()
@@ -92,8 +90,7 @@ type Config struct {
 // Client is a connected (or reconnecting) MQTT client. It is safe for
 // concurrent use.
 type Client struct {
-	cm     *autopaho.ConnectionManager
-	topics Topics
+	cm *autopaho.ConnectionManager
 }
 
 // LoadTLS builds a mutual-TLS configuration from PEM files.
@@ -120,22 +117,18 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mqtt: broker url: %w", err)
 	}
-	clientID, subs := cfg.CPEID, []string{TopicsFor(cfg.CPEID).Weights}
-	will := &paho.WillMessage{Topic: TopicsFor(cfg.CPEID).State, Payload: payload.Offline(cfg.CPEID), QoS: 1, Retain: true}
-	switch {
-	case cfg.CPEID != "" && !payload.ValidCPEID(cfg.CPEID):
-		return nil, fmt.Errorf("mqtt: invalid cpe_id %q", cfg.CPEID)
-	case cfg.CPEID == "" && !payload.ValidCPEID(cfg.ProxyID):
-		return nil, fmt.Errorf("mqtt: invalid proxy_id %q", cfg.ProxyID)
-	case cfg.CPEID == "":
-		clientID, subs = cfg.ProxyID, cfg.Subscriptions
-		will = &paho.WillMessage{Topic: ProxyTopicsFor(cfg.ProxyID).State(), Payload: payload.ProxyOffline(cfg.ProxyID), QoS: 1, Retain: true}
+	if !payload.ValidCPEID(cfg.ClientID) {
+		return nil, fmt.Errorf("mqtt: invalid client id %q", cfg.ClientID)
 	}
+	if cfg.WillTopic == "" || len(cfg.Will) == 0 {
+		return nil, errors.New("mqtt: no last will")
+	}
+	subs := cfg.Subscriptions
+	will := &paho.WillMessage{Topic: cfg.WillTopic, Payload: cfg.Will, QoS: 1, Retain: true}
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = 30
 	}
-	topics := TopicsFor(cfg.CPEID)
-	cl := &Client{topics: topics}
+	cl := &Client{}
 	onErr := func(err error) {
 		if cfg.OnError != nil {
 			cfg.OnError(err)
@@ -178,13 +171,10 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		},
 		OnConnectError: func(err error) { onErr(fmt.Errorf("mqtt: connect: %w", err)) },
 		ClientConfig: paho.ClientConfig{
-			ClientID: clientID,
+			ClientID: cfg.ClientID,
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 				func(pr paho.PublishReceived) (bool, error) {
-					switch {
-					case cfg.CPEID != "" && pr.Packet.Topic == topics.Weights && cfg.OnWeights != nil:
-						cfg.OnWeights(pr.Packet.Payload, time.Now())
-					case cfg.CPEID == "" && cfg.OnMessage != nil:
+					if cfg.OnMessage != nil {
 						cfg.OnMessage(pr.Packet.Topic, pr.Packet.Payload, time.Now())
 					}
 					return true, nil
@@ -214,17 +204,6 @@ func (c *Client) PublishRetained(ctx context.Context, topic string, b []byte) er
 // PublishQoS0 publishes b on topic at QoS 0, not retained (telemetry).
 func (c *Client) PublishQoS0(ctx context.Context, topic string, b []byte) error {
 	return c.publish(ctx, topic, b, 0, false)
-}
-
-// PublishState publishes a retained QoS 1 state payload and waits for the
-// broker's acknowledgement.
-func (c *Client) PublishState(ctx context.Context, b []byte) error {
-	return c.publish(ctx, c.topics.State, b, 1, true)
-}
-
-// PublishTelemetry publishes a QoS 0 telemetry payload.
-func (c *Client) PublishTelemetry(ctx context.Context, b []byte) error {
-	return c.publish(ctx, c.topics.Telemetry, b, 0, false)
 }
 
 func (c *Client) publish(ctx context.Context, topic string, b []byte, qos byte, retain bool) error {

@@ -32,8 +32,9 @@ func TestLoadTLSErrors(t *testing.T) {
 
 func TestConnectRejectsBadConfig(t *testing.T) {
 	for _, c := range []Config{
-		{BrokerURL: "mqtts://127.0.0.1:1", CPEID: "cpe/1"},
-		{BrokerURL: "://bad", CPEID: "cpe-1"},
+		{BrokerURL: "mqtts://127.0.0.1:1", ClientID: "cpe/1", WillTopic: "mcw/v1/cpe/cpe/1/state", Will: []byte("{}")},
+		{BrokerURL: "://bad", ClientID: "cpe-1", WillTopic: "mcw/v1/cpe/cpe-1/state", Will: []byte("{}")},
+		{BrokerURL: "mqtts://127.0.0.1:1", ClientID: "cpe-1"},
 	} {
 		if _, err := Connect(context.Background(), c); err == nil || !strings.Contains(err.Error(), "mqtt") {
 			t.Errorf("Connect(%+v) = %v, want an error", c, err)

@@ -57,6 +57,16 @@ CASES: list[tuple[str, str, bytes, str]] = [
     ("garbage-12k", "telemetry", bytes(range(256)) * 48, "telemetry/too-large"),
     ("invalid-utf8", "telemetry", b'{"schema": "\xff\xfe\xc0\x80"}', "telemetry/bad-json"),
     ("invalid-utf8", "state", b"\xed\xa0\x80" * 10, "state/bad-json"),
+    # A key twice: json.loads (and the xApp before) took the last, so the state below passed as
+    # the attacker's own while a reader keeping the first sees the victim's id.
+    ("duplicate-key", "state",
+     state_doc(ATTACKER, 1).replace(b'"cpe_id": "cpe-0001"',
+                                    b'"cpe_id": "cpe-0002", "cpe_id": "cpe-0001"'),
+     "state/bad-json"),
+    ("duplicate-key", "telemetry",
+     telemetry_doc(ATTACKER, 1.0).replace(b'"delivered_mbps": 1.0',
+                                          b'"delivered_mbps": 900.0, "delivered_mbps": 1.0'),
+     "telemetry/bad-json"),
     ("lone-surrogate", "state",
      state_doc(ATTACKER, 1, last_error="x").replace(b'"x"', b'"\\ud800"'), "state/bad-json"),
 ]

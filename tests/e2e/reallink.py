@@ -40,11 +40,14 @@ def agent_config(role: str, ident: str, cert: tuple[FsPath, FsPath], ca: FsPath,
                  broker_port: int, state: FsPath, paths: list[Path], cpe_id: str,
                  metrics_listen: str = "") -> str:
     links = ", ".join(f"{p.wat}: {p.mbit}" for p in paths)
+    registry = ", ".join(f"{p.cpe_addr.rsplit('.', 1)[0]}.0/24" for p in paths)
     # Safe weights in proportion to the link rates: before the xApp speaks, each WAT gets its share.
     safe = ", ".join(f"{p.wat}: {p.mbit}" for p in paths)
     head = (f"cpe_id: {ident}\nwats:\n" + "".join(f"  {p.wat}: {{interface: {p.ifc}}}\n"
                                                   for p in paths)
-            if role == "cpe" else f"role: proxy\nproxy_id: {ident}\ncpes: [{cpe_id}]\n")
+            if role == "cpe" else f"role: proxy\nproxy_id: {ident}\ncpes: [{cpe_id}]\n"
+            # The operator's registry: which addresses are the CPE's own is never its claim alone.
+            f"cpe_prefixes: {{{cpe_id}: [{registry}]}}\n")
     return (head
             + f"mqtt: {{broker_url: \"mqtts://127.0.0.1:{broker_port}\", ca_file: {ca}, "
             f"cert_file: {cert[0]}, key_file: {cert[1]}, keepalive_s: 5}}\n"

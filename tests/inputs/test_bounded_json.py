@@ -73,3 +73,24 @@ def test_hostile_text_is_refused_in_linear_time(text: str) -> None:
     with pytest.raises(BoundedJsonError):
         loads(text, JsonLimits(max_bytes=1 << 20))
     assert time.perf_counter() - t0 < 1.0  # quadratic would take minutes
+
+
+@pytest.mark.parametrize("text", [
+    '{"cpe_id": "cpe-0002", "cpe_id": "cpe-0001"}',
+    '{"a": {"nr": 1, "wifi": 2, "nr": 3}}',
+    '[{"x": 1}, {"y": 1, "y": 1}]',
+    '{"k": 1, "k": 1}',
+])
+def test_a_key_twice_in_one_object_is_refused(text: str) -> None:
+    # json.loads keeps the last; a reader that keeps the first would see another document.
+    assert isinstance(json.loads(text), dict | list)
+    with pytest.raises(BoundedJsonError, match="duplicate key"):
+        loads(text)
+    with pytest.raises(BoundedJsonError, match="duplicate key"):
+        loads(text.encode())
+
+
+def test_keys_are_compared_exactly() -> None:
+    # No case folding: "DL" and "dl" are two keys (the schema then refuses the unknown one).
+    assert loads('{"dl": 1, "DL": 2, "a": {"x": 1}, "b": {"x": 2}}') == {
+        "dl": 1, "DL": 2, "a": {"x": 1}, "b": {"x": 2}}

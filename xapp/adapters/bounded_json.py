@@ -13,6 +13,10 @@ three ways that matter to a long-running process:
   ``1e999`` parses as ``inf``.  Digit runs are limited, positive exponents have at most two
   digits (every float is finite, below 1e100), and ``NaN``/``Infinity`` (not JSON) are refused.
 * **Size.** Bytes are counted before decoding.
+* **Duplicate keys.** ``json.loads`` keeps the last of a key given twice in one object, Go's
+  ``encoding/json`` too, other readers the first: a document read differently by two parties
+  (``{"cpe_id": "victim", "cpe_id": "me"}``) is refused instead, as the agent refuses it
+  (``kernel-agent/payload/strict.go``).  Keys are compared exactly: ``"DL"`` is not ``"dl"``.
 
 Every failure is a :class:`BoundedJsonError` (a ``ValueError``), so a caller catches one type.
 """
@@ -82,7 +86,7 @@ def loads(data: bytes | bytearray | str, limits: JsonLimits = DEFAULT_LIMITS) ->
         _check_numbers(_STRING.sub('""', text) if skeleton is None else skeleton,
                        limits.max_int_digits)
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except BoundedJsonError:
         raise
     except (ValueError, RecursionError) as exc:
@@ -110,6 +114,17 @@ def _check_numbers(skeleton: str, max_digits: int) -> None:
     found = re.search(rf"\d{{{max_digits + 1},}}|[eE]\+?\d{{3,}}", skeleton)
     if found is not None:
         raise BoundedJsonError(f"number {found.group()[:24]}... is out of range")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise BoundedJsonError(f"duplicate key {key[:40]!r} in one object")
+            seen.add(key)
+    return obj
 
 
 def _refuse_constant(name: str) -> Any:

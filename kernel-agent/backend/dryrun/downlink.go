@@ -13,7 +13,7 @@ import (
 // and touches nothing. It is safe for concurrent use.
 type Downlink struct {
 	mu      sync.Mutex
-	applied [][]backend.CPEPaths
+	applied [][]backend.Device
 	err     error
 	refuse  map[string]error
 }
@@ -21,10 +21,10 @@ type Downlink struct {
 // NewDownlink returns an empty recorder.
 func NewDownlink() *Downlink { return &Downlink{} }
 
-// Name implements backend.Downlink.
+// Name implements backend.Backend.
 func (*Downlink) Name() string { return payload.BackendDryRun }
 
-// Capabilities implements backend.Downlink: the full WRR range.
+// Capabilities implements backend.Backend: the full WRR range.
 func (*Downlink) Capabilities() payload.Capabilities {
 	return payload.Capabilities{MaxWeight: payload.MaxWeight, Semantics: payload.SemanticsWRR}
 }
@@ -51,16 +51,16 @@ func (d *Downlink) Refuse(cpeID string, err error) {
 	d.refuse[cpeID] = err
 }
 
-// ApplyAll implements backend.Downlink: it records cpes (refused CPEs
+// ApplyAll implements backend.Backend: it records cpes (refused CPEs
 // left out) and checks what every backend must refuse to write.
-func (d *Downlink) ApplyAll(_ context.Context, cpes []backend.CPEPaths) (map[string]error, error) {
+func (d *Downlink) ApplyAll(_ context.Context, cpes []backend.Device) (map[string]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.err != nil {
 		return nil, d.err
 	}
 	notApplied := map[string]error{}
-	kept := make([]backend.CPEPaths, 0, len(cpes))
+	kept := make([]backend.Device, 0, len(cpes))
 	for _, c := range cpes {
 		if err, ok := d.refuse[c.CPEID]; ok {
 			notApplied[c.CPEID] = err
@@ -79,7 +79,7 @@ func (d *Downlink) ApplyAll(_ context.Context, cpes []backend.CPEPaths) (map[str
 		if _, bad := notApplied[c.CPEID]; bad {
 			continue
 		}
-		cp := backend.CPEPaths{CPEID: c.CPEID, Paths: append([]backend.Path(nil), c.Paths...)}
+		cp := backend.Device{CPEID: c.CPEID, Paths: append([]backend.Path(nil), c.Paths...)}
 		kept = append(kept, cp)
 	}
 	d.applied = append(d.applied, kept)
@@ -113,16 +113,16 @@ func (d *Downlink) Last() map[string]payload.Weights {
 }
 
 // LastPaths returns a copy of the latest ApplyAll's CPEs.
-func (d *Downlink) LastPaths() []backend.CPEPaths {
+func (d *Downlink) LastPaths() []backend.Device {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.applied) == 0 {
 		return nil
 	}
 	last := d.applied[len(d.applied)-1]
-	out := make([]backend.CPEPaths, len(last))
+	out := make([]backend.Device, len(last))
 	for i, c := range last {
-		out[i] = backend.CPEPaths{CPEID: c.CPEID, Paths: append([]backend.Path(nil), c.Paths...)}
+		out[i] = backend.Device{CPEID: c.CPEID, Paths: append([]backend.Path(nil), c.Paths...)}
 	}
 	return out
 }
@@ -140,5 +140,5 @@ func (d *Downlink) Rules() (used, limit int) {
 	return used, 0
 }
 
-// Close implements backend.Downlink.
+// Close implements backend.Backend.
 func (*Downlink) Close() error { return nil }

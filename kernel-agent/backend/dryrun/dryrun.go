@@ -29,10 +29,10 @@ func (b *Backend) SetErr(err error) {
 // New returns an empty recorder.
 func New() *Backend { return &Backend{} }
 
-// Name implements backend.Backend.
+// Name implements backend.Local.
 func (*Backend) Name() string { return payload.BackendDryRun }
 
-// Capabilities implements backend.Backend: the full WRR range.
+// Capabilities implements backend.Local: the full WRR range.
 func (*Backend) Capabilities() payload.Capabilities {
 	return payload.Capabilities{MaxWeight: payload.MaxWeight, Semantics: payload.SemanticsWRR}
 }
@@ -73,5 +73,5 @@ func (b *Backend) Last() payload.Weights {
 	return w
 }
 
-// Close implements backend.Backend.
+// Close implements backend.Local.
 func (*Backend) Close() error { return nil }

@@ -44,7 +44,7 @@ type DownlinkNetlink interface {
 // OnOff is the on/off half of a proxy's downlink: weight 0 flags the WAT's
 // subflows backup (mptcpupstream.Downlink) and Watch flags new subflows.
 type OnOff interface {
-	backend.Downlink
+	backend.Backend
 	Watch(ctx context.Context, beat func()) error
 }
 
@@ -114,7 +114,7 @@ type class struct {
 	bps     uint64
 }
 
-var _ backend.Downlink = (*Downlink)(nil)
+var _ backend.Backend = (*Downlink)(nil)
 
 // NewDownlink returns a Downlink; it does not touch the kernel.
 func NewDownlink(cfg DownlinkConfig) (*Downlink, error) {
@@ -142,10 +142,10 @@ func NewDownlink(cfg DownlinkConfig) (*Downlink, error) {
 		pacer: cfg.Pacer, paced: map[netip.Addr]bool{}}, nil
 }
 
-// Name implements backend.Downlink.
+// Name implements backend.Backend.
 func (*Downlink) Name() string { return payload.BackendMPTCPShares }
 
-// Capabilities implements backend.Downlink: integer weights enforced as
+// Capabilities implements backend.Backend: integer weights enforced as
 // rate caps, coupled to the uplink through the backup flag of weight 0.
 func (*Downlink) Capabilities() payload.Capabilities {
 	return payload.Capabilities{MaxWeight: payload.MaxWeight, DirectionsCoupled: true, Semantics: payload.SemanticsRateCaps}
@@ -165,7 +165,7 @@ func (d *Downlink) Close() error {
 	return errors.Join(d.onoff.Close(), d.close(), perr)
 }
 
-// AppliedCaps implements backend.DownlinkCapsReporter.
+// AppliedCaps implements backend.CapsReporter.
 func (d *Downlink) AppliedCaps(cpeID string) map[string]float64 { return d.applied[cpeID] }
 
 // Rules implements backend.RuleCounter: rate classes in use and the bound.
@@ -174,13 +174,13 @@ func (d *Downlink) Rules() (used, limit int) { return len(d.classes), d.max }
 // OverflowCPEs counts the CPEs the last ApplyAll left out for the bound.
 func (d *Downlink) OverflowCPEs() int { return d.overflow }
 
-// ApplyAll implements backend.Downlink: backup flags first (OnOff), then
+// ApplyAll implements backend.Backend: backup flags first (OnOff), then
 // per CPE in id order its caps (CapsBps of its dl paths), classes for the
 // capped WATs, removal of the classes no CPE wants any more, and a read
 // back of every class and filter. A CPE is not applied when OnOff could
 // not flag it, its caps cannot be computed, its address has no route, its
 // classes would pass the bound or do not read back.
-func (d *Downlink) ApplyAll(ctx context.Context, cpes []backend.CPEPaths) (map[string]error, error) {
+func (d *Downlink) ApplyAll(ctx context.Context, cpes []backend.Device) (map[string]error, error) {
 	notApplied, err := d.onoff.ApplyAll(ctx, cpes)
 	if err != nil {
 		return nil, fmt.Errorf("mptcp-shares downlink: %w", err)
@@ -188,7 +188,7 @@ func (d *Downlink) ApplyAll(ctx context.Context, cpes []backend.CPEPaths) (map[s
 	if notApplied == nil {
 		notApplied = map[string]error{}
 	}
-	sorted := slices.SortedFunc(slices.Values(cpes), func(a, b backend.CPEPaths) int { return cmp.Compare(a.CPEID, b.CPEID) })
+	sorted := slices.SortedFunc(slices.Values(cpes), func(a, b backend.Device) int { return cmp.Compare(a.CPEID, b.CPEID) })
 	want := map[classKey]class{}
 	caps := map[string]map[string]float64{}
 	routes := map[netip.Addr]int{}
@@ -253,7 +253,7 @@ func (d *Downlink) finish(want map[classKey]class, caps map[string]map[string]fl
 }
 
 // classesOf returns the classes CPE c needs (minors not yet assigned).
-func (d *Downlink) classesOf(c backend.CPEPaths, routes map[netip.Addr]int) (map[classKey]class, error) {
+func (d *Downlink) classesOf(c backend.Device, routes map[netip.Addr]int) (map[classKey]class, error) {
 	caps, err := CapsBps(c.Paths, d.linkMbps)
 	if err != nil {
 		return nil, err

@@ -118,14 +118,14 @@ func TestSharesDownlinkInNetns(t *testing.T) {
 			t.Fatalf("capabilities %+v", c)
 		}
 		a := func(s string) netip.Addr { return netip.MustParseAddr(s) }
-		cpeA := func(nr, wifi int, capNR, capWifi float64) backend.CPEPaths {
-			return backend.CPEPaths{CPEID: "cpe-a", Paths: []backend.Path{
+		cpeA := func(nr, wifi int, capNR, capWifi float64) backend.Device {
+			return backend.Device{CPEID: "cpe-a", Paths: []backend.Path{
 				{WAT: "nr", Addr: a("10.63.1.1"), Weight: nr, CapMbps: capNR},
 				{WAT: "wifi", Addr: a("10.63.2.1"), Weight: wifi, CapMbps: capWifi},
 			}}
 		}
 		// cpe-b's wifi is IPv6.
-		cpeB := backend.CPEPaths{CPEID: "cpe-b", Paths: []backend.Path{
+		cpeB := backend.Device{CPEID: "cpe-b", Paths: []backend.Path{
 			{WAT: "nr", Addr: a("10.63.1.7"), Weight: 1, CapMbps: 3},
 			{WAT: "wifi", Addr: a("fd63:2::7"), Weight: 1, CapMbps: 2},
 		}}
@@ -136,37 +136,37 @@ func TestSharesDownlinkInNetns(t *testing.T) {
 		}
 		for _, step := range []struct {
 			name string
-			cpes []backend.CPEPaths
+			cpes []backend.Device
 			want want
 		}{
 			// T = min(20/0.7, 20/0.3) = 28.57: nr's share is its link
 			// (uncapped), wifi 8.57.
-			{"70/30 from the link rates", []backend.CPEPaths{cpeA(70, 30, 0, 0)}, want{
+			{"70/30 from the link rates", []backend.Device{cpeA(70, 30, 0, 0)}, want{
 				nr:   downlinkView{root: "noqueue"},
 				wifi: downlinkView{root: "htb", classes: map[uint16]uint64{2: 8_571_424}, dst: map[uint16]string{2: "10.63.2.1"}},
 				caps: map[string]map[string]float64{"cpe-a": {"wifi": 8.571428}},
 			}},
-			{"caps from the message", []backend.CPEPaths{cpeA(70, 30, 14, 6)}, want{
+			{"caps from the message", []backend.Device{cpeA(70, 30, 14, 6)}, want{
 				nr:   downlinkView{root: "htb", classes: map[uint16]uint64{3: 14e6}, dst: map[uint16]string{3: "10.63.1.1"}},
 				wifi: downlinkView{root: "htb", classes: map[uint16]uint64{2: 6e6}, dst: map[uint16]string{2: "10.63.2.1"}},
 				caps: map[string]map[string]float64{"cpe-a": {"nr": 14, "wifi": 6}},
 			}},
 			// cpe-b needs 2 classes, 1 is left under the bound of 3.
-			{"bound", []backend.CPEPaths{cpeA(70, 30, 14, 6), cpeB}, want{
+			{"bound", []backend.Device{cpeA(70, 30, 14, 6), cpeB}, want{
 				nr:      downlinkView{root: "htb", classes: map[uint16]uint64{3: 14e6}, dst: map[uint16]string{3: "10.63.1.1"}},
 				wifi:    downlinkView{root: "htb", classes: map[uint16]uint64{2: 6e6}, dst: map[uint16]string{2: "10.63.2.1"}},
 				caps:    map[string]map[string]float64{"cpe-a": {"nr": 14, "wifi": 6}},
 				refused: []string{"cpe-b"},
 			}},
 			// wifi at 0: uncapped (backup), its class goes; cpe-b fits.
-			{"wifi off, second CPE", []backend.CPEPaths{cpeA(1, 0, 14, 6), cpeB}, want{
+			{"wifi off, second CPE", []backend.Device{cpeA(1, 0, 14, 6), cpeB}, want{
 				nr:   downlinkView{root: "htb", classes: map[uint16]uint64{3: 14e6, 2: 3e6}, dst: map[uint16]string{3: "10.63.1.1", 2: "10.63.1.7"}},
 				wifi: downlinkView{root: "htb", classes: map[uint16]uint64{4: 2e6}, dst: map[uint16]string{4: "fd63:2::7"}},
 				caps: map[string]map[string]float64{"cpe-a": {"nr": 14}, "cpe-b": {"nr": 3, "wifi": 2}},
 			}},
 			// cpe-a no longer served: its class goes; cpe-b keeps its
 			// minors.
-			{"first CPE gone", []backend.CPEPaths{cpeB}, want{
+			{"first CPE gone", []backend.Device{cpeB}, want{
 				nr:   downlinkView{root: "htb", classes: map[uint16]uint64{2: 3e6}, dst: map[uint16]string{2: "10.63.1.7"}},
 				wifi: downlinkView{root: "htb", classes: map[uint16]uint64{4: 2e6}, dst: map[uint16]string{4: "fd63:2::7"}},
 				caps: map[string]map[string]float64{"cpe-b": {"nr": 3, "wifi": 2}},

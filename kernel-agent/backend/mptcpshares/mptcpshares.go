@@ -180,10 +180,10 @@ func checkLinkMbps(linkMbps map[string]float64) error {
 	return nil
 }
 
-// Name implements backend.Backend.
+// Name implements backend.Local.
 func (*Backend) Name() string { return payload.BackendMPTCPShares }
 
-// Capabilities implements backend.Backend: integer weights, enforced as
+// Capabilities implements backend.Local: integer weights, enforced as
 // rate caps; directions coupled because weight 0 is the backup flag, as on
 // mptcp-upstream.
 func (*Backend) Capabilities() payload.Capabilities {
@@ -276,7 +276,7 @@ func capsMbps(caps map[string]uint64) map[string]float64 {
 	return out
 }
 
-// AppliedCaps implements backend.CapsReporter.
+// AppliedCaps implements backend.LocalCapsReporter.
 func (b *Backend) AppliedCaps() map[string]float64 { return b.applied }
 
 // Apply sets the backup flags, then each WAT's cap through the enforcer,

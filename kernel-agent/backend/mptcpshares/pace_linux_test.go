@@ -145,31 +145,31 @@ func TestSharesDownlinkPacedInNetns(t *testing.T) {
 		}
 		defer d.Close()
 		a := netip.MustParseAddr
-		cpe := func(id string, nr, wifi netip.Addr, wn, ww int, capNR float64) backend.CPEPaths {
-			return backend.CPEPaths{CPEID: id, Paths: []backend.Path{
+		cpe := func(id string, nr, wifi netip.Addr, wn, ww int, capNR float64) backend.Device {
+			return backend.Device{CPEID: id, Paths: []backend.Path{
 				{WAT: "nr", Addr: nr, Weight: wn, CapMbps: capNR},
 				{WAT: "wifi", Addr: wifi, Weight: ww},
 			}}
 		}
 		for _, step := range []struct {
 			name    string
-			cpes    []backend.CPEPaths
+			cpes    []backend.Device
 			want    map[netip.Addr]uint64
 			applied map[string]map[string]float64
 			refused []string
 		}{
 			// 70/30 from the link rates: wifi 8.57 (nr uncapped); cpe-b
 			// 1/1 with caps nr 3 (wifi uncapped: the message gives none).
-			{"two CPEs", []backend.CPEPaths{
+			{"two CPEs", []backend.Device{
 				cpe("cpe-a", a("10.64.1.1"), a("10.64.2.1"), 70, 30, 0),
 				cpe("cpe-b", a("10.64.1.7"), a("fd64:2::7"), 1, 1, 3),
 			}, map[netip.Addr]uint64{a("10.64.2.1"): 8571424, a("10.64.1.7"): 3e6},
 				map[string]map[string]float64{"cpe-a": {"wifi": 8.571424}, "cpe-b": {"nr": 3}}, nil},
 			// cpe-b gone, cpe-a equal: every cap cleared.
-			{"caps cleared", []backend.CPEPaths{cpe("cpe-a", a("10.64.1.1"), a("10.64.2.1"), 1, 1, 0)},
+			{"caps cleared", []backend.Device{cpe("cpe-a", a("10.64.1.1"), a("10.64.2.1"), 1, 1, 0)},
 				map[netip.Addr]uint64{}, map[string]map[string]float64{}, nil},
 			// cpe-c behind cpe-a's nr address: refused, cpe-a kept.
-			{"shared address", []backend.CPEPaths{
+			{"shared address", []backend.Device{
 				cpe("cpe-a", a("10.64.1.1"), a("10.64.2.1"), 1, 3, 0),
 				cpe("cpe-c", a("10.64.1.1"), a("10.64.2.9"), 1, 3, 0),
 			}, map[netip.Addr]uint64{a("10.64.1.1"): 6666664}, map[string]map[string]float64{"cpe-a": {"nr": 6.666664}}, []string{"cpe-c"}},

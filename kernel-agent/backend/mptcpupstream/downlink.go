@@ -68,7 +68,7 @@ type Downlink struct {
 	flagged map[netip.Addr]bool
 }
 
-var _ backend.Downlink = (*Downlink)(nil)
+var _ backend.Backend = (*Downlink)(nil)
 
 // NewDownlink returns a Downlink; it does not touch the kernel.
 func NewDownlink(cfg DownlinkConfig) (*Downlink, error) {
@@ -85,10 +85,10 @@ func NewDownlink(cfg DownlinkConfig) (*Downlink, error) {
 	}, nil
 }
 
-// Name implements backend.Downlink.
+// Name implements backend.Backend.
 func (*Downlink) Name() string { return payload.BackendMPTCPUpstream }
 
-// Capabilities implements backend.Downlink: on/off per WAT, and coupled to
+// Capabilities implements backend.Backend: on/off per WAT, and coupled to
 // the uplink (the default scheduler treats a subflow as backup when either
 // end flagged it, and the flag is signalled to the peer with MP_PRIO).
 func (*Downlink) Capabilities() payload.Capabilities {
@@ -105,16 +105,16 @@ func (d *Downlink) Close() error {
 	return errors.Join(errs...)
 }
 
-// ApplyAll implements backend.Downlink. A CPE reporting an address another
+// ApplyAll implements backend.Backend. A CPE reporting an address another
 // served CPE (earlier by id) already reported cannot be told apart from it
 // and is returned as not applied; so is a CPE one of whose subflows does
 // not read back as requested. Subflows of CPEs no longer served get their
 // flag cleared.
-func (d *Downlink) ApplyAll(ctx context.Context, cpes []backend.CPEPaths) (map[string]error, error) {
+func (d *Downlink) ApplyAll(ctx context.Context, cpes []backend.Device) (map[string]error, error) {
 	notApplied := map[string]error{}
 	want := map[netip.Addr]bool{}
 	owner := map[netip.Addr]string{}
-	sorted := slices.SortedFunc(slices.Values(cpes), func(a, b backend.CPEPaths) int { return cmp.Compare(a.CPEID, b.CPEID) })
+	sorted := slices.SortedFunc(slices.Values(cpes), func(a, b backend.Device) int { return cmp.Compare(a.CPEID, b.CPEID) })
 	for _, c := range sorted {
 		var clash error
 		for _, p := range c.Paths {

@@ -198,9 +198,9 @@ func TestDownlinkInNetns(t *testing.T) {
 
 	apply := func(wifi int, served bool) {
 		t.Helper()
-		var cpes []backend.CPEPaths
+		var cpes []backend.Device
 		if served {
-			cpes = []backend.CPEPaths{{CPEID: "cpe-0001", Paths: []backend.Path{
+			cpes = []backend.Device{{CPEID: "cpe-0001", Paths: []backend.Path{
 				{WAT: "nr", Addr: dlNrCPE, Weight: 1}, {WAT: "wifi", Addr: dlWifiCPE, Weight: wifi}, {WAT: "lifi"},
 			}}}
 		}
@@ -240,7 +240,7 @@ func TestDownlinkInNetns(t *testing.T) {
 
 	// Two CPEs reporting one address cannot be told apart: the later id
 	// is not applied, the earlier one is.
-	notApplied, err := dl.ApplyAll(context.Background(), []backend.CPEPaths{
+	notApplied, err := dl.ApplyAll(context.Background(), []backend.Device{
 		{CPEID: "cpe-0002", Paths: []backend.Path{{WAT: "wifi", Addr: dlWifiCPE, Weight: 1}}},
 		{CPEID: "cpe-0001", Paths: []backend.Path{{WAT: "nr", Addr: dlNrCPE, Weight: 1}, {WAT: "wifi", Addr: dlWifiCPE, Weight: 0}}},
 	})

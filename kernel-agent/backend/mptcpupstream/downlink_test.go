@@ -52,8 +52,8 @@ func sf(token uint32, remote string, flags mptcppm.SubflowFlags) mptcppm.Subflow
 	return mptcppm.Subflow{Token: token, Local: netip.MustParseAddrPort("10.40.0.2:5201"), Remote: netip.MustParseAddrPort(remote), Flags: flags}
 }
 
-func cpePaths(id string, nr, wifi string, wNr, wWifi int) backend.CPEPaths {
-	return backend.CPEPaths{CPEID: id, Paths: []backend.Path{
+func cpePaths(id string, nr, wifi string, wNr, wWifi int) backend.Device {
+	return backend.Device{CPEID: id, Paths: []backend.Path{
 		{WAT: "nr", Addr: netip.MustParseAddr(nr), Weight: wNr}, {WAT: "wifi", Addr: netip.MustParseAddr(wifi), Weight: wWifi},
 	}}
 }
@@ -63,7 +63,7 @@ func TestDownlinkApplyAll(t *testing.T) {
 	tests := []struct {
 		name       string
 		kernel     fakeSubflows
-		steps      [][]backend.CPEPaths
+		steps      [][]backend.Device
 		wantSets   []string
 		notApplied []string // CPE ids of the last step
 		wantErr    bool
@@ -71,47 +71,47 @@ func TestDownlinkApplyAll(t *testing.T) {
 		{
 			name:     "weight 0 flags every subflow to that address, others untouched",
 			kernel:   fakeSubflows{sfs: []mptcppm.Subflow{sf(1, "10.41.1.1:1000", 0), sf(1, "10.41.2.1:1001", 0), sf(2, "10.41.2.1:1002", 0), sf(3, "10.99.0.1:1", 0)}},
-			steps:    [][]backend.CPEPaths{{a1}},
+			steps:    [][]backend.Device{{a1}},
 			wantSets: []string{"10.41.2.1:1001 backup", "10.41.2.1:1002 backup"},
 		},
 		{
 			name:     "already as wanted: nothing written",
 			kernel:   fakeSubflows{sfs: []mptcppm.Subflow{sf(1, "10.41.1.1:1000", 0), sf(1, "10.41.2.1:1001", mptcppm.SubflowBackupLocal)}},
-			steps:    [][]backend.CPEPaths{{a1}},
+			steps:    [][]backend.Device{{a1}},
 			wantSets: nil,
 		},
 		{
 			name:   "weight back to 1 clears; a CPE no longer served is cleared",
 			kernel: fakeSubflows{sfs: []mptcppm.Subflow{sf(1, "10.41.2.1:1001", 0), sf(2, "10.42.1.1:1", 0)}},
-			steps:  [][]backend.CPEPaths{{a1, a2}, {cpePaths("cpe-a", "10.41.1.1", "10.41.2.1", 1, 1)}},
+			steps:  [][]backend.Device{{a1, a2}, {cpePaths("cpe-a", "10.41.1.1", "10.41.2.1", 1, 1)}},
 			wantSets: []string{"10.41.2.1:1001 backup", "10.42.1.1:1 backup",
 				"10.41.2.1:1001 clear", "10.42.1.1:1 clear"},
 		},
 		{
 			name:       "shared address: the later id is not applied",
 			kernel:     fakeSubflows{sfs: []mptcppm.Subflow{sf(1, "10.41.2.1:1001", 0)}},
-			steps:      [][]backend.CPEPaths{{cpePaths("cpe-z", "10.41.9.9", "10.41.2.1", 1, 1), a1}},
+			steps:      [][]backend.Device{{cpePaths("cpe-z", "10.41.9.9", "10.41.2.1", 1, 1), a1}},
 			wantSets:   []string{"10.41.2.1:1001 backup"},
 			notApplied: []string{"cpe-z"},
 		},
 		{
 			name:       "kernel ignores the command: read-back fails, CPE not applied",
 			kernel:     fakeSubflows{sfs: []mptcppm.Subflow{sf(1, "10.41.2.1:1001", 0)}, ignore: true},
-			steps:      [][]backend.CPEPaths{{a1, a2}},
+			steps:      [][]backend.Device{{a1, a2}},
 			wantSets:   []string{"10.41.2.1:1001 backup"},
 			notApplied: []string{"cpe-a"},
 		},
 		{
 			name:       "command refused: CPE not applied",
 			kernel:     fakeSubflows{sfs: []mptcppm.Subflow{sf(1, "10.41.2.1:1001", 0)}, setErr: errors.New("EINVAL")},
-			steps:      [][]backend.CPEPaths{{a1}},
+			steps:      [][]backend.Device{{a1}},
 			wantSets:   []string{"10.41.2.1:1001 backup"},
 			notApplied: []string{"cpe-a"},
 		},
 		{
 			name:    "listing fails: error",
 			kernel:  fakeSubflows{listErr: errors.New("EPERM")},
-			steps:   [][]backend.CPEPaths{{a1}},
+			steps:   [][]backend.Device{{a1}},
 			wantErr: true,
 		},
 	}
@@ -155,7 +155,7 @@ func TestDownlinkEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.sfs, k.sets = nil, nil
-	if _, err := d.ApplyAll(context.Background(), []backend.CPEPaths{cpePaths("cpe-a", "10.41.1.1", "10.41.2.1", 1, 0)}); err != nil {
+	if _, err := d.ApplyAll(context.Background(), []backend.Device{cpePaths("cpe-a", "10.41.1.1", "10.41.2.1", 1, 0)}); err != nil {
 		t.Fatal(err)
 	}
 	k.sfs = []mptcppm.Subflow{sf(7, "10.41.2.1:2000", 0), sf(7, "10.41.1.1:2001", 0)}

@@ -83,10 +83,10 @@ type Backend struct {
 // namespace whose connections are steered).
 func New(pm PM) *Backend { return &Backend{pm: pm} }
 
-// Name implements backend.Backend.
+// Name implements backend.Local.
 func (*Backend) Name() string { return payload.BackendMPTCPUpstream }
 
-// Capabilities implements backend.Backend: on/off only.
+// Capabilities implements backend.Local: on/off only.
 func (*Backend) Capabilities() payload.Capabilities {
 	return payload.Capabilities{MaxWeight: 1, OnOffOnly: true, Semantics: payload.SemanticsOnOff}
 }

@@ -72,16 +72,16 @@ func NewDownlink(cfg DownlinkConfig) (*Downlink, error) {
 	return &Downlink{b: b, max: cfg.MaxTuples}, nil
 }
 
-// Name implements backend.Downlink.
+// Name implements backend.Backend.
 func (*Downlink) Name() string { return payload.BackendWRRSysctl }
 
-// Capabilities implements backend.Downlink: one byte per weight, and the
+// Capabilities implements backend.Backend: one byte per weight, and the
 // directions are independent (the CPE's own list steers its uplink).
 func (*Downlink) Capabilities() payload.Capabilities {
 	return payload.Capabilities{MaxWeight: payload.MaxWeight, Semantics: payload.SemanticsWRR}
 }
 
-// Close implements backend.Downlink.
+// Close implements backend.Backend.
 func (*Downlink) Close() error { return nil }
 
 // Rules implements backend.RuleCounter: the tuples written by the last
@@ -101,7 +101,7 @@ func (d *Downlink) OverflowCPEs() int {
 }
 
 var (
-	_ backend.Downlink    = (*Downlink)(nil)
+	_ backend.Backend     = (*Downlink)(nil)
 	_ backend.RuleCounter = (*Downlink)(nil)
 )
 
@@ -109,9 +109,9 @@ var (
 // paths in canonical WAT order, weight-1 tuples omitted, at most max
 // tuples. It returns the tuples and, per CPE left out, why. Pure: the
 // shared vectors check it.
-func ProxyTuples(cpes []backend.CPEPaths, max int) ([]Tuple, map[string]error) {
+func ProxyTuples(cpes []backend.Device, max int) ([]Tuple, map[string]error) {
 	notApplied := map[string]error{}
-	sorted := slices.SortedFunc(slices.Values(cpes), func(a, b backend.CPEPaths) int { return cmp.Compare(a.CPEID, b.CPEID) })
+	sorted := slices.SortedFunc(slices.Values(cpes), func(a, b backend.Device) int { return cmp.Compare(a.CPEID, b.CPEID) })
 	order := map[string]int{}
 	for i, w := range payload.WATs() {
 		order[w] = i
@@ -172,10 +172,10 @@ func rank(order map[string]int, wat string) int {
 	return len(order)
 }
 
-// ApplyAll implements backend.Downlink: it writes the whole list and reads
+// ApplyAll implements backend.Backend: it writes the whole list and reads
 // it back; a failed write or read-back is an error (nothing is reported
 // applied), since the list is one file.
-func (d *Downlink) ApplyAll(_ context.Context, cpes []backend.CPEPaths) (map[string]error, error) {
+func (d *Downlink) ApplyAll(_ context.Context, cpes []backend.Device) (map[string]error, error) {
 	tuples, notApplied := ProxyTuples(cpes, d.max)
 	if err := d.b.prepare(); err != nil {
 		return nil, err

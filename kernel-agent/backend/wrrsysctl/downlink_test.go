@@ -72,9 +72,9 @@ func TestProxyVectors(t *testing.T) {
 	}
 	for i, step := range v.Steps {
 		t.Run(fmt.Sprintf("%d %s", i, step.Name), func(t *testing.T) {
-			var cpes []backend.CPEPaths
+			var cpes []backend.Device
 			for _, c := range step.CPEs {
-				cp := backend.CPEPaths{CPEID: c.CPEID}
+				cp := backend.Device{CPEID: c.CPEID}
 				for _, p := range c.Paths {
 					var a netip.Addr
 					if p.Addr != "" {
@@ -118,17 +118,17 @@ func TestProxyVectors(t *testing.T) {
 func TestProxyTuplesRefusals(t *testing.T) {
 	tests := []struct {
 		name string
-		cpe  backend.CPEPaths
+		cpe  backend.Device
 	}{
-		{"ipv6 address", backend.CPEPaths{CPEID: "c", Paths: []backend.Path{{WAT: "nr", Addr: netip.MustParseAddr("fd00::1"), Weight: 3}}}},
-		{"weight above 255", backend.CPEPaths{CPEID: "c", Paths: []backend.Path{{WAT: "nr", Addr: netip.MustParseAddr("10.0.0.1"), Weight: 256}}}},
-		{"negative weight", backend.CPEPaths{CPEID: "c", Paths: []backend.Path{{WAT: "nr", Addr: netip.MustParseAddr("10.0.0.1"), Weight: -1}}}},
+		{"ipv6 address", backend.Device{CPEID: "c", Paths: []backend.Path{{WAT: "nr", Addr: netip.MustParseAddr("fd00::1"), Weight: 3}}}},
+		{"weight above 255", backend.Device{CPEID: "c", Paths: []backend.Path{{WAT: "nr", Addr: netip.MustParseAddr("10.0.0.1"), Weight: 256}}}},
+		{"negative weight", backend.Device{CPEID: "c", Paths: []backend.Path{{WAT: "nr", Addr: netip.MustParseAddr("10.0.0.1"), Weight: -1}}}},
 	}
-	ok := backend.CPEPaths{CPEID: "b", Paths: []backend.Path{{WAT: "nr", Addr: netip.MustParseAddr("10.0.0.2"), Weight: 4}}}
+	ok := backend.Device{CPEID: "b", Paths: []backend.Path{{WAT: "nr", Addr: netip.MustParseAddr("10.0.0.2"), Weight: 4}}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// One bad CPE is left out; the others are still written.
-			tuples, notApplied := ProxyTuples([]backend.CPEPaths{tt.cpe, ok}, MaxProxyTuples)
+			tuples, notApplied := ProxyTuples([]backend.Device{tt.cpe, ok}, MaxProxyTuples)
 			if len(notApplied) != 1 || notApplied["c"] == nil || errors.Is(notApplied["c"], ErrTupleBound) {
 				t.Fatalf("not applied %v", notApplied)
 			}
@@ -142,9 +142,9 @@ func TestProxyTuplesRefusals(t *testing.T) {
 // TestProxyBound fills the full bound: MaxProxyTuples tuples are written
 // and read back (the text stays within one page), one more CPE is left out.
 func TestProxyBound(t *testing.T) {
-	var cpes []backend.CPEPaths
+	var cpes []backend.Device
 	for i := range MaxProxyTuples/2 + 1 {
-		cpes = append(cpes, backend.CPEPaths{CPEID: fmt.Sprintf("cpe-%04d", i), Paths: []backend.Path{
+		cpes = append(cpes, backend.Device{CPEID: fmt.Sprintf("cpe-%04d", i), Paths: []backend.Path{
 			{WAT: "nr", Addr: netip.AddrFrom4([4]byte{255, 255, byte(i), 1}), Weight: 255},
 			{WAT: "wifi", Addr: netip.AddrFrom4([4]byte{255, 255, byte(i), 2}), Weight: 0},
 		}})
@@ -176,7 +176,7 @@ func TestProxyBound(t *testing.T) {
 }
 
 func TestProxyWriteErrors(t *testing.T) {
-	cpes := []backend.CPEPaths{{CPEID: "a", Paths: []backend.Path{{WAT: "nr", Addr: netip.MustParseAddr("10.0.0.1"), Weight: 3}}}}
+	cpes := []backend.Device{{CPEID: "a", Paths: []backend.Path{{WAT: "nr", Addr: netip.MustParseAddr("10.0.0.1"), Weight: 3}}}}
 	d, _ := NewDownlink(DownlinkConfig{Config: Config{ProcSysRoot: t.TempDir(), SysRoot: t.TempDir()}})
 	if _, err := d.ApplyAll(context.Background(), cpes); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("ApplyAll without the sysctl = %v, want ErrNotExist", err)

@@ -81,15 +81,15 @@ func New(cfg Config) (*Backend, error) {
 	}, nil
 }
 
-// Name implements backend.Backend.
+// Name implements backend.Local.
 func (*Backend) Name() string { return payload.BackendWRRSysctl }
 
-// Capabilities implements backend.Backend: one byte per weight.
+// Capabilities implements backend.Local: one byte per weight.
 func (*Backend) Capabilities() payload.Capabilities {
 	return payload.Capabilities{MaxWeight: payload.MaxWeight, Semantics: payload.SemanticsWRR}
 }
 
-// Close implements backend.Backend.
+// Close implements backend.Local.
 func (*Backend) Close() error { return nil }
 
 // Apply writes one tuple per path with an IPv4 address (source = that

@@ -30,17 +30,16 @@ import (
 	"github.com/mcw-xapp/kernel-agent/linkwatch"
 	"github.com/mcw-xapp/kernel-agent/metrics"
 	"github.com/mcw-xapp/kernel-agent/payload"
-	"github.com/mcw-xapp/kernel-agent/state"
 )
 
 // timed wraps a backend and records when the last Apply returned.
 type timed struct {
-	backend.Backend
+	backend.Local
 	done time.Time
 }
 
 func (t *timed) Apply(ctx context.Context, p []backend.Path) error {
-	err := t.Backend.Apply(ctx, p)
+	err := t.Local.Apply(ctx, p)
 	t.done = time.Now()
 	return err
 }
@@ -99,11 +98,7 @@ func run(n int, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	be := &timed{Backend: wrr}
-	store, err := state.New(stateDir)
-	if err != nil {
-		return err
-	}
+	be := &timed{Local: wrr}
 	addrs := map[string]netip.Addr{"nr": netip.MustParseAddr("10.0.0.20"), "wifi": netip.MustParseAddr("10.0.1.20"), "lifi": netip.MustParseAddr("10.0.2.20")}
 	ifaces := map[string]string{"nr": "nr0", "wifi": "wlan0", "lifi": "lifi0"}
 	links := linkwatch.Static{}
@@ -111,8 +106,8 @@ func run(n int, asJSON bool) error {
 		links[ifc] = linkwatch.Status{Interface: ifc, Index: len(links) + 2, LinkUp: true, Addr: addrs[w]}
 	}
 	a, err := agent.New(agent.Config{
-		CPEID: "cpe-0001", WATs: ifaces, SafeWeights: payload.Weights{"nr": 1, "wifi": 1, "lifi": 1},
-	}, agent.Deps{Backend: be, Store: store, Links: links, Metrics: metrics.New(), Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+		CPEID: "cpe-0001", WATs: ifaces, SafeWeights: payload.Weights{"nr": 1, "wifi": 1, "lifi": 1}, StateDir: stateDir,
+	}, agent.Deps{Backend: backend.Own(be), Links: links, Metrics: metrics.New(), Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	if err != nil {
 		return err
 	}
@@ -150,7 +145,7 @@ func run(n int, asJSON bool) error {
 	total := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
-		if ev := a.ProcessWeights(ctx, msgs[i], t0); ev != payload.EventApplied {
+		if ev := a.Process(ctx, agent.Message{Topic: "mcw/v1/cpe/cpe-0001/weights", Data: msgs[i], At: t0}); ev != payload.EventApplied {
 			return fmt.Errorf("update %d: event %q", i+1, ev)
 		}
 		total = append(total, time.Since(t0))
@@ -158,14 +153,14 @@ func run(n int, asJSON bool) error {
 	}
 	res := map[string]any{
 		"update_to_verified_write":       summarize(applied),
-		"process_weights_call":           summarize(total),
+		"process_call":                   summarize(total),
 		"baseline_sysctl_write_readback": summarize(baseline),
 		"tree":                           tree, "target_p99_us": 1000,
 	}
 	if asJSON {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
-	for _, k := range []string{"update_to_verified_write", "process_weights_call", "baseline_sysctl_write_readback"} {
+	for _, k := range []string{"update_to_verified_write", "process_call", "baseline_sysctl_write_readback"} {
 		s := res[k].(summary)
 		fmt.Printf("%-32s n=%d p50=%.1f us p99=%.1f us max=%.1f us\n", k, s.N, s.P50us, s.P99us, s.MaxUs)
 	}

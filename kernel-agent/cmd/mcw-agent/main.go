@@ -5,7 +5,7 @@
 // back to safe weights when the xApp's lease runs out, and reports state
 // (with its WAT addresses) and subflow telemetry. In role proxy it runs
 // beside an MPTCP proxy and applies the downlink set of every CPE it
-// serves (package proxy).
+// serves. Both roles run the same core (package agent).
 //
 // Usage:
 //
@@ -41,8 +41,6 @@ import (
 	"github.com/mcw-xapp/kernel-agent/mptcppm"
 	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
-	"github.com/mcw-xapp/kernel-agent/proxy"
-	"github.com/mcw-xapp/kernel-agent/state"
 	"github.com/mcw-xapp/kernel-agent/supervisor"
 	"github.com/mcw-xapp/kernel-agent/telemetry"
 )
@@ -86,42 +84,63 @@ func main() {
 	}
 }
 
-// role is what differs between the CPE and the proxy role; run is the
-// rest, written once.
-type role struct {
-	name string // for the logs: "agent" or "proxy"
-	// mqtt holds the role's identity and message handlers; run adds the
-	// connection settings and callbacks.
-	mqtt      mqttclient.Config
-	republish func()
-	workers   func(*mqttclient.Client) []supervisor.Worker
-	// offline publishes what the last will would say, before a clean
-	// disconnect (so the broker does not fire the will again).
-	offline    func(context.Context, *mqttclient.Client) error
-	startAttrs []any
-	closers    []func() error
-}
-
-func (r *role) close() {
-	for i := len(r.closers) - 1; i >= 0; i-- {
-		r.closers[i]()
-	}
-}
-
-// run wires the role together and runs it until ctx ends (nil) or one of
+// run wires the agent together and runs it until ctx ends (nil) or one of
 // its workers dies or stalls (the error; main exits 1 and systemd restarts
-// the agent from its persisted state).
+// the agent from its persisted state). The role is data: it picks the
+// backend (a host's own, or a downlink for many CPEs) and fills the core's
+// configuration; the core, its MQTT client and its workers are the same.
 func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	m := metrics.New()
-	build := cpeRole
-	if cfg.IsProxy() {
-		build = proxyRole
+	var closers []func() error
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+	acfg := agent.Config{
+		Role: payload.RoleCPE, SafeWeights: cfg.SafeWeights, StateDir: cfg.StateDir,
+		TelemetryInterval: cfg.Telemetry.Interval(), MPTCPOnly: cfg.Telemetry.OnlyMPTCP(),
+		MaxClockSkew: cfg.Lease.MaxClockSkew(),
 	}
-	r := &role{}
-	defer r.close()
-	if err := build(ctx, cfg, log, m, r); err != nil {
+	deps := agent.Deps{Metrics: m, Log: log}
+	var startAttrs []any
+	if cfg.IsProxy() {
+		dl, err := newDownlink(ctx, cfg, log)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, dl.Close)
+		acfg.Role, acfg.ProxyID, acfg.CPEs, acfg.Prefixes = payload.RoleProxy, cfg.ProxyID, cfg.CPEs, cfg.Prefixes()
+		deps.Backend = dl
+		startAttrs = []any{"cpes", len(cfg.CPEs), "registered_cpes", len(cfg.CPEPrefixes)}
+	} else {
+		be, err := newBackend(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, be.Close)
+		acfg.CPEID, acfg.WATs = cfg.CPEID, map[string]string{}
+		ifaces := make([]string, 0, len(cfg.WATs))
+		for name, w := range cfg.WATs {
+			acfg.WATs[name] = w.Interface
+			ifaces = append(ifaces, w.Interface)
+		}
+		deps.Backend, deps.Links = backend.Own(be), linkwatch.New(ifaces)
+		startAttrs = []any{"wats", acfg.WATs}
+	}
+	if cfg.Telemetry.IntervalMs > 0 {
+		sd, err := telemetry.Dial()
+		if err != nil {
+			return err
+		}
+		closers = append(closers, sd.Close)
+		deps.Subflows = sd
+	}
+	a, err := agent.New(acfg, deps)
+	if err != nil {
 		return err
 	}
+
 	sup := supervisor.New(supervisor.Config{Log: log, OnChange: m.SetWorkerUp})
 	if err := serveMetrics(cfg, m, sup, log); err != nil {
 		return err
@@ -132,136 +151,46 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	mctx, mcancel := context.WithCancel(context.Background()) // outlives ctx for the goodbye
 	defer mcancel()
-	mc := r.mqtt
-	mc.BrokerURL, mc.TLS, mc.KeepAlive = cfg.MQTT.BrokerURL, tlsCfg, cfg.MQTT.KeepAliveS
-	mc.OnConnect = func() {
-		m.Connected.Set(1)
-		log.Info("mqtt connected", "broker", cfg.MQTT.BrokerURL)
-		r.republish()
-	}
-	mc.OnDisconnect = func() { m.Connected.Set(0); log.Warn("mqtt connection lost") }
-	mc.OnError = func(err error) { log.Warn("mqtt", "err", err) }
-	client, err := mqttclient.Connect(mctx, mc)
+	willTopic, will := a.Offline()
+	client, err := mqttclient.Connect(mctx, mqttclient.Config{
+		BrokerURL: cfg.MQTT.BrokerURL, TLS: tlsCfg, KeepAlive: cfg.MQTT.KeepAliveS, ClientID: cfg.ClientID(),
+		WillTopic: willTopic, Will: will, Subscriptions: a.Subscriptions(), OnMessage: a.HandleMessage,
+		OnConnect: func() {
+			m.Connected.Set(1)
+			log.Info("mqtt connected", "broker", cfg.MQTT.BrokerURL)
+			a.Republish()
+		},
+		OnDisconnect: func() { m.Connected.Set(0); log.Warn("mqtt connection lost") },
+		OnError:      func(err error) { log.Warn("mqtt", "err", err) },
+	})
 	if err != nil {
 		return err
 	}
-	for _, w := range r.workers(client) {
+	for _, w := range a.Workers(client) {
 		sup.Add(w)
 	}
+	if w, ok := deps.Backend.(watcher); ok {
+		// A backend that follows the kernel (new subflows to flag) is a
+		// worker like the others: dead or stuck, the health check says so.
+		sup.Add(supervisor.Worker{Name: "downlink", Run: w.Watch, Stall: downlinkStall})
+	}
 	sup.Add(mqttWorker(client))
-	log.Info(r.name+" starting", r.startAttrs...)
+	log.Info("agent starting", append([]any{"role", acfg.Role, "backend", deps.Backend.Name(),
+		"safe_weights", cfg.SafeWeights.String(), "max_clock_skew", cfg.Lease.MaxClockSkew().String()}, startAttrs...)...)
 	runErr := sup.Run(ctx)
 
+	// Goodbye: what the last will would say, published before a clean
+	// disconnect (so the broker does not fire the will again).
 	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if err := r.offline(sctx, client); err != nil {
+	if err := client.PublishRetained(sctx, willTopic, will); err != nil {
 		log.Warn("offline state not published", "err", err)
 	}
 	if err := client.Disconnect(sctx); err != nil {
 		log.Warn("disconnect", "err", err)
 	}
-	log.Info(r.name + " stopped")
+	log.Info("agent stopped")
 	return runErr
-}
-
-// subflows opens the sock_diag source when telemetry is on (nil otherwise).
-func subflows(cfg config.Config, r *role) (*telemetry.Conn, error) {
-	if cfg.Telemetry.IntervalMs <= 0 {
-		return nil, nil
-	}
-	sd, err := telemetry.Dial()
-	if err != nil {
-		return nil, err
-	}
-	r.closers = append(r.closers, sd.Close)
-	return sd, nil
-}
-
-// cpeRole builds the CPE role: the uplink of this CPE.
-func cpeRole(ctx context.Context, cfg config.Config, log *slog.Logger, m *metrics.Metrics, r *role) error {
-	be, err := newBackend(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	r.closers = append(r.closers, be.Close)
-	store, err := state.New(cfg.StateDir)
-	if err != nil {
-		return err
-	}
-	wats := map[string]string{}
-	ifaces := make([]string, 0, len(cfg.WATs))
-	for name, w := range cfg.WATs {
-		wats[name] = w.Interface
-		ifaces = append(ifaces, w.Interface)
-	}
-	deps := agent.Deps{Backend: be, Store: store, Links: linkwatch.New(ifaces), Metrics: m, Log: log}
-	sd, err := subflows(cfg, r)
-	if err != nil {
-		return err
-	}
-	if sd != nil {
-		deps.Subflows = sd
-	}
-	a, err := agent.New(agent.Config{
-		CPEID: cfg.CPEID, WATs: wats, SafeWeights: cfg.SafeWeights,
-		TelemetryInterval: cfg.Telemetry.Interval(), MPTCPOnly: cfg.Telemetry.OnlyMPTCP(),
-		MaxClockSkew: cfg.Lease.MaxClockSkew(),
-	}, deps)
-	if err != nil {
-		return err
-	}
-	r.name = "agent"
-	r.mqtt = mqttclient.Config{CPEID: cfg.CPEID, OnWeights: a.HandleWeights}
-	r.republish = a.Republish
-	r.workers = func(c *mqttclient.Client) []supervisor.Worker { return a.Workers(c) }
-	r.offline = func(ctx context.Context, c *mqttclient.Client) error {
-		return c.PublishState(ctx, payload.Offline(cfg.CPEID))
-	}
-	r.startAttrs = []any{"backend", be.Name(), "wats", wats, "safe_weights", cfg.SafeWeights.String(),
-		"max_clock_skew", cfg.Lease.MaxClockSkew().String()}
-	return nil
-}
-
-// proxyRole builds the proxy role: the downlink of the CPEs it serves.
-func proxyRole(ctx context.Context, cfg config.Config, log *slog.Logger, m *metrics.Metrics, r *role) error {
-	dl, err := newDownlink(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	r.closers = append(r.closers, dl.Close)
-	deps := proxy.Deps{Downlink: dl, Metrics: m, Log: log}
-	sd, err := subflows(cfg, r)
-	if err != nil {
-		return err
-	}
-	if sd != nil {
-		deps.Subflows = sd
-	}
-	px, err := proxy.New(proxy.Config{
-		ProxyID: cfg.ProxyID, CPEs: cfg.CPEs, SafeWeights: cfg.SafeWeights, StateDir: cfg.StateDir,
-		TelemetryInterval: cfg.Telemetry.Interval(), MPTCPOnly: cfg.Telemetry.OnlyMPTCP(),
-		MaxClockSkew: cfg.Lease.MaxClockSkew(), Prefixes: cfg.Prefixes(),
-	}, deps)
-	if err != nil {
-		return err
-	}
-	r.name = "proxy"
-	r.mqtt = mqttclient.Config{ProxyID: cfg.ProxyID, Subscriptions: px.Subscriptions(), OnMessage: px.HandleMessage}
-	r.republish = px.Republish
-	r.workers = func(c *mqttclient.Client) []supervisor.Worker {
-		ws := px.Workers(c)
-		if w, ok := dl.(watcher); ok {
-			// A backend that follows the kernel (new subflows to flag) is a
-			// worker like the others: dead or stuck, the health check says so.
-			ws = append(ws, supervisor.Worker{Name: "downlink", Run: w.Watch, Stall: downlinkStall})
-		}
-		return ws
-	}
-	r.offline = func(ctx context.Context, c *mqttclient.Client) error {
-		return c.PublishRetained(ctx, mqttclient.ProxyTopicsFor(cfg.ProxyID).State(), payload.ProxyOffline(cfg.ProxyID))
-	}
-	r.startAttrs = []any{"backend", dl.Name(), "cpes", len(cfg.CPEs), "safe_weights", cfg.SafeWeights.String()}
-	return nil
 }
 
 // mqttWorker watches the connection manager: autopaho reconnects by itself
@@ -327,7 +256,7 @@ type watcher interface {
 const downlinkStall = 10 * time.Second
 
 // newDownlink builds the proxy role's backend.
-func newDownlink(ctx context.Context, cfg config.Config, log *slog.Logger) (backend.Downlink, error) {
+func newDownlink(ctx context.Context, cfg config.Config, log *slog.Logger) (backend.Backend, error) {
 	switch cfg.Backend {
 	case payload.BackendDryRun:
 		return dryrun.NewDownlink(), nil
@@ -390,7 +319,9 @@ func newDownlink(ctx context.Context, cfg config.Config, log *slog.Logger) (back
 	}
 }
 
-func newBackend(ctx context.Context, cfg config.Config) (backend.Backend, error) {
+// newBackend builds the CPE role's backend: a writer of this host's own
+// paths.
+func newBackend(ctx context.Context, cfg config.Config) (backend.Local, error) {
 	switch cfg.Backend {
 	case payload.BackendWRRSysctl:
 		return wrrsysctl.New(wrrsysctl.Config{

@@ -1,4 +1,4 @@
-package proxy
+package agent
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ func BenchmarkProxyUpdate(b *testing.B) {
 		f.p.handle(cpeState(id, fmt.Sprintf(`{"nr":"10.%d.%d.1","wifi":"10.%d.%d.2"}`, 64+i/256, i%256, 64+i/256, i%256), `{"nr":"up","wifi":"up"}`))
 	}
 	f.p.flush(b.Context())
-	msgs := make([]message, b.N)
+	msgs := make([]Message, b.N)
 	for i := range msgs {
 		msgs[i] = weights(ids[i%len(ids)], int64(1+i/len(ids)), t0, 3600, fmt.Sprintf(`{"nr":%d,"wifi":1}`, 1+i%200), `{"nr":1}`)
 	}
@@ -28,7 +28,7 @@ func BenchmarkProxyUpdate(b *testing.B) {
 	start := time.Now()
 	for i := range msgs {
 		f.step(msgs[i])
-		f.p.out.take()
+		f.p.out.q.take()
 		f.p.persist.take()
 	}
 	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/update")

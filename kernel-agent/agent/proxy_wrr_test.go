@@ -1,4 +1,4 @@
-package proxy
+package agent
 
 import (
 	"context"
@@ -37,9 +37,9 @@ func TestProxyWRRSysctl(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := &clock{t: t0}
-	p, err := New(Config{ProxyID: "proxy-0001", CPEs: []string{"cpe-0001", "cpe-0002"}, SafeWeights: payload.Weights{"nr": 1, "wifi": 1},
+	p, err := New(Config{Role: payload.RoleProxy, ProxyID: "proxy-0001", CPEs: []string{"cpe-0001", "cpe-0002"}, SafeWeights: payload.Weights{"nr": 1, "wifi": 1},
 		StateDir: filepath.Join(dir, "state"), MaxClockSkew: 5 * time.Second},
-		Deps{Downlink: dl, Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+		Deps{Backend: dl, Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
 	if err != nil {
 		t.Fatal(err)
 	}

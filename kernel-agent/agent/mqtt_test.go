@@ -1,4 +1,4 @@
-package proxy_test
+package agent_test
 
 import (
 	"context"
@@ -19,12 +19,12 @@ import (
 	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/mcw-xapp/kernel-agent/agent"
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
 	"github.com/mcw-xapp/kernel-agent/internal/brokertest"
 	"github.com/mcw-xapp/kernel-agent/metrics"
 	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
-	"github.com/mcw-xapp/kernel-agent/proxy"
 )
 
 // broker runs the real Mosquitto on loopback with the shipped test
@@ -180,9 +180,9 @@ func TestProxyOverMosquitto(t *testing.T) {
 	dl := dryrun.NewDownlink()
 	m := metrics.New()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	px, err := proxy.New(proxy.Config{ProxyID: "proxy-0001", CPEs: []string{"cpe-0001", "cpe-0002"},
+	px, err := agent.New(agent.Config{Role: payload.RoleProxy, ProxyID: "proxy-0001", CPEs: []string{"cpe-0001", "cpe-0002"},
 		SafeWeights: payload.Weights{"nr": 1, "wifi": 1}, StateDir: t.TempDir(), MaxClockSkew: 5 * time.Second},
-		proxy.Deps{Downlink: dl, Metrics: m, Log: log})
+		agent.Deps{Backend: dl, Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,8 +195,9 @@ func TestProxyOverMosquitto(t *testing.T) {
 	}
 	mctx, mcancel := context.WithCancel(context.Background())
 	defer mcancel()
-	mc, err := mqttclient.Connect(mctx, mqttclient.Config{BrokerURL: "mqtts://" + b.addr, TLS: tlsCfg, ProxyID: "proxy-0001",
-		Subscriptions: px.Subscriptions(), OnMessage: px.HandleMessage, OnConnect: px.Republish})
+	willTopic, will := px.Offline()
+	mc, err := mqttclient.Connect(mctx, mqttclient.Config{BrokerURL: "mqtts://" + b.addr, TLS: tlsCfg, ClientID: "proxy-0001",
+		WillTopic: willTopic, Will: will, Subscriptions: px.Subscriptions(), OnMessage: px.HandleMessage, OnConnect: px.Republish})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +256,10 @@ func TestProxyOverMosquitto(t *testing.T) {
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer scancel()
-	if err := mc.PublishRetained(sctx, mqttclient.ProxyTopicsFor("proxy-0001").State(), payload.ProxyOffline("proxy-0001")); err != nil {
+	if willTopic != "mcw/v1/proxy/proxy-0001/state" {
+		t.Fatalf("will on %s", willTopic)
+	}
+	if err := mc.PublishRetained(sctx, willTopic, will); err != nil {
 		t.Fatal(err)
 	}
 	mc.Disconnect(sctx)

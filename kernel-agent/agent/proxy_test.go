@@ -1,4 +1,4 @@
-package proxy
+package agent
 
 import (
 	"context"
@@ -32,7 +32,7 @@ var t0 = time.UnixMilli(1763800000000)
 // messages each followed by what the loop does after a batch.
 type fixture struct {
 	t   testing.TB
-	p   *Proxy
+	p   *Agent
 	dl  *dryrun.Downlink
 	clk *clock
 	dir string
@@ -47,9 +47,9 @@ func newFixture(t testing.TB, dir string, cpes ...string) *fixture {
 	clk := &clock{t: t0}
 	dl := dryrun.NewDownlink()
 	m := metrics.New()
-	p, err := New(Config{ProxyID: "proxy-0001", CPEs: cpes, SafeWeights: payload.Weights{"nr": 1, "wifi": 1, "lifi": 1},
+	p, err := New(Config{Role: payload.RoleProxy, ProxyID: "proxy-0001", CPEs: cpes, SafeWeights: payload.Weights{"nr": 1, "wifi": 1, "lifi": 1},
 		StateDir: dir, MaxClockSkew: 5 * time.Second},
-		Deps{Downlink: dl, Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+		Deps{Backend: dl, Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,19 +60,15 @@ func newFixture(t testing.TB, dir string, cpes ...string) *fixture {
 }
 
 // step handles msgs as one batch of the loop.
-func (f *fixture) step(msgs ...message) {
-	for _, m := range msgs {
-		f.p.handle(m)
-	}
-	f.p.expireLeases()
-	f.p.flush(context.Background())
-	f.p.resetTimer()
+func (f *fixture) step(msgs ...Message) {
+	f.p.Process(context.Background(), msgs...)
 }
 
 // persisted waits for the persister's work to be done synchronously.
 func (f *fixture) persisted() {
-	for id, it := range f.p.persist.take() {
-		if err := it.store.Save(it.rec); err != nil {
+	order, items := f.p.persist.take()
+	for _, id := range order {
+		if err := items[id].store.Save(items[id].rec); err != nil {
 			f.t.Fatalf("save %s: %v", id, err)
 		}
 	}
@@ -93,29 +89,29 @@ func (f *fixture) state(cpeID string) payload.State {
 
 func (f *fixture) proxyState() payload.ProxyState {
 	f.t.Helper()
-	s, err := payload.ParseProxyState(f.p.out.last(f.p.topics.State()))
+	s, err := payload.ParseProxyState(f.p.out.last(f.p.pt.State()))
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	return s
 }
 
-func weights(cpeID string, version int64, issued time.Time, lease float64, dl, ul string) message {
-	return message{topic: "mcw/v1/cpe/" + cpeID + "/weights", at: issued, data: []byte(fmt.Sprintf(
+func weights(cpeID string, version int64, issued time.Time, lease float64, dl, ul string) Message {
+	return Message{Topic: "mcw/v1/cpe/" + cpeID + "/weights", At: issued, Data: []byte(fmt.Sprintf(
 		`{"schema":"mcw.weights.v2","cpe_id":%q,"version":%d,"issued_at_ms":%d,"lease_s":%g,`+
 			`"dl":{"mode":"fixed_split","reason":"test","weights":%s},"ul":{"mode":"load_balancing","weights":%s}}`,
 		cpeID, version, issued.UnixMilli(), lease, dl, ul))}
 }
 
 // onTopic moves m to the weights topic of cpeID.
-func onTopic(cpeID string, m message) message {
-	m.topic = "mcw/v1/cpe/" + cpeID + "/weights"
+func onTopic(cpeID string, m Message) Message {
+	m.Topic = "mcw/v1/cpe/" + cpeID + "/weights"
 	return m
 }
 
 // cpeState is the CPE agent's retained state with addresses and links.
-func cpeState(cpeID, addrs, links string) message {
-	return message{topic: "mcw/v1/cpe/" + cpeID + "/state", data: []byte(fmt.Sprintf(
+func cpeState(cpeID, addrs, links string) Message {
+	return Message{Topic: "mcw/v1/cpe/" + cpeID + "/state", Data: []byte(fmt.Sprintf(
 		`{"schema":"mcw.state.v2","cpe_id":%q,"online":true,"role":"cpe","direction":"ul","time_ms":1,`+
 			`"applied_version":0,"applied_weights":{},"addresses":%s,"links":%s,"event":"started","last_error":""}`,
 		cpeID, addrs, links))}
@@ -171,42 +167,42 @@ func TestProxyPerCPERules(t *testing.T) {
 	steps := []struct {
 		name    string
 		advance time.Duration
-		msgs    []message
+		msgs    []Message
 		want    payload.Weights // cpe-0001's applied dl weights
 		event   string
 		errHas  string
 		version int64
 	}{
-		{"replay ignored", 0, []message{weights("cpe-0001", 10, t0, 30, `{"nr":1}`, `{"nr":1}`)},
+		{"replay ignored", 0, []Message{weights("cpe-0001", 10, t0, 30, `{"nr":1}`, `{"nr":1}`)},
 			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventApplied, "", 10},
-		{"stale refused", 0, []message{weights("cpe-0001", 9, t0, 30, `{"nr":1}`, `{"nr":1}`)},
+		{"stale refused", 0, []Message{weights("cpe-0001", 9, t0, 30, `{"nr":1}`, `{"nr":1}`)},
 			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventRejected, "stale", 10},
-		{"v1 refused by name", 0, []message{{topic: "mcw/v1/cpe/cpe-0001/weights", data: []byte(
+		{"v1 refused by name", 0, []Message{{Topic: "mcw/v1/cpe/cpe-0001/weights", Data: []byte(
 			`{"schema":"mcw.weights.v1","cpe_id":"cpe-0001","version":11,"issued_at_ms":1763800000000,"lease_s":5,"mode":"fixed_split","weights":{"nr":1}}`)}},
 			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventRejected, "mcw.weights.v1 is not accepted", 10},
-		{"another CPE's payload on this topic", 0, []message{onTopic("cpe-0001", weights("cpe-0002", 11, t0, 30, `{"nr":1}`, `{"nr":1}`))},
+		{"another CPE's payload on this topic", 0, []Message{onTopic("cpe-0001", weights("cpe-0002", 11, t0, 30, `{"nr":1}`, `{"nr":1}`))},
 			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventRejected, "is not this CPE", 10},
-		{"garbage", 0, []message{{topic: "mcw/v1/cpe/cpe-0001/weights", data: []byte(`{"schema":`)}},
+		{"garbage", 0, []Message{{Topic: "mcw/v1/cpe/cpe-0001/weights", Data: []byte(`{"schema":`)}},
 			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventRejected, "invalid payload", 10},
-		{"link down masks the WAT", 0, []message{cpeState("cpe-0001", addrs1, `{"nr":"down","wifi":"up","lifi":"up"}`)},
+		{"link down masks the WAT", 0, []Message{cpeState("cpe-0001", addrs1, `{"nr":"down","wifi":"up","lifi":"up"}`)},
 			payload.Weights{"nr": 0, "wifi": 50, "lifi": 0}, payload.EventLinkDown, "", 10},
-		{"the only weighted link down: safe weights of the usable WATs", 0, []message{cpeState("cpe-0001", addrs1, `{"nr":"down","wifi":"down","lifi":"up"}`)},
+		{"the only weighted link down: safe weights of the usable WATs", 0, []Message{cpeState("cpe-0001", addrs1, `{"nr":"down","wifi":"down","lifi":"up"}`)},
 			payload.Weights{"nr": 0, "wifi": 0, "lifi": 1}, payload.EventLinkDown, "", 10},
-		{"every link down: kept as it was, never all zero", 0, []message{cpeState("cpe-0001", addrs1, `{"nr":"down","wifi":"down","lifi":"down"}`)},
+		{"every link down: kept as it was, never all zero", 0, []Message{cpeState("cpe-0001", addrs1, `{"nr":"down","wifi":"down","lifi":"down"}`)},
 			payload.Weights{"nr": 0, "wifi": 0, "lifi": 1}, payload.EventLinkDown, "no usable WAT", 10},
-		{"links back", 0, []message{cpeState("cpe-0001", addrs1, up1)},
+		{"links back", 0, []Message{cpeState("cpe-0001", addrs1, up1)},
 			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventLinkUp, "", 10},
-		{"address change follows the CPE", 0, []message{cpeState("cpe-0001", `{"nr":"10.31.1.9","wifi":"10.31.2.2"}`, `{"nr":"up","wifi":"up"}`)},
+		{"address change follows the CPE", 0, []Message{cpeState("cpe-0001", `{"nr":"10.31.1.9","wifi":"10.31.2.2"}`, `{"nr":"up","wifi":"up"}`)},
 			payload.Weights{"nr": 200, "wifi": 50}, payload.EventLinkUp, "", 10},
-		{"the CPE agent's last will keeps the downlink", 0, []message{{topic: "mcw/v1/cpe/cpe-0001/state", data: payload.Offline("cpe-0001")}},
+		{"the CPE agent's last will keeps the downlink", 0, []Message{{Topic: "mcw/v1/cpe/cpe-0001/state", Data: payload.Offline("cpe-0001")}},
 			payload.Weights{"nr": 200, "wifi": 50}, payload.EventLinkUp, "", 10},
 		{"lease expiry: safe weights", 31 * time.Second, nil,
 			payload.Weights{"nr": 1, "wifi": 1}, payload.EventLeaseExpired, "", 0},
-		{"expired on arrival: refused, safe weights stay", 0, []message{weights("cpe-0001", 12, t0, 30, `{"nr":9}`, `{"nr":1}`)},
+		{"expired on arrival: refused, safe weights stay", 0, []Message{weights("cpe-0001", 12, t0, 30, `{"nr":9}`, `{"nr":1}`)},
 			payload.Weights{"nr": 1, "wifi": 1}, payload.EventRejected, "lease already expired", 0},
-		{"issued in the future: refused", 0, []message{weights("cpe-0001", 13, t0.Add(time.Minute), 30, `{"nr":9}`, `{"nr":1}`)},
+		{"issued in the future: refused", 0, []Message{weights("cpe-0001", 13, t0.Add(time.Minute), 30, `{"nr":9}`, `{"nr":1}`)},
 			payload.Weights{"nr": 1, "wifi": 1}, payload.EventRejected, "issued in the future", 0},
-		{"fresh update", 0, []message{weights("cpe-0001", 14, t0.Add(31*time.Second), 30, `{"wifi":9}`, `{"nr":1}`)},
+		{"fresh update", 0, []Message{weights("cpe-0001", 14, t0.Add(31*time.Second), 30, `{"wifi":9}`, `{"nr":1}`)},
 			payload.Weights{"nr": 0, "wifi": 9}, payload.EventApplied, "", 14},
 	}
 	for _, st := range steps {
@@ -259,7 +255,7 @@ func TestProxyJoinLeave(t *testing.T) {
 	// Restart serving cpe-0002 and a new cpe-0003: cpe-0001's retained
 	// state is cleared, its directory removed, its rules not applied.
 	g := newFixture(t, dir, "cpe-0002", "cpe-0003")
-	if b, ok := g.p.out.latest[g.p.topics.CPEState("cpe-0001")]; !ok || len(b) != 0 {
+	if b, ok := g.p.out.retained[g.p.pt.CPEState("cpe-0001")]; !ok || len(b) != 0 {
 		t.Fatalf("cpe-0001's state not cleared: %q %v", b, ok)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cpe", "cpe-0001")); !errors.Is(err, os.ErrNotExist) {
@@ -316,15 +312,15 @@ func TestProxyBadCPEState(t *testing.T) {
 	f.step(cpeState("cpe-0001", addrs1, up1))
 	before := f.dl.Calls()
 	for name, data := range map[string]string{
-		"other cpe_id":  string(cpeState("cpe-0002", addrs2, up2).data),
-		"proxy role":    strings.Replace(string(cpeState("cpe-0001", addrs2, up2).data), `"role":"cpe"`, `"role":"proxy"`, 1),
-		"bad address":   string(cpeState("cpe-0001", `{"nr":"10.0.0.300"}`, up2).data),
-		"state v1":      strings.Replace(string(cpeState("cpe-0001", addrs2, up2).data), "mcw.state.v2", "mcw.state.v1", 1),
+		"other cpe_id":  string(cpeState("cpe-0002", addrs2, up2).Data),
+		"proxy role":    strings.Replace(string(cpeState("cpe-0001", addrs2, up2).Data), `"role":"cpe"`, `"role":"proxy"`, 1),
+		"bad address":   string(cpeState("cpe-0001", `{"nr":"10.0.0.300"}`, up2).Data),
+		"state v1":      strings.Replace(string(cpeState("cpe-0001", addrs2, up2).Data), "mcw.state.v2", "mcw.state.v1", 1),
 		"truncated":     `{"schema":"mcw.state.v2"`,
-		"unknown WAT":   string(cpeState("cpe-0001", `{"6g":"10.0.0.1"}`, up2).data),
+		"unknown WAT":   string(cpeState("cpe-0001", `{"6g":"10.0.0.1"}`, up2).Data),
 		"deeply nested": `{"schema":"mcw.state.v2","cpe_id":"cpe-0001","online":true,"links":{"nr":[[[[[]]]]]}}`,
 	} {
-		f.step(message{topic: "mcw/v1/cpe/cpe-0001/state", data: []byte(data)})
+		f.step(Message{Topic: "mcw/v1/cpe/cpe-0001/state", Data: []byte(data)})
 		if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 1, "wifi": 1, "lifi": 1}) {
 			t.Fatalf("%s: changed the CPE's downlink to %v", name, got)
 		}
@@ -333,7 +329,7 @@ func TestProxyBadCPEState(t *testing.T) {
 		t.Fatalf("ignored states caused %d applies", f.dl.Calls()-before)
 	}
 	// Topics of no served CPE are ignored.
-	f.step(weights("cpe-9999", 1, t0, 30, `{"nr":1}`, `{"nr":1}`), message{topic: "mcw/v1/cpe/cpe-0001/other", data: []byte("x")})
+	f.step(weights("cpe-9999", 1, t0, 30, `{"nr":1}`, `{"nr":1}`), Message{Topic: "mcw/v1/cpe/cpe-0001/other", Data: []byte("x")})
 	if f.dl.Calls() != before {
 		t.Fatal("foreign topics caused an apply")
 	}
@@ -359,9 +355,9 @@ func TestSplitTopic(t *testing.T) {
 // itself once the backend recovers.
 func TestProxyLoopRetriesFailedApply(t *testing.T) {
 	dl := dryrun.NewDownlink()
-	p, err := New(Config{ProxyID: "proxy-0001", CPEs: []string{"cpe-0001"}, SafeWeights: payload.Weights{"nr": 1},
+	p, err := New(Config{Role: payload.RoleProxy, ProxyID: "proxy-0001", CPEs: []string{"cpe-0001"}, SafeWeights: payload.Weights{"nr": 1},
 		StateDir: t.TempDir(), MaxClockSkew: 5 * time.Second},
-		Deps{Downlink: dl, Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Deps{Backend: dl, Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,12 +379,12 @@ func TestProxyLoopRetriesFailedApply(t *testing.T) {
 		}
 	}
 	m := cpeState("cpe-0001", `{"nr":"10.31.1.2"}`, `{"nr":"up"}`)
-	p.HandleMessage(m.topic, m.data, time.Now())
+	p.HandleMessage(m.Topic, m.Data, time.Now())
 	waitFor("safe weights", func() bool { return cmp.Equal(dl.Last()["cpe-0001"], payload.Weights{"nr": 1}) })
 	dl.SetErr(errors.New("transient"))
 	calls := dl.Calls()
 	w := weights("cpe-0001", 1, time.Now(), 30, `{"nr":9}`, `{"nr":1}`)
-	p.HandleMessage(w.topic, w.data, time.Now())
+	p.HandleMessage(w.Topic, w.Data, time.Now())
 	waitFor("the failure reported", func() bool {
 		s, err := payload.ParseState(p.LastState("cpe-0001"))
 		return err == nil && strings.Contains(s.LastError, "transient")
@@ -396,7 +392,7 @@ func TestProxyLoopRetriesFailedApply(t *testing.T) {
 	dl.SetErr(nil)
 	waitFor("the retry", func() bool { return dl.Calls() > calls })
 	// The update was rolled back; its redelivery applies it.
-	p.HandleMessage(w.topic, w.data, time.Now())
+	p.HandleMessage(w.Topic, w.Data, time.Now())
 	waitFor("the redelivered update", func() bool { return cmp.Equal(dl.Last()["cpe-0001"], payload.Weights{"nr": 9}) })
 }
 
@@ -411,9 +407,9 @@ func (s *subflows) Subflows() ([]telemetry.Subflow, error) { return s.list, nil 
 func TestProxyTelemetry(t *testing.T) {
 	src := &subflows{}
 	clk := &clock{t: t0}
-	p, err := New(Config{ProxyID: "proxy-0001", CPEs: []string{"cpe-0001", "cpe-0002"}, SafeWeights: payload.Weights{"nr": 1},
+	p, err := New(Config{Role: payload.RoleProxy, ProxyID: "proxy-0001", CPEs: []string{"cpe-0001", "cpe-0002"}, SafeWeights: payload.Weights{"nr": 1},
 		StateDir: t.TempDir(), TelemetryInterval: time.Second, MPTCPOnly: true},
-		Deps{Downlink: dryrun.NewDownlink(), Subflows: src, Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+		Deps{Backend: dryrun.NewDownlink(), Subflows: src, Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,9 +428,9 @@ func TestProxyTelemetry(t *testing.T) {
 	clk.t = clk.t.Add(time.Second)
 	src.list = []telemetry.Subflow{sf("10.31.1.2", 1, 2_500_000), sf("10.32.2.2", 2, 125_000), sf("192.0.2.9", 3, 9_999_999)}
 	p.sampleTelemetry(aggs)
-	_, pending := p.out.take()
+	_, pending := p.out.q.take()
 	for cpeID, want := range map[string][2]any{"cpe-0001": {"nr", 20.0}, "cpe-0002": {"wifi", 1.0}} {
-		b := pending[p.topics.CPETelemetry(cpeID)]
+		b := pending[p.pt.CPETelemetry(cpeID)]
 		tm, err := payload.ParseTelemetry(b.data)
 		if err != nil || b.retained {
 			t.Fatalf("%s: %v (retained %v)\n%s", cpeID, err, b.retained, b.data)
@@ -549,7 +545,7 @@ func TestProxyVersionPoisoning(t *testing.T) {
 	f.step(cpeState("cpe-0001", addrs1, up1), weights("cpe-0001", 5, t0.Add(-50*time.Minute), 3600, dl, `{"nr":1}`))
 	steps := []struct {
 		name        string
-		msg         message
+		msg         Message
 		wantVersion int64
 	}{
 		{"expired, far ahead", weights("cpe-0001", 1<<40, t0.Add(-40*time.Minute), 60, `{"nr":9}`, `{"nr":1}`), 5},
@@ -575,7 +571,7 @@ func TestProxyVersionPoisoning(t *testing.T) {
 func TestProxyEmptyRetainedWeights(t *testing.T) {
 	f := newFixture(t, t.TempDir())
 	f.step(cpeState("cpe-0001", addrs1, up1), weights("cpe-0001", 5, t0, 60, `{"nr":3,"wifi":7,"lifi":0}`, `{"nr":1}`))
-	f.step(message{topic: "mcw/v1/cpe/cpe-0001/weights", at: t0})
+	f.step(Message{Topic: "mcw/v1/cpe/cpe-0001/weights", At: t0})
 	if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 1, "wifi": 1, "lifi": 1}) {
 		t.Fatalf("after the weights were cleared: %v", got)
 	}
@@ -596,10 +592,10 @@ func TestProxyRegistry(t *testing.T) {
 	clk := &clock{t: t0}
 	dl := dryrun.NewDownlink()
 	m := metrics.New()
-	p, err := New(Config{ProxyID: "proxy-0001", CPEs: []string{"cpe-0001"}, SafeWeights: payload.Weights{"nr": 1, "wifi": 1},
+	p, err := New(Config{Role: payload.RoleProxy, ProxyID: "proxy-0001", CPEs: []string{"cpe-0001"}, SafeWeights: payload.Weights{"nr": 1, "wifi": 1},
 		StateDir: dir, MaxClockSkew: 5 * time.Second,
 		Prefixes: map[string][]netip.Prefix{"cpe-0001": {netip.MustParsePrefix("10.31.0.0/16")}}},
-		Deps{Downlink: dl, Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+		Deps{Backend: dl, Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,39 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/mcw-xapp/kernel-agent/backend"
+	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
+	"github.com/mcw-xapp/kernel-agent/payload"
+)
+
+// TestOwn: a host's own backend takes a set of at most one device; an
+// empty set leaves its kernel alone, and its errors are the set's.
+func TestOwn(t *testing.T) {
+	d := dryrun.New()
+	b := backend.Own(d)
+	if b.Name() != payload.BackendDryRun || b.Capabilities().MaxWeight != payload.MaxWeight {
+		t.Fatalf("name %q caps %+v", b.Name(), b.Capabilities())
+	}
+	p := backend.Path{WAT: "nr", Interface: "nr0", Index: 2, Addr: netip.MustParseAddr("10.0.0.1"), Weight: 3}
+	if na, err := b.ApplyAll(context.Background(), []backend.Device{{CPEID: "cpe-0001", Paths: []backend.Path{p}}}); err != nil || len(na) != 0 {
+		t.Fatalf("ApplyAll = %v, %v", na, err)
+	}
+	if _, err := b.ApplyAll(context.Background(), nil); err != nil || len(d.Applied()) != 1 {
+		t.Fatalf("an empty set: %v, %d applies", err, len(d.Applied()))
+	}
+	if _, err := b.ApplyAll(context.Background(), []backend.Device{{CPEID: "a"}, {CPEID: "b"}}); !errors.Is(err, backend.ErrOneDevice) {
+		t.Fatalf("two devices: %v", err)
+	}
+	d.SetErr(errors.New("kernel says no"))
+	if _, err := b.ApplyAll(context.Background(), []backend.Device{{CPEID: "cpe-0001", Paths: []backend.Path{p}}}); err == nil {
+		t.Fatal("the kernel's refusal was lost")
+	}
+	if caps := b.(backend.CapsReporter).AppliedCaps("cpe-0001"); caps != nil {
+		t.Fatalf("dry-run caps %v", caps)
+	}
+}
