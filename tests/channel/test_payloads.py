@@ -376,7 +376,7 @@ _UL = st.fixed_dictionaries({
 
 
 @given(rows=st.lists(st.tuples(_ROW, _UL), min_size=1, max_size=6,
-                     unique_by=lambda r: r[0]["cpe_id"]),
+                     unique_by=lambda r: str(r[0]["cpe_id"])),
        lease=st.one_of(st.floats(-1, 4000, allow_nan=False), st.integers(-1, 4000)),
        first_version=st.integers(1, 2**53 + 3), issued=st.integers(-1, 2**53))
 @settings(max_examples=400, deadline=None)

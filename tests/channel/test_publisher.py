@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ def versions(client: TestClient, cpe_id: str) -> list[int]:
     return [json.loads(m.payload)["version"] for m in client.on(W.format(cpe_id))]
 
 
-def retained_doc(broker: MosquittoBroker, cpe_id: str) -> dict[str, object]:
+def retained_doc(broker: MosquittoBroker, cpe_id: str) -> dict[str, Any]:
     """What a CPE that connects now receives: the retained weights."""
     late = connect_client(broker, cpe_id, client_id=f"late-{cpe_id}-{time.monotonic_ns()}")
     try:

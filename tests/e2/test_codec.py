@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -392,7 +393,7 @@ def test_format2_reports_per_matched_ue() -> None:
 def test_labels_summed_averaged_or_the_total() -> None:
     from xapp.adapters.e2.asn1 import _kpm_v3
 
-    def item(name: str, labels: list[dict[str, object]]) -> dict[str, object]:
+    def item(name: str, labels: list[dict[str, Any]]) -> dict[str, object]:
         return {"measType": ("measName", name),
                 "labelInfoList": [{"measLabel": lab} for lab in labels]}
 

@@ -7,6 +7,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -142,7 +143,7 @@ def test_reload_thread_survives_bad_artifacts(model_dir: Path, tmp_path: Path,
         ]
         for i, data in enumerate(bad, start=1):
             write_signed(d, data, signing_key.private, name=f"capacity-bad{i}.skops")
-            assert _wait(lambda i=i: holder.reload_failures >= i), holder.last_error
+            assert _wait(partial(lambda n: holder.reload_failures >= n, i)), holder.last_error
             assert holder.alive and holder.current.version == first
         # Signed with another key: refused the same way.
         artifact.save(trained_models, d, {}, signing_key=other_key.private)

@@ -3,6 +3,8 @@ the evaluation reports coverage per family."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -37,9 +39,9 @@ def test_grouped_calibration_covers_new_groups_where_row_calibration_does_not() 
     grouped, rows = [], []
     for seed in range(3):
         X_tr, y_tr, g_tr, test, X, y = shifted_groups(seed)
-        kw = {"max_iter": 50, "min_samples_leaf": 10, "lower_quantile": 0.1}
-        by_rows = CapacityRegressor(**kw).fit(X_tr, y_tr)  # type: ignore[arg-type]
-        by_groups = CapacityRegressor(**kw).fit(X_tr, y_tr, groups=g_tr)  # type: ignore[arg-type]
+        kw: dict[str, Any] = {"max_iter": 50, "min_samples_leaf": 10, "lower_quantile": 0.1}
+        by_rows = CapacityRegressor(**kw).fit(X_tr, y_tr)
+        by_groups = CapacityRegressor(**kw).fit(X_tr, y_tr, groups=g_tr)
         assert by_rows.calibration_["method"] == "last_rows"
         assert by_groups.calibration_["method"] == "grouped_conformal"
         assert by_groups.calibration_["groups"] >= 20
@@ -59,7 +61,7 @@ def test_conformal_quantile_has_the_finite_sample_correction() -> None:
     X = rng.uniform(0, 10, (len(g), 2))
     y = 5 * X[:, 0] + rng.normal(0, 3, len(g))
     model = CapacityRegressor(max_iter=10, lower_quantile=0.1).fit(X, y, groups=g)
-    cal = model.calibration_
+    cal: dict[str, Any] = model.calibration_
     assert cal["method"] == "grouped_conformal" and cal["rows"] % per == 0
     m = cal["rows"]
     assert cal["coverage"] >= np.ceil((m + 1) * 0.9) / m
@@ -134,7 +136,7 @@ def test_censored_rows_push_the_forecast_up_to_what_was_carried() -> None:
     saturated = capacity < share
     delivered = np.minimum(capacity, share)
     X = x[:, None]
-    kw = {"max_iter": 40, "min_samples_leaf": 20}
+    kw: dict[str, Any] = {"max_iter": 40, "min_samples_leaf": 20}
     dropped = CapacityRegressor(**kw).fit(X[saturated], delivered[saturated])
     aware = CapacityRegressor(**kw).fit(X, delivered, censored=~saturated)
     grid = np.linspace(1, 9, 9)[:, None]

@@ -73,8 +73,8 @@ def test_train_evaluate_info_raca_format(tmp_path: Path, signing_key: KeyPair,
                "--json"])
     assert rc == 0
     res = json.loads(capsys.readouterr().out)
-    for key in ("r2", "mae_kbps", "persistence_mae_kbps", "rows"):
-        assert key in res
+    for field in ("r2", "mae_kbps", "persistence_mae_kbps", "rows"):
+        assert field in res
     assert res["rows"] == 399 and res["r2"] > 0.3
     assert set(res["families"]) == {"cellular"}  # Raca traces are 4G/5G only
     assert res["families"]["cellular"]["lower_coverage"] == res["lower_coverage"]

@@ -76,7 +76,7 @@ class MediatorStandIn:
 @pytest.fixture
 def before_restart(redis: RedisServer) -> dict[str, dict[str, Any]]:
     """The xApp ran with three instances, saved in SDL; then it stopped."""
-    payloads = {"p1": {"max_weight": 10}, "p2": {"max_weight": 20},
+    payloads: dict[str, dict[str, Any]] = {"p1": {"max_weight": 10}, "p2": {"max_weight": 20},
                 "p3": {"max_weight": 30, "scope": {"cpes": ["cpe-3"]}}}
     store = SdlStateStore(NS, ricsdl_backend)
     handler = A1Handler(PolicyBook(DEFAULTS), PolicyType.load(), "x", persistence=store)

@@ -114,7 +114,7 @@ def test_fuzz_any_request_gets_an_answer_and_never_raises(policy_type: PolicyTyp
 @given(data=st.data())
 def test_fuzz_schema_valid_payloads_are_applied_or_refused_with_a_reason(
         policy_type: PolicyType, data: st.DataObject) -> None:
-    payload = data.draw(from_schema(policy_type.create_schema))
+    payload = data.draw(from_schema(dict(policy_type.create_schema)))
     handler = A1Handler(PolicyBook(DEFAULTS), policy_type, "mcw-xapp-0")
     resp = handler.handle(request(payload))
     # Valid by the schema: accepted, or refused by a rule the schema cannot express (with a

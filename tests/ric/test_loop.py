@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -272,7 +273,7 @@ def directed_loop(defaults: dict[str, object] | None = None
     return loop, intake, pub, book, state
 
 
-def valid(docs: list[dict[str, object]]) -> list[dict[str, object]]:
+def valid(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for doc in docs:
         check("weights", doc)
     return docs
@@ -315,7 +316,7 @@ def test_the_loop_decides_each_direction_on_its_own() -> None:
     r = loop.tick(100.0)
     assert r.decided_by_direction == {"dl": 1, "ul": 1} and r.published == {"c1": 1}
     (doc,) = valid(pub.take())
-    dl, ul = doc["dl"]["weights"], doc["ul"]["weights"]  # type: ignore[index]
+    dl, ul = doc["dl"]["weights"], doc["ul"]["weights"]
     assert dl["wifi"] > dl["nr"] > 0 and ul["nr"] > ul["wifi"] > 0
     assert dl["wifi"] / dl["nr"] == pytest.approx(3.0, rel=0.05)
     assert ul["nr"] / ul["wifi"] == pytest.approx(4.0, rel=0.05)
@@ -327,7 +328,7 @@ def test_the_loop_decides_each_direction_on_its_own() -> None:
     r = loop.tick(101.0)
     assert r.changed == 1 and r.held == 1 and r.published == {"c1": 2}
     (doc2,) = valid(pub.take())
-    assert doc2["dl"] == doc["dl"] and doc2["ul"]["weights"]["wifi"] > doc2["ul"]["weights"]["nr"]  # type: ignore[index]
+    assert doc2["dl"] == doc["dl"] and doc2["ul"]["weights"]["wifi"] > doc2["ul"]["weights"]["nr"]
 
 
 def test_a_policy_may_differ_per_direction() -> None:
@@ -341,8 +342,8 @@ def test_a_policy_may_differ_per_direction() -> None:
     r = loop.tick(101.0)
     assert r.published == {"c1": 2}
     (doc,) = valid(pub.take())
-    assert doc["ul"]["weights"] == {"nr": 100, "wifi": 0}  # type: ignore[index]
-    assert doc["dl"]["weights"] == first["dl"]["weights"]  # type: ignore[index]
+    assert doc["ul"]["weights"] == {"nr": 100, "wifi": 0}
+    assert doc["dl"]["weights"] == first["dl"]["weights"]
     assert loop.fleets["ul"].source[loop.fleet.index["c1"]] == "ul-no-wifi"
 
 
@@ -353,20 +354,20 @@ def test_a_direction_without_rows_follows_the_other() -> None:
     r = loop.tick(100.0)
     assert r.decided_by_direction == {"ul": 1} and r.followed == 1
     (doc,) = valid(pub.take())
-    assert doc["dl"]["weights"] == doc["ul"]["weights"]  # type: ignore[index]
-    assert doc["dl"]["reason"] == "follows ul: load_balancing"  # type: ignore[index]
+    assert doc["dl"]["weights"] == doc["ul"]["weights"]
+    assert doc["dl"]["reason"] == "follows ul: load_balancing"
     # The uplink changes: the downlink follows it in the same message.
     intake.update(directed({("c1", "nr", "ul"): 300.0, ("c1", "wifi", "ul"): 100.0}, t=101.0))
     loop.tick(101.0)
     (doc,) = valid(pub.take())
-    assert doc["dl"]["weights"] == doc["ul"]["weights"]  # type: ignore[index]
+    assert doc["dl"]["weights"] == doc["ul"]["weights"]
     # Downlink rows appear: it decides on its own at once, against nothing held.
     intake.update(directed({("c1", "nr", "dl"): 50.0, ("c1", "wifi", "dl"): 500.0}, t=102.0))
     r = loop.tick(102.0)
     assert r.decided_by_direction == {"dl": 1, "ul": 1} and r.followed == 0
     (doc,) = valid(pub.take())
-    dl = doc["dl"]["weights"]  # type: ignore[index]
-    assert dl["wifi"] > dl["nr"] and doc["dl"]["reason"] == "load_balancing"  # type: ignore[index]
+    dl = doc["dl"]["weights"]
+    assert dl["wifi"] > dl["nr"] and doc["dl"]["reason"] == "load_balancing"
     record = state.cpe("c1")
     assert record is not None and record.dl.weights == dl and not loop.fleets["dl"].follows[0]
 
@@ -400,7 +401,7 @@ def test_lab_kpi_file_rows_per_direction(tmp_path: Path) -> None:
                        PolicyBook(DEFAULTS).resolver, SdlStateStore())
     assert loop.tick(1.0).decided_by_direction == {"dl": 1, "ul": 1}
     (doc,) = valid(pub.take())
-    assert doc["dl"]["weights"]["nr"] > doc["ul"]["weights"]["nr"]  # type: ignore[index]
+    assert doc["dl"]["weights"]["nr"] > doc["ul"]["weights"]["nr"]
 
 
 # --- issue 22: a direction that follows the other obeys its own effective policy --------------
@@ -428,11 +429,11 @@ OVERRIDES: dict[str, tuple[dict[str, object], dict[str, object],
 }
 
 
-def _one_direction_tick(rows_in: tuple[str, ...], policy: dict[str, object],
+def _one_direction_tick(rows_in: tuple[str, ...], policy: dict[str, Any],
                         t: float = 100.0, scale: dict[str, float] | None = None,
                         loop: tuple[ControlLoop, LatestKpis, MemoryPublisher, PolicyBook,
                                     SdlStateStore] | None = None
-                        ) -> tuple[dict[str, object], tuple[ControlLoop, LatestKpis,
+                        ) -> tuple[dict[str, Any], tuple[ControlLoop, LatestKpis,
                                                           MemoryPublisher, PolicyBook,
                                                           SdlStateStore]]:
     rig = loop or directed_loop()
@@ -458,13 +459,13 @@ def test_a_following_direction_obeys_its_own_override(field: str, direction: str
     own, override, holds = OVERRIDES[field]
     policy = {**own, "directions": {direction: override}}
     doc, _ = _one_direction_tick((other,), policy)
-    mine, theirs = doc[direction], doc[other]  # type: ignore[index]
+    mine, theirs = doc[direction], doc[other]
     assert mine["reason"].startswith(f"follows {other}: ")
     assert holds(mine["weights"], mine["mode"]), mine
     assert mine["weights"] != theirs["weights"]  # the override mattered
     alone, _ = _one_direction_tick((other, direction), policy)
-    assert mine["weights"] == alone[direction]["weights"]  # type: ignore[index]
-    assert mine["mode"] == alone[direction]["mode"]  # type: ignore[index]
+    assert mine["weights"] == alone[direction]["weights"]
+    assert mine["mode"] == alone[direction]["mode"]
 
 
 @pytest.mark.parametrize("direction", ["dl", "ul"])
@@ -474,8 +475,8 @@ def test_a_following_direction_holds_with_its_own_hysteresis(direction: str) -> 
     first, rig = _one_direction_tick((other,), policy)
     # wifi 20 % up: the other direction (no hysteresis) moves, this one (50 %) holds.
     doc, _ = _one_direction_tick((other,), policy, t=101.0, scale={"wifi": 1.2}, loop=rig)
-    assert doc[other]["weights"] != first[other]["weights"]  # type: ignore[index]
-    assert doc[direction]["weights"] == first[direction]["weights"]  # type: ignore[index]
+    assert doc[other]["weights"] != first[other]["weights"]
+    assert doc[direction]["weights"] == first[direction]["weights"]
 
 
 @pytest.mark.parametrize("direction", ["dl", "ul"])
@@ -486,7 +487,7 @@ def test_the_issue_22_override_with_only_the_other_directions_rows(direction: st
     doc, _ = _one_direction_tick((other,), policy)
     # nr 300 and lifi 20 under the floor, wifi excluded: nothing usable for this direction.
     # The floor cannot be met by any set; the exclusion can, and holds.
-    mine = doc[direction]  # type: ignore[index]
+    mine = doc[direction]
     assert mine["weights"]["wifi"] == 0 < mine["weights"]["nr"]
     assert mine["reason"] == f"follows {other}: load_balancing (without excluded wifi)"
 
@@ -501,13 +502,13 @@ def test_a_following_direction_decides_on_its_own_rows_at_once() -> None:
     """Even when its update period has not elapsed since it last followed."""
     policy = {"update_period_s": 5.0, "directions": {"dl": {"excluded_wats": ["lifi"]}}}
     first, rig = _one_direction_tick(("ul",), policy)
-    assert first["dl"]["reason"].startswith("follows ul")  # type: ignore[index]
+    assert first["dl"]["reason"].startswith("follows ul")
     loop, intake, pub, _, _ = rig
     intake.update(directed({("c1", "nr", "dl"): 900.0, ("c1", "wifi", "dl"): 100.0,
                             ("c1", "lifi", "dl"): 50.0}, t=101.0))
     report = loop.tick(101.0)
     assert report.decided_by_direction.get("dl") == 1
     (doc,) = valid(pub.take())
-    dl = doc["dl"]  # type: ignore[index]
+    dl = doc["dl"]
     assert dl["reason"] == "load_balancing" and dl["weights"]["nr"] > dl["weights"]["wifi"]
     assert dl["weights"]["lifi"] == 0

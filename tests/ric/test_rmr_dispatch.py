@@ -194,7 +194,7 @@ def test_stop_frees_the_buffers_of_requests_never_handled(
     store = SlowStore()
     glue = make_glue(store)
     freed: list[Any] = []
-    glue._free = freed.append  # type: ignore[method-assign]
+    glue._free = freed.append  # type: ignore[method-assign,assignment]
     try:
         send(glue, A1_POLICY_REQ, a1_request("p1", {}), "handling")
         assert store.entered.wait(5)

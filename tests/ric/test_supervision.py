@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from tests.ric.test_process import CONTROLS, KPIS, get, parse, write_config
 from tests.support.polling import wait_until
 from xapp.app import runtime as main
 from xapp.app.runner import TICK_DEADLINE_FLOOR_S
+from xapp.core.loop import TickReport
 from xapp.core.workers import Supervisor, Worker, WorkerState
 
 
@@ -110,7 +112,7 @@ def process(tmp_path: Path) -> Iterator[main.XappProcess]:
         proc.stop(5)
 
 
-def alive(proc: main.XappProcess) -> tuple[int, dict[str, object]]:
+def alive(proc: main.XappProcess) -> tuple[int, dict[str, Any]]:
     assert proc.http is not None
     code, body = get(proc.http.port, "/ric/v1/health/alive")
     return code, json.loads(body)
@@ -119,7 +121,7 @@ def alive(proc: main.XappProcess) -> tuple[int, dict[str, object]]:
 def test_alive_names_every_worker(process: main.XappProcess) -> None:
     code, body = alive(process)
     assert code == 200 and body["alive"] is True
-    assert {"mcw-loop", "mcw-config"} <= set(body["workers"])  # type: ignore[arg-type]
+    assert {"mcw-loop", "mcw-config"} <= set(body["workers"])
 
 
 def test_a_hung_tick_fails_alive_at_its_deadline(process: main.XappProcess) -> None:
@@ -127,12 +129,12 @@ def test_a_hung_tick_fails_alive_at_its_deadline(process: main.XappProcess) -> N
     hang, hung = threading.Event(), threading.Event()
     real_tick = process.loop.tick
 
-    def hung_tick(now: float) -> object:
+    def hung_tick(now: float) -> TickReport:
         hung.set()
         hang.wait(30)
         return real_tick(now)
 
-    process.loop.tick = hung_tick  # type: ignore[method-assign]
+    process.loop.tick = hung_tick  # type: ignore[method-assign,assignment]
     assert hung.wait(5)
     t_hung = time.monotonic()
     wait_until(lambda: alive(process)[0] == 503, timeout_s=10)
@@ -150,13 +152,13 @@ def test_a_killed_loop_is_noticed_restarted_and_counted(process: main.XappProces
     real_tick = process.loop.tick
     killed = threading.Event()
 
-    def fatal_tick(now: float) -> object:
+    def fatal_tick(now: float) -> TickReport:
         if not killed.is_set():
             killed.set()
             raise Die("killed by the test")
         return real_tick(now)
 
-    process.loop.tick = fatal_tick  # type: ignore[method-assign]
+    process.loop.tick = fatal_tick  # type: ignore[method-assign,assignment]
     assert killed.wait(5)
     t_killed = time.monotonic()
     wait_until(lambda: process.runner is not None and not process.runner.status().healthy,
@@ -174,7 +176,7 @@ def test_a_killed_loop_is_noticed_restarted_and_counted(process: main.XappProces
 
 
 def test_a_dead_probe_is_restarted_within_the_same_budget() -> None:
-    thread = {"alive": False, "starts": 0}
+    thread: dict[str, Any] = {"alive": False, "starts": 0}
 
     def restart() -> None:
         thread["starts"] += 1

@@ -4,11 +4,13 @@ each direction with its own weights."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import cast
 
 import numpy as np
 import pytest
 
-from twin.fluid import Observation, simulate_duplex
+from twin.fluid import IntArray, Observation, SimResult, simulate_duplex
 from twin.loop_driver import LoopDriver
 from twin.policies import TwinOptions, loop_policy, run_policy, run_with_oracle
 from twin.policies import summary as summarise
@@ -113,18 +115,20 @@ def _crossed(steps: int = 400) -> Scenario:
 def test_the_loop_steers_each_direction_with_its_own_weights() -> None:
     s = _crossed()
     res = run_policy(s, "xapp", estimator=EwmaEstimator())
-    both = res.extra["directions"]
+    both = cast(dict[str, SimResult], res.extra["directions"])
     assert set(both) == set(DIRECTIONS) and both["dl"] is res
     end = slice(-100, None)  # the last 10 s
-    w_dl = both["dl"].weights[end, 0, :].mean(axis=0)
-    w_ul = both["ul"].weights[end, 0, :].mean(axis=0)
+    dl_weights, ul_weights = both["dl"].weights, both["ul"].weights
+    assert dl_weights is not None and ul_weights is not None
+    w_dl = dl_weights[end, 0, :].mean(axis=0)
+    w_ul = ul_weights[end, 0, :].mean(axis=0)
     assert int(np.argmax(w_dl)) == 0 and int(np.argmax(w_ul)) == 1  # nr down, wifi up
     for d in DIRECTIONS:
         oracle = run_policy(s.toward(d), "oracle")
         assert both[d].direction == d
         assert both[d].aggregate_mbps[end].mean() > 0.85 * oracle.aggregate_mbps[end].mean(), d
     # One message per CPE and tick carried both sets (mcw.weights.v2)
-    driver = res.extra["driver"]
+    driver = cast(LoopDriver, res.extra["driver"])
     assert driver.publisher.published == sum(len(r.published) for r in driver.reports) > 0
 
 
@@ -145,10 +149,10 @@ def test_agents_report_each_direction_as_its_sender_sees_it() -> None:
     class Recording:
         period_steps = driver.period_steps
 
-        def start(self, scenario: Scenario) -> dict[str, np.ndarray]:
+        def start(self, scenario: Scenario) -> Mapping[str, IntArray]:
             return driver.start(scenario)
 
-        def update(self, obs: dict[str, Observation]) -> dict[str, np.ndarray]:
+        def update(self, obs: Mapping[str, Observation]) -> Mapping[str, IntArray]:
             observed.append(dict(obs))
             return driver.update(obs)
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pytest
 
 from twin.fluid import deliver
+from twin.loop_driver import LoopDriver
 from twin.policies import (
     TwinOptions,
     TwinPolicyError,
@@ -90,7 +93,7 @@ def test_batch_engine_path_matches_per_cpe_quality() -> None:
 def test_xapp_runs_the_shipped_loop_and_publishes_valid_messages() -> None:
     s = build("wifi-walk", n_cpes=3, seed=4, duration_s=60)
     res = run_policy(s, "xapp")
-    driver = res.extra["driver"]
+    driver = cast(LoopDriver, res.extra["driver"])
     reports = driver.reports
     assert len(reports) == 60 and reports[0].cpes == 3
     assert sum(len(r.published) for r in reports) == driver.publisher.published > 3

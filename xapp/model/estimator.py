@@ -291,7 +291,7 @@ class CapacityRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         q_levels = np.array([_score_quantile(over, t, conformal) for t in QUANTILE_LEVELS])
         # Sampling noise must not make a lower level a higher bound.
         self.quantile_q_ = np.maximum.accumulate(q_levels[::-1])[::-1]
-        self.calibration_ = {
+        self.calibration_: dict[str, Any] = {
             "method": method, "rows": len(over), "groups": cal_groups,
             "coverage": float(np.mean(over <= self.lower_q_))}
         if method != "training_rows":
