@@ -76,7 +76,7 @@ def raca(directory: Path, params: dict[str, object]) -> dict[str, Any]:
             "test_sessions": len(test), "rows": fold["rows"], "r2": fold["r2"],
             "mae_ratio": fold["mae_ratio_vs_persistence"],
             "lower_coverage": fold["lower_coverage"],
-            "lower_coverage_by_family": {fam: b["lower_coverage"]  # type: ignore[index]
+            "lower_coverage_by_family": {fam: b["lower_coverage"]
                                          for fam, b in fold["families"].items()},  # type: ignore[attr-defined]
             "calibration": {fam: getattr(m, "calibration_", None) for fam, m in models.items()}}
     y, m, p, e, g = (np.concatenate(a) for a in (ys, model_p, pers_p, ewma_p, plain_p))

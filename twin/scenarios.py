@@ -309,7 +309,7 @@ def first_order(x: NDArray[np.floating[Any]], gain: float, a: float, y_prev: Arr
     for t in range(1, len(y)):
         np.multiply(y[t - 1], a, out=tmp)
         y[t] += tmp
-    return y
+    return np.asarray(y, dtype=np.float64)
 
 
 def ar1(rng: np.random.Generator, steps: int, n: int, corr_s: float) -> Array:
@@ -535,7 +535,8 @@ def _paper_interference(rng: np.random.Generator, steps: int, n: int) -> Array:
     """Wi-Fi at 1 m sits at MCS 11; its 1.0-1.4 Gbps spread is interference, not path loss."""
     inter = _interference(rng, steps, n)
     inter = inter / inter.mean(axis=0, keepdims=True)  # mean the paper's 1.19 Gbps
-    return np.clip(inter, 1000.0 / 1190.0, 1400.0 / 1190.0)  # within its 1.0-1.4 Gbps
+    # within its 1.0-1.4 Gbps
+    return np.asarray(np.clip(inter, 1000.0 / 1190.0, 1400.0 / 1190.0), dtype=np.float64)
 
 
 def _paper_static(steps: int, rng: np.random.Generator, n: int,

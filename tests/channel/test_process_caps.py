@@ -24,6 +24,7 @@ from tests.channel.test_subscriber_proxy import (  # noqa: F401 (fixtures)
 from tests.support.mosquitto import MosquittoBroker, Pki, TestClient, connect_client
 from tests.support.polling import wait_until
 from xapp.app import runtime
+from xapp.app.config import load_config
 
 #: Equal forecasts on both WATs and a 70/30 split: nr sets the total (300 / 0.7) and stays
 #: uncapped; wifi carries 0.3 of it, under its own 300, so it is capped (xapp.core.caps).
@@ -108,7 +109,7 @@ def test_rate_caps_reach_the_agents_and_the_cpes_view(
         "--config", str(config), "--http-host", "127.0.0.1", "--http-port", "0", "--rmr", "off",
         "--sdl", "memory", "--estimator", "ewma", "--kpi-file", str(kpis),
         "--config-poll-s", "0.1"])
-    proc = runtime.XappProcess(args, runtime.load_config(args.config))
+    proc = runtime.XappProcess(args, load_config(args.config))
     proc.start()
     c1, c2 = agents["cpe-0001"], agents["cpe-0002"]
     try:

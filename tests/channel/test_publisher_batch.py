@@ -9,7 +9,8 @@ from pathlib import Path
 
 from tests.channel.conftest import decision
 from tests.channel.test_publisher import W, retained_doc, versions
-from tests.support.mosquitto import MosquittoBroker, Pki, connect_client, free_port
+from tests.support.mosquitto import MosquittoBroker, Pki, connect_client
+from tests.support.polling import free_port
 from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher, PayloadError
 from xapp.core.ports import WeightBatch
 

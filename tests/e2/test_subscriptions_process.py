@@ -17,6 +17,7 @@ from tests.e2.test_subscriptions import MEID, StandInSubmgr
 from tests.support.polling import free_port, wait_until
 from tests.support.redis_server import RedisServer
 from xapp.app import runtime
+from xapp.app.config import load_config
 
 
 def get(port: int, path: str) -> Any:
@@ -37,7 +38,7 @@ def start(tmp_path: Path, e2: dict[str, Any], http_port: int) -> runtime.XappPro
         "--config", str(config), "--http-host", "127.0.0.1", "--http-port", str(http_port),
         "--rmr", "off", "--estimator", "ewma", "--kpi-file", str(kpis),
         "--publish-file", str(tmp_path / "out.jsonl")])
-    proc = runtime.XappProcess(args, runtime.load_config(args.config))
+    proc = runtime.XappProcess(args, load_config(args.config))
     proc.start()
     return proc
 

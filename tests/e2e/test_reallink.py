@@ -13,6 +13,7 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
+from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.e2e.reallink import RealLink, proxy_acl
 from tests.integration.stack import AGENT_BINARY
@@ -31,7 +32,7 @@ def link(tmp_path: Path) -> Iterator[tuple[RealLink, list[dict[str, object]]]]:
     broker = MosquittoBroker(pki, tmp_path / "broker",
                              acl=proxy_acl(tmp_path / "acl", CPE)).start()
     states: list[dict[str, object]] = []
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="mcw-xapp")
+    c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="mcw-xapp")
     cert, key = pki.cert("mcw-xapp")
     c.tls_set(ca_certs=str(pki.ca), certfile=str(cert), keyfile=str(key))
     c.on_message = lambda _c, _u, m: states.append(json.loads(m.payload)) if m.payload else None

@@ -112,7 +112,7 @@ class Cpe:
 
 
 def wifi_share(doc: dict[str, Any], direction: str = "ul") -> float:
-    w = doc[direction]["weights"]
+    w: dict[str, int] = doc[direction]["weights"]
     return float(w.get("wifi", 0)) / max(1, sum(w.values()))
 
 

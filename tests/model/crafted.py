@@ -27,7 +27,7 @@ def payload(models: Mapping[str, object], names: object = None,
     feats = names if names is not None else {
         fam: list(feature_names(fam)) for fam in models
         if isinstance(models[fam], CapacityRegressor)}
-    return sio.dumps({"format": fmt, "families": dict(models), "feature_names": feats})
+    return bytes(sio.dumps({"format": fmt, "families": dict(models), "feature_names": feats}))
 
 
 def members(data: bytes) -> dict[str, bytes]:

@@ -155,8 +155,10 @@ def test_stale_key_restarts_from_the_model_calibration() -> None:
     est = ModelEstimator(_loaded(), stale_after_s=5.0, level=0.1)
     one = {"delivered_mbps": np.array([10.0]), "saturated": np.array([1.0]),
            "snr_db": np.array([30.0])}
-    frame = lambda t: KpiFrame(time_s=t, cpe=np.array(["c"]), wat=np.array(["wifi"]),  # noqa: E731
-                               values=one)
+
+    def frame(t: float) -> KpiFrame:
+        return KpiFrame(time_s=t, cpe=np.array(["c"]), wat=np.array(["wifi"]), values=one)
+
     for t in range(20):
         est.step(frame(float(t)))
     assert est.calibration()["wifi"].multiplier > 1.0  # every period missed

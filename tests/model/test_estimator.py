@@ -18,7 +18,7 @@ EXPECTED_FAILURES = {
 }
 
 
-@parametrize_with_checks([CapacityRegressor(max_iter=15, min_samples_leaf=5)],
+@parametrize_with_checks([CapacityRegressor(max_iter=15, min_samples_leaf=5)],  # type: ignore[untyped-decorator]
                          expected_failed_checks=lambda est: EXPECTED_FAILURES)
 def test_sklearn_common_checks(estimator: Any, check: Any) -> None:
     check(estimator)

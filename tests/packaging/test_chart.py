@@ -33,6 +33,8 @@ from tests.packaging.paths import (
     helm_binary,
     load_json,
 )
+from xapp.app import config
+from xapp.app import runtime as main
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 #: An Ed25519 public key (PEM), the form `mcw model keygen` writes.
@@ -201,7 +203,8 @@ def test_names_and_labels_fit_kubernetes_limits(rendered: dict[str, cr.Rendered]
 def _container(r: cr.Rendered) -> dict[str, Any]:
     containers = [c for c in _pod(r)["containers"] if c["name"] == XAPP_NAME]
     assert len(containers) == 1
-    return containers[0]
+    container: dict[str, Any] = containers[0]
+    return container
 
 
 def _pod(r: cr.Rendered) -> dict[str, Any]:
@@ -432,7 +435,6 @@ def test_route_table(rendered: dict[str, cr.Rendered]) -> None:
 
 def test_environment_overrides_are_ones_the_runtime_knows(
         rendered: dict[str, cr.Rendered], caplog: pytest.LogCaptureFixture) -> None:
-    config = pytest.importorskip("xapp.app.config", reason="runtime config module not built yet")
     env = _appenv(rendered["existing-secrets"])
     mcw = {k: v for k, v in env.items() if k.startswith("MCW_")}
     assert {"MCW_INFLUXDB_URL", "MCW_MQTT_HOST", "MCW_MQTT_PORT"} <= set(mcw)
@@ -453,7 +455,8 @@ def _egress_ports(policy: dict[str, Any]) -> set[int]:
 def _egress_rule(policy: dict[str, Any], port: int) -> dict[str, Any]:
     rules = [r for r in policy["spec"]["egress"] if port in {p["port"] for p in r["ports"]}]
     assert len(rules) == 1, (port, rules)
-    return rules[0]
+    rule: dict[str, Any] = rules[0]
+    return rule
 
 
 def _ns(peer: dict[str, Any]) -> str:
@@ -794,7 +797,6 @@ def test_chart_version_matches_the_descriptor() -> None:
 
 
 def test_container_arguments_are_ones_mcw_run_accepts(rendered: dict[str, cr.Rendered]) -> None:
-    main = pytest.importorskip("xapp.app.runtime", reason="mcw run is not built yet")
     container = _container(rendered["default"])
     assert container["command"][:2] == ["mcw", "run"]
     parser = argparse.ArgumentParser(prog="mcw run")

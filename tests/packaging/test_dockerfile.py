@@ -29,6 +29,7 @@ from tests.packaging.paths import (
     load_json,
     tool,
 )
+from xapp.model import artifact
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +241,6 @@ def test_default_model_artifact_is_shipped() -> None:
     ignore = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
     assert "models/*" in ignore and f"!models/{name}*" in ignore
     # What the xApp will load from controls.model.path once models/ is copied to its parent.
-    artifact = pytest.importorskip("xapp.model.artifact", reason="model package not built yet")
     resolved = artifact.resolve(ROOT / "models" / name)
     assert resolved.is_file(), f"{controls['model']['path']} resolves to missing {resolved}"
     assert resolved.is_relative_to(ROOT / "models" / name) or resolved.name.startswith(name)

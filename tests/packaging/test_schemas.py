@@ -21,6 +21,7 @@ from tests.packaging.paths import (
     SCHEMAS,
     load_json,
 )
+from xapp.app import config
 from xapp.core.policy import KNOWN_WATS, Policy, PolicyError, SteeringMode
 
 #: Policy rules that span several fields: JSON Schema cannot state them (and with
@@ -174,7 +175,6 @@ def test_controls_schema_is_self_contained() -> None:
 
 
 def test_controls_schema_matches_the_runtime_settings() -> None:
-    config = pytest.importorskip("xapp.app.config", reason="runtime config module not built yet")
     controls = load_json(CONTROLS_SCHEMA)["properties"]
     defaults = config.Controls().to_dict()
     assert set(controls) == set(defaults)
@@ -184,7 +184,6 @@ def test_controls_schema_matches_the_runtime_settings() -> None:
 
 
 def test_runtime_loads_the_descriptor() -> None:
-    config = pytest.importorskip("xapp.app.config", reason="runtime config module not built yet")
     loaded = config.load_config(DESCRIPTOR, schemas=SCHEMAS, environ={})
     raw = load_json(DESCRIPTOR)["controls"]
     assert loaded.controls.mqtt.port == raw["mqtt"]["port"]

@@ -25,6 +25,7 @@ from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 from xapp.adapters.lab import read_published as published
 from xapp.app import runtime as main
+from xapp.app.config import load_config
 
 CONTROLS: dict[str, Any] = {
     "control_period_s": 0.1, "log_level": "INFO", "kpi_max_age_s": 5.0,
@@ -73,7 +74,7 @@ def process(lab: dict[str, Path], redis: RedisServer) -> Iterator[main.XappProce
     args = parse(["--config", str(lab["config"]), "--http-host", "127.0.0.1", "--http-port", "0",
                   "--rmr", "off", "--estimator", "ewma", "--kpi-file", str(lab["kpis"]),
                   "--publish-file", str(lab["out"]), "--config-poll-s", "0.1"])
-    proc = main.XappProcess(args, main.load_config(args.config))
+    proc = main.XappProcess(args, load_config(args.config))
     proc.start()
     try:
         yield proc

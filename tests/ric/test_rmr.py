@@ -99,7 +99,9 @@ def test_a1_policy_round_trip_changes_published_weights(rig: dict[str, Any]) -> 
     assert resp["policy_instance_id"] == "no-wifi" and resp["handler_id"]
 
     def last(cpe: str) -> dict[str, int]:
-        return [p for p in published(out) if p["cpe_id"] == cpe][-1]["ul"]["weights"]
+        weights: dict[str, int] = [p for p in published(out)
+                                   if p["cpe_id"] == cpe][-1]["ul"]["weights"]
+        return weights
 
     assert wait_until(lambda: last("cpe-1").get("wifi") == 0 and last("cpe-1")["nr"] > 0)
     assert last("cpe-2")["wifi"] > 0  # out of scope

@@ -15,6 +15,7 @@ import pytest
 from tests.ric.test_process import CONTROLS, KPIS, get, parse, write_config
 from tests.support.polling import wait_until
 from xapp.app import runtime as main
+from xapp.app.config import load_config
 from xapp.app.runner import TICK_DEADLINE_FLOOR_S
 from xapp.core.loop import TickReport
 from xapp.core.workers import Supervisor, Worker, WorkerState
@@ -104,7 +105,7 @@ def process(tmp_path: Path) -> Iterator[main.XappProcess]:
     args = parse(["--config", str(config), "--http-host", "127.0.0.1", "--http-port", "0",
                   "--rmr", "off", "--sdl", "memory", "--estimator", "ewma",
                   "--kpi-file", str(kpis), "--publish-file", str(tmp_path / "w.jsonl")])
-    proc = main.XappProcess(args, main.load_config(args.config))
+    proc = main.XappProcess(args, load_config(args.config))
     proc.start()
     try:
         yield proc
@@ -140,7 +141,7 @@ def test_a_hung_tick_fails_alive_at_its_deadline(process: main.XappProcess) -> N
     wait_until(lambda: alive(process)[0] == 503, timeout_s=10)
     # The deadline is two periods, at least TICK_DEADLINE_FLOOR_S (2 s here).
     assert time.monotonic() - t_hung < TICK_DEADLINE_FLOOR_S + 1.0
-    assert alive(process)[1]["workers"]["mcw-loop"] == "stuck"  # type: ignore[index]
+    assert alive(process)[1]["workers"]["mcw-loop"] == "stuck"
     process.loop.tick = real_tick  # type: ignore[method-assign]
     hang.set()
     wait_until(lambda: alive(process)[0] == 200, timeout_s=10)
@@ -164,7 +165,7 @@ def test_a_killed_loop_is_noticed_restarted_and_counted(process: main.XappProces
     wait_until(lambda: process.runner is not None and not process.runner.status().healthy,
                timeout_s=2)
     code, body = alive(process)  # the probe finds it dead and restarts it
-    assert code == 200 and body["workers"]["mcw-loop"] == "ok"  # type: ignore[index]
+    assert code == 200 and body["workers"]["mcw-loop"] == "ok"
     assert process.runner.restarts == 1 and "killed by the test" in process.runner.last_error
     before = process.loop.last_tick_monotonic
     wait_until(lambda: process.loop is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -78,7 +80,7 @@ def test_wifi_walk_follows_the_route() -> None:
     (("paper-static", 0), "n_cpes"),
     (("paper-static", 1, 0, 0.01), "duration_s"),
 ])
-def test_bad_input(args: tuple, msg: str) -> None:
+def test_bad_input(args: tuple[Any, ...], msg: str) -> None:
     with pytest.raises(ScenarioError, match=msg):
         build(*args)
 

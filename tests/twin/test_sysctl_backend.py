@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,12 +23,12 @@ from twin.sysctl_backend import (
 VECTORS = Path(__file__).resolve().parents[2] / "schemas/testdata/wrr-sysctl-vectors.json"
 
 
-def _vectors() -> list[dict]:
+def _vectors() -> list[dict[str, Any]]:
     return list(json.loads(VECTORS.read_text())["vectors"])
 
 
 @pytest.mark.parametrize("vector", _vectors(), ids=lambda v: v["text"][:24])
-def test_shared_vectors(vector: dict) -> None:
+def test_shared_vectors(vector: dict[str, Any]) -> None:
     tuples = [WrrTuple(**t) for t in vector["tuples"]]
     assert format_weights(tuples) == vector["text"]
 

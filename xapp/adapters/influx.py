@@ -46,7 +46,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 import urllib3
-from influxdb_client import InfluxDBClient
+from influxdb_client.client.influxdb_client import InfluxDBClient
 from influxdb_client.client.write_api import SYNCHRONOUS
 from influxdb_client.rest import ApiException
 from numpy.typing import NDArray
@@ -499,7 +499,7 @@ class InfluxStore:
             self.worker.stop(timeout_s=5.0)
         if self._buffer:
             self.flush(force=True)
-        self._client.close()
+        self._client.close()  # type: ignore[no-untyped-call]
         self._http.clear()
 
     # ----------------------------------------------------------------- reading
@@ -508,7 +508,8 @@ class InfluxStore:
         def when(t: str) -> str:
             if _DURATION.fullmatch(t):
                 return f"now() - {t[1:]}"
-            return "'" + pd.Timestamp(t).tz_convert("UTC").isoformat().replace("+00:00", "Z") + "'"
+            stamp = str(pd.Timestamp(t).tz_convert("UTC").isoformat())
+            return "'" + stamp.replace("+00:00", "Z") + "'"
 
         what = ("*" if fields is None
                 else ", ".join([_ident(f) for f in fields] + [f'"{t}"::tag' for t in _TAGS]))
@@ -759,8 +760,8 @@ def _directions(frame: KpiFrame) -> list[str]:
     """The ``direction`` tag of each row ("" leaves the tag out: both directions)."""
     if frame.direction is None:
         return [""] * len(frame)
-    return frame.direction.astype(str).tolist()
+    return [str(d) for d in frame.direction.tolist()]
 
 
 def _rfc3339(t: float) -> str:
-    return pd.Timestamp(t, unit="s", tz="UTC").isoformat().replace("+00:00", "Z")
+    return str(pd.Timestamp(t, unit="s", tz="UTC").isoformat()).replace("+00:00", "Z")

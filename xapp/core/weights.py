@@ -188,7 +188,7 @@ def _optimal_bounded(c: NDArray[np.float64], max_weight: int, lo: NDArray[np.flo
     for _ in range(int(totals[si]) - int(w.sum())):
         room = np.where(w < cap, c / (w + 1), -np.inf)
         w[int(room.argmax())] += 1
-    return w
+    return np.asarray(w, dtype=np.int64)
 
 
 def decide(states: Mapping[str, WatState], policy: Policy | None = None,

@@ -83,7 +83,7 @@ class Dataset:
 
 def _column(df: pd.DataFrame, name: str) -> Array:
     if name in df:
-        return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=np.float64)
+        return np.asarray(pd.to_numeric(df[name], errors="coerce"), dtype=np.float64)
     return np.full(len(df), np.nan)
 
 

@@ -131,7 +131,7 @@ def parse_topic(name: str) -> tuple[str, Kind] | None:
     cpe_id, kind = parts[3], parts[4]
     if kind not in CPE_KINDS or not CPE_ID_RE.match(cpe_id):
         return None
-    return cpe_id, kind  # type: ignore[return-value]
+    return cpe_id, kind
 
 
 @dataclass(frozen=True)
