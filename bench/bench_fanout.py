@@ -57,6 +57,12 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.mosquitto import MosquittoBroker, Pki, cpe_name, make_pki  # noqa: E402
 from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher  # noqa: E402
+from xapp.adapters.mqtt.connection import (  # noqa: E402
+    PacketReader,
+    connect_packet,
+    encode_varint,
+    parse_properties,
+)
 from xapp.core.ports import WeightBatch  # noqa: E402
 from xapp.core.weights import WeightDecision  # noqa: E402
 
@@ -68,59 +74,22 @@ from xapp.core.weights import WeightDecision  # noqa: E402
 # TLS layer is pure Python and cost the clients more CPU than the broker used).
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n % 128, n // 128
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+def _subscribe_packet(topic: str) -> bytes:
+    """SUBSCRIBE (packet id 1, no properties) to ``topic`` at QoS 1."""
+    t = topic.encode()
+    body = struct.pack("!H", 1) + b"\x00" + struct.pack("!H", len(t)) + t + b"\x01"
+    return b"\x82" + encode_varint(len(body)) + body
 
 
-def _str(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack("!H", len(b)) + b
-
-
-def _packet(first: int, body: bytes) -> bytes:
-    return bytes([first]) + _varint(len(body)) + body
-
-
-def _split(buf: bytearray) -> list[tuple[int, bytes]]:
-    """Complete MQTT packets at the front of ``buf`` (removed from it)."""
-    out: list[tuple[int, bytes]] = []
-    pos, n = 0, len(buf)
-    while n - pos >= 2:
-        length, mult, i = 0, 1, pos + 1
-        while True:
-            if i >= n:
-                del buf[:pos]
-                return out
-            b = buf[i]
-            i += 1
-            length += (b & 0x7F) * mult
-            if not b & 0x80:
-                break
-            mult *= 128
-        if i + length > n:
-            break
-        out.append((buf[pos], bytes(buf[i:i + length])))
-        pos = i + length
-    del buf[:pos]
-    return out
-
-
-def _recv_packet(sock: ssl.SSLSocket, buf: bytearray) -> tuple[int, bytes]:
-    while True:
-        got = _split(buf)
-        if got:
-            if len(got) > 1:  # keep the rest for later (re-encode is simplest)
-                buf[:0] = b"".join(_packet(f, b) for f, b in got[1:])
-            return got[0]
+def _recv_packet(sock: ssl.SSLSocket, reader: PacketReader,
+                 pending: list[tuple[int, bytes]]) -> tuple[int, bytes]:
+    """The next packet (blocking); what arrived with it waits in ``pending``."""
+    while not pending:
         data = sock.recv(4096)
         if not data:
             raise ConnectionError("broker closed the connection")
-        buf += data
+        pending.extend(reader.feed(data))
+    return pending.pop(0)
 
 
 @dataclass
@@ -134,7 +103,7 @@ class _Cpe:
     #: [tick, CPEs still missing it] shared by the CPEs a tick waits for, else None.
     awaited: list[int] | None = None
     sock: ssl.SSLSocket | None = None
-    buf: bytearray | None = None
+    reader: PacketReader | None = None
     topic: bytes = b""
 
 
@@ -145,20 +114,20 @@ def _connect_cpe(cpe: _Cpe, port: int, pki: Pki, keepalive: int) -> None:
     raw = socket.create_connection(("127.0.0.1", port), timeout=60)
     raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock = ctx.wrap_socket(raw, server_hostname="localhost")
-    buf = bytearray()
-    sock.sendall(_packet(0x10, _str("MQTT") + bytes([5, 0x02]) + struct.pack("!H", keepalive)
-                         + b"\x00" + _str(f"sim-{cpe.cpe_id}")))
-    first, body = _recv_packet(sock, buf)
+    reader, pending = PacketReader(), list[tuple[int, bytes]]()
+    sock.sendall(connect_packet(f"sim-{cpe.cpe_id}", keepalive))
+    first, body = _recv_packet(sock, reader, pending)
     if first >> 4 != 2 or body[1] != 0:
         raise RuntimeError(f"{cpe.cpe_id}: CONNACK refused: {body!r}")
     cpe.topic = f"mcw/v1/cpe/{cpe.cpe_id}/weights".encode()
-    sock.sendall(_packet(0x82, struct.pack("!H", 1) + b"\x00" + _str(cpe.topic.decode())
-                         + b"\x01"))
-    first, body = _recv_packet(sock, buf)
+    sock.sendall(_subscribe_packet(cpe.topic.decode()))
+    first, body = _recv_packet(sock, reader, pending)
     if first >> 4 != 9 or body[-1] >= 0x80:
         raise RuntimeError(f"{cpe.cpe_id}: SUBACK refused: {body!r}")
+    if pending:
+        raise RuntimeError(f"{cpe.cpe_id}: unexpected packets before any weights: {pending!r}")
     sock.setblocking(False)
-    cpe.sock, cpe.buf = sock, buf
+    cpe.sock, cpe.reader = sock, reader
 
 
 def _on_publish(cpe: _Cpe, first: int, body: bytes, now: float) -> bytes:
@@ -170,15 +139,8 @@ def _on_publish(cpe: _Cpe, first: int, body: bytes, now: float) -> bytes:
     if first & 0x06:
         ack = b"\x40\x02" + body[pos:pos + 2]
         pos += 2
-    plen, mult = 0, 1
-    while True:  # property length (variable byte integer)
-        b = body[pos]
-        pos += 1
-        plen += (b & 0x7F) * mult
-        if not b & 0x80:
-            break
-        mult *= 128
-    doc = json.loads(body[pos + plen:])
+    _, pos = parse_properties(body, pos)
+    doc = json.loads(body[pos:])
     cpe.messages += 1
     if topic != cpe.topic or doc.get("cpe_id") != cpe.cpe_id:
         cpe.foreign += 1
@@ -249,7 +211,7 @@ def _worker(ids: list[str], port: int, pki_root: str, conn: Connection, progress
                         return
                     continue
                 now = time.monotonic()
-                sock, buf = cpe.sock, cpe.buf
+                sock, reader = cpe.sock, cpe.reader
                 # One read per readiness event (epoll is level-triggered: what is left in
                 # the kernel wakes us again), then only what OpenSSL already decrypted.
                 try:
@@ -260,8 +222,7 @@ def _worker(ids: list[str], port: int, pki_root: str, conn: Connection, progress
                     continue
                 if not data:
                     raise ConnectionError(f"{cpe.cpe_id}: broker closed the connection")
-                buf += data
-                acks = b"".join([_on_publish(cpe, f, b, now) for f, b in _split(buf)
+                acks = b"".join([_on_publish(cpe, f, b, now) for f, b in reader.feed(data)
                                  if f >> 4 == 3])
                 if acks:
                     try:
