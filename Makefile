@@ -17,7 +17,7 @@ export GOFLAGS ?= -mod=mod
 INFLUXD_VERSION := v1.8.10
 HELM_VERSION    := v3.16.4
 
-.PHONY: demo e2e deps-e2e test lint test-python test-agent bench deps deps-python deps-system deps-tools agent clean
+.PHONY: demo e2e deps-e2e test lint test-python test-unit test-agent bench deps deps-python deps-system deps-tools agent clean
 
 demo: deps-python
 	$(VENV)/bin/mcw demo --out out/demo
@@ -88,6 +88,10 @@ lint: deps-python
 
 test-python: deps
 	$(VENV)/bin/pytest -q
+
+# The in-process tier only (tests/conftest.py): no server, no namespace, no image.
+test-unit: deps-python
+	$(VENV)/bin/pytest -q -m unit
 
 test-agent: agent
 	@if [ -f kernel-agent/go.mod ]; then cd kernel-agent && go test -race -count=1 ./... && ./fuzz.sh 50000; fi
