@@ -471,7 +471,7 @@ def start(root: Path, n_agents: int, n_cpes: int) -> Run:
                       *stack.xapp_cmd(port)[4:]]
     stack.xapp.start()
     t0 = time.monotonic()
-    observer = Observer(broker, t0).start()
+    observer = Observer(broker.pki, broker.port, t0).start()
     # cpes[0] is the real connection's CPE; the others up to n_agents run dry-run agents.
     agent_cpes = cpes[1:n_agents]
     ports = dict(zip(agent_cpes, distinct_ports(len(agent_cpes), {port, a1_port}), strict=True))
