@@ -116,6 +116,9 @@ class Report:
         except Exception as exc:
             st.ok, st.error = False, f"{type(exc).__name__}: {exc}"
             raise StepFailed(name, exc) from exc
+        except BaseException:  # Ctrl-C, SIGTERM: the step did not finish
+            st.ok, st.error = False, "interrupted"
+            raise
         finally:
             st.seconds = round(time.monotonic() - t0, 1)
         for c in st.checks:
