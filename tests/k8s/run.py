@@ -15,7 +15,8 @@ logs that explain it, and everything is torn down):
    address; ``ricxapp`` with Pod Security ``restricted`` enforced, the Secrets and the
    ``dbaas-appconfig`` ConfigMap the chart refers to;
 4. ``helm install`` (the xApp with ``rmr.mode=auto``, the chart's Mosquitto with a NodePort and
-   ``broker.proxies``); checks: admitted under ``restricted`` (and a privileged pod refused),
+   ``broker.proxies``); checks: admitted under ``restricted`` (and a pod without its security
+   context refused),
    startup, liveness and readiness probes pass and the pods turn Ready, the NetworkPolicy
    objects exist;
 5. the sites (:mod:`tests.k8s.sites`): dry-run CPE agents and a proxy agent in network
@@ -41,6 +42,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +52,7 @@ from typing import Any
 
 import yaml
 
+from tests.e2e.feeder import ScenarioFeeder
 from tests.e2e.observer import Observer
 from tests.e2e.report import Check, versions_in_order
 from tests.integration.stack import AGENT_BINARY
@@ -167,7 +170,7 @@ class Run:
     influx: InfluxServer | None = None
     sites: Sites | None = None
     observer: Observer | None = None
-    feeder: Any = None
+    feeder: ScenarioFeeder | None = None
     cpes: list[str] = field(default_factory=list)
     t0: float = field(default_factory=time.monotonic)
 
@@ -402,8 +405,6 @@ def install(run: Run, st: Step) -> None:
 
 
 def start_sites(run: Run, st: Step) -> None:
-    from tests.e2e.feeder import ScenarioFeeder
-
     assert run.pki is not None and run.influx is not None
     run.feeder = ScenarioFeeder(run.influx, run.cpes)
     run.feeder.start()
