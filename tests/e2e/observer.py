@@ -18,7 +18,7 @@ from typing import Any
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from tests.support.mosquitto import MosquittoBroker
+from tests.support.mosquitto import Pki
 
 STATE_TOPIC = "mcw/v1/cpe/+/state"
 #: The proxies' per-CPE states (downlink): kept apart, as they share the CPE's versions.
@@ -42,7 +42,7 @@ class Applied:
 class Observer:
     """Collects :class:`Applied` records from every agent; safe to read from any thread."""
 
-    def __init__(self, broker: MosquittoBroker, t0: float) -> None:
+    def __init__(self, pki: Pki, port: int, t0: float, host: str = "127.0.0.1") -> None:
         self.t0 = t0
         self.lock = threading.Lock()
         self.records: list[Applied] = []
@@ -50,14 +50,15 @@ class Observer:
         self.bad: list[str] = []
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="e2e-observer",
                                   protocol=MQTTProtocolVersion.MQTTv5)
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(broker.pki.ca))
-        cert, key = broker.pki.cert("mcw-xapp")
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(pki.ca))
+        cert, key = pki.cert("mcw-xapp")
         ctx.load_cert_chain(str(cert), str(key))
         self.client.tls_set_context(ctx)
         self.client.reconnect_delay_set(1, 2)
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
-        self.port = broker.port
+        self.host = host
+        self.port = port
 
     def _on_connect(self, c: mqtt.Client, *_: object) -> None:
         c.subscribe(STATE_TOPIC, qos=1)
@@ -85,7 +86,7 @@ class Observer:
              else self.records).append(rec)
 
     def start(self) -> Observer:
-        self.client.connect("127.0.0.1", self.port, keepalive=5)
+        self.client.connect(self.host, self.port, keepalive=5)
         self.client.loop_start()
         return self
 

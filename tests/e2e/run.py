@@ -481,7 +481,7 @@ def start(root: Path, n_agents: int, n_cpes: int) -> Run:
                       *stack.xapp_cmd(port)[4:]]
     stack.xapp.start()
     t0 = time.monotonic()
-    observer = Observer(broker, t0).start()
+    observer = Observer(broker.pki, broker.port, t0).start()
     try:
         link.start()
         for c in tqdm(agent_cpes, desc="agents", unit="agent"):

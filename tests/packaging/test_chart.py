@@ -245,6 +245,15 @@ def test_oran_conventions(rendered: dict[str, cr.Rendered]) -> None:
         assert link.startswith(f"SERVICE_RICXAPP_{XAPP_NAME.upper().replace('-', '_')}_")
 
 
+def test_rmr_mode_reaches_the_command_line(helm: str, tmp_path: Path) -> None:
+    """An image built without RMR (RMR_DEB_URL=none) runs with rmr.mode auto, as make e2e-k8s
+    installs it; anything but on/auto/off is refused by the schema."""
+    r = cr.template(helm, tmp_path, {"rmr": {"mode": "auto"}}, namespace="ricxapp")
+    assert _container(r)["args"][:2] == ["--rmr", "auto"]
+    with pytest.raises(cr.HelmError, match=re.escape("rmr.mode")):
+        cr.template(helm, tmp_path, {"rmr": {"mode": "true"}}, namespace="ricxapp")
+
+
 def test_selectors_match_the_pod(rendered: dict[str, cr.Rendered]) -> None:
     for r in rendered.values():
         labels = pod_labels(r.get("Deployment", XAPP_NAME))

@@ -59,6 +59,29 @@ def test_environment_overrides(tmp_path: Path) -> None:
     assert apply_env_overrides(CONTROLS, {})["mqtt"]["host"] == "mosquitto"
 
 
+def test_kubernetes_service_links_are_not_overrides(caplog: pytest.LogCaptureFixture) -> None:
+    """What Kubernetes injects for the chart's broker Service mcw-xapp-broker (seen in the pod
+    make e2e-k8s installs), and for a Service named after a section: skipped, the real
+    override beside them applied."""
+    links = {"MCW_XAPP_BROKER_SERVICE_HOST": "10.96.0.95", "MCW_XAPP_BROKER_SERVICE_PORT": "8883",
+             "MCW_XAPP_BROKER_SERVICE_PORT_MQTTS": "8883",
+             "MCW_XAPP_BROKER_PORT": "tcp://10.96.0.95:8883",
+             "MCW_XAPP_BROKER_PORT_8883_TCP": "tcp://10.96.0.95:8883",
+             "MCW_XAPP_BROKER_PORT_8883_TCP_PROTO": "tcp",
+             "MCW_XAPP_BROKER_PORT_8883_TCP_PORT": "8883",
+             "MCW_XAPP_BROKER_PORT_8883_TCP_ADDR": "10.96.0.95",
+             "MCW_MQTT_SERVICE_HOST": "10.96.0.7", "MCW_MQTT_PORT": "tcp://10.96.0.7:1883"}
+    with caplog.at_level("WARNING"):
+        out = apply_env_overrides(CONTROLS, {**links, "MCW_MQTT_HOST": "b"})
+    assert out["mqtt"]["port"] == 8883 and out["mqtt"]["host"] == "b"
+    warnings = [r.getMessage() for r in caplog.records]
+    assert not [w for w in warnings if "matches no controls key" in w]
+    assert [w for w in warnings if "MCW_MQTT_PORT" in w and "service link" in w]
+    with caplog.at_level("WARNING"):
+        apply_env_overrides(CONTROLS, {"MCW_MQTT_HOSTNAME": "x"})
+    assert "MCW_MQTT_HOSTNAME matches no controls key" in caplog.text
+
+
 def test_e2_controls(tmp_path: Path) -> None:
     off = load_config(write(tmp_path / "c.json", CONTROLS), environ={}).controls.e2
     assert not off.active and off.enabled and off.requestor_id == 123  # no submgr URL

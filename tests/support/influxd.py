@@ -40,7 +40,7 @@ bind-address = "127.0.0.1:{rpc_port}"
 
 [http]
   enabled = true
-  bind-address = "127.0.0.1:{port}"
+  bind-address = "{bind}:{port}"
   auth-enabled = false
   flux-enabled = true
   log-enabled = false
@@ -81,6 +81,8 @@ class InfluxServer:
     binary: str
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     database: str = DATABASE
+    #: The HTTP bind address; ``url`` stays on 127.0.0.1, which 0.0.0.0 includes.
+    bind: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
@@ -106,7 +108,8 @@ class InfluxServer:
         if self.proc is not None and self.proc.poll() is None:
             return
         conf = self.root / "influxdb.conf"
-        conf.write_text(_CONFIG.format(root=self.root, port=self.port, rpc_port=self.rpc_port))
+        conf.write_text(_CONFIG.format(root=self.root, port=self.port, rpc_port=self.rpc_port,
+                                       bind=self.bind))
         log = (self.root / "influxd.log").open("ab")
         self.proc = subprocess.Popen([self.binary, "run", "-config", str(conf)],
                                      stdout=log, stderr=subprocess.STDOUT,
@@ -140,13 +143,16 @@ class InfluxServer:
         self.proc = None
 
 
-def start_influxd(tmp_path: Path, binary: str | None = None) -> InfluxServer:
-    """Start influxd with its data under ``tmp_path/influxd`` on free loopback ports."""
+def start_influxd(tmp_path: Path, binary: str | None = None, *, port: int | None = None,
+                  bind: str = "127.0.0.1") -> InfluxServer:
+    """Start influxd with its data under ``tmp_path/influxd`` on free loopback ports (or HTTP on
+    ``bind``:``port``)."""
     exe = binary or influxd_binary()
     if exe is None:
         raise FileNotFoundError("influxd not found (run 'make deps-tools' or set $INFLUXD)")
     root = Path(tmp_path) / "influxd"
     root.mkdir(parents=True, exist_ok=True)
-    server = InfluxServer(root=root, port=free_port(), rpc_port=free_port(), binary=exe)
+    server = InfluxServer(root=root, port=port or free_port(), rpc_port=free_port(), binary=exe,
+                          bind=bind)
     server.start()
     return server

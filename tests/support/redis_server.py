@@ -40,7 +40,11 @@ def redis_binary() -> str | None:
 class RedisServer:
     """One redis-server process; :meth:`stop` / :meth:`start` simulate an outage."""
 
-    def __init__(self, workdir: str | os.PathLike[str], port: int | None = None) -> None:
+    def __init__(self, workdir: str | os.PathLike[str], port: int | None = None,
+                 host: str = "127.0.0.1") -> None:
+        """``host``: the bind address; anything but loopback turns protected mode off (the
+        server then answers clients of other addresses without a password: only for an address
+        of a network namespace of the test's own, as ``make e2e-k8s`` uses it)."""
         binary = redis_binary()
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
@@ -48,7 +52,7 @@ class RedisServer:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
-        self.host = "127.0.0.1"
+        self.host = host
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = self.workdir / "redis.log"
 
@@ -67,7 +71,8 @@ class RedisServer:
             self._proc = subprocess.Popen(
                 [self.binary, "--port", str(self.port), "--bind", self.host,
                  "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
-                 "--protected-mode", "yes", "--daemonize", "no"],
+                 "--protected-mode", "yes" if self.host == "127.0.0.1" else "no",
+                 "--daemonize", "no"],
                 stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

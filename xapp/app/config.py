@@ -5,7 +5,10 @@ The descriptor file (``$CONFIG_FILE``) is the one the xApp onboarder and the app
 ``MCW_<SECTION>_<KEY>`` (upper case) overrides ``controls.<section>.<key>`` and
 ``MCW_<KEY>`` overrides a top-level key, e.g. ``MCW_MQTT_HOST``, ``MCW_CONTROL_PERIOD_S``,
 ``MCW_LOG_LEVEL``, ``MCW_DEFAULT_POLICY_MAX_WEIGHT``.  The value is parsed as JSON when it
-parses (numbers, booleans) and taken as a string otherwise.
+parses (numbers, booleans) and taken as a string otherwise.  Kubernetes' service links are not
+overrides: the pod has them (the O-RAN SC frame needs them), and a Service whose name starts
+with ``mcw-`` -- the chart's own broker, ``mcw-xapp-broker`` -- injects ``MCW_..._SERVICE_HOST``,
+``MCW_..._PORT=tcp://...`` and the like, which are skipped.
 
 :class:`ConfigWatcher` polls the file (size, mtime and content hash rather than inotify,
 because Kubernetes updates a mounted ConfigMap by swapping a symlink, which a watch on the old
@@ -20,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -43,6 +47,12 @@ CONTROLS_SCHEMA_FILE = "controls.schema.json"
 ENV_PREFIX = "MCW_"
 #: MCW_* variables that are not controls overrides.
 _NOT_OVERRIDES = frozenset({"MCW_SCHEMAS_DIR"})
+#: The names Kubernetes gives a Service's links (``<NAME>_SERVICE_HOST``,
+#: ``<NAME>_SERVICE_PORT[_<PORT NAME>]``, ``<NAME>_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]``), and the
+#: value of ``<NAME>_PORT`` (``tcp://10.96.0.7:8883``).
+_SERVICE_LINK_NAME = re.compile(
+    r"_SERVICE_(HOST|PORT(_[A-Z0-9_]+)?)$|_PORT_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?$")
+_SERVICE_LINK_VALUE = re.compile(r"^(tcp|udp|sctp)://")
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: What the descriptor may hold: O-RAN SC descriptors are a few KiB.
@@ -222,8 +232,14 @@ def apply_env_overrides(controls: Mapping[str, Any],
         if not name.startswith(ENV_PREFIX) or name in _NOT_OVERRIDES:
             continue
         path = targets.get(name)
+        if name.endswith("_PORT") and _SERVICE_LINK_VALUE.match(raw):
+            if path is not None:  # a Service named after a section, e.g. mcw-mqtt
+                log.warning("environment variable %s=%s is a Kubernetes service link, not an "
+                            "override of controls.%s; ignored", name, raw, ".".join(path))
+            continue
         if path is None:
-            log.warning("environment variable %s matches no controls key; ignored", name)
+            if not _SERVICE_LINK_NAME.search(name):
+                log.warning("environment variable %s matches no controls key; ignored", name)
             continue
         value = _env_value(raw)
         if len(path) == 1:
