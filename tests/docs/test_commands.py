@@ -30,8 +30,8 @@ PATHS = "|".join(map(re.escape, ROOTS))
 
 
 def exists(path: str) -> bool:
-    """A repository path, a name in a file (``tests/x.py::test_y``, ``xapp/core/loop.py:Name``)
-    or a Go package's identifier (``kernel-agent/integration.TestX``)."""
+    """A repository path, a name in a file (``tests/x.py::test_y``, ``xapp/core/loop.py:Name``,
+    ``tests/e2e/report.name``) or a Go package's identifier (``kernel-agent/integration.TestX``)."""
     if (REPO / path).exists():
         return True
     file, _, name = path.partition(":")
@@ -39,6 +39,9 @@ def exists(path: str) -> bool:
     if name and (REPO / file).is_file():
         return re.search(rf"\b{re.escape(name)}\b", (REPO / file).read_text()) is not None
     package, _, ident = path.rpartition(".")
+    module = REPO / f"{package}.py"
+    if module.is_file():  # a Python module's name: tests/e2e/report.f
+        return re.search(rf"\b{re.escape(ident)}\b", module.read_text()) is not None
     return bool(ident) and ident[0].isupper() and (REPO / package).is_dir()
 
 
