@@ -60,7 +60,9 @@ class Sites:
                     "wats:\n  nr: {interface: lo}\n  wifi: {interface: wan0}\n"
                     "safe_weights: {nr: 1, wifi: 1}\n")
         else:
+            # The operator's registry: the served CPE's site is the first (10.202.1.0/30).
             head = (f"role: proxy\nproxy_id: {site.ident}\ncpes: [{self.cpes[0]}]\n"
+                    f"cpe_prefixes: {{{self.cpes[0]}: [10.202.1.0/30]}}\n"
                     "safe_weights: {nr: 1, wifi: 1, lifi: 1}\n")
         return (head
                 + f"mqtt:\n  broker_url: mqtts://{NODE_IP}:{self.node_port}\n"
