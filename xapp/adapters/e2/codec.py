@@ -804,7 +804,9 @@ def encode_action_definition(measurements: Sequence[str], granularity_ms: int,
     Style 2: format 2, the one UE ``ues[0]``.  Style 3: format 3, each measurement for the UEs
     that have an RSRP ("rSRP present"), reported in indication format 2.
     Style 4 (not v2.00): format 4, every UE that has an RSRP, per-UE reports in indication
-    format 3.  Style 5 (not v2.00): format 5, the ``ues`` listed (at least two).
+    format 3.  Style 5 (not v2.00): format 5, the ``ues`` listed (at least two).  Under
+    "onf-v2" (KPM v02.00.03) styles 1-3, in that text's structures (see
+    ``_onf_action_definition``).
     """
     _check_version(kpm_version)
     if dialect is None:
@@ -818,18 +820,7 @@ def encode_action_definition(measurements: Sequence[str], granularity_ms: int,
     info = _format1_definition(measurements, granularity_ms, None if onf else cell)
     rsrp_present = {"testType": ("rSRP", "true"), "testExpr": "present"}
     if onf:
-        if style != 1:
-            raise ValueError(f"REPORT style {style} is not supported for KPM v02.00.03 (onf-v2) "
-                             "nodes: style 1 only")
-        # v02.00.03 names the cell by the node's own cell object id (from its KPM node list;
-        # ``cell`` is passed as that id) and numbers the subscription: one per node here.
-        onf_info = {"cellObjID": cell or "", "measInfoList": [
-            {"measType": m["measType"]} for m in info["measInfoList"]],
-            "granulPeriod": info["granulPeriod"], "subscriptID": 1}
-        value = {"ric-Style-Type": 1, "actionDefinition-formats": (
-            "actionDefinition-Format1", onf_info)}
-        with _LOCK:
-            return _encode(module.E2SM_KPM_ActionDefinition, value, "action definition")
+        return _onf_action_definition(module, info, style, cell, ues)
     if style == 1:
         formats: tuple[str, Any] = ("actionDefinition-Format1", info)
     elif style == 2:
@@ -863,6 +854,38 @@ def encode_action_definition(measurements: Sequence[str], granularity_ms: int,
         formats = ("actionDefinition-Format5", {
             "matchingUEidList": [{"ueID": _ueid_value(u, 3)} for u in ues],
             "subscriptionInfo": info})
+    else:
+        raise ValueError(f"REPORT style {style!r} is not supported (1 to 5)")
+    value = {"ric-Style-Type": style, "actionDefinition-formats": formats}
+    with _LOCK:
+        return _encode(module.E2SM_KPM_ActionDefinition, value, "action definition")
+
+
+def _onf_action_definition(module: Any, info: Mapping[str, Any], style: int,
+                           cell: str | None, ues: Sequence[UeId]) -> bytes:
+    """KPM v02.00.03 (ONF, Radisys): styles 1-3 only, the text has no action definition
+    format 4 or 5.  The cell is the node's own cell object id (from its KPM node list;
+    ``cell`` is passed as that id), the subscription numbered (one per node here: 1), the UE
+    of style 2 the opaque UE-Identity (``ran_ue_id``'s octets), and style 3's test condition
+    carries a value even for "present" (mandatory in this text: TRUE)."""
+    meas = [{"measType": m["measType"]} for m in info["measInfoList"]]
+    common = {"cellObjID": cell or "", "granulPeriod": info["granulPeriod"], "subscriptID": 1}
+    if style == 1:
+        formats: tuple[str, Any] = ("actionDefinition-Format1", {**common, "measInfoList": meas})
+    elif style == 2:
+        if len(ues) != 1:
+            raise ValueError("style 2 (action definition format 2) names exactly one UE")
+        formats = ("actionDefinition-Format2", {
+            "ueID": _ueid_value(ues[0], 2),
+            "subscriptInfo": {**common, "measInfoList": meas}})
+    elif style == 3:
+        cond = [("testCondInfo", {"testType": ("rSRP", "true"), "testExpr": "present",
+                                  "testValue": ("valueBool", True)})]
+        formats = ("actionDefinition-Format3", {**common, "measCondList": [
+            {"measType": m["measType"], "matchingCond": cond} for m in meas]})
+    elif style in (4, 5):
+        raise ValueError(f"E2SM-KPM v02.00.03 (onf-v2) has no style {style} (no action "
+                         f"definition format {style}); styles 1-3 only")
     else:
         raise ValueError(f"REPORT style {style!r} is not supported (1 to 5)")
     value = {"ric-Style-Type": style, "actionDefinition-formats": formats}

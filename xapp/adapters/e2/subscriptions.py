@@ -630,7 +630,8 @@ class E2Subscriber:
                     cell=node.cell if style in (1, 3) else None)
             except ValueError as exc:
                 # One style the codec cannot encode for this node (styles 2 and 5 name UEs the
-                # xApp does not know; ONF's v02.00.03 has style 1 only): the others still go.
+                # xApp does not know; v02.00 and ONF's v02.00.03 have no style 4 or 5): the
+                # others still go.
                 errors.append(f"style {style}: {exc}")
                 continue
             self._next_xapp_id = self._next_xapp_id % MAX_INSTANCE_ID + 1
