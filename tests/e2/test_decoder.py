@@ -390,3 +390,19 @@ def test_the_decoding_half_never_raises() -> None:
     ingest, _ = make_ingest()
     ingest.apply(d)
     assert ingest.counters["internal_errors"] == 1 and ingest.counters["received"] == 1
+
+
+def test_a_book_larger_than_an_indication_reaches_the_process(
+        started: list[DecoderProcess]) -> None:
+    """The book's copy is the main process's data, not bounded by the indication limit."""
+    ingest, _ = make_ingest()
+    ingest.max_payload = 4096
+    names = tuple(f"Vendor.Measurement{i:04d}" for i in range(300))
+    for instance in range(100, 140):  # ~270 KB of view, 65 times the indication limit
+        ingest.book.add(ActiveSubscription(f"sub-{instance}", NODE, RicRequestId(123, instance),
+                                           FUNCTION, 3, 1, measurements=names))
+    assert len(json.dumps(ingest.book.decode_view())) > 50 * ingest.max_payload
+    d = start(started, ingest)
+    d.offer((indication(), NODE))
+    assert wait_until(lambda: ingest.counters["accepted"] == 1, timeout_s=30), ingest.counters
+    assert d.processes_started == 1 and d.dropped == 0

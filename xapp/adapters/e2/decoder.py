@@ -95,6 +95,9 @@ _READY: Final = b"R"  # child -> main: codecs loaded
 _RESULT: Final = b"D"  # child -> main: one Decoded, JSON
 _JOB_HEAD: Final = struct.Struct("!HI")
 _MAX_MEID: Final = 1024
+#: Largest book copy the process accepts (the main process's own data: thousands of
+#: subscriptions with their measurement lists are a few MiB).
+MAX_BOOK_BYTES: Final = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,7 +456,8 @@ def serve(jobs: Frames, results: Frames, max_payload: int, recheck_interval_s: f
     results.send(_READY)
     while True:
         try:
-            frame = jobs.recv(max_payload + _JOB_HEAD.size + _MAX_MEID + 1)
+            frame = jobs.recv(max(max_payload + _JOB_HEAD.size + _MAX_MEID + 1,
+                                  MAX_BOOK_BYTES))
         except (EOFError, OSError):
             return
         kind, body = frame[:1], frame[1:]
