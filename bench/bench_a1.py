@@ -22,10 +22,16 @@ dispatch to its answer leaving, while the A1 worker handles the request.
 Then the ``small`` request's round trip while E2 indications arrive (issue 21): a feeder
 dispatches RIC indications (12050) of ``bench_kpm``'s format 3 case, 100 UEs x 4 measurements,
 at ``--ue-rate`` UE measurements per second (default 10,000: 25 indications/s) through the same
-glue, so that the ``mcw-e2-indications`` worker runs the shipped ``KpmIngest.handle`` on them
-while A1 requests are answered; the idle figure is measured in the same run, just before.
+glue, into what ``mcw run`` puts behind it: the E2 decoder process
+(:class:`~xapp.adapters.e2.decoder.DecoderProcess`: E2AP + KPM decoded in a child process,
+``KpmIngest.apply`` mapping the answers into the sink on its ``mcw-e2-decoder`` thread), while
+A1 requests are answered; the idle figure is measured in the same run, just before, with the
+decoder process started and idle.  ``--in-thread`` puts ``KpmIngest.handle`` on a worker
+thread of this process instead (what the glue did before: the decoding holds the interpreter
+lock), for comparison.
 
-    python bench/bench_a1.py [--runs 30] [--load-runs 1000] [--ue-rate 10000] [--json]
+    python bench/bench_a1.py [--runs 30] [--load-runs 1000] [--ue-rate 10000] [--in-thread]
+                             [--json]
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from xapp.adapters.a1 import A1Handler, PolicyType
+from xapp.adapters.e2.decoder import DecoderProcess
 from xapp.adapters.lab import LoopbackGlue
 from xapp.core.policy_book import PolicyBook
 
@@ -114,19 +121,30 @@ def round_trips(glue: LoopbackGlue, raw: bytes, runs: int, tag: str) -> list[flo
     return out
 
 
-def under_indications(runs: int, ue_rate: float) -> dict[str, float]:
-    """A1 round trips idle, then while indications arrive at ``ue_rate`` UE measurements/s."""
+def under_indications(runs: int, ue_rate: float, in_thread: bool = False,
+                      blocks: int = 5) -> dict[str, Any]:
+    """A1 round trips idle and while indications arrive at ``ue_rate`` UE measurements/s:
+    ``blocks`` alternating blocks of each (``runs`` round trips in all per side), so that
+    both sides share whatever else the machine is doing."""
     case = make_case(100)
     ingest, sink = make_ingest(case)
     handler = A1Handler(PolicyBook(DEFAULTS), PolicyType.load(), "bench")
-    glue = LoopbackGlue(handler, lambda: True, on_indication=ingest.handle)
+    if in_thread:
+        glue = LoopbackGlue(handler, lambda: True, on_indication=ingest.handle)
+    else:
+        glue = LoopbackGlue(handler, lambda: True, indications=DecoderProcess(ingest))
     glue.start_handlers()
+    e2 = glue.e2_worker
+    assert e2 is not None
+    if isinstance(e2, DecoderProcess):
+        deadline = time.monotonic() + 60
+        while not e2.healthy() and time.monotonic() < deadline:
+            time.sleep(0.01)  # the process has loaded its codecs
     raw = requests()["small"]
     period_s = case.values_per_indication / ue_rate
-    stop = threading.Event()
     sent = [0]
 
-    def feed() -> None:
+    def feed(stop: threading.Event) -> None:
         next_at = time.monotonic()
         while not stop.is_set():
             glue.send(RIC_INDICATION, case.payload, ("e2", sent[0]), meid=NODE.encode())
@@ -134,30 +152,50 @@ def under_indications(runs: int, ue_rate: float) -> dict[str, float]:
             next_at += period_s
             stop.wait(max(0.0, next_at - time.monotonic()))
 
-    try:
-        ingest.handle(case.payload, NODE)  # dialect detection and caches, outside the clock
-        idle = round_trips(glue, raw, runs, "idle")
-        frames_before = sink.frames
-        feeder = threading.Thread(target=feed, name="e2-feeder", daemon=True)
-        started = time.monotonic()
-        feeder.start()
-        loaded = round_trips(glue, raw, runs, "load")
-        stop.set()
-        feeder.join(timeout=5)
-        took = time.monotonic() - started
-        e2 = glue.e2_worker
-        assert e2 is not None
+    def drained(frames: int) -> None:
         deadline = time.monotonic() + 30
-        while e2.pending() and time.monotonic() < deadline:
+        while (e2.pending() or sink.frames < frames) and time.monotonic() < deadline:
             time.sleep(0.01)
-        time.sleep(0.1)  # the last one taken off the queue
+
+    idle: list[float] = []
+    loaded: list[float] = []
+    took = fed = idle_took = 0.0
+    cpu = {"idle": 0.0, "load": 0.0}  # this process's CPU seconds in each kind of block
+    try:
+        # Dialect detection and caches, outside the clock: once here, once in the process.
+        ingest.handle(case.payload, NODE)
+        glue.send(RIC_INDICATION, case.payload, ("e2", -1), meid=NODE.encode())
+        drained(2)
+        frames_before = sink.frames
+        per_block = max(1, runs // blocks)
+        for block in range(blocks):
+            started, cpu0 = time.monotonic(), time.process_time()
+            idle += round_trips(glue, raw, per_block, f"idle{block}")
+            idle_took += time.monotonic() - started
+            cpu["idle"] += time.process_time() - cpu0
+            stop = threading.Event()
+            feeder = threading.Thread(target=feed, args=(stop,), name="e2-feeder", daemon=True)
+            started, cpu0 = time.monotonic(), time.process_time()
+            feeder.start()
+            loaded += round_trips(glue, raw, per_block, f"load{block}")
+            stop.set()
+            feeder.join(timeout=5)
+            fed += time.monotonic() - started
+            drained(frames_before + sent[0] - e2.dropped)
+            took += time.monotonic() - started
+            cpu["load"] += time.process_time() - cpu0
         decoded, dropped = sink.frames - frames_before, e2.dropped
     finally:
-        stop.set()
+        e2.stop(timeout_s=5)
         for worker in glue.workers():
             worker.stop(timeout_s=2)
-    return {"ue_rate_asked": ue_rate,
-            "ue_rate_dispatched": sent[0] * case.values_per_indication / took,
+    # What the indications cost this process (the interpreter A1 runs in): CPU per second
+    # of load blocks above that of idle blocks, per indication.
+    extra = cpu["load"] / took - cpu["idle"] / idle_took
+    return {"decoding": "in-thread" if in_thread else "decoder-process",
+            "blocks": blocks, "ue_rate_asked": ue_rate,
+            "ue_rate_dispatched": sent[0] * case.values_per_indication / fed,
+            "main_cpu_ms_per_indication": extra * took / max(1, sent[0]) * 1e3,
             "indications_sent": sent[0], "indications_decoded": decoded,
             "indications_dropped": dropped,
             "idle_p50_ms": statistics.median(idle), "idle_p99_ms": percentile(idle, 0.99),
@@ -172,12 +210,18 @@ def main() -> None:
                         help="small A1 requests idle and under indication load (default 1000)")
     parser.add_argument("--ue-rate", type=float, default=10_000.0,
                         help="UE measurements per second the E2 feeder dispatches (10000)")
+    parser.add_argument("--blocks", type=int, default=5,
+                        help="alternating idle and loaded blocks the round trips are split "
+                             "into (default 5)")
+    parser.add_argument("--in-thread", action="store_true",
+                        help="decode indications on a thread of this process, not in the "
+                             "decoder process (the glue before issue 21's fix)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     logging.disable(logging.ERROR)  # each refusal of the issue-22 request is logged, by design
     started = time.perf_counter()
     result = run(args.runs)
-    load = under_indications(args.load_runs, args.ue_rate)
+    load = under_indications(args.load_runs, args.ue_rate, args.in_thread, args.blocks)
     if args.json:
         print(json.dumps({"requests": result, "under_indications": load}, indent=2))
         return
@@ -189,12 +233,15 @@ def main() -> None:
         print(f"{name:<10} {r['bytes'] / 1024:>6.0f} {r['status']:>7} {r['a1_p50_ms']:>6.1f}ms "
               f"{r['a1_p99_ms']:>6.1f}ms {r['a1_max_ms']:>6.1f}ms {r['health_p50_ms']:>9.2f}ms "
               f"{r['health_max_ms']:>5.2f}ms")
-    print(f"\nsmall A1 request under E2 load ({args.load_runs} round trips each): indications "
+    print(f"\nsmall A1 request idle and under E2 load ({args.load_runs} round trips each, in "
+          f"{args.blocks} alternating blocks): indications "
           f"of 100 UEs x 4 at {load['ue_rate_dispatched']:,.0f} UE meas/s "
-          f"({load['indications_decoded']}/{load['indications_sent']} decoded)")
+          f"({load['indications_decoded']}/{load['indications_sent']} decoded, "
+          f"{load['indications_dropped']} dropped; {load['decoding']})")
     print(f"idle  p50 {load['idle_p50_ms']:.2f} ms  p99 {load['idle_p99_ms']:.2f} ms")
     print(f"load  p50 {load['load_p50_ms']:.2f} ms  p99 {load['load_p99_ms']:.2f} ms  "
           f"(p99 {load['p99_ratio']:.2f}x idle)")
+    print(f"this process's CPU per indication: {load['main_cpu_ms_per_indication']:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -408,3 +408,62 @@ def test_labels_summed_averaged_or_the_total() -> None:
     [report] = codec.decode_kpm_indication(header, bytes(m.to_aper()), 3).reports
     assert report.values == {"DRB.RlcSduDelayDl": 20.0, "DRB.UEThpDl": 100.0,
                              "DRB.UEThpUl": 12.0}
+
+
+#: Styles each dialect's text has action definition formats for (issue 21: every style a node
+#: offers, under the definitions it speaks).  KPM v02.00 and v02.00.03 (ONF) have formats 1-3.
+DIALECT_STYLES = {"v3": (1, 2, 3, 4, 5), "v2": (1, 2, 3), "flexric-v3": (1, 2, 3, 4, 5),
+                  "flexric-v2": (1, 2, 3, 4, 5), "onf-v2": (1, 2, 3)}
+DIALECT_VERSION = {"v3": 3, "v2": 2, "flexric-v3": 3, "flexric-v2": 2, "onf-v2": 2}
+
+
+@pytest.mark.parametrize("dialect", codec.DIALECTS)
+@pytest.mark.parametrize("style", [1, 2, 3, 4, 5])
+def test_action_definition_of_every_style_decodes_as_built(dialect: str, style: int) -> None:
+    """Built under a dialect, decoded with that dialect's text: style, format, measurements,
+    period, the cell, the UEs named and the test condition are what was asked for."""
+    names = ["DRB.UEThpDl", "RRU.PrbUsedDl"]
+    onf, opaque = dialect == "onf-v2", dialect in ("v2", "onf-v2")
+    cell = "cell-7" if onf else "00f110-00000000a"
+    ues = {2: UES[:1], 5: UES}.get(style, ())
+    if opaque:  # UE-Identity is the RAN UE id's octets in these texts
+        ues = tuple(UeId(ran_ue_id=u.ran_ue_id) for u in ues)
+
+    def build() -> bytes:
+        return codec.encode_action_definition(names, 1000, DIALECT_VERSION[dialect],
+                                              style=style, cell=cell, ues=ues, dialect=dialect)
+
+    if style not in DIALECT_STYLES[dialect]:
+        with pytest.raises(ValueError, match=f"no style {style}"):
+            build()
+        return
+    data = build()
+    module = codec._dialect_modules(dialect)[1]
+    with codec._LOCK:
+        value = codec._decode(module.E2SM_KPM_ActionDefinition, data, "action definition")
+    kind, fmt = value["actionDefinition-formats"]
+    assert (value["ric-Style-Type"], kind) == (style, f"actionDefinition-Format{style}")
+    assert codec.decode_action_definition(data, dialect) == (
+        style, kind, tuple(names), 1000)
+    info = fmt.get("subscriptInfo") or fmt.get("subscriptionInfo") or fmt
+    assert info["granulPeriod"] == 1000
+    if style in (1, 3):  # the cell: an NR CGI, or ONF's cell object id
+        want_cell = cell if onf else ("nR-CGI", {"pLMNIdentity": b"\x00\xf1\x10",
+                                                 "nRCellIdentity": (10, 36)})
+        assert info["cellObjID" if onf else "cellGlobalID"] == want_cell
+    if onf:
+        assert info["subscriptID"] == 1
+    if style == 2:
+        assert codec._ue_id(fmt["ueID"], DIALECT_VERSION[dialect]) == ues[0]
+    if style == 3:
+        conds = [c["matchingCond"] for c in fmt["measCondList"]]
+        assert len(conds) == len(names)
+        for cond in conds:
+            [item] = cond
+            test = item[1] if isinstance(item, tuple) else item["matchingCondChoice"][1]
+            assert (test["testType"], test["testExpr"]) == (("rSRP", "true"), "present")
+    if style == 4:
+        assert fmt["matchingUeCondList"] == [{"testCondInfo": {"testType": ("rSRP", "true"),
+                                                               "testExpr": "present"}}]
+    if style == 5:
+        assert [codec._ue_id(i["ueID"], 3) for i in fmt["matchingUEidList"]] == list(ues)

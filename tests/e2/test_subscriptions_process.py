@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.e2.test_subscriptions import MEID, StandInSubmgr
 from tests.support.polling import free_port, wait_until
@@ -26,7 +29,8 @@ def get(port: int, path: str) -> Any:
     return body if path == "/metrics" else json.loads(body)
 
 
-def start(tmp_path: Path, e2: dict[str, Any], http_port: int) -> runtime.XappProcess:
+def start(tmp_path: Path, e2: dict[str, Any], http_port: int,
+          rmr: str = "off") -> runtime.XappProcess:
     kpis = tmp_path / "kpis.json"
     kpis.write_text(json.dumps({"cpes": {}}))
     config = tmp_path / "config-file.json"
@@ -36,7 +40,7 @@ def start(tmp_path: Path, e2: dict[str, Any], http_port: int) -> runtime.XappPro
     runtime.configure(parser)
     args = parser.parse_args([
         "--config", str(config), "--http-host", "127.0.0.1", "--http-port", str(http_port),
-        "--rmr", "off", "--estimator", "ewma", "--kpi-file", str(kpis),
+        "--rmr", rmr, "--estimator", "ewma", "--kpi-file", str(kpis),
         "--publish-file", str(tmp_path / "out.jsonl")])
     proc = runtime.XappProcess(args, load_config(args.config))
     proc.start()
@@ -84,3 +88,62 @@ def test_e2_subscribes_serves_and_unsubscribes(tmp_path: Path, redis: RedisServe
         submgr.close()
     assert submgr.deletes == ["sub-1"]
     assert not submgr.problems
+
+
+def test_indications_go_through_the_decoder_process_into_the_intake(
+        tmp_path: Path, redis: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: what ``mcw run`` wires behind RMR.  RMR's C library is not here: the glue is
+    started without it (its workers only) and messages go in through its dispatch, as RMR's
+    receive thread hands them over; from there on everything is what runs in a RIC."""
+    from xapp.adapters import rmr
+    from xapp.adapters.e2 import codec
+    from xapp.adapters.e2.decoder import DecoderProcess
+    from xapp.adapters.e2.records import KpmReport, RicIndication, RicRequestId
+
+    monkeypatch.setattr(rmr, "rmr_library_available", lambda: (True, ""))
+    monkeypatch.setattr(rmr.RmrGlue, "start", rmr.RmrGlue.start_handlers)
+    monkeypatch.setattr(rmr.RmrGlue, "rmr_healthy", lambda self: True)
+    monkeypatch.setattr(rmr.RmrGlue, "_free", lambda self, sbuf: None)
+    cell = "02f839-00000000a"
+    submgr = StandInSubmgr()
+    port = free_port()
+    proc = start(tmp_path, {
+        "submgr_url": submgr.url, "client_host": "127.0.0.1", "http_port": port,
+        "rnib": False, "poll_period_s": 0.2, "report_styles": [1],
+        "nodes": [{"inventory_name": MEID, "ran_function_id": 2, "kpm_version": 3,
+                   "cell": cell}]}, port, rmr="auto")
+    try:
+        assert proc.e2 is not None and proc.rmr is not None
+        assert proc.rmr.e2_worker is proc.e2.decoder
+        assert isinstance(proc.e2.decoder, DecoderProcess)
+        assert wait_until(lambda: get(port, "/ric/v1/e2/subscriptions")["nodes"].get(
+            MEID, {}).get("subscription", {}).get("state") == "active", timeout_s=10)
+        assert wait_until(lambda: proc.health().readiness()[1]["e2-decoder"], timeout_s=30)
+        proc.e2.registry.add("cpe-1", ["crnti:1"], cell)
+        header = codec.encode_kpm_indication_header(1_700_000_000_000, 3)
+        message = codec.encode_kpm_indication_message(
+            [KpmReport({"RRU.PrbUsedDl": 25.0, "RRU.PrbAvailDl": 100.0})], 3,
+            granularity_ms=1000)
+        payload = codec.encode_ric_indication(RicIndication(
+            RicRequestId(123, 7), 2, 1, 1, "report", header, message))
+        proc.rmr.dispatch(None, {rmr.MS_MSG_TYPE: rmr.RIC_INDICATION, rmr.MS_PAYLOAD: payload,
+                                 rmr.MS_MEID: MEID.encode()}, object())
+        ingest = proc.e2.ingest
+        assert wait_until(lambda: ingest.counters["accepted"] == 1, timeout_s=30), \
+            ingest.counters
+        assert proc.components is not None
+        snap = proc.components.intake.latest(time.time(), 60.0)
+        got = {(str(c), str(d)): float(v) for c, d, v in
+               zip(snap.cpe, snap.direction, snap.column("prb_util"), strict=True)}
+        assert got[("cpe-1", "dl")] == pytest.approx(0.25)
+        alive = proc.alive()[1]
+        assert alive["mcw-e2-decoder"] == "ok" and alive["mcw-e2-decoder-feed"] == "ok"
+        metrics = get(port, "/metrics").decode()
+        assert 'mcw_e2_indications_dropped_total{reason="queue_full"} 0.0' in metrics
+        assert 'mcw_e2_indication_events_total{event="decoded_v3"} 1.0' in metrics
+        child = proc.e2.decoder._child
+        assert child is not None
+    finally:
+        proc.stop(5)
+        submgr.close()
+    assert child.process.poll() is not None  # stopping the xApp ends its decoder process

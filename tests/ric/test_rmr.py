@@ -196,12 +196,14 @@ E2_CELL = "00f110-00000000a"
                     reason=f"golden indication {GOLDEN_INDICATION} absent")
 def test_golden_indication_over_rmr_reaches_the_intake(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy_type: Any) -> None:
-    """The E2 termination's 12050, routed by a static table to RmrGlue's on_indication, goes
-    through KpmIngest into the intake; a garbage 12050 before it is counted and changes
-    nothing, and the dispatch thread still answers health checks."""
+    """The E2 termination's 12050, routed by a static table to RmrGlue, goes through the E2
+    decoder process and KpmIngest into the intake (as ``mcw run`` wires it); a garbage 12050
+    before it is counted and changes nothing, and the dispatch thread still answers health
+    checks."""
     from tests.ric.rmr_peer import RmrPeer
     from xapp.adapters.a1 import A1Handler
     from xapp.adapters.e2 import codec
+    from xapp.adapters.e2.decoder import DecoderProcess
     from xapp.adapters.e2.ingest import KpmIngest
     from xapp.adapters.e2.records import ActiveSubscription
     from xapp.adapters.e2.registry import CpeRegistry
@@ -236,7 +238,7 @@ def test_golden_indication_over_rmr_reaches_the_intake(
     intake = LatestKpis()
     ingest = KpmIngest(book, registry, intake.update)
     glue = RmrGlue(A1Handler(PolicyBook(), policy_type, "test"), lambda: True, port=glue_port,
-                   on_indication=ingest.handle)
+                   indications=DecoderProcess(ingest))
     glue.start()
     peer = RmrPeer(peer_port)
     try:

@@ -18,10 +18,13 @@ What the frame gets wrong for us, and what is done about it:
   send ``A1_POLICY_QUERY`` from a thread as soon as RMR can route it.
 * mdclogpy starts at ERROR: the frame's own logger gets our level.
 * The frame's one dispatch thread runs every handler in turn, so one slow message holds up all
-  the others: here it only routes.  A1 requests and RIC indications each go through a bounded
-  queue to their own supervised worker (:class:`~xapp.core.workers.QueueWorker`); health checks
-  are answered on the dispatch thread at once.  A full queue drops the message and counts it
-  (an A1 request dropped so is answered ERROR, naming its instance).
+  the others: here it only routes.  A1 requests go through a bounded queue to their own
+  supervised worker (:class:`~xapp.core.workers.QueueWorker`); RIC indications through a
+  bounded queue to the E2 decoder process (:class:`~xapp.adapters.e2.decoder.DecoderProcess`,
+  what ``mcw run`` uses: decoding holds no lock of this interpreter) or, given a plain
+  callable, to a worker thread; health checks are answered on the dispatch thread at once.  A
+  full queue drops the message and counts it (an A1 request dropped so is answered ERROR,
+  naming its instance).
 * The frame's SDL client is the in-memory fake: the xApp's state goes through
   :mod:`xapp.adapters.sdl`, which survives Redis going away; RIC health checks (100 -> 101)
   answer from that store's state.
@@ -36,7 +39,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from xapp.adapters.a1 import (
     A1_POLICY_QUERY,
@@ -48,7 +51,7 @@ from xapp.adapters.a1 import (
     query_message,
     scan_ids,
 )
-from xapp.core.workers import QueueWorker, Worker
+from xapp.core.workers import QueueWorker, Worker, WorkerStatus
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,28 @@ MS_MSG_TYPE = "message type"
 A1_QUEUE = 256
 #: RIC indications waiting for the E2 worker (one granularity period of a few hundred nodes).
 E2_QUEUE = 1024
+
+
+class IndicationHandoff(Protocol):
+    """Where RIC indications go from the dispatch thread: a bounded queue that never blocks
+    (:class:`~xapp.adapters.e2.decoder.DecoderProcess`, or a :class:`QueueWorker`)."""
+
+    maxsize: int
+
+    @property
+    def dropped(self) -> int: ...
+
+    def offer(self, item: tuple[bytes, str | None]) -> bool: ...
+
+    def pending(self) -> int: ...
+
+    def status(self) -> WorkerStatus: ...
+
+    def start(self) -> Any: ...
+
+    def stop(self, timeout_s: float = 5.0) -> bool: ...
+
+    def workers(self) -> list[Worker]: ...
 
 
 def rmr_library_available() -> tuple[bool, str]:
@@ -116,10 +141,15 @@ class RmrGlue:
         Level for the frame's own mdclogpy logger.
     query_retry_s : float, default=2.0
         Interval between attempts to send ``A1_POLICY_QUERY`` until one succeeds.
-    on_indication : callable, default=None
+    indications : IndicationHandoff, default=None
         Takes the payload and the sending E2 node's name (RMR meid, None when the message has
-        none) of every ``RIC_INDICATION`` (12050); not registered when None.  Runs in its own
-        worker, ``mcw-e2-indications`` (:class:`~xapp.adapters.e2.ingest.KpmIngest`).
+        none) of every ``RIC_INDICATION`` (12050): ``mcw run`` gives the E2 decoder process
+        (:class:`~xapp.adapters.e2.decoder.DecoderProcess`); started, stopped and supervised
+        with the glue's workers.
+    on_indication : callable, default=None
+        Instead of ``indications``: called with the same in a worker thread of this process,
+        ``mcw-e2-indications`` (tests; its decoding holds this interpreter's lock).  Neither
+        given: 12050 is not registered.
     a1_queue, e2_queue : int
         Room in the queues in front of the A1 and the indication workers; what arrives when
         one is full is dropped and counted (``dropped`` in ``/ric/v1/health/alive`` and
@@ -131,6 +161,7 @@ class RmrGlue:
                  on_query_sent: Callable[[], object] | None = None,
                  log_level: int = logging.INFO, query_retry_s: float = 2.0,
                  on_indication: Callable[[bytes, str | None], None] | None = None,
+                 indications: IndicationHandoff | None = None,
                  a1_queue: int = A1_QUEUE, e2_queue: int = E2_QUEUE) -> None:
         self.a1 = a1
         self._on_indication = on_indication
@@ -150,8 +181,10 @@ class RmrGlue:
         #: Applies A1 requests and answers them by RTS, off the dispatch thread.
         self.a1_worker: QueueWorker[tuple[bytes, Any]] = QueueWorker(
             "mcw-a1", self._answer_a1, maxsize=a1_queue, deadline_s=10.0)
-        #: Decodes RIC indications, off the dispatch thread (None without ``on_indication``).
-        self.e2_worker: QueueWorker[tuple[bytes, str | None]] | None = None
+        #: Decodes RIC indications, off the dispatch thread (None without either).
+        self.e2_worker: IndicationHandoff | None = indications
+        if indications is not None and on_indication is not None:
+            raise ValueError("give indications or on_indication, not both")
         if on_indication is not None:
             self.e2_worker = QueueWorker("mcw-e2-indications", self._ingest, maxsize=e2_queue,
                                          deadline_s=30.0)
@@ -196,7 +229,8 @@ class RmrGlue:
     def workers(self) -> list[Worker]:
         """The threads this glue owns, for the supervisor (the dispatch loop, the query, the
         A1 and indication workers)."""
-        return [w for w in (self.dispatcher, self.query_worker, self.a1_worker, self.e2_worker)
+        e2 = [] if self.e2_worker is None else self.e2_worker.workers()
+        return [w for w in (self.dispatcher, self.query_worker, self.a1_worker, *e2)
                 if w is not None]
 
     def rmr_healthy(self) -> bool:

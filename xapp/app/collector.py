@@ -40,6 +40,8 @@ class E2Counters:
     indications: Callable[[], Mapping[str, int]]
     #: Indications that matched no confirmed subscription (the book's misses).
     unmatched: Callable[[], int]
+    #: Indications dropped before decoding, by reason (``xapp.adapters.e2.decoder``).
+    dropped: Callable[[], Mapping[str, int]] = dict
 
 
 def _drops(counter: DropCounter) -> dict[tuple[str, str], int]:
@@ -147,6 +149,13 @@ class ComponentCollector(Collector):
         yield CounterMetricFamily("mcw_e2_indications_unmatched",
                                   "RIC indications that matched no confirmed subscription.",
                                   value=e2.unmatched())
+        dropped = CounterMetricFamily("mcw_e2_indications_dropped",
+                                      "RIC indications dropped before decoding: the decoder "
+                                      "process's queue full, no decoder process running, or "
+                                      "sent to one that died.", labels=["reason"])
+        for reason, n in e2.dropped().items():
+            dropped.add_metric([reason], n)
+        yield dropped
 
     def _publisher(self) -> Iterable[Metric]:
         pub = self.publisher

@@ -52,6 +52,7 @@ from xapp.core.ports import KpiSource, TelemetrySink, WeightPublisher
 from xapp.core.workers import Supervisor, Worker
 
 if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs no servers
+    from xapp.adapters.e2.decoder import DecoderProcess
     from xapp.adapters.e2.ingest import KpmIngest
     from xapp.adapters.e2.registry import CpeRegistry
     from xapp.adapters.e2.subscriptions import E2Subscriber, SubscriptionBook
@@ -155,6 +156,8 @@ class E2Parts:
     worker: Worker
     registry: CpeRegistry
     ingest: KpmIngest
+    #: Decodes the indications RMR brings, in a process of its own, for ``ingest``.
+    decoder: DecoderProcess
     stoppers: list[Callable[[], object]] = field(default_factory=list)
 
 
@@ -223,7 +226,8 @@ class XappProcess:
             e2=None if e2 is None else E2Counters(
                 states=e2.subscriber.states, subscriber=e2.subscriber.counts,
                 indications=lambda: dict(e2.ingest.counters),
-                unmatched=lambda: e2.book.misses)))
+                unmatched=lambda: e2.book.misses,
+                dropped=lambda: dict(e2.decoder.drops))))
         self.loop = ControlLoop(
             comp.kpis, comp.estimator, comp.publisher, comp.sink, self.book.resolver,
             self.state, model_version=comp.model_version, on_tick=self.metrics.record_tick,
@@ -276,7 +280,7 @@ class XappProcess:
         self.rmr = RmrGlue(self.a1, lambda: self.state.connected, port=self.args.rmr_port,
                            on_config_event=self.watcher.check,
                            on_query_sent=self.resync.query_sent,
-                           on_indication=None if self.e2 is None else self.e2.ingest.handle,
+                           indications=None if self.e2 is None else self.e2.decoder,
                            log_level=logging.getLogger().level)
         self.rmr.start()
         for worker in self.rmr.workers():
@@ -335,6 +339,10 @@ class XappProcess:
                                      else not self.rmr_required)
         if self.state.enabled:
             checks["sdl"] = lambda: self.state.connected
+        if self.e2 is not None and self.args.rmr != "off":
+            # Indications arrive only through RMR: no decoder is needed (or started) without.
+            e2 = self.e2
+            checks["e2-decoder"] = lambda: self.rmr is None or e2.decoder.healthy()
         comp = self.components
         if comp is not None:
             checks.update(comp.checks)
@@ -492,6 +500,7 @@ def build_e2(args: argparse.Namespace, controls: Controls, comp: Components) -> 
     subscriber, the book, the CPE registry and the KPM ingest writing into the intake and
     InfluxDB like agent telemetry (:class:`_Telemetry`)."""
     from xapp.adapters.e2 import codec
+    from xapp.adapters.e2.decoder import DecoderProcess
     from xapp.adapters.e2.ingest import KpmIngest
     from xapp.adapters.e2.nodes import (
         CombinedNodes,
@@ -546,7 +555,7 @@ def build_e2(args: argparse.Namespace, controls: Controls, comp: Components) -> 
     stoppers.append(registry.stop)
     ingest = KpmIngest(book, registry, _Telemetry(comp.intake, comp.sink),
                        names=e.measurement_map())
-    return E2Parts(book, subscriber, worker, registry, ingest, stoppers)
+    return E2Parts(book, subscriber, worker, registry, ingest, DecoderProcess(ingest), stoppers)
 
 
 def _estimator(args: argparse.Namespace, controls: Controls,

@@ -247,6 +247,10 @@ class QueueWorker(Worker, Generic[T]):
     def pending(self) -> int:
         return self._items.qsize()
 
+    def workers(self) -> list[Worker]:
+        """The threads to supervise: this one."""
+        return [self]
+
     def drain(self) -> list[T]:
         """Take every item still waiting (after :meth:`stop`: what was never handled)."""
         items = []

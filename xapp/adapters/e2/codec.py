@@ -13,7 +13,9 @@ a node's bytes, not its label, say which it speaks (``docs/e2.md``).  What diffe
 * Indication message format 3 (several UEs) and action definition formats 4 and 5 exist from v3
   on (as extension additions; root alternatives in FlexRIC's text).  A node that says v2 but
   sends format 3 (E2SM-KPM v2.02/v2.03, with the UEID CHOICE) is read with the v3 definitions.
-* KPM v04.00 adds only extension additions to v03.00: v4 nodes are read with the v3 module.
+* KPM v04.00 adds only extension additions to v03.00 (compared field by field: docs/e2.md);
+  the v3 module carries them, so v4 nodes are read with it in full (a UE's C-RNTI and cell,
+  the record value notSatisfied, which is no value).
 * v02.00.03 (ONF, Radisys) carries subscriptID and cellObjID, a KPM node list, optional labels.
 * Several labels of one measurement become one value (see ``_values``).
 
@@ -448,7 +450,7 @@ def _number(record: Any) -> float | None:
         return float(value)
     if kind == "real":
         return _real(value)
-    return None  # noValue, or an extension the node added
+    return None  # noValue, notSatisfied (v04.00), or an extension the node added
 
 
 def _meas_name(meas_type: Any, ids: Mapping[int, str] | None) -> str:
@@ -593,28 +595,48 @@ def _guami(value: Mapping[str, Any]) -> str:
 
 
 def _ue_id(value: Any, kpm_version: int) -> UeId:
-    """The :class:`UeId` of a v3 UEID CHOICE (or of v2's opaque UE-Identity octets)."""
+    """The :class:`UeId` of a v3 UEID CHOICE (or of v2's opaque UE-Identity octets); the
+    C-RNTI where a v04.00 node adds its cell-RNTI."""
     if isinstance(value, bytes):
         return UeId(ran_ue_id=value.hex())
     kind, ue = value
     ran = ue.get("ran-UEID")
     ran_hex = bytes(ran).hex() if ran is not None else None
+    cell_rnti = ue.get("cell-RNTI")
+    rnti = int(cell_rnti["c-RNTI"]) if cell_rnti is not None else None
     if kind == "gNB-UEID":
         f1 = ue.get("gNB-CU-UE-F1AP-ID-List")
         return UeId(amf_ue_ngap_id=int(ue["amf-UE-NGAP-ID"]), guami=_guami(ue["guami"]),
                     gnb_cu_ue_f1ap_id=int(f1[0]["gNB-CU-UE-F1AP-ID"]) if f1 else None,
-                    ran_ue_id=ran_hex)
+                    ran_ue_id=ran_hex, c_rnti=rnti)
     if kind == "gNB-DU-UEID":
-        return UeId(gnb_cu_ue_f1ap_id=int(ue["gNB-CU-UE-F1AP-ID"]), ran_ue_id=ran_hex)
+        return UeId(gnb_cu_ue_f1ap_id=int(ue["gNB-CU-UE-F1AP-ID"]), ran_ue_id=ran_hex,
+                    c_rnti=rnti)
     if kind == "gNB-CU-UP-UEID":
         return UeId(ran_ue_id=ran_hex)
     if kind == "ng-eNB-UEID":
-        return UeId(amf_ue_ngap_id=int(ue["amf-UE-NGAP-ID"]), guami=_guami(ue["guami"]))
+        return UeId(amf_ue_ngap_id=int(ue["amf-UE-NGAP-ID"]), guami=_guami(ue["guami"]),
+                    c_rnti=rnti)
     if kind == "en-gNB-UEID":
         f1ap = ue.get("gNB-CU-UE-F1AP-ID")
-        return UeId(gnb_cu_ue_f1ap_id=int(f1ap) if f1ap is not None else None, ran_ue_id=ran_hex)
-    # ng-eNB-DU and eNB UE ids (W1AP, S1AP ids) name no id the CPE registry keeps.
-    return UeId()
+        return UeId(gnb_cu_ue_f1ap_id=int(f1ap) if f1ap is not None else None, ran_ue_id=ran_hex,
+                    c_rnti=rnti)
+    # ng-eNB-DU and eNB UE ids (W1AP, S1AP ids) name no id the CPE registry keeps; a v04.00
+    # node's C-RNTI is one.
+    return UeId(c_rnti=rnti)
+
+
+def _ue_cell(value: Any) -> str | None:
+    """The NR cell of a v04.00 UEID's cell-RNTI, as "<plmn hex>-<nci hex>"; None without."""
+    if isinstance(value, bytes):
+        return None
+    cell_rnti = value[1].get("cell-RNTI")
+    if cell_rnti is None:
+        return None
+    kind, cgi = cell_rnti["cell-Global-ID"]
+    if kind != "nR-CGI":
+        return None
+    return f"{bytes(cgi['pLMNIdentity']).hex()}-{_bits(cgi['nRCellIdentity']):09x}"
 
 
 def decode_kpm_indication(header: bytes, message: bytes, kpm_version: int, *,
@@ -665,7 +687,8 @@ def decode_kpm_indication(header: bytes, message: bytes, kpm_version: int, *,
         for ue in ues:
             values, gp3 = _format1(ue["measReport"], measurement_ids, measurement_names)
             period = gp3 if period is None else period
-            reports.append(KpmReport(values, ue=_ue_id(ue["ueID"], kpm_version)))
+            reports.append(KpmReport(values, ue=_ue_id(ue["ueID"], kpm_version),
+                                     cell=_ue_cell(ue["ueID"])))
     else:
         raise E2DecodeError(f"KPM indication message format {kind!r} is not supported")
     sender = hval.get("senderName")
@@ -804,7 +827,9 @@ def encode_action_definition(measurements: Sequence[str], granularity_ms: int,
     Style 2: format 2, the one UE ``ues[0]``.  Style 3: format 3, each measurement for the UEs
     that have an RSRP ("rSRP present"), reported in indication format 2.
     Style 4 (not v2.00): format 4, every UE that has an RSRP, per-UE reports in indication
-    format 3.  Style 5 (not v2.00): format 5, the ``ues`` listed (at least two).
+    format 3.  Style 5 (not v2.00): format 5, the ``ues`` listed (at least two).  Under
+    "onf-v2" (KPM v02.00.03) styles 1-3, in that text's structures (see
+    ``_onf_action_definition``).
     """
     _check_version(kpm_version)
     if dialect is None:
@@ -818,18 +843,7 @@ def encode_action_definition(measurements: Sequence[str], granularity_ms: int,
     info = _format1_definition(measurements, granularity_ms, None if onf else cell)
     rsrp_present = {"testType": ("rSRP", "true"), "testExpr": "present"}
     if onf:
-        if style != 1:
-            raise ValueError(f"REPORT style {style} is not supported for KPM v02.00.03 (onf-v2) "
-                             "nodes: style 1 only")
-        # v02.00.03 names the cell by the node's own cell object id (from its KPM node list;
-        # ``cell`` is passed as that id) and numbers the subscription: one per node here.
-        onf_info = {"cellObjID": cell or "", "measInfoList": [
-            {"measType": m["measType"]} for m in info["measInfoList"]],
-            "granulPeriod": info["granulPeriod"], "subscriptID": 1}
-        value = {"ric-Style-Type": 1, "actionDefinition-formats": (
-            "actionDefinition-Format1", onf_info)}
-        with _LOCK:
-            return _encode(module.E2SM_KPM_ActionDefinition, value, "action definition")
+        return _onf_action_definition(module, info, style, cell, ues)
     if style == 1:
         formats: tuple[str, Any] = ("actionDefinition-Format1", info)
     elif style == 2:
@@ -863,6 +877,38 @@ def encode_action_definition(measurements: Sequence[str], granularity_ms: int,
         formats = ("actionDefinition-Format5", {
             "matchingUEidList": [{"ueID": _ueid_value(u, 3)} for u in ues],
             "subscriptionInfo": info})
+    else:
+        raise ValueError(f"REPORT style {style!r} is not supported (1 to 5)")
+    value = {"ric-Style-Type": style, "actionDefinition-formats": formats}
+    with _LOCK:
+        return _encode(module.E2SM_KPM_ActionDefinition, value, "action definition")
+
+
+def _onf_action_definition(module: Any, info: Mapping[str, Any], style: int,
+                           cell: str | None, ues: Sequence[UeId]) -> bytes:
+    """KPM v02.00.03 (ONF, Radisys): styles 1-3 only, the text has no action definition
+    format 4 or 5.  The cell is the node's own cell object id (from its KPM node list;
+    ``cell`` is passed as that id), the subscription numbered (one per node here: 1), the UE
+    of style 2 the opaque UE-Identity (``ran_ue_id``'s octets), and style 3's test condition
+    carries a value even for "present" (mandatory in this text: TRUE)."""
+    meas = [{"measType": m["measType"]} for m in info["measInfoList"]]
+    common = {"cellObjID": cell or "", "granulPeriod": info["granulPeriod"], "subscriptID": 1}
+    if style == 1:
+        formats: tuple[str, Any] = ("actionDefinition-Format1", {**common, "measInfoList": meas})
+    elif style == 2:
+        if len(ues) != 1:
+            raise ValueError("style 2 (action definition format 2) names exactly one UE")
+        formats = ("actionDefinition-Format2", {
+            "ueID": _ueid_value(ues[0], 2),
+            "subscriptInfo": {**common, "measInfoList": meas}})
+    elif style == 3:
+        cond = [("testCondInfo", {"testType": ("rSRP", "true"), "testExpr": "present",
+                                  "testValue": ("valueBool", True)})]
+        formats = ("actionDefinition-Format3", {**common, "measCondList": [
+            {"measType": m["measType"], "matchingCond": cond} for m in meas]})
+    elif style in (4, 5):
+        raise ValueError(f"E2SM-KPM v02.00.03 (onf-v2) has no style {style} (no action "
+                         f"definition format {style}); styles 1-3 only")
     else:
         raise ValueError(f"REPORT style {style!r} is not supported (1 to 5)")
     value = {"ric-Style-Type": style, "actionDefinition-formats": formats}

@@ -1,13 +1,17 @@
 """RIC Indications (RMR 12050) to the intake: decode, match the subscription, map, hand over.
 
-One :class:`KpmIngest` sits behind :class:`~xapp.adapters.rmr.RmrGlue`'s ``on_indication``::
+One :class:`KpmIngest` sits behind :class:`~xapp.adapters.rmr.RmrGlue`, in two halves::
 
-    payload --decode_ric_indication--> RicIndication --book.lookup--> ActiveSubscription
-            --decode_kpm_indication(version, measIDs)--> KpmIndication
-            --map_indication(registry, names)--> one KpiFrame --> sink (intake + InfluxDB)
+    payload --decode_ric_indication--> RicIndication --book--> ActiveSubscription
+            --decode_kpm_indication(dialect, measIDs)--> KpmIndication      (decoding half)
+            --book.lookup, map_indication(registry, names)--> one KpiFrame --> sink  (apply)
 
-:meth:`KpmIngest.handle` never raises: RMR's dispatch thread serves A1 and health checks too,
-and one malformed indication must not stop them.  Every outcome is counted in
+The decoding half (:class:`~xapp.adapters.e2.decoder.IndicationDecoder`) runs in the decoder
+process that ``mcw run`` starts (:class:`~xapp.adapters.e2.decoder.DecoderProcess`), which
+hands each result to :meth:`KpmIngest.apply` in the main process; :meth:`KpmIngest.handle`
+runs both halves in the caller's thread (tests, tools, the in-process bench figures).
+
+Neither raises: one malformed indication must not stop anything.  Every outcome is counted in
 :attr:`KpmIngest.counters` (fixed keys, read at scrape time) and every refusal is logged, at
 most once per ``log_interval_s`` per reason with the number since the last line, because a
 node sending garbage every 10 ms must not flood the log.
@@ -18,9 +22,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from xapp.adapters.e2 import codec
+from xapp.adapters.e2.decoder import MAX_PAYLOAD, Decoded, IndicationDecoder
 from xapp.adapters.e2.mapping import (
     DEFAULT_MAP,
     CpeLookup,
@@ -28,20 +33,10 @@ from xapp.adapters.e2.mapping import (
     MeasurementMap,
     map_indication,
 )
-from xapp.adapters.e2.records import (
-    ActiveSubscription,
-    E2DecodeError,
-    KpmIndication,
-    RicIndication,
-    RicRequestId,
-)
+from xapp.adapters.e2.records import ActiveSubscription, RicRequestId
 from xapp.core.forecast import KpiFrame
 
 log = logging.getLogger(__name__)
-
-#: An indication of 1,000 UEs with a dozen measurements each is some tens of KiB; RMR's own
-#: default maximum message is 4 KiB unless the route is configured larger.
-MAX_PAYLOAD: Final = 1 << 20
 
 #: Outcomes counted per indication; every key exists from the start so a scrape can iterate the
 #: dict while the dispatch thread updates it.
@@ -65,20 +60,30 @@ OUTCOMES: Final[tuple[str, ...]] = (
 DIALECT_COUNTS: Final[tuple[str, ...]] = (
     *(f"decoded_{d}" for d in codec.DIALECTS), "dialect_checks", "dialect_changes",
     "dialect_checks_skipped")
-#: (node, RAN function) pairs whose failed dialect check is remembered; beyond, forgotten.
-MAX_TRACKED_FUNCTIONS: Final = 4096
 MAPPING_COUNTS: Final[tuple[str, ...]] = tuple(MappingCounts().as_dict())
 
 
 class SubscriptionLookup(Protocol):
     """What the ingest needs of :class:`~xapp.adapters.e2.subscriptions.SubscriptionBook`."""
 
+    version: int
+
     def lookup(self, request: RicRequestId, ran_function_id: int
                ) -> ActiveSubscription | None: ...
+
+    def peek(self, request: RicRequestId, ran_function_id: int
+             ) -> ActiveSubscription | None: ...
 
     def dialect(self, node: str, ran_function_id: int) -> str | None: ...
 
     def remember_dialect(self, node: str, ran_function_id: int, dialect: str) -> None: ...
+
+    def decode_view(self) -> dict[str, Any]: ...
+
+
+#: Refusals decided before a subscription is looked up (no hit or miss is counted for them).
+_EARLY: Final = frozenset(("refused_empty", "refused_too_large", "refused_e2ap",
+                           "refused_insert", "internal_errors"))
 
 
 class KpmIngest:
@@ -117,8 +122,10 @@ class KpmIngest:
         self.log_interval_s = log_interval_s
         self.recheck_interval_s = recheck_interval_s
         self.monotonic = monotonic
-        #: (node, RAN function) -> monotonic time of its last failed dialect check
-        self._failed_checks: dict[tuple[str, int], float] = {}
+        #: The decoding half, for :meth:`handle` (the decoder process runs its own).
+        self.decoder = IndicationDecoder(book, max_payload=max_payload,
+                                         recheck_interval_s=recheck_interval_s,
+                                         monotonic=monotonic)
         self.counters: dict[str, int] = dict.fromkeys(OUTCOMES + MAPPING_COUNTS + DIALECT_COUNTS, 0)
         #: family -> the table with that family's rules on top of ``names``
         self._tables: dict[str, MeasurementMap] = {}
@@ -126,51 +133,60 @@ class KpmIngest:
         self._logged: dict[str, tuple[float, int]] = {}
 
     def handle(self, payload: bytes, meid: str | None = None) -> None:
-        """One RMR payload of type 12050 from node ``meid``; counted, never raised."""
+        """One RMR payload of type 12050 from node ``meid``, decoded in this thread and
+        applied; counted, never raised."""
+        self.apply(self.decoder.decode(payload, meid))
+
+    def apply(self, decoded: Decoded) -> None:
+        """One decoded indication (the decoder process's answer) matched, mapped and handed
+        to the sink; counted, never raised."""
         c = self.counters
         c["received"] += 1
         try:
-            self._handle(payload, meid)
-        except Exception as exc:  # a bug, not bad input: still never out of the RMR thread
+            self._apply(decoded)
+        except Exception as exc:  # a bug, not bad input: still never out of the thread
             c["internal_errors"] += 1
             self._refuse("internal_errors", f"{type(exc).__name__}: {exc}", exc_info=True)
 
-    def _handle(self, payload: bytes, meid: str | None) -> None:
+    def _apply(self, d: Decoded) -> None:
         c = self.counters
-        if not payload:
-            self._refuse("refused_empty", "empty payload")
+        if d.outcome in _EARLY:
+            if d.outcome == "internal_errors":  # not a refusal: _refuse only logs it
+                c["internal_errors"] += 1
+            self._refuse(d.outcome, d.detail)
             return
-        if len(payload) > self.max_payload:
-            self._refuse("refused_too_large",
-                         f"{len(payload)} bytes, more than {self.max_payload}")
-            return
-        try:
-            ind = codec.decode_ric_indication(bytes(payload))
-        except E2DecodeError as exc:
-            self._refuse("refused_e2ap", str(exc))
-            return
-        if ind.indication_type != "report":
-            self._refuse("refused_insert", f"indication type {ind.indication_type}")
-            return
-        sub = self.book.lookup(ind.request, ind.ran_function_id)
-        if sub is None:
+        if d.request is None or d.ran_function_id is None:
+            raise ValueError(f"{d.outcome} indication without its request id")
+        meid = d.meid
+        # The book is the authority (it counts hits and misses): a subscription deleted
+        # since the indication was decoded refuses it here.
+        sub = self.book.lookup(d.request, d.ran_function_id)
+        if sub is None or d.outcome == "refused_unknown_subscription":
             self._refuse("refused_unknown_subscription",
-                         f"requestor {ind.request.requestor} instance {ind.request.instance} "
-                         f"RAN function {ind.ran_function_id} from {meid or 'unknown node'}")
+                         f"requestor {d.request.requestor} instance {d.request.instance} "
+                         f"RAN function {d.ran_function_id} from {meid or 'unknown node'}")
             return
-        if meid and sub.node and meid != sub.node:
+        if (meid and sub.node and meid != sub.node) or d.outcome == "refused_wrong_node":
             self._refuse("refused_wrong_node",
                          f"subscription {sub.subscription_id} is for {sub.node}, "
                          f"the indication came from {meid}")
             return
-        node = sub.node or meid or ""
-        try:
-            kpm = self._decode_kpm(ind, sub, node)
-        except E2DecodeError as exc:
+        if d.check == "checked":
+            c["dialect_checks"] += 1
+        elif d.check == "skipped":
+            c["dialect_checks_skipped"] += 1
+        kpm = d.kpm
+        if d.outcome != "decoded" or kpm is None:
             self._refuse("refused_kpm", f"subscription {sub.subscription_id} "
-                         f"(KPM v{sub.kpm_version}): {exc}")
+                         f"(KPM v{sub.kpm_version}): {d.detail}")
             return
         c[f"decoded_{kpm.dialect}"] += 1
+        if kpm.dialect != d.known:
+            if d.known is not None:
+                c["dialect_changes"] += 1
+                log.warning("E2 node %s RAN function %d: indications now decode as %s, not %s",
+                            d.node, d.ran_function_id, kpm.dialect, d.known)
+            self.book.remember_dialect(d.node, d.ran_function_id, kpm.dialect)
         table = self._tables.get(sub.family)
         if table is None:
             table = self._tables[sub.family] = self.names.for_family(sub.family)
@@ -191,53 +207,6 @@ class KpmIngest:
             self._refuse("sink_errors", f"{type(exc).__name__}: {exc}", exc_info=True)
             return
         c["accepted"] += 1
-
-    def _decode_kpm(self, ind: RicIndication, sub: ActiveSubscription,
-                    node: str) -> KpmIndication:
-        """The KPM payload read with the node's remembered dialect; on the node's first
-        indication, or when the remembered dialect fails, with every dialect (the remembered,
-        else the assumed one first), remembering what reads it.
-
-        A failed check is not repeated for the same node and function within
-        ``recheck_interval_s``: a node sending bytes no dialect reads costs one decode per
-        indication, not one per dialect (counted as ``dialect_checks_skipped``)."""
-        c = self.counters
-        key = (node, sub.ran_function_id)
-        known = self.book.dialect(node, sub.ran_function_id)
-        ids = sub.measurement_ids or None
-        names = sub.measurements or None
-        first = known or sub.dialect
-        failed_at = self._failed_checks.get(key)
-        if failed_at is not None and self.monotonic() - failed_at < self.recheck_interval_s:
-            c["dialect_checks_skipped"] += 1
-            return codec.decode_kpm_indication(ind.header, ind.message, sub.kpm_version,
-                                               dialect=first, measurement_ids=ids,
-                                               measurement_names=names)
-        if known is not None:
-            try:
-                return codec.decode_kpm_indication(ind.header, ind.message, sub.kpm_version,
-                                                   dialect=known, measurement_ids=ids,
-                                                   measurement_names=names)
-            except E2DecodeError:
-                pass
-        c["dialect_checks"] += 1
-        try:
-            kpm = codec.detect_kpm_indication(ind.header, ind.message, sub.kpm_version,
-                                              first=first, measurement_ids=ids,
-                                              measurement_names=names)
-        except E2DecodeError:
-            if len(self._failed_checks) >= MAX_TRACKED_FUNCTIONS:
-                self._failed_checks.clear()
-            self._failed_checks[key] = self.monotonic()
-            raise
-        self._failed_checks.pop(key, None)
-        if kpm.dialect != known:
-            if known is not None:
-                c["dialect_changes"] += 1
-                log.warning("E2 node %s RAN function %d: indications now decode as %s, not %s",
-                            node, sub.ran_function_id, kpm.dialect, known)
-            self.book.remember_dialect(node, sub.ran_function_id, kpm.dialect)
-        return kpm
 
     def _refuse(self, reason: str, detail: str, *, exc_info: bool = False) -> None:
         if reason.startswith("refused_"):

@@ -190,6 +190,9 @@ class MeasurementMap:
     #: Names a ratio consumes, so "unknown name" counts stay honest (derived).
     ratio_names: frozenset[str] = field(init=False, repr=False, compare=False,
                                         default=frozenset())
+    #: What the table does with each list of names seen (derived, see ``_plan``).
+    plans: dict[tuple[tuple[str, ...], bool], _Plan] = field(
+        init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.rules) + len(self.ratios) + len(self.distributions) > MAX_RULES:
@@ -295,58 +298,108 @@ class MappingCounts:
 Values = dict[tuple[str, str], float]  # (field, direction) -> value
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What a table does with one list of measurement names (every UE of an indication has
+    the same list): worked out once, applied to each report's values."""
+
+    #: (name, field, direction, scale, per) of the names a direct rule maps, in their order.
+    direct: tuple[tuple[str, str, str, float, str], ...]
+    #: Names no rule knows.
+    unknown: int
+    #: (numerator, denominator, field, direction) of the ratios whose names are both there.
+    ratios: tuple[tuple[str, str, str, str], ...]
+    #: (field, direction, ((name, bin k), ...)) of the distributions with bins there.
+    dists: tuple[tuple[str, str, tuple[tuple[str, int], ...]], ...]
+
+
+#: Plans kept per table (name lists come from the nodes: bounded, forgotten when full).
+_MAX_PLANS: Final = 256
+
+
+def _plan(names: MeasurementMap, keys: tuple[str, ...], cell_level: bool) -> _Plan:
+    plans = names.plans
+    plan = plans.get((keys, cell_level))
+    if plan is not None:
+        return plan
+    direct = []
+    unknown = 0
+    dists = names.distributions
+    for name in keys:
+        r = names.rules.get(name)
+        if r is not None:
+            if r.cell_level or not cell_level:
+                direct.append((name, r.field, r.direction, r.scale, r.per))
+        elif name not in names.ratio_names and name not in RECOGNISED and \
+                not any(name.startswith(d.prefix) for d in dists):
+            unknown += 1
+    present = set(keys)
+    ratios = tuple((q.numerator, q.denominator, q.field, q.direction) for q in names.ratios
+                   if not (cell_level and not q.cell_level)
+                   and q.numerator in present and q.denominator in present)
+    bins = []
+    for d in dists:
+        if cell_level and not d.cell_level:
+            continue
+        found = []
+        for name in keys:
+            if name.startswith(d.prefix):
+                m = _BIN_RE.fullmatch(name, len(d.prefix))
+                if m is not None:
+                    found.append((name, int(m.group(1))))
+        if found:
+            bins.append((d.field, d.direction, tuple(found)))
+    plan = _Plan(tuple(direct), unknown, ratios, tuple(bins))
+    if len(plans) >= _MAX_PLANS:
+        plans.clear()
+    plans[(keys, cell_level)] = plan
+    return plan
+
+
 def report_values(values: Mapping[str, float], names: MeasurementMap, *,
                   cell_level: bool, prb_total: int | None = None,
                   granularity_ms: int | None = None) -> tuple[Values, int]:
     """The (field, direction) values one report gives, and how many of its names no rule
     knows (or could not be converted: a PRB count without the cell's PRBs, a volume without
     a granularity period).  ``cell_level``: only rules meaningful for every CPE of a cell."""
+    plan = _plan(names, tuple(values), cell_level)
     out: Values = {}
     later: Values = {}  # volume-derived rates: a direct throughput of the same key wins
-    unknown = 0
-    rules = names.rules
-    dists = names.distributions
-    ratio_names = names.ratio_names
-    for name, v in values.items():
-        r = rules.get(name)
-        if r is not None:
-            if not (r.cell_level or not cell_level) or not math.isfinite(v):
+    unknown = plan.unknown
+    isfinite = math.isfinite
+    for name, fld, direction, scale, per in plan.direct:
+        v = values[name]
+        if not isfinite(v):
+            continue
+        if not per:
+            out[(fld, direction)] = v * scale
+        elif per == "prb_total":
+            if not prb_total or prb_total <= 0:
+                unknown += 1
                 continue
-            if r.per == "prb_total":
-                if not prb_total or prb_total <= 0:
-                    unknown += 1
-                    continue
-                out[(r.field, r.direction)] = v / prb_total * r.scale
-            elif r.per == "period_s":
-                if not granularity_ms or granularity_ms <= 0:
-                    unknown += 1
-                    continue
-                later[(r.field, r.direction)] = v * r.scale / (granularity_ms / 1000.0)
-            else:
-                out[(r.field, r.direction)] = v * r.scale
-        elif name not in ratio_names and name not in RECOGNISED and \
-                not any(name.startswith(d.prefix) for d in dists):
-            unknown += 1
+            out[(fld, direction)] = v / prb_total * scale
+        else:  # "period_s"
+            if not granularity_ms or granularity_ms <= 0:
+                unknown += 1
+                continue
+            later[(fld, direction)] = v * scale / (granularity_ms / 1000.0)
     for key, v in later.items():
         out.setdefault(key, v)
-    for q in names.ratios:
-        if cell_level and not q.cell_level:
-            continue
-        num, den = values.get(q.numerator), values.get(q.denominator)
-        if num is not None and den is not None and den > 0 and math.isfinite(num / den):
-            out[(q.field, q.direction)] = num / den
-    for d in dists:
-        if cell_level and not d.cell_level:
-            continue
+    for numerator, denominator, fld, direction in plan.ratios:
+        den = values[denominator]
+        if den > 0:
+            ratio = values[numerator] / den
+            if isfinite(ratio):
+                out[(fld, direction)] = ratio
+    for fld, direction, found in plan.dists:
         total = weighted = 0.0
-        for name, v in values.items():
-            if name.startswith(d.prefix):
-                m = _BIN_RE.fullmatch(name, len(d.prefix))
-                if m is not None and math.isfinite(v) and v > 0:
-                    total += v
-                    weighted += int(m.group(1)) * v
+        for name, k in found:
+            v = values[name]
+            if isfinite(v) and v > 0:
+                total += v
+                weighted += k * v
         if total > 0:
-            out[(d.field, d.direction)] = weighted / total
+            out[(fld, direction)] = weighted / total
     return out, unknown
 
 

@@ -246,6 +246,9 @@ class SubscriptionBook:
         self._hits: dict[tuple[int, int], int] = {}
         self._dialects: dict[tuple[str, int], str] = {}
         self.misses = 0
+        #: Changes with every change of what decoding needs (subscriptions, dialects): the
+        #: decoder process's copy (:meth:`decode_view`) is sent again when it moved.
+        self.version = 0
         self._lock = threading.Lock()
 
     def lookup(self, request: RicRequestId, ran_function_id: int) -> ActiveSubscription | None:
@@ -258,11 +261,20 @@ class SubscriptionBook:
             self._hits[key] = self._hits.get(key, 0) + 1
             return sub
 
+    def peek(self, request: RicRequestId, ran_function_id: int) -> ActiveSubscription | None:
+        """What :meth:`lookup` finds, without counting (the decoding half of the ingest)."""
+        with self._lock:
+            sub = self._subs.get((request.instance, ran_function_id))
+            if sub is None or (self.match_requestor and request.requestor != self.requestor_id):
+                return None
+            return sub
+
     def add(self, sub: ActiveSubscription) -> None:
         key = (sub.request.instance, sub.ran_function_id)
         with self._lock:
             self._subs[key] = sub
             self._hits.setdefault(key, 0)
+            self.version += 1
 
     def remove_subscription(self, subscription_id: str) -> int:
         """Forget every instance of a submgr subscription; how many there were."""
@@ -271,12 +283,14 @@ class SubscriptionBook:
             for k in keys:
                 del self._subs[k]
                 self._hits.pop(k, None)
+            self.version += 1
         return len(keys)
 
     def clear(self) -> None:
         with self._lock:
             self._subs.clear()
             self._hits.clear()
+            self.version += 1
 
     def indications(self, instance: int, ran_function_id: int) -> int:
         with self._lock:
@@ -290,11 +304,29 @@ class SubscriptionBook:
     def remember_dialect(self, node: str, ran_function_id: int, dialect: str) -> None:
         """Kept per node and RAN function (not per subscription): it outlives resubscribing."""
         with self._lock:
-            self._dialects[(node, ran_function_id)] = dialect
+            if self._dialects.get((node, ran_function_id)) != dialect:
+                self._dialects[(node, ran_function_id)] = dialect
+                self.version += 1
 
     def active(self) -> list[ActiveSubscription]:
         with self._lock:
             return list(self._subs.values())
+
+    def decode_view(self) -> dict[str, Any]:
+        """What decoding indications needs of the book, as plain JSON data (the decoder
+        process's copy, :class:`xapp.adapters.e2.decoder.BookCopy`): the subscriptions'
+        keys, nodes, KPM versions, dialects and measurement lists, the dialects remembered
+        per node and RAN function, and :attr:`version`."""
+        with self._lock:
+            return {
+                "version": self.version,
+                "requestor": self.requestor_id if self.match_requestor else None,
+                "subscriptions": [
+                    [s.request.instance, s.ran_function_id, s.subscription_id, s.node,
+                     s.kpm_version, s.dialect, sorted(s.measurement_ids.items()),
+                     list(s.measurements)] for s in self._subs.values()],
+                "dialects": [[node, fn, d] for (node, fn), d in self._dialects.items()],
+            }
 
 
 # --- persistence of the ids this process made ---------------------------------------------------
@@ -598,7 +630,8 @@ class E2Subscriber:
                     cell=node.cell if style in (1, 3) else None)
             except ValueError as exc:
                 # One style the codec cannot encode for this node (styles 2 and 5 name UEs the
-                # xApp does not know; ONF's v02.00.03 has style 1 only): the others still go.
+                # xApp does not know; v02.00 and ONF's v02.00.03 have no style 4 or 5): the
+                # others still go.
                 errors.append(f"style {style}: {exc}")
                 continue
             self._next_xapp_id = self._next_xapp_id % MAX_INSTANCE_ID + 1

@@ -44,6 +44,10 @@ class E2SM_KPM_v3_IEs:
         'NR-CGI',
         'EUTRA-CGI',
         'CGI',
+        'RNTI-Value',
+        'Cell-RNTI',
+        'NR-SSB-Index',
+        'Beam-ID',
         'SST',
         'SD',
         'S-NSSAI',
@@ -94,6 +98,10 @@ class E2SM_KPM_v3_IEs:
         'LabelInfoItem',
         'LabelInfoList',
         'MeasurementInfoItem',
+        'MatchCondReportList',
+        'MatchCondReportItem',
+        'MeasValueReportCond',
+        'MeasValueTestCond-Expression',
         'MeasurementInfoList',
         'MeasurementRecordItem',
         'MeasurementRecord',
@@ -160,6 +168,10 @@ class E2SM_KPM_v3_IEs:
         'NR-CGI',
         'EUTRA-CGI',
         'CGI',
+        'RNTI-Value',
+        'Cell-RNTI',
+        'NR-SSB-Index',
+        'Beam-ID',
         'SST',
         'SD',
         'S-NSSAI',
@@ -210,6 +222,10 @@ class E2SM_KPM_v3_IEs:
         'LabelInfoItem',
         'LabelInfoList',
         'MeasurementInfoItem',
+        'MatchCondReportList',
+        'MatchCondReportItem',
+        'MeasValueReportCond',
+        'MeasValueTestCond-Expression',
         'MeasurementInfoList',
         'MeasurementRecordItem',
         'MeasurementRecord',
@@ -389,6 +405,32 @@ class E2SM_KPM_v3_IEs:
         ('eUTRA-CGI', _CGI_eUTRA_CGI),
         ])
     CGI._ext = []
+    
+    #-----< RNTI-Value >-----#
+    RNTI_Value = INT(name='RNTI-Value', mode=MODE_TYPE)
+    RNTI_Value._const_val = ASN1Set(rv=[], rr=[ASN1RangeInt(lb=0, ub=65535)], ev=None, er=[])
+    
+    #-----< Cell-RNTI >-----#
+    Cell_RNTI = SEQ(name='Cell-RNTI', mode=MODE_TYPE)
+    _Cell_RNTI_c_RNTI = INT(name='c-RNTI', mode=MODE_TYPE, tag=(0, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'RNTI-Value')))
+    _Cell_RNTI_cell_Global_ID = CHOICE(name='cell-Global-ID', mode=MODE_TYPE, tag=(1, TAG_CONTEXT_SPEC, TAG_EXPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'CGI')))
+    Cell_RNTI._cont = ASN1Dict([
+        ('c-RNTI', _Cell_RNTI_c_RNTI),
+        ('cell-Global-ID', _Cell_RNTI_cell_Global_ID),
+        ])
+    Cell_RNTI._ext = []
+    
+    #-----< NR-SSB-Index >-----#
+    NR_SSB_Index = INT(name='NR-SSB-Index', mode=MODE_TYPE)
+    NR_SSB_Index._const_val = ASN1Set(rv=[], rr=[ASN1RangeInt(lb=0, ub=63)], ev=None, er=[])
+    
+    #-----< Beam-ID >-----#
+    Beam_ID = CHOICE(name='Beam-ID', mode=MODE_TYPE)
+    _Beam_ID_nR_Beam_ID = INT(name='nR-Beam-ID', mode=MODE_TYPE, tag=(0, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'NR-SSB-Index')))
+    Beam_ID._cont = ASN1Dict([
+        ('nR-Beam-ID', _Beam_ID_nR_Beam_ID),
+        ])
+    Beam_ID._ext = []
     
     #-----< SST >-----#
     SST = OCT_STR(name='SST', mode=MODE_TYPE)
@@ -614,6 +656,7 @@ class E2SM_KPM_v3_IEs:
     _UEID_GNB_m_NG_RAN_UE_XnAP_ID = INT(name='m-NG-RAN-UE-XnAP-ID', mode=MODE_TYPE, tag=(5, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'NG-RANnodeUEXnAPID')), opt=True)
     _UEID_GNB_globalGNB_ID = SEQ(name='globalGNB-ID', mode=MODE_TYPE, tag=(6, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'GlobalGNB-ID')), opt=True)
     _UEID_GNB_globalNG_RANNode_ID = CHOICE(name='globalNG-RANNode-ID', mode=MODE_TYPE, tag=(7, TAG_CONTEXT_SPEC, TAG_EXPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'GlobalNGRANNodeID')), opt=True)
+    _UEID_GNB_cell_RNTI = SEQ(name='cell-RNTI', mode=MODE_TYPE, tag=(8, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'Cell-RNTI')), opt=True)
     UEID_GNB._cont = ASN1Dict([
         ('amf-UE-NGAP-ID', _UEID_GNB_amf_UE_NGAP_ID),
         ('guami', _UEID_GNB_guami),
@@ -623,8 +666,9 @@ class E2SM_KPM_v3_IEs:
         ('m-NG-RAN-UE-XnAP-ID', _UEID_GNB_m_NG_RAN_UE_XnAP_ID),
         ('globalGNB-ID', _UEID_GNB_globalGNB_ID),
         ('globalNG-RANNode-ID', _UEID_GNB_globalNG_RANNode_ID),
+        ('cell-RNTI', _UEID_GNB_cell_RNTI),
         ])
-    UEID_GNB._ext = ['globalNG-RANNode-ID']
+    UEID_GNB._ext = ['globalNG-RANNode-ID', 'cell-RNTI']
     
     #-----< UEID-GNB-CU-CP-E1AP-ID-List >-----#
     UEID_GNB_CU_CP_E1AP_ID_List = SEQ_OF(name='UEID-GNB-CU-CP-E1AP-ID-List', mode=MODE_TYPE)
@@ -658,11 +702,13 @@ class E2SM_KPM_v3_IEs:
     UEID_GNB_DU = SEQ(name='UEID-GNB-DU', mode=MODE_TYPE)
     _UEID_GNB_DU_gNB_CU_UE_F1AP_ID = INT(name='gNB-CU-UE-F1AP-ID', mode=MODE_TYPE, tag=(0, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'GNB-CU-UE-F1AP-ID')))
     _UEID_GNB_DU_ran_UEID = OCT_STR(name='ran-UEID', mode=MODE_TYPE, tag=(1, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'RANUEID')), opt=True)
+    _UEID_GNB_DU_cell_RNTI = SEQ(name='cell-RNTI', mode=MODE_TYPE, tag=(2, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'Cell-RNTI')), opt=True)
     UEID_GNB_DU._cont = ASN1Dict([
         ('gNB-CU-UE-F1AP-ID', _UEID_GNB_DU_gNB_CU_UE_F1AP_ID),
         ('ran-UEID', _UEID_GNB_DU_ran_UEID),
+        ('cell-RNTI', _UEID_GNB_DU_cell_RNTI),
         ])
-    UEID_GNB_DU._ext = []
+    UEID_GNB_DU._ext = ['cell-RNTI']
     
     #-----< UEID-GNB-CU-UP >-----#
     UEID_GNB_CU_UP = SEQ(name='UEID-GNB-CU-UP', mode=MODE_TYPE)
@@ -682,6 +728,7 @@ class E2SM_KPM_v3_IEs:
     _UEID_NG_ENB_m_NG_RAN_UE_XnAP_ID = INT(name='m-NG-RAN-UE-XnAP-ID', mode=MODE_TYPE, tag=(3, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'NG-RANnodeUEXnAPID')), opt=True)
     _UEID_NG_ENB_globalNgENB_ID = SEQ(name='globalNgENB-ID', mode=MODE_TYPE, tag=(4, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'GlobalNgENB-ID')), opt=True)
     _UEID_NG_ENB_globalNG_RANNode_ID = CHOICE(name='globalNG-RANNode-ID', mode=MODE_TYPE, tag=(5, TAG_CONTEXT_SPEC, TAG_EXPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'GlobalNGRANNodeID')), opt=True)
+    _UEID_NG_ENB_cell_RNTI = SEQ(name='cell-RNTI', mode=MODE_TYPE, tag=(6, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'Cell-RNTI')), opt=True)
     UEID_NG_ENB._cont = ASN1Dict([
         ('amf-UE-NGAP-ID', _UEID_NG_ENB_amf_UE_NGAP_ID),
         ('guami', _UEID_NG_ENB_guami),
@@ -689,16 +736,19 @@ class E2SM_KPM_v3_IEs:
         ('m-NG-RAN-UE-XnAP-ID', _UEID_NG_ENB_m_NG_RAN_UE_XnAP_ID),
         ('globalNgENB-ID', _UEID_NG_ENB_globalNgENB_ID),
         ('globalNG-RANNode-ID', _UEID_NG_ENB_globalNG_RANNode_ID),
+        ('cell-RNTI', _UEID_NG_ENB_cell_RNTI),
         ])
-    UEID_NG_ENB._ext = ['globalNG-RANNode-ID']
+    UEID_NG_ENB._ext = ['globalNG-RANNode-ID', 'cell-RNTI']
     
     #-----< UEID-NG-ENB-DU >-----#
     UEID_NG_ENB_DU = SEQ(name='UEID-NG-ENB-DU', mode=MODE_TYPE)
     _UEID_NG_ENB_DU_ng_eNB_CU_UE_W1AP_ID = INT(name='ng-eNB-CU-UE-W1AP-ID', mode=MODE_TYPE, tag=(0, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'NGENB-CU-UE-W1AP-ID')))
+    _UEID_NG_ENB_DU_cell_RNTI = SEQ(name='cell-RNTI', mode=MODE_TYPE, tag=(1, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'Cell-RNTI')), opt=True)
     UEID_NG_ENB_DU._cont = ASN1Dict([
         ('ng-eNB-CU-UE-W1AP-ID', _UEID_NG_ENB_DU_ng_eNB_CU_UE_W1AP_ID),
+        ('cell-RNTI', _UEID_NG_ENB_DU_cell_RNTI),
         ])
-    UEID_NG_ENB_DU._ext = []
+    UEID_NG_ENB_DU._ext = ['cell-RNTI']
     
     #-----< UEID-EN-GNB >-----#
     UEID_EN_GNB = SEQ(name='UEID-EN-GNB', mode=MODE_TYPE)
@@ -708,6 +758,7 @@ class E2SM_KPM_v3_IEs:
     _UEID_EN_GNB_gNB_CU_UE_F1AP_ID = INT(name='gNB-CU-UE-F1AP-ID', mode=MODE_TYPE, tag=(3, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'GNB-CU-UE-F1AP-ID')), opt=True)
     _UEID_EN_GNB_gNB_CU_CP_UE_E1AP_ID_List = SEQ_OF(name='gNB-CU-CP-UE-E1AP-ID-List', mode=MODE_TYPE, tag=(4, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'UEID-GNB-CU-CP-E1AP-ID-List')), opt=True)
     _UEID_EN_GNB_ran_UEID = OCT_STR(name='ran-UEID', mode=MODE_TYPE, tag=(5, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'RANUEID')), opt=True)
+    _UEID_EN_GNB_cell_RNTI = SEQ(name='cell-RNTI', mode=MODE_TYPE, tag=(6, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'Cell-RNTI')), opt=True)
     UEID_EN_GNB._cont = ASN1Dict([
         ('m-eNB-UE-X2AP-ID', _UEID_EN_GNB_m_eNB_UE_X2AP_ID),
         ('m-eNB-UE-X2AP-ID-Extension', _UEID_EN_GNB_m_eNB_UE_X2AP_ID_Extension),
@@ -715,8 +766,9 @@ class E2SM_KPM_v3_IEs:
         ('gNB-CU-UE-F1AP-ID', _UEID_EN_GNB_gNB_CU_UE_F1AP_ID),
         ('gNB-CU-CP-UE-E1AP-ID-List', _UEID_EN_GNB_gNB_CU_CP_UE_E1AP_ID_List),
         ('ran-UEID', _UEID_EN_GNB_ran_UEID),
+        ('cell-RNTI', _UEID_EN_GNB_cell_RNTI),
         ])
-    UEID_EN_GNB._ext = []
+    UEID_EN_GNB._ext = ['cell-RNTI']
     
     #-----< UEID-ENB >-----#
     UEID_ENB = SEQ(name='UEID-ENB', mode=MODE_TYPE)
@@ -725,14 +777,16 @@ class E2SM_KPM_v3_IEs:
     _UEID_ENB_m_eNB_UE_X2AP_ID = INT(name='m-eNB-UE-X2AP-ID', mode=MODE_TYPE, tag=(2, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'ENB-UE-X2AP-ID')), opt=True)
     _UEID_ENB_m_eNB_UE_X2AP_ID_Extension = INT(name='m-eNB-UE-X2AP-ID-Extension', mode=MODE_TYPE, tag=(3, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'ENB-UE-X2AP-ID-Extension')), opt=True)
     _UEID_ENB_globalENB_ID = SEQ(name='globalENB-ID', mode=MODE_TYPE, tag=(4, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'GlobalENB-ID')), opt=True)
+    _UEID_ENB_cell_RNTI = SEQ(name='cell-RNTI', mode=MODE_TYPE, tag=(5, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'Cell-RNTI')), opt=True)
     UEID_ENB._cont = ASN1Dict([
         ('mME-UE-S1AP-ID', _UEID_ENB_mME_UE_S1AP_ID),
         ('gUMMEI', _UEID_ENB_gUMMEI),
         ('m-eNB-UE-X2AP-ID', _UEID_ENB_m_eNB_UE_X2AP_ID),
         ('m-eNB-UE-X2AP-ID-Extension', _UEID_ENB_m_eNB_UE_X2AP_ID_Extension),
         ('globalENB-ID', _UEID_ENB_globalENB_ID),
+        ('cell-RNTI', _UEID_ENB_cell_RNTI),
         ])
-    UEID_ENB._ext = []
+    UEID_ENB._ext = ['cell-RNTI']
     
     #-----< TimeStamp >-----#
     TimeStamp = OCT_STR(name='TimeStamp', mode=MODE_TYPE)
@@ -810,6 +864,8 @@ class E2SM_KPM_v3_IEs:
     _MeasurementLabel_nonGoB_BFmode_Index._const_val = ASN1Set(rv=[], rr=[ASN1RangeInt(lb=1, ub=65535)], ev=[], er=[])
     _MeasurementLabel_mimo_mode_Index = INT(name='mimo-mode-Index', mode=MODE_TYPE, tag=(23, TAG_CONTEXT_SPEC, TAG_IMPLICIT), opt=True)
     _MeasurementLabel_mimo_mode_Index._const_val = ASN1Set(rv=[], rr=[ASN1RangeInt(lb=1, ub=2)], ev=[], er=[])
+    _MeasurementLabel_cellGlobalID = CHOICE(name='cellGlobalID', mode=MODE_TYPE, tag=(24, TAG_CONTEXT_SPEC, TAG_EXPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'CGI')), opt=True)
+    _MeasurementLabel_beamID = CHOICE(name='beamID', mode=MODE_TYPE, tag=(25, TAG_CONTEXT_SPEC, TAG_EXPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'Beam-ID')), opt=True)
     MeasurementLabel._cont = ASN1Dict([
         ('noLabel', _MeasurementLabel_noLabel),
         ('plmnID', _MeasurementLabel_plmnID),
@@ -835,8 +891,10 @@ class E2SM_KPM_v3_IEs:
         ('ssbIndex', _MeasurementLabel_ssbIndex),
         ('nonGoB-BFmode-Index', _MeasurementLabel_nonGoB_BFmode_Index),
         ('mimo-mode-Index', _MeasurementLabel_mimo_mode_Index),
+        ('cellGlobalID', _MeasurementLabel_cellGlobalID),
+        ('beamID', _MeasurementLabel_beamID),
         ])
-    MeasurementLabel._ext = ['ssbIndex', 'nonGoB-BFmode-Index', 'mimo-mode-Index']
+    MeasurementLabel._ext = ['ssbIndex', 'nonGoB-BFmode-Index', 'mimo-mode-Index', 'cellGlobalID', 'beamID']
     
     #-----< LabelInfoItem >-----#
     LabelInfoItem = SEQ(name='LabelInfoItem', mode=MODE_TYPE)
@@ -856,11 +914,44 @@ class E2SM_KPM_v3_IEs:
     MeasurementInfoItem = SEQ(name='MeasurementInfoItem', mode=MODE_TYPE)
     _MeasurementInfoItem_measType = CHOICE(name='measType', mode=MODE_TYPE, tag=(0, TAG_CONTEXT_SPEC, TAG_EXPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'MeasurementType')))
     _MeasurementInfoItem_labelInfoList = SEQ_OF(name='labelInfoList', mode=MODE_TYPE, tag=(1, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'LabelInfoList')))
+    _MeasurementInfoItem_matchCondReportList = SEQ_OF(name='matchCondReportList', mode=MODE_TYPE, tag=(2, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'MatchCondReportList')), opt=True)
     MeasurementInfoItem._cont = ASN1Dict([
         ('measType', _MeasurementInfoItem_measType),
         ('labelInfoList', _MeasurementInfoItem_labelInfoList),
+        ('matchCondReportList', _MeasurementInfoItem_matchCondReportList),
         ])
-    MeasurementInfoItem._ext = []
+    MeasurementInfoItem._ext = ['matchCondReportList']
+    
+    #-----< MatchCondReportList >-----#
+    MatchCondReportList = SEQ_OF(name='MatchCondReportList', mode=MODE_TYPE)
+    _MatchCondReportList__item_ = SEQ(name='_item_', mode=MODE_TYPE, typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'MatchCondReportItem')))
+    MatchCondReportList._cont = _MatchCondReportList__item_
+    MatchCondReportList._const_sz = ASN1Set(rv=[], rr=[ASN1RangeInt(lb=1, ub=32768)], ev=None, er=[])
+    
+    #-----< MatchCondReportItem >-----#
+    MatchCondReportItem = SEQ(name='MatchCondReportItem', mode=MODE_TYPE)
+    _MatchCondReportItem_measValueReportCond = SEQ(name='measValueReportCond', mode=MODE_TYPE, tag=(0, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'MeasValueReportCond')))
+    _MatchCondReportItem_logicalOR = ENUM(name='logicalOR', mode=MODE_TYPE, tag=(1, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'LogicalOR')), opt=True)
+    MatchCondReportItem._cont = ASN1Dict([
+        ('measValueReportCond', _MatchCondReportItem_measValueReportCond),
+        ('logicalOR', _MatchCondReportItem_logicalOR),
+        ])
+    MatchCondReportItem._ext = []
+    
+    #-----< MeasValueReportCond >-----#
+    MeasValueReportCond = SEQ(name='MeasValueReportCond', mode=MODE_TYPE)
+    _MeasValueReportCond_testExpr = ENUM(name='testExpr', mode=MODE_TYPE, tag=(0, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'MeasValueTestCond-Expression')))
+    _MeasValueReportCond_testValue = CHOICE(name='testValue', mode=MODE_TYPE, tag=(1, TAG_CONTEXT_SPEC, TAG_EXPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'TestCond-Value')))
+    MeasValueReportCond._cont = ASN1Dict([
+        ('testExpr', _MeasValueReportCond_testExpr),
+        ('testValue', _MeasValueReportCond_testValue),
+        ])
+    MeasValueReportCond._ext = []
+    
+    #-----< MeasValueTestCond-Expression >-----#
+    MeasValueTestCond_Expression = ENUM(name='MeasValueTestCond-Expression', mode=MODE_TYPE)
+    MeasValueTestCond_Expression._cont = ASN1Dict([('equal', 0), ('greaterthan', 1), ('lessthan', 2), ('contains', 3), ('present', 4)])
+    MeasValueTestCond_Expression._ext = []
     
     #-----< MeasurementInfoList >-----#
     MeasurementInfoList = SEQ_OF(name='MeasurementInfoList', mode=MODE_TYPE)
@@ -874,12 +965,14 @@ class E2SM_KPM_v3_IEs:
     _MeasurementRecordItem_integer._const_val = ASN1Set(rv=[], rr=[ASN1RangeInt(lb=0, ub=4294967295)], ev=None, er=[])
     _MeasurementRecordItem_real = REAL(name='real', mode=MODE_TYPE, tag=(1, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('_IMPL_', 'REAL')))
     _MeasurementRecordItem_noValue = NULL(name='noValue', mode=MODE_TYPE, tag=(2, TAG_CONTEXT_SPEC, TAG_IMPLICIT))
+    _MeasurementRecordItem_notSatisfied = NULL(name='notSatisfied', mode=MODE_TYPE, tag=(3, TAG_CONTEXT_SPEC, TAG_IMPLICIT))
     MeasurementRecordItem._cont = ASN1Dict([
         ('integer', _MeasurementRecordItem_integer),
         ('real', _MeasurementRecordItem_real),
         ('noValue', _MeasurementRecordItem_noValue),
+        ('notSatisfied', _MeasurementRecordItem_notSatisfied),
         ])
-    MeasurementRecordItem._ext = []
+    MeasurementRecordItem._ext = ['notSatisfied']
     
     #-----< MeasurementRecord >-----#
     MeasurementRecord = SEQ_OF(name='MeasurementRecord', mode=MODE_TYPE)
@@ -1435,11 +1528,13 @@ class E2SM_KPM_v3_IEs:
     MeasurementInfo_Action_Item = SEQ(name='MeasurementInfo-Action-Item', mode=MODE_TYPE)
     _MeasurementInfo_Action_Item_measName = STR_PRINT(name='measName', mode=MODE_TYPE, tag=(0, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'MeasurementTypeName')))
     _MeasurementInfo_Action_Item_measID = INT(name='measID', mode=MODE_TYPE, tag=(1, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'MeasurementTypeID')), opt=True)
+    _MeasurementInfo_Action_Item_binRangeDef = SEQ(name='binRangeDef', mode=MODE_TYPE, tag=(2, TAG_CONTEXT_SPEC, TAG_IMPLICIT), typeref=ASN1RefType(('E2SM-KPM-v3-IEs', 'BinRangeDefinition')), opt=True)
     MeasurementInfo_Action_Item._cont = ASN1Dict([
         ('measName', _MeasurementInfo_Action_Item_measName),
         ('measID', _MeasurementInfo_Action_Item_measID),
+        ('binRangeDef', _MeasurementInfo_Action_Item_binRangeDef),
         ])
-    MeasurementInfo_Action_Item._ext = []
+    MeasurementInfo_Action_Item._ext = ['binRangeDef']
     
     #-----< MeasurementInfo-Action-List >-----#
     MeasurementInfo_Action_List = SEQ_OF(name='MeasurementInfo-Action-List', mode=MODE_TYPE)
@@ -1522,6 +1617,13 @@ class E2SM_KPM_v3_IEs:
         _CGI_nR_CGI,
         _CGI_eUTRA_CGI,
         CGI,
+        RNTI_Value,
+        _Cell_RNTI_c_RNTI,
+        _Cell_RNTI_cell_Global_ID,
+        Cell_RNTI,
+        NR_SSB_Index,
+        _Beam_ID_nR_Beam_ID,
+        Beam_ID,
         SST,
         SD,
         _S_NSSAI_sST,
@@ -1592,6 +1694,7 @@ class E2SM_KPM_v3_IEs:
         _UEID_GNB_m_NG_RAN_UE_XnAP_ID,
         _UEID_GNB_globalGNB_ID,
         _UEID_GNB_globalNG_RANNode_ID,
+        _UEID_GNB_cell_RNTI,
         UEID_GNB,
         _UEID_GNB_CU_CP_E1AP_ID_List__item_,
         UEID_GNB_CU_CP_E1AP_ID_List,
@@ -1603,6 +1706,7 @@ class E2SM_KPM_v3_IEs:
         UEID_GNB_CU_CP_F1AP_ID_Item,
         _UEID_GNB_DU_gNB_CU_UE_F1AP_ID,
         _UEID_GNB_DU_ran_UEID,
+        _UEID_GNB_DU_cell_RNTI,
         UEID_GNB_DU,
         _UEID_GNB_CU_UP_gNB_CU_CP_UE_E1AP_ID,
         _UEID_GNB_CU_UP_ran_UEID,
@@ -1613,8 +1717,10 @@ class E2SM_KPM_v3_IEs:
         _UEID_NG_ENB_m_NG_RAN_UE_XnAP_ID,
         _UEID_NG_ENB_globalNgENB_ID,
         _UEID_NG_ENB_globalNG_RANNode_ID,
+        _UEID_NG_ENB_cell_RNTI,
         UEID_NG_ENB,
         _UEID_NG_ENB_DU_ng_eNB_CU_UE_W1AP_ID,
+        _UEID_NG_ENB_DU_cell_RNTI,
         UEID_NG_ENB_DU,
         _UEID_EN_GNB_m_eNB_UE_X2AP_ID,
         _UEID_EN_GNB_m_eNB_UE_X2AP_ID_Extension,
@@ -1622,12 +1728,14 @@ class E2SM_KPM_v3_IEs:
         _UEID_EN_GNB_gNB_CU_UE_F1AP_ID,
         _UEID_EN_GNB_gNB_CU_CP_UE_E1AP_ID_List,
         _UEID_EN_GNB_ran_UEID,
+        _UEID_EN_GNB_cell_RNTI,
         UEID_EN_GNB,
         _UEID_ENB_mME_UE_S1AP_ID,
         _UEID_ENB_gUMMEI,
         _UEID_ENB_m_eNB_UE_X2AP_ID,
         _UEID_ENB_m_eNB_UE_X2AP_ID_Extension,
         _UEID_ENB_globalENB_ID,
+        _UEID_ENB_cell_RNTI,
         UEID_ENB,
         TimeStamp,
         GranularityPeriod,
@@ -1660,6 +1768,8 @@ class E2SM_KPM_v3_IEs:
         _MeasurementLabel_ssbIndex,
         _MeasurementLabel_nonGoB_BFmode_Index,
         _MeasurementLabel_mimo_mode_Index,
+        _MeasurementLabel_cellGlobalID,
+        _MeasurementLabel_beamID,
         MeasurementLabel,
         _LabelInfoItem_measLabel,
         LabelInfoItem,
@@ -1667,12 +1777,23 @@ class E2SM_KPM_v3_IEs:
         LabelInfoList,
         _MeasurementInfoItem_measType,
         _MeasurementInfoItem_labelInfoList,
+        _MeasurementInfoItem_matchCondReportList,
         MeasurementInfoItem,
+        _MatchCondReportList__item_,
+        MatchCondReportList,
+        _MatchCondReportItem_measValueReportCond,
+        _MatchCondReportItem_logicalOR,
+        MatchCondReportItem,
+        _MeasValueReportCond_testExpr,
+        _MeasValueReportCond_testValue,
+        MeasValueReportCond,
+        MeasValueTestCond_Expression,
         _MeasurementInfoList__item_,
         MeasurementInfoList,
         _MeasurementRecordItem_integer,
         _MeasurementRecordItem_real,
         _MeasurementRecordItem_noValue,
+        _MeasurementRecordItem_notSatisfied,
         MeasurementRecordItem,
         _MeasurementRecord__item_,
         MeasurementRecord,
@@ -1841,6 +1962,7 @@ class E2SM_KPM_v3_IEs:
         RANfunction_Name,
         _MeasurementInfo_Action_Item_measName,
         _MeasurementInfo_Action_Item_measID,
+        _MeasurementInfo_Action_Item_binRangeDef,
         MeasurementInfo_Action_Item,
         _MeasurementInfo_Action_List__item_,
         MeasurementInfo_Action_List,
