@@ -133,6 +133,7 @@ def test_indications_go_through_the_decoder_process_into_the_intake(
             ingest.counters
         assert proc.components is not None
         snap = proc.components.intake.latest(time.time(), 60.0)
+        assert snap.direction is not None
         got = {(str(c), str(d)): float(v) for c, d, v in
                zip(snap.cpe, snap.direction, snap.column("prb_util"), strict=True)}
         assert got[("cpe-1", "dl")] == pytest.approx(0.25)
