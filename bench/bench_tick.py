@@ -241,6 +241,34 @@ def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0
         influx.stop()
 
 
+def profile_memory(n: int, ticks: int, warm: int, top: int = 25) -> str:
+    """cProfile of ``ticks`` memory-path ticks after ``warm``: where a tick's time goes."""
+    import cProfile
+    import io
+    import pstats
+
+    fleet = Fleet(n)
+    intake = LatestKpis()
+    publisher = MemoryPublisher()
+    loop = _loop(intake, publisher, 1.0)
+    t0 = 1_800_000_000.0
+    prof = cProfile.Profile()
+    for k in range(warm + ticks):
+        now = t0 + k
+        intake.update(fleet.step(now))
+        if k >= warm:
+            prof.enable()
+        loop.tick(now)
+        if k >= warm:
+            prof.disable()
+        fleet.apply(publisher.take())
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpes", type=int, nargs="+", default=[1000, 10_000])
@@ -252,8 +280,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the per-CPE baseline (no speed-up is reported)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--profile", action="store_true",
+                        help="print a cProfile of the memory path's ticks instead (largest "
+                             "--cpes, --ticks timed after --warm)")
     args = parser.parse_args(argv)
     tune_gc()  # the process set up as mcw run sets it up
+    if args.profile:
+        print(profile_memory(max(args.cpes), args.ticks, args.warm))
+        return 0
     rows: list[dict[str, Any]] = []
     for n in args.cpes:
         rows.append(run_memory(n, args.ticks, args.warm, args.period))
