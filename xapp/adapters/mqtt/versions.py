@@ -14,8 +14,6 @@ import json
 import os
 import threading
 from collections.abc import Collection, Mapping
-from itertools import compress, repeat
-from operator import ge
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -110,9 +108,7 @@ class VersionAllocator:
 
     def reserve(self, cpe_ids: Collection[str]) -> None:
         """Make sure each CPE has at least one unused version, with one store write in all."""
-        # map and compress keep the per-CPE work in C (a tick reserves for 10,000 CPEs).
-        need = list(compress(cpe_ids, map(ge, map(self._last.get, cpe_ids, repeat(0)),
-                                          map(self._ceiling.get, cpe_ids, repeat(0)))))
+        need = [c for c in cpe_ids if self._last.get(c, 0) >= self._ceiling.get(c, 0)]
         if not need:
             return
         unknown = [c for c in need if c not in self._ceiling]
@@ -139,11 +135,6 @@ class VersionAllocator:
         """The next version of each CPE, in order (one store write in all, if any)."""
         self.reserve(cpe_ids)
         last, ceiling = self._last, self._ceiling
-        if len(set(cpe_ids)) == len(cpe_ids):
-            # Each CPE once: reserve left each at least one version, so no block runs out.
-            taken = [v + 1 for v in map(last.__getitem__, cpe_ids)]
-            last.update(zip(cpe_ids, taken, strict=True))
-            return taken
         out: list[int] = []
         for cpe_id in cpe_ids:
             version = last[cpe_id] + 1
