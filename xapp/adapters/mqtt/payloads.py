@@ -322,9 +322,9 @@ def _messages(batch: WeightBatch, sel: NDArray[np.intp], versions: list[int], he
                   np.fromiter(map(heads.__getitem__, pair), dtype=np.int64, count=len(pair))]
     p, h = 1 << len(order), len(heads)
     key = ((codes[0] * p + codes[2]) * h + codes[1]) * h + codes[3]
-    groups, inverse = np.unique(key, return_inverse=True)
-    by_group = np.argsort(inverse, kind="stable")
-    ends = np.cumsum(np.bincount(inverse, minlength=len(groups))).tolist()
+    by_group = np.argsort(key, kind="stable")
+    ordered = key[by_group]
+    ends = [*(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(key)]
     head_of = list(heads)
     # Bytes formatting with %: a third of str.format and encode (ids are ASCII by the
     # cpe_id pattern, reasons ASCII as json.dumps escapes them, names and modes known).
