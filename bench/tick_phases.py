@@ -10,7 +10,8 @@ phases of many calls).  Nested phases are indented and included in the phase abo
 "after" on the same machine.  A phase whose function does not exist at that commit is left
 out.
 
-    python bench/tick_phases.py [--cpes 10000] [--ticks 10] [--warm 3] [--commit SHA] [--json]
+    python bench/tick_phases.py [--cpes 10000] [--ticks 10] [--warm 3] [--commit SHA]
+                                [--influx-sink] [--json]
 """
 
 from __future__ import annotations
@@ -43,11 +44,17 @@ PHASES = (
     ("xapp.adapters.lab", "MemoryPublisher.publish_many", "    encode and version"),
     ("xapp.core.fleet", "FleetTable.store", "    fleet tables"),
     ("xapp.adapters.sdl", "SdlStateStore.put_published", "    state store"),
+    # With --influx-sink only: the lines of the write-backs (made on the tick's thread).
+    ("xapp.adapters.influx", "InfluxStore.write_forecasts", "  write-back: forecasts"),
+    ("xapp.adapters.influx", "InfluxStore.write_weights", "    write-back: weights"),
 )
 
 
-def measure(root: Path, cpes: int, ticks: int, warm: int) -> dict[str, float]:
-    """CPU ms per tick of each phase, for the code under ``root``."""
+def measure(root: Path, cpes: int, ticks: int, warm: int, influx_sink: bool = False
+            ) -> dict[str, float]:
+    """CPU ms per tick of each phase, for the code under ``root``; with ``influx_sink`` the
+    loop writes forecasts and weights to an :class:`~xapp.adapters.influx.InfluxStore` whose
+    flusher never runs (no server: what is timed is making the lines, as on the real path)."""
     sys.path[:0] = [str(root), str(root / "bench")]
     spent: dict[str, float] = {}
 
@@ -75,7 +82,13 @@ def measure(root: Path, cpes: int, ticks: int, warm: int) -> dict[str, float]:
     fleet = bench.Fleet(cpes)
     intake = bench.LatestKpis()
     publisher = bench.MemoryPublisher()
-    loop = bench._loop(intake, publisher, 1.0)
+    sink = None
+    if influx_sink:
+        influx = importlib.import_module("xapp.adapters.influx")
+        sink = influx.InfluxStore(influx.InfluxConfig(
+            url="http://127.0.0.1:9", bucket="bench", batch_size=10**7,
+            max_buffer_points=10**7))
+    loop = bench._loop(intake, publisher, 1.0, sink=sink)
     t0 = 1_800_000_000.0
     for k in range(warm + ticks):
         if k == warm:
@@ -83,6 +96,8 @@ def measure(root: Path, cpes: int, ticks: int, warm: int) -> dict[str, float]:
         intake.update(fleet.step(t0 + k))
         loop.tick(t0 + k)
         fleet.apply(publisher.take())
+        if sink is not None:
+            sink._buffer.clear()  # nothing is sent: keep the buffer from growing
     order = [label for _, _, label in PHASES if label in spent]
     return {label: round(spent[label] / ticks * 1e3, 2) for label in order}
 
@@ -93,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ticks", type=int, default=10, help="timed ticks")
     parser.add_argument("--warm", type=int, default=3, help="untimed ticks first")
     parser.add_argument("--commit", help="measure this commit's code instead (git archive)")
+    parser.add_argument("--influx-sink", action="store_true",
+                        help="write forecasts and weights back to InfluxDB's line protocol "
+                             "(lines made, nothing sent), as the real path does")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mcw-tick-phases-") as tmp:
@@ -102,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             archive = subprocess.run(["git", "-C", str(REPO), "archive", args.commit],
                                      check=True, capture_output=True).stdout
             subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
-        phases = measure(root, args.cpes, args.ticks, args.warm)
+        phases = measure(root, args.cpes, args.ticks, args.warm, args.influx_sink)
     if args.json:
         print(json.dumps({"cpes": args.cpes, "commit": args.commit or "HEAD",
                           "cpu_ms_per_tick": phases}, indent=2))
