@@ -24,13 +24,18 @@ Paths:
     shipped :class:`~xapp.adapters.mqtt.MqttWeightPublisher` to a real Mosquitto over mTLS
     (retained, QoS 1).  Agent telemetry over MQTT is not part of this path (it lands in the same
     intake; see ``bench/bench_fanout.py`` for the broker's side).
+``one-direction`` (``--one-direction``)
+    The loop as it was before it decided both directions (commit ``aa18381``, the parent of
+    the one that added them), taken from this repository's history with ``git archive`` and
+    run on the same fleet sizes in the same run (its own ``bench_tick.py --no-real``, a
+    subprocess): the one-direction cost the both-direction tick is compared with.
 ``per-cpe``
     The baseline, in the same run: the same loop with every decision made by the per-CPE
     reference :func:`xapp.core.weights.decide` (``decide=decide_per_cpe``, the previous
     design).
 
     python bench/bench_tick.py [--cpes 1000 10000] [--ticks 40] [--period 1.0] [--json]
-                               [--no-real] [--no-baseline]
+                               [--no-real] [--no-baseline] [--one-direction]
 
 ``--period`` sets the control period (and the policy's update period, so every CPE is due every
 tick); the output names the largest fleet measured whose tick p99 fits in half the period.
@@ -69,6 +74,8 @@ WATS = ("nr", "wifi", "lifi")
 TARGET_MEMORY_P99_MS = 150.0
 TARGET_REAL_P99_MS = 500.0
 TARGET_SPEEDUP = 10.0
+#: The last commit whose loop decided one direction (the parent of a2e8bb3, which added both).
+ONE_DIRECTION_COMMIT = "aa183814d71fff11c7d93d3b9a8a49c607064811"
 
 
 class Fleet:
@@ -241,6 +248,54 @@ def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0
         influx.stop()
 
 
+def run_one_direction(n: int, ticks: int, warm: int, period_s: float, work: Path
+                      ) -> dict[str, Any]:
+    """The memory path of the one-direction loop (:data:`ONE_DIRECTION_COMMIT`), run by its
+    own bench in a subprocess with this interpreter."""
+    import subprocess
+
+    tree = work / "one-direction"
+    if not tree.exists():
+        tree.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", ONE_DIRECTION_COMMIT],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    out = subprocess.run(
+        [sys.executable, str(tree / "bench" / "bench_tick.py"), "--cpes", str(n), "--ticks",
+         str(ticks), "--warm", str(warm), "--period", str(period_s), "--no-real",
+         "--no-baseline", "--json"], check=True, capture_output=True, text=True).stdout
+    row: dict[str, Any] = json.loads(out)["ticks"][0]
+    return {**row, "path": "one-direction", "commit": ONE_DIRECTION_COMMIT[:7]}
+
+
+def profile_memory(n: int, ticks: int, warm: int, top: int = 25) -> str:
+    """cProfile of ``ticks`` memory-path ticks after ``warm``: where a tick's time goes."""
+    import cProfile
+    import io
+    import pstats
+
+    fleet = Fleet(n)
+    intake = LatestKpis()
+    publisher = MemoryPublisher()
+    loop = _loop(intake, publisher, 1.0)
+    t0 = 1_800_000_000.0
+    prof = cProfile.Profile()
+    for k in range(warm + ticks):
+        now = t0 + k
+        intake.update(fleet.step(now))
+        if k >= warm:
+            prof.enable()
+        loop.tick(now)
+        if k >= warm:
+            prof.disable()
+        fleet.apply(publisher.take())
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpes", type=int, nargs="+", default=[1000, 10_000])
@@ -251,17 +306,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="control period in s (every CPE is due every period)")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the per-CPE baseline (no speed-up is reported)")
+    parser.add_argument("--one-direction", action="store_true",
+                        help="also run the one-direction loop of the repository's history "
+                             f"({ONE_DIRECTION_COMMIT[:7]}) on the same fleets (needs git)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--profile", action="store_true",
+                        help="print a cProfile of the memory path's ticks instead (largest "
+                             "--cpes, --ticks timed after --warm)")
     args = parser.parse_args(argv)
     tune_gc()  # the process set up as mcw run sets it up
+    if args.profile:
+        print(profile_memory(max(args.cpes), args.ticks, args.warm))
+        return 0
     rows: list[dict[str, Any]] = []
+    scratch = tempfile.TemporaryDirectory(prefix="mcw-bench-tick-")
     for n in args.cpes:
         rows.append(run_memory(n, args.ticks, args.warm, args.period))
+        if args.one_direction:  # right after, on the same machine state
+            rows.append(run_one_direction(n, args.ticks, args.warm, args.period,
+                                          Path(scratch.name)))
         if not args.no_baseline:
             rows.append(run_per_cpe(n, max(5, args.ticks // 4), args.warm, args.period))
         if not args.no_real:
             with tempfile.TemporaryDirectory(prefix="mcw-bench-tick-") as tmp:
                 rows.append(run_real(n, args.ticks, args.warm, Path(tmp), args.period))
+    scratch.cleanup()
     big = max(args.cpes)
     by = {(r["cpes"], r["path"]): r for r in rows}
     mem = by[(big, "memory")]
@@ -280,6 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     if (big, "real") in by:
         doc["real_p99_met"] = by[(big, "real")]["p99_ms"] <= TARGET_REAL_P99_MS
+    if (big, "one-direction") in by:
+        # Both directions against one, CPU time of the tick (wall time is the machine's load).
+        doc["both_over_one_direction_cpu"] = round(
+            mem["cpu_ms_p50"] / max(by[(big, "one-direction")]["cpu_ms_p50"], 1e-9), 2)
     if (big, "per-cpe") in by:
         base = by[(big, "per-cpe")]
         doc["speedup_vs_per_cpe"] = round(base["p50_ms"] / max(mem["p50_ms"], 1e-9), 1)
@@ -292,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['cpes']:>6} CPEs {r['path']:>8}: p50 {r['p50_ms']:8.2f} ms  p99 "
               f"{r['p99_ms']:8.2f} ms  cpu p50 {r['cpu_ms_p50']:8.2f} ms  first tick "
               f"{r['first_tick_ms']:8.1f} ms{extra}")
+    if "both_over_one_direction_cpu" in doc:
+        print(f"both directions cost {doc['both_over_one_direction_cpu']}x the one-direction "
+              f"loop's CPU per tick at {big} CPEs")
     if "speedup_vs_per_cpe" in doc:
         print(f"speed-up of the batched loop over per-CPE decisions at {big} CPEs: "
               f"{doc['speedup_vs_per_cpe']}x (target {TARGET_SPEEDUP:g}x)")

@@ -64,3 +64,21 @@ def test_file_store_is_atomic_json_and_refuses_garbage(tmp_path: Path) -> None:
 def test_block_must_be_positive() -> None:
     with pytest.raises(ValueError):
         VersionAllocator(MemoryVersionStore(), block=0)
+
+
+@pytest.mark.parametrize("batches", [
+    [["a", "b", "c"], ["a", "b", "c"], ["c", "d"], ["a", "b", "c", "d", "e"]],
+    [["a", "a", "b"], ["b", "b", "b"], ["a"]],  # a CPE named twice in one batch
+])
+@pytest.mark.parametrize("block", [1, 2, 5])
+def test_take_many_hands_out_what_take_would(batches: list[list[str]], block: int) -> None:
+    """The batched path (each CPE once) and the per-CPE one give the same versions, and the
+    store's ceilings stay at or above every version handed out."""
+    batched_store, single_store = MemoryVersionStore(), MemoryVersionStore()
+    batched = VersionAllocator(batched_store, block=block)
+    single = VersionAllocator(single_store, block=block)
+    for ids in batches:
+        got = batched.take_many(ids)
+        assert got == [single.take(c) for c in ids]
+        ceilings = batched_store.get_ceilings(ids)
+        assert all(v <= ceilings[c] for c, v in zip(ids, got, strict=True))

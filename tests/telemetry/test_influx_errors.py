@@ -170,6 +170,28 @@ def test_escaping_examples() -> None:
     assert lines.lines == ["m,cpe=a v=1.0 7"] and lines.refused == 1
 
 
+def test_percent_and_braces_are_text() -> None:
+    """Lines are made by %-formatting: a % or a brace in a name, a tag or a string field is
+    written as it is."""
+    lines = column_lines("m%d{}", {"t%s": ["a%s{}", "b"]},
+                         {"v%r": np.array([1.25, np.nan]), "n": np.array([3, 4])},
+                         np.array([7, 8]), text={"s%": "x%d{0}"}, decimals=1)
+    assert lines.lines == ['m%d{},t%s=a%s{} v%r=1.2,n=3i,s%="x%d{0}" 7',
+                           'm%d{},t%s=b n=4i,s%="x%d{0}" 8']
+
+
+def test_a_write_larger_than_the_buffer_keeps_its_newest_points() -> None:
+    store = InfluxStore(InfluxConfig(url="http://127.0.0.1:9", bucket="b",
+                                     max_buffer_points=5))
+    store.write_lines(["a", "b", "c"])
+    store.write_lines([f"n{i}" for i in range(7)])
+    assert list(store._buffer) == ["n2", "n3", "n4", "n5", "n6"]
+    assert store.counters.dropped_points == 5
+    store.write_lines(["z"])
+    assert list(store._buffer) == ["n3", "n4", "n5", "n6", "z"]
+    assert store.counters.dropped_points == 6
+
+
 @settings(_SHARED_SERVER, max_examples=60)
 @given(rows=st.lists(st.tuples(_VALUES.filter(bool), _VALUES), min_size=1, max_size=6,
                      unique_by=lambda r: r[0].rstrip("\x00")),  # one prediction per CPE

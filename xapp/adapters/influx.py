@@ -211,7 +211,7 @@ def column_lines(measurement: str, tags: Mapping[str, Sequence[str]],
                             for v in tags[key]], dtype=bool)
             refused = bad if refused is None else refused | bad
         text_of: Mapping[str, str] = cast(Mapping[str, str], escaped)  # None: never formatted
-        tag_cols.append([text_of[v] for v in tags[key]])
+        tag_cols.append(list(map(text_of.__getitem__, tags[key])))
         if "" in escaped:
             full &= np.array([v != "" for v in tags[key]], dtype=bool)
     keep = np.ones(n, dtype=bool) if refused is None else ~refused
@@ -225,32 +225,40 @@ def column_lines(measurement: str, tags: Mapping[str, Sequence[str]],
     times = (None if isinstance(time_ns, int | np.integer)
              else np.asarray(time_ns, dtype=np.int64))
 
-    def braces(t: str) -> str:
-        return t.replace("{", "{{").replace("}", "}}")
+    def percent(t: str) -> str:
+        return t.replace("%", "%%")
 
     meas = _measurement(measurement)
     tag_keys = [_key(k) for k in keys]
     field_keys = [_key(k) for k in names]
-    spec = "{!r}" if decimals is None else f"{{:.{decimals}f}}"
-    field_fmt = ",".join(f"{braces(k)}={{}}i" if integer else f"{braces(k)}={spec}"
+    spec = "%r" if decimals is None else f"%.{decimals}f"  # what {!r} and {:.Nf} write
+    field_fmt = ",".join(f"{percent(k)}=%di" if integer else f"{percent(k)}={spec}"
                          for k, integer in zip(field_keys, is_int, strict=True))
-    fmt = (braces(meas) + "".join(f",{braces(k)}={{}}" for k in tag_keys) + " " + field_fmt
-           + braces(consts) + (" {}" if times is not None else f" {int(time_ns)}"))
-    out: list[str | None] = [None] * n
+    # %-formatting applied by map: no Python statement per point (a third of the time of a
+    # loop of str.format calls at 60,000 points a tick).
+    fmt = (percent(meas) + "".join(f",{percent(k)}=%s" for k in tag_keys) + " " + field_fmt
+           + percent(consts) + (" %d" if times is not None else f" {int(time_ns)}"))
+    out: list[str | None]
     fast = np.flatnonzero(full if refused is None else full & keep)
+    cols: list[list[Any]] = [[c[i] for i in fast.tolist()] if len(fast) < n else c
+                             for c in tag_cols] if len(fast) else []
     if len(fast):
-        cols: list[list[Any]] = [[c[i] for i in fast.tolist()] if len(fast) < n else c
-                                 for c in tag_cols]
         cols += [(a[fast] if len(fast) < n else a).astype(np.int64 if integer else np.float64)
                  .tolist() for a, integer in zip(arrays, is_int, strict=True)]
         if times is not None:
             cols.append(times[fast].tolist())
-        for i, row in zip(fast.tolist(), zip(*cols, strict=True), strict=True):
-            out[i] = fmt.format(*row)
+    if len(fast) == n:
+        out = list(map(fmt.__mod__, zip(*cols, strict=True)))
+    else:
+        out = [None] * n
+        if len(fast):
+            for i, line in zip(fast.tolist(), map(fmt.__mod__, zip(*cols, strict=True)),
+                               strict=True):
+                out[i] = line
     for i in np.flatnonzero(~full & keep).tolist():  # an empty tag or a missing value
         tag_text = "".join(f",{k}={c[i]}" for k, c in zip(tag_keys, tag_cols, strict=True)
                            if c[i])
-        parts = [f"{k}={int(a[i])}i" if integer else f"{k}={spec.format(float(a[i]))}"
+        parts = [f"{k}={int(a[i])}i" if integer else f"{k}={spec % float(a[i])}"
                  for k, a, integer in zip(field_keys, arrays, is_int, strict=True)
                  if integer or np.isfinite(a[i])]
         if parts:
@@ -307,13 +315,18 @@ class InfluxStore:
     def _append(self, lines: Iterable[str | None], refused: int = 0) -> None:
         with self._lock:
             self.counters.refused_points += refused
-            for ln in lines:
-                if ln is None:
-                    continue
-                if len(self._buffer) >= self.config.max_buffer_points:
-                    self._buffer.popleft()
-                    self.counters.dropped_points += 1
-                self._buffer.append(ln)
+            buffer, limit = self._buffer, self.config.max_buffer_points
+            kept = [ln for ln in lines if ln is not None]
+            # Oldest points out first when the buffer would overflow (InfluxDB away).
+            over = max(0, len(buffer) + len(kept) - limit)
+            if over:
+                drop_old = min(over, len(buffer))
+                for _ in range(drop_old):
+                    buffer.popleft()
+                # More new lines than the buffer holds: only the newest fit.
+                kept = kept[over - drop_old:]
+                self.counters.dropped_points += over
+            buffer.extend(kept)
             full = len(self._buffer) >= self.config.batch_size
         if full:
             # Never flush here: writers are the loop and the MQTT network thread, and a slow

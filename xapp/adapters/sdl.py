@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from xapp.core.policy_book import PolicyInstance
@@ -187,14 +188,17 @@ class SdlStateStore:
     def put_published(self, published: Published) -> None:
         # Kept as (tick, row) and made into a record only when read or written to SDL: the
         # loop publishes thousands of CPEs a tick and most records are overwritten unread.
+        # Keys and rows are made by map and the dict and set take them in bulk: no Python
+        # statement runs per CPE (tuple.__new__ makes the named tuple without its Python
+        # __new__).
+        keys = list(map(CPE_PREFIX.__add__, published.batch.cpe_ids))
+        rows = map(tuple.__new__, repeat(_PublishedRow),
+                   zip(repeat(published), range(len(keys))))
         with self._lock:
-            values, dirty, removed = self._values, self._dirty, self._removed
-            for i, cpe_id in enumerate(published.batch.cpe_ids):
-                key = CPE_PREFIX + cpe_id
-                values[key] = _PublishedRow(published, i)
-                dirty.add(key)
-            if removed:
-                removed.difference_update(CPE_PREFIX + c for c in published.batch.cpe_ids)
+            self._values.update(zip(keys, rows, strict=True))
+            self._dirty.update(keys)
+            if self._removed:
+                self._removed.difference_update(keys)
 
     def cpe(self, cpe_id: str) -> CpeRecord | None:
         with self._lock:

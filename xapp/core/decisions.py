@@ -145,12 +145,14 @@ def _balanced(out: BatchDecision, rows: IntArray, prev: _Previous, policy: Polic
     todo = rows[~skip]
     new = optimal_weights_batch(c[todo], policy.max_weight)
     _finish(out, todo, new, np.asarray(new.any(axis=1), dtype=bool), "load_balancing", prev,
-            policy)
+            policy, (held_ok[~skip], t_old[~skip]))
 
 
 def _finish(out: BatchDecision, rows: IntArray, new: IntArray, ok: Mask,
-            reason: str | NDArray[np.object_], prev: _Previous, policy: Policy) -> None:
-    """Apply hysteresis to the new weights of ``rows`` and write them into ``out``."""
+            reason: str | NDArray[np.object_], prev: _Previous, policy: Policy,
+            held: tuple[Mask, Array] | None = None) -> None:
+    """Apply hysteresis to the new weights of ``rows`` and write them into ``out``;
+    ``held`` is ``prev.held(rows, policy)`` when the caller has it already."""
     bad = rows[~ok]
     out.status[bad] = NO_USABLE
     out.reason[bad] = f"policy mode {policy.mode.value} leaves no WAT to use"
@@ -159,7 +161,7 @@ def _finish(out: BatchDecision, rows: IntArray, new: IntArray, ok: Mask,
     if len(rows) == 0:
         return
     t_new = fluid_aggregate_batch(prev.cons[rows], new)
-    held_ok, t_old = prev.held(rows, policy)
+    held_ok, t_old = prev.held(rows, policy) if held is None else (held[0][ok], held[1][ok])
     hold = held_ok & (t_new <= t_old * (1.0 + policy.hysteresis_pct / 100.0))
     change = ~hold
     out.weights[rows[change]] = new[change]

@@ -257,23 +257,100 @@ def encode_weights_batch(batch: WeightBatch, issued_at_ms: int,
             refused[i] = PayloadError("bad-cpe-id", f"{cpe_id!r} is not a valid cpe_id")
     rows = [i for i in range(n) if i not in refused] if refused else list(range(n))
     versions = take_versions([ids[i] for i in rows])
-    for i, v in zip(rows, versions, strict=True):
-        if not 1 <= v <= _MAX_SAFE_INT:  # a version store corrupted or at its end
-            refused[i] = PayloadError("schema", f"version: {v} is out of range")
+    # A version store corrupted or at its end (looked for row by row only when min or max
+    # says a version is out of range).
+    if versions and (min(versions) < 1 or max(versions) > _MAX_SAFE_INT):
+        for i, v in zip(rows, versions, strict=True):
+            if not 1 <= v <= _MAX_SAFE_INT:
+                refused[i] = PayloadError("schema", f"version: {v} is out of range")
     if len(refused) > n - len(rows):
         keep = [(i, v) for i, v in zip(rows, versions, strict=True) if i not in refused]
         rows, versions = [i for i, _ in keep], [v for _, v in keep]
-    sel = np.array(rows, dtype=np.intp)
-    dl = _direction_objects(batch.dl, batch.wats, sel)
-    ul = _direction_objects(batch.ul, batch.wats, sel)
     lease_text = _ENCODE_FLOAT(lease) if isinstance(lease, float) else str(int(lease))
     head = (f'"issued_at_ms":{int(issued_at_ms)},"lease_s":{lease_text},'
             f'"schema":"{SCHEMA_IDS["weights"]}"')
-    payloads = [
-        f'{{"cpe_id":"{ids[i]}","dl":{dl[a]},{head},"ul":{ul[a]},"version":{versions[a]}}}'
-        .encode()
-        for a, i in enumerate(rows)]
+    payloads = _messages(batch, np.array(rows, dtype=np.intp), versions, head)
     return EncodedWeights(rows, versions, payloads, refused)
+
+
+def _messages(batch: WeightBatch, sel: NDArray[np.intp], versions: list[int], head: str
+              ) -> list[bytes]:
+    """The messages of rows ``sel`` (``versions`` in the same order), in that order.
+
+    A tick's messages differ in few ways: which WATs each set names, its mode and reason.
+    Rows alike in all of these in both directions share one format string of the whole
+    message (one ``format`` call per message, with the cpe_id, the weights and the version);
+    a row with rate caps in either direction is written from its two direction objects.
+    """
+    n = len(sel)
+    out: list[bytes] = [b""] * n
+    if n == 0:
+        return out
+    wats = batch.wats
+    order = sorted(range(len(wats)), key=lambda j: wats[j])
+    ids = batch.cpe_ids
+    version = np.array(versions, dtype=np.int64)
+    capped = np.zeros(n, dtype=bool)
+    for d in (batch.dl, batch.ul):
+        if d.caps_mbps is not None:
+            capped |= ~np.isnan(np.asarray(d.caps_mbps, dtype=np.float64)[sel]).all(axis=1)
+    at_caps = np.flatnonzero(capped)
+    if len(at_caps):
+        some = sel[at_caps]
+        dl = _direction_objects(batch.dl, wats, some)
+        ul = _direction_objects(batch.ul, wats, some)
+        for b, a in enumerate(at_caps.tolist()):
+            out[a] = (f'{{"cpe_id":"{ids[int(sel[a])]}","dl":{dl[b]},{head},"ul":{ul[b]},'
+                      f'"version":{versions[a]}}}').encode()
+        if len(at_caps) == n:
+            return out
+    plain = np.flatnonzero(~capped)
+    rows = sel[plain]
+    pick = rows.tolist()
+    # Per direction: a code of the WATs named (bit b: the b-th WAT in sorted order) and of
+    # the (mode, reason) pair, numbered in C (dict.fromkeys, map) rather than row by row.
+    bits = 1 << np.arange(len(order))
+    pairs = []
+    for d in (batch.dl, batch.ul):
+        modes, reasons = np.asarray(d.modes, dtype=object), np.asarray(d.reasons, dtype=object)
+        pairs.append(list(zip(modes[rows].tolist(), reasons[rows].tolist(), strict=True)))
+    heads = {pair: code for code, pair in
+             enumerate(dict.fromkeys(pairs[0]) | dict.fromkeys(pairs[1]))}
+    codes = []
+    for d, pair in zip((batch.dl, batch.ul), pairs, strict=True):
+        codes += [d.present[rows][:, order] @ bits,
+                  np.fromiter(map(heads.__getitem__, pair), dtype=np.int64, count=len(pair))]
+    p, h = 1 << len(order), len(heads)
+    key = ((codes[0] * p + codes[2]) * h + codes[1]) * h + codes[3]
+    by_group = np.argsort(key, kind="stable")
+    ordered = key[by_group]
+    ends = [*(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(key)]
+    head_of = list(heads)
+    # Bytes formatting with %: a third of str.format and encode (ids are ASCII by the
+    # cpe_id pattern, reasons ASCII as json.dumps escapes them, names and modes known).
+    ids_b = np.array("\0".join([ids[i] for i in pick]).encode().split(b"\0"), dtype=object)
+    literal = head.encode().replace(b"%", b"%%")
+    start = 0
+    for end in ends:
+        at = by_group[start:end]
+        start = end
+        first = int(at[0])
+        parts, columns = [], []
+        for name, d, pat, txt in (("dl", batch.dl, codes[0], codes[1]),
+                                  ("ul", batch.ul, codes[2], codes[3])):
+            cols = [order[b] for b in range(len(order)) if int(pat[first]) >> b & 1]
+            mode, reason = head_of[int(txt[first])]
+            fixed = (f'"{name}":{{"mode":"{mode}","reason":{json.dumps(reason[:256])},'
+                     '"weights":{')
+            parts.append(fixed.encode().replace(b"%", b"%%")
+                         + ",".join(f'"{wats[j]}":%d' for j in cols).encode() + b"}}")
+            columns += d.weights[rows[at]][:, cols].T.tolist()
+        fmt = b'{"cpe_id":"%s",' + parts[0] + b"," + literal + b"," + parts[1] + b',"version":%d}'
+        texts = map(fmt.__mod__, zip(ids_b[at].tolist(), *columns,
+                                     version[plain[at]].tolist(), strict=True))
+        for a, t in zip(plain[at].tolist(), texts, strict=True):
+            out[a] = t
+    return out
 
 
 def _check_direction(d: DirectionBatch, name: str, refused: dict[int, PayloadError]) -> None:
