@@ -109,7 +109,7 @@ def test_rate_caps_reach_the_agents_and_the_cpes_view(
         "--config", str(config), "--http-host", "127.0.0.1", "--http-port", "0", "--rmr", "off",
         "--sdl", "memory", "--estimator", "ewma", "--kpi-file", str(kpis),
         "--config-poll-s", "0.1"])
-    proc = runtime.XappProcess(args, load_config(args.config))
+    proc = runtime.XappProcess(runtime.RunOptions.from_args(args), load_config(args.config))
     proc.start()
     c1, c2 = agents["cpe-0001"], agents["cpe-0002"]
     try:

@@ -42,7 +42,7 @@ def start(tmp_path: Path, e2: dict[str, Any], http_port: int,
         "--config", str(config), "--http-host", "127.0.0.1", "--http-port", str(http_port),
         "--rmr", rmr, "--estimator", "ewma", "--kpi-file", str(kpis),
         "--publish-file", str(tmp_path / "out.jsonl")])
-    proc = runtime.XappProcess(args, load_config(args.config))
+    proc = runtime.XappProcess(runtime.RunOptions.from_args(args), load_config(args.config))
     proc.start()
     return proc
 

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    process = runtime.XappProcess(args, config)
+    process = runtime.XappProcess(runtime.RunOptions.from_args(args), config)
     process.start()
 
     class A1(BaseHTTPRequestHandler):

@@ -355,7 +355,8 @@ def test_restart_a1_in_process_and_versions_never_reused(
         parser = argparse.ArgumentParser()
         ric_main.configure(parser)
         args = parser.parse_args(stack.xapp_cmd(free_port())[4:])
-        process = ric_main.XappProcess(args, load_config(stack.config_path))
+        process = ric_main.XappProcess(ric_main.RunOptions.from_args(args),
+                                         load_config(stack.config_path))
         process.start()
         try:
             high = {c: cl.docs()[-1]["version"] for c, cl in clients.items()}

@@ -74,7 +74,7 @@ def process(lab: dict[str, Path], redis: RedisServer) -> Iterator[main.XappProce
     args = parse(["--config", str(lab["config"]), "--http-host", "127.0.0.1", "--http-port", "0",
                   "--rmr", "off", "--estimator", "ewma", "--kpi-file", str(lab["kpis"]),
                   "--publish-file", str(lab["out"]), "--config-poll-s", "0.1"])
-    proc = main.XappProcess(args, load_config(args.config))
+    proc = main.XappProcess(main.RunOptions.from_args(args), load_config(args.config))
     proc.start()
     try:
         yield proc

@@ -105,7 +105,7 @@ def process(tmp_path: Path) -> Iterator[main.XappProcess]:
     args = parse(["--config", str(config), "--http-host", "127.0.0.1", "--http-port", "0",
                   "--rmr", "off", "--sdl", "memory", "--estimator", "ewma",
                   "--kpi-file", str(kpis), "--publish-file", str(tmp_path / "w.jsonl")])
-    proc = main.XappProcess(args, load_config(args.config))
+    proc = main.XappProcess(main.RunOptions.from_args(args), load_config(args.config))
     proc.start()
     try:
         yield proc

@@ -117,6 +117,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="how often the config file is checked for changes")
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``mcw run``'s command line decides (see :func:`configure`), typed; everything else
+    comes from the configuration file."""
+
+    config: str | None = None
+    schemas_dir: str | None = None
+    http_host: str = "0.0.0.0"
+    http_port: int = 8080
+    rmr: str = "auto"
+    rmr_port: int = 4560
+    sdl: str = "redis"
+    estimator: str = "auto"
+    kpi_file: Path | None = None
+    publish_file: Path | None = None
+    grace_s: float = 25.0
+    config_poll_s: float = 2.0
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunOptions:
+        """The options of parsed arguments (each field from the flag of the same name)."""
+        return cls(**{f: getattr(args, f) for f in cls.__dataclass_fields__})
+
+
 @dataclass
 class Components:
     """The loop's I/O, each with a readiness check and a stop function."""
@@ -164,8 +188,8 @@ class E2Parts:
 class XappProcess:
     """Everything ``mcw run`` runs, startable and stoppable in-process (tests use it too)."""
 
-    def __init__(self, args: argparse.Namespace, config: LoadedConfig) -> None:
-        self.args = args
+    def __init__(self, opts: RunOptions, config: LoadedConfig) -> None:
+        self.opts = opts
         self.config = config
         self.started_monotonic = time.monotonic()
         self.stopping = threading.Event()
@@ -173,12 +197,12 @@ class XappProcess:
         #: Knows every thread; /ric/v1/health/alive fails when one is dead or stuck.
         self.supervisor = Supervisor()
         controls = config.controls
-        factory = ricsdl_backend if args.sdl == "redis" else None
+        factory = ricsdl_backend if opts.sdl == "redis" else None
         self.state = SdlStateStore(controls.sdl_namespace, factory,
                                 on_error=self.metrics.sdl_errors.inc,
                                 on_restore=self._restore)
         self.book = PolicyBook(controls.default_policy)
-        self.policy_type = PolicyType.load(args.schemas_dir)
+        self.policy_type = PolicyType.load(opts.schemas_dir)
         self.handler_id = os.environ.get("HOSTNAME") or config.name
         self.a1 = A1Handler(self.book, self.policy_type, self.handler_id,
                             persistence=self.state, observe=self.metrics.observe_a1)
@@ -199,8 +223,8 @@ class XappProcess:
         self.rmr: RmrGlue | None = None
         self.rmr_required = False
         self.e2: E2Parts | None = None
-        self.watcher = ConfigWatcher(config, schemas=args.schemas_dir,
-                                     interval_s=args.config_poll_s)
+        self.watcher = ConfigWatcher(config, schemas=opts.schemas_dir,
+                                     interval_s=opts.config_poll_s)
         self.watcher.subscribe(self._on_config)
 
     # --- start and stop -----------------------------------------------------------------------
@@ -213,10 +237,10 @@ class XappProcess:
             log.warning("SDL not reachable at start (%s); running from memory",
                         self.state.last_error)
         self.state.start()
-        self.components = build_components(self.args, c, self.versions)
+        self.components = build_components(self.opts, c, self.versions)
         comp = self.components
         if c.e2.active:
-            self.e2 = build_e2(self.args, c, comp)
+            self.e2 = build_e2(self.opts, c, comp)
         e2 = self.e2
         self.metrics.registry.register(ComponentCollector(
             publisher=comp.mqtt_publisher, subscriber=comp.subscriber,
@@ -249,7 +273,7 @@ class XappProcess:
 
             posts[CALLBACK_PATH] = e2.subscriber.on_response
         self.http = HttpServer(self.health(), lambda: self.config_view(), self.metrics,
-                               host=self.args.http_host, port=self.args.http_port,
+                               host=self.opts.http_host, port=self.opts.http_port,
                                views=views, posts=posts)
         self.http.start()
         self._start_rmr()
@@ -266,18 +290,18 @@ class XappProcess:
                  self.policy_type.policy_type_id)
 
     def _start_rmr(self) -> None:
-        if self.args.rmr == "off":
+        if self.opts.rmr == "off":
             return
         from xapp.adapters.rmr import RmrGlue, rmr_library_available
 
         ok, why = rmr_library_available()
         if not ok:
-            if self.args.rmr == "on":
+            if self.opts.rmr == "on":
                 raise RuntimeError(why)
             log.warning("RMR disabled: %s; A1 policies arrive only through SDL", why)
             return
         self.rmr_required = True
-        self.rmr = RmrGlue(self.a1, lambda: self.state.connected, port=self.args.rmr_port,
+        self.rmr = RmrGlue(self.a1, lambda: self.state.connected, port=self.opts.rmr_port,
                            on_config_event=self.watcher.check,
                            on_query_sent=self.resync.query_sent,
                            indications=None if self.e2 is None else self.e2.decoder,
@@ -334,12 +358,12 @@ class XappProcess:
 
     def health(self) -> Health:
         checks: dict[str, Callable[[], bool]] = {"running": lambda: not self.stopping.is_set()}
-        if self.args.rmr != "off":
+        if self.opts.rmr != "off":
             checks["rmr"] = lambda: (self.rmr.rmr_healthy() if self.rmr is not None
                                      else not self.rmr_required)
         if self.state.enabled:
             checks["sdl"] = lambda: self.state.connected
-        if self.e2 is not None and self.args.rmr != "off":
+        if self.e2 is not None and self.opts.rmr != "off":
             # Indications arrive only through RMR: no decoder is needed (or started) without.
             e2 = self.e2
             checks["e2-decoder"] = lambda: self.rmr is None or e2.decoder.healthy()
@@ -442,7 +466,7 @@ def _connects(publisher: MqttWeightPublisher | None) -> Callable[[], int] | None
     return lambda: publisher.stats.connects
 
 
-def build_components(args: argparse.Namespace, controls: Controls,
+def build_components(opts: RunOptions, controls: Controls,
                      versions: VersionStore) -> Components:
     """KPI intake, estimator, publisher and sink from the controls (or lab files).
 
@@ -455,16 +479,16 @@ def build_components(args: argparse.Namespace, controls: Controls,
     workers: list[Worker] = []
     probes: dict[str, tuple[Callable[[], bool], Callable[[], object]]] = {}
     estimator, model_version, estimator_counters, calibration = _estimator(
-        args, controls, stoppers, workers)
+        opts, controls, stoppers, workers)
     sink: TelemetrySink | None
     kpis: KpiSource
     influx: InfluxStore | None = None
     influx_intake: InfluxIntake | None = None
     intake = LatestKpis()
-    if args.kpi_file is not None:
+    if opts.kpi_file is not None:
         from xapp.adapters.lab import FileKpiSource, NullSink
 
-        kpis, sink = FileKpiSource(args.kpi_file), NullSink()
+        kpis, sink = FileKpiSource(opts.kpi_file), NullSink()
     else:
         from xapp.adapters.influx import InfluxIntake
 
@@ -476,10 +500,10 @@ def build_components(args: argparse.Namespace, controls: Controls,
     publisher: WeightPublisher
     mqtt_publisher: MqttWeightPublisher | None = None
     subscriber: ChannelSubscriber | None = None
-    if args.publish_file is not None:
+    if opts.publish_file is not None:
         from xapp.adapters.lab import JsonlPublisher
 
-        publisher = JsonlPublisher(args.publish_file, versions)
+        publisher = JsonlPublisher(opts.publish_file, versions)
     else:
         mqtt_publisher, subscriber = _mqtt(controls, versions, intake, sink, checks, stoppers,
                                            workers)
@@ -495,7 +519,7 @@ def build_components(args: argparse.Namespace, controls: Controls,
                       intake=intake)
 
 
-def build_e2(args: argparse.Namespace, controls: Controls, comp: Components) -> E2Parts:
+def build_e2(opts: RunOptions, controls: Controls, comp: Components) -> E2Parts:
     """The E2 path (not started): nodes from the R-NIB and/or ``controls.e2.nodes``, the
     subscriber, the book, the CPE registry and the KPM ingest writing into the intake and
     InfluxDB like agent telemetry (:class:`_Telemetry`)."""
@@ -521,7 +545,7 @@ def build_e2(args: argparse.Namespace, controls: Controls, comp: Components) -> 
     )
 
     e = controls.e2
-    redis = args.sdl == "redis"
+    redis = opts.sdl == "redis"
     sources: list[NodeSource] = []
     stoppers: list[Callable[[], object]] = []
     if e.nodes:
@@ -558,12 +582,12 @@ def build_e2(args: argparse.Namespace, controls: Controls, comp: Components) -> 
     return E2Parts(book, subscriber, worker, registry, ingest, DecoderProcess(ingest), stoppers)
 
 
-def _estimator(args: argparse.Namespace, controls: Controls,
+def _estimator(opts: RunOptions, controls: Controls,
                stoppers: list[Callable[[], object]], workers: list[Worker]
                ) -> tuple[CapacityEstimator, Callable[[], str],
                           Callable[[], Mapping[str, int]] | None,
                           Callable[[], Mapping[str, FamilyCalibration]] | None]:
-    if args.estimator in ("auto", "model"):
+    if opts.estimator in ("auto", "model"):
         try:
             from xapp.model.online import ModelEstimator, ModelHolder
 
@@ -581,7 +605,7 @@ def _estimator(args: argparse.Namespace, controls: Controls,
             return (ExploringEstimator(model), lambda: str(model.version),
                     model.counters.as_dict, model.calibration)
         except Exception as exc:
-            if args.estimator == "model":
+            if opts.estimator == "model":
                 raise RuntimeError(f"capacity model not loadable: {exc}") from exc
             log.warning("capacity model not loadable (%s); using the EWMA baseline", exc)
     from xapp.core.ewma import EwmaEstimator
@@ -713,8 +737,9 @@ class _AgentStateLog:
 
 
 def run(args: argparse.Namespace) -> int:
+    opts = RunOptions.from_args(args)
     try:
-        config = load_config(args.config, schemas=args.schemas_dir)
+        config = load_config(opts.config, schemas=opts.schemas_dir)
     except ConfigError as exc:
         print(f"mcw run: {exc}", flush=True)
         return 2
@@ -729,14 +754,14 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     process: XappProcess | None = None
     try:
-        process = XappProcess(args, config)
+        process = XappProcess(opts, config)
         process.start()
         tune_gc()
     except Exception as exc:
         log.error("start-up failed: %s", exc)
         if process is not None:
-            process.stop(args.grace_s)
+            process.stop(opts.grace_s)
         return 1
     stop.wait()
-    process.stop(args.grace_s)
+    process.stop(opts.grace_s)
     return 0
