@@ -86,7 +86,7 @@ class LoopDriver:
     kpi_seed : int, default=0
         Seed of the radio KPIs' measurement noise.
     lease_s : float, default=30.0
-        Lease of the weights messages, as ``controls.mqtt.lease_s``.
+        Lease of the weights messages, as ``controls.loop.lease_s``.
     backend : {"wrr", "rate-caps"}, default="wrr"
         The agents' backend, in both directions (the CPE's ``ul``, the proxy's ``dl``).
     """

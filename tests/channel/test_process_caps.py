@@ -42,8 +42,8 @@ PROXY = "mcw/v1/proxy/proxy-0001"
 
 def _controls(broker: MosquittoBroker, pki: Pki, headroom: float) -> dict[str, Any]:
     cert, key = pki.cert("mcw-xapp")
-    return {"control_period_s": 0.1, "log_level": "INFO", "kpi_max_age_s": 5.0,
-            "loop": {"caps_headroom": headroom}, "sdl_namespace": "mcw-caps",
+    return {"log_level": "INFO", "sdl_namespace": "mcw-caps",
+            "loop": {"control_period_s": 0.1, "kpi_max_age_s": 5.0, "caps_headroom": headroom},
             "mqtt": {"host": "127.0.0.1", "port": broker.port, "client_id": "mcw-xapp",
                      "ca_file": str(pki.ca), "cert_file": str(cert), "key_file": str(key)},
             "default_policy": POLICY}
@@ -154,7 +154,7 @@ def test_rate_caps_reach_the_agents_and_the_cpes_view(
         assert "caps_mbps" not in two["published"]["dl"]
         assert two["applied_by"]["ul"]["semantics"] == "wrr"
         assert two["applied_by"]["dl"]["semantics"] == "wrr"  # its per-CPE state wins
-        assert _get(port, "/ric/v1/config")["controls"]["loop"] == {"caps_headroom": 1.1}
+        assert _get(port, "/ric/v1/config")["controls"]["loop"]["caps_headroom"] == 1.1
 
         # A new headroom on disk: the caps move by 1.5 / 1.1 (more than half the new margin),
         # so the sets are sent again with the same weights.

@@ -35,7 +35,7 @@ def start(tmp_path: Path, e2: dict[str, Any], http_port: int,
     kpis.write_text(json.dumps({"cpes": {}}))
     config = tmp_path / "config-file.json"
     config.write_text(json.dumps({"name": "mcw-xapp", "controls": {
-        "control_period_s": 0.2, "sdl_namespace": "mcw-e2proc", "e2": e2}}))
+        "loop": {"control_period_s": 0.2}, "sdl_namespace": "mcw-e2proc", "e2": e2}}))
     parser = argparse.ArgumentParser()
     runtime.configure(parser)
     args = parser.parse_args([

@@ -463,7 +463,7 @@ def start(root: Path, n_agents: int, n_cpes: int) -> Run:
     config = root / "config-file.json"
     write_config(config)
     env = {**operator_env(root, pki, broker, influx, redis), "CONFIG_FILE": str(config),
-           "MCW_MQTT_LEASE_S": str(int(LEASE_S)), "MCW_LOG_LEVEL": "WARNING"}
+           "MCW_LOOP_LEASE_S": str(int(LEASE_S)), "MCW_LOG_LEVEL": "WARNING"}
     port, a1_port = free_port(), free_port()
     # cpes[0] is the real connection's CPE; the others up to n_agents run dry-run agents.
     agent_cpes = cpes[1:n_agents]

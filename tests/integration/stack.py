@@ -322,8 +322,7 @@ def agent_interfaces() -> dict[str, str]:
 def write_config(path: Path) -> None:
     """A descriptor as shipped (in-cluster addresses); the test's values come from env."""
     doc = json.loads((REPO / "config-file.json").read_text())
-    doc["controls"]["control_period_s"] = 0.5
-    doc["controls"]["kpi_max_age_s"] = 3.0
+    doc["controls"]["loop"].update(control_period_s=0.5, kpi_max_age_s=3.0)
     path.write_text(json.dumps(doc, indent=2))
 
 
@@ -347,7 +346,7 @@ def operator_env(root: Path, pki: Pki, broker: MosquittoBroker, influx: InfluxSe
         "MCW_MQTT_KEY_FILE": str(key),
         "MCW_MQTT_CLIENT_ID": "mcw-xapp-it",
         # Unchanged weights are re-sent every half lease: 3 s keeps the restart test short.
-        "MCW_MQTT_LEASE_S": "6",
+        "MCW_LOOP_LEASE_S": "6",
         "MCW_MODEL_PATH": str(REPO / "models" / "default"),
         "MCW_MODEL_PUBLIC_KEY_FILE": str(REPO / "keys" / "model-signing.pub"),
         "MCW_SDL_NAMESPACE": "mcw-it",

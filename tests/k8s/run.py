@@ -79,7 +79,7 @@ XAPP_SELECTOR = (f"app.kubernetes.io/name=mcw-xapp,app.kubernetes.io/instance={R
                  "app.kubernetes.io/component!=helm-test")
 BROKER_SELECTOR = f"app.kubernetes.io/name=mcw-xapp-broker,app.kubernetes.io/instance={RELEASE}"
 #: The control the first upgrade changes, and its new value (applied live, no restart).
-CONTROL = ("control_period_s", 0.5)
+CONTROL = ("loop.control_period_s", 0.5)
 #: The A1 instance written to SDL before the pod is deleted (RMR, A1's transport, is not in the
 #: image): 50/50 between NR and Wi-Fi, LiFi excluded.
 SPLIT = {"mode": "fixed_split", "excluded_wats": ["lifi"],
@@ -364,7 +364,7 @@ def base_values(run: Run) -> dict[str, Any]:
                   "pullPolicy": "Never"},
         # The image has no RMR (its package cannot be downloaded here): A1 goes through SDL.
         "rmr": {"mode": "auto"},
-        "controls": {"mqtt": {"lease_s": 6}},
+        "controls": {"loop": {"lease_s": 6}},
         "broker": {"deploy": True, "proxies": {PROXY_ID: [run.cpes[0]]},
                    "server": {"image": {"registry": "localhost", "repository": aux_repo,
                                         "tag": aux_tag, "pullPolicy": "Never"},
@@ -443,6 +443,13 @@ def helm_test(run: Run, st: Step) -> None:
                            and '"ready": true' in logs, logs[:300]))
 
 
+def _at(doc: Any, dotted: str) -> Any:
+    """``doc``'s value at a dotted path (None where it stops)."""
+    for key in dotted.split("."):
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc
+
+
 def upgrade_control(run: Run, st: Step) -> None:
     before = run.xapp_pod()
     name, value = CONTROL
@@ -452,7 +459,7 @@ def upgrade_control(run: Run, st: Step) -> None:
 
     def applied() -> bool:
         code, doc = run.xapp_get("/ric/v1/config")
-        return code == 200 and isinstance(doc, dict) and doc["controls"].get(name) == value
+        return code == 200 and isinstance(doc, dict) and _at(doc["controls"], name) == value
     live = wait_until(applied, 120, 2.0)
     after = run.xapp_pod()
     same = after["metadata"]["uid"] == before["metadata"]["uid"]
@@ -488,7 +495,7 @@ def upgrade_model(run: Run, st: Step) -> None:
                            f"{run.sdl().get('model/version')}, want {want}"))
     code, doc = run.xapp_get("/ric/v1/config")
     st.checks.append(Check("controls kept across the model upgrade (--reuse-values)",
-                           code == 200 and doc["controls"].get(CONTROL[0]) == CONTROL[1], ""))
+                           code == 200 and _at(doc["controls"], CONTROL[0]) == CONTROL[1], ""))
 
 
 def rollback(run: Run, st: Step) -> None:
@@ -502,7 +509,7 @@ def rollback(run: Run, st: Step) -> None:
                            f"{run.sdl().get('model/version')}, want {want}"))
     code, doc = run.xapp_get("/ric/v1/config")
     st.checks.append(Check(f"... with revision 2's controls.{CONTROL[0]}={CONTROL[1]}",
-                           code == 200 and doc["controls"].get(CONTROL[0]) == CONTROL[1], ""))
+                           code == 200 and _at(doc["controls"], CONTROL[0]) == CONTROL[1], ""))
     hist = json.loads(run.helm("history", RELEASE, "-n", NS, "-o", "json").stdout)
     st.checks.append(Check("helm history: install, 2 upgrades, rollback",
                            [h["revision"] for h in hist] == [1, 2, 3, 4]

@@ -96,7 +96,7 @@ def _unknown_control(d: dict[str, Any]) -> None:
 
 
 def _negative_period(d: dict[str, Any]) -> None:
-    d["controls"]["control_period_s"] = 0
+    d["controls"]["loop"]["control_period_s"] = 0
 
 
 def _bad_default_policy(d: dict[str, Any]) -> None:

@@ -177,10 +177,16 @@ def test_controls_schema_is_self_contained() -> None:
 def test_controls_schema_matches_the_runtime_settings() -> None:
     controls = load_json(CONTROLS_SCHEMA)["properties"]
     defaults = config.Controls().to_dict()
-    assert set(controls) == set(defaults)
+    # The schema still describes where the loop's settings were (read, with a warning).
+    former = {(s, k) for s, k in config._FORMER_PLACES}
+    assert set(controls) == set(defaults) | {k for s, k in former if s is None}
     for section, value in defaults.items():
         if dataclasses.is_dataclass(getattr(config.Controls(), section)):
-            assert set(controls[section]["properties"]) == set(value), section
+            moved = {k for s, k in former if s == section}
+            assert set(controls[section]["properties"]) == set(value) | moved, section
+    for s, k in former:  # and says where they went
+        where = controls[k] if s is None else controls[s]["properties"][k]
+        assert f"Deprecated: use loop.{k}" in where["description"]
 
 
 def test_runtime_loads_the_descriptor() -> None:

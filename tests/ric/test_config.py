@@ -17,12 +17,13 @@ from xapp.app.config import (
 )
 
 CONTROLS: dict[str, Any] = {
-    "control_period_s": 1.0, "log_level": "INFO", "kpi_max_age_s": 5.0, "sdl_namespace": "mcw",
+    "log_level": "INFO", "sdl_namespace": "mcw",
+    "loop": {"control_period_s": 1.0, "kpi_max_age_s": 5.0, "lease_s": 30},
     "influxdb": {"url": "http://influxdb:8086", "org": "mcw", "bucket": "mcw/autogen",
                  "token_file": "/opt/ric/secret/influxdb/token"},
     "mqtt": {"host": "mosquitto", "port": 8883, "client_id": "mcw-xapp",
              "ca_file": "/opt/ric/tls/ca.crt", "cert_file": "/opt/ric/tls/tls.crt",
-             "key_file": "/opt/ric/tls/tls.key", "lease_s": 30},
+             "key_file": "/opt/ric/tls/tls.key"},
     "model": {"path": "/opt/mcw/models/default", "reload_check_s": 10},
     "default_policy": {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
                        "capacity_floor_mbps": 1.0},
@@ -34,10 +35,37 @@ def write(path: Path, controls: dict[str, Any]) -> Path:
     return path
 
 
+def period(seconds: float) -> dict[str, Any]:
+    """The controls with another control period."""
+    return {**CONTROLS, "loop": {**CONTROLS["loop"], "control_period_s": seconds}}
+
+
+def test_the_loops_settings_in_their_former_places_still_apply(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Files and overrides written before ``controls.loop`` held them keep working, each
+    with a warning; in one file, ``loop``'s own value wins."""
+    old = {k: v for k, v in CONTROLS.items() if k != "loop"}
+    old["control_period_s"], old["kpi_max_age_s"] = 0.5, 7.0
+    old["mqtt"] = {**CONTROLS["mqtt"], "lease_s": 12}
+    c = load_config(write(tmp_path / "old.json", old), environ={}).controls
+    assert (c.loop.control_period_s, c.loop.kpi_max_age_s, c.loop.lease_s) == (0.5, 7.0, 12)
+    assert sum("deprecated" in r.getMessage() for r in caplog.records) == 3
+    both = {**period(2.0), "control_period_s": 0.5}
+    assert load_config(write(tmp_path / "both.json", both),
+                       environ={}).controls.loop.control_period_s == 2.0
+    env = load_config(write(tmp_path / "new.json", CONTROLS), environ={
+        "MCW_CONTROL_PERIOD_S": "0.25", "MCW_MQTT_LEASE_S": "9"}).controls
+    assert (env.loop.control_period_s, env.loop.lease_s) == (0.25, 9)
+    assert any("MCW_MQTT_LEASE_S is deprecated" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ConfigError, match=r"mqtt\.lease_s"):
+        load_config(write(tmp_path / "bad.json", {**old, "mqtt": {**old["mqtt"], "lease_s": 0}}),
+                    environ={})
+
+
 def test_controls_are_typed(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path / "c.json", CONTROLS), environ={})
     c = cfg.controls
-    assert (c.control_period_s, c.mqtt.host, c.mqtt.port, c.model.reload_check_s) == \
+    assert (c.loop.control_period_s, c.mqtt.host, c.mqtt.port, c.model.reload_check_s) == \
         (1.0, "mosquitto", 8883, 10.0)
     assert cfg.name == "mcw-xapp" and cfg.digest
     assert c.model.planning_level == "cost"
@@ -48,12 +76,12 @@ def test_controls_are_typed(tmp_path: Path) -> None:
 
 def test_environment_overrides(tmp_path: Path) -> None:
     env = {"MCW_MQTT_HOST": "broker.example", "MCW_MQTT_PORT": "1883",
-           "MCW_CONTROL_PERIOD_S": "0.5", "MCW_LOG_LEVEL": "debug",
+           "MCW_LOOP_CONTROL_PERIOD_S": "0.5", "MCW_LOG_LEVEL": "debug",
            "MCW_DEFAULT_POLICY_MAX_WEIGHT": "50", "MCW_INFLUXDB_URL": "http://i:8086",
            "MCW_SCHEMAS_DIR": "/x", "PATH": "/bin"}
     c = load_config(write(tmp_path / "c.json", CONTROLS), environ=env).controls
     assert c.mqtt.host == "broker.example" and c.mqtt.port == 1883
-    assert c.control_period_s == 0.5 and c.log_level == "DEBUG"
+    assert c.loop.control_period_s == 0.5 and c.log_level == "DEBUG"
     assert c.default_policy["max_weight"] == 50 and c.influxdb.url == "http://i:8086"
     # The file's own values are untouched by the override copy.
     assert apply_env_overrides(CONTROLS, {})["mqtt"]["host"] == "mosquitto"
@@ -126,7 +154,8 @@ def test_loop_controls(tmp_path: Path) -> None:
     c = load_config(write(tmp_path / "l.json", {**CONTROLS, "loop": {"caps_headroom": 1}}),
                     environ={}).controls
     assert c.loop.caps_headroom == 1.0 and isinstance(c.loop.caps_headroom, float)
-    assert c.to_dict()["loop"] == {"caps_headroom": 1.0}
+    assert c.to_dict()["loop"] == {"caps_headroom": 1.0, "control_period_s": 1.0,
+                                   "kpi_max_age_s": 5.0, "lease_s": 30.0}
     env = load_config(write(tmp_path / "e.json", CONTROLS),
                       environ={"MCW_LOOP_CAPS_HEADROOM": "1.4"}).controls
     assert env.loop.caps_headroom == 1.4
@@ -180,19 +209,19 @@ def test_watcher_applies_changes_and_ignores_bad_ones(tmp_path: Path) -> None:
     path = write(tmp_path / "c.json", CONTROLS)
     watcher = ConfigWatcher(load_config(path, environ={}))
     seen: list[float] = []
-    watcher.subscribe(lambda old, new: seen.append(new.controls.control_period_s))
+    watcher.subscribe(lambda old, new: seen.append(new.controls.loop.control_period_s))
     assert not watcher.check()
-    write(path, {**CONTROLS, "control_period_s": 0.25})
+    write(path, period(0.25))
     assert watcher.check() and seen == [0.25]
-    write(path, {**CONTROLS, "control_period_s": -1})
+    write(path, period(-1))
     assert not watcher.check()
-    assert watcher.current.controls.control_period_s == 0.25 and seen == [0.25]
+    assert watcher.current.controls.loop.control_period_s == 0.25 and seen == [0.25]
     # A symlink swap (what a ConfigMap update does) is seen too.
-    other = write(tmp_path / "other.json", {**CONTROLS, "control_period_s": 2.0})
+    other = write(tmp_path / "other.json", period(2.0))
     first = write(tmp_path / "first.json", CONTROLS)
     link = tmp_path / "link.json"
     link.symlink_to(first)
     w2 = ConfigWatcher(load_config(link, environ={}))
     link.unlink()
     link.symlink_to(other)
-    assert w2.check() and w2.current.controls.control_period_s == 2.0
+    assert w2.check() and w2.current.controls.loop.control_period_s == 2.0

@@ -28,7 +28,7 @@ from xapp.app import runtime as main
 from xapp.app.config import load_config
 
 CONTROLS: dict[str, Any] = {
-    "control_period_s": 0.1, "log_level": "INFO", "kpi_max_age_s": 5.0,
+    "loop": {"control_period_s": 0.1, "kpi_max_age_s": 5.0}, "log_level": "INFO",
     "sdl_namespace": "mcw-proc",
     "default_policy": {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
                        "capacity_floor_mbps": 1.0},
@@ -92,7 +92,7 @@ def test_endpoints(process: main.XappProcess, lab: dict[str, Path]) -> None:
                                                 "checks": {"running": True, "sdl": True}}
     code, body = get(port, "/ric/v1/config")
     doc = json.loads(body)
-    assert code == 200 and doc["controls"]["control_period_s"] == 0.1
+    assert code == 200 and doc["controls"]["loop"]["control_period_s"] == 0.1
     assert doc["descriptor"]["name"] == "mcw-xapp" and doc["policy_type_id"] == 20100
     code, body = get(port, "/metrics")
     text = body.decode()
@@ -156,7 +156,7 @@ def test_sigterm_stops_cleanly_and_restart_keeps_versions(lab: dict[str, Path],
     # A restarted xApp restores the CPE's weights and does not resend them until half the
     # lease has passed (the retained message is still with the broker); a short lease keeps
     # the test short.  Also exercises an MCW_* override.
-    env = {**os.environ, **redis.dbaas_env(), "MCW_MQTT_LEASE_S": "2"}
+    env = {**os.environ, **redis.dbaas_env(), "MCW_LOOP_LEASE_S": "2"}
     cmd = [sys.executable, "-m", "xapp.cli", "run", "--config", str(lab["config"]),
            "--http-host", "127.0.0.1", "--http-port", "0", "--rmr", "off",
            "--estimator", "ewma", "--kpi-file", str(lab["kpis"]),
@@ -188,7 +188,7 @@ def test_sigterm_stops_cleanly_and_restart_keeps_versions(lab: dict[str, Path],
 @pytest.mark.parametrize("extra_env, extra_args, code, words", [
     ({"MCW_MODEL_PATH": "/nonexistent/model"}, ["--estimator", "model"], 1,
      "capacity model not loadable"),
-    ({"MCW_CONTROL_PERIOD_S": "-3"}, [], 2, "control_period_s"),
+    ({"MCW_LOOP_CONTROL_PERIOD_S": "-3"}, [], 2, "control_period_s"),
 ])
 def test_start_up_errors_are_clear(lab: dict[str, Path], extra_env: dict[str, str],
                                    extra_args: list[str], code: int, words: str) -> None:

@@ -55,7 +55,7 @@ def rig(tmp_path: Path, redis: RedisServer, monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv(k, v)
     config = tmp_path / "config-file.json"
     config.write_text(json.dumps({"name": "mcw-xapp", "version": "0.1.0", "controls": {
-        "control_period_s": 0.1, "sdl_namespace": "mcw-rmr", "log_level": "INFO"}}))
+        "loop": {"control_period_s": 0.1}, "sdl_namespace": "mcw-rmr", "log_level": "INFO"}}))
     kpis = tmp_path / "kpis.json"
     kpis.write_text(json.dumps(KPIS))
     out = tmp_path / "weights.jsonl"

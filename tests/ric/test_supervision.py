@@ -101,7 +101,8 @@ def test_a_probe_that_fails_or_raises_is_dead() -> None:
 def process(tmp_path: Path) -> Iterator[main.XappProcess]:
     kpis = tmp_path / "kpis.json"
     kpis.write_text(json.dumps(KPIS))
-    config = write_config(tmp_path / "config-file.json", {**CONTROLS, "control_period_s": 0.5})
+    config = write_config(tmp_path / "config-file.json",
+                          {**CONTROLS, "loop": {**CONTROLS["loop"], "control_period_s": 0.5}})
     args = parse(["--config", str(config), "--http-host", "127.0.0.1", "--http-port", "0",
                   "--rmr", "off", "--sdl", "memory", "--estimator", "ewma",
                   "--kpi-file", str(kpis), "--publish-file", str(tmp_path / "w.jsonl")])

@@ -3,7 +3,7 @@
 The descriptor file (``$CONFIG_FILE``) is the one the xApp onboarder and the appmgr know; its
 ``controls`` section is this xApp's own configuration.  An environment variable
 ``MCW_<SECTION>_<KEY>`` (upper case) overrides ``controls.<section>.<key>`` and
-``MCW_<KEY>`` overrides a top-level key, e.g. ``MCW_MQTT_HOST``, ``MCW_CONTROL_PERIOD_S``,
+``MCW_<KEY>`` overrides a top-level key, e.g. ``MCW_MQTT_HOST``, ``MCW_LOOP_CONTROL_PERIOD_S``,
 ``MCW_LOG_LEVEL``, ``MCW_DEFAULT_POLICY_MAX_WEIGHT``.  The value is parsed as JSON when it
 parses (numbers, booleans) and taken as a string otherwise.  Kubernetes' service links are not
 overrides: the pod has them (the O-RAN SC frame needs them), and a Service whose name starts
@@ -26,7 +26,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,6 @@ class MqttSettings:
     ca_file: str = "/opt/ric/tls/ca.crt"
     cert_file: str = "/opt/ric/tls/tls.crt"
     key_file: str = "/opt/ric/tls/tls.key"
-    lease_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -102,8 +101,14 @@ class ModelSettings:
 
 @dataclass(frozen=True)
 class LoopControls:
-    """Control-loop tuning (``controls.loop``), applied on reload."""
+    """The control loop's settings (``controls.loop``), applied on reload."""
 
+    #: Seconds between two ticks (every CPE is looked at each tick).
+    control_period_s: float = 1.0
+    #: KPIs older than this are not used.
+    kpi_max_age_s: float = 5.0
+    #: Lease of published weights: an agent reverts to safe weights without a newer message.
+    lease_s: float = 30.0
     #: Rate caps for ``rate-caps`` appliers are this x a WAT's share of the forecast total
     #: (xapp.core.caps, where the default is argued).
     caps_headroom: float = DEFAULT_HEADROOM
@@ -177,9 +182,7 @@ class E2Settings:
 class Controls:
     """The ``controls`` section, typed and checked."""
 
-    control_period_s: float = 1.0
     log_level: str = "INFO"
-    kpi_max_age_s: float = 5.0
     loop: LoopControls = field(default_factory=LoopControls)
     sdl_namespace: str = "mcw"
     influxdb: InfluxSettings = field(default_factory=InfluxSettings)
@@ -222,6 +225,10 @@ def apply_env_overrides(controls: Mapping[str, Any],
         if isinstance(value, Mapping):
             for sub in value:
                 targets[f"{ENV_PREFIX}{key.upper()}_{sub.upper()}"] = (key, sub)
+    # The loop's settings' former names still reach them, where they live now.
+    for section, key in _FORMER_PLACES:
+        former = f"{ENV_PREFIX}{(section + '_' if section else '').upper()}{key.upper()}"
+        targets[former] = ("loop", key)
     # Keys of the typed defaults can be overridden even when the file leaves them out.
     for key, value in Controls().to_dict().items():
         targets.setdefault(f"{ENV_PREFIX}{key.upper()}", (key,))
@@ -242,6 +249,9 @@ def apply_env_overrides(controls: Mapping[str, Any],
                 log.warning("environment variable %s matches no controls key; ignored", name)
             continue
         value = _env_value(raw)
+        if path[0] == "loop" and name != f"{ENV_PREFIX}LOOP_{path[1].upper()}":
+            log.warning("environment variable %s is deprecated: use %sLOOP_%s", name,
+                        ENV_PREFIX, path[1].upper())
         if len(path) == 1:
             out[path[0]] = value
         else:
@@ -284,14 +294,12 @@ def parse_controls(raw: Mapping[str, Any], schemas: str | os.PathLike[str] | Non
             where = ".".join(str(p) for p in errors[0].absolute_path) or "controls"
             raise ConfigError(f"controls.{where}: {errors[0].message}".replace(
                 "controls.controls", "controls"))
+    # Checked where they were written (the schema still describes the former places).
+    raw = _moved_to_loop(raw)
     base = Controls()
     try:
         controls = Controls(
-            control_period_s=_positive(raw.get("control_period_s", base.control_period_s),
-                                       "control_period_s"),
             log_level=_level(raw.get("log_level", base.log_level)),
-            kpi_max_age_s=_positive(raw.get("kpi_max_age_s", base.kpi_max_age_s),
-                                    "kpi_max_age_s"),
             loop=_loop(_section(raw, "loop", LoopControls)),
             sdl_namespace=_text(raw.get("sdl_namespace", base.sdl_namespace), "sdl_namespace"),
             influxdb=InfluxSettings(**_section(raw, "influxdb", InfluxSettings)),
@@ -303,7 +311,6 @@ def parse_controls(raw: Mapping[str, Any], schemas: str | os.PathLike[str] | Non
         )
     except TypeError as exc:
         raise ConfigError(f"controls: {exc}") from exc
-    _positive(controls.mqtt.lease_s, "mqtt.lease_s")
     _positive(controls.model.reload_check_s, "model.reload_check_s")
     try:
         check_level(controls.model.planning_level)
@@ -322,10 +329,50 @@ def _loop(raw: dict[str, Any]) -> LoopControls:
     """``controls.loop`` typed; the headroom checked by the rule's own bounds, so the schema
     and the rule cannot disagree silently."""
     loop = LoopControls(**raw)
+    for key in ("control_period_s", "kpi_max_age_s", "lease_s"):
+        _positive(getattr(loop, key), f"loop.{key}")
     try:
-        return LoopControls(caps_headroom=check_headroom(loop.caps_headroom))
+        return replace(loop, caps_headroom=check_headroom(loop.caps_headroom))
     except ValueError as exc:
         raise ConfigError(f"controls.loop.caps_headroom: {exc}") from exc
+
+
+#: Where the loop's settings lived before ``controls.loop`` held them all: (section, key).
+_FORMER_PLACES: tuple[tuple[str | None, str], ...] = (
+    (None, "control_period_s"), (None, "kpi_max_age_s"), ("mqtt", "lease_s"))
+
+
+def _moved_to_loop(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` with the loop's settings from their former places moved into ``loop``, each
+    with a warning; a key given in both places keeps ``loop``'s.  Configurations and
+    ``MCW_CONTROL_PERIOD_S`` / ``MCW_MQTT_LEASE_S`` overrides written for earlier releases
+    keep working."""
+    out = dict(raw)
+    loop = dict(out.get("loop") or {}) if isinstance(out.get("loop", {}), Mapping) else None
+    if loop is None:
+        return out  # the schema refuses a loop that is not an object
+    moved = False
+    for section, key in _FORMER_PLACES:
+        holder = out if section is None else out.get(section)
+        if not isinstance(holder, Mapping) or key not in holder:
+            continue
+        where = key if section is None else f"{section}.{key}"
+        holder = dict(holder)
+        value = holder.pop(key)
+        if section is not None:
+            out[section] = holder
+        else:
+            out.pop(key)
+        if key in loop:
+            log.warning("controls.%s is deprecated and ignored: controls.loop.%s is set",
+                        where, key)
+        else:
+            log.warning("controls.%s is deprecated: read as controls.loop.%s", where, key)
+            loop[key] = value
+        moved = True
+    if moved:
+        out["loop"] = loop
+    return out
 
 
 def _e2(raw: dict[str, Any]) -> E2Settings:

@@ -85,7 +85,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "/ric/v1/health/ready, /ric/v1/config and /metrics over HTTP.")
     parser.epilog = (
         "Environment: CONFIG_FILE (descriptor), MCW_<SECTION>_<KEY> overrides of controls "
-        "(e.g. MCW_MQTT_HOST, MCW_CONTROL_PERIOD_S, MCW_LOG_LEVEL), DBAAS_SERVICE_HOST/PORT "
+        "(e.g. MCW_MQTT_HOST, MCW_LOOP_CONTROL_PERIOD_S, MCW_LOG_LEVEL), DBAAS_SERVICE_HOST/PORT "
         "(SDL), RMR_SEED_RT / RMR_RTG_SVC (RMR routes), HOSTNAME and SERVICE_* (appmgr "
         "registration), MCW_SCHEMAS_DIR.")
     parser.add_argument("--config", default=os.environ.get("CONFIG_FILE"),
@@ -447,17 +447,15 @@ class XappProcess:
 
 def _restart_only_changed(old: Controls, new: Controls, name: str) -> bool:
     a, b = getattr(old, name), getattr(new, name)
-    if name == "mqtt":  # lease_s applies live
-        return bool(a.__class__(**{**a.__dict__, "lease_s": 0}) !=
-                    b.__class__(**{**b.__dict__, "lease_s": 0}))
     if name == "model":  # reload_check_s is the loader's
         return bool(a.path != b.path)
     return bool(a != b)
 
 
 def _loop_settings(c: Controls) -> LoopSettings:
-    return LoopSettings(control_period_s=c.control_period_s, kpi_max_age_s=c.kpi_max_age_s,
-                        lease_s=c.mqtt.lease_s, caps_headroom=c.loop.caps_headroom)
+    loop = c.loop
+    return LoopSettings(control_period_s=loop.control_period_s, kpi_max_age_s=loop.kpi_max_age_s,
+                        lease_s=loop.lease_s, caps_headroom=loop.caps_headroom)
 
 
 def _connects(publisher: MqttWeightPublisher | None) -> Callable[[], int] | None:
@@ -493,7 +491,8 @@ def build_components(opts: RunOptions, controls: Controls,
         from xapp.adapters.influx import InfluxIntake
 
         influx = _influx(controls, checks, stoppers, workers)
-        influx_intake = InfluxIntake(influx, intake, interval_s=min(1.0, controls.control_period_s))
+        influx_intake = InfluxIntake(influx, intake,
+                                     interval_s=min(1.0, controls.loop.control_period_s))
         workers.append(influx_intake.start())
         stoppers.insert(0, influx_intake.stop)
         kpis, sink = intake, influx
@@ -597,7 +596,7 @@ def _estimator(opts: RunOptions, controls: Controls,
             stoppers.append(holder.stop)
             from xapp.core.exploration import ExploringEstimator
 
-            model = ModelEstimator(holder, stale_after_s=controls.kpi_max_age_s * 2,
+            model = ModelEstimator(holder, stale_after_s=controls.loop.kpi_max_age_s * 2,
                                    level=controls.model.planning_level)
             log.info("capacity model %s loaded from %s", model.version, controls.model.path)
             # The model's forecasts, with bounded exploration where delivered throughput was
@@ -621,7 +620,7 @@ def _influx(controls: Controls, checks: dict[str, Callable[[], bool]],
     # Reads and writes run on their own threads, never on the tick; a hung InfluxDB still must
     # not hold them for the client's default 10 s, so requests time out after two control
     # periods (1 s to 10 s).
-    timeout_ms = int(min(10.0, max(1.0, 2 * controls.control_period_s)) * 1000)
+    timeout_ms = int(min(10.0, max(1.0, 2 * controls.loop.control_period_s)) * 1000)
     store = InfluxStore(InfluxConfig(url=i.url, bucket=i.bucket, org=i.org,
                                      token=_read_token(i.token_file), timeout_ms=timeout_ms))
     workers.append(store.start())
