@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
+from typing import Any
 
 from dashboards import DASHBOARDS, dashboard_json, queries
 from tests.e2e.prometheus import Prometheus
@@ -19,17 +20,26 @@ from tests.e2e.report import Check
 from tests.support.influxd import InfluxServer
 
 
-def influx_query(influx: InfluxServer, q: str, cpe: str, window: str = "15m") -> int:
-    """Series a dashboard InfluxQL query returns after Grafana's substitutions."""
-    text = (q.replace("$timeFilter", f"time > now() - {window}")
-             .replace("$__interval", "10s").replace("$cpe", cpe))
-    url = f"{influx.url}/query?" + urllib.parse.urlencode({"db": "mcw", "q": text})
-    with urllib.request.urlopen(url, timeout=10) as r:
-        doc = json.loads(r.read())
-    errors = [res["error"] for res in doc.get("results", []) if "error" in res]
+def influx_results(influx: InfluxServer, q: str, cpe: str, time_filter: str, interval: str,
+                   epoch: str | None = None) -> list[dict[str, Any]]:
+    """The ``results`` of a dashboard InfluxQL query after Grafana's substitutions of
+    ``$timeFilter``, ``$__interval`` and the ``cpe`` variable (raises on a query error)."""
+    text = (q.replace("$timeFilter", time_filter).replace("$__interval", interval)
+             .replace("$cpe", cpe))
+    params = {"db": "mcw", "q": text, **({"epoch": epoch} if epoch else {})}
+    with urllib.request.urlopen(f"{influx.url}/query?" + urllib.parse.urlencode(params),
+                                timeout=30) as r:
+        results: list[dict[str, Any]] = json.loads(r.read()).get("results", [])
+    errors = [res["error"] for res in results if "error" in res]
     if errors:
         raise RuntimeError(f"{text}: {errors}")
-    return sum(len(res.get("series") or []) for res in doc.get("results", []))
+    return results
+
+
+def influx_query(influx: InfluxServer, q: str, cpe: str, window: str = "15m") -> int:
+    """Series a dashboard InfluxQL query returns over the last ``window``."""
+    results = influx_results(influx, q, cpe, f"time > now() - {window}", "10s")
+    return sum(len(res.get("series") or []) for res in results)
 
 
 def check_dashboards(prom: Prometheus, influx: InfluxServer, cpe: str,

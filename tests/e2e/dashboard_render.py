@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from tests.e2e.dashboard_queries import influx_results
 from tests.e2e.prometheus import Prometheus
 from tests.support.influxd import InfluxServer
 
@@ -46,17 +45,10 @@ def prometheus_series(prom: Prometheus, target: dict[str, Any], cpe: str, start_
 
 def influx_series(influx: InfluxServer, target: dict[str, Any], cpe: str, start_s: float,
                   end_s: float) -> list[Series]:
-    text = (str(target["query"])
-            .replace("$timeFilter", f"time >= {int(start_s)}s AND time <= {int(end_s)}s")
-            .replace("$__interval", "5s").replace("$cpe", cpe))
-    url = f"{influx.url}/query?" + urllib.parse.urlencode({"db": "mcw", "q": text,
-                                                           "epoch": "ms"})
-    with urllib.request.urlopen(url, timeout=30) as r:
-        doc = json.loads(r.read())
     out: list[Series] = []
-    for res in doc.get("results", []):
-        if "error" in res:
-            raise RuntimeError(f"{text}: {res['error']}")
+    for res in influx_results(influx, str(target["query"]), cpe,
+                              f"time >= {int(start_s)}s AND time <= {int(end_s)}s", "5s",
+                              epoch="ms"):
         for s in res.get("series") or []:
             tags = {str(k): str(v) for k, v in (s.get("tags") or {}).items()}
             alias = _legend(re.sub(r"\$tag_(\w+)", r"{{\1}}", str(target.get("alias", ""))),

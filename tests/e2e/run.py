@@ -430,18 +430,6 @@ def missing_tools() -> list[str]:
     return out
 
 
-def distinct_ports(n: int, taken: set[int]) -> list[int]:
-    """``n`` free loopback ports, none repeated and none in ``taken``: the agents bind theirs
-    later, so two calls of :func:`free_port` could otherwise hand out the same one."""
-    out: list[int] = []
-    while len(out) < n:
-        p = free_port()
-        if p not in taken:
-            taken.add(p)
-            out.append(p)
-    return out
-
-
 def start(root: Path, n_agents: int, n_cpes: int) -> Run:
     """Every server, ``mcw run``, the agents, Prometheus and the feeder, ready to go."""
     root.mkdir(parents=True, exist_ok=True)
@@ -467,7 +455,8 @@ def start(root: Path, n_agents: int, n_cpes: int) -> Run:
     port, a1_port = free_port(), free_port()
     # cpes[0] is the real connection's CPE; the others up to n_agents run dry-run agents.
     agent_cpes = cpes[1:n_agents]
-    free = distinct_ports(len(agent_cpes) + 2, {port, a1_port})
+    # free_port never hands out a port twice in one process: the agents bind theirs later.
+    free = [free_port() for _ in range(len(agent_cpes) + 2)]
     ports = dict(zip(agent_cpes, free[:-2], strict=True))
     # The real connection's two agents are scraped too, through the relay out of their netns.
     link = RealLink(root / "mptcp", pki, broker.port, cpes[0],
