@@ -44,6 +44,9 @@ def test_any_bytes_parse_or_raise_the_one_error(data: bytes | str) -> None:
 @pytest.mark.parametrize("text, why", [
     ("[" * 2000 + "]" * 2000, "nested deeper"),
     ('{"a":' * 9 + "1" + "}" * 9, "nested deeper"),
+    ("[" * 150 + "]" * 150, "nested deeper"),  # counted on the parsed document
+    ("[" * 201 + "]" * 201, "nested deeper"),  # counted on the text first
+    ("[1e+999]", "out of range"),
     ("[" + "9" * 500 + "]", "out of range"),
     ("-" + "1" * 21, "out of range"),
     ("1e999", "out of range"),
@@ -56,6 +59,13 @@ def test_any_bytes_parse_or_raise_the_one_error(data: bytes | str) -> None:
 def test_hostile_documents_are_refused_with_a_reason(text: str | bytes, why: str) -> None:
     with pytest.raises(BoundedJsonError, match=why):
         loads(text, LIMITS)
+
+
+@pytest.mark.parametrize("width", [3, 150, 300])
+def test_wide_shallow_documents_parse(width: int) -> None:
+    # Many brackets, depth 3: the bracket count alone must not refuse them, on either path.
+    doc = {"wats": [{"dl": {"cpe": f"cpe-{i:04d}", "x": 1e-300}} for i in range(width)]}
+    assert loads(json.dumps(doc), JsonLimits(max_depth=4)) == doc
 
 
 def test_brackets_and_digits_inside_strings_do_not_count() -> None:

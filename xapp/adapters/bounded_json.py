@@ -6,8 +6,10 @@ three ways that matter to a long-running process:
 
 * **Depth.** A document nested a few thousand levels deep makes ``json.loads`` raise
   ``RecursionError`` (not ``ValueError``), and anything that walks the result recursively
-  (``jsonschema``) overflows the stack further down.  Depth is counted on the raw text, with
-  strings blanked out, before the parser sees it.
+  (``jsonschema``) overflows the stack further down.  A document with few brackets cannot be
+  deep: its depth is counted on the parsed result (a walk of its containers, a few µs).  One
+  with more brackets than the parser's recursion could take has its depth counted on the raw
+  text first, with strings blanked out, before the parser sees it.
 * **Number size.** ``int`` parsing is quadratic in the number of digits and an integer of
   hundreds of digits overflows ``float()`` later (``OverflowError``, not ``ValueError``);
   ``1e999`` parses as ``inf``.  Digit runs are limited, positive exponents have at most two
@@ -52,9 +54,12 @@ DEFAULT_LIMITS = JsonLimits()
 # each quote of an unterminated string: quadratic).
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)', re.DOTALL)
 _BRACKET = re.compile(r"[\[\]{}]")
-# Digits to 0, exponent markers and signs to one spelling: long digit runs and three-digit
+#: Brackets up to which the document goes to the parser before its depth is known: far below
+#: the interpreter's recursion limit (1000), which the C parser counts its nesting against.
+_PARSER_SAFE_DEPTH = 200
+# Digits to 0, exponent markers to one spelling and "+" dropped: long digit runs and three-digit
 # exponents become plain substrings.
-_FOLD = str.maketrans({**{str(d): "0" for d in range(10)}, "E": "e", "+": "-"})
+_FOLD = str.maketrans({**{str(d): "0" for d in range(10)}, "E": "e", "+": None})
 
 
 def loads(data: bytes | bytearray | str, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
@@ -78,19 +83,41 @@ def loads(data: bytes | bytearray | str, limits: JsonLimits = DEFAULT_LIMITS) ->
     # limit pays for the exact check, on a skeleton with the strings blanked out, so brackets
     # and digits inside strings (``"cpe-000001"``) are not counted.
     skeleton: str | None = None
-    if text.count("[") + text.count("{") > limits.max_depth:
+    openers = text.count("[") + text.count("{")
+    if openers > _PARSER_SAFE_DEPTH:
         skeleton = _STRING.sub('""', text)
         _check_depth(skeleton, limits.max_depth)
     folded = text.translate(_FOLD)
-    if "0" * (limits.max_int_digits + 1) in folded or "e000" in folded or "e-000" in folded:
+    # (only positive exponents: 1e-999 is 0.0; and "cpe-0001" must not look like one)
+    if "0" * (limits.max_int_digits + 1) in folded or "e000" in folded:
         _check_numbers(_STRING.sub('""', text) if skeleton is None else skeleton,
                        limits.max_int_digits)
     try:
-        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+        doc = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except BoundedJsonError:
         raise
     except (ValueError, RecursionError) as exc:
         raise BoundedJsonError(f"not JSON: {exc}") from exc
+    if limits.max_depth < openers <= _PARSER_SAFE_DEPTH:
+        _check_parsed_depth(doc, limits.max_depth)
+    return doc
+
+
+def _check_parsed_depth(doc: Any, max_depth: int) -> None:
+    # Level by level (json.loads makes only dicts and lists as containers): it stops at the
+    # first level past the limit.
+    level = [doc] if type(doc) in _CONTAINERS else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > max_depth:
+            raise BoundedJsonError(f"nested deeper than {max_depth} levels")
+        level = [child for node in level
+                 for child in (node.values() if type(node) is dict else node)
+                 if type(child) in _CONTAINERS]
+
+
+_CONTAINERS = frozenset({dict, list})
 
 
 def _check_depth(skeleton: str, max_depth: int) -> None:
