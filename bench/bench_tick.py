@@ -19,11 +19,15 @@ Paths:
     In-memory intake (:class:`~xapp.core.intake.LatestKpis`) and the in-memory publisher,
     which builds and validates every weights message as the MQTT one does.
 ``real``
-    KPIs written to a real InfluxDB 1.8 by a feeder and read by the shipped
-    :class:`~xapp.adapters.influx.InfluxIntake` on its own thread; weights published with the
-    shipped :class:`~xapp.adapters.mqtt.MqttWeightPublisher` to a real Mosquitto over mTLS
-    (retained, QoS 1).  Agent telemetry over MQTT is not part of this path (it lands in the same
-    intake; see ``bench/bench_fanout.py`` for the broker's side).
+    The fleet's agents publish their telemetry over MQTT (one message per CPE a period, at
+    QoS 0, from a process of their own) to a real Mosquitto over mTLS; the shipped
+    :class:`~xapp.adapters.mqtt.ChannelSubscriber` and its batch worker put it into the intake
+    and into a real InfluxDB 1.8, as ``mcw run`` wires them; the shipped
+    :class:`~xapp.adapters.influx.InfluxIntake` polls InfluxDB as in ``mcw run`` (skipping the
+    points this process wrote); weights published with the shipped
+    :class:`~xapp.adapters.mqtt.MqttWeightPublisher` (retained, QoS 1), forecasts and weights
+    written to InfluxDB.  The intake lag is the time from the first telemetry message sent to
+    the last row in the intake.
 ``one-direction`` (``--one-direction``)
     The loop as it was before it decided both directions (commit ``aa18381``, the parent of
     the one that added them), taken from this repository's history with ``git archive`` and
@@ -49,6 +53,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -172,55 +177,137 @@ def run_per_cpe(n: int, ticks: int, warm: int, period_s: float = 1.0) -> dict[st
     return run_memory(n, ticks, warm, period_s, per_cpe=True)
 
 
+def telemetry_messages(frame: KpiFrame, interval_ms: int = 1000) -> list[tuple[str, bytes]]:
+    """The fleet's period as the agents send it: one ``mcw.telemetry.v2`` message per CPE on its
+    telemetry topic (the uplink as the CPE agent measures it; the downlink beside it, as a
+    CPE behind no proxy reports what it received), JSON as the agent writes it."""
+    from xapp.adapters.mqtt.payloads import topic
+
+    time_ms = round(frame.time_s * 1000)
+    delivered, saturated = frame.column("delivered_mbps"), frame.column("saturated")
+    rtt, up = frame.column("rtt_ms"), frame.column("up")
+    assert frame.direction is not None
+    docs: dict[str, dict[str, Any]] = {}
+    for i, (cpe, wat, d) in enumerate(zip(frame.cpe.tolist(), frame.wat.tolist(),
+                                          frame.direction.tolist(), strict=True)):
+        doc = docs.setdefault(cpe, {"schema": "mcw.telemetry.v2", "cpe_id": cpe,
+                                    "time_ms": time_ms, "interval_ms": interval_ms, "wats": {}})
+        w = doc["wats"].setdefault(wat, {"up": bool(up[i]), "subflows": 1,
+                                         "rtt_ms": round(float(rtt[i]), 2)})
+        w[d] = {"delivered_mbps": round(float(delivered[i]), 3),
+                "saturated": float(saturated[i])}
+    return [(topic(cpe, "telemetry"), json.dumps(doc, separators=(",", ":")).encode())
+            for cpe, doc in docs.items()]
+
+
+def _received(subscriber: Any, want: int) -> bool:
+    return bool(subscriber.received >= want)
+
+
+def _feeder(port: int, ca: str, cert: str, key: str, conn: Any) -> None:
+    """The fleet's agents, as one MQTT client in a process of its own: publishes each batch of
+    (topic, payload) it is sent at QoS 0, as the agents do, and answers when all is written."""
+    import ssl
+
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="bench-fleet",
+                         protocol=MQTTProtocolVersion.MQTTv5)
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    ctx.load_cert_chain(cert, key)
+    client.tls_set_context(ctx)
+    client.max_queued_messages_set(0)
+    client.connect(host="127.0.0.1", port=port)
+    client.loop_start()
+    while True:
+        batch = conn.recv()
+        if batch is None:
+            break
+        last = None
+        for t, payload in batch:
+            last = client.publish(t, payload, qos=0)
+        if last is not None:
+            last.wait_for_publish(30)
+        conn.send(len(batch))
+    client.disconnect()
+    client.loop_stop()
+
+
 def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0
              ) -> dict[str, Any]:
+    """The fleet's agents publish their telemetry over MQTT (mTLS) from another process; the
+    shipped subscriber and its batch worker put it into the intake and InfluxDB (as
+    ``mcw run`` wires them, :class:`xapp.app.runtime.AgentTelemetry`); the InfluxDB intake
+    polls as ``mcw run``'s does (it skips the points this process wrote); the loop writes its
+    forecasts and weights to InfluxDB and publishes over MQTT."""
+    import multiprocessing
+
     from tests.support.influxd import start_influxd
-    from tests.support.mosquitto import MosquittoBroker, make_pki
-    from xapp.adapters.influx import InfluxConfig, InfluxIntake, InfluxStore
-    from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher
+    from tests.support.mosquitto import ACL_FILE, MosquittoBroker, cpe_name, make_pki
+    from xapp.adapters.influx import InfluxConfig, InfluxIntake, InfluxStore, flush_interval_s
+    from xapp.adapters.mqtt import (
+        ChannelSubscriber,
+        MemoryVersionStore,
+        MqttSettings,
+        MqttWeightPublisher,
+    )
+    from xapp.app.runtime import AgentTelemetry
 
     influx = start_influxd(work)
     pki = make_pki(work / "pki", n_cpes=1)
-    broker = MosquittoBroker(pki, work / "broker").start()
+    # One certificate speaks for the whole fleet here (10,000 TLS clients are bench_fanout's
+    # subject); the shipped ACL plus a grant to write every CPE's telemetry.
+    acl = work / "acl"
+    acl.write_text(ACL_FILE.read_text(encoding="utf-8")
+                   + f"\nuser {cpe_name(1)}\ntopic write mcw/v1/#\n", encoding="utf-8")
+    broker = MosquittoBroker(pki, work / "broker", acl=acl).start()
     cert, key = pki.cert("mcw-xapp")
-    publisher = MqttWeightPublisher(MqttSettings(
-        host="127.0.0.1", port=broker.port, ca_file=str(pki.ca), cert_file=str(cert),
-        key_file=str(key), client_id="bench-tick"), MemoryVersionStore()).start()
-    writer = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, batch_size=20_000))
-    reader = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket))
+    settings = MqttSettings(host="127.0.0.1", port=broker.port, ca_file=str(pki.ca),
+                            cert_file=str(cert), key_file=str(key), client_id="bench-tick")
+    publisher = MqttWeightPublisher(settings, MemoryVersionStore()).start()
     # The loop's sink flushes on its own thread, as in mcw run.
-    sink = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket))
-    sink.start()
+    sink = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, writer="bench"))
+    sink.start(flush_interval_s(period_s))
+    reader = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, writer="bench"))
     intake = LatestKpis()
-    fields = ("delivered_mbps", "saturated", "rtt_ms", "up")
-    # The intake polls on its own thread, as in mcw run; its clock follows the simulated time.
+    subscriber = ChannelSubscriber(settings, on_telemetry=AgentTelemetry(intake, sink)).start()
     clock = {"now": 0.0}
-    influx_intake = InfluxIntake(reader, intake, fields=fields,
-                                 interval_s=min(0.2, period_s), clock=lambda: clock["now"])
+    influx_intake = InfluxIntake.for_period(reader, intake, period_s, clock=lambda: clock["now"])
+    ctx = multiprocessing.get_context("spawn")
+    here, there = ctx.Pipe()
+    fcert, fkey = pki.cert(cpe_name(1))
+    feeder = ctx.Process(target=_feeder, args=(broker.port, str(pki.ca), str(fcert),
+                                               str(fkey), there), daemon=True)
+    feeder.start()
     try:
-        assert publisher.wait_connected(10)
+        assert publisher.wait_connected(10) and subscriber.wait_subscribed(10)
         fleet = Fleet(n)
-        # The loop writes its forecasts and weights to InfluxDB, as mcw run does.
         loop = _loop(intake, publisher, period_s, sink=sink)
         wall: list[float] = []
         cpu: list[float] = []
         lag: list[float] = []
+        sub_cpu: list[float] = []
         t0 = time.time() - (warm + ticks) * period_s - 5
         influx_intake.start()
         first = 0.0
         for k in range(warm + ticks):
             now = t0 + k * period_s
-            writer.write_kpis(fleet.step(now))  # the feeder: KPIs into InfluxDB
-            writer.flush()
+            messages = telemetry_messages(fleet.step(now), round(period_s * 1000))
             clock["now"] = now
-            # wait until the intake thread has read this period (its lag is reported)
-            start = time.perf_counter()
+            # From the first message sent to every row in the intake: the KPI path's lag.
+            start, c0 = time.perf_counter(), time.process_time()
+            received = subscriber.received + len(messages)
+            here.send(messages)
+            assert subscriber.wait_for(partial(_received, want=received), 60)
             while True:
                 frame = intake.latest(now, period_s / 2)
                 if len(frame) == fleet.rows and np.isfinite(frame.column("delivered_mbps")).all():
                     break
-                time.sleep(0.01)
+                time.sleep(0.005)
             lag.append(time.perf_counter() - start)
+            sub_cpu.append(time.process_time() - c0)
+            assert here.recv() == n
             w, c = time.perf_counter(), time.thread_time()
             report = loop.tick(now)
             w, c = time.perf_counter() - w, time.thread_time() - c
@@ -234,14 +321,24 @@ def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0
                 wall.append(w)
                 cpu.append(c)
         assert publisher.flush(30), "the broker did not acknowledge every weights message"
+        assert subscriber.drops.total() == 0, subscriber.drops.snapshot()
+        timed_lag, timed_sub = lag[warm:], sub_cpu[warm:]
         return {"cpes": n, "path": "real", "period_s": period_s, **_percentiles(wall, cpu),
                 "first_tick_ms": round(first * 1e3, 1), "ticks": ticks,
-                "intake_lag_ms_p50": round(statistics.median(lag) * 1e3, 1),
+                "intake_lag_ms_p50": round(statistics.median(timed_lag) * 1e3, 1),
+                "intake_lag_ms_max": round(max(timed_lag) * 1e3, 1),
+                # the process's CPU while the telemetry came in (subscriber, batch worker,
+                # InfluxDB writer): what 10,000 agents' telemetry a period costs the xApp
+                "telemetry_cpu_ms_p50": round(statistics.median(timed_sub) * 1e3, 1),
+                "telemetry_messages": n * (warm + ticks),
+                "influx_intake_rows": influx_intake.rows_read,
                 "acked": publisher.stats.acked}
     finally:
+        here.send(None)
+        feeder.join(10)
         influx_intake.stop()
+        subscriber.stop()
         publisher.stop()
-        writer.close()
         sink.close()
         reader.close()
         broker.stop()

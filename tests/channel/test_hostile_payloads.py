@@ -115,12 +115,10 @@ def test_a_hostile_message_is_dropped_and_the_xapp_keeps_listening(
         assert sub.drops.snapshot() == {reason: 1}
         assert sub.callback_errors == 0
         assert_still_listening(sub, other, frames, states, version=5)
-        # Nothing of the attacker's reached the state, the callbacks or the drain.
+        # Nothing of the attacker's reached the state or the callbacks.
         assert sub.state(ATTACKER) is None
-        assert all(ATTACKER not in f.cpe for f in frames)
-        drained = sub.drain_telemetry()
-        assert set(drained.cpe) == {OTHER}
-        assert all(np.isfinite(drained.column("delivered_mbps")))
+        assert {c for f in frames for c in f.cpe} == {OTHER}
+        assert all(np.isfinite(f.column("delivered_mbps")).all() for f in frames)
     finally:
         attacker.close()
         other.close()

@@ -43,6 +43,18 @@ def telemetry_doc(cpe_id: str, mbps: float, **extra: Any) -> bytes:
     return json.dumps(doc).encode()
 
 
+def joined(frames: list[KpiFrame]) -> KpiFrame:
+    """The rows of the batches the callback got, in order, as one frame."""
+    assert frames and all(f.direction is not None and f.row_time_s is not None for f in frames)
+    return KpiFrame(time_s=max(f.time_s for f in frames),
+                    cpe=np.concatenate([f.cpe for f in frames]),
+                    wat=np.concatenate([f.wat for f in frames]),
+                    direction=np.concatenate([f.direction for f in frames]),
+                    values={k: np.concatenate([f.column(k) for f in frames])
+                            for k in frames[0].values},
+                    row_time_s=np.concatenate([f.row_time_s for f in frames]))
+
+
 def test_state_and_telemetry_reach_the_xapp(broker: MosquittoBroker,
                                             settings: MqttSettings) -> None:
     frames: list[KpiFrame] = []
@@ -66,14 +78,16 @@ def test_state_and_telemetry_reach_the_xapp(broker: MosquittoBroker,
 
         cpe.publish("mcw/v1/cpe/cpe-0001/telemetry", telemetry_doc("cpe-0001", 250.5), qos=0)
         cpe.publish("mcw/v1/cpe/cpe-0001/telemetry", telemetry_doc("cpe-0001", 99.0), qos=0)
-        assert sub.wait_for(lambda _s: len(frames) == 2, 5)
-        assert list(frames[0].cpe) == ["cpe-0001", "cpe-0001"]
-        assert list(frames[0].wat) == ["nr", "wifi"]
-        assert frames[0].direction is not None and list(frames[0].direction) == ["ul", "ul"]
-        assert frames[0].column("delivered_mbps")[0] == 250.5
-        assert frames[0].column("up")[1] == 0.0
-        batch = sub.drain_telemetry()
-        assert len(batch) == 4 and list(batch.column("delivered_mbps")[::2]) == [250.5, 99.0]
+        # Telemetry reaches the callback in batches (one frame for one or both messages).
+        assert sub.wait_for(lambda _s: sum(map(len, frames)) == 4, 5)
+        batch = joined(frames)
+        assert list(batch.cpe) == ["cpe-0001"] * 4
+        assert list(batch.wat) == ["nr", "wifi", "nr", "wifi"]
+        assert batch.direction is not None and list(batch.direction) == ["ul"] * 4
+        assert list(batch.column("delivered_mbps")[::2]) == [250.5, 99.0]
+        assert batch.column("up")[1] == 0.0
+        assert batch.row_time_s is not None and len(set(batch.row_time_s)) == 1
+        # What the callback took is not kept for the drain as well.
         assert len(sub.drain_telemetry()) == 0
         assert sub.drops.total() == 0
     finally:
@@ -209,19 +223,17 @@ def test_saturation_and_delivery_rate_reach_the_kpi_frame(broker: MosquittoBroke
         cpe.publish(topic, doc({"saturated": 0.25, "delivery_rate_mbps": 912.125}), qos=1)
         cpe.publish(topic, doc({"saturated": 1.5}), qos=1)  # out of range: dropped
         cpe.publish(topic, doc({"saturated": 1}), qos=1)
-        assert sub.wait_for(lambda s: s.received == 3, 5)
-        assert len(frames) == 2 and sub.drops.snapshot() == {"telemetry/schema": 1}
-        first, second = frames
-        assert list(first.wat) == ["nr", "wifi"]
-        assert first.column("saturated")[0] == 0.25
-        assert first.column("delivery_rate_mbps")[0] == 912.125
+        assert sub.wait_for(lambda s: s.received == 3 and sum(map(len, frames)) == 4, 5)
+        assert sub.drops.snapshot() == {"telemetry/schema": 1}
+        batch = joined(frames)
+        assert list(batch.wat) == ["nr", "wifi", "nr", "wifi"]
+        assert batch.column("saturated")[0] == 0.25
+        assert batch.column("delivery_rate_mbps")[0] == 912.125
         # wifi reported neither: unknown, not 0 (0 would mean "censored" to the model).
-        assert np.isnan(first.column("saturated")[1])
-        assert np.isnan(first.column("delivery_rate_mbps")[1])
-        assert second.column("saturated")[0] == 1.0
-        assert np.isnan(second.column("delivery_rate_mbps")[0])
-        batch = sub.drain_telemetry()
-        assert list(batch.column("saturated")[::2]) == [0.25, 1.0]
+        assert np.isnan(batch.column("saturated")[1])
+        assert np.isnan(batch.column("delivery_rate_mbps")[1])
+        assert batch.column("saturated")[2] == 1.0
+        assert np.isnan(batch.column("delivery_rate_mbps")[2])
     finally:
         cpe.close()
         sub.stop()
@@ -241,8 +253,8 @@ def test_the_agents_telemetry_validates_and_maps(broker: MosquittoBroker,
     try:
         assert sub.wait_subscribed(10)
         cpe.publish("mcw/v1/cpe/cpe-0001/telemetry", AGENT_TELEMETRY.read_bytes(), qos=1)
-        assert sub.wait_for(lambda s: s.received == 1, 5)
-        assert sub.drops.total() == 0 and len(frames) == 1
+        assert sub.wait_for(lambda s: s.received == 1 and len(frames) == 1, 5)
+        assert sub.drops.total() == 0
         doc = json.loads(AGENT_TELEMETRY.read_bytes())
         frame = frames[0]
         assert frame.direction is not None

@@ -129,7 +129,7 @@ def test_weights_follow_kpis_and_validate(stack: Stack) -> None:
     alive = stack.xapp.json("/ric/v1/health/alive")
     assert alive["alive"] is True, alive
     assert {"mcw-loop", "mcw-sdl", "mcw-config", "influx-flush", "influx-intake",
-            "mcw-check-influxdb", "mcw-telemetry-drain", "mcw-model-reload", "mqtt-publisher",
+            "mcw-check-influxdb", "mcw-telemetry-batch", "mcw-model-reload", "mqtt-publisher",
             "mqtt-subscriber"} <= set(alive["workers"]), alive
     cpe = Cpe(stack, "cpe-0001")
     try:

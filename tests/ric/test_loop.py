@@ -512,3 +512,25 @@ def test_a_following_direction_decides_on_its_own_rows_at_once() -> None:
     dl = doc["dl"]
     assert dl["reason"] == "load_balancing" and dl["weights"]["nr"] > dl["weights"]["wifi"]
     assert dl["weights"]["lifi"] == 0
+
+
+def test_intake_keeps_each_rows_own_time() -> None:
+    """A batch of telemetry carries each message's time: an older message in a later batch
+    changes nothing, and a row ages out on its own time, not the batch's newest."""
+    intake = LatestKpis()
+    batch = KpiFrame(time_s=20.0, cpe=np.array(["c1", "c2"]), wat=np.array(["nr", "nr"]),
+                     direction=np.array(["ul", "ul"]),
+                     values={"delivered_mbps": np.array([50.0, 60.0])},
+                     row_time_s=np.array([20.0, 12.0]))
+    intake.update(batch)
+    late = KpiFrame(time_s=21.0, cpe=np.array(["c1"]), wat=np.array(["nr"]),
+                    direction=np.array(["ul"]), values={"delivered_mbps": np.array([1.0])},
+                    row_time_s=np.array([19.0]))
+    intake.update(late)
+    f = intake.latest(21.0, 5.0)
+    got = dict(zip(f.cpe.tolist(), f.column("delivered_mbps").tolist(), strict=True))
+    assert got["c1"] == 50.0  # the older message did not replace the newer one
+    assert "c2" not in got  # 9 s old by its own time: aged out
+    with pytest.raises(ValueError, match="row_time_s"):
+        KpiFrame(time_s=1.0, cpe=np.array(["c1"]), wat=np.array(["nr"]),
+                 row_time_s=np.array([1.0, 2.0]))

@@ -202,3 +202,36 @@ def test_ping(influx_db: InfluxServer) -> None:
     assert up.ping() is True and down.ping() is False
     up.close()
     down.close()
+
+
+def test_the_intake_skips_what_its_own_replica_wrote(influx_db: InfluxServer) -> None:
+    """Points a replica wrote reached its intake in-process; its InfluxDB intake reads only the
+    others' (another replica's, or a writer that tags nothing)."""
+    influx = influx_db
+    now = time.time()
+    mine = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, writer="xapp-0"))
+    theirs = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, writer="xapp-1"))
+    untagged = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket))
+    mine.write_kpis(_frame(now - 3, n=3))
+    theirs.write_kpis(_frame(now - 2, n=2))
+    untagged.write_kpis(_frame(now - 1, n=1))
+    assert mine.flush() and theirs.flush() and untagged.flush()
+    assert set(mine.read_table("-1h")["time_s"].round()) == {round(now - 3), round(now - 2),
+                                                             round(now - 1)}
+    intake = LatestKpis()
+    assert InfluxIntake(mine, intake, lookback_s=60.0).poll_once() == 3
+    frame = intake.latest(now, max_age_s=10.0)
+    assert sorted(set(frame.cpe.tolist())) == ["cpe0", "cpe1"]
+    # A reader with no writer of its own reads everything.
+    assert InfluxIntake(untagged, LatestKpis(), lookback_s=60.0).poll_once() == 6
+    # A writer id with a quote cannot break out of the query's string.
+    odd = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, writer="a' OR 'b"))
+    assert InfluxIntake(odd, LatestKpis(), lookback_s=60.0).poll_once() == 6
+
+
+def test_the_intake_for_a_period_polls_and_rereads_with_it(influx_db: InfluxServer) -> None:
+    store = InfluxStore(InfluxConfig(url=influx_db.url, bucket=influx_db.bucket))
+    fast = InfluxIntake.for_period(store, LatestKpis(), 0.2)
+    assert (fast.interval_s, fast.overlap_s) == (0.2, 0.4)
+    slow = InfluxIntake.for_period(store, LatestKpis(), 5.0)
+    assert (slow.interval_s, slow.overlap_s) == (1.0, 2.0)

@@ -20,6 +20,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -73,8 +74,6 @@ log = logging.getLogger(__name__)
 STARTUP_GRACE_S = 30.0
 #: How often InfluxDB is probed for /ric/v1/health/ready.
 INFLUX_CHECK_S = 2.0
-#: How often the subscriber's redundant telemetry buffer is emptied.
-TELEMETRY_DRAIN_S = 5.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -491,8 +490,7 @@ def build_components(opts: RunOptions, controls: Controls,
         from xapp.adapters.influx import InfluxIntake
 
         influx = _influx(controls, checks, stoppers, workers)
-        influx_intake = InfluxIntake(influx, intake,
-                                     interval_s=min(1.0, controls.loop.control_period_s))
+        influx_intake = InfluxIntake.for_period(influx, intake, controls.loop.control_period_s)
         workers.append(influx_intake.start())
         stoppers.insert(0, influx_intake.stop)
         kpis, sink = intake, influx
@@ -521,7 +519,7 @@ def build_components(opts: RunOptions, controls: Controls,
 def build_e2(opts: RunOptions, controls: Controls, comp: Components) -> E2Parts:
     """The E2 path (not started): nodes from the R-NIB and/or ``controls.e2.nodes``, the
     subscriber, the book, the CPE registry and the KPM ingest writing into the intake and
-    InfluxDB like agent telemetry (:class:`_Telemetry`)."""
+    InfluxDB like agent telemetry (:class:`AgentTelemetry`)."""
     from xapp.adapters.e2 import codec
     from xapp.adapters.e2.decoder import DecoderProcess
     from xapp.adapters.e2.ingest import KpmIngest
@@ -576,7 +574,7 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components) -> E2Parts:
     # The registry's own namespace (xapp.adapters.e2.registry), where its CLI provisions CPEs.
     registry = CpeRegistry(backend_factory=ricsdl_backend if redis else None)
     stoppers.append(registry.stop)
-    ingest = KpmIngest(book, registry, _Telemetry(comp.intake, comp.sink),
+    ingest = KpmIngest(book, registry, AgentTelemetry(comp.intake, comp.sink),
                        names=e.measurement_map())
     return E2Parts(book, subscriber, worker, registry, ingest, DecoderProcess(ingest), stoppers)
 
@@ -614,16 +612,20 @@ def _estimator(opts: RunOptions, controls: Controls,
 
 def _influx(controls: Controls, checks: dict[str, Callable[[], bool]],
             stoppers: list[Callable[[], object]], workers: list[Worker]) -> InfluxStore:
-    from xapp.adapters.influx import InfluxConfig, InfluxStore
+    from xapp.adapters.influx import InfluxConfig, InfluxStore, flush_interval_s
 
     i = controls.influxdb
     # Reads and writes run on their own threads, never on the tick; a hung InfluxDB still must
     # not hold them for the client's default 10 s, so requests time out after two control
     # periods (1 s to 10 s).
     timeout_ms = int(min(10.0, max(1.0, 2 * controls.loop.control_period_s)) * 1000)
+    # Points this replica writes carry its id, and its InfluxDB intake skips them (they are in
+    # its intake already); the pod name in a RIC.
+    writer = os.environ.get("MCW_REPLICA_ID") or socket.gethostname()
     store = InfluxStore(InfluxConfig(url=i.url, bucket=i.bucket, org=i.org,
-                                     token=_read_token(i.token_file), timeout_ms=timeout_ms))
-    workers.append(store.start())
+                                     token=_read_token(i.token_file), timeout_ms=timeout_ms,
+                                     writer=writer))
+    workers.append(store.start(flush_interval_s(controls.loop.control_period_s)))
     stoppers.append(store.close)
     check = PeriodicCheck("influxdb", store.ping, interval_s=INFLUX_CHECK_S)
     check.run_once()  # ready reflects InfluxDB from the first probe, not after one interval
@@ -661,26 +663,23 @@ def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
     checks["broker"] = publisher.answering
     stoppers.append(publisher.stop)
     # Agent telemetry (subflow throughput, RTT, cwnd) goes into InfluxDB with the radio KPIs,
-    # one point per message so each keeps its own time; agent states are logged when they
+    # one point per message and WAT so each keeps its own time; agent states are logged when they
     # change and served on /ric/v1/cpes.
     states = _AgentStateLog()
     subscriber = ChannelSubscriber(
-        settings, on_telemetry=_Telemetry(intake, sink), on_state=states,
+        settings, on_telemetry=AgentTelemetry(intake, sink), on_state=states,
         on_proxy_state=states.proxy).start()
     stoppers.append(subscriber.stop)
-    # The subscriber also keeps every telemetry document for drain_telemetry(), which the
-    # callback above makes redundant; drain it regularly so the buffer never fills and counts
-    # false "buffer-full" drops.
-    drainer = Worker("mcw-telemetry-drain", subscriber.drain_telemetry, TELEMETRY_DRAIN_S)
-    drainer.start()
-    stoppers.insert(0, drainer.stop)
-    workers.append(drainer)
+    # Telemetry reaches the callback in batches, on the subscriber's own worker: supervised
+    # with the others (a dead or stuck batcher fails /ric/v1/health/alive).
+    workers.append(subscriber.telemetry_worker)
     return publisher, subscriber
 
 
-class _Telemetry:
-    """Agent telemetry as it arrives (on the subscriber's network thread): into the intake the
-    next tick reads, and into InfluxDB's write buffer (flushed by its own thread)."""
+class AgentTelemetry:
+    """Agent telemetry as it arrives (a batch at a time, on the subscriber's batch worker): into
+    the intake the next tick reads, and into InfluxDB's write buffer (flushed by its own
+    thread)."""
 
     def __init__(self, intake: LatestKpis, sink: TelemetrySink | None) -> None:
         self.intake = intake

@@ -36,7 +36,8 @@ class KpiFrame:
     row; None means every row applies to both.  ``series`` is the key an estimator keeps
     history under, per row: the CPE id, with ``/dl`` or ``/ul`` appended for a row with a
     direction (given by the intake so that it stays the same array while the rows do; derived
-    here otherwise).
+    here otherwise).  ``row_time_s`` is each row's own time when the rows were measured at
+    different times (a batch of agent telemetry); None means every row is at ``time_s``.
     """
 
     time_s: float
@@ -46,6 +47,7 @@ class KpiFrame:
     direction: NDArray[np.str_] | None = None
     #: None when built: derived from cpe and direction in __post_init__.
     series: NDArray[np.str_] = field(default=None)  # type: ignore[arg-type]
+    row_time_s: NDArray[np.float64] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.cpe)
@@ -62,9 +64,17 @@ class KpiFrame:
             object.__setattr__(self, "series", series_of(self.cpe, self.direction))
         elif len(self.series) != n:
             raise ValueError("KpiFrame series must have the length of 'cpe'")
+        if self.row_time_s is not None and len(self.row_time_s) != n:
+            raise ValueError("KpiFrame row_time_s must have the length of 'cpe'")
 
     def __len__(self) -> int:
         return len(self.cpe)
+
+    def row_times(self) -> NDArray[np.float64]:
+        """Each row's time: ``row_time_s``, or ``time_s`` for every row."""
+        if self.row_time_s is not None:
+            return np.asarray(self.row_time_s, dtype=np.float64)
+        return np.full(len(self), float(self.time_s))
 
     def column(self, name: str) -> NDArray[np.float64]:
         """The named column, or all-NaN when the frame does not carry it."""
@@ -84,7 +94,8 @@ class KpiFrame:
         take, direction = expansion(self.direction, len(self))
         return KpiFrame(time_s=self.time_s, cpe=self.cpe[take], wat=self.wat[take],
                         values={k: np.asarray(v)[take] for k, v in self.values.items()},
-                        direction=direction)
+                        direction=direction,
+                        row_time_s=None if self.row_time_s is None else self.row_time_s[take])
 
 
 def series_of(cpe: NDArray[np.str_], direction: NDArray[np.str_] | None) -> NDArray[np.str_]:

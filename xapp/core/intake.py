@@ -60,14 +60,15 @@ class LatestKpis:
         return len(self._cpe)
 
     def update(self, frame: KpiFrame, times: Array | None = None) -> None:
-        """Merge the rows of ``frame``, taken at ``times`` (per row) or ``frame.time_s``; a row
-        without a direction goes into the ``dl`` and the ``ul`` row of its (cpe, wat)."""
+        """Merge the rows of ``frame``, taken at ``times`` (per row) or the frame's own
+        (:meth:`KpiFrame.row_times`); a row without a direction goes into the ``dl`` and the
+        ``ul`` row of its (cpe, wat)."""
         if len(frame) == 0:
             return
         with self._lock:
             place = self._rows(frame)
             src, rows = place.src, place.rows
-            t = (np.full(len(frame), float(frame.time_s)) if times is None
+            t = (frame.row_times() if times is None
                  else np.asarray(times, dtype=np.float64))[src]
             for name, col in frame.values.items():
                 j = self._field(name)

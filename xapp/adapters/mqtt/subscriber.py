@@ -5,15 +5,16 @@ Subscribes to ``mcw/v1/cpe/+/state`` (retained, last will), ``mcw/v1/cpe/+/telem
 telemetry), drops what does not validate (counted), keeps the latest :class:`CpeState` per CPE,
 per (proxy, CPE) and :class:`ProxyState` per proxy, and turns telemetry into
 :class:`xapp.core.forecast.KpiFrame` rows with a direction.  It does not write to InfluxDB
-itself: the xApp passes a callback, or drains a batch per tick with
-:meth:`ChannelSubscriber.drain_telemetry` and hands it to its ``TelemetrySink``.
+itself: the xApp passes a callback, which gets a frame per batch of messages, or drains a batch
+with :meth:`ChannelSubscriber.drain_telemetry` and hands it to its ``TelemetrySink``.
 
 Who applies which direction: the CPE agent applies ``ul``; the downlink of a CPE is applied by
 the proxy whose per-CPE state for it says online while the proxy itself is online
 (:meth:`ChannelSubscriber.downlink`).  An empty retained message on a proxy's per-CPE state topic
 means the proxy stopped serving the CPE.
 
-Callbacks run on paho's network thread; keep them short (append to a queue) or use the drain.
+State callbacks run on paho's network thread; keep them short (append to a queue). Telemetry
+waits for its batch (a worker of its own) or the drain.
 Nothing raised while handling a message (a hostile payload, a bug, an exception in a callback)
 reaches paho: it is counted as a drop and logged, because an exception out of ``on_message``
 ends paho's network thread and, with it, every CPE's state and telemetry. Should the thread end
@@ -47,6 +48,7 @@ from xapp.adapters.mqtt.payloads import (
 from xapp.core.caps import RATE_CAPS
 from xapp.core.forecast import DIRECTIONS, KpiFrame
 from xapp.core.kpis import AGENT_FIELDS
+from xapp.core.workers import Worker
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +200,7 @@ class Downlink:
 
 def telemetry_frame(docs: Sequence[Mapping[str, Any]]) -> KpiFrame:
     """Rows (cpe, wat, direction) of validated telemetry documents; ``time_s`` is the newest
-    ``time_ms``.
+    ``time_ms``, ``row_time_s`` each row's document's.
 
     A WAT with ``dl`` / ``ul`` objects gives a row per direction: the direction's fields and
     the WAT's own (``up``, ``subflows``, ``rtt_ms``); a WAT with neither gives one row without
@@ -209,12 +211,15 @@ def telemetry_frame(docs: Sequence[Mapping[str, Any]]) -> KpiFrame:
     wats: list[str] = []
     dirs: list[str] = []
     cols: dict[str, list[float]] = {f: [] for f in TELEMETRY_FIELDS}
+    times: list[int] = []
     newest = 0
     for doc in docs:
-        newest = max(newest, int(doc["time_ms"]))
+        t = int(doc["time_ms"])
+        newest = max(newest, t)
         for wat, stats in doc["wats"].items():
             own = [d for d in DIRECTIONS if isinstance(stats.get(d), Mapping)]
             for d in own or [""]:
+                times.append(t)
                 cpes.append(doc["cpe_id"])
                 wats.append(wat)
                 dirs.append(d)
@@ -229,6 +234,7 @@ def telemetry_frame(docs: Sequence[Mapping[str, Any]]) -> KpiFrame:
         wat=np.asarray(wats, dtype=np.str_),
         values={f: np.asarray(v, dtype=np.float64) for f, v in cols.items()},
         direction=np.asarray(dirs, dtype="<U2"),
+        row_time_s=np.asarray(times, dtype=np.float64) / 1000.0,
     )
 
 
@@ -239,6 +245,8 @@ def _measurement(v: object) -> float:
     them (integers of 20 digits, floats below 1e100), but this is public: an integer beyond
     float range or ``inf`` from elsewhere must not raise or reach the model as a measurement.
     """
+    if type(v) is float:  # the usual case first: 48 values a message, 10,000 messages a second
+        return v if math.isfinite(v) else math.nan
     if not isinstance(v, int | float):  # bool is an int: "up" becomes 1.0 / 0.0
         return math.nan
     try:
@@ -256,7 +264,10 @@ class ChannelSubscriber:
     settings : MqttSettings
         Broker address and the xApp's certificate.
     on_telemetry : callable or None
-        Called with a :class:`KpiFrame` per valid telemetry message (on paho's thread).
+        Called with one :class:`KpiFrame` per batch of valid telemetry messages, on the
+        subscriber's own ``mcw-telemetry-batch`` worker (:attr:`telemetry_worker`), every
+        ``telemetry_batch_s`` or as soon as ``telemetry_batch_max`` messages wait. Without
+        it, telemetry is kept for :meth:`drain_telemetry`.
     on_state : callable or None
         Called with the new :class:`CpeState` per valid state message, last wills included
         (a proxy's per-CPE states too: ``role`` proxy).
@@ -267,8 +278,15 @@ class ChannelSubscriber:
         ``$share/{share_group}/mcw/v1/cpe/+/telemetry``. State is always subscribed plainly:
         shared subscriptions get no retained messages, and every replica needs every state.
     buffer_limit : int, default=100000
-        Telemetry documents kept for :meth:`drain_telemetry`; older ones are dropped (counted)
-        when nobody drains.
+        Telemetry documents waiting (for the batch worker or :meth:`drain_telemetry`); older
+        ones are dropped (counted) when nobody drains.
+    telemetry_batch_s, telemetry_batch_max : float, int, default=0.05, 2000
+        How long telemetry may wait for its batch, and how many messages start one at once.
+
+    Why batches: a fleet of 10,000 agents sends 10,000 telemetry messages a second. Built one
+    frame per message and merged into the intake one by one, they cost about 140 µs each on
+    paho's thread (more than the whole core); one frame per batch costs a few µs per message,
+    and the network thread only parses and validates.
     """
 
     def __init__(self, settings: MqttSettings, *,
@@ -276,7 +294,8 @@ class ChannelSubscriber:
                  on_state: Callable[[CpeState], None] | None = None,
                  on_proxy_state: Callable[[ProxyState], None] | None = None,
                  share_group: str | None = None, buffer_limit: int = 100_000,
-                 drops: DropCounter | None = None) -> None:
+                 drops: DropCounter | None = None, telemetry_batch_s: float = 0.05,
+                 telemetry_batch_max: int = 2000) -> None:
         self.settings = settings
         self.drops = drops if drops is not None else DropCounter()
         self.on_telemetry = on_telemetry
@@ -298,6 +317,10 @@ class ChannelSubscriber:
         #: (proxy_id, cpe_id) -> the proxy's downlink state for the CPE.
         self._proxy_cpes: dict[tuple[str, str], CpeState] = {}
         self._buffer: deque[dict[str, Any]] = deque()
+        self.telemetry_batch_max = telemetry_batch_max
+        #: Hands batches of telemetry to ``on_telemetry`` (supervise it with the others).
+        self.telemetry_worker = Worker("mcw-telemetry-batch", self.flush_telemetry,
+                                       telemetry_batch_s)
         #: Grows with every state change; :meth:`rate_caps` recomputes only when it moved.
         self._generation = 0
         self._rate_caps: dict[str, tuple[int, frozenset[str]]] = {}
@@ -324,6 +347,8 @@ class ChannelSubscriber:
             self._client.connect_async(self.settings.host, self.settings.port,
                                        keepalive=self.settings.keepalive_s)
             self._client.loop_start()
+            if self.on_telemetry is not None:
+                self.telemetry_worker.start()
             self._started = True
         return self
 
@@ -331,7 +356,10 @@ class ChannelSubscriber:
         if self._started:
             self._client.disconnect()
             self._client.loop_stop()
+            self.telemetry_worker.stop()
             self._started = False
+            if self.on_telemetry is not None:
+                self.flush_telemetry()  # what arrived before the disconnect is not lost
 
     # --- supervision -----------------------------------------------------------------------
 
@@ -462,7 +490,40 @@ class ChannelSubscriber:
         """All telemetry received since the last drain, as one frame (possibly empty)."""
         with self._lock:
             docs, self._buffer = list(self._buffer), deque()
-        return telemetry_frame(docs)
+        try:
+            return telemetry_frame(docs)
+        except Exception:  # one bad document must not take its batch with it
+            good = []
+            for doc in docs:
+                try:
+                    telemetry_frame([doc])
+                except Exception as exc:
+                    self.drops.drop("telemetry", "internal", f"{type(exc).__name__}: {exc}",
+                                    str(doc.get("cpe_id", "")), exc_info=exc)
+                else:
+                    good.append(doc)
+            return telemetry_frame(good)
+
+    def flush_telemetry(self) -> int:
+        """Hand the telemetry waiting to ``on_telemetry`` as one frame; the rows handed.
+
+        The step of :attr:`telemetry_worker`; without ``on_telemetry`` it does nothing (the
+        owner drains instead)."""
+        if self.on_telemetry is None:
+            return 0
+        frame = self.drain_telemetry()
+        if len(frame) == 0:
+            return 0
+        try:
+            self.on_telemetry(frame)
+        except Exception as exc:
+            with self._lock:
+                self.callback_errors += 1
+            self.drops.drop("telemetry", "internal",
+                            f"callback failed: {type(exc).__name__}: {exc}", "", exc_info=exc)
+        with self._cond:
+            self._cond.notify_all()  # wait_for() predicates may look at what the callback did
+        return len(frame)
 
     # --- paho callbacks --------------------------------------------------------------------------
 
@@ -548,7 +609,6 @@ class ChannelSubscriber:
             return
         state: CpeState | None = None
         proxy: ProxyState | None = None
-        frame: KpiFrame | None = None
         if kind == "state":
             with self._cond:
                 proxy_id = doc.get("proxy_id")
@@ -572,16 +632,16 @@ class ChannelSubscriber:
                 self._generation += 1
                 self._cond.notify_all()
         elif kind == "telemetry":
-            if self.on_telemetry is not None:
-                # Before buffering: a document the frame cannot be made of is not kept for
-                # the drain either (it would fail there, in the xApp's loop).
-                frame = telemetry_frame([doc])
             with self._cond:
                 if len(self._buffer) >= self.buffer_limit:
                     self._buffer.popleft()
                     self.drops.drop("telemetry", "buffer-full", "nobody drains telemetry", name)
                 self._buffer.append(doc)
+                waiting = len(self._buffer)
                 self._cond.notify_all()
+            if waiting >= self.telemetry_batch_max:
+                self.telemetry_worker.wake()
+            return
         else:
             # The ACL never lets weights reach us; if it does, the broker is misconfigured.
             self.drops.drop(kind, "unexpected-kind", "the xApp does not consume weights", name)
@@ -591,8 +651,6 @@ class ChannelSubscriber:
                 self.on_state(state)
             elif proxy is not None and self.on_proxy_state is not None:
                 self.on_proxy_state(proxy)
-            elif frame is not None and self.on_telemetry is not None:
-                self.on_telemetry(frame)
         except Exception as exc:
             with self._lock:
                 self.callback_errors += 1
