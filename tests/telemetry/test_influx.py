@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import numpy as np
 import pandas as pd
@@ -235,3 +236,15 @@ def test_the_intake_for_a_period_polls_and_rereads_with_it(influx_db: InfluxServ
     assert (fast.interval_s, fast.overlap_s) == (0.2, 0.4)
     slow = InfluxIntake.for_period(store, LatestKpis(), 5.0)
     assert (slow.interval_s, slow.overlap_s) == (1.0, 2.0)
+
+
+def test_writes_are_formatted_by_the_flusher_not_the_writer(influx_db: InfluxServer) -> None:
+    """The tick hands over references; line protocol is made when the flusher runs."""
+    store = InfluxStore(InfluxConfig(url=influx_db.url, bucket=influx_db.bucket))
+    now = time.time()
+    store.write_kpis(_frame(now - 2))  # sinr 99 dB: refused, counted when formatted
+    assert store.buffered == 3 and store.counters.rejected_values == 0
+    assert store._buffer == deque()  # nothing formatted yet
+    assert store.flush()
+    assert store.counters.rejected_values == 1 and store.buffered == 0
+    assert len(store.read_table("-1h")) == 3

@@ -1,9 +1,9 @@
-"""Broker connection settings, the paho-mqtt client of the subscriber, and the publisher's wire.
+"""Broker connection settings and the xApp's MQTT wire.
 
 * :class:`MqttSettings`: where the broker is and the xApp's certificate (both channel ends).
-* :func:`new_client`: the paho-mqtt 2.x client the subscriber (state, telemetry) runs on.
-* A minimal MQTT 5 codec and :class:`TlsStream` for the weight publisher's data path, which
-  does not go through paho for speed (see the comment above :data:`PUBLISH_QOS1_RETAIN`).
+* A minimal MQTT 5 codec, :class:`TlsStream` and :func:`open_session`, on which both the
+  weight publisher and the subscriber's client (:mod:`xapp.adapters.mqtt.reader`) run; neither
+  goes through paho, for speed (see the comment above :data:`PUBLISH_QOS1_RETAIN`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,6 @@ import ssl
 import struct
 from dataclasses import dataclass
 from typing import Final
-
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 
 @dataclass(frozen=True)
@@ -65,16 +62,6 @@ class MqttSettings:
         return ctx
 
 
-def new_client(settings: MqttSettings, suffix: str) -> mqtt.Client:
-    """A configured but unconnected paho MQTT 5 client with TLS and backoff set."""
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"{settings.client_id}-{suffix}",
-                         protocol=MQTTProtocolVersion.MQTTv5)
-    client.tls_set_context(settings.tls_context())
-    # paho accepts floats here although its annotation says int.
-    client.reconnect_delay_set(settings.reconnect_min_s, settings.reconnect_max_s)  # type: ignore[arg-type]
-    return client
-
-
 # --- the publisher's data path: a minimal MQTT 5 codec ---------------------------------------
 #
 # The weight publisher speaks MQTT 5 itself instead of through paho: at fleet scale paho costs
@@ -82,7 +69,8 @@ def new_client(settings: MqttSettings, suffix: str) -> mqtt.Client:
 # one system call per packet, three TLS reads and a Properties plus two ReasonCode objects per
 # PUBACK), which alone is most of the one-second budget for 10,000 CPEs. The publisher only
 # ever sends CONNECT, PUBLISH (QoS 1), PINGREQ and DISCONNECT and receives CONNACK, PUBACK,
-# PINGRESP and DISCONNECT, so the codec below is all it needs. The subscriber keeps paho.
+# PINGRESP and DISCONNECT, so the codec below is all it needs. The subscriber's client adds
+# SUBSCRIBE, UNSUBSCRIBE and incoming PUBLISH on the same codec (xapp/adapters/mqtt/reader.py).
 
 #: Fixed header of a PUBLISH with QoS 1 and the retain flag (MQTT 5, 3.3.1).
 PUBLISH_QOS1_RETAIN: Final = 0x33
@@ -226,6 +214,35 @@ def parse_puback(body: bytes) -> tuple[int, int]:
     if len(body) < 2:
         raise ProtocolError("PUBACK without a packet identifier")
     return (body[0] << 8) | body[1], body[2] if len(body) > 2 else 0
+
+
+def open_session(settings: MqttSettings, ctx: ssl.SSLContext, client_id: str,
+                 timeout_s: float) -> tuple[TlsStream, dict[int, int]]:
+    """TCP + TLS + CONNECT/CONNACK, blocking with ``timeout_s``; the stream (non-blocking from
+    then on) and the CONNACK's integer properties. Both the publisher and the reader open
+    their sessions here."""
+    raw = socket.create_connection((settings.host, settings.port), timeout=timeout_s)
+    stream = TlsStream(raw, ctx, settings.host)
+    try:
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        stream.handshake()
+        stream.write(connect_packet(client_id, settings.keepalive_s))
+        raw.sendall(stream.pending_bytes())
+        reader = PacketReader()
+        packets: list[tuple[int, bytes]] = []
+        while not packets:
+            packets = reader.feed(stream.read_blocking())
+        first, body = packets[0]
+        if first != CONNACK:
+            raise ProtocolError(f"expected CONNACK, got packet 0x{first:02x}")
+        code, props = parse_connack(body)
+        if code >= 0x80:
+            raise ConnectionRefusedError(f"broker refused {client_id}: reason 0x{code:02x}")
+        raw.setblocking(False)
+        return stream, props
+    except BaseException:
+        stream.close()
+        raise
 
 
 def parse_connack(body: bytes) -> tuple[int, dict[int, int]]:

@@ -39,7 +39,6 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from xapp.adapters.mqtt.connection import (
-    CONNACK,
     DISCONNECT,
     DISCONNECT_PACKET,
     PINGREQ_PACKET,
@@ -50,8 +49,7 @@ from xapp.adapters.mqtt.connection import (
     PacketReader,
     ProtocolError,
     TlsStream,
-    connect_packet,
-    parse_connack,
+    open_session,
     parse_puback,
     publish_parts,
 )
@@ -422,29 +420,9 @@ class MqttWeightPublisher:
 
     def _connect(self) -> tuple[TlsStream, int]:
         """TCP + TLS + CONNECT/CONNACK, blocking with a timeout; the Receive Maximum."""
-        s = self.settings
-        raw = socket.create_connection((s.host, s.port), timeout=_CONNECT_TIMEOUT_S)
-        stream = TlsStream(raw, self._tls, s.host)
-        try:
-            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            stream.handshake()
-            stream.write(connect_packet(self._client_id, s.keepalive_s))
-            raw.sendall(stream.pending_bytes())
-            reader = PacketReader()
-            packets: list[tuple[int, bytes]] = []
-            while not packets:
-                packets = reader.feed(stream.read_blocking())
-            first, body = packets[0]
-            if first != CONNACK:
-                raise ProtocolError(f"expected CONNACK, got packet 0x{first:02x}")
-            code, props = parse_connack(body)
-            if code >= 0x80:
-                raise ConnectionRefusedError(f"broker refused the publisher: reason 0x{code:02x}")
-            raw.setblocking(False)
-            return stream, props.get(RECEIVE_MAXIMUM, 65535)
-        except BaseException:
-            stream.close()
-            raise
+        stream, props = open_session(self.settings, self._tls, self._client_id,
+                                     _CONNECT_TIMEOUT_S)
+        return stream, props.get(RECEIVE_MAXIMUM, 65535)
 
     def _connected(self, receive_max: int) -> None:
         with self._lock:

@@ -13,12 +13,12 @@ the proxy whose per-CPE state for it says online while the proxy itself is onlin
 (:meth:`ChannelSubscriber.downlink`).  An empty retained message on a proxy's per-CPE state topic
 means the proxy stopped serving the CPE.
 
-State callbacks run on paho's network thread; keep them short (append to a queue). Telemetry
-waits for its batch (a worker of its own) or the drain.
-Nothing raised while handling a message (a hostile payload, a bug, an exception in a callback)
-reaches paho: it is counted as a drop and logged, because an exception out of ``on_message``
-ends paho's network thread and, with it, every CPE's state and telemetry. Should the thread end
-anyway, :meth:`ChannelSubscriber.healthy` (the supervisor's probe) starts a new one.
+State callbacks run on the network thread (:mod:`xapp.adapters.mqtt.reader`); keep them short
+(append to a queue). Telemetry waits for its batch (a worker of its own) or the drain. Nothing
+raised while handling a message (a hostile payload, a bug, an exception in a callback) reaches
+the client: it is counted as a drop and logged, because an exception out of ``on_message`` ends
+the network thread and, with it, every CPE's state and telemetry. Should the thread end anyway,
+:meth:`ChannelSubscriber.healthy` (the supervisor's probe) starts a new one.
 """
 
 from __future__ import annotations
@@ -33,11 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
-import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from xapp.adapters.mqtt.connection import MqttSettings, new_client
+from xapp.adapters.mqtt.connection import MqttSettings
 from xapp.adapters.mqtt.payloads import (
     PROXY_PREFIX,
     TOPIC_PREFIX,
@@ -45,6 +44,7 @@ from xapp.adapters.mqtt.payloads import (
     decode,
     parse_channel_topic,
 )
+from xapp.adapters.mqtt.reader import MqttReader, ReceivedMessage
 from xapp.core.caps import RATE_CAPS
 from xapp.core.forecast import DIRECTIONS, KpiFrame
 from xapp.core.kpis import AGENT_FIELDS
@@ -326,7 +326,7 @@ class ChannelSubscriber:
         self._rate_caps: dict[str, tuple[int, frozenset[str]]] = {}
         self._connected = False
         self._subscribed = False
-        self._client = new_client(settings, "sub")
+        self._client = MqttReader(settings, "sub")
         self._client.on_connect = self._on_connect
         self._client.on_disconnect = self._on_disconnect
         self._client.on_subscribe = self._on_subscribe
@@ -365,10 +365,8 @@ class ChannelSubscriber:
 
     @property
     def thread_alive(self) -> bool:
-        """True while paho's network thread runs (connected, or reconnecting with backoff)."""
-        # paho keeps the thread private and sets it to None when it ends (its _thread_main).
-        thread = self._client._thread
-        return thread is not None and thread.is_alive()
+        """True while the network thread runs (connected, or reconnecting with backoff)."""
+        return self._client.thread_alive
 
     def healthy(self) -> bool:
         """Probe for ``Supervisor.watch`` (with :meth:`restart`): False only while started
@@ -529,7 +527,7 @@ class ChannelSubscriber:
 
     # Every callback catches everything: what escapes a paho callback ends the network thread.
 
-    def _on_connect(self, client: mqtt.Client, _userdata: object, _flags: object,
+    def _on_connect(self, client: MqttReader, _userdata: object, _flags: object,
                     reason: ReasonCode, _props: Properties | None) -> None:
         try:
             if reason.is_failure:
@@ -542,7 +540,7 @@ class ChannelSubscriber:
         except Exception:
             log.exception("subscriber: on_connect failed")
 
-    def _on_disconnect(self, _client: mqtt.Client, _userdata: object, _flags: object,
+    def _on_disconnect(self, _client: MqttReader, _userdata: object, _flags: object,
                        reason: ReasonCode, _props: Properties | None) -> None:
         try:
             with self._lock:
@@ -554,7 +552,7 @@ class ChannelSubscriber:
         except Exception:
             log.exception("subscriber: on_disconnect failed")
 
-    def _on_subscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
+    def _on_subscribe(self, _client: MqttReader, _userdata: object, _mid: int,
                       reasons: list[ReasonCode], _props: Properties | None) -> None:
         try:
             failed = [str(r) for r in reasons if r.is_failure]
@@ -566,14 +564,12 @@ class ChannelSubscriber:
         except Exception:
             log.exception("subscriber: on_subscribe failed")
 
-    def _on_message(self, _client: mqtt.Client, _userdata: object,
-                    msg: mqtt.MQTTMessage) -> None:
+    def _on_message(self, _client: MqttReader, _userdata: object,
+                    msg: ReceivedMessage) -> None:
         name = ""
         try:
-            # paho decodes the topic on access; the broker checks it is UTF-8, but a raise
-            # here would still end the thread.
             name = msg.topic
-            self._handle(name, bytes(msg.payload))
+            self._handle(name, msg.payload)
         except Exception as exc:
             self.drops.drop("unknown", "internal", f"{type(exc).__name__}: {exc}", name,
                             exc_info=exc)
