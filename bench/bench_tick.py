@@ -332,6 +332,8 @@ def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0
                 "telemetry_cpu_ms_p50": round(statistics.median(timed_sub) * 1e3, 1),
                 "telemetry_messages": n * (warm + ticks),
                 "influx_intake_rows": influx_intake.rows_read,
+                # history the sink could not keep (InfluxDB slower than the fleet's points)
+                "influx_dropped_points": sink.counters.dropped_points,
                 "acked": publisher.stats.acked}
     finally:
         here.send(None)

@@ -306,6 +306,7 @@ class InfluxStore:
         self._buffer: deque[str] = deque()
         #: Writes not formatted yet, and the points they hold.
         self._deferred: list[tuple[Callable[[], Lines], int]] = []
+        self._deferred_points = 0
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._backoff_s = 0.0
@@ -324,21 +325,25 @@ class InfluxStore:
     @property
     def buffered(self) -> int:
         with self._lock:
-            return len(self._buffer) + sum(n for _job, n in self._deferred)
+            return len(self._buffer) + self._deferred_points
 
     def _defer(self, job: Callable[[], Lines], points: int) -> None:
         with self._lock:
             self._deferred.append((job, points))
-            full = len(self._buffer) + sum(n for _job, n in self._deferred) \
-                >= self.config.max_buffer_points
-        if full:
-            # InfluxDB away long enough to fill the buffer: format now, so that the oldest
-            # points are dropped and memory stays bounded (the writer pays, as before).
+            self._deferred_points += points
+            total = len(self._buffer) + self._deferred_points
+        limit = self.config.max_buffer_points
+        worker = self.worker
+        if total >= limit and worker is not None and total < 2 * limit:
+            worker.wake()  # the flusher formats, and drops the oldest if InfluxDB is away
+        elif total >= limit:
+            # No flusher, or one stuck in a write to a hung InfluxDB: format here, so that
+            # the oldest points are dropped and memory stays bounded (the writer pays).
             self._format_deferred()
 
     def _format_deferred(self) -> None:
         with self._lock:
-            jobs, self._deferred = self._deferred, []
+            jobs, self._deferred, self._deferred_points = self._deferred, [], 0
         for job, _n in jobs:
             self._queue(job())
 
