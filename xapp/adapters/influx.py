@@ -331,15 +331,19 @@ class InfluxStore:
         with self._lock:
             self._deferred.append((job, points))
             self._deferred_points += points
-            total = len(self._buffer) + self._deferred_points
-        limit = self.config.max_buffer_points
-        worker = self.worker
-        if total >= limit and worker is not None and total < 2 * limit:
-            worker.wake()  # the flusher formats, and drops the oldest if InfluxDB is away
-        elif total >= limit:
-            # No flusher, or one stuck in a write to a hung InfluxDB: format here, so that
-            # the oldest points are dropped and memory stays bounded (the writer pays).
-            self._format_deferred()
+            # Over the bound (InfluxDB away or slower than the fleet): the oldest writes go
+            # unformatted, as formatted points would go (oldest first), and the writer never
+            # pays for formatting.
+            limit = self.config.max_buffer_points
+            while len(self._buffer) + self._deferred_points > limit and len(self._deferred) > 1:
+                _old, n = self._deferred.pop(0)
+                self._deferred_points -= n
+                self.counters.dropped_points += n
+            # Not at every batch: the flusher would format while the tick still runs. It
+            # flushes once per period, and early only when half the bound is reached.
+            half_full = len(self._buffer) + self._deferred_points >= limit // 2
+        if half_full and self.worker is not None:
+            self.worker.wake()
 
     def _format_deferred(self) -> None:
         with self._lock:
