@@ -9,14 +9,18 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
 	"github.com/mcw-xapp/kernel-agent/metrics"
+	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
 	"github.com/mcw-xapp/kernel-agent/telemetry"
 )
@@ -111,7 +115,7 @@ func onTopic(cpeID string, m Message) Message {
 
 // cpeState is the CPE agent's retained state with addresses and links.
 func cpeState(cpeID, addrs, links string) Message {
-	return Message{Topic: "mcw/v1/cpe/" + cpeID + "/state", Data: []byte(fmt.Sprintf(
+	return Message{Topic: mqttclient.TopicsFor(cpeID, mqttclient.DefaultShards).State, Data: []byte(fmt.Sprintf(
 		`{"schema":"mcw.state.v2","cpe_id":%q,"online":true,"role":"cpe","direction":"ul","time_ms":1,`+
 			`"applied_version":0,"applied_weights":{},"addresses":%s,"links":%s,"event":"started","last_error":""}`,
 		cpeID, addrs, links))}
@@ -194,7 +198,7 @@ func TestProxyPerCPERules(t *testing.T) {
 			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventLinkUp, "", 10},
 		{"address change follows the CPE", 0, []Message{cpeState("cpe-0001", `{"nr":"10.31.1.9","wifi":"10.31.2.2"}`, `{"nr":"up","wifi":"up"}`)},
 			payload.Weights{"nr": 200, "wifi": 50}, payload.EventLinkUp, "", 10},
-		{"the CPE agent's last will keeps the downlink", 0, []Message{{Topic: "mcw/v1/cpe/cpe-0001/state", Data: payload.Offline("cpe-0001")}},
+		{"the CPE agent's last will keeps the downlink", 0, []Message{{Topic: "mcw/v1/s/47/cpe/cpe-0001/state", Data: payload.Offline("cpe-0001")}},
 			payload.Weights{"nr": 200, "wifi": 50}, payload.EventLinkUp, "", 10},
 		{"lease expiry: safe weights", 31 * time.Second, nil,
 			payload.Weights{"nr": 1, "wifi": 1}, payload.EventLeaseExpired, "", 0},
@@ -320,7 +324,7 @@ func TestProxyBadCPEState(t *testing.T) {
 		"unknown WAT":   string(cpeState("cpe-0001", `{"6g":"10.0.0.1"}`, up2).Data),
 		"deeply nested": `{"schema":"mcw.state.v2","cpe_id":"cpe-0001","online":true,"links":{"nr":[[[[[]]]]]}}`,
 	} {
-		f.step(Message{Topic: "mcw/v1/cpe/cpe-0001/state", Data: []byte(data)})
+		f.step(Message{Topic: "mcw/v1/s/47/cpe/cpe-0001/state", Data: []byte(data)})
 		if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 1, "wifi": 1, "lifi": 1}) {
 			t.Fatalf("%s: changed the CPE's downlink to %v", name, got)
 		}
@@ -335,19 +339,165 @@ func TestProxyBadCPEState(t *testing.T) {
 	}
 }
 
-func TestSplitTopic(t *testing.T) {
-	for topic, want := range map[string][3]any{
-		"mcw/v1/cpe/cpe-0001/weights":   {"cpe-0001", "weights", true},
-		"mcw/v1/cpe/cpe-0001/state":     {"cpe-0001", "state", true},
-		"mcw/v1/cpe/cpe-0001/telemetry": {"", "", false},
-		"mcw/v1/proxy/p/state":          {"", "", false},
-		"mcw/v1/cpe/cpe-0001":           {"", "", false},
+func TestRoutes(t *testing.T) {
+	f := newFixture(t, t.TempDir(), "cpe-0001")
+	for topic, want := range map[string]route{
+		"mcw/v1/cpe/cpe-0001/weights":    {id: "cpe-0001", kind: "weights"},
+		"mcw/v1/s/47/cpe/cpe-0001/state": {id: "cpe-0001", kind: "state"},
+		"mcw/v1/cpe/cpe-0001/state":      {id: "cpe-0001", kind: "state", legacy: true},
 	} {
-		id, kind, ok := splitTopic(topic)
-		if id != want[0] || kind != want[1] || ok != want[2] {
-			t.Errorf("splitTopic(%q) = %q %q %v", topic, id, kind, ok)
+		if got, ok := f.p.routes[topic]; !ok || got != want {
+			t.Errorf("route of %q = %+v %v", topic, got, ok)
 		}
 	}
+	for _, topic := range []string{"mcw/v1/s/46/cpe/cpe-0001/state", "mcw/v1/cpe/cpe-0001/telemetry",
+		"mcw/v1/s/47/cpe/cpe-0001/telemetry", "mcw/v1/proxy/p/state", "mcw/v1/cpe/cpe-0001"} {
+		if _, ok := f.p.routes[topic]; ok {
+			t.Errorf("%q routed", topic)
+		}
+	}
+	if got := f.p.Subscriptions(); !slices.Equal(got, []string{"mcw/v1/cpe/cpe-0001/weights",
+		"mcw/v1/s/47/cpe/cpe-0001/state", "mcw/v1/cpe/cpe-0001/state"}) {
+		t.Errorf("Subscriptions() = %v", got)
+	}
+}
+
+func TestNewChecksShards(t *testing.T) {
+	for _, tt := range []struct {
+		shards int
+		ok     bool
+	}{{0, true}, {1, true}, {4096, true}, {-1, false}, {4097, false}} {
+		_, err := New(Config{Role: payload.RoleProxy, ProxyID: "proxy-0001", CPEs: []string{"cpe-0001"}, SafeWeights: payload.Weights{"nr": 1},
+			StateDir: t.TempDir(), Shards: tt.shards},
+			Deps{Backend: dryrun.NewDownlink(), Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if (err == nil) != tt.ok {
+			t.Errorf("New with %d shards: %v", tt.shards, err)
+		}
+	}
+}
+
+// An agent of an earlier release reports on the legacy topic; once the CPE's
+// agent reports on its sharded topic, what the legacy one still holds is
+// older and ignored.
+func TestProxyReadsLegacyCPEStateUntilSharded(t *testing.T) {
+	f := newFixture(t, t.TempDir(), "cpe-0001")
+	legacy := func(addrs string) Message {
+		m := cpeState("cpe-0001", addrs, `{"nr":"up"}`)
+		m.Topic = "mcw/v1/cpe/cpe-0001/state"
+		return m
+	}
+	nr := func() string { return f.p.devs["cpe-0001"].slots["nr"].addr.String() }
+	f.step(legacy(`{"nr":"10.31.1.2"}`))
+	if nr() != "10.31.1.2" {
+		t.Fatalf("legacy state not read: nr %s", nr())
+	}
+	f.step(cpeState("cpe-0001", `{"nr":"10.31.1.3"}`, `{"nr":"up"}`))
+	f.step(Message{Topic: "mcw/v1/cpe/cpe-0001/state"}, legacy(`{"nr":"10.31.1.2"}`))
+	if nr() != "10.31.1.3" {
+		t.Fatalf("a legacy state overrode the sharded one: nr %s", nr())
+	}
+}
+
+// Start clears the retained states an earlier release left on the legacy
+// topics, and sends the clears again after a reconnect until one was
+// acknowledged.
+func TestLegacyStatesClearedOnce(t *testing.T) {
+	f := newFixture(t, t.TempDir(), "cpe-0001")
+	legacy := "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"
+	order, pending := f.p.out.q.take()
+	if m, ok := pending[legacy]; !ok || !m.retained || len(m.data) != 0 {
+		t.Fatalf("no clear of %s queued at start: %v", legacy, order)
+	}
+	f.p.out.repeat()
+	if _, pending = f.p.out.q.take(); len(pending[legacy].data) != 0 || !pending[legacy].retained {
+		t.Fatalf("an unacknowledged clear was not repeated: %v", pending)
+	}
+	f.p.out.cleared(legacy)
+	f.p.out.repeat()
+	if _, pending = f.p.out.q.take(); len(pending) == 0 {
+		t.Fatal("nothing repeated")
+	} else if _, again := pending[legacy]; again {
+		t.Fatal("an acknowledged clear was sent again")
+	}
+}
+
+// refusingPub refuses, as a broker whose ACL lost the legacy lines does,
+// every publish on a legacy topic, and fails the others until online.
+type refusingPub struct {
+	mu     sync.Mutex
+	online bool
+	tried  map[string]int
+}
+
+func (p *refusingPub) PublishRetained(_ context.Context, topic string, _ []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tried[topic]++
+	switch {
+	case !p.online:
+		return mqttclient.ErrNotConnected
+	case !strings.HasPrefix(topic, "mcw/v1/s/") && strings.Contains(topic, "/cpe/"):
+		return fmt.Errorf("mqtt: publish %s: %w with reason 0x87", topic, mqttclient.ErrRefused)
+	}
+	return nil
+}
+
+func (p *refusingPub) PublishQoS0(context.Context, string, []byte) error { return nil }
+
+func (p *refusingPub) count(topic string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tried[topic]
+}
+
+// A clear lost before the connection is up goes out after it; one the
+// broker refuses is done (not sent again, not counted as an error).
+func TestLegacyClearAfterConnectAndRefused(t *testing.T) {
+	f := newFixture(t, t.TempDir(), "cpe-0001")
+	legacy := "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"
+	pub := &refusingPub{tried: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.p.runPublisher(ctx, pub, func() {}) }()
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out: %s", what)
+			}
+		}
+	}
+	waitFor("the first clear tried, offline", func() bool { return pub.count(legacy) == 1 })
+	pub.mu.Lock()
+	pub.online = true
+	pub.mu.Unlock()
+	f.p.out.repeat() // what the loop does on Republish after a connect
+	waitFor("the clear tried again, refused", func() bool { return pub.count(legacy) == 2 })
+	waitFor("the clear done", func() bool {
+		f.p.out.mu.Lock()
+		defer f.p.out.mu.Unlock()
+		return !f.p.out.clearing[legacy]
+	})
+	f.p.out.repeat()
+	waitFor("the state sent again", func() bool { return pub.count(f.p.stateTopic("cpe-0001")) >= 3 })
+	cancel()
+	<-done
+	if n := pub.count(legacy); n != 2 {
+		t.Errorf("the refused clear was tried %d times, want 2", n)
+	}
+	if got, offline := stateErrors(t, f), 3.0; got != offline {
+		t.Errorf("%v state publish errors, want %v (those offline: the per-CPE state, the proxy's, "+
+			"the clear); a refused clear is none", got, offline)
+	}
+}
+
+func stateErrors(t *testing.T, f *fixture) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := f.m.PublishErrors.WithLabelValues("state").Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
 
 // TestProxyLoopRetriesFailedApply runs the real loop: messages through
