@@ -132,7 +132,7 @@ def publish_parts(topic_name: str, payload: bytes) -> tuple[bytes, bytes]:
 
 def parse_properties(buf: bytes, pos: int) -> tuple[dict[int, int], int]:
     """Integer-valued properties at ``pos`` (others skipped) and the position after them."""
-    length, pos = _read_varint(buf, pos)
+    length, pos = read_varint(buf, pos)
     end = pos + length
     if end > len(buf):
         raise ProtocolError("property list longer than the packet")
@@ -148,7 +148,7 @@ def parse_properties(buf: bytes, pos: int) -> tuple[dict[int, int], int]:
         elif kind == "u32":
             out[ident], pos = struct.unpack_from("!I", buf, pos)[0], pos + 4
         elif kind == "varint":
-            out[ident], pos = _read_varint(buf, pos)
+            out[ident], pos = read_varint(buf, pos)
         elif kind == "bytes":
             pos += 2 + struct.unpack_from("!H", buf, pos)[0]
         elif kind == "pair":
@@ -161,7 +161,8 @@ def parse_properties(buf: bytes, pos: int) -> tuple[dict[int, int], int]:
     return out, end
 
 
-def _read_varint(buf: bytes | bytearray, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes | bytearray, pos: int) -> tuple[int, int]:
+    """An MQTT Variable Byte Integer at ``pos`` and the position after it."""
     value, shift = 0, 0
     while True:
         if pos >= len(buf):
@@ -194,7 +195,7 @@ class PacketReader:
             start = pos + 2
             if length & 0x80:
                 try:
-                    length, start = _read_varint(buf, pos + 1)
+                    length, start = read_varint(buf, pos + 1)
                 except ProtocolError:
                     if n - pos - 1 >= 4:
                         raise

@@ -51,6 +51,7 @@ from xapp.adapters.mqtt.connection import (
     TlsStream,
     encode_varint,
     open_session,
+    read_varint,
 )
 
 log = logging.getLogger(__name__)
@@ -97,24 +98,11 @@ def parse_publish(first: int, body: bytes) -> tuple[ReceivedMessage, int | None]
             raise ProtocolError("PUBLISH without a packet identifier")
         pid = (body[pos] << 8) | body[pos + 1]
         pos += 2
-    plen, pos = _varint(body, pos)  # properties: skipped (we set none that come back)
+    plen, pos = read_varint(body, pos)  # properties: skipped (we set none that come back)
     pos += plen
     if pos > len(body):
         raise ProtocolError("PUBLISH properties longer than the packet")
     return ReceivedMessage(topic, body[pos:], qos, bool(first & 0x01)), pid
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        if pos >= len(buf) or shift > 21:
-            raise ProtocolError("malformed variable byte integer")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
 
 
 def _string(text: str) -> bytes:
@@ -140,7 +128,7 @@ def parse_ack_codes(body: bytes) -> tuple[int, list[int]]:
     if len(body) < 3:
         raise ProtocolError("short SUBACK/UNSUBACK")
     pid = (body[0] << 8) | body[1]
-    plen, pos = _varint(body, 2)
+    plen, pos = read_varint(body, 2)
     return pid, list(body[pos + plen:])
 
 
