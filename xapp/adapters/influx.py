@@ -722,8 +722,11 @@ class InfluxIntake:
     def __init__(self, store: InfluxStore, intake: LatestKpis,
                  fields: tuple[str, ...] | None = None, *, interval_s: float = 1.0,
                  overlap_s: float = 2.0, lookback_s: float = 10.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 accept: Callable[[list[str]], NDArray[np.bool_]] | None = None) -> None:
         self.store = store
+        #: Which rows (by CPE id) go into the intake; None: every row (one replica).
+        self.accept = accept
         self.intake = intake
         self.fields = fields
         self.interval_s = interval_s
@@ -745,6 +748,10 @@ class InfluxIntake:
         df = self.store.read_table(start=_rfc3339(start), stop=_rfc3339(now + 1e-3),
                                    fields=self.fields)
         self.polls += 1
+        if len(df) and self.accept is not None:
+            # What other replicas' shards had is read too: the next poll starts after it.
+            self._newest = float(df["time_s"].max())
+            df = df[self.accept(df["cpe"].astype(str).tolist())]
         if len(df) == 0:
             return 0
         values = self.store.clean_kpis(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, mediator_lister
 from xapp.adapters.sdl import Restored, SdlStateStore, SdlVersionStore, ricsdl_backend
-from xapp.app.collector import ComponentCollector, E2Counters
+from xapp.app.collector import ComponentCollector, E2Counters, ShardCollector
 from xapp.app.config import ConfigError, ConfigWatcher, Controls, LoadedConfig, load_config
 from xapp.app.endpoints import (
     CPES_PATH,
@@ -46,6 +46,7 @@ from xapp.app.runner import LoopRunner, tune_gc
 from xapp.core.forecast import CapacityEstimator, KpiFrame
 from xapp.core.intake import LatestKpis
 from xapp.core.loop import ControlLoop, LoopSettings
+from xapp.core.ownership import ShardedKpis, ShardFence
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import PolicyBook
 from xapp.core.ports import KpiSource, TelemetrySink, WeightPublisher
@@ -65,6 +66,7 @@ if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs n
     )
     from xapp.adapters.mqtt.versions import VersionStore
     from xapp.adapters.rmr import RmrGlue
+    from xapp.app.sharding import ShardManager
     from xapp.model.adaptive import FamilyCalibration
 
 log = logging.getLogger(__name__)
@@ -75,6 +77,8 @@ STARTUP_GRACE_S = 30.0
 INFLUX_CHECK_S = 2.0
 #: How often the subscriber's redundant telemetry buffer is emptied.
 TELEMETRY_DRAIN_S = 5.0
+#: Where a replica says which shards it holds (``controls.sharding``).
+SHARDS_PATH = "/ric/v1/shards"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -197,6 +201,15 @@ class XappProcess:
         #: Knows every thread; /ric/v1/health/alive fails when one is dead or stuck.
         self.supervisor = Supervisor()
         controls = config.controls
+        sharding = controls.sharding
+        self.replica_id = sharding.effective_replica_id()
+        # Off: one replica holds every shard for good, and nothing is leased (the former
+        # behaviour).  On: the lease worker grants shards; the publisher and the loop ask.
+        self.fence = ShardFence(sharding.shards, everything=not sharding.enabled)
+        self.shards: ShardManager | None = None
+        if sharding.enabled and opts.sdl != "redis":
+            raise RuntimeError("controls.sharding.enabled needs SDL (--sdl redis): the shard "
+                               "leases and the weight versions live there")
         factory = ricsdl_backend if opts.sdl == "redis" else None
         self.state = SdlStateStore(controls.sdl_namespace, factory,
                                 on_error=self.metrics.sdl_errors.inc,
@@ -237,7 +250,8 @@ class XappProcess:
             log.warning("SDL not reachable at start (%s); running from memory",
                         self.state.last_error)
         self.state.start()
-        self.components = build_components(self.opts, c, self.versions)
+        self.components = build_components(self.opts, c, self.versions, self.fence,
+                                           self.replica_id)
         comp = self.components
         if c.e2.active:
             self.e2 = build_e2(self.opts, c, comp)
@@ -259,6 +273,7 @@ class XappProcess:
             # Only the MQTT channel knows which agents apply rate caps; without it no set
             # carries caps.
             semantics=comp.subscriber)
+        self._start_shards(c)
         self.runner = LoopRunner(self.loop, on_error=self.metrics.tick_errors.inc)
         self.runner.start()
         for worker in (self.runner, self.state.worker, self.watcher.worker, *comp.workers):
@@ -266,7 +281,8 @@ class XappProcess:
         for name, (healthy, restart) in comp.probes.items():
             self.supervisor.watch(name, healthy, restart)
         views: dict[str, Callable[[], Any]] = {CPES_PATH: self.cpes_view,
-                                               E2_SUBSCRIPTIONS_PATH: self.e2_view}
+                                               E2_SUBSCRIPTIONS_PATH: self.e2_view,
+                                               SHARDS_PATH: self.shards_view}
         posts: dict[str, PostHandler] = {}
         if e2 is not None:
             from xapp.adapters.e2.subscriptions import CALLBACK_PATH
@@ -288,6 +304,67 @@ class XappProcess:
                  self.http.port, "on" if self.rmr is not None else "off",
                  "redis" if self.state.enabled else "memory",
                  self.policy_type.policy_type_id)
+
+    def _start_shards(self, c: Controls) -> None:
+        """The lease worker (sharding on): one round before the first tick, so a replica
+        that starts alone decides from its first tick, then every third of a lease."""
+        manager = None
+        if c.sharding.enabled:
+            from xapp.adapters.shard_leases import ShardLeases, redis_from_env
+            from xapp.app.sharding import ShardManager
+
+            lease_s = c.sharding.effective_lease_s(c.loop.control_period_s)
+            # A round that waits longer than a fifth of the lease is worthless: fail it.
+            client = redis_from_env(timeout_s=max(0.1, lease_s / 5))
+            manager = ShardManager(ShardLeases(client, c.sdl_namespace), self.fence,
+                                   self.replica_id, lease_s=lease_s,
+                                   on_acquired=self._shards_acquired,
+                                   on_released=self._shards_released)
+            try:
+                manager.step()
+            except Exception as exc:
+                log.warning("first shard lease round failed (%s); the worker retries", exc)
+            self.shards = manager
+            self.supervisor.add(manager.start())
+            log.info("replica %s shares the fleet: %d shards, leases of %.2f s in %s:*",
+                     self.replica_id, c.sharding.shards, lease_s, c.sdl_namespace)
+        self.metrics.registry.register(ShardCollector(
+            self.replica_id, self.fence.shards, self.fence.held, lambda: self.fence.fenced,
+            None if manager is None else lambda: {"acquisitions": manager.acquisitions,
+                                                  "losses": manager.losses,
+                                                  "live": len(manager.live)}))
+
+    def _shards_acquired(self, shards: frozenset[int]) -> None:
+        """Before the fence grants ``shards``: forget what was cached about their CPEs, so
+        versions start above the previous owner's ceiling and no decision is held against
+        weights another replica has replaced."""
+        fence = self.fence
+
+        def which(cpe_id: str) -> bool:
+            return fence.shard(cpe_id) in shards
+
+        comp = self.components
+        if comp is not None and comp.mqtt_publisher is not None:
+            comp.mqtt_publisher.forget(shards)
+        if self.loop is not None:
+            self.loop.forget(which)
+        self._subscribe_shards(acquired=shards)
+
+    def _shards_released(self, shards: frozenset[int]) -> None:
+        self._subscribe_shards(released=shards)
+
+    def _subscribe_shards(self, acquired: frozenset[int] = frozenset(),
+                          released: frozenset[int] = frozenset()) -> None:
+        """Agent state and telemetry of the held shards only (the subscriber's topic
+        filters, when it has them)."""
+        comp = self.components
+        sub = None if comp is None else comp.subscriber
+        manager = self.shards
+        set_shards = getattr(sub, "set_shards", None)
+        if set_shards is None:
+            return
+        held = set(() if manager is None else manager.held) | set(acquired)
+        set_shards(frozenset(held - released))
 
     def _start_rmr(self) -> None:
         if self.opts.rmr == "off":
@@ -341,6 +418,12 @@ class XappProcess:
                     log.exception("stopping an E2 component failed")
         if self.runner is not None and not self.runner.stop(timeout_s=left(0.3)):
             log.warning("control loop did not finish its tick before the deadline")
+        if self.shards is not None:
+            comp = self.components
+            if comp is not None and comp.mqtt_publisher is not None:
+                comp.mqtt_publisher.flush(min(2.0, left(0.1)))
+            # Hand the shards back now: the others take them at their next round.
+            self.shards.stop(timeout_s=left(0.1))
         if self.rmr is not None:
             self.rmr.stop(timeout_s=left(0.4))
         if self.components is not None:
@@ -363,6 +446,9 @@ class XappProcess:
                                      else not self.rmr_required)
         if self.state.enabled:
             checks["sdl"] = lambda: self.state.connected
+        if self.shards is not None:
+            manager = self.shards
+            checks["shard-leases"] = manager.healthy
         if self.e2 is not None and self.opts.rmr != "off":
             # Indications arrive only through RMR: no decoder is needed (or started) without.
             e2 = self.e2
@@ -401,13 +487,30 @@ class XappProcess:
                 "indications": dict(e2.ingest.counters), "registry_cpes": len(e2.registry)}
 
     def cpes_view(self) -> dict[str, Any]:
-        """``/ric/v1/cpes`` (:func:`xapp.app.endpoints.cpes_document`)."""
+        """``/ric/v1/cpes`` (:func:`xapp.app.endpoints.cpes_document`), each CPE with its
+        shard and whether this replica owns it now (``owner``: this replica's id, or null)."""
         comp = self.components
         sub = None if comp is None else comp.subscriber
         if sub is None:
-            return cpes_document(self.state.cpes(), {}, {}, lambda _down: None)
-        return cpes_document(self.state.cpes(), sub.states(), sub.downlinks(),
-                             sub.downlink_semantics)
+            doc = cpes_document(self.state.cpes(), {}, {}, lambda _down: None)
+        else:
+            doc = cpes_document(self.state.cpes(), sub.states(), sub.downlinks(),
+                                sub.downlink_semantics)
+        fence = self.fence
+        held = fence.held()
+        for cpe_id, entry in doc["cpes"].items():
+            shard = fence.shard(cpe_id)
+            entry["shard"] = shard
+            entry["owner"] = self.replica_id if shard in held else None
+        doc["replica_id"] = self.replica_id
+        return doc
+
+    def shards_view(self) -> dict[str, Any]:
+        """``/ric/v1/shards``: the shards this replica targets, holds and may act for."""
+        if self.shards is None:
+            return {"enabled": False, "replica_id": self.replica_id,
+                    "shards": self.fence.shards, "held": "all"}
+        return self.shards.view()
 
     def _on_config(self, old: LoadedConfig, new: LoadedConfig) -> None:
         c = new.controls
@@ -464,8 +567,8 @@ def _connects(publisher: MqttWeightPublisher | None) -> Callable[[], int] | None
     return lambda: publisher.stats.connects
 
 
-def build_components(opts: RunOptions, controls: Controls,
-                     versions: VersionStore) -> Components:
+def build_components(opts: RunOptions, controls: Controls, versions: VersionStore,
+                     fence: ShardFence | None = None, replica_id: str = "") -> Components:
     """KPI intake, estimator, publisher and sink from the controls (or lab files).
 
     The loop reads KPIs from the in-memory intake (:class:`~xapp.core.intake.LatestKpis`):
@@ -491,11 +594,18 @@ def build_components(opts: RunOptions, controls: Controls,
         from xapp.adapters.influx import InfluxIntake
 
         influx = _influx(controls, checks, stoppers, workers)
+        # Other writers (RAN KPI exporters) do not tag a shard, so the intake filters the rows
+        # it read rather than the query.
+        held = None if fence is None or fence.everything else fence
         influx_intake = InfluxIntake(influx, intake,
-                                     interval_s=min(1.0, controls.loop.control_period_s))
+                                     interval_s=min(1.0, controls.loop.control_period_s),
+                                     accept=None if held is None else held.mask)
         workers.append(influx_intake.start())
         stoppers.insert(0, influx_intake.stop)
         kpis, sink = intake, influx
+    if fence is not None and not fence.everything:
+        # The loop decides only CPEs of the shards held now.
+        kpis = ShardedKpis(kpis, fence)
     publisher: WeightPublisher
     mqtt_publisher: MqttWeightPublisher | None = None
     subscriber: ChannelSubscriber | None = None
@@ -505,7 +615,7 @@ def build_components(opts: RunOptions, controls: Controls,
         publisher = JsonlPublisher(opts.publish_file, versions)
     else:
         mqtt_publisher, subscriber = _mqtt(controls, versions, intake, sink, checks, stoppers,
-                                           workers)
+                                           workers, fence, replica_id)
         # paho's network thread and the publisher's own select loop are not Workers: the
         # supervisor probes them and restarts a dead one within its budget.
         probes["mqtt-publisher"] = (mqtt_publisher.healthy, mqtt_publisher.restart)
@@ -645,15 +755,20 @@ def _read_token(path: str) -> str:
 
 def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
           sink: TelemetrySink | None, checks: dict[str, Callable[[], bool]],
-          stoppers: list[Callable[[], object]], workers: list[Worker]
+          stoppers: list[Callable[[], object]], workers: list[Worker],
+          fence: ShardFence | None = None, replica_id: str = ""
           ) -> tuple[MqttWeightPublisher, ChannelSubscriber]:
     from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, MqttWeightPublisher
 
     m = controls.mqtt
-    settings = MqttSettings(host=m.host, port=m.port, client_id=m.client_id, ca_file=m.ca_file,
+    client_id = m.client_id
+    if controls.sharding.enabled:
+        # A broker drops the older of two sessions with one client id: each replica its own.
+        client_id = f"{m.client_id}-{replica_id}"
+    settings = MqttSettings(host=m.host, port=m.port, client_id=client_id, ca_file=m.ca_file,
                             cert_file=m.cert_file, key_file=m.key_file)
     try:
-        publisher = MqttWeightPublisher(settings, versions).start()
+        publisher = MqttWeightPublisher(settings, versions, fence=fence).start()
     except OSError as exc:  # the TLS files come from a Secret; say which one is missing
         raise RuntimeError(f"MQTT TLS material not usable: {exc.strerror or exc} "
                            f"({exc.filename or m.ca_file}); see controls.mqtt.*_file") from exc

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -147,3 +147,13 @@ class VersionAllocator:
     def last(self, cpe_id: str) -> int:
         """The last version handed out in this process (0 if none)."""
         return self._last.get(cpe_id, 0)
+
+    def forget(self, which: Callable[[str], bool]) -> int:
+        """Drop the cached block of every CPE ``which`` selects, so its next version is read
+        from the store again: another replica may have sent (and stored ceilings) meanwhile.
+        Returns how many were dropped."""
+        gone = [c for c in self._ceiling if which(c)]
+        for c in gone:
+            del self._ceiling[c]
+            self._last.pop(c, None)
+        return len(gone)
