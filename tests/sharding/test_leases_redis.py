@@ -60,3 +60,18 @@ def test_membership_expires_and_leave_gives_shards_back(redis: RedisServer) -> N
     assert a.holders(4) == {}
     # The shard's two keys share a hash tag (one Redis Cluster slot for the scripts).
     assert a.shard_key(3) == "mcw-t:shard:{3}" and a.epoch_key(3) == "mcw-t:shard:{3}:epoch"
+
+
+def test_version_ceilings_are_the_sdl_stores_keys_and_only_grow(redis: RedisServer) -> None:
+    from xapp.adapters.sdl import SdlVersionStore, ricsdl_backend
+    from xapp.adapters.shard_leases import RedisVersionStore
+
+    client = redis_py.Redis(host=redis.host, port=redis.port, socket_timeout=2.0)
+    shared = RedisVersionStore(client, "mcw-t")
+    legacy = SdlVersionStore("mcw-t", ricsdl_backend)
+    legacy.set_ceilings({"c1": 100})
+    assert shared.get_ceilings(["c1", "c2"]) == {"c1": 100, "c2": 0}
+    shared.set_ceilings({"c1": 50, "c2": 200})  # a late, lower raise changes nothing
+    assert legacy.get_ceilings(["c1", "c2"]) == {"c1": 100, "c2": 200}
+    floor = RedisVersionStore(client, "mcw-t", floor=lambda c: 300 if c == "c1" else 0)
+    assert floor.get_ceilings(["c1"]) == {"c1": 300}

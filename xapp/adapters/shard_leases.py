@@ -22,8 +22,9 @@ has no scripts and no TTLs); the address is the one ricsdl reads, ``DBAAS_SERVIC
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,6 +76,8 @@ class RedisLike(Protocol):
     def pipeline(self, transaction: bool = ...) -> Any: ...
 
     def get(self, name: str) -> Any: ...
+
+    def mget(self, keys: list[str]) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -193,6 +196,57 @@ class ShardLeases:
 
     def close(self) -> None:
         self.client.close()
+
+
+# Ceilings only grow, atomically: two replicas that both think they own a CPE (which fencing
+# prevents, but a bug or a paused process might not) still cannot lower one.
+_RAISE_CEILINGS = """
+for i, key in ipairs(KEYS) do
+  local new = tonumber(ARGV[i])
+  local cur = tonumber(redis.call('GET', key) or '0') or 0
+  if new > cur then redis.call('SET', key, ARGV[i]) end
+end
+return #KEYS
+"""
+
+
+class RedisVersionStore:
+    """Per-CPE weight-version ceilings (:class:`xapp.adapters.mqtt.versions.VersionStore`) in
+    the keys :class:`~xapp.adapters.sdl.SdlVersionStore` writes through ricsdl
+    (``{<ns>},version/<cpe id>``), for replicas that share a fleet.
+
+    Two differences, both for several replicas: a raise is one script that keeps the maximum
+    (the ricsdl store reads, then writes), and every call has a socket timeout (ricsdl's client
+    has none, so a Redis that stops answering without closing the connection -- a partition --
+    held the publisher's lock, and every tick and readiness probe behind it, for the minutes
+    TCP takes to give up).
+    """
+
+    def __init__(self, client: RedisLike, namespace: str,
+                 floor: Callable[[str], int] | None = None) -> None:
+        self.client = client
+        self.namespace = namespace
+        self._floor = floor
+        self._raise = client.register_script(_RAISE_CEILINGS)
+
+    def key(self, cpe_id: str) -> str:
+        return f"{{{self.namespace}}},version/{cpe_id}"
+
+    def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
+        ids = list(cpe_ids)
+        if not ids:
+            return {}
+        raw = self.client.mget([self.key(c) for c in ids])
+        out = {c: 0 if v is None else int(json.loads(v)) for c, v in zip(ids, raw, strict=True)}
+        if self._floor is not None:
+            out = {c: max(v, self._floor(c)) for c, v in out.items()}
+        return out
+
+    def set_ceilings(self, ceilings: Mapping[str, int]) -> None:
+        if not ceilings:
+            return
+        ids = list(ceilings)
+        self._raise(keys=[self.key(c) for c in ids], args=[int(ceilings[c]) for c in ids])
 
 
 def _text(raw: object) -> str:

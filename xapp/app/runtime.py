@@ -222,9 +222,17 @@ class XappProcess:
         # Restored instances stay provisional until the mediator confirms them (A1Resync).
         url = controls.a1.mediator_url
         self.resync = A1Resync(self.a1, mediator_lister(url) if url else None)
-        if factory is not None:
-            self.versions: VersionStore = SdlVersionStore(controls.sdl_namespace, factory,
-                                                 floor=self._published_version)
+        if sharding.enabled:
+            from xapp.adapters.shard_leases import RedisVersionStore, redis_from_env
+
+            # Several writers: an atomic maximum, and timeouts (a partition must not hold the
+            # publisher's lock).
+            self.versions: VersionStore = RedisVersionStore(
+                redis_from_env(timeout_s=1.0), controls.sdl_namespace,
+                floor=self._published_version)
+        elif factory is not None:
+            self.versions = SdlVersionStore(controls.sdl_namespace, factory,
+                                            floor=self._published_version)
         else:
             from xapp.adapters.mqtt.versions import MemoryVersionStore
 
