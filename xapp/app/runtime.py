@@ -77,6 +77,8 @@ STARTUP_GRACE_S = 30.0
 INFLUX_CHECK_S = 2.0
 #: How often the subscriber's redundant telemetry buffer is emptied.
 TELEMETRY_DRAIN_S = 5.0
+#: How often a replica that shares the fleet reads the A1 book from SDL.
+A1_BOOK_SYNC_S = 1.0
 #: Where a replica says which shards it holds (``controls.sharding``).
 SHARDS_PATH = "/ric/v1/shards"
 
@@ -207,6 +209,7 @@ class XappProcess:
         # behaviour).  On: the lease worker grants shards; the publisher and the loop ask.
         self.fence = ShardFence(sharding.shards, everything=not sharding.enabled)
         self.shards: ShardManager | None = None
+        self.book_sync: Worker | None = None
         if sharding.enabled and opts.sdl != "redis":
             raise RuntimeError("controls.sharding.enabled needs SDL (--sdl redis): the shard "
                                "leases and the weight versions live there")
@@ -334,6 +337,10 @@ class XappProcess:
                 log.warning("first shard lease round failed (%s); the worker retries", exc)
             self.shards = manager
             self.supervisor.add(manager.start())
+            # A step is one SCAN of the policy keys: a few per second cost Redis nothing.
+            self.book_sync = Worker("mcw-a1-book", self._sync_book, A1_BOOK_SYNC_S,
+                                    deadline_s=30.0)
+            self.supervisor.add(self.book_sync).start()
             log.info("replica %s shares the fleet: %d shards, leases of %.2f s in %s:*",
                      self.replica_id, c.sharding.shards, lease_s, c.sdl_namespace)
         self.metrics.registry.register(ShardCollector(
@@ -341,6 +348,27 @@ class XappProcess:
             None if manager is None else lambda: {"acquisitions": manager.acquisitions,
                                                   "losses": manager.losses,
                                                   "live": len(manager.live)}))
+
+    def _sync_book(self) -> None:
+        """Every replica answers A1 (the Service picks one per request) and every replica
+        decides with the same policies: the book in SDL is the fleet's, and each replica
+        follows it, an instance one replica took in reaching the others within a step."""
+        stored = self.state.read_policies()
+        if stored is None:
+            return
+        pending = self.state.pending_policies
+        for iid, inst in stored.items():
+            if self.book.get(iid) != inst:
+                try:
+                    self.book.put(inst)
+                except PolicyError as exc:
+                    log.error("A1 instance %s from SDL does not build: %s", iid, exc)
+                    continue
+                log.info("A1 instance %s taken from SDL (another replica received it)", iid)
+        for inst in self.book.instances():
+            if inst.instance_id not in stored and inst.instance_id not in pending:
+                self.book.remove(inst.instance_id)
+                log.info("A1 instance %s deleted in SDL (by another replica)", inst.instance_id)
 
     def _shards_acquired(self, shards: frozenset[int]) -> None:
         """Before the fence grants ``shards``: forget what was cached about their CPEs, so
@@ -412,6 +440,8 @@ class XappProcess:
             return max(0.5, (deadline - time.monotonic()) * share)
 
         self.watcher.stop()
+        if self.book_sync is not None:
+            self.book_sync.stop(timeout_s=left(0.1))
         if self.e2 is not None:
             # Unsubscribe first, while the HTTP server and RMR still run.
             self.e2.worker.stop(timeout_s=left(0.2))
