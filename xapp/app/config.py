@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 CONTROLS_SCHEMA_FILE = "controls.schema.json"
 ENV_PREFIX = "MCW_"
 #: MCW_* variables that are not controls overrides.
-_NOT_OVERRIDES = frozenset({"MCW_SCHEMAS_DIR"})
+_NOT_OVERRIDES = frozenset({"MCW_SCHEMAS_DIR", "MCW_REPLICA_ID"})
 #: The names Kubernetes gives a Service's links (``<NAME>_SERVICE_HOST``,
 #: ``<NAME>_SERVICE_PORT[_<PORT NAME>]``, ``<NAME>_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]``), and the
 #: value of ``<NAME>_PORT`` (``tcp://10.96.0.7:8883``).
