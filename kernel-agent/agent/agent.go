@@ -7,11 +7,13 @@
 //
 // The role is data. Role cpe: one device, this host, with local addresses
 // from its own interfaces (a LinkSource), the uplink set (ul), state and
-// telemetry on mcw/v1/cpe/{id}/... Role proxy: one device per served CPE,
-// with remote addresses from each CPE agent's retained state (checked
-// against the operator's registry and against each other), the downlink
-// set (dl), state and telemetry on mcw/v1/proxy/{proxy_id}/cpe/{id}/...
-// and the proxy's own state.
+// telemetry on mcw/v1/s/{shard}/cpe/{id}/... Role proxy: one device per
+// served CPE, with remote addresses from each CPE agent's retained state
+// (checked against the operator's registry and against each other), the
+// downlink set (dl), state and telemetry on
+// mcw/v1/s/{shard}/proxy/{proxy_id}/cpe/{id}/... and the proxy's own state
+// on mcw/v1/proxy/{proxy_id}/state. The shard (mqttclient.ShardOf) lets
+// each xApp replica subscribe to its shards' topics only.
 //
 // All decisions happen on one goroutine (the "loop" worker), so the devices
 // need no locks; messages arrive through HandleMessage. The loop, the link
@@ -27,7 +29,6 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -90,6 +91,9 @@ type Config struct {
 	// MaxClockSkew is how far a weights update's issue time may lie ahead
 	// of this device's clock (see lease.Config); zero allows none.
 	MaxClockSkew time.Duration
+	// Shards is the fleet's shard count (1..mqttclient.MaxShards), the
+	// xApp's; 0 means mqttclient.DefaultShards.
+	Shards int
 }
 
 // How often the workers prove their progress, and how long each may go
@@ -137,8 +141,10 @@ type Agent struct {
 	dir   string // the direction applied: payload.UL or payload.DL
 	caps  payload.Capabilities
 	pt    mqttclient.ProxyTopics
-	wats  []string // role cpe: the configured WATs in canonical order
-	order []string // the devices' ids
+	// routes maps each subscribed topic to its device and kind.
+	routes map[string]route
+	wats   []string // role cpe: the configured WATs in canonical order
+	order  []string // the devices' ids
 
 	inbox     chan Message
 	republish chan struct{}
@@ -185,6 +191,12 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if err := cfg.SafeWeights.Validate(); err != nil {
 		return nil, fmt.Errorf("agent: safe weights: %w", err)
 	}
+	if cfg.Shards == 0 {
+		cfg.Shards = mqttclient.DefaultShards
+	}
+	if cfg.Shards < 1 || cfg.Shards > mqttclient.MaxShards {
+		return nil, fmt.Errorf("agent: %d shards, want 1..%d", cfg.Shards, mqttclient.MaxShards)
+	}
 	if cfg.StateDir == "" {
 		return nil, errors.New("agent: state directory required")
 	}
@@ -225,11 +237,12 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 			seen[id] = true
 		}
 		a.order = slices.Clone(cfg.CPEs)
-		a.pt = mqttclient.ProxyTopicsFor(cfg.ProxyID)
+		a.pt = mqttclient.ProxyTopicsFor(cfg.ProxyID, cfg.Shards)
 	default:
 		return nil, fmt.Errorf("agent: unknown role %q", cfg.Role)
 	}
 	a.caps = payload.CapabilitiesOf(deps.Backend.Name(), deps.Backend.Capabilities())
+	a.routes = a.routeTable()
 	a.inbox = make(chan Message, 2*len(a.order)+64) // every retained message at connect fits
 	a.timer = time.NewTimer(time.Hour)
 	a.timer.Stop()
@@ -238,15 +251,37 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	return a, nil
 }
 
-// Subscriptions returns the topics the agent reads: role cpe, its weights;
-// role proxy, each served CPE's weights and its agent's state.
-func (a *Agent) Subscriptions() []string {
-	out := make([]string, 0, 2*len(a.order))
+// route is where a subscribed topic's messages go.
+type route struct {
+	id, kind string
+	legacy   bool // a CPE agent's state on the unsharded topic of earlier releases
+}
+
+// routeTable lists the topics the agent reads: role cpe, its weights; role
+// proxy, each served CPE's weights and its agent's state, on the sharded
+// topic and, while agents of earlier releases may remain, the legacy one.
+func (a *Agent) routeTable() map[string]route {
+	r := make(map[string]route, 3*len(a.order))
 	for _, id := range a.order {
-		t := mqttclient.TopicsFor(id)
+		t := mqttclient.TopicsFor(id, a.cfg.Shards)
+		r[t.Weights] = route{id: id, kind: "weights"}
+		if !a.local {
+			r[t.State] = route{id: id, kind: "state"}
+			r[t.LegacyState] = route{id: id, kind: "state", legacy: true}
+		}
+	}
+	return r
+}
+
+// Subscriptions returns the topics the agent reads (see routeTable), each
+// device's together, in the order of the devices.
+func (a *Agent) Subscriptions() []string {
+	out := make([]string, 0, 3*len(a.order))
+	for _, id := range a.order {
+		t := mqttclient.TopicsFor(id, a.cfg.Shards)
 		out = append(out, t.Weights)
 		if !a.local {
-			out = append(out, t.State)
+			out = append(out, t.State, t.LegacyState)
 		}
 	}
 	return out
@@ -257,7 +292,7 @@ func (a *Agent) Subscriptions() []string {
 // disconnect.
 func (a *Agent) Offline() (topic string, data []byte) {
 	if a.local {
-		return mqttclient.TopicsFor(a.cfg.CPEID).State, payload.Offline(a.cfg.CPEID)
+		return mqttclient.TopicsFor(a.cfg.CPEID, a.cfg.Shards).State, payload.Offline(a.cfg.CPEID)
 	}
 	return a.pt.State(), payload.ProxyOffline(a.cfg.ProxyID)
 }
@@ -316,7 +351,8 @@ func (a *Agent) Run(ctx context.Context, pub Publisher) error {
 }
 
 // Start reads the links (role cpe), restores every device's persisted
-// state, clears what a proxy published for CPEs it no longer serves, and
+// state, clears what a proxy published for CPEs it no longer serves and
+// every device's retained state on its legacy topic, and
 // applies the starting set (restored weights while their lease runs, safe
 // ones otherwise). The loop worker calls it first; benchmarks call it
 // alone. It must be called once.
@@ -354,6 +390,12 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	if !a.local {
 		a.clearUnserved()
+	}
+	// The state moved to the sharded topic: what an earlier release left
+	// retained on the legacy one would keep reaching the xApps (and a
+	// proxy) that still read it, as a state that never changes.
+	for _, id := range a.order {
+		a.out.put(a.legacyStateTopic(id), nil, true)
 	}
 	a.dirty, a.force = true, true
 	a.flush(ctx)
@@ -434,15 +476,23 @@ func (a *Agent) Process(ctx context.Context, msgs ...Message) string {
 
 // handle routes one message to its device (returned; nil when none).
 func (a *Agent) handle(m Message) *device {
-	id, kind, ok := splitTopic(m.Topic)
-	d := a.devs[id]
+	r, ok := a.routes[m.Topic]
+	d := a.devs[r.id]
 	switch {
 	case !ok || d == nil:
 		a.deps.Log.Debug("message on a topic of no device of this agent", "topic", m.Topic)
 		return nil
-	case kind == "weights":
+	case r.kind == "weights":
 		a.onWeights(d, m.Data, m.At)
-	case kind == "state" && !a.local:
+	case r.kind == "state" && !a.local && r.legacy && d.sharded:
+		// The CPE agent moved to the sharded topic; what is left on the
+		// legacy one (it clears it, but a clear can be lost) is older.
+		a.deps.Log.Debug("legacy CPE state ignored: the CPE reports on its sharded topic", "cpe_id", d.id)
+		return nil
+	case r.kind == "state" && !a.local:
+		if !r.legacy && len(m.Data) > 0 {
+			d.sharded = true
+		}
 		a.onCPEState(d, m.Data)
 	default:
 		return nil
@@ -450,17 +500,13 @@ func (a *Agent) handle(m Message) *device {
 	return d
 }
 
-// splitTopic parses mcw/v1/cpe/{id}/{weights|state}.
-func splitTopic(topic string) (id, kind string, ok bool) {
-	rest, found := strings.CutPrefix(topic, "mcw/v1/cpe/")
-	if !found {
-		return "", "", false
+// legacyStateTopic is where earlier releases kept the device's retained
+// state.
+func (a *Agent) legacyStateTopic(id string) string {
+	if a.local {
+		return mqttclient.TopicsFor(id, a.cfg.Shards).LegacyState
 	}
-	id, kind, found = strings.Cut(rest, "/")
-	if !found || (kind != "weights" && kind != "state") {
-		return "", "", false
-	}
-	return id, kind, true
+	return a.pt.LegacyCPEState(id)
 }
 
 // touch marks d changed: its paths are computed again and the set applied
@@ -518,14 +564,14 @@ func (a *Agent) LastState(cpeID string) []byte { return a.out.last(a.stateTopic(
 
 func (a *Agent) stateTopic(id string) string {
 	if a.local {
-		return mqttclient.TopicsFor(id).State
+		return mqttclient.TopicsFor(id, a.cfg.Shards).State
 	}
 	return a.pt.CPEState(id)
 }
 
 func (a *Agent) telemetryTopic(id string) string {
 	if a.local {
-		return mqttclient.TopicsFor(id).Telemetry
+		return mqttclient.TopicsFor(id, a.cfg.Shards).Telemetry
 	}
 	return a.pt.CPETelemetry(id)
 }

@@ -58,7 +58,7 @@ func (f *fakeLinks) Run(ctx context.Context, out chan<- linkwatch.Status, beat f
 
 // HandleWeights queues a payload on the CPE role's weights topic.
 func (a *Agent) HandleWeights(data []byte, at time.Time) {
-	a.HandleMessage(mqttclient.TopicsFor(a.cfg.CPEID).Weights, data, at)
+	a.HandleMessage(mqttclient.TopicsFor(a.cfg.CPEID, a.cfg.Shards).Weights, data, at)
 }
 
 // recorder is a Publisher that keeps every state payload.
@@ -69,7 +69,10 @@ type recorder struct {
 }
 
 func (r *recorder) PublishRetained(_ context.Context, topic string, b []byte) error {
-	if topic != "mcw/v1/cpe/cpe-0001/state" {
+	if topic == "mcw/v1/cpe/cpe-0001/state" && len(b) == 0 {
+		return nil // the legacy topic's retained state cleared
+	}
+	if topic != "mcw/v1/s/47/cpe/cpe-0001/state" {
 		return fmt.Errorf("state on %s", topic)
 	}
 	s, err := payload.ParseState(b)
@@ -370,8 +373,8 @@ func TestCPETelemetry(t *testing.T) {
 	src.list = []telemetry.Subflow{sf("10.31.1.1", 1, 2_500_000), sf("10.31.2.1", 2, 125_000), sf("192.0.2.9", 3, 9_999_999)}
 	a.sampleTelemetry(aggs)
 	_, pending := a.out.q.take()
-	m, ok := pending["mcw/v1/cpe/cpe-0001/telemetry"]
-	if !ok || m.retained || len(pending) != 2 { // the started state beside it
+	m, ok := pending["mcw/v1/s/47/cpe/cpe-0001/telemetry"]
+	if !ok || m.retained || len(pending) != 3 { // the started state and the legacy clear beside it
 		t.Fatalf("queued %v", pending)
 	}
 	tm, err := payload.ParseTelemetry(m.data)

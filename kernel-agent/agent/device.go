@@ -37,6 +37,9 @@ type device struct {
 	slots      map[string]slot   // per WAT: where its path goes
 	links      map[string]string // per WAT: up or down, as reported
 	online     bool
+	// sharded: the CPE agent's state came on its sharded topic, so what
+	// comes on its legacy topic is ignored (role proxy).
+	sharded bool
 
 	applied []backend.Path // in the kernel (nil: nothing for this device)
 	// want and wantErr cache paths() until the device changes: a proxy

@@ -163,18 +163,27 @@ func weightsV2(cpeID string, version int64, dl, ul payload.Weights) []byte {
 // keeps a CPE certificate from speaking for the proxy.
 func TestProxyOverMosquitto(t *testing.T) {
 	b := startBroker(t)
-	xapp := b.dial(t, "xapp", "mcw-xapp-test", "mcw/v1/proxy/#")
+	xapp := b.dial(t, "xapp", "mcw-xapp-test", "mcw/v1/proxy/#", "mcw/v1/s/#")
 	cpe := b.dial(t, "cpe/cpe-0001", "cpe-0001")
+	// What a proxy of an earlier release left retained on its legacy topic.
+	legacyTopic := "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"
+	old := b.dial(t, "proxy/proxy-0001", "proxy-0001-old")
+	oldState, _ := payload.State{CPEID: "cpe-0001", Online: true, Role: payload.RoleProxy, ProxyID: "proxy-0001", Direction: payload.DL}.Marshal()
+	if code := old.publish(t, legacyTopic, oldState); code != 0 {
+		t.Fatalf("legacy proxy state refused: 0x%02x", code)
+	}
 	cpeState := payload.State{CPEID: "cpe-0001", Online: true, Role: payload.RoleCPE, Direction: payload.UL,
 		Addresses: map[string]string{"nr": "10.31.1.2", "wifi": "10.31.2.2"}, Links: map[string]string{"nr": "up", "wifi": "up"},
 		Event: payload.EventStarted}
 	sb, _ := cpeState.Marshal()
-	if code := cpe.publish(t, "mcw/v1/cpe/cpe-0001/state", sb); code != 0 {
+	if code := cpe.publish(t, mqttclient.TopicsFor("cpe-0001", mqttclient.DefaultShards).State, sb); code != 0 {
 		t.Fatalf("CPE state refused: 0x%02x", code)
 	}
 	// A CPE certificate cannot act as the proxy.
-	if code := cpe.publish(t, "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state", sb); code != 0x87 {
-		t.Fatalf("CPE publishing as the proxy: reason 0x%02x, want 0x87", code)
+	for _, topic := range []string{legacyTopic, "mcw/v1/s/47/proxy/proxy-0001/cpe/cpe-0001/state"} {
+		if code := cpe.publish(t, topic, sb); code != 0x87 {
+			t.Fatalf("CPE publishing as the proxy on %s: reason 0x%02x, want 0x87", topic, code)
+		}
 	}
 
 	dl := dryrun.NewDownlink()
@@ -206,16 +215,26 @@ func TestProxyOverMosquitto(t *testing.T) {
 	go func() { done <- px.Run(ctx, mc) }()
 
 	// The retained CPE state gives the addresses: safe weights applied.
-	stateTopic := "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"
+	stateTopic := "mcw/v1/s/47/proxy/proxy-0001/cpe/cpe-0001/state"
 	xapp.wait(t, stateTopic, func(b []byte) bool {
 		s, err := payload.ParseState(b)
 		return err == nil && s.Role == payload.RoleProxy && s.AppliedWeights["nr"] == 1 && s.AppliedWeights["wifi"] == 1
 	})
 	// cpe-0002 has no agent state: reported, not applied.
-	xapp.wait(t, "mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state", func(b []byte) bool {
+	xapp.wait(t, "mcw/v1/s/2/proxy/proxy-0001/cpe/cpe-0002/state", func(b []byte) bool {
 		s, err := payload.ParseState(b)
 		return err == nil && strings.Contains(s.LastError, "no WAT address")
 	})
+
+	// The proxy cleared its legacy retained state: a new subscriber finds none.
+	xapp.wait(t, legacyTopic, func(b []byte) bool { return len(b) == 0 })
+	late := b.dial(t, "xapp", "mcw-xapp-late", legacyTopic)
+	time.Sleep(300 * time.Millisecond)
+	late.mu.Lock()
+	if n := len(late.msgs[legacyTopic]); n != 0 {
+		t.Errorf("%d retained messages left on %s", n, legacyTopic)
+	}
+	late.mu.Unlock()
 
 	// The xApp's weights take effect: publish to applied, measured.
 	var lat []time.Duration

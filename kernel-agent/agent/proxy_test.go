@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
 	"github.com/mcw-xapp/kernel-agent/metrics"
+	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
 	"github.com/mcw-xapp/kernel-agent/telemetry"
 )
@@ -111,7 +113,7 @@ func onTopic(cpeID string, m Message) Message {
 
 // cpeState is the CPE agent's retained state with addresses and links.
 func cpeState(cpeID, addrs, links string) Message {
-	return Message{Topic: "mcw/v1/cpe/" + cpeID + "/state", Data: []byte(fmt.Sprintf(
+	return Message{Topic: mqttclient.TopicsFor(cpeID, mqttclient.DefaultShards).State, Data: []byte(fmt.Sprintf(
 		`{"schema":"mcw.state.v2","cpe_id":%q,"online":true,"role":"cpe","direction":"ul","time_ms":1,`+
 			`"applied_version":0,"applied_weights":{},"addresses":%s,"links":%s,"event":"started","last_error":""}`,
 		cpeID, addrs, links))}
@@ -194,7 +196,7 @@ func TestProxyPerCPERules(t *testing.T) {
 			payload.Weights{"nr": 200, "wifi": 50, "lifi": 0}, payload.EventLinkUp, "", 10},
 		{"address change follows the CPE", 0, []Message{cpeState("cpe-0001", `{"nr":"10.31.1.9","wifi":"10.31.2.2"}`, `{"nr":"up","wifi":"up"}`)},
 			payload.Weights{"nr": 200, "wifi": 50}, payload.EventLinkUp, "", 10},
-		{"the CPE agent's last will keeps the downlink", 0, []Message{{Topic: "mcw/v1/cpe/cpe-0001/state", Data: payload.Offline("cpe-0001")}},
+		{"the CPE agent's last will keeps the downlink", 0, []Message{{Topic: "mcw/v1/s/47/cpe/cpe-0001/state", Data: payload.Offline("cpe-0001")}},
 			payload.Weights{"nr": 200, "wifi": 50}, payload.EventLinkUp, "", 10},
 		{"lease expiry: safe weights", 31 * time.Second, nil,
 			payload.Weights{"nr": 1, "wifi": 1}, payload.EventLeaseExpired, "", 0},
@@ -320,7 +322,7 @@ func TestProxyBadCPEState(t *testing.T) {
 		"unknown WAT":   string(cpeState("cpe-0001", `{"6g":"10.0.0.1"}`, up2).Data),
 		"deeply nested": `{"schema":"mcw.state.v2","cpe_id":"cpe-0001","online":true,"links":{"nr":[[[[[]]]]]}}`,
 	} {
-		f.step(Message{Topic: "mcw/v1/cpe/cpe-0001/state", Data: []byte(data)})
+		f.step(Message{Topic: "mcw/v1/s/47/cpe/cpe-0001/state", Data: []byte(data)})
 		if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 1, "wifi": 1, "lifi": 1}) {
 			t.Fatalf("%s: changed the CPE's downlink to %v", name, got)
 		}
@@ -335,18 +337,85 @@ func TestProxyBadCPEState(t *testing.T) {
 	}
 }
 
-func TestSplitTopic(t *testing.T) {
-	for topic, want := range map[string][3]any{
-		"mcw/v1/cpe/cpe-0001/weights":   {"cpe-0001", "weights", true},
-		"mcw/v1/cpe/cpe-0001/state":     {"cpe-0001", "state", true},
-		"mcw/v1/cpe/cpe-0001/telemetry": {"", "", false},
-		"mcw/v1/proxy/p/state":          {"", "", false},
-		"mcw/v1/cpe/cpe-0001":           {"", "", false},
+func TestRoutes(t *testing.T) {
+	f := newFixture(t, t.TempDir(), "cpe-0001")
+	for topic, want := range map[string]route{
+		"mcw/v1/cpe/cpe-0001/weights":    {id: "cpe-0001", kind: "weights"},
+		"mcw/v1/s/47/cpe/cpe-0001/state": {id: "cpe-0001", kind: "state"},
+		"mcw/v1/cpe/cpe-0001/state":      {id: "cpe-0001", kind: "state", legacy: true},
 	} {
-		id, kind, ok := splitTopic(topic)
-		if id != want[0] || kind != want[1] || ok != want[2] {
-			t.Errorf("splitTopic(%q) = %q %q %v", topic, id, kind, ok)
+		if got, ok := f.p.routes[topic]; !ok || got != want {
+			t.Errorf("route of %q = %+v %v", topic, got, ok)
 		}
+	}
+	for _, topic := range []string{"mcw/v1/s/46/cpe/cpe-0001/state", "mcw/v1/cpe/cpe-0001/telemetry",
+		"mcw/v1/s/47/cpe/cpe-0001/telemetry", "mcw/v1/proxy/p/state", "mcw/v1/cpe/cpe-0001"} {
+		if _, ok := f.p.routes[topic]; ok {
+			t.Errorf("%q routed", topic)
+		}
+	}
+	if got := f.p.Subscriptions(); !slices.Equal(got, []string{"mcw/v1/cpe/cpe-0001/weights",
+		"mcw/v1/s/47/cpe/cpe-0001/state", "mcw/v1/cpe/cpe-0001/state"}) {
+		t.Errorf("Subscriptions() = %v", got)
+	}
+}
+
+func TestNewChecksShards(t *testing.T) {
+	for _, tt := range []struct {
+		shards int
+		ok     bool
+	}{{0, true}, {1, true}, {4096, true}, {-1, false}, {4097, false}} {
+		_, err := New(Config{Role: payload.RoleProxy, ProxyID: "proxy-0001", CPEs: []string{"cpe-0001"}, SafeWeights: payload.Weights{"nr": 1},
+			StateDir: t.TempDir(), Shards: tt.shards},
+			Deps{Backend: dryrun.NewDownlink(), Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if (err == nil) != tt.ok {
+			t.Errorf("New with %d shards: %v", tt.shards, err)
+		}
+	}
+}
+
+// An agent of an earlier release reports on the legacy topic; once the CPE's
+// agent reports on its sharded topic, what the legacy one still holds is
+// older and ignored.
+func TestProxyReadsLegacyCPEStateUntilSharded(t *testing.T) {
+	f := newFixture(t, t.TempDir(), "cpe-0001")
+	legacy := func(addrs string) Message {
+		m := cpeState("cpe-0001", addrs, `{"nr":"up"}`)
+		m.Topic = "mcw/v1/cpe/cpe-0001/state"
+		return m
+	}
+	nr := func() string { return f.p.devs["cpe-0001"].slots["nr"].addr.String() }
+	f.step(legacy(`{"nr":"10.31.1.2"}`))
+	if nr() != "10.31.1.2" {
+		t.Fatalf("legacy state not read: nr %s", nr())
+	}
+	f.step(cpeState("cpe-0001", `{"nr":"10.31.1.3"}`, `{"nr":"up"}`))
+	f.step(Message{Topic: "mcw/v1/cpe/cpe-0001/state"}, legacy(`{"nr":"10.31.1.2"}`))
+	if nr() != "10.31.1.3" {
+		t.Fatalf("a legacy state overrode the sharded one: nr %s", nr())
+	}
+}
+
+// Start clears the retained states an earlier release left on the legacy
+// topics, and sends the clears again after a reconnect until one was
+// acknowledged.
+func TestLegacyStatesClearedOnce(t *testing.T) {
+	f := newFixture(t, t.TempDir(), "cpe-0001")
+	legacy := "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"
+	order, pending := f.p.out.q.take()
+	if m, ok := pending[legacy]; !ok || !m.retained || len(m.data) != 0 {
+		t.Fatalf("no clear of %s queued at start: %v", legacy, order)
+	}
+	f.p.out.repeat()
+	if _, pending = f.p.out.q.take(); len(pending[legacy].data) != 0 || !pending[legacy].retained {
+		t.Fatalf("an unacknowledged clear was not repeated: %v", pending)
+	}
+	f.p.out.cleared(legacy)
+	f.p.out.repeat()
+	if _, pending = f.p.out.q.take(); len(pending) == 0 {
+		t.Fatal("nothing repeated")
+	} else if _, again := pending[legacy]; again {
+		t.Fatal("an acknowledged clear was sent again")
 	}
 }
 

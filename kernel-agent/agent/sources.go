@@ -148,6 +148,7 @@ func (a *Agent) clearUnserved() {
 		}
 		a.deps.Log.Info("CPE no longer served: clearing its downlink state", "cpe_id", id)
 		a.out.put(a.pt.CPEState(id), nil, true)
+		a.out.put(a.pt.LegacyCPEState(id), nil, true)
 		if err := os.RemoveAll(filepath.Join(dir, id)); err != nil {
 			a.deps.Log.Warn("state of an unserved CPE not removed", "cpe_id", id, "err", err)
 		}

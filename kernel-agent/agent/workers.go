@@ -2,10 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
 	"github.com/mcw-xapp/kernel-agent/state"
 	"github.com/mcw-xapp/kernel-agent/telemetry"
@@ -64,10 +66,14 @@ type outbox struct {
 	mu       sync.Mutex
 	retained map[string][]byte
 	topics   []string
+	// clearing are the topics whose retained message is to be cleared (an
+	// empty retained publish) and not yet acknowledged: one queued before
+	// the first connection fails, and must go out once connected.
+	clearing map[string]bool
 }
 
 func newOutbox() *outbox {
-	return &outbox{q: newLatest[string, outMsg](), retained: map[string][]byte{}}
+	return &outbox{q: newLatest[string, outMsg](), retained: map[string][]byte{}, clearing: map[string]bool{}}
 }
 
 func (o *outbox) put(topic string, b []byte, retained bool) {
@@ -77,9 +83,24 @@ func (o *outbox) put(topic string, b []byte, retained bool) {
 			o.topics = append(o.topics, topic)
 		}
 		o.retained[topic] = b
+		if len(b) == 0 {
+			o.clearing[topic] = true
+		} else {
+			delete(o.clearing, topic)
+		}
 		o.mu.Unlock()
 	}
 	o.q.put(topic, outMsg{data: b, retained: retained})
+}
+
+// cleared records that the broker took (or refused for good) the clear of
+// topic, which need not be sent again.
+func (o *outbox) cleared(topic string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.retained[topic]) == 0 {
+		delete(o.clearing, topic)
+	}
 }
 
 // last returns the latest retained payload queued on topic.
@@ -89,13 +110,13 @@ func (o *outbox) last(topic string) []byte {
 	return o.retained[topic]
 }
 
-// repeat queues every retained payload again (a cleared one need not be:
-// the broker forgot it for good).
+// repeat queues every retained payload again, and the clears not yet
+// acknowledged (one that was need not be: the broker forgot it for good).
 func (o *outbox) repeat() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, t := range o.topics {
-		if b := o.retained[t]; len(b) > 0 {
+		if b := o.retained[t]; len(b) > 0 || o.clearing[t] {
 			o.q.put(t, outMsg{data: b, retained: true})
 		}
 	}
@@ -127,6 +148,12 @@ func (a *Agent) runPublisher(ctx context.Context, pub Publisher, beat func()) er
 				err = pub.PublishQoS0(pctx, topic, m.data)
 			}
 			cancel()
+			if m.retained && len(m.data) == 0 && (err == nil || errors.Is(err, mqttclient.ErrRefused)) {
+				// A refused clear is a legacy topic the ACL no longer
+				// grants: nothing is retained there that this agent wrote.
+				a.out.cleared(topic)
+				err = nil
+			}
 			if err != nil && ctx.Err() == nil {
 				kind := "state"
 				if !m.retained {

@@ -16,6 +16,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
@@ -65,6 +66,11 @@ type MQTT struct {
 	CertFile   string `yaml:"cert_file"`
 	KeyFile    string `yaml:"key_file"`
 	KeepAliveS uint16 `yaml:"keepalive_s"`
+	// Shards is the fleet's shard count, the xApp's (1..4096, default 64):
+	// the agent reports on mcw/v1/s/{shard}/..., shard being FNV-1a of the
+	// CPE id modulo Shards, so that each xApp replica subscribes to the
+	// shards it holds. Fixed for the life of a fleet.
+	Shards int `yaml:"shards"`
 }
 
 // WAT is one access technology's interface.
@@ -217,6 +223,8 @@ func Parse(b []byte) (Config, error) {
 		MetricsListen: "127.0.0.1:9472",
 		Telemetry:     Telemetry{IntervalMs: 1000},
 		LogLevel:      "info",
+		// Filled before decoding, so that an explicit 0 is refused.
+		MQTT: MQTT{Shards: mqttclient.DefaultShards},
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -226,6 +234,7 @@ func Parse(b []byte) (Config, error) {
 	if c.MQTT.KeepAliveS == 0 {
 		c.MQTT.KeepAliveS = 30
 	}
+
 	return c, c.Validate()
 }
 
@@ -252,6 +261,9 @@ func (c Config) Validate() error {
 		add("mqtt.broker_url %q: want e.g. mqtts://broker:8883", c.MQTT.BrokerURL)
 	} else if u.Scheme != "mqtts" && u.Scheme != "tls" && u.Scheme != "ssl" {
 		add("mqtt.broker_url %q: the channel is mutual TLS only (mqtts://)", c.MQTT.BrokerURL)
+	}
+	if c.MQTT.Shards < 1 || c.MQTT.Shards > mqttclient.MaxShards {
+		add("mqtt.shards %d: want 1..%d (the xApp's shard count)", c.MQTT.Shards, mqttclient.MaxShards)
 	}
 	for k, v := range map[string]string{"mqtt.ca_file": c.MQTT.CAFile, "mqtt.cert_file": c.MQTT.CertFile, "mqtt.key_file": c.MQTT.KeyFile} {
 		if v == "" {

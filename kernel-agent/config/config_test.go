@@ -128,6 +128,9 @@ func TestParseBad(t *testing.T) {
 		{"unknown key", "state_dir: /tmp/x", "state_dir: /tmp/x\nstatedir: y", "statedir"},
 		{"metrics not loopback", "state_dir: /tmp/x", "state_dir: /tmp/x\nmetrics_listen: 0.0.0.0:9472", "loopback"},
 		{"missing key file", "  key_file: cpe.key\n", "", "key_file"},
+		{"zero shards", "  key_file: cpe.key\n", "  key_file: cpe.key\n  shards: 0\n", "mqtt.shards 0"},
+		{"too many shards", "  key_file: cpe.key\n", "  key_file: cpe.key\n  shards: 4097\n", "mqtt.shards 4097"},
+		{"negative shards", "  key_file: cpe.key\n", "  key_file: cpe.key\n  shards: -1\n", "mqtt.shards -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,6 +142,22 @@ func TestParseBad(t *testing.T) {
 				t.Fatalf("Parse = %v, want an error mentioning %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestShards(t *testing.T) {
+	for _, tt := range []struct {
+		extra string
+		want  int
+	}{
+		{"", 64},
+		{"  shards: 1\n", 1},
+		{"  shards: 4096\n", 4096},
+	} {
+		c, err := Parse([]byte(strings.Replace(good, "  key_file: cpe.key\n", "  key_file: cpe.key\n"+tt.extra, 1)))
+		if err != nil || c.MQTT.Shards != tt.want {
+			t.Errorf("with %q: shards %d, %v; want %d", tt.extra, c.MQTT.Shards, err, tt.want)
+		}
 	}
 }
 

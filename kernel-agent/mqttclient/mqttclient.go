@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/eclipse/paho.golang/autopaho"
@@ -24,33 +25,82 @@ import (
 	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
-// Topics of one CPE.
-type Topics struct {
-	Weights, State, Telemetry string
+// Shard counts: the fleet's default, and the bound (a topic segment and a
+// lease key per shard on the xApp's side).
+const (
+	DefaultShards = 64
+	MaxShards     = 4096
+)
+
+// ShardOf returns the shard of cpeID among shards (1..MaxShards): FNV-1a
+// (32 bit) of the id's bytes modulo shards. The xApp computes the same
+// (xapp/core/shards.py, same test vectors), so that a replica subscribes
+// to the topics of the shards it holds only. It panics when shards is out
+// of range, as an index would: the configuration is validated first.
+func ShardOf(cpeID string, shards int) int {
+	if shards < 1 || shards > MaxShards {
+		panic(fmt.Sprintf("mqttclient: %d shards, want 1..%d", shards, MaxShards))
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(cpeID); i++ {
+		h ^= uint32(cpeID[i])
+		h *= 16777619
+	}
+	return int(h % uint32(shards))
 }
 
-// TopicsFor returns the topics of cpeID.
-func TopicsFor(cpeID string) Topics {
+// Topics of one CPE: the weights the xApp sends it, and where its agent
+// reports. LegacyState and LegacyTelemetry are the unsharded topics of
+// earlier releases: a proxy still reads an old CPE agent's state there,
+// and an agent clears its retained state there once (see agent.Start).
+type Topics struct {
+	Weights, State, Telemetry    string
+	LegacyState, LegacyTelemetry string
+}
+
+// TopicsFor returns the topics of cpeID in a fleet of shards shards.
+func TopicsFor(cpeID string, shards int) Topics {
 	base := "mcw/v1/cpe/" + cpeID + "/"
-	return Topics{Weights: base + "weights", State: base + "state", Telemetry: base + "telemetry"}
+	sharded := shardBase(cpeID, shards) + "cpe/" + cpeID + "/"
+	return Topics{Weights: base + "weights", State: sharded + "state", Telemetry: sharded + "telemetry",
+		LegacyState: base + "state", LegacyTelemetry: base + "telemetry"}
+}
+
+func shardBase(cpeID string, shards int) string {
+	return "mcw/v1/s/" + strconv.Itoa(ShardOf(cpeID, shards)) + "/"
 }
 
 // ProxyTopics are a proxy's own topics.
-type ProxyTopics struct{ base string }
-
-// ProxyTopicsFor returns the topics of proxyID.
-func ProxyTopicsFor(proxyID string) ProxyTopics {
-	return ProxyTopics{base: "mcw/v1/proxy/" + proxyID + "/"}
+type ProxyTopics struct {
+	id     string
+	shards int
 }
 
-// State is the proxy's own retained state (mcw.proxy-state.v1).
-func (p ProxyTopics) State() string { return p.base + "state" }
+// ProxyTopicsFor returns the topics of proxyID in a fleet of shards shards.
+func ProxyTopicsFor(proxyID string, shards int) ProxyTopics {
+	return ProxyTopics{id: proxyID, shards: shards}
+}
 
-// CPEState is the proxy's retained downlink state for cpeID.
-func (p ProxyTopics) CPEState(cpeID string) string { return p.base + "cpe/" + cpeID + "/state" }
+// State is the proxy's own retained state (mcw.proxy-state.v1), unsharded:
+// every xApp replica reads every proxy's state.
+func (p ProxyTopics) State() string { return "mcw/v1/proxy/" + p.id + "/state" }
 
-// CPETelemetry is the proxy's downlink telemetry for cpeID.
-func (p ProxyTopics) CPETelemetry(cpeID string) string { return p.base + "cpe/" + cpeID + "/telemetry" }
+// CPEState is the proxy's retained downlink state for cpeID, in cpeID's
+// shard.
+func (p ProxyTopics) CPEState(cpeID string) string { return p.cpe(cpeID) + "state" }
+
+// CPETelemetry is the proxy's downlink telemetry for cpeID, in cpeID's
+// shard.
+func (p ProxyTopics) CPETelemetry(cpeID string) string { return p.cpe(cpeID) + "telemetry" }
+
+// LegacyCPEState is the unsharded topic of CPEState of earlier releases.
+func (p ProxyTopics) LegacyCPEState(cpeID string) string {
+	return "mcw/v1/proxy/" + p.id + "/cpe/" + cpeID + "/state"
+}
+
+func (p ProxyTopics) cpe(cpeID string) string {
+	return shardBase(cpeID, p.shards) + "proxy/" + p.id + "/cpe/" + cpeID + "/"
+}
 
 // subscribeBatch bounds the subscriptions per SUBSCRIBE packet, so that a
 // proxy with a thousand CPEs stays under the broker's max_packet_size
@@ -194,6 +244,11 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 // ErrNotConnected is returned by publishes while the connection is down.
 var ErrNotConnected = errors.New("mqtt: not connected")
 
+// ErrRefused is wrapped by a publish the broker acknowledged with an error
+// reason (e.g. 0x87, not authorized by its ACL): sending it again will not
+// help.
+var ErrRefused = errors.New("refused by the broker")
+
 // PublishRetained publishes a retained QoS 1 payload on topic (an empty
 // one clears the topic's retained message) and waits for the broker's
 // acknowledgement.
@@ -212,7 +267,7 @@ func (c *Client) publish(ctx context.Context, topic string, b []byte, qos byte, 
 		return fmt.Errorf("mqtt: publish %s: %w", topic, err)
 	}
 	if resp != nil && resp.ReasonCode >= 0x80 {
-		return fmt.Errorf("mqtt: publish %s: refused with reason 0x%02x", topic, resp.ReasonCode)
+		return fmt.Errorf("mqtt: publish %s: %w with reason 0x%02x", topic, ErrRefused, resp.ReasonCode)
 	}
 	return nil
 }

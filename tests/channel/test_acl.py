@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -19,6 +20,8 @@ from tests.support.mosquitto import (
     make_pki,
     mosquitto_binary,
 )
+from xapp.adapters.mqtt import shard_filter, shard_topic
+from xapp.core.shards import shard_of
 
 NOT_AUTHORISED = 0x87
 QUIET_S = 0.5  # how long "nothing arrives" is watched, after a positive control arrived
@@ -402,3 +405,134 @@ def test_changed_proxy_grants_apply_on_reload(pki: Pki, tmp_path: Path) -> None:
         finally:
             proxy.close()
             xapp.close()
+
+
+# --- the sharded topics: mcw/v1/s/{shard}/... -----------------------------------------------
+# The ACL grants the shard level as a wildcard next to %u (the xApp checks the shard); these
+# check that mosquitto's pattern matching does with it what broker/acl says.
+
+
+def sharded(cpe: str, kind: Literal["state", "telemetry"] = "state",
+            proxy: str | None = None) -> str:
+    return shard_topic(cpe, kind, proxy_id=proxy)
+
+
+@pytest.mark.parametrize(("topic", "allowed"), [
+    (sharded("cpe-0001"), True),                         # its own, in its shard
+    (sharded("cpe-0001", "telemetry"), True),
+    ("mcw/v1/s/3/cpe/cpe-0001/state", True),             # its own id, another shard: the
+                                                         # xApp drops it (shard-mismatch)
+    (sharded("cpe-0002"), False),                        # another CPE's, in that CPE's shard
+    ("mcw/v1/s/47/cpe/cpe-0002/state", False),           # another CPE's, in its own shard
+    ("mcw/v1/s/1/2/cpe/cpe-0001/state", False),          # '+' is one level, not two
+    ("mcw/v1/s/cpe/cpe-0001/state", False),
+    (sharded("cpe-0001", proxy="cpe-0001"), False),      # a "proxy" named after itself
+    (sharded("cpe-0001", proxy="proxy-0001"), False),    # its proxy's topic
+])
+def test_cpe_writes_its_own_sharded_topics_only(proxy_broker: MosquittoBroker, topic: str,
+                                                allowed: bool) -> None:
+    xapp = connect_client(proxy_broker, "mcw-xapp")
+    cpe = connect_client(proxy_broker, "cpe-0001")
+    try:
+        xapp.subscribe("mcw/v1/s/#")
+        rc = cpe.publish(topic, b"x")
+        assert (rc < 0x80) if allowed else rc == NOT_AUTHORISED
+        assert cpe.publish(sharded("cpe-0001"), b"legit") < 0x80  # positive control
+        assert xapp.wait_for(lambda: bool(xapp.on(sharded("cpe-0001"))))
+        time.sleep(QUIET_S)
+        assert bool(xapp.on(topic)) == allowed
+    finally:
+        cpe.close()
+        xapp.close()
+
+
+def test_one_shard_subscription_gets_that_shard_only(proxy_broker: MosquittoBroker) -> None:
+    shards = {cpe: shard_of(cpe) for cpe in ("cpe-0001", "cpe-0002", "cpe-0003", "cpe-0004")}
+    assert len(set(shards.values())) == 4
+    replica = connect_client(proxy_broker, "mcw-xapp")
+    try:
+        mine = shards["cpe-0001"]
+        replica.subscribe(shard_filter(mine, "state"))
+        replica.subscribe(shard_filter(mine, "telemetry"))
+        replica.subscribe(shard_filter(mine, "state", proxy=True))
+        proxy = connect_client(proxy_broker, "proxy-0001", client_id="p1")
+        try:
+            for cpe in ("cpe-0001", "cpe-0002"):
+                assert proxy.publish(sharded(cpe, proxy="proxy-0001"), b"dl") < 0x80
+        finally:
+            proxy.close()
+        for cpe in shards:
+            agent = connect_client(proxy_broker, cpe, client_id=f"a-{cpe}")
+            try:
+                assert agent.publish(sharded(cpe), b"s", retain=True) < 0x80
+                assert agent.publish(sharded(cpe, "telemetry"), b"t") < 0x80
+            finally:
+                agent.close()
+        want = {sharded("cpe-0001"), sharded("cpe-0001", "telemetry"),
+                sharded("cpe-0001", proxy="proxy-0001")}
+        assert replica.wait_for(lambda: {m.topic for m in replica.messages} >= want)
+        time.sleep(QUIET_S)
+        assert {m.topic for m in replica.messages} == want
+    finally:
+        replica.close()
+    # Retained states of the shard arrive to a replica that takes it later.
+    late = connect_client(proxy_broker, "mcw-xapp", client_id="late-replica")
+    try:
+        late.subscribe(shard_filter(shards["cpe-0003"], "state"))
+        assert late.wait_for(lambda: bool(late.messages))
+        time.sleep(QUIET_S)
+        assert [(m.topic, m.retain) for m in late.messages] == [(sharded("cpe-0003"), True)]
+    finally:
+        late.close()
+
+
+@pytest.mark.parametrize(("who", "topic"), [
+    ("proxy-0001", sharded("cpe-0003", proxy="proxy-0001")),   # a CPE it does not serve
+    ("proxy-0001", sharded("cpe-0001", proxy="proxy-0002")),   # as another proxy
+    ("proxy-0001", "mcw/v1/s/5/cpe/proxy-0001/state"),         # as a CPE named after itself
+    ("proxy-0001", sharded("cpe-0001")),                        # as a CPE it serves
+    ("mcw-xapp", "mcw/v1/s/5/cpe/mcw-xapp/state"),             # the xApp as a CPE
+    ("mcw-xapp", sharded("cpe-0001")),
+    ("mcw-xapp", sharded("cpe-0001", proxy="proxy-0001")),
+])
+def test_sharded_topics_refuse_impersonation(proxy_broker: MosquittoBroker, who: str,
+                                             topic: str) -> None:
+    reader = connect_client(proxy_broker, "mcw-xapp", client_id="reader")
+    speaker = connect_client(proxy_broker, who)
+    try:
+        reader.subscribe("mcw/v1/s/#")
+        assert speaker.publish(topic, b"forged", retain=True) == NOT_AUTHORISED
+        proxy = connect_client(proxy_broker, "proxy-0001", client_id="control")
+        try:  # positive control: the proxy's own per-CPE report flows
+            assert proxy.publish(sharded("cpe-0002", proxy="proxy-0001"), b"legit") < 0x80
+        finally:
+            proxy.close()
+        assert reader.wait_for(lambda: bool(reader.on(sharded("cpe-0002", proxy="proxy-0001"))))
+        time.sleep(QUIET_S)
+        assert reader.on(topic) == []
+    finally:
+        speaker.close()
+        reader.close()
+
+
+def test_sharded_states_reach_the_proxy_of_the_cpe_only(proxy_broker: MosquittoBroker) -> None:
+    p1 = connect_client(proxy_broker, "proxy-0001", client_id="p1")
+    spy = connect_client(proxy_broker, "cpe-0002", client_id="spy")
+    try:
+        for f in ("mcw/v1/s/+/cpe/+/state", "mcw/v1/s/#", "#", sharded("cpe-0003")):
+            p1.subscribe(f)
+            spy.subscribe(f)
+        p1.subscribe(sharded("cpe-0001"))  # what the agent subscribes to
+        for cpe in ("cpe-0001", "cpe-0003"):
+            agent = connect_client(proxy_broker, cpe, client_id=f"a-{cpe}")
+            try:
+                assert agent.publish(sharded(cpe), b"s", retain=True) < 0x80
+            finally:
+                agent.close()
+        assert p1.wait_for(lambda: bool(p1.on(sharded("cpe-0001"))))
+        time.sleep(QUIET_S)
+        assert {m.topic for m in p1.messages} == {sharded("cpe-0001")}
+        assert spy.messages == []
+    finally:
+        p1.close()
+        spy.close()

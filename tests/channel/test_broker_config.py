@@ -42,14 +42,19 @@ def test_acl_grants_exactly_the_contract() -> None:
              if ln.strip() and not ln.lstrip().startswith("#")]
     assert lines == [
         ["pattern", "read", "mcw/v1/cpe/%u/weights"],
+        ["pattern", "write", "mcw/v1/s/+/cpe/%u/state"],
+        ["pattern", "write", "mcw/v1/s/+/cpe/%u/telemetry"],
+        # Deprecated: the unsharded topics of agents of earlier releases.
         ["pattern", "write", "mcw/v1/cpe/%u/state"],
         ["pattern", "write", "mcw/v1/cpe/%u/telemetry"],
         ["user", "mcw-xapp"],
         ["topic", "deny", "mcw/v1/cpe/mcw-xapp/#"],
+        ["topic", "deny", "mcw/v1/s/+/cpe/mcw-xapp/#"],
         ["topic", "write", "mcw/v1/cpe/+/weights"],
+        ["topic", "read", "mcw/v1/s/#"],
+        ["topic", "read", "mcw/v1/proxy/#"],
         ["topic", "read", "mcw/v1/cpe/+/state"],
         ["topic", "read", "mcw/v1/cpe/+/telemetry"],
-        ["topic", "read", "mcw/v1/proxy/#"],
     ]
 
 
@@ -71,24 +76,36 @@ def test_make_acl_appends_one_user_stanza_per_proxy() -> None:
     assert grants(proc.stdout[len(base):]) == [
         ["user", "proxy-0001"],
         ["topic", "deny", "mcw/v1/cpe/proxy-0001/#"],
+        ["topic", "deny", "mcw/v1/s/+/cpe/proxy-0001/#"],
         ["topic", "write", "mcw/v1/proxy/proxy-0001/state"],
         ["topic", "read", "mcw/v1/cpe/cpe-0002/weights"],
+        ["topic", "read", "mcw/v1/s/+/cpe/cpe-0002/state"],
+        ["topic", "write", "mcw/v1/s/+/proxy/proxy-0001/cpe/cpe-0002/state"],
+        ["topic", "write", "mcw/v1/s/+/proxy/proxy-0001/cpe/cpe-0002/telemetry"],
         ["topic", "read", "mcw/v1/cpe/cpe-0002/state"],
         ["topic", "write", "mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state"],
         ["topic", "write", "mcw/v1/proxy/proxy-0001/cpe/cpe-0002/telemetry"],
         ["topic", "read", "mcw/v1/cpe/cpe-0001/weights"],
+        ["topic", "read", "mcw/v1/s/+/cpe/cpe-0001/state"],
+        ["topic", "write", "mcw/v1/s/+/proxy/proxy-0001/cpe/cpe-0001/state"],
+        ["topic", "write", "mcw/v1/s/+/proxy/proxy-0001/cpe/cpe-0001/telemetry"],
         ["topic", "read", "mcw/v1/cpe/cpe-0001/state"],
         ["topic", "write", "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"],
         ["topic", "write", "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/telemetry"],
         ["user", "proxy-0002"],
         ["topic", "deny", "mcw/v1/cpe/proxy-0002/#"],
+        ["topic", "deny", "mcw/v1/s/+/cpe/proxy-0002/#"],
         ["topic", "write", "mcw/v1/proxy/proxy-0002/state"],
         ["topic", "read", "mcw/v1/cpe/cpe-0003/weights"],
+        ["topic", "read", "mcw/v1/s/+/cpe/cpe-0003/state"],
+        ["topic", "write", "mcw/v1/s/+/proxy/proxy-0002/cpe/cpe-0003/state"],
+        ["topic", "write", "mcw/v1/s/+/proxy/proxy-0002/cpe/cpe-0003/telemetry"],
         ["topic", "read", "mcw/v1/cpe/cpe-0003/state"],
         ["topic", "write", "mcw/v1/proxy/proxy-0002/cpe/cpe-0003/state"],
         ["topic", "write", "mcw/v1/proxy/proxy-0002/cpe/cpe-0003/telemetry"],
         ["user", "proxy-0003"],
         ["topic", "deny", "mcw/v1/cpe/proxy-0003/#"],
+        ["topic", "deny", "mcw/v1/s/+/cpe/proxy-0003/#"],
         ["topic", "write", "mcw/v1/proxy/proxy-0003/state"],
     ]
     # No proxy: the shipped ACL, byte for byte.

@@ -14,12 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.channel.test_subscriber import state_doc
-from tests.channel.test_subscriber_proxy import (  # noqa: F401 (fixtures)
-    proxy_broker,
-    proxy_cpe_state,
-    proxy_state,
-    xapp_settings,
-)
+from tests.channel.test_subscriber_proxy import proxy_cpe_state, proxy_state
 from tests.support.mosquitto import MosquittoBroker, connect_client
 from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttSettings
 from xapp.adapters.mqtt.payloads import check, encode, encode_weights_batch
@@ -118,8 +113,8 @@ def test_state_semantics_and_applied_caps() -> None:
     assert old.semantics is None and not old.rate_caps
 
 
-def test_subscriber_knows_the_rate_caps_appliers(proxy_broker: MosquittoBroker,  # noqa: F811
-                                                 xapp_settings: MqttSettings  # noqa: F811
+def test_subscriber_knows_the_rate_caps_appliers(proxy_broker: MosquittoBroker,
+                                                 xapp_settings: MqttSettings
                                                  ) -> None:
     c1 = connect_client(proxy_broker, "cpe-0001", client_id="c1")
     c2 = connect_client(proxy_broker, "cpe-0002", client_id="c2")

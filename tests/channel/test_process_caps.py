@@ -16,11 +16,7 @@ from typing import Any
 import pytest
 
 from tests.channel.test_subscriber import state_doc
-from tests.channel.test_subscriber_proxy import (  # noqa: F401 (fixtures)
-    proxy_broker,
-    proxy_cpe_state,
-    proxy_state,
-)
+from tests.channel.test_subscriber_proxy import proxy_cpe_state, proxy_state
 from tests.support.mosquitto import MosquittoBroker, Pki, TestClient, connect_client
 from tests.support.polling import wait_until
 from xapp.app import runtime
@@ -64,7 +60,7 @@ def _weights(client: TestClient, cpe: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def agents(proxy_broker: MosquittoBroker) -> Iterator[dict[str, TestClient]]:  # noqa: F811
+def agents(proxy_broker: MosquittoBroker) -> Iterator[dict[str, TestClient]]:
     """Both CPE agents and the proxy with their states retained before the xApp starts (as
     after an xApp restart): cpe-0001 caps its uplink, cpe-0002 is WRR; the proxy reports
     rate-caps in its own state, its per-CPE state of cpe-0001 says nothing (so the proxy's
@@ -98,7 +94,7 @@ def agents(proxy_broker: MosquittoBroker) -> Iterator[dict[str, TestClient]]:  #
 
 
 def test_rate_caps_reach_the_agents_and_the_cpes_view(
-        proxy_broker: MosquittoBroker, pki: Pki, agents: dict[str, TestClient],  # noqa: F811
+        proxy_broker: MosquittoBroker, pki: Pki, agents: dict[str, TestClient],
         tmp_path: Path) -> None:
     kpis = tmp_path / "kpis.json"
     kpis.write_text(json.dumps(KPIS))

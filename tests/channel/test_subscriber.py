@@ -184,11 +184,25 @@ def test_a_failing_callback_is_counted_and_does_not_stop_delivery(
 
 @pytest.mark.parametrize("group", [None, "mcw-xapp"])
 def test_subscription_topics(settings: MqttSettings, group: str | None) -> None:
+    share = f"$share/{group}/" if group else ""
     sub = ChannelSubscriber(settings, share_group=group)
-    assert sub.topics[0] == "mcw/v1/cpe/+/state"
-    assert sub.topics[1].endswith("mcw/v1/cpe/+/telemetry")
-    assert sub.topics[1].startswith("$share/mcw-xapp/") == (group is not None)
-    assert sub.topics[2] == "mcw/v1/proxy/#"
+    assert sub.topics == [
+        "mcw/v1/s/+/cpe/+/state", f"{share}mcw/v1/s/+/cpe/+/telemetry",
+        "mcw/v1/s/+/proxy/+/cpe/+/state", "mcw/v1/s/+/proxy/+/cpe/+/telemetry",
+        # Deprecated: the agents of earlier releases.
+        "mcw/v1/cpe/+/state", f"{share}mcw/v1/cpe/+/telemetry", "mcw/v1/proxy/#"]
+    sub.set_shards(frozenset({7, 3}))
+    assert sub.topics[:8] == [
+        "mcw/v1/s/3/cpe/+/state", f"{share}mcw/v1/s/3/cpe/+/telemetry",
+        "mcw/v1/s/3/proxy/+/cpe/+/state", "mcw/v1/s/3/proxy/+/cpe/+/telemetry",
+        "mcw/v1/s/7/cpe/+/state", f"{share}mcw/v1/s/7/cpe/+/telemetry",
+        "mcw/v1/s/7/proxy/+/cpe/+/state", "mcw/v1/s/7/proxy/+/cpe/+/telemetry"]
+    assert sub.shards() == frozenset({3, 7})
+    modern = ChannelSubscriber(settings, share_group=group, legacy_topics=False)
+    assert modern.topics == [
+        "mcw/v1/s/+/cpe/+/state", f"{share}mcw/v1/s/+/cpe/+/telemetry",
+        "mcw/v1/s/+/proxy/+/cpe/+/state", "mcw/v1/s/+/proxy/+/cpe/+/telemetry",
+        "mcw/v1/proxy/+/state"]
 
 
 def test_saturation_and_delivery_rate_reach_the_kpi_frame(broker: MosquittoBroker,

@@ -182,6 +182,14 @@ class ComponentCollector(Collector):
         yield CounterMetricFamily("mcw_mqtt_subscriber_callback_errors",
                                   "Agent messages whose handling raised.",
                                   value=sub.callback_errors)
+        yield CounterMetricFamily("mcw_mqtt_legacy_messages",
+                                  "Agent messages on the deprecated unsharded topics (agents of "
+                                  "earlier releases); zero for good: the fleet has moved.",
+                                  value=sub.legacy_received)
+        held = sub.shards()
+        yield GaugeMetricFamily("mcw_mqtt_subscriber_shards",
+                                "Shards whose agent topics this replica subscribes to.",
+                                value=sub.shard_count if held is None else len(held))
         known = sub.states()
         online = [s for s in known.values() if s.online]
         yield GaugeMetricFamily("mcw_agents_known", "CPE agents that reported a state.",

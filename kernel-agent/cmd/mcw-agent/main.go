@@ -100,7 +100,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	acfg := agent.Config{
 		Role: payload.RoleCPE, SafeWeights: cfg.SafeWeights, StateDir: cfg.StateDir,
 		TelemetryInterval: cfg.Telemetry.Interval(), MPTCPOnly: cfg.Telemetry.OnlyMPTCP(),
-		MaxClockSkew: cfg.Lease.MaxClockSkew(),
+		MaxClockSkew: cfg.Lease.MaxClockSkew(), Shards: cfg.MQTT.Shards,
 	}
 	deps := agent.Deps{Metrics: m, Log: log}
 	var startAttrs []any

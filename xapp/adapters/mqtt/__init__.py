@@ -1,10 +1,12 @@
 """The MQTT 5 / mutual-TLS channel between the xApp and the agents (CPE and proxy roles).
 
 ``mcw/v1/cpe/{cpe_id}/weights`` (xApp to agents, retained, QoS 1: the CPE agent applies ``ul``,
-the proxy serving the CPE ``dl``), ``.../state`` (CPE agent to xApp, retained, last will),
-``.../telemetry`` (CPE agent to xApp); ``mcw/v1/proxy/{proxy_id}/state`` and
-``mcw/v1/proxy/{proxy_id}/cpe/{cpe_id}/state|telemetry`` (proxy agent to xApp).  Contracts in
-``schemas/mqtt-*.json``, broker configuration and ACL in ``broker/``.
+the proxy serving the CPE ``dl``); ``mcw/v1/s/{shard}/cpe/{cpe_id}/state`` (CPE agent to xApp,
+retained, last will) and ``.../telemetry``; ``mcw/v1/proxy/{proxy_id}/state`` and
+``mcw/v1/s/{shard}/proxy/{proxy_id}/cpe/{cpe_id}/state|telemetry`` (proxy agent to xApp), the
+shard being :func:`xapp.core.shards.shard_of` of the CPE.  The unsharded state and telemetry
+topics of earlier agents are still read (deprecated).  Contracts in ``schemas/mqtt-*.json``,
+broker configuration and ACL in ``broker/``.
 """
 
 from xapp.adapters.mqtt.connection import MqttSettings
@@ -16,6 +18,8 @@ from xapp.adapters.mqtt.payloads import (
     parse_channel_topic,
     parse_topic,
     proxy_topic,
+    shard_filter,
+    shard_topic,
     topic,
 )
 from xapp.adapters.mqtt.publisher import MqttWeightPublisher, PublisherStats
@@ -54,6 +58,8 @@ __all__ = [
     "parse_channel_topic",
     "parse_topic",
     "proxy_topic",
+    "shard_filter",
+    "shard_topic",
     "telemetry_frame",
     "topic",
 ]

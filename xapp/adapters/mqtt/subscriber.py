@@ -1,8 +1,10 @@
 """The xApp's side of agent state and telemetry.
 
-Subscribes to ``mcw/v1/cpe/+/state`` (retained, last will), ``mcw/v1/cpe/+/telemetry`` and
-``mcw/v1/proxy/#`` (each proxy's own state, and per CPE it serves its downlink state and
-telemetry), drops what does not validate (counted), keeps the latest :class:`CpeState` per CPE,
+Subscribes to the CPE agents' ``mcw/v1/s/{shard}/cpe/+/state`` (retained, last will) and
+``.../telemetry``, the proxy agents' ``mcw/v1/s/{shard}/proxy/+/cpe/+/state|telemetry`` (per CPE
+they serve, the downlink) and ``mcw/v1/proxy/+/state`` (each proxy's own state), for every shard
+or for the shards this replica holds (:meth:`ChannelSubscriber.set_shards`), drops what does
+not validate (counted), keeps the latest :class:`CpeState` per CPE,
 per (proxy, CPE) and :class:`ProxyState` per proxy, and turns telemetry into
 :class:`xapp.core.forecast.KpiFrame` rows with a direction.  It does not write to InfluxDB
 itself: the xApp passes a callback, or drains a batch per tick with
@@ -12,6 +14,20 @@ Who applies which direction: the CPE agent applies ``ul``; the downlink of a CPE
 the proxy whose per-CPE state for it says online while the proxy itself is online
 (:meth:`ChannelSubscriber.downlink`).  An empty retained message on a proxy's per-CPE state topic
 means the proxy stopped serving the CPE.
+
+Shards: a CPE's shard is :func:`xapp.core.shards.shard_of` of its id over the fleet's shard
+count. A message whose topic names another shard than its CPE's is dropped (``shard-mismatch``:
+the ACL lets a CPE write its own id under any shard). When the held shards change, the
+subscriptions change on the live connection (new shards' retained states arrive) and what was
+known of the CPEs of shards no longer held is forgotten: another replica holds them now.
+
+Migration (deprecated, for agents of earlier releases): with ``legacy_topics`` the subscriber
+also reads the unsharded ``mcw/v1/cpe/+/state|telemetry`` and
+``mcw/v1/proxy/+/cpe/+/state|telemetry``, keeps only the CPEs of the shards it holds, and counts
+those messages (``legacy_received``, metric ``mcw_mqtt_legacy_messages_total``): when it stays
+at zero the fleet has moved and ``legacy_topics`` (and the ACL's legacy lines) can go. Once a
+CPE (or a proxy for a CPE) was heard on its sharded topic, its legacy messages are ignored:
+new agents clear their legacy retained state, but a clear can be lost.
 
 Callbacks run on paho's network thread; keep them short (append to a queue) or use the drain.
 Nothing raised while handling a message (a hostile payload, a bug, an exception in a callback)
@@ -29,6 +45,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Final
 
 import numpy as np
@@ -40,13 +57,16 @@ from xapp.adapters.mqtt.connection import MqttSettings, new_client
 from xapp.adapters.mqtt.payloads import (
     PROXY_PREFIX,
     TOPIC_PREFIX,
+    ChannelTopic,
     DropCounter,
     decode,
     parse_channel_topic,
+    shard_filter,
 )
 from xapp.core.caps import RATE_CAPS
 from xapp.core.forecast import DIRECTIONS, KpiFrame
 from xapp.core.kpis import AGENT_FIELDS
+from xapp.core.shards import DEFAULT_SHARDS, MAX_SHARDS, shard_of
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +80,9 @@ TELEMETRY_FIELDS: Final = AGENT_FIELDS
 #: from the WAT's ``dl`` and ``ul`` objects.
 WAT_FIELDS: Final = ("up", "subflows", "rtt_ms")
 DIRECTION_FIELDS: Final = tuple(f for f in AGENT_FIELDS if f not in WAT_FIELDS)
+#: Filters per SUBSCRIBE packet: 4096 shards of four filters each would exceed the broker's
+#: max_packet_size (16 KiB) in one packet.
+SUBSCRIBE_BATCH: Final = 100
 
 
 @dataclass(frozen=True)
@@ -263,12 +286,17 @@ class ChannelSubscriber:
     on_proxy_state : callable or None
         Called with the new :class:`ProxyState` per valid proxy state message.
     share_group : str or None, default=None
-        Load-share telemetry between xApp replicas through the MQTT 5 shared subscription
-        ``$share/{share_group}/mcw/v1/cpe/+/telemetry``. State is always subscribed plainly:
-        shared subscriptions get no retained messages, and every replica needs every state.
+        Load-share the CPE agents' telemetry between xApp replicas through the MQTT 5 shared
+        subscription ``$share/{share_group}/mcw/v1/s/{shard}/cpe/+/telemetry``. State is
+        always subscribed plainly: shared subscriptions get no retained messages, and the
+        replica holding a shard needs every state of it.
     buffer_limit : int, default=100000
         Telemetry documents kept for :meth:`drain_telemetry`; older ones are dropped (counted)
         when nobody drains.
+    shard_count : int, default=DEFAULT_SHARDS
+        The fleet's shard count (the agents' ``mqtt.shards``).
+    legacy_topics : bool, default=True
+        Also read the unsharded topics of agents of earlier releases (deprecated).
     """
 
     def __init__(self, settings: MqttSettings, *,
@@ -276,8 +304,17 @@ class ChannelSubscriber:
                  on_state: Callable[[CpeState], None] | None = None,
                  on_proxy_state: Callable[[ProxyState], None] | None = None,
                  share_group: str | None = None, buffer_limit: int = 100_000,
-                 drops: DropCounter | None = None) -> None:
+                 drops: DropCounter | None = None, shard_count: int = DEFAULT_SHARDS,
+                 legacy_topics: bool = True) -> None:
+        if not 1 <= shard_count <= MAX_SHARDS:
+            raise ValueError(f"shard_count must be in [1, {MAX_SHARDS}], got {shard_count}")
         self.settings = settings
+        self.shard_count = shard_count
+        self.legacy_topics = legacy_topics
+        #: Messages received on the legacy (unsharded) topics, accepted or not.
+        self.legacy_received = 0
+        #: Messages of CPEs of shards not held (a legacy topic, or a shard just given up).
+        self.unheld = 0
         self.drops = drops if drops is not None else DropCounter()
         self.on_telemetry = on_telemetry
         self.on_state = on_state
@@ -303,21 +340,118 @@ class ChannelSubscriber:
         self._rate_caps: dict[str, tuple[int, frozenset[str]]] = {}
         self._connected = False
         self._subscribed = False
+        # SUBSCRIBE packets sent on this connection and acknowledged; subscribed when equal.
+        self._sub_sent = 0
+        self._sub_acked = 0
+        self._sub_failed = False
+        #: The shards held (None: all), read on paho's thread under the lock.
+        self._shards: frozenset[int] | None = None
+        # Serialises set_shards: its (un)subscribes go out in the order the sets changed.
+        self._shards_lock = threading.Lock()
+        #: CPEs, and (proxy, CPE) pairs, heard on their sharded topic: legacy ones then ignored.
+        self._sharded_cpes: set[str] = set()
+        self._sharded_proxy_cpes: set[tuple[str, str]] = set()
         self._client = new_client(settings, "sub")
         self._client.on_connect = self._on_connect
         self._client.on_disconnect = self._on_disconnect
         self._client.on_subscribe = self._on_subscribe
+        self._client.on_unsubscribe = self._on_unsubscribe
         self._client.on_message = self._on_message
         self._started = False
 
     @property
     def topics(self) -> list[str]:
-        telemetry = f"{TOPIC_PREFIX}/+/telemetry"
-        if self.share_group:
-            telemetry = f"$share/{self.share_group}/{telemetry}"
-        # Proxy telemetry is not shared between replicas: few proxies, and their per-CPE
-        # state on the same wildcard must reach every replica.
-        return [f"{TOPIC_PREFIX}/+/state", telemetry, f"{PROXY_PREFIX}/#"]
+        """The subscriptions for the shards now held."""
+        with self._lock:
+            return self._topics(self._shards)
+
+    def _topics(self, shards: frozenset[int] | None) -> list[str]:
+        out: list[str] = []
+        for shard in [None] if shards is None else sorted(shards):
+            out.append(shard_filter(shard, "state"))
+            out.append(self._shared(shard_filter(shard, "telemetry")))
+            # Proxy telemetry is not shared between replicas: few proxies, and their per-CPE
+            # state must reach the replica holding the shard.
+            out.append(shard_filter(shard, "state", proxy=True))
+            out.append(shard_filter(shard, "telemetry", proxy=True))
+        if self.legacy_topics:
+            # Every shard's: the legacy topics carry none, so the filter is in process.
+            out += [f"{TOPIC_PREFIX}/+/state", self._shared(f"{TOPIC_PREFIX}/+/telemetry"),
+                    f"{PROXY_PREFIX}/#"]
+        else:
+            out.append(f"{PROXY_PREFIX}/+/state")
+        return out
+
+    def _shared(self, name: str) -> str:
+        return f"$share/{self.share_group}/{name}" if self.share_group else name
+
+    def shards(self) -> frozenset[int] | None:
+        """The shards held (None: every shard)."""
+        with self._lock:
+            return self._shards
+
+    def set_shards(self, shards: frozenset[int] | None) -> None:
+        """Hold ``shards`` (None: all of them) from now on.
+
+        On a live connection, subscribes to the newly held shards (their retained states
+        arrive) and unsubscribes from the others, without reconnecting; what was known of the
+        CPEs of shards no longer held (states, a proxy's per-CPE states, buffered telemetry)
+        is forgotten. Safe to call from any thread.
+        """
+        new = None if shards is None else frozenset(shards)
+        if new is not None and any(not 0 <= s < self.shard_count for s in new):
+            raise ValueError(f"shards must be in [0, {self.shard_count}): {sorted(new)}")
+        with self._shards_lock:
+            with self._cond:
+                old = self._shards
+                if new == old:
+                    return
+                self._shards = new
+                before, after = self._topics(old), self._topics(new)
+                if new is not None:
+                    self._forget(new)
+                connected = self._connected
+                self._cond.notify_all()
+            log.info("subscriber: shards %s -> %s", _describe(old), _describe(new))
+            if not connected:
+                return  # on_connect subscribes to what is held then
+            gone = [t for t in before if t not in after]
+            added = [t for t in after if t not in before]
+            if gone:
+                self._client.unsubscribe(gone)
+            self._subscribe(added)
+
+    def _forget(self, held: frozenset[int]) -> None:
+        """Drop what is known of the CPEs of shards not in ``held`` (under the lock)."""
+        def mine(cpe: str) -> bool:
+            return _shard(cpe, self.shard_count) in held
+        self._states = {c: st for c, st in self._states.items() if mine(c)}
+        self._proxy_cpes = {k: st for k, st in self._proxy_cpes.items() if mine(k[1])}
+        self._sharded_cpes = {c for c in self._sharded_cpes if mine(c)}
+        self._sharded_proxy_cpes = {k for k in self._sharded_proxy_cpes if mine(k[1])}
+        self._buffer = deque(d for d in self._buffer if mine(str(d["cpe_id"])))
+        self._generation += 1
+
+    def _holds(self, cpe_id: str) -> bool:
+        # Re-entrant: also called under the lock, where the message's state is stored.
+        with self._lock:
+            shards = self._shards
+        return shards is None or _shard(cpe_id, self.shard_count) in shards
+
+    def _subscribe(self, topics: list[str]) -> None:
+        """Subscribe in packets of :data:`SUBSCRIBE_BATCH`; :meth:`wait_subscribed` holds until
+        the broker acknowledged every one."""
+        for i in range(0, len(topics), SUBSCRIBE_BATCH):
+            batch = topics[i:i + SUBSCRIBE_BATCH]
+            with self._lock:
+                self._sub_sent += 1
+                self._subscribed = False
+            rc, _mid = self._client.subscribe([(t, 1) for t in batch])
+            if rc != mqtt.MQTT_ERR_SUCCESS:
+                # Not sent (the connection is down): on_connect subscribes to all again.
+                with self._lock:
+                    self._sub_sent -= 1
+                log.warning("subscriber: subscribe %s... not sent (rc %s)", batch[0], rc)
 
     def start(self) -> ChannelSubscriber:
         if not self._started:
@@ -476,8 +610,11 @@ class ChannelSubscriber:
                 return
             with self._lock:
                 self._connected = True
+                self._sub_sent = self._sub_acked = 0
+                self._sub_failed = False
+                topics = self._topics(self._shards)
             # Re-subscribe on every connect: the session does not outlive the connection.
-            client.subscribe([(t, 1) for t in self.topics])
+            self._subscribe(topics)
         except Exception:
             log.exception("subscriber: on_connect failed")
 
@@ -500,10 +637,21 @@ class ChannelSubscriber:
             if failed:
                 log.error("broker refused subscriptions %s: %s", self.topics, failed)
             with self._cond:
-                self._subscribed = not failed
+                self._sub_acked += 1
+                self._sub_failed = self._sub_failed or bool(failed)
+                self._subscribed = self._sub_acked >= self._sub_sent and not self._sub_failed
                 self._cond.notify_all()
         except Exception:
             log.exception("subscriber: on_subscribe failed")
+
+    def _on_unsubscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
+                        reasons: list[ReasonCode], _props: Properties | None) -> None:
+        try:
+            failed = [str(r) for r in reasons if r.is_failure]
+            if failed:
+                log.warning("broker refused unsubscriptions: %s", failed)
+        except Exception:
+            log.exception("subscriber: on_unsubscribe failed")
 
     def _on_message(self, _client: mqtt.Client, _userdata: object,
                     msg: mqtt.MQTTMessage) -> None:
@@ -521,13 +669,36 @@ class ChannelSubscriber:
                 self.received += 1
                 self._cond.notify_all()
 
+    def _admit(self, topic: ChannelTopic, name: str) -> bool:
+        """Whether a CPE's message is for this replica: its shard's (and, on a sharded topic,
+        named so), and not a legacy one of a CPE heard on its sharded topic since."""
+        cpe = str(topic.cpe_id)
+        if topic.legacy:
+            with self._lock:
+                self.legacy_received += 1
+                shadowed = (cpe in self._sharded_cpes if topic.proxy_id is None
+                            else (topic.proxy_id, cpe) in self._sharded_proxy_cpes)
+            if shadowed:
+                return False
+        elif topic.shard is not None and topic.shard != _shard(cpe, self.shard_count):
+            self.drops.drop(topic.kind, "shard-mismatch",
+                            f"{cpe!r} is in shard {_shard(cpe, self.shard_count)}", name)
+            return False
+        if not self._holds(cpe):
+            with self._lock:
+                self.unheld += 1
+            return False
+        return True
+
     def _is_proxy(self, identity: str) -> bool:
         with self._lock:
             return identity in self._proxies
 
     def _handle(self, name: str, payload: bytes) -> None:
+        topic = parse_channel_topic(name)
+        if topic is not None and topic.cpe_id is not None and not self._admit(topic, name):
+            return
         if not payload:
-            topic = parse_channel_topic(name)
             if topic is not None and topic.kind == "state" and topic.proxy_id is not None \
                     and topic.cpe_id is not None:
                 # An empty retained message: the proxy stopped serving the CPE.
@@ -536,10 +707,19 @@ class ChannelSubscriber:
                     self._generation += 1
                     self._cond.notify_all()
                 return
+            if topic is not None and topic.legacy and topic.kind == "state":
+                return  # a new agent clearing the state an earlier release left retained
         decoded = decode(name, payload, self.drops)
         if decoded is None:
             return
         kind, doc = decoded
+        if topic is not None and topic.shard is not None and topic.cpe_id is not None:
+            # Valid, so the agent's: it reports on its sharded topic now.
+            with self._lock:
+                if topic.proxy_id is None:
+                    self._sharded_cpes.add(topic.cpe_id)
+                else:
+                    self._sharded_proxy_cpes.add((topic.proxy_id, topic.cpe_id))
         if kind in ("state", "telemetry") and "proxy_id" not in doc \
                 and self._is_proxy(str(doc["cpe_id"])):
             # A CPE topic named after a proxy: only a proxy's certificate (CN = proxy id) could
@@ -551,6 +731,8 @@ class ChannelSubscriber:
         frame: KpiFrame | None = None
         if kind == "state":
             with self._cond:
+                if not self._holds(str(doc["cpe_id"])):
+                    return  # the shard was given up while this message was decoded
                 proxy_id = doc.get("proxy_id")
                 if proxy_id is None:
                     state = CpeState.from_doc(doc, self._states.get(doc["cpe_id"]),
@@ -577,6 +759,8 @@ class ChannelSubscriber:
                 # the drain either (it would fail there, in the xApp's loop).
                 frame = telemetry_frame([doc])
             with self._cond:
+                if not self._holds(str(doc["cpe_id"])):
+                    return
                 if len(self._buffer) >= self.buffer_limit:
                     self._buffer.popleft()
                     self.drops.drop("telemetry", "buffer-full", "nobody drains telemetry", name)
@@ -598,3 +782,13 @@ class ChannelSubscriber:
                 self.callback_errors += 1
             self.drops.drop(kind, "internal", f"callback failed: {type(exc).__name__}: {exc}",
                             name, exc_info=exc)
+
+
+def _describe(shards: frozenset[int] | None) -> str:
+    return "all" if shards is None else f"{len(shards)} {sorted(shards)}"
+
+
+@lru_cache(maxsize=1 << 17)
+def _shard(cpe_id: str, shards: int) -> int:
+    """:func:`shard_of`, cached: it runs on every message, and a fleet's ids repeat."""
+    return shard_of(cpe_id, shards)
