@@ -40,6 +40,7 @@ from tests.integration.stack import AGENT_BINARY, agent_interfaces, http_get
 from tests.support.mosquitto import ACL_FILE, MosquittoBroker, Pki, connect_client, make_pki
 from tests.support.polling import free_port
 from tests.support.redis_server import RedisServer
+from xapp.adapters.mqtt.payloads import shard_topic
 
 REPO = Path(__file__).resolve().parents[2]
 #: The test PKI's CPE certificate the simulator and the observer use: one more than the agents
@@ -223,7 +224,7 @@ class Simulator:
         next_at = time.monotonic()
         while not self.stop_event.is_set():
             for cpe in self.cpes:
-                self.client.client.publish(f"mcw/v1/cpe/{cpe}/telemetry", self.doc(cpe), qos=0)
+                self.client.client.publish(shard_topic(cpe, "telemetry"), self.doc(cpe), qos=0)
                 self.sent += 1
             next_at += self.period_s
             self.stop_event.wait(max(0.0, next_at - time.monotonic()))

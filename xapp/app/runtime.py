@@ -395,12 +395,11 @@ class XappProcess:
         filters, when it has them)."""
         comp = self.components
         sub = None if comp is None else comp.subscriber
-        manager = self.shards
-        set_shards = getattr(sub, "set_shards", None)
-        if set_shards is None:
+        if sub is None:
             return
+        manager = self.shards
         held = set(() if manager is None else manager.held) | set(acquired)
-        set_shards(frozenset(held - released))
+        sub.set_shards(frozenset(held - released))
 
     def _start_rmr(self) -> None:
         if self.opts.rmr == "off":
@@ -819,7 +818,12 @@ def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
     states = _AgentStateLog()
     subscriber = ChannelSubscriber(
         settings, on_telemetry=_Telemetry(intake, sink), on_state=states,
-        on_proxy_state=states.proxy).start()
+        on_proxy_state=states.proxy, shard_count=controls.sharding.shards)
+    if controls.sharding.enabled:
+        # Nothing until the first lease round says which shards are this replica's: each
+        # replica receives its own shards' telemetry and states only.
+        subscriber.set_shards(frozenset())
+    subscriber.start()
     stoppers.append(subscriber.stop)
     # The subscriber also keeps every telemetry document for drain_telemetry(), which the
     # callback above makes redundant; drain it regularly so the buffer never fills and counts
