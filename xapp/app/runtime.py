@@ -265,7 +265,7 @@ class XappProcess:
                                            self.replica_id)
         comp = self.components
         if c.e2.active:
-            self.e2 = build_e2(self.opts, c, comp)
+            self.e2 = build_e2(self.opts, c, comp, self.fence, self.replica_id)
         e2 = self.e2
         self.metrics.registry.register(ComponentCollector(
             publisher=comp.mqtt_publisher, subscriber=comp.subscriber,
@@ -330,7 +330,8 @@ class XappProcess:
             manager = ShardManager(ShardLeases(client, c.sdl_namespace), self.fence,
                                    self.replica_id, lease_s=lease_s,
                                    on_acquired=self._shards_acquired,
-                                   on_released=self._shards_released)
+                                   on_released=self._shards_released,
+                                   on_granted=self._shards_granted)
             try:
                 manager.step()
             except Exception as exc:
@@ -386,8 +387,15 @@ class XappProcess:
             self.loop.forget(which)
         self._subscribe_shards(acquired=shards)
 
+    def _shards_granted(self, _shards: frozenset[int]) -> None:
+        if self.e2 is not None:
+            # The new shards' E2 nodes are subscribed now, not after a whole poll period.
+            self.e2.worker.wake()
+
     def _shards_released(self, shards: frozenset[int]) -> None:
         self._subscribe_shards(released=shards)
+        if self.e2 is not None:
+            self.e2.worker.wake()  # delete the released nodes' subscriptions now
 
     def _subscribe_shards(self, acquired: frozenset[int] = frozenset(),
                           released: frozenset[int] = frozenset()) -> None:
@@ -665,7 +673,8 @@ def build_components(opts: RunOptions, controls: Controls, versions: VersionStor
                       intake=intake)
 
 
-def build_e2(opts: RunOptions, controls: Controls, comp: Components) -> E2Parts:
+def build_e2(opts: RunOptions, controls: Controls, comp: Components,
+             fence: ShardFence | None = None, replica_id: str = "") -> E2Parts:
     """The E2 path (not started): nodes from the R-NIB and/or ``controls.e2.nodes``, the
     subscriber, the book, the CPE registry and the KPM ingest writing into the intake and
     InfluxDB like agent telemetry (:class:`_Telemetry`)."""
@@ -675,6 +684,7 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components) -> E2Parts:
     from xapp.adapters.e2.nodes import (
         CombinedNodes,
         NodeSource,
+        OwnedNodes,
         RnibNodes,
         StaticNode,
         StaticNodes,
@@ -708,15 +718,22 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components) -> E2Parts:
         log.warning("controls.e2.rnib needs SDL (--sdl redis); only controls.e2.nodes are used")
     if not sources:
         log.warning("E2 is on but no node source is configured; nothing will be subscribed")
+    nodes: NodeSource = CombinedNodes(sources)
+    if fence is not None and not fence.everything:
+        # Several replicas: each subscribes the nodes of the shards it holds (OwnedNodes).
+        nodes = OwnedNodes(nodes, fence.allows)
     settings = E2SubscribeSettings(
         submgr_url=e.submgr_url, client_host=e.client_host, http_port=e.http_port,
         rmr_port=e.rmr_port, requestor_id=e.requestor_id, match_requestor=e.match_requestor,
         measurements=e.measurements, report_styles=e.report_styles,
         report_period_ms=e.report_period_ms, granularity_ms=e.granularity_ms)
     book = SubscriptionBook(e.requestor_id, match_requestor=e.match_requestor)
-    ids: IdStore = (SdlIdStore(controls.sdl_namespace, ricsdl_backend) if redis
+    sharded = fence is not None and not fence.everything
+    ids: IdStore = (SdlIdStore(controls.sdl_namespace, ricsdl_backend,
+                               key=f"e2/subscriptions/{replica_id}" if sharded
+                               else "e2/subscriptions") if redis
                     else MemoryIdStore())
-    subscriber = E2Subscriber(settings, CombinedNodes(sources), book, ids=ids)
+    subscriber = E2Subscriber(settings, nodes, book, ids=ids)
     # A step reads the nodes and makes a few HTTP calls of at most http_timeout_s each.
     worker = Worker("mcw-e2-subscriptions", subscriber.step, e.poll_period_s,
                     deadline_s=max(60.0, 3 * e.poll_period_s))

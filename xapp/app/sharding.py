@@ -40,6 +40,7 @@ class ShardManager:
                  lease_s: float,
                  on_acquired: Callable[[frozenset[int]], None] | None = None,
                  on_released: Callable[[frozenset[int]], None] | None = None,
+                 on_granted: Callable[[frozenset[int]], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.leases = leases
         self.fence = fence
@@ -47,6 +48,8 @@ class ShardManager:
         self.lease_s = lease_s
         self.on_acquired = on_acquired
         self.on_released = on_released
+        #: Called with the shards acquired once the fence grants them (may act for them now).
+        self.on_granted = on_granted
         self._clock = clock
         self._lock = threading.Lock()
         #: shard -> epoch of the leases this replica holds (as far as it knows).
@@ -89,6 +92,8 @@ class ShardManager:
             self.fence.grant(s, until)
         for s in fresh:
             self.fence.grant(s, until)
+        if fresh and self.on_granted is not None:
+            self.on_granted(fresh)
         with self._lock:
             for s in (*release, *result.lost):
                 self.held.pop(s, None)
