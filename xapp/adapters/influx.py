@@ -287,6 +287,9 @@ class InfluxStore:
     def __init__(self, config: InfluxConfig) -> None:
         self.config = config
         self.counters = InfluxCounters()
+        #: With several replicas (the fleet's shard count): KPI points get a ``shard`` tag, for
+        #: dashboards per shard.  Reads do not rely on it: other writers tag no shard.
+        self.shard_of: Callable[[str], int] | None = None
         self._client = InfluxDBClient(url=config.url, token=config.token, org=config.org,
                                       timeout=config.timeout_ms)
         self._write = self._client.write_api(write_options=SYNCHRONOUS)
@@ -348,10 +351,13 @@ class InfluxStore:
         A ``cell`` column of strings is not part of :class:`KpiFrame`; rows are tagged with
         the ``cell`` given in ``frame.values`` only through :meth:`write_table`.
         """
+        cpes = frame.cpe.astype(str).tolist()
+        tags = {"cpe": cpes, "wat": frame.wat.astype(str).tolist(),
+                "direction": _directions(frame)}
+        if self.shard_of is not None:
+            tags["shard"] = [str(self.shard_of(c)) for c in cpes]
         self._queue(column_lines(
-            MEASUREMENT_KPI, {"cpe": frame.cpe.astype(str).tolist(),
-                              "wat": frame.wat.astype(str).tolist(),
-                              "direction": _directions(frame)},
+            MEASUREMENT_KPI, tags,
             self.clean_kpis({k: v for k, v in frame.values.items() if k in KPI_FIELDS}),
             round(frame.time_s * 1e9), required=_IDENTITY))
 

@@ -567,7 +567,7 @@ class XappProcess:
         except PolicyError as exc:
             log.error("new default_policy refused, the previous one stays: %s", exc)
         restart_only = [name for name in ("influxdb", "mqtt", "model", "sdl_namespace", "a1",
-                                          "e2")
+                                          "e2", "sharding")
                         if _restart_only_changed(old.controls, new.controls, name)]
         if restart_only:
             log.warning("controls %s changed; connections keep their settings until the "
@@ -639,6 +639,8 @@ def build_components(opts: RunOptions, controls: Controls, versions: VersionStor
         from xapp.adapters.influx import InfluxIntake
 
         influx = _influx(controls, checks, stoppers, workers)
+        if fence is not None and not fence.everything:
+            influx.shard_of = fence.shard
         # Other writers (RAN KPI exporters) do not tag a shard, so the intake filters the rows
         # it read rather than the query.
         held = None if fence is None or fence.everything else fence
