@@ -69,3 +69,25 @@ def test_a_forgotten_block_restarts_above_the_other_owners_ceiling() -> None:
     # Back to the first owner: without forgetting it would send 2, behind 11.
     assert mine.forget(lambda c: c == "c") == 1
     assert mine.take("c") == 21
+
+
+def test_sharding_controls_are_checked_and_default_to_one_replica() -> None:
+    from xapp.app.config import ConfigError, Controls, apply_env_overrides, parse_controls
+
+    assert Controls().sharding.enabled is False and Controls().sharding.shards == 64
+    on = parse_controls({"sharding": {"enabled": True, "lease_s": 2}})
+    assert on.sharding.effective_lease_s(on.loop.control_period_s) == 2
+    # The default lease: twice the control period, at least a second.
+    assert parse_controls({"loop": {"control_period_s": 0.2}}).sharding.effective_lease_s(0.2) \
+        == 1.0
+    with pytest.raises(ConfigError, match=r"below controls\.loop\.lease_s"):
+        parse_controls({"sharding": {"enabled": True, "lease_s": 30}})
+    with pytest.raises(ConfigError, match="sharding"):
+        parse_controls({"sharding": {"shards": 0}})
+    with pytest.raises(ConfigError, match="replica_id"):
+        parse_controls({"sharding": {"replica_id": "a|b"}})
+    env = {"MCW_REPLICA_ID": "pod-7", "MCW_SHARDING_ENABLED": "true", "HOSTNAME": "mcw-xapp"}
+    controls = parse_controls(apply_env_overrides({}, env))
+    assert controls.sharding.enabled
+    assert controls.sharding.effective_replica_id(env) == "pod-7"
+    assert controls.sharding.effective_replica_id({"HOSTNAME": "h"}) == "h"
