@@ -243,7 +243,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 	a.caps = payload.CapabilitiesOf(deps.Backend.Name(), deps.Backend.Capabilities())
 	a.routes = a.routeTable()
-	a.inbox = make(chan Message, 2*len(a.order)+64) // every retained message at connect fits
+	a.inbox = make(chan Message, 3*len(a.order)+64) // every retained message at connect fits (routeTable)
 	a.timer = time.NewTimer(time.Hour)
 	a.timer.Stop()
 	a.stall = stalls{loop: loopStall, links: linksStall, persister: persisterStall, publisher: publisherStall,

@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
 	"github.com/mcw-xapp/kernel-agent/metrics"
@@ -417,6 +419,85 @@ func TestLegacyStatesClearedOnce(t *testing.T) {
 	} else if _, again := pending[legacy]; again {
 		t.Fatal("an acknowledged clear was sent again")
 	}
+}
+
+// refusingPub refuses, as a broker whose ACL lost the legacy lines does,
+// every publish on a legacy topic, and fails the others until online.
+type refusingPub struct {
+	mu     sync.Mutex
+	online bool
+	tried  map[string]int
+}
+
+func (p *refusingPub) PublishRetained(_ context.Context, topic string, _ []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tried[topic]++
+	switch {
+	case !p.online:
+		return mqttclient.ErrNotConnected
+	case !strings.HasPrefix(topic, "mcw/v1/s/") && strings.Contains(topic, "/cpe/"):
+		return fmt.Errorf("mqtt: publish %s: %w with reason 0x87", topic, mqttclient.ErrRefused)
+	}
+	return nil
+}
+
+func (p *refusingPub) PublishQoS0(context.Context, string, []byte) error { return nil }
+
+func (p *refusingPub) count(topic string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tried[topic]
+}
+
+// A clear lost before the connection is up goes out after it; one the
+// broker refuses is done (not sent again, not counted as an error).
+func TestLegacyClearAfterConnectAndRefused(t *testing.T) {
+	f := newFixture(t, t.TempDir(), "cpe-0001")
+	legacy := "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"
+	pub := &refusingPub{tried: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.p.runPublisher(ctx, pub, func() {}) }()
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out: %s", what)
+			}
+		}
+	}
+	waitFor("the first clear tried, offline", func() bool { return pub.count(legacy) == 1 })
+	pub.mu.Lock()
+	pub.online = true
+	pub.mu.Unlock()
+	f.p.out.repeat() // what the loop does on Republish after a connect
+	waitFor("the clear tried again, refused", func() bool { return pub.count(legacy) == 2 })
+	waitFor("the clear done", func() bool {
+		f.p.out.mu.Lock()
+		defer f.p.out.mu.Unlock()
+		return !f.p.out.clearing[legacy]
+	})
+	f.p.out.repeat()
+	waitFor("the state sent again", func() bool { return pub.count(f.p.stateTopic("cpe-0001")) >= 3 })
+	cancel()
+	<-done
+	if n := pub.count(legacy); n != 2 {
+		t.Errorf("the refused clear was tried %d times, want 2", n)
+	}
+	if got, offline := stateErrors(t, f), 3.0; got != offline {
+		t.Errorf("%v state publish errors, want %v (those offline: the per-CPE state, the proxy's, "+
+			"the clear); a refused clear is none", got, offline)
+	}
+}
+
+func stateErrors(t *testing.T, f *fixture) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := f.m.PublishErrors.WithLabelValues("state").Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
 
 // TestProxyLoopRetriesFailedApply runs the real loop: messages through

@@ -171,7 +171,8 @@ func (t Telemetry) Interval() time.Duration { return time.Duration(t.IntervalMs)
 // OnlyMPTCP returns MPTCPOnly with its default.
 func (t Telemetry) OnlyMPTCP() bool { return t.MPTCPOnly == nil || *t.MPTCPOnly }
 
-// MaxCPEs bounds the CPEs one proxy serves: every CPE is two subscriptions,
+// MaxCPEs bounds the CPEs one proxy serves: every CPE is three subscriptions
+// (weights, and its agent's state on the sharded and the legacy topic),
 // a retained state and a share of the kernel's rules, and the WRR kernel's
 // tuple list is one sysctl string.
 const MaxCPEs = 1024

@@ -41,6 +41,7 @@ import (
 	"github.com/mcw-xapp/kernel-agent/internal/brokertest"
 	"github.com/mcw-xapp/kernel-agent/internal/nstest"
 	"github.com/mcw-xapp/kernel-agent/mptcppm"
+	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
@@ -470,8 +471,8 @@ func TestNetnsDownlinkAndUplink(t *testing.T) {
 	bin := buildAgent(t, dir)
 	brokerURL := fmt.Sprintf("mqtts://%s:%d", bidirBroker, bidirPort)
 
-	cpeState := "mcw/v1/cpe/" + cpeID + "/state"
-	proxyCPEState := "mcw/v1/proxy/" + bidirProxyID + "/cpe/" + cpeID + "/state"
+	cpeState := mqttclient.TopicsFor(cpeID, mqttclient.DefaultShards).State
+	proxyCPEState := mqttclient.ProxyTopicsFor(bidirProxyID, mqttclient.DefaultShards).CPEState(cpeID)
 	w := newWatcher(t, tp, pki, cpeState, proxyCPEState)
 
 	startAgent(t, "cpe-agent", tp.cpe, bin, fmt.Sprintf(`cpe_id: %s
@@ -529,6 +530,8 @@ log_level: info
 		{asCPE, "CPE certificate", "mcw/v1/proxy/" + bidirProxyID + "/state"},
 		{asProxy, "proxy certificate", "mcw/v1/cpe/" + cpeID + "/weights"},
 		{asProxy, "proxy certificate", "mcw/v1/proxy/proxy-0002/cpe/" + cpeID + "/state"},
+		{asProxy, "proxy certificate", mqttclient.ProxyTopicsFor("proxy-0002", mqttclient.DefaultShards).CPEState(cpeID)},
+		{asProxy, "proxy certificate (as the CPE)", cpeState},
 	} {
 		if code := c.who.tryPublish(t, c.topic, forged); code != 0x87 {
 			t.Errorf("ACL: %s publishing on %s got reason 0x%02x, want 0x87 (not authorised)", c.name, c.topic, code)

@@ -41,6 +41,7 @@ import (
 	"github.com/mcw-xapp/kernel-agent/internal/brokertest"
 	"github.com/mcw-xapp/kernel-agent/internal/nstest"
 	"github.com/mcw-xapp/kernel-agent/mptcppm"
+	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
@@ -256,8 +257,8 @@ func newClient(t *testing.T, tp *topology, pki, cert, clientID string, subscribe
 		return x
 	}
 	if _, err := x.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
-		{Topic: "mcw/v1/cpe/" + cpeID + "/state", QoS: 1},
-		{Topic: "mcw/v1/cpe/" + cpeID + "/telemetry", QoS: 0},
+		{Topic: mqttclient.TopicsFor(cpeID, mqttclient.DefaultShards).State, QoS: 1},
+		{Topic: mqttclient.TopicsFor(cpeID, mqttclient.DefaultShards).Telemetry, QoS: 0},
 	}}); err != nil {
 		t.Fatalf("xApp subscribe: %v", err)
 	}

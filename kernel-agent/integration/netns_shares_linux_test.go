@@ -30,6 +30,7 @@ import (
 	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares/pacing"
 	"github.com/mcw-xapp/kernel-agent/internal/nstest"
 	"github.com/mcw-xapp/kernel-agent/mptcppm"
+	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
@@ -315,10 +316,13 @@ func allOn(ws payload.Weights) payload.Weights {
 	return on
 }
 
-const (
-	cpeStateTopic   = "mcw/v1/cpe/" + cpeID + "/state"
-	proxyStateTopic = "mcw/v1/proxy/" + bidirProxyID + "/cpe/" + cpeID + "/state"
-)
+// cpeStateTopic and proxyStateTopic are where the CPE agent and the proxy
+// report cpeID's state.
+func cpeStateTopic() string { return mqttclient.TopicsFor(cpeID, mqttclient.DefaultShards).State }
+
+func proxyStateTopic() string {
+	return mqttclient.ProxyTopicsFor(bidirProxyID, mqttclient.DefaultShards).CPEState(cpeID)
+}
 
 // startSharesAgent starts the broker and the CPE agent with the
 // mptcp-shares backend, the paths' rates as its link rates, and waits for
@@ -340,7 +344,7 @@ func startSharesAgentPKI(t *testing.T, tp *sharesTopology, dir, bin string) (*wa
 // enforce: pacing) and runs with CAP_BPF besides CAP_NET_ADMIN.
 func startSharesAgentPaced(t *testing.T, tp *sharesTopology, dir, bin, cgroup string) (*watcher, string) {
 	pki := startBidirBroker(t, tp.bidirTopology, dir)
-	w := newWatcher(t, tp.bidirTopology, pki, cpeStateTopic, proxyStateTopic)
+	w := newWatcher(t, tp.bidirTopology, pki, cpeStateTopic(), proxyStateTopic())
 	var wats, links, safe strings.Builder
 	for _, p := range tp.paths {
 		fmt.Fprintf(&wats, "  %s: {interface: %s}\n", p.wat, p.ifc())
@@ -364,7 +368,7 @@ telemetry: {interval_ms: 1000}
 log_level: info
 `, cpeID, fmt.Sprintf("mqtts://%s:%d", bidirBroker, bidirPort), cpeID, cpeID, wats.String(), enforce, links.String(), strings.TrimSuffix(safe.String(), ", ")),
 		[]string{filepath.Join(pki, "ca.crt"), filepath.Join(pki, "cpe", cpeID+".crt"), filepath.Join(pki, "cpe", cpeID+".key")}, caps)
-	s := w.wait(t, cpeStateTopic, "shares agent applied its safe weights", 15*time.Second, func(s payload.State) bool {
+	s := w.wait(t, cpeStateTopic(), "shares agent applied its safe weights", 15*time.Second, func(s payload.State) bool {
 		return s.Online && s.Backend == payload.BackendMPTCPShares && len(s.AppliedWeights) == len(tp.paths) && len(s.Addresses) == len(tp.paths)
 	})
 	t.Logf("agent: backend %s, capabilities %+v", s.Backend, s.Capabilities)
@@ -398,7 +402,7 @@ log_level: info
 `, bidirProxyID, cpeID, fmt.Sprintf("mqtts://%s:%d", bidirBroker, bidirPort), bidirProxyID, bidirProxyID,
 		strings.TrimSuffix(links.String(), ", "), strings.TrimSuffix(safe.String(), ", ")),
 		[]string{filepath.Join(pki, "ca.crt"), filepath.Join(pki, "proxy", bidirProxyID+".crt"), filepath.Join(pki, "proxy", bidirProxyID+".key")})
-	s := w.wait(t, proxyStateTopic, "proxy serving the CPE", 15*time.Second, func(s payload.State) bool {
+	s := w.wait(t, proxyStateTopic(), "proxy serving the CPE", 15*time.Second, func(s payload.State) bool {
 		return s.Online && s.Role == payload.RoleProxy && len(s.AppliedWeights) == len(tp.paths)
 	})
 	if s.Backend != payload.BackendMPTCPShares || s.Capabilities == nil || s.Capabilities.Semantics != payload.SemanticsRateCaps {
@@ -442,9 +446,9 @@ func (tp *sharesTopology) applySets(t *testing.T, w *watcher, s sets, downlink b
 		}
 		prev, last = cur, now
 	}
-	topic := cpeStateTopic
+	topic := cpeStateTopic()
 	if downlink {
-		topic = proxyStateTopic
+		topic = proxyStateTopic()
 	}
 	st := w.wait(t, topic, fmt.Sprintf("applied v%d", v), 5*time.Second, func(s payload.State) bool {
 		return s.AppliedVersion == v && s.Event == payload.EventApplied

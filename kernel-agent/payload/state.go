@@ -112,9 +112,9 @@ func CapabilitiesOf(backendName string, c Capabilities) Capabilities {
 }
 
 // State is an agent's retained report for one CPE: a CPE agent's on
-// mcw/v1/cpe/{cpe_id}/state (role cpe, direction ul, with the addresses of
+// mcw/v1/s/{shard}/cpe/{cpe_id}/state (role cpe, direction ul, with the addresses of
 // its WATs), a proxy's per served CPE on
-// mcw/v1/proxy/{proxy_id}/cpe/{cpe_id}/state (role proxy, direction dl).
+// mcw/v1/s/{shard}/proxy/{proxy_id}/cpe/{cpe_id}/state (role proxy, direction dl).
 // The last will is the same object with only schema, cpe_id and
 // online=false, which Offline builds.
 type State struct {

@@ -99,8 +99,9 @@ func (w WATTelemetry) Validate() error {
 }
 
 // Telemetry is a stream sample: a CPE agent's on
-// mcw/v1/cpe/{cpe_id}/telemetry, a proxy's per served CPE (with ProxyID)
-// on mcw/v1/proxy/{proxy_id}/cpe/{cpe_id}/telemetry. QoS 0.
+// mcw/v1/s/{shard}/cpe/{cpe_id}/telemetry, a proxy's per served CPE (with
+// ProxyID) on mcw/v1/s/{shard}/proxy/{proxy_id}/cpe/{cpe_id}/telemetry
+// (mqttclient.TopicsFor, ProxyTopicsFor). QoS 0.
 type Telemetry struct {
 	Schema     string                  `json:"schema"`
 	CPEID      string                  `json:"cpe_id"`

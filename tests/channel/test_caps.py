@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tests.channel.test_subscriber import state_doc
 from tests.channel.test_subscriber_proxy import proxy_cpe_state, proxy_state
 from tests.support.mosquitto import MosquittoBroker, connect_client
-from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttSettings
+from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttSettings, shard_topic
 from xapp.adapters.mqtt.payloads import check, encode, encode_weights_batch
 from xapp.core.ports import DirectionBatch, WeightBatch
 
@@ -125,9 +125,9 @@ def test_subscriber_knows_the_rate_caps_appliers(proxy_broker: MosquittoBroker,
     base = "mcw/v1/proxy/proxy-0001"
     try:
         assert sub.wait_subscribed(10)
-        assert c1.publish("mcw/v1/cpe/cpe-0001/state", state_doc("cpe-0001", 1, **shares),
+        assert c1.publish(shard_topic("cpe-0001", "state"), state_doc("cpe-0001", 1, **shares),
                           retain=True) < 0x80
-        assert c2.publish("mcw/v1/cpe/cpe-0002/state", state_doc("cpe-0002", 1),
+        assert c2.publish(shard_topic("cpe-0002", "state"), state_doc("cpe-0002", 1),
                           retain=True) < 0x80
         assert sub.wait_for(lambda s: len(s.states()) == 2, 5)
         assert sub.rate_caps("ul") == {"cpe-0001"}
@@ -135,18 +135,18 @@ def test_subscriber_knows_the_rate_caps_appliers(proxy_broker: MosquittoBroker,
         # The proxy reports rate-caps in its own state; its per-CPE states say nothing.
         assert p1.publish(f"{base}/state", proxy_state(
             "proxy-0001", capabilities={"semantics": "rate-caps"}), retain=True) < 0x80
-        assert p1.publish(f"{base}/cpe/cpe-0002/state",
+        assert p1.publish(shard_topic("cpe-0002", "state", proxy_id="proxy-0001"),
                           proxy_cpe_state("proxy-0001", "cpe-0002", 3), retain=True) < 0x80
         assert sub.wait_for(lambda s: s.downlink("cpe-0002") is not None
                             and s.proxy("proxy-0001") is not None, 5)
         assert sub.rate_caps("dl") == {"cpe-0002"}
         # A per-CPE state's own semantics wins over the proxy's.
-        assert p1.publish(f"{base}/cpe/cpe-0002/state", proxy_cpe_state(
+        assert p1.publish(shard_topic("cpe-0002", "state", proxy_id="proxy-0001"), proxy_cpe_state(
             "proxy-0001", "cpe-0002", 4, capabilities={"semantics": "on-off"}),
             retain=True) < 0x80
         assert sub.wait_for(lambda s: s.rate_caps("dl") == frozenset(), 5)
         # The CPE agent goes offline: its uplink is nobody's to cap.
-        assert c1.publish("mcw/v1/cpe/cpe-0001/state",
+        assert c1.publish(shard_topic("cpe-0001", "state"),
                           state_doc("cpe-0001", 1, online=False, **shares), retain=True) < 0x80
         assert sub.wait_for(lambda s: s.rate_caps("ul") == frozenset(), 5)
         with pytest.raises(ValueError, match="direction"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ import pytest
 from tests.channel.test_subscriber import state_doc, telemetry_doc
 from tests.support.mosquitto import MosquittoBroker, TestClient, connect_client
 from tests.support.polling import wait_until
-from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttSettings
+from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttSettings, shard_topic
 from xapp.core.forecast import KpiFrame
 from xapp.core.workers import Supervisor
 
@@ -40,7 +40,7 @@ def with_number(field: str, literal: str) -> bytes:
 
 #: (case, topic kind, payload, the drop counted). Every payload reaches the xApp: the broker
 #: forwards anything up to its max_packet_size (16 KiB) from a CPE on its own topics.
-CASES: list[tuple[str, str, bytes, str]] = [
+CASES: list[tuple[str, Literal["state", "telemetry"], bytes, str]] = [
     ("nested-5000-open", "telemetry", b"[" * 5000, "telemetry/bad-json"),
     ("nested-5000-open", "state", b'{"a":' * 2000 + b"[" * 5000, "state/bad-json"),
     ("nested-5000", "state", b"[" * 5000 + b"]" * 5000, "state/bad-json"),
@@ -90,8 +90,8 @@ def assert_still_listening(sub: ChannelSubscriber, other: TestClient, frames: li
                            states: list[CpeState], version: int) -> None:
     """The subscriber takes the other CPE's next valid telemetry and state."""
     assert sub.thread_alive and sub.healthy()
-    other.publish(f"mcw/v1/cpe/{OTHER}/telemetry", telemetry_doc(OTHER, 42.5))
-    other.publish(f"mcw/v1/cpe/{OTHER}/state", state_doc(OTHER, version))
+    other.publish(shard_topic(OTHER, "telemetry"), telemetry_doc(OTHER, 42.5))
+    other.publish(shard_topic(OTHER, "state"), state_doc(OTHER, version))
     assert sub.wait_for(lambda s: (st := s.state(OTHER)) is not None
                         and st.applied_version == version, 5), "state did not arrive"
     assert sub.wait_for(lambda _s: any(OTHER in f.cpe for f in frames), 5)
@@ -104,13 +104,13 @@ def assert_still_listening(sub: ChannelSubscriber, other: TestClient, frames: li
 def test_a_hostile_message_is_dropped_and_the_xapp_keeps_listening(
         broker: MosquittoBroker,
         xapp: tuple[ChannelSubscriber, list[KpiFrame], list[CpeState]],
-        case: str, kind: str, payload: bytes, reason: str) -> None:
+        case: str, kind: Literal["state", "telemetry"], payload: bytes, reason: str) -> None:
     sub, frames, states = xapp
     assert len(payload) < 16000, "must fit the broker's max_packet_size to reach the xApp"
     attacker = connect_client(broker, ATTACKER)
     other = connect_client(broker, OTHER)
     try:
-        assert attacker.publish(f"mcw/v1/cpe/{ATTACKER}/{kind}", payload) < 0x80
+        assert attacker.publish(shard_topic(ATTACKER, kind), payload) < 0x80
         assert sub.wait_for(lambda s: s.received >= 1, 5)
         assert sub.drops.snapshot() == {reason: 1}
         assert sub.callback_errors == 0
@@ -136,7 +136,7 @@ def test_every_hostile_message_in_a_row(
     want: dict[str, int] = {}
     try:
         for n, (_case, kind, payload, reason) in enumerate(CASES, start=1):
-            attacker.publish(f"mcw/v1/cpe/{ATTACKER}/{kind}", payload)
+            attacker.publish(shard_topic(ATTACKER, kind), payload)
             want[reason] = want.get(reason, 0) + 1
             assert_still_listening(sub, other, frames, states, version=n)
         assert sub.wait_for(lambda s: s.drops.snapshot() == want, 5), sub.drops.snapshot()
@@ -156,7 +156,7 @@ def test_two_megabytes_of_garbage_never_reach_the_xapp(
     attacker = connect_client(broker, ATTACKER)
     other = connect_client(broker, OTHER)
     try:
-        attacker.client.publish(f"mcw/v1/cpe/{ATTACKER}/telemetry", b"\x00" * 2_000_000, qos=0)
+        attacker.client.publish(shard_topic(ATTACKER, "telemetry"), b"\x00" * 2_000_000, qos=0)
         assert wait_until(lambda: "disconnected due to oversize packet" in broker.log(), 5)
         assert_still_listening(sub, other, frames, states, version=1)
         assert sub.drops.snapshot() == {} and sub.received == 2
@@ -185,7 +185,7 @@ def test_a_dead_network_thread_is_restarted_by_the_health_probe(
     other = connect_client(broker, OTHER)
     try:
         assert sub.wait_subscribed(10) and sub.healthy() and sub.thread_alive
-        other.publish(f"mcw/v1/cpe/{OTHER}/state", state_doc(OTHER, 1), retain=True)
+        other.publish(shard_topic(OTHER, "state"), state_doc(OTHER, 1), retain=True)
         assert fired.wait(5)
         assert sub.wait_for(lambda s: not s.thread_alive, 5)
         assert not sub.healthy()
@@ -194,7 +194,7 @@ def test_a_dead_network_thread_is_restarted_by_the_health_probe(
         assert supervisor.alive()  # the supervisor starts a new thread
         assert sub.thread_alive and sub.restarts == 1
         assert sub.wait_subscribed(10)
-        other.publish(f"mcw/v1/cpe/{OTHER}/state", state_doc(OTHER, 2))
+        other.publish(shard_topic(OTHER, "state"), state_doc(OTHER, 2))
         assert sub.wait_for(lambda s: (st := s.state(OTHER)) is not None
                             and st.applied_version == 2, 5)
         assert not sub.restart()  # alive: nothing to restart

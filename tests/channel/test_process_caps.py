@@ -19,6 +19,7 @@ from tests.channel.test_subscriber import state_doc
 from tests.channel.test_subscriber_proxy import proxy_cpe_state, proxy_state
 from tests.support.mosquitto import MosquittoBroker, Pki, TestClient, connect_client
 from tests.support.polling import wait_until
+from xapp.adapters.mqtt import shard_topic
 from xapp.app import runtime
 from xapp.app.config import load_config
 
@@ -70,19 +71,19 @@ def agents(proxy_broker: MosquittoBroker) -> Iterator[dict[str, TestClient]]:
     p1 = connect_client(proxy_broker, "proxy-0001", client_id="p1")
     clients = {"cpe-0001": c1, "cpe-0002": c2, "proxy-0001": p1}
     try:
-        assert c1.publish("mcw/v1/cpe/cpe-0001/state", state_doc(
+        assert c1.publish(shard_topic("cpe-0001", "state"), state_doc(
             "cpe-0001", 1, applied_weights={"nr": 70, "wifi": 30},
             applied_caps_mbps={"wifi": 12.5}, **SHARES), retain=True) < 0x80
-        assert c2.publish("mcw/v1/cpe/cpe-0002/state", state_doc(
+        assert c2.publish(shard_topic("cpe-0002", "state"), state_doc(
             "cpe-0002", 1, applied_weights={"nr": 7, "wifi": 3}, backend="wrr-sysctl",
             capabilities={"max_weight": 255, "semantics": "wrr"}), retain=True) < 0x80
         assert p1.publish(f"{PROXY}/state", proxy_state(
             "proxy-0001", backend="mptcp-shares",
             capabilities={"max_weight": 255, "semantics": "rate-caps"}), retain=True) < 0x80
-        assert p1.publish(f"{PROXY}/cpe/cpe-0001/state", proxy_cpe_state(
+        assert p1.publish(shard_topic("cpe-0001", "state", proxy_id="proxy-0001"), proxy_cpe_state(
             "proxy-0001", "cpe-0001", 1, backend="mptcp-shares",
             applied_caps_mbps={"wifi": 40.0}), retain=True) < 0x80
-        assert p1.publish(f"{PROXY}/cpe/cpe-0002/state", proxy_cpe_state(
+        assert p1.publish(shard_topic("cpe-0002", "state", proxy_id="proxy-0001"), proxy_cpe_state(
             "proxy-0001", "cpe-0002", 1, capabilities={"semantics": "wrr"}),
             retain=True) < 0x80
         for cpe in ("cpe-0001", "cpe-0002"):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.support.mosquitto import MosquittoBroker, connect_client
-from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttSettings
+from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttSettings, shard_topic
 from xapp.core.forecast import KpiFrame
 
 
@@ -51,7 +51,7 @@ def test_state_and_telemetry_reach_the_xapp(broker: MosquittoBroker,
     cpe = connect_client(broker, "cpe-0001")
     try:
         # Retained before the xApp subscribes: it must still get it.
-        assert cpe.publish("mcw/v1/cpe/cpe-0001/state", state_doc("cpe-0001", 7),
+        assert cpe.publish(shard_topic("cpe-0001", "state"), state_doc("cpe-0001", 7),
                            retain=True) < 0x80
         sub.start()
         assert sub.wait_subscribed(10)
@@ -64,8 +64,8 @@ def test_state_and_telemetry_reach_the_xapp(broker: MosquittoBroker,
         assert st.addresses == {"nr": "10.1.0.2", "wifi": "10.2.0.2"}
         assert sub.online() == ["cpe-0001"] and states[-1] == st
 
-        cpe.publish("mcw/v1/cpe/cpe-0001/telemetry", telemetry_doc("cpe-0001", 250.5), qos=0)
-        cpe.publish("mcw/v1/cpe/cpe-0001/telemetry", telemetry_doc("cpe-0001", 99.0), qos=0)
+        cpe.publish(shard_topic("cpe-0001", "telemetry"), telemetry_doc("cpe-0001", 250.5), qos=0)
+        cpe.publish(shard_topic("cpe-0001", "telemetry"), telemetry_doc("cpe-0001", 99.0), qos=0)
         assert sub.wait_for(lambda _s: len(frames) == 2, 5)
         assert list(frames[0].cpe) == ["cpe-0001", "cpe-0001"]
         assert list(frames[0].wat) == ["nr", "wifi"]
@@ -88,12 +88,12 @@ def test_invalid_payloads_are_dropped_and_counted(broker: MosquittoBroker,
     cpe = connect_client(broker, "cpe-0001")
     try:
         assert sub.wait_subscribed(10)
-        t = "mcw/v1/cpe/cpe-0001/"
-        cpe.publish(t + "state", b"not json")
-        cpe.publish(t + "state", state_doc("cpe-0001", 1, backend="ebpf"))
-        cpe.publish(t + "state", state_doc("cpe-0002", 1))  # speaks for another CPE
-        cpe.publish(t + "telemetry", telemetry_doc("cpe-0001", -5.0))
-        cpe.publish(t + "state", state_doc("cpe-0001", 3))  # the valid one, sent last
+        st, tm = shard_topic("cpe-0001", "state"), shard_topic("cpe-0001", "telemetry")
+        cpe.publish(st, b"not json")
+        cpe.publish(st, state_doc("cpe-0001", 1, backend="ebpf"))
+        cpe.publish(st, state_doc("cpe-0002", 1))  # speaks for another CPE
+        cpe.publish(tm, telemetry_doc("cpe-0001", -5.0))
+        cpe.publish(st, state_doc("cpe-0001", 3))  # the valid one, sent last
         assert sub.wait_for(lambda s: s.received == 5, 5)
         assert sub.drops.snapshot() == {
             "state/bad-json": 1, "state/schema": 1, "state/cpe-id-mismatch": 1,
@@ -111,13 +111,12 @@ AGENT = textwrap.dedent("""
     import json, ssl, sys, time
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
-    port, ca, cert, key, cpe = sys.argv[1:6]
+    port, ca, cert, key, cpe, topic = sys.argv[1:7]
     c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="agent-" + cpe,
                     protocol=MQTTProtocolVersion.MQTTv5)
     ctx = ssl.create_default_context(cafile=ca)
     ctx.load_cert_chain(cert, key)
     c.tls_set_context(ctx)
-    topic = "mcw/v1/cpe/%s/state" % cpe
     c.will_set(topic, json.dumps({"schema": "mcw.state.v2", "cpe_id": cpe, "online": False}),
                qos=1, retain=True)
     c.connect("127.0.0.1", int(port), keepalive=30)
@@ -135,7 +134,8 @@ def test_last_will_marks_a_dropped_cpe_offline(broker: MosquittoBroker,
     cert, key = broker.pki.cert("cpe-0002")
     agent = subprocess.Popen(
         [sys.executable, "-c", AGENT, str(broker.port), str(broker.pki.ca), str(cert), str(key),
-         "cpe-0002"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+         "cpe-0002", shard_topic("cpe-0002", "state")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert sub.wait_subscribed(10)
         assert agent.stdin is not None and agent.stdout is not None
@@ -173,7 +173,7 @@ def test_a_failing_callback_is_counted_and_does_not_stop_delivery(
     try:
         assert sub.wait_subscribed(10)
         for v in (1, 2):
-            cpe.publish("mcw/v1/cpe/cpe-0003/state", state_doc("cpe-0003", v))
+            cpe.publish(shard_topic("cpe-0003", "state"), state_doc("cpe-0003", v))
         assert sub.wait_for(lambda s: s.callback_errors == 2, 5)
         assert calls == [1, 2]
         assert threading.active_count() >= 1
@@ -187,12 +187,14 @@ def test_subscription_topics(settings: MqttSettings, group: str | None) -> None:
     share = f"$share/{group}/" if group else ""
     sub = ChannelSubscriber(settings, share_group=group)
     assert sub.topics == [
+        "mcw/v1/proxy/#",
         "mcw/v1/s/+/cpe/+/state", f"{share}mcw/v1/s/+/cpe/+/telemetry",
         "mcw/v1/s/+/proxy/+/cpe/+/state", "mcw/v1/s/+/proxy/+/cpe/+/telemetry",
         # Deprecated: the agents of earlier releases.
-        "mcw/v1/cpe/+/state", f"{share}mcw/v1/cpe/+/telemetry", "mcw/v1/proxy/#"]
+        "mcw/v1/cpe/+/state", f"{share}mcw/v1/cpe/+/telemetry"]
     sub.set_shards(frozenset({7, 3}))
-    assert sub.topics[:8] == [
+    assert sub.topics[:9] == [
+        "mcw/v1/proxy/#",
         "mcw/v1/s/3/cpe/+/state", f"{share}mcw/v1/s/3/cpe/+/telemetry",
         "mcw/v1/s/3/proxy/+/cpe/+/state", "mcw/v1/s/3/proxy/+/cpe/+/telemetry",
         "mcw/v1/s/7/cpe/+/state", f"{share}mcw/v1/s/7/cpe/+/telemetry",
@@ -200,9 +202,9 @@ def test_subscription_topics(settings: MqttSettings, group: str | None) -> None:
     assert sub.shards() == frozenset({3, 7})
     modern = ChannelSubscriber(settings, share_group=group, legacy_topics=False)
     assert modern.topics == [
+        "mcw/v1/proxy/+/state",
         "mcw/v1/s/+/cpe/+/state", f"{share}mcw/v1/s/+/cpe/+/telemetry",
-        "mcw/v1/s/+/proxy/+/cpe/+/state", "mcw/v1/s/+/proxy/+/cpe/+/telemetry",
-        "mcw/v1/proxy/+/state"]
+        "mcw/v1/s/+/proxy/+/cpe/+/state", "mcw/v1/s/+/proxy/+/cpe/+/telemetry"]
 
 
 def test_saturation_and_delivery_rate_reach_the_kpi_frame(broker: MosquittoBroker,
@@ -211,7 +213,7 @@ def test_saturation_and_delivery_rate_reach_the_kpi_frame(broker: MosquittoBroke
     frames: list[KpiFrame] = []
     sub = ChannelSubscriber(settings, on_telemetry=frames.append).start()
     cpe = connect_client(broker, "cpe-0001")
-    topic = "mcw/v1/cpe/cpe-0001/telemetry"
+    topic = shard_topic("cpe-0001", "telemetry")
 
     def doc(nr_extra: dict[str, Any]) -> bytes:
         d = json.loads(telemetry_doc("cpe-0001", 250.5))
@@ -254,7 +256,7 @@ def test_the_agents_telemetry_validates_and_maps(broker: MosquittoBroker,
     cpe = connect_client(broker, "cpe-0001")
     try:
         assert sub.wait_subscribed(10)
-        cpe.publish("mcw/v1/cpe/cpe-0001/telemetry", AGENT_TELEMETRY.read_bytes(), qos=1)
+        cpe.publish(shard_topic("cpe-0001", "telemetry"), AGENT_TELEMETRY.read_bytes(), qos=1)
         assert sub.wait_for(lambda s: s.received == 1, 5)
         assert sub.drops.total() == 0 and len(frames) == 1
         doc = json.loads(AGENT_TELEMETRY.read_bytes())

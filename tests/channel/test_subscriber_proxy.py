@@ -23,7 +23,7 @@ from tests.support.mosquitto import (
     make_pki,
     mosquitto_binary,
 )
-from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, ProxyState
+from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, ProxyState, shard_topic
 from xapp.app.endpoints import cpes_document
 from xapp.core.forecast import KpiFrame
 from xapp.core.ports import CpeRecord, DirectionRecord
@@ -70,10 +70,10 @@ def test_downlink_is_known_per_cpe_from_the_proxys_reports(
     base = "mcw/v1/proxy/proxy-0001"
     try:
         # Retained before the xApp subscribes, as after an xApp restart.
-        assert cpe.publish("mcw/v1/cpe/cpe-0001/state", state_doc("cpe-0001", 3),
+        assert cpe.publish(shard_topic("cpe-0001", "state"), state_doc("cpe-0001", 3),
                            retain=True) < 0x80
         assert p1.publish(f"{base}/state", proxy_state("proxy-0001"), retain=True) < 0x80
-        assert p1.publish(f"{base}/cpe/cpe-0001/state",
+        assert p1.publish(shard_topic("cpe-0001", "state", proxy_id="proxy-0001"),
                           proxy_cpe_state("proxy-0001", "cpe-0001", 9), retain=True) < 0x80
         sub.start()
         assert sub.wait_subscribed(10)
@@ -118,7 +118,7 @@ def test_downlink_is_known_per_cpe_from_the_proxys_reports(
         assert json.loads(json.dumps(doc)) == doc  # what the endpoint serves
 
         # Downlink telemetry from the sender (the proxy): saturation is known.
-        p1.publish(f"{base}/cpe/cpe-0001/telemetry",
+        p1.publish(shard_topic("cpe-0001", "telemetry", proxy_id="proxy-0001"),
                    proxy_telemetry("proxy-0001", "cpe-0001", 412.5, 0.97), qos=1)
         assert sub.wait_for(lambda _s: len(frames) == 1, 5)
         f = frames[0]
@@ -133,14 +133,14 @@ def test_downlink_is_known_per_cpe_from_the_proxys_reports(
         p1.publish(f"{base}/state", proxy_state("proxy-0001"), retain=True)
         assert sub.wait_for(lambda s: s.downlink("cpe-0001") is not None, 5)
         # The per-CPE state says offline (lease ran out, CPE unknown): nobody applies it.
-        p1.publish(f"{base}/cpe/cpe-0001/state",
+        p1.publish(shard_topic("cpe-0001", "state", proxy_id="proxy-0001"),
                    proxy_cpe_state("proxy-0001", "cpe-0001", 9, online=False), retain=True)
         assert sub.wait_for(lambda s: s.downlink("cpe-0001") is None, 5)
-        p1.publish(f"{base}/cpe/cpe-0001/state",
+        p1.publish(shard_topic("cpe-0001", "state", proxy_id="proxy-0001"),
                    proxy_cpe_state("proxy-0001", "cpe-0001", 10), retain=True)
         assert sub.wait_for(lambda s: s.downlink("cpe-0001") is not None, 5)
         # An empty retained message: the proxy stopped serving the CPE.
-        p1.publish(f"{base}/cpe/cpe-0001/state", b"", retain=True)
+        p1.publish(shard_topic("cpe-0001", "state", proxy_id="proxy-0001"), b"", retain=True)
         assert sub.wait_for(lambda s: s.downlink("cpe-0001") is None
                             and ("proxy-0001", "cpe-0001") not in s.proxy_cpe_states(), 5)
         assert sub.drops.total() == 0
@@ -155,18 +155,19 @@ def test_a_proxy_speaking_for_another_is_dropped_and_counted(
     p1 = connect_client(proxy_broker, "proxy-0001", client_id="p1")
     sub = ChannelSubscriber(xapp_settings).start()
     base = "mcw/v1/proxy/proxy-0001"
+    dl_state = shard_topic("cpe-0001", "state", proxy_id="proxy-0001")
     try:
         assert sub.wait_subscribed(10)
         # On its own topics (the ACL lets it), but naming another proxy, another CPE, a CPE
         # role, and a v1 state.
         p1.publish(f"{base}/state", proxy_state("proxy-0002"))
-        p1.publish(f"{base}/cpe/cpe-0001/state", proxy_cpe_state("proxy-0002", "cpe-0001", 1))
-        p1.publish(f"{base}/cpe/cpe-0001/state", proxy_cpe_state("proxy-0001", "cpe-0002", 1))
-        p1.publish(f"{base}/cpe/cpe-0001/state",
+        p1.publish(dl_state, proxy_cpe_state("proxy-0002", "cpe-0001", 1))
+        p1.publish(dl_state, proxy_cpe_state("proxy-0001", "cpe-0002", 1))
+        p1.publish(dl_state,
                    proxy_cpe_state("proxy-0001", "cpe-0001", 1, role="cpe"))
-        p1.publish(f"{base}/cpe/cpe-0001/state",
+        p1.publish(dl_state,
                    proxy_cpe_state("proxy-0001", "cpe-0001", 1, schema="mcw.state.v1"))
-        p1.publish(f"{base}/cpe/cpe-0001/telemetry", b"[" * 5000)
+        p1.publish(shard_topic("cpe-0001", "telemetry", proxy_id="proxy-0001"), b"[" * 5000)
         p1.publish(f"{base}/state", proxy_state("proxy-0001"))  # the valid one, sent last
         assert sub.wait_for(lambda s: s.received == 7, 5)
         assert sub.drops.snapshot() == {
@@ -178,7 +179,7 @@ def test_a_proxy_speaking_for_another_is_dropped_and_counted(
         # A CPE certificate cannot write proxy topics: the broker never forwards it.
         cpe = connect_client(proxy_broker, "cpe-0001", client_id="cpe1")
         try:
-            rc = cpe.publish(f"{base}/cpe/cpe-0001/state",
+            rc = cpe.publish(dl_state,
                              proxy_cpe_state("proxy-0001", "cpe-0001", 99))
             assert rc >= 0x80
         finally:
@@ -254,7 +255,7 @@ def test_an_address_conflict_shows_in_ric_v1_cpes(
         assert sub.wait_subscribed(10)
         assert p1.publish(f"{base}/state", proxy_state("proxy-0001"), retain=True) < 0x80
         for cpe, other in (("cpe-0001", "cpe-0002"), ("cpe-0002", "cpe-0001")):
-            assert p1.publish(f"{base}/cpe/{cpe}/state", proxy_cpe_state(
+            assert p1.publish(shard_topic(cpe, "state", proxy_id="proxy-0001"), proxy_cpe_state(
                 "proxy-0001", cpe, 0, event="rejected", alarm="address-conflict",
                 applied_weights={}, last_error=error.format(other)), retain=True) < 0x80
         assert sub.wait_for(lambda s: all(
@@ -266,7 +267,7 @@ def test_an_address_conflict_shows_in_ric_v1_cpes(
             assert dl["alarm"] == "address-conflict" and other in dl["last_error"]
             assert dl["applied_weights"] == {}
         # The claim withdrawn: the proxy's next state has no alarm.
-        assert p1.publish(f"{base}/cpe/cpe-0001/state",
+        assert p1.publish(shard_topic("cpe-0001", "state", proxy_id="proxy-0001"),
                           proxy_cpe_state("proxy-0001", "cpe-0001", 4), retain=True) < 0x80
         assert sub.wait_for(lambda s: (d := s.downlink("cpe-0001")) is not None
                             and d.state.alarm is None, 5)
@@ -289,10 +290,10 @@ def test_a_cpe_claiming_a_wildcard_address_is_dropped(
     sub = ChannelSubscriber(xapp_settings).start()
     try:
         assert sub.wait_subscribed(10)
-        assert cpe.publish("mcw/v1/cpe/cpe-0001/state", state_doc("cpe-0001", 3)) < 0x80
+        assert cpe.publish(shard_topic("cpe-0001", "state"), state_doc("cpe-0001", 3)) < 0x80
         assert sub.wait_for(lambda s: s.state("cpe-0001") is not None, 5)
         bad = state_doc("cpe-0001", 4, addresses={"nr": "10.1.0.2", "wifi": address})
-        assert cpe.publish("mcw/v1/cpe/cpe-0001/state", bad) < 0x80
+        assert cpe.publish(shard_topic("cpe-0001", "state"), bad) < 0x80
         assert sub.wait_for(lambda s: s.received == 2, 5)
         assert sub.drops.snapshot() == {"state/bad-address": 1}
         st = sub.state("cpe-0001")

@@ -19,10 +19,11 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from tests.support.mosquitto import Pki
+from xapp.adapters.mqtt import parse_channel_topic, shard_filter
 
-STATE_TOPIC = "mcw/v1/cpe/+/state"
+STATE_TOPIC = shard_filter(None, "state")
 #: The proxies' per-CPE states (downlink): kept apart, as they share the CPE's versions.
-PROXY_STATE_TOPIC = "mcw/v1/proxy/+/cpe/+/state"
+PROXY_STATE_TOPIC = shard_filter(None, "state", proxy=True)
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ class Observer:
                 self.bad.append(f"{msg.topic}: {exc}")
             return
         with self.lock:
-            (self.proxy_records if msg.topic.startswith("mcw/v1/proxy/")
+            topic = parse_channel_topic(msg.topic)
+            (self.proxy_records if topic is not None and topic.proxy_id is not None
              else self.records).append(rec)
 
     def start(self) -> Observer:

@@ -66,6 +66,7 @@ from tests.support.mosquitto import (
 )
 from tests.support.polling import free_port, wait_until
 from tests.support.redis_server import RedisServer, redis_binary
+from xapp.adapters.mqtt import shard_topic
 
 LEASE_S = 6.0
 #: Agent telemetry period: every agent scans its sockets this often.
@@ -308,7 +309,7 @@ def _malformed(run: Run) -> None:
     results.append(f"A1: {resp.get('status')}")
     run.scratch["dropped_before"] = _dropped(run)
     client = connect_client(run.stack.broker, run.cpes[-1], client_id="e2e-bad-cpe")
-    client.publish(f"mcw/v1/cpe/{run.cpes[-1]}/telemetry", b'{"schema": "garbage"')
+    client.publish(shard_topic(run.cpes[-1], "telemetry"), b'{"schema": "garbage"')
     client.close()
     results.append("MQTT telemetry: truncated JSON published")
     run.scratch["skipped_before"] = _skipped_unknown_wat(run)

@@ -18,6 +18,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from tests.e2e.reallink import RealLink, proxy_acl
 from tests.integration.stack import AGENT_BINARY
 from tests.support.mosquitto import MosquittoBroker, make_pki, mosquitto_binary
+from xapp.adapters.mqtt import shard_topic
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not AGENT_BINARY.exists() or mosquitto_binary() is None
@@ -37,7 +38,7 @@ def link(tmp_path: Path) -> Iterator[tuple[RealLink, list[dict[str, object]]]]:
     c.tls_set(ca_certs=str(pki.ca), certfile=str(cert), keyfile=str(key))
     c.on_message = lambda _c, _u, m: states.append(json.loads(m.payload)) if m.payload else None
     c.connect("127.0.0.1", broker.port)
-    c.subscribe(f"mcw/v1/cpe/{CPE}/state", qos=1)
+    c.subscribe(shard_topic(CPE, "state"), qos=1)
     c.loop_start()
     rl = RealLink(tmp_path / "link", pki, broker.port, CPE)
     try:

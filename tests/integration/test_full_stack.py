@@ -39,6 +39,7 @@ from tests.support.mosquitto import (
     mosquitto_binary,
 )
 from tests.support.redis_server import RedisServer, redis_binary
+from xapp.adapters.mqtt import shard_topic
 
 pytestmark = pytest.mark.slow
 
@@ -233,12 +234,13 @@ def test_invalid_agent_payload_counted(stack: Stack) -> None:
     try:
         before = metric(stack.xapp.metrics(), "mcw_mqtt_subscriber_dropped_payloads_total",
                         kind="state", reason="schema")
-        assert client.publish("mcw/v1/cpe/cpe-0002/state", b'{"cpe_id": "cpe-0002"}') == 0
+        topic = shard_topic("cpe-0002", "state")
+        assert client.publish(topic, b'{"cpe_id": "cpe-0002"}') == 0
         assert wait_until(lambda: metric(
             stack.xapp.metrics(), "mcw_mqtt_subscriber_dropped_payloads_total", kind="state",
             reason="schema") == before + 1, 10)
         # Clear the retained garbage again.
-        client.publish("mcw/v1/cpe/cpe-0002/state", b"", retain=True)
+        client.publish(topic, b"", retain=True)
     finally:
         client.close()
     samples = stack.xapp.metrics()

@@ -32,6 +32,7 @@ from tests.packaging.paths import ROOT
 from tests.support.mosquitto import MosquittoBroker, connect_client, make_pki, mosquitto_binary
 from tests.support.polling import stop_process, wait_until
 from tests.support.rootfs import debootstrap
+from xapp.adapters.mqtt import shard_topic
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -181,7 +182,7 @@ def test_reaches_the_broker_over_mtls(machine: tuple[Machine, MosquittoBroker]) 
     _, broker = machine
     xapp = connect_client(broker, "mcw-xapp", client_id="unit-test-xapp")
     try:
-        topic = f"mcw/v1/cpe/{CPE}/state"
+        topic = shard_topic(CPE, "state")
         assert xapp.subscribe(topic) == [1]
         assert xapp.wait_for(lambda: bool(xapp.on(topic)), timeout_s=30), broker.log()[-2000:]
         state = json.loads(xapp.on(topic)[-1].payload)

@@ -366,7 +366,9 @@ class ChannelSubscriber:
             return self._topics(self._shards)
 
     def _topics(self, shards: frozenset[int] | None) -> list[str]:
-        out: list[str] = []
+        # The proxies' own states first: their retained states then arrive before the per-CPE
+        # ones (a CPE topic named after a known proxy is refused, a downlink's proxy known).
+        out = [f"{PROXY_PREFIX}/#" if self.legacy_topics else f"{PROXY_PREFIX}/+/state"]
         for shard in [None] if shards is None else sorted(shards):
             out.append(shard_filter(shard, "state"))
             out.append(self._shared(shard_filter(shard, "telemetry")))
@@ -375,11 +377,9 @@ class ChannelSubscriber:
             out.append(shard_filter(shard, "state", proxy=True))
             out.append(shard_filter(shard, "telemetry", proxy=True))
         if self.legacy_topics:
-            # Every shard's: the legacy topics carry none, so the filter is in process.
-            out += [f"{TOPIC_PREFIX}/+/state", self._shared(f"{TOPIC_PREFIX}/+/telemetry"),
-                    f"{PROXY_PREFIX}/#"]
-        else:
-            out.append(f"{PROXY_PREFIX}/+/state")
+            # Every shard's: the legacy topics carry none, so the filter is in process (the
+            # proxies' legacy per-CPE topics come with mcw/v1/proxy/#).
+            out += [f"{TOPIC_PREFIX}/+/state", self._shared(f"{TOPIC_PREFIX}/+/telemetry")]
         return out
 
     def _shared(self, name: str) -> str:
