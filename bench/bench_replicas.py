@@ -3,8 +3,9 @@
 Real parts: one redis-server (the shard leases, weight versions, state), one Mosquitto over
 mTLS, ``mcw run`` processes with ``controls.sharding.enabled`` (EWMA estimator, InfluxDB left
 out: KPIs come over MQTT), simulated CPEs publishing telemetry on their shard-keyed topics
-from one MQTT client (capacities in a random walk of a few percent a second, so weights
-change), and an observer subscribed to every weights topic (``tests/sharding/fleet.py``).
+from one MQTT client in a process of its own (``tests/sharding/simulate.py``: capacities in a
+random walk of a few percent a second, so weights change), and an observer subscribed to
+every weights topic (``tests/sharding/fleet.py``).
 
 For each replica count and fleet size: start, wait until every CPE got weights, then measure
 for ``--window`` seconds.  A fleet *holds* at the period when every CPE got weights within the
@@ -39,35 +40,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.sharding.fleet import Fleet, Replica, Simulator
+from tests.sharding.fleet import Fleet, ProcessSimulator, Replica
 from tests.support.polling import wait_until
 from xapp.core.shards import shard_of
 
 _CLK = os.sysconf("SC_CLK_TCK")
-
-
-class DriftingSimulator(Simulator):
-    """Capacities in a random walk (a few percent per report), not drawn afresh: weights move
-    as a real fleet's do, and hysteresis holds some of them."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.caps: dict[str, list[float]] = {}
-
-    def doc(self, cpe_id: str) -> bytes:
-        nr, wifi = self.caps.get(cpe_id) or [self.rng.uniform(200, 800),
-                                             self.rng.uniform(200, 800)]
-        nr = min(900.0, max(50.0, nr * self.rng.uniform(0.95, 1.05)))
-        wifi = min(900.0, max(50.0, wifi * self.rng.uniform(0.95, 1.05)))
-        self.caps[cpe_id] = [nr, wifi]
-        return json.dumps({
-            "schema": "mcw.telemetry.v2", "cpe_id": cpe_id,
-            "time_ms": int(time.time() * 1000), "interval_ms": int(self.period_s * 1000),
-            "wats": {"nr": {"rtt_ms": 20.0, "subflows": 1, "up": True,
-                            "ul": {"delivered_mbps": nr, "cwnd": 10, "bytes_acked": 1000}},
-                     "wifi": {"rtt_ms": 5.0, "subflows": 1, "up": True,
-                              "ul": {"delivered_mbps": wifi, "cwnd": 10,
-                                     "bytes_acked": 1000}}}}).encode()
 
 
 def cpu_s(pid: int) -> float:
@@ -91,13 +68,13 @@ def run_one(root: Path, replicas: int, cpes: int, period_s: float, window_s: flo
     # its replica at least every 5 s, so a 15 s window sees every CPE that is served.
     fleet = Fleet(root, control_period_s=period_s, shard_lease_s=2 * period_s,
                   weights_lease_s=10.0)
-    ids = [f"sim-{i:05d}" for i in range(cpes)]
     out: dict[str, Any] = {"replicas": replicas, "cpes": cpes, "period_s": period_s}
-    sim: Simulator | None = None
+    sim: ProcessSimulator | None = None
     try:
         observer = fleet.start_observer()
         rs = [fleet.start_replica(f"r{i}") for i in range(replicas)]
-        sim = DriftingSimulator(fleet.broker, ids, period_s=period_s, seed=1).start()
+        sim = ProcessSimulator(fleet.broker, cpes, period_s=period_s).start()
+        ids = sim.ids
 
         def everyone() -> bool:
             seen = observer.snapshot()

@@ -239,6 +239,34 @@ class Simulator:
         self.client.close()
 
 
+class ProcessSimulator:
+    """:class:`Simulator`'s telemetry, capacities in a random walk, from a process of its own
+    (``tests/sharding/simulate.py``): thousands of messages a second need an interpreter of
+    their own."""
+
+    def __init__(self, broker: MosquittoBroker, n_cpes: int, period_s: float = 1.0,
+                 prefix: str = "sim-") -> None:
+        cert, key = broker.pki.cert(SIMULATOR)
+        self.cmd = [sys.executable, "-m", "tests.sharding.simulate", "--port", str(broker.port),
+                    "--ca", str(broker.pki.ca), "--cert", str(cert), "--key", str(key),
+                    "--cpes", str(n_cpes), "--period", str(period_s), "--prefix", prefix]
+        self.ids = [f"{prefix}{i:05d}" for i in range(n_cpes)]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ProcessSimulator:
+        self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdout=subprocess.DEVNULL)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
 class Fleet:
     """Redis, Mosquitto and ``mcw run`` replicas; see the module docstring."""
 
@@ -398,5 +426,5 @@ def max_gap(msgs: list[tuple[float, int, int]], until: float) -> float:
     return max([b - a for a, b in itertools.pairwise(times)] + [until - times[-1]])
 
 
-__all__ = ["AGENT_BINARY", "CuttableProxy", "Fleet", "Observer", "Replica", "Simulator",
-           "max_gap", "version_regressions"]
+__all__ = ["AGENT_BINARY", "CuttableProxy", "Fleet", "Observer", "ProcessSimulator", "Replica",
+           "Simulator", "max_gap", "version_regressions"]

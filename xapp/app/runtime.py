@@ -555,7 +555,12 @@ class XappProcess:
         if self.shards is None:
             return {"enabled": False, "replica_id": self.replica_id,
                     "shards": self.fence.shards, "held": "all"}
-        return self.shards.view()
+        comp = self.components
+        pub = None if comp is None else comp.mqtt_publisher
+        # On this host's monotonic clock (CLOCK_MONOTONIC): when weights last left, to set
+        # against a lease's end.
+        return {**self.shards.view(),
+                "last_publish_monotonic": None if pub is None else pub.last_sent_monotonic}
 
     def _on_config(self, old: LoadedConfig, new: LoadedConfig) -> None:
         c = new.controls

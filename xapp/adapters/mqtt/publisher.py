@@ -206,6 +206,9 @@ class MqttWeightPublisher:
         self._awaiting_since: float | None = None
         self._last_heard = time.monotonic()
         self._overdue_logged = False
+        #: ``time.monotonic()`` when weights last went onto the wire (None: never); with
+        #: sharding, when this replica last acted for any shard.
+        self.last_sent_monotonic: float | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -573,6 +576,8 @@ class MqttWeightPublisher:
                 sent += 1
             self._next_pid = pid
             self.stats.sent += sent
+            if sent:
+                self.last_sent_monotonic = now
 
     def _acknowledge(self, acks: list[tuple[int, int]]) -> None:
         with self._lock:
