@@ -78,9 +78,13 @@ def test_three_replicas_share_kill_join_and_partition(fleet: Fleet) -> None:
         assert wait_until(all_have_weights, 45), (
             f"{sum(1 for c in every if observer.snapshot().get(c))} of {len(every)} CPEs got "
             f"weights; {_owners(fleet)}; {a.log_path.read_text()[-2000:]}")
-        assert wait_until(lambda: sum(len(h) for h in _owners(fleet).values()) == 64, 10)
+        def balanced() -> bool:
+            owners = _owners(fleet)
+            return (sum(len(h) for h in owners.values()) == 64
+                    and all(18 <= len(h) <= 24 for h in owners.values()))
+
+        assert wait_until(balanced, 15), _owners(fleet)
         owners = _owners(fleet)
-        assert all(18 <= len(h) <= 24 for h in owners.values()), owners
         assert not (owners["r-a"] & owners["r-b"]) and not (owners["r-b"] & owners["r-c"])
         for cpe in AGENTS:  # the real agents applied what they got
             def applied(cpe: str = cpe) -> bool:
