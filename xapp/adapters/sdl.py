@@ -213,6 +213,18 @@ class SdlStateStore:
                      if k.startswith(CPE_PREFIX)]
         return {cpe_id: r for cpe_id, v in items if (r := _record(v)) is not None}
 
+    def forget_cpes(self, which: Callable[[str], bool]) -> int:
+        """Drop this process's copy of the records of the CPEs ``which`` selects (SDL keeps
+        them): another replica published for them since they were loaded or written here, so
+        they must not seed the loop's decisions in force.  Returns how many were dropped."""
+        with self._lock:
+            gone = [k for k in self._values
+                    if k.startswith(CPE_PREFIX) and which(k[len(CPE_PREFIX):])]
+            for k in gone:
+                del self._values[k]
+                self._dirty.discard(k)
+        return len(gone)
+
     def set_model_version(self, version: str) -> None:
         with self._lock:
             if self._values.get(MODEL_KEY) == version:

@@ -383,6 +383,9 @@ class XappProcess:
         comp = self.components
         if comp is not None and comp.mqtt_publisher is not None:
             comp.mqtt_publisher.forget(shards)
+        # The records loaded at start (or written while this replica last held the shard)
+        # would seed the loop's rows of CPEs it has not seen yet with stale weights.
+        self.state.forget_cpes(which)
         if self.loop is not None:
             self.loop.forget(which)
         self._subscribe_shards(acquired=shards)
@@ -393,6 +396,10 @@ class XappProcess:
             self.e2.worker.wake()
 
     def _shards_released(self, shards: frozenset[int]) -> None:
+        fence = self.fence
+        # Not written later over the records of the shards' next owner (a replica cut off from
+        # Redis would flush them when it comes back).
+        self.state.forget_cpes(lambda cpe_id: fence.shard(cpe_id) in shards)
         self._subscribe_shards(released=shards)
         if self.e2 is not None:
             self.e2.worker.wake()  # delete the released nodes' subscriptions now
