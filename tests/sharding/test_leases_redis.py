@@ -4,7 +4,9 @@ compare-and-delete, epochs that only grow, membership with a TTL."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+import pytest
 import redis as redis_py
 
 from tests.support.redis_server import RedisServer
@@ -75,3 +77,40 @@ def test_version_ceilings_are_the_sdl_stores_keys_and_only_grow(redis: RedisServ
     assert legacy.get_ceilings(["c1", "c2"]) == {"c1": 100, "c2": 200}
     floor = RedisVersionStore(client, "mcw-t", floor=lambda c: 300 if c == "c1" else 0)
     assert floor.get_ceilings(["c1"]) == {"c1": 300}
+
+
+def test_leases_follow_sdl_through_a_sentinel(redis: RedisServer, tmp_path: Path) -> None:
+    """With ricsdl's Sentinel variables the leases go to the master the Sentinel names (a real
+    redis-server in sentinel mode in front of the test's Redis)."""
+    import subprocess
+
+    from tests.support.polling import free_port, stop_process, wait_until
+    from tests.support.redis_server import redis_binary
+    from xapp.adapters.shard_leases import redis_from_env
+
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+                    f"sentinel monitor mcwdb 127.0.0.1 {redis.port} 1\n")
+    binary = redis_binary()
+    assert binary is not None
+    proc = subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        env = {"DBAAS_SERVICE_HOST": "127.0.0.1", "DBAAS_SERVICE_PORT": "1",
+               "DBAAS_SERVICE_SENTINEL_PORT": str(port), "DBAAS_MASTER_NAME": "mcwdb"}
+
+        def answers() -> bool:
+            try:
+                return bool(redis_from_env(1.0, env).ping())  # type: ignore[attr-defined]
+            except Exception:
+                return False
+
+        assert wait_until(answers, 10)
+        via = ShardLeases(redis_from_env(1.0, env), "mcw-t")
+        assert via.round("a", 5000, acquire=[3], renew={}, release={}).acquired == {3: 1}
+        assert leases(redis).holders(4) == {3: ("a", 1)}  # on the master itself
+        with pytest.raises(ValueError, match="DBAAS_MASTER_NAME"):
+            redis_from_env(1.0, {**env, "DBAAS_MASTER_NAME": ""})
+    finally:
+        stop_process(proc)

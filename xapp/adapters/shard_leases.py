@@ -82,13 +82,29 @@ class RedisLike(Protocol):
     def close(self) -> None: ...
 
 
-def redis_from_env(timeout_s: float = 1.0) -> RedisLike:
-    """A redis-py client for SDL's Redis (``DBAAS_SERVICE_HOST``/``_PORT``), with short
-    timeouts: a lease round that waits longer than a fraction of the lease is worthless."""
+def redis_from_env(timeout_s: float = 1.0,
+                   environ: Mapping[str, str] | None = None) -> RedisLike:
+    """A redis-py client for SDL's Redis, found as ricsdl finds it: ``DBAAS_SERVICE_HOST`` and
+    ``DBAAS_SERVICE_PORT``, or, with ``DBAAS_SERVICE_SENTINEL_PORT`` and ``DBAAS_MASTER_NAME``,
+    the master the Sentinel at that host names (so a failover moves the leases with the rest
+    of SDL).  Short timeouts: a lease round that waits longer than a fraction of the lease is
+    worthless.  Only the first address of a list is used (ricsdl's ``DBAAS_CLUSTER_ADDR_LIST``
+    spreads namespaces over several Redis instances; not supported here)."""
     import redis
+    from redis.sentinel import Sentinel
 
-    host = os.environ.get("DBAAS_SERVICE_HOST", "localhost")
-    port = int(os.environ.get("DBAAS_SERVICE_PORT", "6379"))
+    env = os.environ if environ is None else environ
+    host = env.get("DBAAS_SERVICE_HOST", "localhost")
+    sentinel_port = env.get("DBAAS_SERVICE_SENTINEL_PORT", "").split(",")[0]
+    if sentinel_port:
+        master = env.get("DBAAS_MASTER_NAME", "").split(",")[0]
+        if not master:
+            raise ValueError("DBAAS_SERVICE_SENTINEL_PORT is set but DBAAS_MASTER_NAME is not")
+        sentinel = Sentinel([(host, int(sentinel_port))], socket_timeout=timeout_s,
+                            socket_connect_timeout=timeout_s)
+        return sentinel.master_for(master, socket_timeout=timeout_s,  # type: ignore[no-any-return]
+                                   socket_connect_timeout=timeout_s)
+    port = int(env.get("DBAAS_SERVICE_PORT", "6379").split(",")[0])
     return redis.Redis(host=host, port=port, socket_timeout=timeout_s,  # type: ignore[no-any-return]
                        socket_connect_timeout=timeout_s)
 
