@@ -50,3 +50,38 @@ def test_fenced_cpes_use_no_version_and_lapsed_queues_never_leave(
     finally:
         cpe.close()
         pub.stop()
+
+
+def test_a_store_away_holds_back_only_the_cpes_that_need_it(
+        broker: MosquittoBroker, settings: MqttSettings) -> None:
+    """Several replicas share the version store (Redis); when it does not answer, CPEs with
+    versions left in their block keep getting weights, the others are reported."""
+
+    class Away(MemoryVersionStore):
+        away = False
+
+        def get_ceilings(self, cpe_ids):  # type: ignore[no-untyped-def]
+            if self.away:
+                raise TimeoutError("Timeout reading from socket")
+            return super().get_ceilings(cpe_ids)
+
+        def set_ceilings(self, ceilings):  # type: ignore[no-untyped-def]
+            if self.away:
+                raise TimeoutError("Timeout reading from socket")
+            super().set_ceilings(ceilings)
+
+    fence = ShardFence(64, everything=False)
+    for s in range(64):
+        fence.grant(s, float("inf"))
+    store = Away()
+    pub = MqttWeightPublisher(settings, store, fence=fence)
+    try:
+        assert pub.publish_many(batch(["cpe-0001"])).versions == {"cpe-0001": 1}
+        store.away = True
+        result = pub.publish_many(batch(["cpe-0001", "cpe-0002"]))
+        assert result.versions == {"cpe-0001": 2}
+        assert isinstance(result.errors["cpe-0002"], TimeoutError)
+        store.away = False
+        assert pub.publish_many(batch(["cpe-0002"])).versions == {"cpe-0002": 1}
+    finally:
+        pub.stop()

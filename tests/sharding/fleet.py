@@ -221,13 +221,20 @@ class Simulator:
                                      "bytes_acked": 1000}}}}).encode()
 
     def _run(self) -> None:
+        # Spread over the period in ten slices, as a real fleet's reports are: every tick has
+        # fresh KPIs for some CPEs, so every replica publishes at every tick.
+        slices = 10
+        chunk = -(-len(self.cpes) // slices)
         next_at = time.monotonic()
         while not self.stop_event.is_set():
-            for cpe in self.cpes:
-                self.client.client.publish(shard_topic(cpe, "telemetry"), self.doc(cpe), qos=0)
-                self.sent += 1
-            next_at += self.period_s
-            self.stop_event.wait(max(0.0, next_at - time.monotonic()))
+            for k in range(slices):
+                for cpe in self.cpes[k * chunk:(k + 1) * chunk]:
+                    self.client.client.publish(shard_topic(cpe, "telemetry"), self.doc(cpe),
+                                               qos=0)
+                    self.sent += 1
+                next_at += self.period_s / slices
+                if self.stop_event.wait(max(0.0, next_at - time.monotonic())):
+                    return
 
     def start(self) -> Simulator:
         self.thread.start()
@@ -272,8 +279,9 @@ class Fleet:
 
     def __init__(self, root: Path, *, n_agents: int = 0, control_period_s: float = 0.5,
                  shard_lease_s: float = 1.0, weights_lease_s: float = 6.0,
-                 shards: int = 64) -> None:
+                 shards: int = 64, extra_env: dict[str, str] | None = None) -> None:
         self.root = root
+        self.extra_env = dict(extra_env or {})
         self.control_period_s = control_period_s
         self.shard_lease_s = shard_lease_s
         self.weights_lease_s = weights_lease_s
@@ -322,6 +330,7 @@ class Fleet:
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": "1",
         })
+        env.update(self.extra_env)
         return env
 
     def start_replica(self, replica_id: str, *, via_proxy: bool = False) -> Replica:

@@ -230,9 +230,12 @@ class XappProcess:
 
             # Several writers: an atomic maximum, and timeouts (a partition must not hold the
             # publisher's lock).
+            # The tick waits for it when a CPE needs a new block: a fraction of a shard
+            # lease at most, so a partition costs the replica little of its lease's end.
+            lease_s = sharding.effective_lease_s(controls.loop.control_period_s)
             self.versions: VersionStore = RedisVersionStore(
-                redis_from_env(timeout_s=1.0), controls.sdl_namespace,
-                floor=self._published_version)
+                redis_from_env(timeout_s=min(1.0, max(0.1, lease_s / 4))),
+                controls.sdl_namespace, floor=self._published_version)
         elif factory is not None:
             self.versions = SdlVersionStore(controls.sdl_namespace, factory,
                                             floor=self._published_version)

@@ -355,6 +355,14 @@ class MqttWeightPublisher:
                 batch = batch.subset(np.flatnonzero(allowed))
                 if len(batch) == 0:
                     return PublishResult(errors=fenced)
+        if self.fence is not None:
+            # Several replicas: the store is a shared Redis that a partition can take away.
+            # Only the CPEs that need it (a new block, or a shard just acquired) wait for it;
+            # the others keep their weights flowing until their fence lapses.
+            batch, waiting = self._without_store(batch)
+            fenced.update(waiting)
+            if len(batch) == 0:
+                return PublishResult(errors=fenced)
         out = encode_weights_batch(batch, int(self._clock() * 1000), self._take_versions)
         ids = batch.cpe_ids
         for i, exc in out.refused.items():
@@ -368,6 +376,20 @@ class MqttWeightPublisher:
         result = out.result(batch)
         result.errors.update(fenced)
         return result
+
+    def _without_store(self, batch: WeightBatch) -> tuple[WeightBatch, dict[str, Exception]]:
+        """``batch`` after reserving the versions it needs; when the store fails, without the
+        CPEs that needed it (reported with the store's error)."""
+        try:
+            with self._lock:
+                self._versions.reserve(batch.cpe_ids)
+            return batch, {}
+        except Exception as exc:
+            with self._lock:
+                short = set(self._versions.exhausted(batch.cpe_ids))
+            keep = np.array([i for i, c in enumerate(batch.cpe_ids) if c not in short],
+                            dtype=np.intp)
+            return batch.subset(keep), {c: exc for c in short}
 
     def _count_fenced(self, n: int) -> None:
         self.stats.fenced += n

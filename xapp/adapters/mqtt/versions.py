@@ -148,6 +148,12 @@ class VersionAllocator:
         """The last version handed out in this process (0 if none)."""
         return self._last.get(cpe_id, 0)
 
+    def exhausted(self, cpe_ids: Collection[str]) -> list[str]:
+        """The CPEs that have no unused version left (or none known): the next version of
+        each needs the store."""
+        return [c for c in cpe_ids if self._last.get(c, 0) >= self._ceiling.get(c, 0)
+                or c not in self._ceiling]
+
     def forget(self, which: Callable[[str], bool]) -> int:
         """Drop the cached block of every CPE ``which`` selects, so its next version is read
         from the store again: another replica may have sent (and stored ceilings) meanwhile.
