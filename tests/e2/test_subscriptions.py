@@ -740,3 +740,32 @@ def test_a_style_that_cannot_be_encoded_is_left_out_not_the_node(
         assert "style 4" in xapp.sub.view()["nodes"][MEID]["subscription"]["last_error"]
     finally:
         xapp.close()
+
+
+def test_replicas_subscribe_only_the_nodes_of_their_shards(submgr: StandInSubmgr) -> None:
+    """Several replicas: a node belongs to the holder of its name's shard (OwnedNodes); when
+    the shard moves, the old owner deletes the subscription and the new one subscribes."""
+    from xapp.adapters.e2.nodes import OwnedNodes
+    from xapp.core.ownership import ShardFence
+    from xapp.core.shards import shard_of
+
+    first, second = ShardFence(64), ShardFence(64)
+    shard = shard_of(MEID)
+    first.grant(shard, float("inf"))
+    a = Xapp(submgr, OwnedNodes(static(), first.allows))
+    b = Xapp(submgr, OwnedNodes(static(), second.allows))
+    try:
+        a.sub.step()
+        b.sub.step()
+        assert wait_until(lambda: a.state() == "active", timeout_s=5)
+        assert MEID not in b.sub.view()["nodes"] and len(submgr.posts) == 1
+        first.revoke(shard)
+        second.grant(shard, float("inf"))
+        a.sub.step()
+        b.sub.step()
+        assert submgr.deletes == ["sub-1"] and a.book.active() == []
+        assert wait_until(lambda: b.state() == "active", timeout_s=5)
+        assert len(submgr.posts) == 2
+    finally:
+        a.close()
+        b.close()

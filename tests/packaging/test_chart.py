@@ -87,6 +87,8 @@ VARIANTS: dict[str, tuple[dict[str, Any], str | None]] = {
         "startupProbe": {"enabled": False},
         "image": {"digest": "sha256:" + "ab" * 32},
         "controls": {"log_level": "DEBUG", "default_policy": {"max_weight": 30}}}, "xapps"),
+    # Three replicas share the fleet (docs/replicas.md): sharding on by itself.
+    "three-replicas": ({"replicaCount": 3}, "ricxapp"),
 }
 
 
@@ -141,6 +143,10 @@ def test_validation_catches_a_broken_manifest(rendered: dict[str, cr.Rendered]) 
     ({"influxdb": {"auth": {"existingSecret": ""}}}, "influxdb.auth.token is required"),
     ({"pdb": {"minAvailable": 1}}, "either pdb.minAvailable or pdb.maxUnavailable"),
     ({"rmr": {"routeTable": "rte|1|x:1"}}, "routeTable"),
+    # Two pods without leases would both publish every CPE.
+    ({"replicaCount": 2, "sharding": {"enabled": False}}, "sharding.enabled"),
+    ({"sharding": {"shards": 0}}, "sharding.shards"),
+    ({"updateStrategy": {"type": "Sometimes"}}, "updateStrategy.type"),
     # Egress: no rule without destinations or ports, peers as Kubernetes defines them.
     ({"networkPolicy": {"egress": {"influxdb": {"to": []}}}},
      "networkPolicy.egress.influxdb.to"),
@@ -572,6 +578,37 @@ def test_egress_destinations_come_from_values(rendered: dict[str, cr.Rendered]) 
     extra = _egress_rule(policy, 443)
     assert extra["to"] == [{"ipBlock": {"cidr": "198.51.100.0/24"}}]
     assert 6379 not in _egress_ports(policy) and 8883 not in _egress_ports(policy)
+
+
+def test_replicas_share_the_fleet(rendered: dict[str, cr.Rendered]) -> None:
+    """One pod: no leases, Recreate (as before).  Three: sharding on, each pod's replica id
+    its pod name (the hostname is the xApp name in every pod), rolling updates one pod at a
+    time, the PDB lets one pod go, and the environment is what the runtime reads."""
+    one, three = rendered["default"], rendered["three-replicas"]
+    assert _appenv(one)["MCW_SHARDING_ENABLED"] == "false"
+    assert one.get("Deployment", XAPP_NAME)["spec"]["strategy"] == {"type": "Recreate"}
+    deployment = three.get("Deployment", XAPP_NAME)
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    env = _appenv(three)
+    assert env["MCW_SHARDING_ENABLED"] == "true" and env["MCW_SHARDING_SHARDS"] == "64"
+    replica_id = {e["name"]: e for e in _container(three)["env"]}["MCW_REPLICA_ID"]
+    assert replica_id["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert three.one("PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    controls = config.apply_env_overrides(load_json(DESCRIPTOR)["controls"],
+                                          {k: v for k, v in env.items() if k.startswith("MCW_")})
+    parsed = config.parse_controls(controls, ROOT / "schemas")
+    assert parsed.sharding.enabled and parsed.sharding.shards == 64
+    assert parsed.sharding.effective_replica_id({"MCW_REPLICA_ID": "mcw-xapp-7d9-abcde",
+                                                 "HOSTNAME": XAPP_NAME}) == "mcw-xapp-7d9-abcde"
+    # Readiness names the lease worker when sharding is on (runtime.XappProcess.health).
+    assert c_probe_paths(three) == c_probe_paths(one)
+
+
+def c_probe_paths(r: cr.Rendered) -> tuple[str, str]:
+    c = _container(r)
+    return c["livenessProbe"]["httpGet"]["path"], c["readinessProbe"]["httpGet"]["path"]
 
 
 def test_pdb(rendered: dict[str, cr.Rendered]) -> None:

@@ -248,3 +248,34 @@ def test_writes_are_formatted_by_the_flusher_not_the_writer(influx_db: InfluxSer
     assert store.flush()
     assert store.counters.rejected_values == 1 and store.buffered == 0
     assert len(store.read_table("-1h")) == 3
+
+
+def test_replicas_tag_kpis_with_a_shard_and_read_only_their_own(influx_db: InfluxServer) -> None:
+    """Several replicas: KPI points the xApp writes carry a ``shard`` tag; the intake keeps the
+    rows of the shards this replica holds, by CPE id, because another writer's points (a RAN
+    KPI exporter's) carry no shard tag and must not be lost to a WHERE on it."""
+    from xapp.core.ownership import ShardFence
+    from xapp.core.shards import shard_of
+
+    store = InfluxStore(InfluxConfig(url=influx_db.url, bucket=influx_db.bucket))
+    store.shard_of = shard_of
+    now = time.time()
+    ids = [f"cpe-{i}" for i in range(8)]
+    mine = {c for c in ids if shard_of(c) % 2 == 0}
+    store.write_kpis(KpiFrame(time_s=now - 2, cpe=np.array(ids), wat=np.array(["nr"] * 8),
+                              values={"delivered_mbps": np.arange(8.0)}))
+    other = next(c for c in sorted(mine))
+    store.write_lines([f"wat_kpi,cpe={other},wat=wifi sinr_db=30 {round((now - 2) * 1e9)}"])
+    assert store.flush()
+    table = store.read_table("-1h")
+    tagged = table[table["wat"] == "nr"]
+    assert sorted(tagged["shard"].astype(int)) == sorted(shard_of(c) for c in ids)
+    fence = ShardFence(64)
+    for s in {shard_of(c) for c in mine}:
+        fence.grant(s, float("inf"))
+    intake = LatestKpis()
+    InfluxIntake(store, intake, accept=fence.mask).poll_once()
+    frame = intake.latest(now, max_age_s=10.0)
+    assert set(frame.cpe.tolist()) == mine
+    assert (other, "wifi") in set(zip(frame.cpe.tolist(), frame.wat.tolist(), strict=True))
+    store.close()

@@ -298,6 +298,9 @@ class InfluxStore:
     def __init__(self, config: InfluxConfig) -> None:
         self.config = config
         self.counters = InfluxCounters()
+        #: With several replicas (the fleet's shard count): KPI points get a ``shard`` tag, for
+        #: dashboards per shard.  Reads do not rely on it: other writers tag no shard.
+        self.shard_of: Callable[[str], int] | None = None
         self._client = InfluxDBClient(url=config.url, token=config.token, org=config.org,
                                       timeout=config.timeout_ms)
         self._write = self._client.write_api(write_options=SYNCHRONOUS)
@@ -390,10 +393,13 @@ class InfluxStore:
         self._defer(lambda: self._kpi_lines(frame), len(frame))
 
     def _kpi_lines(self, frame: KpiFrame) -> Lines:
-        tags = {"cpe": frame.cpe.astype(str).tolist(), "wat": frame.wat.astype(str).tolist(),
+        cpes = frame.cpe.astype(str).tolist()
+        tags = {"cpe": cpes, "wat": frame.wat.astype(str).tolist(),
                 "direction": _directions(frame)}
         if self.config.writer:
             tags["writer"] = [self.config.writer] * len(frame)
+        if self.shard_of is not None:
+            tags["shard"] = [str(self.shard_of(c)) for c in cpes]
         return column_lines(
             MEASUREMENT_KPI, tags,
             self.clean_kpis({k: v for k, v in frame.values.items() if k in KPI_FIELDS}),
@@ -786,8 +792,11 @@ class InfluxIntake:
     def __init__(self, store: InfluxStore, intake: LatestKpis,
                  fields: tuple[str, ...] | None = None, *, interval_s: float = 1.0,
                  overlap_s: float = 2.0, lookback_s: float = 10.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 accept: Callable[[list[str]], NDArray[np.bool_]] | None = None) -> None:
         self.store = store
+        #: Which rows (by CPE id) go into the intake; None: every row (one replica).
+        self.accept = accept
         self.intake = intake
         self.fields = fields
         self.interval_s = interval_s
@@ -804,7 +813,9 @@ class InfluxIntake:
     @classmethod
     def for_period(cls, store: InfluxStore, intake: LatestKpis, period_s: float,
                    fields: tuple[str, ...] | None = None,
-                   clock: Callable[[], float] = time.time) -> InfluxIntake:
+                   clock: Callable[[], float] = time.time,
+                   accept: Callable[[list[str]], NDArray[np.bool_]] | None = None
+                   ) -> InfluxIntake:
         """The intake as ``mcw run`` sets it up for a control period.
 
         It polls once per period (at most once a second: InfluxDB's per-query cost grows with
@@ -815,7 +826,7 @@ class InfluxIntake:
         """
         interval = flush_interval_s(period_s)
         return cls(store, intake, fields, interval_s=interval, overlap_s=2 * interval,
-                   clock=clock)
+                   clock=clock, accept=accept)
 
     def poll_once(self) -> int:
         """Read what is new and merge it into the intake; returns the rows read."""
@@ -825,6 +836,10 @@ class InfluxIntake:
         df = self.store.read_table(start=_rfc3339(start), stop=_rfc3339(now + 1e-3),
                                    fields=self.fields, not_writer=self.store.config.writer)
         self.polls += 1
+        if len(df) and self.accept is not None:
+            # What other replicas' shards had is read too: the next poll starts after it.
+            self._newest = float(df["time_s"].max())
+            df = df[self.accept(df["cpe"].astype(str).tolist())]
         if len(df) == 0:
             return 0
         values = self.store.clean_kpis(

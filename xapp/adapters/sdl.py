@@ -130,6 +130,8 @@ class SdlStateStore:
         self._last_ok = 0.0
         self._loaded = False
         self._last_error = ""
+        #: A1 instances changed here and not yet written, as of the last :meth:`read_policies`.
+        self.pending_policies: frozenset[str] = frozenset()
         #: Flushes every ``interval_s`` once started (only when there is a Redis to flush to).
         self.worker = Worker("mcw-sdl", self.sync, interval_s)
 
@@ -210,6 +212,18 @@ class SdlStateStore:
             items = [(k[len(CPE_PREFIX):], v) for k, v in self._values.items()
                      if k.startswith(CPE_PREFIX)]
         return {cpe_id: r for cpe_id, v in items if (r := _record(v)) is not None}
+
+    def forget_cpes(self, which: Callable[[str], bool]) -> int:
+        """Drop this process's copy of the records of the CPEs ``which`` selects (SDL keeps
+        them): another replica published for them since they were loaded or written here, so
+        they must not seed the loop's decisions in force.  Returns how many were dropped."""
+        with self._lock:
+            gone = [k for k in self._values
+                    if k.startswith(CPE_PREFIX) and which(k[len(CPE_PREFIX):])]
+            for k in gone:
+                del self._values[k]
+                self._dirty.discard(k)
+        return len(gone)
 
     def set_model_version(self, version: str) -> None:
         with self._lock:
@@ -299,6 +313,44 @@ class SdlStateStore:
                  len(restored.policies), len(restored.cpes), restored.model_version)
         if self._on_restore is not None:
             self._on_restore(restored)
+
+    def read_policies(self) -> dict[str, PolicyInstance] | None:
+        """The A1 instances as SDL has them now, for replicas that share one book: instances
+        this process changed and has not written yet keep their local value (or stay
+        deleted).  Memory follows what was read, so a catch-up after Redis lost its data does
+        not write back an instance another replica deleted.  None when SDL is not reachable
+        (the book stays as it is)."""
+        if self._factory is None:
+            return None
+        with self._io_lock:
+            try:
+                if self._backend is None:
+                    self._backend = self._factory()
+                stored = self._backend.find_and_get(self.namespace, POLICY_PREFIX + "*")
+            except Exception as exc:
+                self._fail(exc)
+                return None
+        out: dict[str, PolicyInstance] = {}
+        with self._lock:
+            for key, raw in stored.items():
+                if key in self._dirty or key in self._removed:
+                    continue
+                try:
+                    doc = json.loads(raw)
+                    out[key[len(POLICY_PREFIX):]] = PolicyInstance.from_dict(doc)
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.error("SDL key %s/%s is unreadable and is ignored: %s",
+                              self.namespace, key, exc)
+                    continue
+                self._values[key] = doc
+            for key in [k for k in self._values if k.startswith(POLICY_PREFIX)]:
+                if (key not in stored and key not in self._dirty
+                        and key not in self._removed):
+                    del self._values[key]
+            pending = {k[len(POLICY_PREFIX):] for k in (*self._dirty, *self._removed)
+                       if k.startswith(POLICY_PREFIX)}
+        self.pending_policies = frozenset(pending)
+        return out
 
     def _fail(self, exc: BaseException) -> None:
         message = f"{type(exc).__name__}: {exc}"

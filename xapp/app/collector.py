@@ -270,3 +270,51 @@ def _events(name: str, help_text: str, counts: Mapping[str, int]) -> CounterMetr
     for event, n in counts.items():
         fam.add_metric([event], n)
     return fam
+
+
+class ShardCollector(Collector):
+    """Which shards this replica holds, and what fencing refused (several replicas).
+
+    ``held`` gives the shards whose lease is locally valid now; ``stats`` the lease worker's
+    counters (None when sharding is off: every shard is held, nothing is leased)."""
+
+    def __init__(self, replica_id: str, shards: int, held: Callable[[], frozenset[int]],
+                 fenced: Callable[[], int],
+                 stats: Callable[[], Mapping[str, int]] | None = None) -> None:
+        self.replica_id = replica_id
+        self.shards = shards
+        self.held = held
+        self.fenced = fenced
+        self.stats = stats
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            labels = ["replica"]
+            held = GaugeMetricFamily("mcw_shards_held", "Shards this replica holds with a "
+                                     "locally valid lease (all of them when sharding is off).",
+                                     labels=labels)
+            held.add_metric([self.replica_id], len(self.held()))
+            total = GaugeMetricFamily("mcw_shards", "Shards of the fleet.", labels=labels)
+            total.add_metric([self.replica_id], self.shards)
+            fenced = CounterMetricFamily("mcw_fenced", "Weights messages not sent because "
+                                         "this replica did not hold the CPE's shard with a "
+                                         "valid lease at the publisher.", labels=labels)
+            fenced.add_metric([self.replica_id], self.fenced())
+            yield from (held, total, fenced)
+            if self.stats is not None:
+                s = self.stats()
+                for name, what in (("acquisitions", "Shard leases acquired."),
+                                   ("losses", "Shard leases found expired or taken over at "
+                                              "renewal.")):
+                    c = CounterMetricFamily(f"mcw_shard_{name}", what, labels=labels)
+                    c.add_metric([self.replica_id], s.get(name, 0))
+                    yield c
+                live = GaugeMetricFamily("mcw_live_replicas", "Replicas in the membership at "
+                                         "the last lease round.", labels=labels)
+                live.add_metric([self.replica_id], s.get("live", 0))
+                yield live
+        except Exception:
+            log.exception("collecting shard metrics failed")

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import re
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -38,6 +39,7 @@ from xapp.core.caps import DEFAULT_HEADROOM, check_headroom
 from xapp.core.planning import check_level
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import build_policy
+from xapp.core.shards import DEFAULT_SHARDS, MAX_SHARDS
 from xapp.core.workers import Worker
 from xapp.schemas import schemas_dir
 
@@ -46,7 +48,7 @@ log = logging.getLogger(__name__)
 CONTROLS_SCHEMA_FILE = "controls.schema.json"
 ENV_PREFIX = "MCW_"
 #: MCW_* variables that are not controls overrides.
-_NOT_OVERRIDES = frozenset({"MCW_SCHEMAS_DIR"})
+_NOT_OVERRIDES = frozenset({"MCW_SCHEMAS_DIR", "MCW_REPLICA_ID"})
 #: The names Kubernetes gives a Service's links (``<NAME>_SERVICE_HOST``,
 #: ``<NAME>_SERVICE_PORT[_<PORT NAME>]``, ``<NAME>_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]``), and the
 #: value of ``<NAME>_PORT`` (``tcp://10.96.0.7:8883``).
@@ -112,6 +114,32 @@ class LoopControls:
     #: Rate caps for ``rate-caps`` appliers are this x a WAT's share of the forecast total
     #: (xapp.core.caps, where the default is argued).
     caps_headroom: float = DEFAULT_HEADROOM
+
+
+@dataclass(frozen=True)
+class ShardingSettings:
+    """Several ``mcw run`` replicas sharing one fleet (``controls.sharding``, docs/replicas.md).
+
+    Disabled (the default), one replica holds every shard and no lease is written: the former
+    behaviour.  Enabled, each replica holds the shards it leases in SDL's Redis."""
+
+    enabled: bool = False
+    #: Shards of the fleet; fixed for the fleet's life (changing it moves almost every CPE).
+    shards: int = DEFAULT_SHARDS
+    #: This replica's id; empty: ``$MCW_REPLICA_ID``, else the host (pod) name.
+    replica_id: str = ""
+    #: TTL of a shard lease and of the membership; 0: twice the control period (at least 1 s).
+    #: Must stay below the weights' lease (``loop.lease_s``) so no CPE goes without weights
+    #: while its shard changes hands.
+    lease_s: float = 0.0
+
+    def effective_lease_s(self, control_period_s: float) -> float:
+        return self.lease_s if self.lease_s > 0 else max(1.0, 2.0 * control_period_s)
+
+    def effective_replica_id(self, environ: Mapping[str, str] | None = None) -> str:
+        env = os.environ if environ is None else environ
+        return (self.replica_id or env.get("MCW_REPLICA_ID") or env.get("HOSTNAME")
+                or socket.gethostname())
 
 
 @dataclass(frozen=True)
@@ -190,6 +218,7 @@ class Controls:
     model: ModelSettings = field(default_factory=ModelSettings)
     a1: A1Settings = field(default_factory=A1Settings)
     e2: E2Settings = field(default_factory=E2Settings)
+    sharding: ShardingSettings = field(default_factory=ShardingSettings)
     default_policy: Mapping[str, Any] = field(default_factory=lambda: {
         "mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
         "capacity_floor_mbps": 1.0})
@@ -307,6 +336,7 @@ def parse_controls(raw: Mapping[str, Any], schemas: str | os.PathLike[str] | Non
             model=ModelSettings(**_section(raw, "model", ModelSettings)),
             a1=A1Settings(**_section(raw, "a1", A1Settings)),
             e2=_e2(_section(raw, "e2", E2Settings)),
+            sharding=ShardingSettings(**_section(raw, "sharding", ShardingSettings)),
             default_policy=dict(raw.get("default_policy", base.default_policy)),
         )
     except TypeError as exc:
@@ -318,11 +348,32 @@ def parse_controls(raw: Mapping[str, Any], schemas: str | os.PathLike[str] | Non
         raise ConfigError(f"controls.model.planning_level: {exc}") from exc
     if not isinstance(controls.mqtt.port, int) or not 0 < controls.mqtt.port < 65536:
         raise ConfigError(f"controls.mqtt.port must be a port number, got {controls.mqtt.port!r}")
+    _sharding(controls)
     try:
         build_policy({}, controls.default_policy)
     except PolicyError as exc:
         raise ConfigError(f"controls.default_policy: {exc}") from exc
     return controls
+
+
+def _sharding(controls: Controls) -> None:
+    sh = controls.sharding
+    if isinstance(sh.shards, bool) or not isinstance(sh.shards, int) \
+            or not 1 <= sh.shards <= MAX_SHARDS:
+        raise ConfigError(f"controls.sharding.shards must be an integer in [1, {MAX_SHARDS}], "
+                          f"got {sh.shards!r}")
+    if not isinstance(sh.enabled, bool):
+        raise ConfigError(f"controls.sharding.enabled must be true or false, got {sh.enabled!r}")
+    if isinstance(sh.lease_s, bool) or not isinstance(sh.lease_s, int | float) or sh.lease_s < 0:
+        raise ConfigError(f"controls.sharding.lease_s must be a number >= 0, got {sh.lease_s!r}")
+    lease = sh.effective_lease_s(controls.loop.control_period_s)
+    if sh.enabled and lease >= controls.loop.lease_s:
+        raise ConfigError(
+            f"controls.sharding.lease_s ({lease:g} s) must be below controls.loop.lease_s "
+            f"({controls.loop.lease_s:g} s): a dead replica's CPEs must get weights from its "
+            "successor before their agents' lease runs out")
+    if "|" in sh.replica_id:
+        raise ConfigError("controls.sharding.replica_id must not contain '|'")
 
 
 def _loop(raw: dict[str, Any]) -> LoopControls:

@@ -20,7 +20,6 @@ import argparse
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, mediator_lister
 from xapp.adapters.sdl import Restored, SdlStateStore, SdlVersionStore, ricsdl_backend
-from xapp.app.collector import ComponentCollector, E2Counters
+from xapp.app.collector import ComponentCollector, E2Counters, ShardCollector
 from xapp.app.config import ConfigError, ConfigWatcher, Controls, LoadedConfig, load_config
 from xapp.app.endpoints import (
     CPES_PATH,
@@ -47,6 +46,7 @@ from xapp.app.runner import LoopRunner, tune_gc
 from xapp.core.forecast import CapacityEstimator, KpiFrame
 from xapp.core.intake import LatestKpis
 from xapp.core.loop import ControlLoop, LoopSettings
+from xapp.core.ownership import ShardedKpis, ShardFence
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import PolicyBook
 from xapp.core.ports import KpiSource, TelemetrySink, WeightPublisher
@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs n
     )
     from xapp.adapters.mqtt.versions import VersionStore
     from xapp.adapters.rmr import RmrGlue
+    from xapp.app.sharding import ShardManager
     from xapp.model.adaptive import FamilyCalibration
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,10 @@ log = logging.getLogger(__name__)
 STARTUP_GRACE_S = 30.0
 #: How often InfluxDB is probed for /ric/v1/health/ready.
 INFLUX_CHECK_S = 2.0
+#: How often a replica that shares the fleet reads the A1 book from SDL.
+A1_BOOK_SYNC_S = 1.0
+#: Where a replica says which shards it holds (``controls.sharding``).
+SHARDS_PATH = "/ric/v1/shards"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -196,6 +201,16 @@ class XappProcess:
         #: Knows every thread; /ric/v1/health/alive fails when one is dead or stuck.
         self.supervisor = Supervisor()
         controls = config.controls
+        sharding = controls.sharding
+        self.replica_id = sharding.effective_replica_id()
+        # Off: one replica holds every shard for good, and nothing is leased (the former
+        # behaviour).  On: the lease worker grants shards; the publisher and the loop ask.
+        self.fence = ShardFence(sharding.shards, everything=not sharding.enabled)
+        self.shards: ShardManager | None = None
+        self.book_sync: Worker | None = None
+        if sharding.enabled and opts.sdl != "redis":
+            raise RuntimeError("controls.sharding.enabled needs SDL (--sdl redis): the shard "
+                               "leases and the weight versions live there")
         factory = ricsdl_backend if opts.sdl == "redis" else None
         self.state = SdlStateStore(controls.sdl_namespace, factory,
                                 on_error=self.metrics.sdl_errors.inc,
@@ -208,9 +223,20 @@ class XappProcess:
         # Restored instances stay provisional until the mediator confirms them (A1Resync).
         url = controls.a1.mediator_url
         self.resync = A1Resync(self.a1, mediator_lister(url) if url else None)
-        if factory is not None:
-            self.versions: VersionStore = SdlVersionStore(controls.sdl_namespace, factory,
-                                                 floor=self._published_version)
+        if sharding.enabled:
+            from xapp.adapters.shard_leases import RedisVersionStore, redis_from_env
+
+            # Several writers: an atomic maximum, and timeouts (a partition must not hold the
+            # publisher's lock).
+            # The tick waits for it when a CPE needs a new block: a fraction of a shard
+            # lease at most, so a partition costs the replica little of its lease's end.
+            lease_s = sharding.effective_lease_s(controls.loop.control_period_s)
+            self.versions: VersionStore = RedisVersionStore(
+                redis_from_env(timeout_s=min(1.0, max(0.1, lease_s / 4))),
+                controls.sdl_namespace, floor=self._published_version)
+        elif factory is not None:
+            self.versions = SdlVersionStore(controls.sdl_namespace, factory,
+                                            floor=self._published_version)
         else:
             from xapp.adapters.mqtt.versions import MemoryVersionStore
 
@@ -236,10 +262,11 @@ class XappProcess:
             log.warning("SDL not reachable at start (%s); running from memory",
                         self.state.last_error)
         self.state.start()
-        self.components = build_components(self.opts, c, self.versions)
+        self.components = build_components(self.opts, c, self.versions, self.fence,
+                                           self.replica_id)
         comp = self.components
         if c.e2.active:
-            self.e2 = build_e2(self.opts, c, comp)
+            self.e2 = build_e2(self.opts, c, comp, self.fence, self.replica_id)
         e2 = self.e2
         self.metrics.registry.register(ComponentCollector(
             publisher=comp.mqtt_publisher, subscriber=comp.subscriber,
@@ -258,6 +285,7 @@ class XappProcess:
             # Only the MQTT channel knows which agents apply rate caps; without it no set
             # carries caps.
             semantics=comp.subscriber)
+        self._start_shards(c)
         self.runner = LoopRunner(self.loop, on_error=self.metrics.tick_errors.inc)
         self.runner.start()
         for worker in (self.runner, self.state.worker, self.watcher.worker, *comp.workers):
@@ -265,7 +293,8 @@ class XappProcess:
         for name, (healthy, restart) in comp.probes.items():
             self.supervisor.watch(name, healthy, restart)
         views: dict[str, Callable[[], Any]] = {CPES_PATH: self.cpes_view,
-                                               E2_SUBSCRIPTIONS_PATH: self.e2_view}
+                                               E2_SUBSCRIPTIONS_PATH: self.e2_view,
+                                               SHARDS_PATH: self.shards_view}
         posts: dict[str, PostHandler] = {}
         if e2 is not None:
             from xapp.adapters.e2.subscriptions import CALLBACK_PATH
@@ -287,6 +316,106 @@ class XappProcess:
                  self.http.port, "on" if self.rmr is not None else "off",
                  "redis" if self.state.enabled else "memory",
                  self.policy_type.policy_type_id)
+
+    def _start_shards(self, c: Controls) -> None:
+        """The lease worker (sharding on): one round before the first tick, so a replica
+        that starts alone decides from its first tick, then every third of a lease."""
+        manager = None
+        if c.sharding.enabled:
+            from xapp.adapters.shard_leases import ShardLeases, redis_from_env
+            from xapp.app.sharding import ShardManager
+
+            lease_s = c.sharding.effective_lease_s(c.loop.control_period_s)
+            # A round that waits longer than a fifth of the lease is worthless: fail it.
+            client = redis_from_env(timeout_s=max(0.1, lease_s / 5))
+            manager = ShardManager(ShardLeases(client, c.sdl_namespace), self.fence,
+                                   self.replica_id, lease_s=lease_s,
+                                   on_acquired=self._shards_acquired,
+                                   on_released=self._shards_released,
+                                   on_granted=self._shards_granted)
+            try:
+                manager.step()
+            except Exception as exc:
+                log.warning("first shard lease round failed (%s); the worker retries", exc)
+            self.shards = manager
+            self.supervisor.add(manager.start())
+            # A step is one SCAN of the policy keys: a few per second cost Redis nothing.
+            self.book_sync = Worker("mcw-a1-book", self._sync_book, A1_BOOK_SYNC_S,
+                                    deadline_s=30.0)
+            self.supervisor.add(self.book_sync).start()
+            log.info("replica %s shares the fleet: %d shards, leases of %.2f s in %s:*",
+                     self.replica_id, c.sharding.shards, lease_s, c.sdl_namespace)
+        self.metrics.registry.register(ShardCollector(
+            self.replica_id, self.fence.shards, self.fence.held, lambda: self.fence.fenced,
+            None if manager is None else lambda: {"acquisitions": manager.acquisitions,
+                                                  "losses": manager.losses,
+                                                  "live": len(manager.live)}))
+
+    def _sync_book(self) -> None:
+        """Every replica answers A1 (the Service picks one per request) and every replica
+        decides with the same policies: the book in SDL is the fleet's, and each replica
+        follows it, an instance one replica took in reaching the others within a step."""
+        stored = self.state.read_policies()
+        if stored is None:
+            return
+        pending = self.state.pending_policies
+        for iid, inst in stored.items():
+            if self.book.get(iid) != inst:
+                try:
+                    self.book.put(inst)
+                except PolicyError as exc:
+                    log.error("A1 instance %s from SDL does not build: %s", iid, exc)
+                    continue
+                log.info("A1 instance %s taken from SDL (another replica received it)", iid)
+        for inst in self.book.instances():
+            if inst.instance_id not in stored and inst.instance_id not in pending:
+                self.book.remove(inst.instance_id)
+                log.info("A1 instance %s deleted in SDL (by another replica)", inst.instance_id)
+
+    def _shards_acquired(self, shards: frozenset[int]) -> None:
+        """Before the fence grants ``shards``: forget what was cached about their CPEs, so
+        versions start above the previous owner's ceiling and no decision is held against
+        weights another replica has replaced."""
+        fence = self.fence
+
+        def which(cpe_id: str) -> bool:
+            return fence.shard(cpe_id) in shards
+
+        comp = self.components
+        if comp is not None and comp.mqtt_publisher is not None:
+            comp.mqtt_publisher.forget(shards)
+        # The records loaded at start (or written while this replica last held the shard)
+        # would seed the loop's rows of CPEs it has not seen yet with stale weights.
+        self.state.forget_cpes(which)
+        if self.loop is not None:
+            self.loop.forget(which)
+        self._subscribe_shards(acquired=shards)
+
+    def _shards_granted(self, _shards: frozenset[int]) -> None:
+        if self.e2 is not None:
+            # The new shards' E2 nodes are subscribed now, not after a whole poll period.
+            self.e2.worker.wake()
+
+    def _shards_released(self, shards: frozenset[int]) -> None:
+        fence = self.fence
+        # Not written later over the records of the shards' next owner (a replica cut off from
+        # Redis would flush them when it comes back).
+        self.state.forget_cpes(lambda cpe_id: fence.shard(cpe_id) in shards)
+        self._subscribe_shards(released=shards)
+        if self.e2 is not None:
+            self.e2.worker.wake()  # delete the released nodes' subscriptions now
+
+    def _subscribe_shards(self, acquired: frozenset[int] = frozenset(),
+                          released: frozenset[int] = frozenset()) -> None:
+        """Agent state and telemetry of the held shards only (the subscriber's topic
+        filters, when it has them)."""
+        comp = self.components
+        sub = None if comp is None else comp.subscriber
+        if sub is None:
+            return
+        manager = self.shards
+        held = set(() if manager is None else manager.held) | set(acquired)
+        sub.set_shards(frozenset(held - released))
 
     def _start_rmr(self) -> None:
         if self.opts.rmr == "off":
@@ -326,6 +455,8 @@ class XappProcess:
             return max(0.5, (deadline - time.monotonic()) * share)
 
         self.watcher.stop()
+        if self.book_sync is not None:
+            self.book_sync.stop(timeout_s=left(0.1))
         if self.e2 is not None:
             # Unsubscribe first, while the HTTP server and RMR still run.
             self.e2.worker.stop(timeout_s=left(0.2))
@@ -340,6 +471,12 @@ class XappProcess:
                     log.exception("stopping an E2 component failed")
         if self.runner is not None and not self.runner.stop(timeout_s=left(0.3)):
             log.warning("control loop did not finish its tick before the deadline")
+        if self.shards is not None:
+            comp = self.components
+            if comp is not None and comp.mqtt_publisher is not None:
+                comp.mqtt_publisher.flush(min(2.0, left(0.1)))
+            # Hand the shards back now: the others take them at their next round.
+            self.shards.stop(timeout_s=left(0.1))
         if self.rmr is not None:
             self.rmr.stop(timeout_s=left(0.4))
         if self.components is not None:
@@ -362,6 +499,9 @@ class XappProcess:
                                      else not self.rmr_required)
         if self.state.enabled:
             checks["sdl"] = lambda: self.state.connected
+        if self.shards is not None:
+            manager = self.shards
+            checks["shard-leases"] = manager.healthy
         if self.e2 is not None and self.opts.rmr != "off":
             # Indications arrive only through RMR: no decoder is needed (or started) without.
             e2 = self.e2
@@ -400,13 +540,35 @@ class XappProcess:
                 "indications": dict(e2.ingest.counters), "registry_cpes": len(e2.registry)}
 
     def cpes_view(self) -> dict[str, Any]:
-        """``/ric/v1/cpes`` (:func:`xapp.app.endpoints.cpes_document`)."""
+        """``/ric/v1/cpes`` (:func:`xapp.app.endpoints.cpes_document`), each CPE with its
+        shard and whether this replica owns it now (``owner``: this replica's id, or null)."""
         comp = self.components
         sub = None if comp is None else comp.subscriber
         if sub is None:
-            return cpes_document(self.state.cpes(), {}, {}, lambda _down: None)
-        return cpes_document(self.state.cpes(), sub.states(), sub.downlinks(),
-                             sub.downlink_semantics)
+            doc = cpes_document(self.state.cpes(), {}, {}, lambda _down: None)
+        else:
+            doc = cpes_document(self.state.cpes(), sub.states(), sub.downlinks(),
+                                sub.downlink_semantics)
+        fence = self.fence
+        held = fence.held()
+        for cpe_id, entry in doc["cpes"].items():
+            shard = fence.shard(cpe_id)
+            entry["shard"] = shard
+            entry["owner"] = self.replica_id if shard in held else None
+        doc["replica_id"] = self.replica_id
+        return doc
+
+    def shards_view(self) -> dict[str, Any]:
+        """``/ric/v1/shards``: the shards this replica targets, holds and may act for."""
+        if self.shards is None:
+            return {"enabled": False, "replica_id": self.replica_id,
+                    "shards": self.fence.shards, "held": "all"}
+        comp = self.components
+        pub = None if comp is None else comp.mqtt_publisher
+        # On this host's monotonic clock (CLOCK_MONOTONIC): when weights last left, to set
+        # against a lease's end.
+        return {**self.shards.view(),
+                "last_publish_monotonic": None if pub is None else pub.last_sent_monotonic}
 
     def _on_config(self, old: LoadedConfig, new: LoadedConfig) -> None:
         c = new.controls
@@ -418,7 +580,7 @@ class XappProcess:
         except PolicyError as exc:
             log.error("new default_policy refused, the previous one stays: %s", exc)
         restart_only = [name for name in ("influxdb", "mqtt", "model", "sdl_namespace", "a1",
-                                          "e2")
+                                          "e2", "sharding")
                         if _restart_only_changed(old.controls, new.controls, name)]
         if restart_only:
             log.warning("controls %s changed; connections keep their settings until the "
@@ -463,8 +625,8 @@ def _connects(publisher: MqttWeightPublisher | None) -> Callable[[], int] | None
     return lambda: publisher.stats.connects
 
 
-def build_components(opts: RunOptions, controls: Controls,
-                     versions: VersionStore) -> Components:
+def build_components(opts: RunOptions, controls: Controls, versions: VersionStore,
+                     fence: ShardFence | None = None, replica_id: str = "") -> Components:
     """KPI intake, estimator, publisher and sink from the controls (or lab files).
 
     The loop reads KPIs from the in-memory intake (:class:`~xapp.core.intake.LatestKpis`):
@@ -490,10 +652,19 @@ def build_components(opts: RunOptions, controls: Controls,
         from xapp.adapters.influx import InfluxIntake
 
         influx = _influx(controls, checks, stoppers, workers)
-        influx_intake = InfluxIntake.for_period(influx, intake, controls.loop.control_period_s)
+        if fence is not None and not fence.everything:
+            influx.shard_of = fence.shard
+        # Other writers (RAN KPI exporters) do not tag a shard, so the intake filters the rows
+        # it read rather than the query.
+        held = None if fence is None or fence.everything else fence
+        influx_intake = InfluxIntake.for_period(influx, intake, controls.loop.control_period_s,
+                                                accept=None if held is None else held.mask)
         workers.append(influx_intake.start())
         stoppers.insert(0, influx_intake.stop)
         kpis, sink = intake, influx
+    if fence is not None and not fence.everything:
+        # The loop decides only CPEs of the shards held now.
+        kpis = ShardedKpis(kpis, fence)
     publisher: WeightPublisher
     mqtt_publisher: MqttWeightPublisher | None = None
     subscriber: ChannelSubscriber | None = None
@@ -503,7 +674,7 @@ def build_components(opts: RunOptions, controls: Controls,
         publisher = JsonlPublisher(opts.publish_file, versions)
     else:
         mqtt_publisher, subscriber = _mqtt(controls, versions, intake, sink, checks, stoppers,
-                                           workers)
+                                           workers, fence, replica_id)
         # paho's network thread and the publisher's own select loop are not Workers: the
         # supervisor probes them and restarts a dead one within its budget.
         probes["mqtt-publisher"] = (mqtt_publisher.healthy, mqtt_publisher.restart)
@@ -516,7 +687,8 @@ def build_components(opts: RunOptions, controls: Controls,
                       intake=intake)
 
 
-def build_e2(opts: RunOptions, controls: Controls, comp: Components) -> E2Parts:
+def build_e2(opts: RunOptions, controls: Controls, comp: Components,
+             fence: ShardFence | None = None, replica_id: str = "") -> E2Parts:
     """The E2 path (not started): nodes from the R-NIB and/or ``controls.e2.nodes``, the
     subscriber, the book, the CPE registry and the KPM ingest writing into the intake and
     InfluxDB like agent telemetry (:class:`AgentTelemetry`)."""
@@ -526,6 +698,7 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components) -> E2Parts:
     from xapp.adapters.e2.nodes import (
         CombinedNodes,
         NodeSource,
+        OwnedNodes,
         RnibNodes,
         StaticNode,
         StaticNodes,
@@ -559,15 +732,22 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components) -> E2Parts:
         log.warning("controls.e2.rnib needs SDL (--sdl redis); only controls.e2.nodes are used")
     if not sources:
         log.warning("E2 is on but no node source is configured; nothing will be subscribed")
+    nodes: NodeSource = CombinedNodes(sources)
+    if fence is not None and not fence.everything:
+        # Several replicas: each subscribes the nodes of the shards it holds (OwnedNodes).
+        nodes = OwnedNodes(nodes, fence.allows)
     settings = E2SubscribeSettings(
         submgr_url=e.submgr_url, client_host=e.client_host, http_port=e.http_port,
         rmr_port=e.rmr_port, requestor_id=e.requestor_id, match_requestor=e.match_requestor,
         measurements=e.measurements, report_styles=e.report_styles,
         report_period_ms=e.report_period_ms, granularity_ms=e.granularity_ms)
     book = SubscriptionBook(e.requestor_id, match_requestor=e.match_requestor)
-    ids: IdStore = (SdlIdStore(controls.sdl_namespace, ricsdl_backend) if redis
+    sharded = fence is not None and not fence.everything
+    ids: IdStore = (SdlIdStore(controls.sdl_namespace, ricsdl_backend,
+                               key=f"e2/subscriptions/{replica_id}" if sharded
+                               else "e2/subscriptions") if redis
                     else MemoryIdStore())
-    subscriber = E2Subscriber(settings, CombinedNodes(sources), book, ids=ids)
+    subscriber = E2Subscriber(settings, nodes, book, ids=ids)
     # A step reads the nodes and makes a few HTTP calls of at most http_timeout_s each.
     worker = Worker("mcw-e2-subscriptions", subscriber.step, e.poll_period_s,
                     deadline_s=max(60.0, 3 * e.poll_period_s))
@@ -620,8 +800,8 @@ def _influx(controls: Controls, checks: dict[str, Callable[[], bool]],
     # periods (1 s to 10 s).
     timeout_ms = int(min(10.0, max(1.0, 2 * controls.loop.control_period_s)) * 1000)
     # Points this replica writes carry its id, and its InfluxDB intake skips them (they are in
-    # its intake already); the pod name in a RIC.
-    writer = os.environ.get("MCW_REPLICA_ID") or socket.gethostname()
+    # its intake already).
+    writer = controls.sharding.effective_replica_id()
     store = InfluxStore(InfluxConfig(url=i.url, bucket=i.bucket, org=i.org,
                                      token=_read_token(i.token_file), timeout_ms=timeout_ms,
                                      writer=writer))
@@ -647,15 +827,20 @@ def _read_token(path: str) -> str:
 
 def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
           sink: TelemetrySink | None, checks: dict[str, Callable[[], bool]],
-          stoppers: list[Callable[[], object]], workers: list[Worker]
+          stoppers: list[Callable[[], object]], workers: list[Worker],
+          fence: ShardFence | None = None, replica_id: str = ""
           ) -> tuple[MqttWeightPublisher, ChannelSubscriber]:
     from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, MqttWeightPublisher
 
     m = controls.mqtt
-    settings = MqttSettings(host=m.host, port=m.port, client_id=m.client_id, ca_file=m.ca_file,
+    client_id = m.client_id
+    if controls.sharding.enabled:
+        # A broker drops the older of two sessions with one client id: each replica its own.
+        client_id = f"{m.client_id}-{replica_id}"
+    settings = MqttSettings(host=m.host, port=m.port, client_id=client_id, ca_file=m.ca_file,
                             cert_file=m.cert_file, key_file=m.key_file)
     try:
-        publisher = MqttWeightPublisher(settings, versions).start()
+        publisher = MqttWeightPublisher(settings, versions, fence=fence).start()
     except OSError as exc:  # the TLS files come from a Secret; say which one is missing
         raise RuntimeError(f"MQTT TLS material not usable: {exc.strerror or exc} "
                            f"({exc.filename or m.ca_file}); see controls.mqtt.*_file") from exc
@@ -668,7 +853,12 @@ def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
     states = _AgentStateLog()
     subscriber = ChannelSubscriber(
         settings, on_telemetry=AgentTelemetry(intake, sink), on_state=states,
-        on_proxy_state=states.proxy).start()
+        on_proxy_state=states.proxy, shard_count=controls.sharding.shards)
+    if controls.sharding.enabled:
+        # Nothing until the first lease round says which shards are this replica's: each
+        # replica receives its own shards' telemetry and states only.
+        subscriber.set_shards(frozenset())
+    subscriber.start()
     stoppers.append(subscriber.stop)
     # Telemetry reaches the callback in batches, on the subscriber's own worker: supervised
     # with the others (a dead or stuck batcher fails /ric/v1/health/alive).

@@ -129,6 +129,25 @@ class FleetTable:
             self.reason[r] = record.reason
         return r
 
+    def reset(self, rows: NDArray[np.intp]) -> None:
+        """Rows ``rows`` as if their CPEs had never been published or decided (their ids and
+        row numbers stay)."""
+        self.weights[rows] = 0
+        self.present[rows] = False
+        self.usable[rows] = False
+        self.caps[rows] = np.nan
+        self.has[rows] = False
+        self.version[rows] = 0
+        self.published_s[rows] = -np.inf
+        self.aggregate[rows] = 0.0
+        self.decided_s[rows] = np.nan
+        self.unpublished[rows] = False
+        self.applied[rows] = None
+        self.mode[rows] = ""
+        self.source[rows] = ""
+        self.reason[rows] = ""
+        self.follows[rows] = False
+
     def in_force(self, r: int) -> WeightDecision:
         """The decision in force at row ``r`` (as published)."""
         return row_decision(self.wats, self.weights[r], self.present[r], self.usable[r],

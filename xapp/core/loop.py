@@ -65,6 +65,7 @@ from xapp.core.caps import DEFAULT_HEADROOM, caps_moved, rate_caps
 from xapp.core.decisions import ERROR, NO_USABLE, OK, DecideBatch, decide_batch
 from xapp.core.fleet import FleetTable
 from xapp.core.forecast import DIRECTIONS, CapacityEstimator, KpiFrame, expansion
+from xapp.core.ownership import Fenced
 from xapp.core.policy import KNOWN_WATS, Policy
 from xapp.core.policy_book import PolicyResolver
 from xapp.core.ports import (
@@ -117,6 +118,8 @@ class TickReport:
     errors: int = 0
     published: dict[str, int] = field(default_factory=dict)
     publish_errors: int = 0
+    #: CPEs whose weights the publisher fenced (their shard's lease lapsed during the tick).
+    fenced: int = 0
     skipped_rows: dict[str, int] = field(default_factory=dict)
     model_version: str = ""
     duration_s: float = 0.0
@@ -220,6 +223,8 @@ class ControlLoop:
         self._groups: tuple[PolicyResolver, NDArray[np.intp], list[_Group]] | None = None
         self._last_tick_monotonic: float | None = None
         self._lock = threading.Lock()
+        self._forget: list[Callable[[str], bool]] = []
+        self._forget_lock = threading.Lock()
 
     @property
     def fleet(self) -> FleetTable:
@@ -230,6 +235,27 @@ class ControlLoop:
     def last_tick_monotonic(self) -> float | None:
         """``time.monotonic()`` at the end of the last tick that ran (liveness)."""
         return self._last_tick_monotonic
+
+    def forget(self, which: Callable[[str], bool]) -> None:
+        """Before the next tick, drop the decisions in force of the CPEs ``which`` selects.
+
+        For a replica that (re)acquires a shard: another replica may have published for those
+        CPEs since, so what this one remembers is not what the agents have.  Their rows then
+        count as never published: decided and sent at the next tick, without hysteresis against
+        a stale set.  Queued rather than done here so the caller (the lease worker) never waits
+        for a tick."""
+        with self._forget_lock:
+            self._forget.append(which)
+
+    def _apply_forget(self) -> None:
+        with self._forget_lock:
+            pending, self._forget = self._forget, []
+        for which in pending:
+            rows = np.array([r for r, c in enumerate(self.fleet.ids) if which(c)],
+                            dtype=np.intp)
+            if len(rows):
+                for fleet in self.fleets.values():
+                    fleet.reset(rows)
 
     def tick(self, now_s: float) -> TickReport:
         """Run one control period at wall time ``now_s`` (seconds since the epoch)."""
@@ -252,6 +278,8 @@ class ControlLoop:
 
     def _tick(self, now_s: float, report: TickReport) -> None:
         s = self.settings
+        if self._forget:
+            self._apply_forget()
         self._check_reconnect()
         frame = self._directed(self.kpis.latest(now_s, s.kpi_max_age_s))
         report.rows = len(frame)
@@ -577,7 +605,10 @@ class ControlLoop:
         if result.errors:
             for i, cpe_id in enumerate(batch.cpe_ids):
                 error = result.errors.get(cpe_id)
-                if error is not None:
+                if isinstance(error, Fenced):
+                    sent[i] = False
+                    report.fenced += 1
+                elif error is not None:
                     sent[i] = False
                     report.publish_errors += 1
                     log.error("publishing weights of CPE %s failed: %s", cpe_id, error)

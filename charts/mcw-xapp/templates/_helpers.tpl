@@ -244,3 +244,31 @@ a changed Secret): it must be one of its own, not a directory the image or other
 {{- end }}
 {{- $path }}
 {{- end }}
+
+{{/*
+Sharding on: set explicitly, or (null) exactly when more than one replica runs. Two pods
+without leases would both publish every CPE's weights: refused (also by values.schema.json).
+*/}}
+{{- define "mcw-xapp.sharding" -}}
+{{- $on := .Values.sharding.enabled -}}
+{{- if kindIs "invalid" $on -}}
+{{- $on = gt (int .Values.replicaCount) 1 -}}
+{{- end -}}
+{{- if and (not $on) (gt (int .Values.replicaCount) 1) -}}
+{{- fail "replicaCount > 1 needs sharding.enabled (or null): two pods without leases would both publish every CPE" -}}
+{{- end -}}
+{{- ternary "true" "false" $on -}}
+{{- end }}
+
+{{/*
+Deployment strategy: as set, or Recreate for one unsharded pod and RollingUpdate with sharding.
+*/}}
+{{- define "mcw-xapp.updateStrategy" -}}
+{{- if .Values.updateStrategy.type -}}
+{{- .Values.updateStrategy.type -}}
+{{- else if eq (include "mcw-xapp.sharding" .) "true" -}}
+RollingUpdate
+{{- else -}}
+Recreate
+{{- end -}}
+{{- end }}

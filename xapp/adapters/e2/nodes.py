@@ -328,6 +328,21 @@ class CombinedNodes:
         return list(out.values())
 
 
+class OwnedNodes:
+    """The nodes of ``source`` this replica owns (several replicas share the fleet): a node
+    belongs to the replica holding the shard of its inventory name, with that shard's lease
+    (``owns``: :meth:`xapp.core.ownership.ShardFence.allows`).  The subscriber sees a node it
+    no longer owns as gone (its subscription is deleted at submgr) and the new owner's
+    subscriber sees it appear, so each node has one subscription at a time."""
+
+    def __init__(self, source: NodeSource, owns: Callable[[str], bool]) -> None:
+        self._source = source
+        self._owns = owns
+
+    def nodes(self) -> list[E2Node]:
+        return [n for n in self._source.nodes() if self._owns(n.inventory_name)]
+
+
 def node_view(node: E2Node) -> Mapping[str, object]:
     """A node as ``/ric/v1/e2/subscriptions`` shows it."""
     kpm = node.kpm

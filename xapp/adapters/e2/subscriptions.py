@@ -366,13 +366,17 @@ class SdlIdStore:
 
     MAX_IDS = 4096
 
-    def __init__(self, namespace: str, backend_factory: Callable[[], SdlBackendLike]) -> None:
+    def __init__(self, namespace: str, backend_factory: Callable[[], SdlBackendLike],
+                 key: str = SDL_KEY) -> None:
         self.namespace = namespace
+        #: One key per replica when several share the fleet: a replica starting must not
+        #: delete, as left over, the live subscriptions of the others.
+        self.key = key
         self._sdl = LazySdlClient(backend_factory)
 
     def load(self) -> set[str]:
         with self._sdl.use() as sdl:
-            raw = sdl.get(self.namespace, {SDL_KEY}).get(SDL_KEY)
+            raw = sdl.get(self.namespace, {self.key}).get(self.key)
         if raw is None:
             return set()
         try:
@@ -382,12 +386,12 @@ class SdlIdStore:
                 raise ValueError("no 'ids' list")
             return {i for i in ids[: self.MAX_IDS] if isinstance(i, str) and 0 < len(i) <= 256}
         except ValueError as exc:
-            log.error("SDL key %s/%s is unreadable and is ignored: %s", self.namespace, SDL_KEY,
+            log.error("SDL key %s/%s is unreadable and is ignored: %s", self.namespace, self.key,
                       exc)
             return set()
 
     def save(self, ids: set[str]) -> None:
-        data = {SDL_KEY: json.dumps({"ids": sorted(ids)[: self.MAX_IDS]}).encode()}
+        data = {self.key: json.dumps({"ids": sorted(ids)[: self.MAX_IDS]}).encode()}
         with self._sdl.use() as sdl:
             sdl.set(self.namespace, data)
 

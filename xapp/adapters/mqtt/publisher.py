@@ -10,7 +10,14 @@ Delivery rules, and why:
   weights for it replace the queued ones: after an outage each CPE gets its latest weights
   once, not the backlog of every tick. A message that was in flight when the connection
   dropped is sent again after the reconnect, unless newer weights replaced it meanwhile.
-* **Versions only grow**, across restarts: see :mod:`xapp.adapters.mqtt.versions`.
+* **Versions only grow**, across restarts and changes of owner: see
+  :mod:`xapp.adapters.mqtt.versions`. A replica that acquires a shard :meth:`forget`-s its
+  cached version blocks of the shard's CPEs, so it reads the previous owner's ceiling again.
+* **Fenced** (several replicas, :class:`~xapp.core.ownership.ShardFence`): weights of a CPE
+  leave only while this replica holds the CPE's shard with a locally valid lease, checked when
+  a batch is handed over (no version is used for a fenced CPE) and again for every message
+  as it goes onto the wire, so weights that waited in the queue (a slow broker, a reconnect)
+  past the lease are dropped rather than sent late.
 * **Reconnect with exponential backoff** (bounds in
   :class:`~xapp.adapters.mqtt.connection.MqttSettings`), from ``reconnect_min_s`` doubling to
   ``reconnect_max_s``, reset after a successful CONNACK.
@@ -38,6 +45,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from xapp.adapters.mqtt.connection import (
     DISCONNECT,
     DISCONNECT_PACKET,
@@ -61,6 +70,7 @@ from xapp.adapters.mqtt.payloads import (
     weights_topic,
 )
 from xapp.adapters.mqtt.versions import VersionAllocator, VersionStore
+from xapp.core.ownership import Fenced, ShardFence
 from xapp.core.ports import Choice, PublishResult, WeightBatch
 from xapp.core.weights import WeightDecision
 
@@ -91,6 +101,8 @@ class PublisherStats:
     disconnects: int = 0
     #: Messages in flight at a disconnect that were sent again after the reconnect.
     resent: int = 0
+    #: Weights not sent because this replica does not hold the CPE's shard (any more).
+    fenced: int = 0
 
 
 @dataclass
@@ -100,6 +112,8 @@ class _Outgoing:
     #: The PUBLISH packet around its packet identifier (see ``publish_parts``).
     head: bytes
     tail: bytes
+    #: The CPE's shard (-1 without a fence).
+    shard: int = -1
 
 
 @dataclass
@@ -140,6 +154,8 @@ class MqttWeightPublisher:
         Where refused payloads are counted; a new counter when None.
     clock : callable, default=time.time
         Unix time in seconds, for ``issued_at_ms``.
+    fence : ShardFence or None
+        Which CPEs' weights may leave (several replicas); None: every CPE's.
 
     Examples
     --------
@@ -154,7 +170,8 @@ class MqttWeightPublisher:
     def __init__(self, settings: MqttSettings, versions: VersionStore, *,
                  version_block: int = 100, window: int = 1000,
                  drops: DropCounter | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 fence: ShardFence | None = None) -> None:
         if window < 1:
             raise ValueError("window must be >= 1")
         if window > 65535:
@@ -163,6 +180,7 @@ class MqttWeightPublisher:
         self.drops = drops if drops is not None else DropCounter()
         self.stats = PublisherStats()
         self._clock = clock
+        self.fence = None if fence is None or fence.everything else fence
         self._versions = VersionAllocator(versions, block=version_block)
         self._window = window
         self._lock = threading.Lock()
@@ -186,6 +204,9 @@ class MqttWeightPublisher:
         self._awaiting_since: float | None = None
         self._last_heard = time.monotonic()
         self._overdue_logged = False
+        #: ``time.monotonic()`` when weights last went onto the wire (None: never); with
+        #: sharding, when this replica last acted for any shard.
+        self.last_sent_monotonic: float | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -322,6 +343,24 @@ class MqttWeightPublisher:
         """
         if len(batch) == 0:
             return PublishResult()
+        fenced: dict[str, Exception] = {}
+        if self.fence is not None:
+            allowed = self.fence.mask(batch.cpe_ids)
+            if not allowed.all():
+                for i in np.flatnonzero(~allowed).tolist():
+                    fenced[batch.cpe_ids[i]] = Fenced(batch.cpe_ids[i])
+                self._count_fenced(len(fenced))
+                batch = batch.subset(np.flatnonzero(allowed))
+                if len(batch) == 0:
+                    return PublishResult(errors=fenced)
+        if self.fence is not None:
+            # Several replicas: the store is a shared Redis that a partition can take away.
+            # Only the CPEs that need it (a new block, or a shard just acquired) wait for it;
+            # the others keep their weights flowing until their fence lapses.
+            batch, waiting = self._without_store(batch)
+            fenced.update(waiting)
+            if len(batch) == 0:
+                return PublishResult(errors=fenced)
         out = encode_weights_batch(batch, int(self._clock() * 1000), self._take_versions)
         ids = batch.cpe_ids
         for i, exc in out.refused.items():
@@ -332,7 +371,43 @@ class MqttWeightPublisher:
         # network thread never waits long for the lock.
         for start in range(0, len(out.rows), _BATCH_CHUNK):
             self._queue(ids, out, start, start + _BATCH_CHUNK)
-        return out.result(batch)
+        result = out.result(batch)
+        result.errors.update(fenced)
+        return result
+
+    def _without_store(self, batch: WeightBatch) -> tuple[WeightBatch, dict[str, Exception]]:
+        """``batch`` after reserving the versions it needs; when the store fails, without the
+        CPEs that needed it (reported with the store's error)."""
+        try:
+            with self._lock:
+                self._versions.reserve(batch.cpe_ids)
+            return batch, {}
+        except Exception as exc:
+            with self._lock:
+                short = set(self._versions.exhausted(batch.cpe_ids))
+            keep = np.array([i for i, c in enumerate(batch.cpe_ids) if c not in short],
+                            dtype=np.intp)
+            return batch.subset(keep), {c: exc for c in short}
+
+    def _count_fenced(self, n: int) -> None:
+        self.stats.fenced += n
+        if self.fence is not None:
+            self.fence.count_fenced(n)
+
+    def forget(self, shards: Collection[int]) -> None:
+        """Drop what this process cached about the CPEs of ``shards``: their version blocks
+        (the next weights read the stored ceiling again, above whatever another owner sent
+        meanwhile) and their weights still queued (made before the shard changed hands)."""
+        fence = self.fence
+        if fence is None or not shards:
+            return
+        wanted = set(shards)
+        with self._lock:
+            self._versions.forget(lambda c: fence.shard(c) in wanted)
+            st = self._st
+            for queue in (st.ready, st.waiting):
+                for cpe_id in [c for c, m in queue.items() if m.shard in wanted]:
+                    del queue[cpe_id]
 
     def _take_versions(self, cpe_ids: list[str]) -> list[int]:
         with self._lock:
@@ -345,7 +420,8 @@ class MqttWeightPublisher:
                                            out.payloads[start:stop], strict=True):
                 cpe_id = ids[i]
                 head, tail = publish_parts(weights_topic(cpe_id), payload)
-                msg = _Outgoing(cpe_id, version, head, tail)
+                msg = _Outgoing(cpe_id, version, head, tail,
+                                -1 if self.fence is None else self.fence.shard(cpe_id))
                 if cpe_id in st.inflight:
                     if cpe_id in st.waiting:
                         self.stats.coalesced += 1
@@ -480,8 +556,14 @@ class MqttWeightPublisher:
                 return
             pid = self._next_pid
             sent = 0
+            fence = self.fence
+            now = time.monotonic()
             while ready and free > 0:
                 cpe_id, msg = ready.popitem(last=False)
+                if fence is not None and not fence.allows_shard(msg.shard, now):
+                    # The last check before the wire: the lease lapsed while it waited.
+                    self._count_fenced(1)
+                    continue
                 while pid in pids:  # identifiers still in use (at most window of them)
                     pid = pid % 65535 + 1
                 pids[pid] = cpe_id
@@ -494,6 +576,8 @@ class MqttWeightPublisher:
                 sent += 1
             self._next_pid = pid
             self.stats.sent += sent
+            if sent:
+                self.last_sent_monotonic = now
 
     def _acknowledge(self, acks: list[tuple[int, int]]) -> None:
         with self._lock:

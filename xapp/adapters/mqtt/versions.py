@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -147,3 +147,19 @@ class VersionAllocator:
     def last(self, cpe_id: str) -> int:
         """The last version handed out in this process (0 if none)."""
         return self._last.get(cpe_id, 0)
+
+    def exhausted(self, cpe_ids: Collection[str]) -> list[str]:
+        """The CPEs that have no unused version left (or none known): the next version of
+        each needs the store."""
+        return [c for c in cpe_ids if self._last.get(c, 0) >= self._ceiling.get(c, 0)
+                or c not in self._ceiling]
+
+    def forget(self, which: Callable[[str], bool]) -> int:
+        """Drop the cached block of every CPE ``which`` selects, so its next version is read
+        from the store again: another replica may have sent (and stored ceilings) meanwhile.
+        Returns how many were dropped."""
+        gone = [c for c in self._ceiling if which(c)]
+        for c in gone:
+            del self._ceiling[c]
+            self._last.pop(c, None)
+        return len(gone)

@@ -1,0 +1,1 @@
+from tests.support.redis_server import redis  # noqa: F401  (the fixture)
