@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+#: The real servers (broker, redis, influx, influx_db) as fixtures of every test.
+pytest_plugins = ["tests.support.servers"]
+
 #: What in a test module's source puts its tests in a tier (highest first).
 TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("container", ("podman", "systemd-nspawn")),
