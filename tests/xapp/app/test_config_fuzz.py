@@ -18,7 +18,6 @@ from tests.support.paths import REPO
 from xapp.app.config import ConfigError, ConfigWatcher, load_config
 from xapp.schemas import schemas_dir
 
-SCHEMA = json.loads((schemas_dir(None) / "controls.schema.json").read_text())
 REPO_CONFIG = REPO / "config-file.json"
 
 
@@ -51,7 +50,9 @@ def test_fuzz_mutated_shipped_config_loads_or_raises_config_error(data: st.DataO
 
 @settings(max_examples=50, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(from_schema(SCHEMA))
+# deferred: the schema is read when the test runs, not when the module is imported.
+@given(st.deferred(lambda: from_schema(json.loads(
+    (schemas_dir(None) / "controls.schema.json").read_text()))))
 def test_fuzz_schema_valid_controls_load_or_are_refused_with_a_reason(controls: Any) -> None:
     load_bytes(json.dumps({"name": "mcw-xapp", "version": "0.1.0",
                            "controls": controls}).encode())
