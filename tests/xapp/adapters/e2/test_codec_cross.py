@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import asn1tools  # a dev dependency: missing, the tests fail rather than skip
 import pytest
 
 from xapp.adapters.e2 import codec
 from xapp.adapters.e2.asn1 import build
 from xapp.adapters.e2.records import KpmReport, UeId
-
-asn1tools = pytest.importorskip("asn1tools")
 
 UES = (
     UeId(amf_ue_ngap_id=123456789, guami="02f839-81-155-2a", gnb_cu_ue_f1ap_id=9,

@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.paths import SHARED
 from tests.support.redis_server import RedisServer
+from xapp.adapters.e2 import codec
 from xapp.adapters.e2.nodes import (
     MAX_DEFINITION_CHARS,
     CombinedNodes,
@@ -84,7 +85,6 @@ def _write(name: str, status: int, functions: list[tuple[int, int, str, str]],
 
 
 def test_rnib_nodes_with_the_golden_kpm_function(redis: RedisServer) -> None:
-    codec = pytest.importorskip("xapp.adapters.e2.codec", reason="E2 codec not built yet")
     golden = _golden_function()
     _write("gnb_0001", 1, [golden, (3, 1, "1.3.6.1.4.1.53148.1.1.2.3", "00 01")])
     _write("gnb_0002", 2, [golden])  # DISCONNECTED
@@ -115,7 +115,6 @@ def test_rnib_nodes_with_the_golden_kpm_function(redis: RedisServer) -> None:
 
 
 def test_rnib_outage_raises_and_reconnects(redis: RedisServer) -> None:
-    codec = pytest.importorskip("xapp.adapters.e2.codec", reason="E2 codec not built yet")
     _write("gnb_0001", 1, [_golden_function()])
     source = RnibNodes(ricsdl_rnib_backend, codec.decode_ran_function_description)
     try:

@@ -25,6 +25,7 @@ import pytest
 from tests.support.paths import SHARED
 from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
+from xapp.adapters.e2 import codec
 from xapp.adapters.e2.nodes import StaticNode, StaticNodes
 from xapp.adapters.e2.records import E2Node, RicRequestId
 from xapp.adapters.e2.subscriptions import (
@@ -39,8 +40,6 @@ from xapp.adapters.e2.subscriptions import (
 )
 from xapp.app.endpoints import Health, HttpServer
 from xapp.app.metrics import Metrics
-
-codec = pytest.importorskip("xapp.adapters.e2.codec", reason="E2 codec not built yet")
 
 DATA = SHARED / "data" / "e2sim-kpm"
 MEID = "gnb_208_092_0000000a"
