@@ -85,7 +85,8 @@ class StandInSubmgr:
         self.status = 201
         self.notify = True
         #: How long a DELETE takes to answer (a slow or overloaded submgr).
-        self.delete_delay_s = 0.0
+        #: Runs in each DELETE: a test advances its fake clock here to make deletes slow.
+        self.on_delete: Callable[[], None] = lambda: None
         self._n = 0
         self._lock = threading.Lock()
         server = self
@@ -116,7 +117,7 @@ class StandInSubmgr:
                 prefix = "/ric/v1/subscriptions/"
                 if not self.path.startswith(prefix):
                     server.problems.append(f"DELETE on {self.path}")
-                time.sleep(server.delete_delay_s)
+                server.on_delete()
                 server.deletes.append(self.path[len(prefix):])
                 self._answer(204, None)
 
@@ -668,25 +669,28 @@ def test_stop_fits_its_time_and_leaves_the_rest_to_the_next_run(submgr: StandInS
     names = [f"gnb_{i:04d}" for i in range(6)]
     nodes = StaticNodes([StaticNode(n, GOLDEN_FUNCTION, 3) for n in names])
     ids = MemoryIdStore()
-    xapp = Xapp(submgr, nodes, ids=ids)
+    now = [0.0]
+    xapp = Xapp(submgr, nodes, ids=ids, clock=lambda: now[0])
     try:
         xapp.sub.step()
         assert wait_until(lambda: set(xapp.sub.states()) == {"active"}, timeout_s=5)
         made = {n["subscription"]["id"] for n in xapp.sub.view()["nodes"].values()}
         assert len(made) == 6
-        submgr.delete_delay_s = 0.3
-        started = time.monotonic()
+
+        def slow_delete() -> None:  # each delete takes 0.3 s of the subscriber's clock
+            now[0] += 0.3
+
+        submgr.on_delete = slow_delete
         xapp.sub.stop(timeout_s=0.7)
-        took = time.monotonic() - started
-        # Requests start only before the deadline: 3 of 0.3 s each, at most one beyond it.
-        assert 0.6 <= took < 0.7 + 0.3 + 0.25, took
-        assert 2 <= len(submgr.deletes) <= 4, submgr.deletes
+        # Requests start only before the deadline: at 0, 0.3 and 0.6 s, none at 0.9 s.
+        assert len(submgr.deletes) == 3, submgr.deletes
+        assert now[0] == pytest.approx(0.9)
         left = made - set(submgr.deletes)
-        assert xapp.sub.counts()["delete_deferred"] == len(left)
+        assert xapp.sub.counts()["delete_deferred"] == len(left) == 3
         assert ids.load() == left  # still listed, for the next start to delete
     finally:
         xapp.close()
-    submgr.delete_delay_s = 0.0
+    submgr.on_delete = lambda: None
     again = Xapp(submgr, StaticNodes([]), ids=ids)
     try:
         again.sub.step()
