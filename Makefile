@@ -24,7 +24,10 @@ HELM_VERSION    := v3.16.4
 demo: deps-python
 	$(VENV)/bin/mcw demo --out out/demo
 
-test: deps lint test-python test-agent
+# The Python suite and the Go agent's tests run side by side (both mostly wait: on servers, on
+# rate-limited links in namespaces); --output-sync prints each one's output whole when it ends.
+test: deps lint
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-python test-agent
 
 # E2E_AGENTS dry-run Go agents, one per CPE (each is a process: 300 want more than 2 cores).
 E2E_AGENTS ?= 50
@@ -116,12 +119,18 @@ lint: deps-python
 	$(VENV)/bin/mypy
 	@if [ -f kernel-agent/go.mod ]; then cd kernel-agent && go vet ./...; fi
 
+# pytest-xdist workers: waiting on servers dominates, so more workers than the 2 cores here win
+# (docs/design.md, "Tests"); PYTEST_WORKERS=0 runs the suite serially in one process.
+# --dist loadfile: a module's tests stay on one worker, in order (the full stack, the image and
+# the booted machine are module fixtures, and some tests build on the one before).
+PYTEST_WORKERS ?= 4
+
 test-python: deps
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The in-process tier only (tests/conftest.py): no server, no namespace, no image.
 test-unit: deps-python
-	$(VENV)/bin/pytest -q -m unit
+	$(VENV)/bin/pytest -q -m unit -n $(PYTEST_WORKERS) --dist loadfile
 
 test-agent: agent
 	@if [ -f kernel-agent/go.mod ]; then cd kernel-agent && go test -race -count=1 ./... && ./fuzz.sh 50000; fi

@@ -298,7 +298,7 @@ def test_a_killed_process_is_seen_counted_and_replaced(started: list[DecoderProc
     assert d.processes_started == 2
     d.offer((payload, NODE))
     assert wait_until(lambda: ingest.counters["received"] == handled + 1, timeout_s=30)
-    assert ingest.counters["accepted"] == handled + 1
+    assert ingest.counters["accepted"] == handled + 1, ingest.counters
 
 
 def test_a_hung_process_is_stuck_then_killed_and_replaced(
