@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// The same vectors are in tests/engine/test_shards.py: agent and xApp must
+// The same vectors are in tests/xapp/core/test_shards.py: agent and xApp must
 // put a CPE in the same shard.
 func TestShardOf(t *testing.T) {
 	for _, tt := range []struct {

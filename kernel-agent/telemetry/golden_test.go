@@ -16,7 +16,7 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/telemetry.golden.json")
 
 // TestTelemetryGolden pins the JSON the agent publishes for one aggregated
-// sample. The xApp's tests (tests/channel/test_subscriber.py) validate the
+// sample. The xApp's tests (tests/xapp/adapters/mqtt/test_subscriber.py) validate the
 // same file against schemas/mqtt-telemetry.schema.json and map it into
 // KpiFrame columns, so a field renamed on one side fails on the other.
 // Rewrite with `go test ./telemetry -run Golden -update`.

@@ -46,7 +46,6 @@ pytestmark = pytest.mark.slow
 CPES = ["cpe-0001", "cpe-0002", "cpe-0003"]
 #: The CPE whose agent is the real Go binary (its KPIs also get the agent's telemetry).
 AGENT_CPE = "cpe-0003"
-WEIGHTS_SCHEMA = json.loads((REPO / "schemas" / "mqtt-weights.schema.json").read_text())
 
 
 def _missing() -> str | None:
@@ -135,7 +134,8 @@ def test_weights_follow_kpis_and_validate(stack: Stack) -> None:
     cpe = Cpe(stack, "cpe-0001")
     try:
         first = cpe.wait(lambda d: True)
-        validator = Draft202012Validator(WEIGHTS_SCHEMA)
+        validator = Draft202012Validator(
+            json.loads((REPO / "schemas" / "mqtt-weights.schema.json").read_text()))
         assert cpe.client.on(cpe.topic)[0].retain or len(cpe.docs()) > 0
         for doc in cpe.docs():
             validator.validate(doc)

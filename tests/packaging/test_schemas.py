@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import json
 import re
+from functools import cache
 from typing import Any
 
 import jsonschema
@@ -117,8 +118,10 @@ _policy_docs = st.fixed_dictionaries({}, optional={
 })
 
 
-# Module-level, not a fixture: hypothesis would print the validator's (huge) repr on failure.
-_A1 = jsonschema.Draft7Validator(load_json(POLICY_TYPE)["create_schema"])
+# A function, not a fixture: hypothesis would print the validator's (huge) repr on failure.
+@cache
+def a1_create_schema() -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(load_json(POLICY_TYPE)["create_schema"])
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -126,15 +129,15 @@ _A1 = jsonschema.Draft7Validator(load_json(POLICY_TYPE)["create_schema"])
 def test_schema_and_policy_record_agree(doc: dict[str, Any]) -> None:
     """Whatever the mediator lets through the xApp accepts, up to the cross-field rules, and
     whatever the xApp accepts the mediator lets through."""
-    a1_validator = _A1
-    schema_ok = a1_validator.is_valid(doc)
+    a1 = a1_create_schema()
+    schema_ok = a1.is_valid(doc)
     try:
         Policy.from_dict(doc)
     except PolicyError as exc:
         if schema_ok:
             assert any(rule in str(exc) for rule in CROSS_FIELD), str(exc)
     else:
-        assert schema_ok, sorted(e.message for e in a1_validator.iter_errors(doc))
+        assert schema_ok, sorted(e.message for e in a1.iter_errors(doc))
 
 
 @settings(max_examples=100, deadline=None)
@@ -144,7 +147,7 @@ def test_policy_record_serialises_into_the_schema(doc: dict[str, Any]) -> None:
         policy = Policy.from_dict(doc)
     except PolicyError:
         return
-    assert _A1.is_valid(policy.to_dict())
+    assert a1_create_schema().is_valid(policy.to_dict())
 
 
 def test_controls_default_policy_uses_the_a1_keys(policy_type: dict[str, Any]) -> None:
@@ -214,6 +217,6 @@ def test_policy_examples_in_the_install_guide_are_valid() -> None:
                                                  guide, flags=re.DOTALL)]
     assert len(bodies) >= 2
     for body in bodies:
-        assert _A1.is_valid(body), body
+        assert a1_create_schema().is_valid(body), body
         Policy.from_dict({k: v for k, v in body.items() if k != "scope"})
     assert "A1-P/v2/policytypes/20100\" -d @schemas/a1-policy-type-20100.json" in guide

@@ -103,7 +103,7 @@ class InfluxServer:
         self.query(f"CREATE DATABASE {name}")
         return replace(self, database=name)
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: float = 60.0) -> None:
         """Start influxd (if stopped) and wait until /ping answers."""
         if self.proc is not None and self.proc.poll() is None:
             return

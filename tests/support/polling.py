@@ -3,6 +3,8 @@ stopping a server process."""
 
 from __future__ import annotations
 
+import os
+import random
 import socket
 import subprocess
 import time
@@ -13,9 +15,44 @@ from collections.abc import Callable
 _HANDED_OUT: set[int] = set()
 
 
+def _worker_slot() -> tuple[int, int]:
+    """This pytest-xdist worker's index and the number of workers ((0, 1) when serial)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if worker.startswith("gw") and worker[2:].isdigit() and count > 1:
+        return int(worker[2:]) % count, count
+    return 0, 1
+
+
+#: Under pytest-xdist, the ports below the kernel's ephemeral range (32768-60999 here) cut into
+#: one block per worker.
+_XDIST_PORTS = range(20000, 32768)
+#: Its own generator: hypothesis fails a test whose example uses the global ``random``.
+_RANDOM = random.Random()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago and that this process has not been
-    given before."""
+    given before.
+
+    Under pytest-xdist each worker takes ports from its own block (tried by binding them):
+    another worker's probe may release a port a moment before its server binds it, and a port
+    the kernel picks (bind to port 0) could be handed to two workers in between."""
+    index, count = _worker_slot()
+    if count > 1:
+        size = len(_XDIST_PORTS) // count
+        block = range(_XDIST_PORTS.start + index * size, _XDIST_PORTS.start + (index + 1) * size)
+        for port in _RANDOM.sample(block, len(block)):
+            if port in _HANDED_OUT:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _HANDED_OUT.add(port)
+            return port
+        raise RuntimeError(f"no free port left in {block}")
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))

@@ -18,11 +18,8 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-
-import pytest
 
 from tests.support.polling import free_port, stop_process
 
@@ -108,17 +105,3 @@ class RedisServer:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-
-@pytest.fixture
-def redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServer]:
-    """A redis-server of the test's own; ricsdl (DBAAS_SERVICE_*) points at it.
-
-    A fixture: a conftest imports it to offer it to its tests."""
-    if redis_binary() is None:
-        pytest.skip("redis-server is not installed")
-    with RedisServer(tmp_path / "redis") as server:
-        for key, value in server.dbaas_env().items():
-            monkeypatch.setenv(key, value)
-        for key in ("DBAAS_SERVICE_SENTINEL_PORT", "DBAAS_MASTER_NAME", "DBAAS_NODE_COUNT"):
-            monkeypatch.delenv(key, raising=False)
-        yield server

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.paths import REPO
 from twin.sysctl_backend import (
     CWND_LIMITED_PATH,
     SCHEDULER_PATH,
@@ -20,14 +21,19 @@ from twin.sysctl_backend import (
     port_to_kernel,
 )
 
-VECTORS = Path(__file__).resolve().parents[2] / "schemas/testdata/wrr-sysctl-vectors.json"
+VECTORS = REPO / "schemas/testdata/wrr-sysctl-vectors.json"
 
 
 def _vectors() -> list[dict[str, Any]]:
     return list(json.loads(VECTORS.read_text())["vectors"])
 
 
-@pytest.mark.parametrize("vector", _vectors(), ids=lambda v: v["text"][:24])
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # The vectors are read when the tests are collected, not when the module is imported.
+    if "vector" in metafunc.fixturenames:
+        metafunc.parametrize("vector", _vectors(), ids=lambda v: v["text"][:24])
+
+
 def test_shared_vectors(vector: dict[str, Any]) -> None:
     tuples = [WrrTuple(**t) for t in vector["tuples"]]
     assert format_weights(tuples) == vector["text"]

@@ -8,20 +8,32 @@ encoder, so the two languages agree on both the list and its text.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from functools import cache
 from typing import Any
 
 import pytest
 
+from tests.support.paths import REPO
 from twin.sysctl_backend import WrrTuple, format_weights
 
-VECTORS = Path(__file__).resolve().parents[2] / "schemas/testdata/wrr-proxy-vectors.json"
-DOC: dict[str, Any] = json.loads(VECTORS.read_text())
+VECTORS = REPO / "schemas/testdata/wrr-proxy-vectors.json"
+
+
+@cache
+def vectors() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(VECTORS.read_text())
+    return doc
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # The steps are read when the tests are collected, not when the module is imported.
+    if "step" in metafunc.fixturenames:
+        metafunc.parametrize("step", vectors()["steps"], ids=lambda s: s["name"][:40])
 
 
 def _rules(cpes: list[dict[str, Any]], max_tuples: int) -> tuple[list[WrrTuple], dict[str, str]]:
     """The list as the vectors' description states it (CPEs in id order, WATs in wat_order)."""
-    order = DOC["wat_order"]
+    order = vectors()["wat_order"]
     tuples: list[WrrTuple] = []
     left_out: dict[str, str] = {}
     owner: dict[str, str] = {}
@@ -45,16 +57,16 @@ def _rules(cpes: list[dict[str, Any]], max_tuples: int) -> tuple[list[WrrTuple],
     return tuples, left_out
 
 
-@pytest.mark.parametrize("step", DOC["steps"], ids=lambda s: s["name"][:40])
 def test_proxy_step(step: dict[str, Any]) -> None:
-    tuples, left_out = _rules(step["cpes"], DOC["max_tuples"])
+    tuples, left_out = _rules(step["cpes"], vectors()["max_tuples"])
     assert tuples == [WrrTuple(**t) for t in step["tuples"]]
     assert left_out == step["not_applied"]
     assert (format_weights(tuples) if tuples else "") == step["text"]
 
 
 def test_steps_cover_the_cases() -> None:
-    reasons = {r for s in DOC["steps"] for r in s["not_applied"].values()}
+    doc = vectors()
+    reasons = {r for s in doc["steps"] for r in s["not_applied"].values()}
     assert reasons == {"bound", "address"}
-    assert DOC["steps"][-1]["text"] == ""  # every CPE left: empty list
-    assert all(len(s["tuples"]) <= DOC["max_tuples"] for s in DOC["steps"])
+    assert doc["steps"][-1]["text"] == ""  # every CPE left: empty list
+    assert all(len(s["tuples"]) <= doc["max_tuples"] for s in doc["steps"])

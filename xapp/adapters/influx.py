@@ -153,7 +153,7 @@ def escape_tag(value: str) -> str | None:
     drops the point and counts it rather than store a different identity.  Tags cannot be empty
     in InfluxDB: an empty value is written as an absent tag, which reads back as empty.
     Everything else (quotes, commas, equals signs, spaces, tabs, carriage returns, any unicode)
-    round-trips; ``tests/telemetry/test_influx_errors.py`` proves it against a real influxd.
+    round-trips; ``tests/xapp/adapters/test_influx_errors.py`` proves it against a real influxd.
     """
     if not value:
         return ""

@@ -43,7 +43,10 @@ class LoopRunner(Worker):
     """
 
     def __init__(self, loop: ControlLoop, clock: Callable[[], float] = time.time,
-                 on_error: Callable[[], None] | None = None) -> None:
+                 on_error: Callable[[], None] | None = None, *,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        # ``clock`` stamps the ticks (wall time, as the KPIs are); ``monotonic`` schedules them
+        # and times the deadline, so a test can run a hung tick past it without waiting.
         self.loop = loop
 
         def period() -> float:
@@ -51,4 +54,5 @@ class LoopRunner(Worker):
 
         super().__init__("mcw-loop", lambda: loop.tick(clock()), period,
                          deadline_s=lambda: max(TICK_DEADLINE_FLOOR_S, 2 * period()),
-                         on_error=None if on_error is None else (lambda _exc: on_error()))
+                         on_error=None if on_error is None else (lambda _exc: on_error()),
+                         clock=monotonic)

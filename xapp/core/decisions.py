@@ -2,7 +2,7 @@
 
 :func:`xapp.core.weights.decide` is the readable reference for one CPE; :func:`decide_batch`
 gives the same weights, usability, aggregate, ``changed`` flag and reason for an array of CPEs
-that share one policy (the property tests in ``tests/engine/test_decisions.py`` compare the two
+that share one policy (the property tests in ``tests/xapp/core/test_decisions.py`` compare the two
 row by row).  Load balancing without share limits, ``fixed_split`` and ``active_standby`` are
 vectorised; a policy with share limits or ``latency_bound`` (per-CPE candidate sets) runs the
 reference per CPE, which is exact and fast enough for the few CPEs operators scope such policies

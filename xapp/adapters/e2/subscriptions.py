@@ -845,7 +845,7 @@ class E2Subscriber:
         the client's timeout), starting none after ``timeout_s``: what is not deleted stays in
         SDL for the next run to delete, so a stop with many slow nodes still fits its grace
         period (overrunning it by one request at most)."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        deadline = None if timeout_s is None else self._clock() + timeout_s
         with self._lock:
             subs = [s for s in self._subs.values() if s.subscription_id is not None]
             ids = [self._forget(s) for s in subs]
@@ -855,7 +855,7 @@ class E2Subscriber:
             self._stale = (self._stale or set()) | set(ids)
         self.book.clear()
         for done, sid in enumerate(ids):
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and self._clock() >= deadline:
                 self._count("delete_deferred", len(ids) - done)
                 log.warning("E2: no time left to delete %d subscriptions; the next start deletes "
                             "them", len(ids) - done)

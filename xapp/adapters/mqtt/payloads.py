@@ -22,8 +22,8 @@ Validation engine: the schema files are checked against the 2020-12 meta-schema 
 ``jsonschema`` when loaded, and documents are validated with ``jsonschema-rs`` (compiled Rust).
 The reason is the fleet: ``jsonschema`` takes about 200 µs per document here, so one tick of
 10,000 weights plus 10,000 telemetry messages a second would cost four seconds of CPU per
-second; ``jsonschema-rs`` takes about 1 µs. ``tests/channel/test_payloads.py`` runs every case
-through both engines and requires them to agree.
+second; ``jsonschema-rs`` takes about 1 µs. ``tests/xapp/adapters/mqtt/test_payloads.py`` runs
+every case through both engines and requires them to agree.
 """
 
 from __future__ import annotations
@@ -298,7 +298,7 @@ def encode_weights_batch(batch: WeightBatch, issued_at_ms: int,
     (per direction: weights 0..255 with one above 0, known WATs and mode; lease 1..3600 s, the
     cpe_id pattern, versions and times below 2^53), and each message is written from a fixed
     template in sorted key order: byte-identical to :func:`encode` of the document, which
-    validates against the schema (``tests/channel/test_payloads.py`` checks both,
+    validates against the schema (``tests/xapp/adapters/mqtt/test_payloads.py`` checks both,
     property-based, against the reference validator).  Rows that may not be sent (either
     direction invalid) are refused and take no version; ``take_versions`` is called once with
     the cpe_ids of the others, in order.

@@ -1,1 +1,0 @@
-from tests.support.redis_server import redis  # noqa: F401  (the fixture)

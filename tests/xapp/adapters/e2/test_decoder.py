@@ -1,0 +1,408 @@
+"""The E2 decoder process (issue 21): E2AP + KPM decoded in a child process, the answers
+applied in this one; the queue in front of it bounded, its drops counted by reason, the
+process supervised (a killed or hung one is seen, counted and replaced).
+
+Every test starts real decoder processes (``python -c ... main()``, about 0.3 s each).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.polling import wait_until
+from xapp.adapters.a1 import A1Handler, PolicyType
+from xapp.adapters.e2 import codec
+from xapp.adapters.e2.decoder import (
+    BookCopy,
+    Decoded,
+    DecoderProcess,
+    IndicationDecoder,
+    WireError,
+    decode_decoded,
+    encode_decoded,
+)
+from xapp.adapters.e2.ingest import KpmIngest
+from xapp.adapters.e2.records import (
+    ActiveSubscription,
+    KpmIndication,
+    KpmReport,
+    RicIndication,
+    RicRequestId,
+    UeId,
+)
+from xapp.adapters.e2.registry import CpeRegistry
+from xapp.adapters.e2.subscriptions import SubscriptionBook
+from xapp.adapters.lab import LoopbackGlue
+from xapp.app.collector import ComponentCollector, E2Counters
+from xapp.core.forecast import KpiFrame
+from xapp.core.policy_book import PolicyBook
+from xapp.core.workers import Supervisor, WorkerState
+
+NODE = "gnb_208_092_0000000a"
+CELL = "02f839-00000000a"
+REQUEST = RicRequestId(123, 7)
+FUNCTION = 2
+A1_POLICY_REQ, RIC_INDICATION = 20010, 12050
+
+
+def ue(i: int) -> UeId:
+    return UeId(amf_ue_ngap_id=100 + i, guami="02f839-1-2-3", gnb_cu_ue_f1ap_id=i,
+                ran_ue_id=f"{0xA000_0000 + i:016x}")
+
+
+def indication(ues: int = 3, *, dialect: str = "v3", request: RicRequestId = REQUEST) -> bytes:
+    reports = [KpmReport({"DRB.UEThpDl": 10_000.0 + i, "DRB.UEThpUl": 2_000.5,
+                          "RRU.PrbUsedDl": 20.0, "RRU.PrbAvailDl": 100.0}, ue=ue(i))
+               for i in range(ues)]
+    header = codec.encode_kpm_indication_header(1_700_000_000_000, 3, sender_name="gnb-t")
+    message = codec.encode_kpm_indication_message(reports, 3, granularity_ms=1000,
+                                                  dialect=dialect)
+    return codec.encode_ric_indication(RicIndication(request, FUNCTION, 1, 1, "report",
+                                                     header, message))
+
+
+class Frames:
+    def __init__(self) -> None:
+        self.frames: list[KpiFrame] = []
+
+    def __call__(self, frame: KpiFrame) -> None:
+        self.frames.append(frame)
+
+
+class Ingest(KpmIngest):
+    book: SubscriptionBook
+
+
+def make_ingest(ues: int = 3, dialect: str = "v3") -> tuple[Ingest, Frames]:
+    book = SubscriptionBook(REQUEST.requestor)
+    book.add(ActiveSubscription("sub-1", NODE, REQUEST, FUNCTION, 3, 4, dialect=dialect))
+    registry = CpeRegistry()
+    for i in range(ues):
+        registry.add(f"cpe-{i}", ue(i).keys()[:1], CELL)
+    sink = Frames()
+    return Ingest(book, registry, sink), sink
+
+
+@pytest.fixture
+def started() -> Iterator[list[DecoderProcess]]:
+    made: list[DecoderProcess] = []
+    yield made
+    for d in made:
+        d.stop(timeout_s=5)
+
+
+def start(made: list[DecoderProcess], ingest: KpmIngest, **kwargs: Any) -> DecoderProcess:
+    d = DecoderProcess(ingest, **kwargs)
+    made.append(d)
+    d.start()
+    assert wait_until(d.healthy, timeout_s=30), d.status()
+    return d
+
+
+def rows(frames: list[KpiFrame]) -> list[tuple[str, str, dict[str, float]]]:
+    out = []
+    for f in frames:
+        assert f.direction is not None
+        for i in range(len(f)):
+            out.append((str(f.cpe[i]), str(f.direction[i]),
+                        {k: float(v[i]) for k, v in sorted(f.values.items())
+                         if not math.isnan(v[i])}))
+    return out
+
+
+# --- the wire ------------------------------------------------------------------------------------
+
+
+def test_an_answer_crosses_the_wire_as_it_was() -> None:
+    ingest, _ = make_ingest()
+    d = ingest.decoder.decode(indication(), NODE)
+    assert d.outcome == "decoded" and d.kpm is not None and d.check == "checked"
+    assert decode_decoded(encode_decoded(d)) == d
+    for refused in (Decoded("refused_e2ap", "not APER", meid=None),
+                    Decoded("refused_kpm", "x", REQUEST, FUNCTION, NODE, NODE, None, "v3",
+                            "skipped")):
+        assert decode_decoded(encode_decoded(refused)) == refused
+    # Cell-level reports, values that are not integers, a UE with only some ids.
+    kpm = KpmIndication(3, 1, None, 1000, None, (
+        KpmReport({"RRU.PrbTotDl": 12.5}, cell=CELL),
+        KpmReport({"L1M.SS-RSRP": -101.25}, ue=UeId(gnb_cu_ue_f1ap_id=4))), "flexric-v2")
+    d = Decoded("decoded", "", REQUEST, FUNCTION, NODE, NODE, kpm, None, "")
+    assert decode_decoded(encode_decoded(d)) == d
+
+
+@pytest.mark.parametrize("doc", [
+    b"", b"[", b"{}", b'"decoded"',
+    b'["decoded","",[123,7],2,"n","n",null,"",null]',  # decoded without the indication
+    b'["pwned","",null,null,null,"",null,"",null]',  # an outcome nobody counts
+    b'["refused_kpm","",null,null,null,"","v9","",null]',  # a dialect that does not exist
+    b'["refused_kpm","",null,null,null,"",null,"maybe",null]',
+    b'["decoded","",[123,"7"],2,"n","n",null,"",[3,3,null,null,null,"v3",[]]]',
+    b'["decoded","",[123,7],2,"n","n",null,"",[3,3,null,null,null,"v3",'
+    b'[[{"a":NaN},null,null]]]]',
+    b'["decoded","",[123,7],2,"n","n",null,"",[3,3,null,null,null,"v3",'
+    b'[[{"a":Infinity},null,null]]]]',
+    b'["decoded","",[123,7],2,"n","n",null,"",[3,3,null,null,null,"v3",'
+    b'[[{"a":"1"},null,null]]]]',
+    b'["decoded","",[123,7],2,"n","n",null,"",[3,3,null,null,null,"v3",'
+    b'[[{"a":1},[1,2,3,4,5],null]]]]',  # a GUAMI that is a number
+    b'["decoded","",[123,7],2,"n","n",null,"",[3,3,null,null,null,"v3",'
+    b'[[{"a":1},[1,null,true,null,null],null]]]]',
+    b'["decoded","",[123,7],2,"n","n",null,"",[3,3,null,null,null,"v3",[[{"a":1},null]]]]',
+    b"[" * 100_000,
+])
+def test_a_malformed_answer_is_refused_as_such(doc: bytes) -> None:
+    with pytest.raises(WireError):
+        decode_decoded(doc)
+
+
+def test_the_book_copy_decides_as_the_book_does() -> None:
+    book = SubscriptionBook(REQUEST.requestor)
+    book.add(ActiveSubscription("sub-1", NODE, REQUEST, FUNCTION, 3, 4,
+                                measurement_ids={1: "DRB.UEThpDl"}, dialect="flexric-v3",
+                                measurements=("DRB.UEThpDl", "RRU.PrbTotDl")))
+    book.remember_dialect(NODE, FUNCTION, "flexric-v3")
+    copy = BookCopy()
+    copy.load(json.loads(json.dumps(book.decode_view())))
+    assert copy.version == book.version
+    for request in (REQUEST, RicRequestId(999, 7), RicRequestId(123, 8)):
+        want, got = book.peek(request, FUNCTION), copy.peek(request, FUNCTION)
+        assert (want is None) == (got is None)
+    sub = copy.peek(REQUEST, FUNCTION)
+    assert sub is not None
+    assert (sub.subscription_id, sub.node, sub.kpm_version, sub.dialect, sub.measurement_ids,
+            sub.measurements) == ("sub-1", NODE, 3, "flexric-v3", {1: "DRB.UEThpDl"},
+                                  ("DRB.UEThpDl", "RRU.PrbTotDl"))
+    assert copy.dialect(NODE, FUNCTION) == "flexric-v3"
+    # Every change of what decoding needs moves the version (the copy is sent again).
+    v = book.version
+    book.remember_dialect(NODE, FUNCTION, "flexric-v3")
+    assert book.version == v  # no change
+    book.remember_dialect(NODE, FUNCTION, "v3")
+    book.remove_subscription("sub-1")
+    assert book.version == v + 2
+    unmatched = SubscriptionBook(REQUEST.requestor, match_requestor=False)
+    unmatched.add(ActiveSubscription("sub-1", NODE, REQUEST, FUNCTION, 3, 1))
+    copy.load(unmatched.decode_view())
+    assert copy.peek(RicRequestId(999, 7), FUNCTION) is not None
+
+
+# --- the process ----------------------------------------------------------------------------------
+
+
+def test_the_process_gives_what_decoding_here_gives(started: list[DecoderProcess]) -> None:
+    """Same rows, counters and dialect bookkeeping as ``KpmIngest.handle`` in this thread,
+    for a FlexRIC node first taken for a standard v3 one (detected in the process, remembered
+    in the main process's book), and for every kind of refusal."""
+    payloads = [(indication(3, dialect="flexric-v3"), NODE)] * 3 + [
+        (b"", NODE), (b"\x00garbage", NODE),
+        (indication(1, request=RicRequestId(123, 99)), NODE),  # no such subscription
+        (indication(1), "gnb-other"),  # another node's meid
+        (codec.encode_ric_indication(RicIndication(REQUEST, FUNCTION, 1, 1, "report",
+                                                   b"\x01\x02", b"\x03")), NODE),
+    ]
+    here, here_sink = make_ingest()
+    for payload, meid in payloads:
+        here.handle(payload, meid)
+    there, there_sink = make_ingest()
+    d = start(started, there)
+    for item in payloads:
+        assert d.offer(item)
+    assert wait_until(lambda: there.counters["received"] == len(payloads), timeout_s=30), \
+        there.counters
+    assert there.counters == here.counters
+    assert there.counters["decoded_flexric-v3"] == 3 and there.counters["dialect_checks"] == 2
+    assert there.counters["accepted"] == 3 and there.counters["refused_kpm"] == 1
+    assert rows(there_sink.frames) == rows(here_sink.frames)
+    assert there.book.dialect(NODE, FUNCTION) == "flexric-v3"
+    assert there.book.indications(REQUEST.instance, FUNCTION) == \
+        here.book.indications(REQUEST.instance, FUNCTION) == 5
+    assert there.book.misses == here.book.misses == 1
+    assert (d.accepted, d.dropped, d.pending()) == (len(payloads), 0, 0)
+
+
+def test_the_book_copy_follows_the_book(started: list[DecoderProcess]) -> None:
+    ingest, _ = make_ingest()
+    d = start(started, ingest)
+    d.offer((indication(), NODE))
+    assert wait_until(lambda: ingest.counters["accepted"] == 1, timeout_s=30)
+    ingest.book.remove_subscription("sub-1")
+    d.offer((indication(), NODE))
+    assert wait_until(lambda: ingest.counters["refused_unknown_subscription"] == 1,
+                      timeout_s=30)
+    ingest.book.add(ActiveSubscription("sub-2", NODE, RicRequestId(123, 8), FUNCTION, 3, 4))
+    d.offer((indication(request=RicRequestId(123, 8)), NODE))
+    assert wait_until(lambda: ingest.counters["accepted"] == 2, timeout_s=30)
+
+
+def test_an_oversized_payload_is_refused_by_its_size_not_shipped_whole(
+        started: list[DecoderProcess]) -> None:
+    ingest, _ = make_ingest()
+    ingest.max_payload = 4096
+    d = start(started, ingest)
+    d.offer((b"\x00" * 100_000, NODE))
+    d.offer((indication(), NODE))
+    assert wait_until(lambda: ingest.counters["received"] == 2, timeout_s=30)
+    assert ingest.counters["refused_too_large"] == 1 and ingest.counters["accepted"] == 1
+
+
+def test_a_full_queue_drops_and_counts_with_its_reason() -> None:
+    ingest, _ = make_ingest()
+    d = DecoderProcess(ingest, maxsize=2)  # not started: nothing takes from the queue
+    assert [d.offer((b"x", NODE)) for _ in range(5)] == [True, True, False, False, False]
+    assert d.drops == {"queue_full": 3, "decoder_down": 0, "decoder_lost": 0}
+    st = d.status()
+    assert (st.state, st.queued, st.dropped) == (WorkerState.NOT_STARTED, 2, 3)
+    collector = ComponentCollector(e2=E2Counters(
+        states=dict, subscriber=dict, indications=dict, unmatched=lambda: 0,
+        dropped=lambda: dict(d.drops)))
+    metrics = {(s.name, s.labels.get("reason")): s.value for m in collector.collect()
+               for s in m.samples}
+    assert metrics[("mcw_e2_indications_dropped_total", "queue_full")] == 3
+    with pytest.raises(ValueError):
+        DecoderProcess(ingest, maxsize=0)
+
+
+def test_a_killed_process_is_seen_counted_and_replaced(started: list[DecoderProcess]) -> None:
+    ingest, _ = make_ingest(100)
+    d = start(started, ingest)
+    supervisor = Supervisor()
+    for worker in d.workers():
+        supervisor.add(worker)
+    child = d._child
+    assert child is not None
+    payload = indication(100)
+    for _ in range(20):
+        d.offer((payload, NODE))
+    assert wait_until(lambda: child.sent > 2, timeout_s=30)
+    os.kill(child.pid, signal.SIGKILL)
+    assert wait_until(lambda: d.status().state is WorkerState.DEAD, timeout_s=10)
+    assert not d.healthy()
+    # What it held is lost, what came after finds no process: both counted, nothing hangs.
+    assert wait_until(lambda: d.pending() == 0, timeout_s=10)
+    handled = ingest.counters["received"]
+    assert handled + d.drops["decoder_lost"] + d.drops["decoder_down"] == 20
+    assert d.drops["decoder_lost"] >= 1
+    statuses = {st.name: st for st in supervisor.check()}  # restarts it
+    assert statuses["mcw-e2-decoder"].restarts == 1
+    assert wait_until(d.healthy, timeout_s=30)
+    assert d._child is not None and d._child.pid != child.pid
+    assert d.processes_started == 2
+    d.offer((payload, NODE))
+    assert wait_until(lambda: ingest.counters["received"] == handled + 1, timeout_s=30)
+    assert ingest.counters["accepted"] == handled + 1, ingest.counters
+
+
+def test_a_hung_process_is_stuck_then_killed_and_replaced(
+        started: list[DecoderProcess]) -> None:
+    ingest, _ = make_ingest()
+    d = start(started, ingest, decode_deadline_s=0.5)
+    supervisor = Supervisor()
+    for worker in d.workers():
+        supervisor.add(worker)
+    child = d._child
+    assert child is not None
+    os.kill(child.pid, signal.SIGSTOP)  # hangs as an endless decode would
+    try:
+        d.offer((indication(), NODE))
+        seen: list[WorkerState] = []
+
+        def stuck_then_dead() -> bool:
+            seen.append(d.status().state)
+            return seen[-1] is WorkerState.DEAD
+
+        assert wait_until(stuck_then_dead, timeout_s=10, step_s=0.02)
+        assert WorkerState.STUCK in seen or d.processes_killed == 1
+        assert d.processes_killed == 1 and d.drops["decoder_lost"] == 1
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # killed, and reaped
+            os.kill(child.pid, signal.SIGCONT)
+    supervisor.check()
+    assert wait_until(d.healthy, timeout_s=30)
+    d.offer((indication(), NODE))
+    assert wait_until(lambda: ingest.counters["accepted"] == 1, timeout_s=30)
+
+
+def test_stop_ends_the_process_and_both_threads(started: list[DecoderProcess]) -> None:
+    ingest, _ = make_ingest()
+    d = start(started, ingest)
+    child = d._child
+    assert child is not None
+    assert d.stop(timeout_s=5)
+    assert child.process.poll() is not None
+    assert d.status().state is WorkerState.STOPPED and not d.healthy()
+    assert not any(t.name.startswith("mcw-e2-decoder") for t in threading.enumerate())
+
+
+def test_the_glue_hands_indications_to_the_process_and_answers_a1_meanwhile(
+        started: list[DecoderProcess]) -> None:
+    policy_type = PolicyType.load()
+    ingest, sink = make_ingest(100)
+    d = DecoderProcess(ingest)
+    started.append(d)
+    glue = LoopbackGlue(A1Handler(PolicyBook(), policy_type, "t"), lambda: True,
+                        indications=d)
+    glue.start_handlers()
+    try:
+        assert glue.e2_worker is d
+        assert {w.name for w in glue.workers()} >= {"mcw-a1", "mcw-e2-decoder",
+                                                    "mcw-e2-decoder-feed"}
+        assert wait_until(d.healthy, timeout_s=30)
+        payload = indication(100)
+        for i in range(5):
+            glue.send(RIC_INDICATION, payload, f"ind-{i}", meid=NODE.encode())
+        req = json.dumps({"operation": "CREATE", "policy_type_id": 20100,
+                          "policy_instance_id": "p1", "payload": {}}).encode()
+        sent = glue.send(A1_POLICY_REQ, req, "a1")
+        at, _, body = glue.answer("a1")
+        assert json.loads(body)["status"] == "OK" and at - sent < 0.5
+        assert wait_until(lambda: ingest.counters["accepted"] == 5, timeout_s=30)
+        assert len(rows(sink.frames)) == 5 * 100 * 2  # dl and ul rows of 100 CPEs
+    finally:
+        for worker in glue.workers():
+            worker.stop(timeout_s=2)
+    with pytest.raises(ValueError):
+        LoopbackGlue(A1Handler(PolicyBook(), policy_type, "t"), lambda: True,
+                     indications=d, on_indication=ingest.handle)
+
+
+def test_the_decoding_half_never_raises() -> None:
+    class Broken:
+        def peek(self, request: RicRequestId, ran_function_id: int) -> ActiveSubscription:
+            raise RuntimeError("boom")
+
+        def dialect(self, node: str, ran_function_id: int) -> str | None:
+            return None
+
+        def remember_dialect(self, node: str, ran_function_id: int, dialect: str) -> None:
+            pass
+
+    d = IndicationDecoder(Broken()).decode(indication(), NODE)
+    assert (d.outcome, d.detail) == ("internal_errors", "RuntimeError: boom")
+    ingest, _ = make_ingest()
+    ingest.apply(d)
+    assert ingest.counters["internal_errors"] == 1 and ingest.counters["received"] == 1
+
+
+def test_a_book_larger_than_an_indication_reaches_the_process(
+        started: list[DecoderProcess]) -> None:
+    """The book's copy is the main process's data, not bounded by the indication limit."""
+    ingest, _ = make_ingest()
+    ingest.max_payload = 4096
+    names = tuple(f"Vendor.Measurement{i:04d}" for i in range(300))
+    for instance in range(100, 140):  # ~270 KB of view, 65 times the indication limit
+        ingest.book.add(ActiveSubscription(f"sub-{instance}", NODE, RicRequestId(123, instance),
+                                           FUNCTION, 3, 1, measurements=names))
+    assert len(json.dumps(ingest.book.decode_view())) > 50 * ingest.max_payload
+    d = start(started, ingest)
+    d.offer((indication(), NODE))
+    assert wait_until(lambda: ingest.counters["accepted"] == 1, timeout_s=30), ingest.counters
+    assert d.processes_started == 1 and d.dropped == 0

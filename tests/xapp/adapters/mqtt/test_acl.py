@@ -1,0 +1,516 @@
+"""The shipped ACL and mTLS settings, enforced by a real Mosquitto."""
+
+from __future__ import annotations
+
+import signal
+import ssl
+import subprocess
+import time
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from tests.support.mosquitto import (
+    BROKER_DIR,
+    MosquittoBroker,
+    Pki,
+    connect_client,
+    make_pki,
+    mosquitto_binary,
+)
+from tests.xapp.adapters.mqtt.conftest import SERVED
+from xapp.adapters.mqtt import shard_filter, shard_topic
+from xapp.core.shards import shard_of
+
+NOT_AUTHORISED = 0x87
+QUIET_S = 0.5  # how long "nothing arrives" is watched, after a positive control arrived
+
+
+def test_cpe_reads_its_own_weights_only(broker: MosquittoBroker) -> None:
+    xapp = connect_client(broker, "mcw-xapp")
+    spy = connect_client(broker, "cpe-0002")
+    try:
+        spy.subscribe("mcw/v1/cpe/cpe-0001/weights")
+        spy.subscribe("mcw/v1/cpe/#")
+        spy.subscribe("mcw/v1/cpe/+/state")
+        assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"for-0001", retain=True) < 0x80
+        assert xapp.publish("mcw/v1/cpe/cpe-0002/weights", b"for-0002", retain=True) < 0x80
+        # Positive control: its own weights do arrive, through the wildcard subscription.
+        assert spy.wait_for(lambda: bool(spy.on("mcw/v1/cpe/cpe-0002/weights")))
+        time.sleep(QUIET_S)
+        assert {m.topic for m in spy.messages} == {"mcw/v1/cpe/cpe-0002/weights"}
+        # Retained weights of another CPE are refused to a late subscriber too.
+        late = connect_client(broker, "cpe-0003")
+        try:
+            late.subscribe("mcw/v1/cpe/cpe-0001/weights")
+            late.subscribe("mcw/v1/cpe/cpe-0003/weights")
+            assert xapp.publish("mcw/v1/cpe/cpe-0003/weights", b"for-0003") < 0x80
+            assert late.wait_for(lambda: bool(late.on("mcw/v1/cpe/cpe-0003/weights")))
+            time.sleep(QUIET_S)
+            assert [m.topic for m in late.messages] == ["mcw/v1/cpe/cpe-0003/weights"]
+        finally:
+            late.close()
+    finally:
+        spy.close()
+        xapp.close()
+
+
+@pytest.mark.parametrize("topic", [
+    "mcw/v1/cpe/cpe-0001/weights",   # another CPE's weights
+    "mcw/v1/cpe/cpe-0002/weights",   # its own weights: only the xApp writes weights
+    "mcw/v1/cpe/cpe-0001/state",     # another CPE's state
+    "mcw/v1/cpe/cpe-0001/telemetry",
+])
+def test_cpe_cannot_publish_outside_its_grant(broker: MosquittoBroker, topic: str) -> None:
+    victim = connect_client(broker, "cpe-0001")
+    xapp = connect_client(broker, "mcw-xapp")
+    evil = connect_client(broker, "cpe-0002")
+    try:
+        victim.subscribe("mcw/v1/cpe/cpe-0001/weights")
+        xapp.subscribe("mcw/v1/cpe/+/state")
+        xapp.subscribe("mcw/v1/cpe/+/telemetry")
+        assert evil.publish(topic, b"forged", retain=True) == NOT_AUTHORISED
+        # Positive control on the same connections: legitimate traffic flows.
+        assert evil.publish("mcw/v1/cpe/cpe-0002/state", b"legit") < 0x80
+        assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"legit") < 0x80
+        assert xapp.wait_for(lambda: bool(xapp.on("mcw/v1/cpe/cpe-0002/state")))
+        assert victim.wait_for(lambda: bool(victim.messages))
+        time.sleep(QUIET_S)
+        everything = victim.messages + xapp.messages
+        assert all(m.payload != b"forged" for m in everything)
+        # And nothing forged was retained for a later reader either.
+        reader = connect_client(broker, "mcw-xapp", client_id="late-reader")
+        try:
+            reader.subscribe("mcw/v1/cpe/+/state")
+            time.sleep(QUIET_S)
+            assert all(m.payload != b"forged" for m in reader.messages)
+        finally:
+            reader.close()
+    finally:
+        for c in (victim, xapp, evil):
+            c.close()
+
+
+def test_xapp_cannot_impersonate_an_agent(broker: MosquittoBroker) -> None:
+    xapp = connect_client(broker, "mcw-xapp")
+    try:
+        assert xapp.publish("mcw/v1/cpe/cpe-0001/state", b"{}") == NOT_AUTHORISED
+        assert xapp.publish("elsewhere", b"{}") == NOT_AUTHORISED
+        # The CPE patterns would grant its own CN's CPE topics without the stanza's deny.
+        assert xapp.publish("mcw/v1/cpe/mcw-xapp/state", b"{}") == NOT_AUTHORISED
+        assert xapp.publish("mcw/v1/cpe/mcw-xapp/telemetry", b"{}") == NOT_AUTHORISED
+        assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"{}") < 0x80
+    finally:
+        xapp.close()
+
+
+@pytest.mark.parametrize("name", [None, "rogue"])
+def test_client_without_a_trusted_certificate_is_refused(broker: MosquittoBroker,
+                                                         name: str | None) -> None:
+    # With TLS 1.3 the client may finish its side of the handshake before the server
+    # rejects the certificate, so refusal shows as an SSL error or as a connection that
+    # never gets a CONNACK.
+    try:
+        client = connect_client(broker, name, wait=False)
+    except (ssl.SSLError, OSError):
+        return
+    try:
+        assert not client.wait_for(lambda: client.connect_rc is not None, timeout_s=2.0)
+    finally:
+        client.close()
+    assert "certificate" in broker.log()
+
+
+# --- the proxy role: grants generated by broker/make-acl.sh -------------------------------------
+# proxy-0001 serves cpe-0001 and cpe-0002, proxy-0002 serves cpe-0003; cpe-0004 has no proxy.
+def cpe_traffic(broker: MosquittoBroker) -> None:
+    """Retained weights (from the xApp) and states (from each CPE) for cpe-0001..cpe-0004."""
+    xapp = connect_client(broker, "mcw-xapp", client_id="traffic-xapp")
+    try:
+        for i in range(1, 5):
+            cpe = f"cpe-{i:04d}"
+            assert xapp.publish(f"mcw/v1/cpe/{cpe}/weights", f"w-{cpe}", retain=True) < 0x80
+            agent = connect_client(broker, cpe, client_id=f"traffic-{cpe}")
+            try:
+                assert agent.publish(f"mcw/v1/cpe/{cpe}/state", f"s-{cpe}", retain=True) < 0x80
+                agent.publish(f"mcw/v1/cpe/{cpe}/telemetry", f"t-{cpe}", qos=0)
+            finally:
+                agent.close()
+    finally:
+        xapp.close()
+
+
+def expected_for(proxy: str) -> set[str]:
+    return {f"mcw/v1/cpe/{cpe}/{kind}" for cpe in SERVED[proxy] for kind in ("weights", "state")}
+
+
+PROXY_SPY_FILTERS = (
+    "mcw/v1/cpe/#",                      # everything of every CPE
+    "mcw/v1/cpe/cpe-0003/weights",       # another proxy's CPE, by name
+    "mcw/v1/cpe/cpe-0003/state",
+    "mcw/v1/cpe/cpe-0004/state",         # a CPE no proxy serves
+    "mcw/v1/cpe/+/telemetry",
+    "mcw/v1/proxy/#",                    # other proxies' reports
+    "#",
+)
+
+
+def test_proxy_reads_the_weights_and_state_of_its_cpes_only(
+        proxy_broker: MosquittoBroker) -> None:
+    live = connect_client(proxy_broker, "proxy-0001", client_id="proxy-live")
+    other = connect_client(proxy_broker, "proxy-0002", client_id="proxy-other")
+    try:
+        for f in PROXY_SPY_FILTERS:
+            live.subscribe(f)
+        # Delivered while connected.
+        cpe_traffic(proxy_broker)
+        assert other.publish("mcw/v1/proxy/proxy-0002/cpe/cpe-0003/state", b"p2") < 0x80
+        assert live.wait_for(lambda: {m.topic for m in live.messages} >= expected_for("proxy-0001"))
+        time.sleep(QUIET_S)
+        assert {m.topic for m in live.messages} == expected_for("proxy-0001")
+        # Retained, to a proxy that subscribes after the fact (a proxy agent's restart).
+        late = connect_client(proxy_broker, "proxy-0001", client_id="proxy-late")
+        try:
+            for f in PROXY_SPY_FILTERS:
+                late.subscribe(f)
+            assert late.wait_for(
+                lambda: {m.topic for m in late.messages} >= expected_for("proxy-0001"))
+            time.sleep(QUIET_S)
+            assert {m.topic for m in late.messages} == expected_for("proxy-0001")
+            assert all(m.retain for m in late.messages)
+        finally:
+            late.close()
+        # The other proxy gets its own CPE and nothing of proxy-0001's.
+        other.subscribe("mcw/v1/cpe/#")
+        assert other.wait_for(
+            lambda: {m.topic for m in other.messages} >= expected_for("proxy-0002"))
+        time.sleep(QUIET_S)
+        assert {m.topic for m in other.messages} == expected_for("proxy-0002")
+    finally:
+        live.close()
+        other.close()
+
+
+def test_proxy_writes_its_own_topics_and_the_xapp_reads_them(
+        proxy_broker: MosquittoBroker) -> None:
+    xapp = connect_client(proxy_broker, "mcw-xapp")
+    proxy = connect_client(proxy_broker, "proxy-0001")
+    try:
+        xapp.subscribe("mcw/v1/proxy/#")
+        own = ["mcw/v1/proxy/proxy-0001/state",
+               "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state",
+               "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/telemetry",
+               "mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state",
+               "mcw/v1/proxy/proxy-0001/cpe/cpe-0002/telemetry"]
+        for topic in own:
+            assert proxy.publish(topic, b"ok", retain=topic.endswith("state")) < 0x80, topic
+        # Clearing a served CPE's state (empty retained message) is a write like any other.
+        assert proxy.publish("mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state", b"", retain=True) < 0x80
+        assert xapp.wait_for(lambda: {m.topic for m in xapp.messages} == set(own))
+        # A late xApp replica gets the retained proxy reports; the cleared one is gone.
+        replica = connect_client(proxy_broker, "mcw-xapp", client_id="xapp-replica")
+        try:
+            replica.subscribe("mcw/v1/proxy/+/state")
+            replica.subscribe("mcw/v1/proxy/+/cpe/+/state")
+            assert replica.wait_for(lambda: len(replica.messages) >= 2)
+            time.sleep(QUIET_S)
+            assert {m.topic for m in replica.messages} == {
+                "mcw/v1/proxy/proxy-0001/state", "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"}
+        finally:
+            replica.close()
+    finally:
+        proxy.close()
+        xapp.close()
+
+
+@pytest.mark.parametrize("topic", [
+    "mcw/v1/proxy/proxy-0002/state",                   # another proxy's state
+    "mcw/v1/proxy/proxy-0002/cpe/cpe-0003/state",      # another proxy's CPE report
+    "mcw/v1/proxy/proxy-0002/cpe/cpe-0003/telemetry",
+    "mcw/v1/proxy/proxy-0001/cpe/cpe-0003/state",      # a CPE it does not serve
+    "mcw/v1/proxy/proxy-0001/cpe/cpe-0004/telemetry",
+    "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/weights",    # not a proxy topic
+    "mcw/v1/proxy/proxy-0001",
+    "mcw/v1/cpe/cpe-0001/weights",                     # a served CPE's weights
+    "mcw/v1/cpe/cpe-0001/state",                       # a served CPE's state
+    "mcw/v1/cpe/cpe-0001/telemetry",
+    "mcw/v1/cpe/cpe-0003/weights",
+])
+def test_proxy_cannot_publish_outside_its_grant(proxy_broker: MosquittoBroker,
+                                                topic: str) -> None:
+    xapp = connect_client(proxy_broker, "mcw-xapp")
+    victim = connect_client(proxy_broker, "cpe-0001")
+    proxy = connect_client(proxy_broker, "proxy-0001")
+    try:
+        xapp.subscribe("mcw/v1/proxy/#")
+        xapp.subscribe("mcw/v1/cpe/+/state")
+        xapp.subscribe("mcw/v1/cpe/+/telemetry")
+        victim.subscribe("mcw/v1/cpe/cpe-0001/weights")
+        assert proxy.publish(topic, b"forged", retain=True) == NOT_AUTHORISED
+        # Positive control on the same connections.
+        assert proxy.publish("mcw/v1/proxy/proxy-0001/state", b"legit") < 0x80
+        assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"legit") < 0x80
+        assert xapp.wait_for(lambda: bool(xapp.on("mcw/v1/proxy/proxy-0001/state")))
+        assert victim.wait_for(lambda: bool(victim.messages))
+        time.sleep(QUIET_S)
+        assert all(m.payload != b"forged" for m in xapp.messages + victim.messages)
+    finally:
+        for c in (xapp, victim, proxy):
+            c.close()
+
+
+@pytest.mark.parametrize("topic", [
+    "mcw/v1/cpe/proxy-0001/state",
+    "mcw/v1/cpe/proxy-0001/telemetry",
+    "mcw/v1/cpe/cpe-0001/state",
+])
+def test_proxy_cannot_publish_as_a_cpe(proxy_broker: MosquittoBroker, topic: str) -> None:
+    """The CPE patterns name %u, so without a deny the proxy's certificate could report as a
+    CPE called after itself; the xApp subscribes to mcw/v1/cpe/+/state and would take it."""
+    xapp = connect_client(proxy_broker, "mcw-xapp")
+    proxy = connect_client(proxy_broker, "proxy-0001")
+    try:
+        xapp.subscribe("mcw/v1/cpe/#")
+        xapp.subscribe("mcw/v1/proxy/#")
+        assert proxy.publish(topic, b"as-a-cpe") == NOT_AUTHORISED
+        # Positive control on the same connections.
+        assert proxy.publish("mcw/v1/proxy/proxy-0001/state", b"legit") < 0x80
+        assert xapp.wait_for(lambda: bool(xapp.on("mcw/v1/proxy/proxy-0001/state")))
+        time.sleep(QUIET_S)
+        assert xapp.on(topic) == []
+    finally:
+        proxy.close()
+        xapp.close()
+
+
+@pytest.mark.parametrize("topic", [
+    "mcw/v1/proxy/proxy-0001/state",
+    "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state",
+    "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/telemetry",
+    "mcw/v1/proxy/cpe-0001/state",                     # a "proxy" named after itself
+    "mcw/v1/proxy/cpe-0001/cpe/cpe-0001/state",
+    "mcw/v1/proxy/cpe-0001/cpe/cpe-0001/telemetry",
+])
+def test_cpe_cannot_act_as_a_proxy(proxy_broker: MosquittoBroker, topic: str) -> None:
+    xapp = connect_client(proxy_broker, "mcw-xapp")
+    cpe = connect_client(proxy_broker, "cpe-0001")
+    try:
+        xapp.subscribe("mcw/v1/proxy/#")
+        xapp.subscribe("mcw/v1/cpe/+/state")
+        assert cpe.publish(topic, b"forged", retain=True) == NOT_AUTHORISED
+        assert cpe.publish("mcw/v1/cpe/cpe-0001/state", b"legit") < 0x80
+        assert xapp.wait_for(lambda: bool(xapp.on("mcw/v1/cpe/cpe-0001/state")))
+        time.sleep(QUIET_S)
+        assert xapp.on(topic) == []
+    finally:
+        cpe.close()
+        xapp.close()
+
+
+def test_cpe_reads_no_proxy_topic_and_no_other_cpe_state(proxy_broker: MosquittoBroker) -> None:
+    spy = connect_client(proxy_broker, "cpe-0002")
+    proxy = connect_client(proxy_broker, "proxy-0001")
+    try:
+        for f in ("mcw/v1/proxy/#", "mcw/v1/cpe/+/state", "mcw/v1/cpe/cpe-0001/state", "#"):
+            spy.subscribe(f)
+        cpe_traffic(proxy_broker)
+        for topic in ("mcw/v1/proxy/proxy-0001/state",
+                      "mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state",
+                      "mcw/v1/proxy/proxy-0001/cpe/cpe-0002/telemetry"):
+            assert proxy.publish(topic, b"report", retain=topic.endswith("state")) < 0x80
+        # Positive control: its own weights arrive; nothing else does, not even the reports
+        # of the proxy that serves it.
+        assert spy.wait_for(lambda: bool(spy.on("mcw/v1/cpe/cpe-0002/weights")))
+        time.sleep(QUIET_S)
+        assert {m.topic for m in spy.messages} == {"mcw/v1/cpe/cpe-0002/weights"}
+    finally:
+        proxy.close()
+        spy.close()
+
+
+def test_changed_proxy_grants_apply_on_reload(pki: Pki, tmp_path: Path) -> None:
+    """A CPE moving to another proxy: rewrite the ACL, SIGHUP, the old grant is gone for
+    connected and new clients alike, the new one works; no broker restart."""
+    if mosquitto_binary() is None:
+        pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
+
+    def write_acl(*args: str) -> None:
+        acl.write_text(subprocess.run(["bash", str(BROKER_DIR / "make-acl.sh"), *args],
+                                      capture_output=True, text=True, check=True).stdout)
+
+    make_pki(pki.root, n_cpes=4, n_proxies=1)
+    acl = tmp_path / "acl"
+    write_acl("proxy-0001:cpe-0001")
+    with MosquittoBroker(pki, tmp_path / "broker", acl=acl) as b:
+        xapp = connect_client(b, "mcw-xapp")
+        proxy = connect_client(b, "proxy-0001")
+        try:
+            proxy.subscribe("mcw/v1/cpe/#")
+            assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"1-before") < 0x80
+            assert xapp.publish("mcw/v1/cpe/cpe-0002/weights", b"2-before", retain=True) < 0x80
+            assert proxy.wait_for(lambda: bool(proxy.messages))
+            assert proxy.publish("mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state", b"x") == \
+                NOT_AUTHORISED
+
+            write_acl("proxy-0001:cpe-0002")
+            assert b.proc is not None
+            b.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 5
+            while "Reloading config" not in b.log() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert "Reloading config" in b.log()
+
+            # The connected proxy: cpe-0001 is no longer delivered, cpe-0002 now is.
+            assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"1-after") < 0x80
+            assert xapp.publish("mcw/v1/cpe/cpe-0002/weights", b"2-after", retain=True) < 0x80
+            assert proxy.wait_for(lambda: any(m.payload == b"2-after" for m in proxy.messages))
+            time.sleep(QUIET_S)
+            assert [m.payload for m in proxy.messages] == [b"1-before", b"2-after"]
+            assert proxy.publish("mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state", b"x") < 0x80
+            assert proxy.publish("mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state", b"x") == \
+                NOT_AUTHORISED
+            # A new connection gets the new grant's retained weights only.
+            late = connect_client(b, "proxy-0001", client_id="proxy-after-reload")
+            try:
+                late.subscribe("mcw/v1/cpe/#")
+                assert late.wait_for(lambda: bool(late.messages))
+                time.sleep(QUIET_S)
+                assert [(m.topic, m.payload) for m in late.messages] == [
+                    ("mcw/v1/cpe/cpe-0002/weights", b"2-after")]
+            finally:
+                late.close()
+        finally:
+            proxy.close()
+            xapp.close()
+
+
+# --- the sharded topics: mcw/v1/s/{shard}/... -----------------------------------------------
+# The ACL grants the shard level as a wildcard next to %u (the xApp checks the shard); these
+# check that mosquitto's pattern matching does with it what broker/acl says.
+
+
+def sharded(cpe: str, kind: Literal["state", "telemetry"] = "state",
+            proxy: str | None = None) -> str:
+    return shard_topic(cpe, kind, proxy_id=proxy)
+
+
+@pytest.mark.parametrize(("topic", "allowed"), [
+    (sharded("cpe-0001"), True),                         # its own, in its shard
+    (sharded("cpe-0001", "telemetry"), True),
+    ("mcw/v1/s/3/cpe/cpe-0001/state", True),             # its own id, another shard: the
+                                                         # xApp drops it (shard-mismatch)
+    (sharded("cpe-0002"), False),                        # another CPE's, in that CPE's shard
+    ("mcw/v1/s/47/cpe/cpe-0002/state", False),           # another CPE's, in its own shard
+    ("mcw/v1/s/1/2/cpe/cpe-0001/state", False),          # '+' is one level, not two
+    ("mcw/v1/s/cpe/cpe-0001/state", False),
+    (sharded("cpe-0001", proxy="cpe-0001"), False),      # a "proxy" named after itself
+    (sharded("cpe-0001", proxy="proxy-0001"), False),    # its proxy's topic
+])
+def test_cpe_writes_its_own_sharded_topics_only(proxy_broker: MosquittoBroker, topic: str,
+                                                allowed: bool) -> None:
+    xapp = connect_client(proxy_broker, "mcw-xapp")
+    cpe = connect_client(proxy_broker, "cpe-0001")
+    try:
+        xapp.subscribe("mcw/v1/s/#")
+        rc = cpe.publish(topic, b"x")
+        assert (rc < 0x80) if allowed else rc == NOT_AUTHORISED
+        assert cpe.publish(sharded("cpe-0001"), b"legit") < 0x80  # positive control
+        assert xapp.wait_for(lambda: bool(xapp.on(sharded("cpe-0001"))))
+        time.sleep(QUIET_S)
+        assert bool(xapp.on(topic)) == allowed
+    finally:
+        cpe.close()
+        xapp.close()
+
+
+def test_one_shard_subscription_gets_that_shard_only(proxy_broker: MosquittoBroker) -> None:
+    shards = {cpe: shard_of(cpe) for cpe in ("cpe-0001", "cpe-0002", "cpe-0003", "cpe-0004")}
+    assert len(set(shards.values())) == 4
+    replica = connect_client(proxy_broker, "mcw-xapp")
+    try:
+        mine = shards["cpe-0001"]
+        replica.subscribe(shard_filter(mine, "state"))
+        replica.subscribe(shard_filter(mine, "telemetry"))
+        replica.subscribe(shard_filter(mine, "state", proxy=True))
+        proxy = connect_client(proxy_broker, "proxy-0001", client_id="p1")
+        try:
+            for cpe in ("cpe-0001", "cpe-0002"):
+                assert proxy.publish(sharded(cpe, proxy="proxy-0001"), b"dl") < 0x80
+        finally:
+            proxy.close()
+        for cpe in shards:
+            agent = connect_client(proxy_broker, cpe, client_id=f"a-{cpe}")
+            try:
+                assert agent.publish(sharded(cpe), b"s", retain=True) < 0x80
+                assert agent.publish(sharded(cpe, "telemetry"), b"t") < 0x80
+            finally:
+                agent.close()
+        want = {sharded("cpe-0001"), sharded("cpe-0001", "telemetry"),
+                sharded("cpe-0001", proxy="proxy-0001")}
+        assert replica.wait_for(lambda: {m.topic for m in replica.messages} >= want)
+        time.sleep(QUIET_S)
+        assert {m.topic for m in replica.messages} == want
+    finally:
+        replica.close()
+    # Retained states of the shard arrive to a replica that takes it later.
+    late = connect_client(proxy_broker, "mcw-xapp", client_id="late-replica")
+    try:
+        late.subscribe(shard_filter(shards["cpe-0003"], "state"))
+        assert late.wait_for(lambda: bool(late.messages))
+        time.sleep(QUIET_S)
+        assert [(m.topic, m.retain) for m in late.messages] == [(sharded("cpe-0003"), True)]
+    finally:
+        late.close()
+
+
+@pytest.mark.parametrize(("who", "topic"), [
+    ("proxy-0001", sharded("cpe-0003", proxy="proxy-0001")),   # a CPE it does not serve
+    ("proxy-0001", sharded("cpe-0001", proxy="proxy-0002")),   # as another proxy
+    ("proxy-0001", "mcw/v1/s/5/cpe/proxy-0001/state"),         # as a CPE named after itself
+    ("proxy-0001", sharded("cpe-0001")),                        # as a CPE it serves
+    ("mcw-xapp", "mcw/v1/s/5/cpe/mcw-xapp/state"),             # the xApp as a CPE
+    ("mcw-xapp", sharded("cpe-0001")),
+    ("mcw-xapp", sharded("cpe-0001", proxy="proxy-0001")),
+])
+def test_sharded_topics_refuse_impersonation(proxy_broker: MosquittoBroker, who: str,
+                                             topic: str) -> None:
+    reader = connect_client(proxy_broker, "mcw-xapp", client_id="reader")
+    speaker = connect_client(proxy_broker, who)
+    try:
+        reader.subscribe("mcw/v1/s/#")
+        assert speaker.publish(topic, b"forged", retain=True) == NOT_AUTHORISED
+        proxy = connect_client(proxy_broker, "proxy-0001", client_id="control")
+        try:  # positive control: the proxy's own per-CPE report flows
+            assert proxy.publish(sharded("cpe-0002", proxy="proxy-0001"), b"legit") < 0x80
+        finally:
+            proxy.close()
+        assert reader.wait_for(lambda: bool(reader.on(sharded("cpe-0002", proxy="proxy-0001"))))
+        time.sleep(QUIET_S)
+        assert reader.on(topic) == []
+    finally:
+        speaker.close()
+        reader.close()
+
+
+def test_sharded_states_reach_the_proxy_of_the_cpe_only(proxy_broker: MosquittoBroker) -> None:
+    p1 = connect_client(proxy_broker, "proxy-0001", client_id="p1")
+    spy = connect_client(proxy_broker, "cpe-0002", client_id="spy")
+    try:
+        for f in ("mcw/v1/s/+/cpe/+/state", "mcw/v1/s/#", "#", sharded("cpe-0003")):
+            p1.subscribe(f)
+            spy.subscribe(f)
+        p1.subscribe(sharded("cpe-0001"))  # what the agent subscribes to
+        for cpe in ("cpe-0001", "cpe-0003"):
+            agent = connect_client(proxy_broker, cpe, client_id=f"a-{cpe}")
+            try:
+                assert agent.publish(sharded(cpe), b"s", retain=True) < 0x80
+            finally:
+                agent.close()
+        assert p1.wait_for(lambda: bool(p1.on(sharded("cpe-0001"))))
+        time.sleep(QUIET_S)
+        assert {m.topic for m in p1.messages} == {sharded("cpe-0001")}
+        assert spy.messages == []
+    finally:
+        p1.close()
+        spy.close()
