@@ -260,24 +260,10 @@ class Stack:
         the agent's directory, so its state file survives."""
         workdir = self.root / f"agent-{cpe_id}"
         (workdir / "state").mkdir(parents=True, exist_ok=True)
-        cert, key = self.pki.cert(cpe_id)
-        # The agent wants one interface per WAT. It only reads their state here (the dry-run
-        # backend records weights, telemetry reads sock_diag): loopback for NR, and any other
-        # interface that is up for Wi-Fi.
-        wats = agent_interfaces()
-        config = (
-            f"cpe_id: {cpe_id}\n"
-            "mqtt:\n"
-            f"  broker_url: mqtts://127.0.0.1:{self.broker.port}\n"
-            f"  ca_file: {self.pki.ca}\n  cert_file: {cert}\n  key_file: {key}\n"
-            "  keepalive_s: 5\n"
-            "wats:\n" + "".join(f"  {w}: {{interface: {i}}}\n" for w, i in wats.items())
-            + "backend: dry-run\n"
-            "safe_weights: {" + ", ".join(f"{w}: 1" for w in wats) + "}\n"
-            f"state_dir: {workdir / 'state'}\n"
-            f"metrics_listen: \"{'' if metrics_port is None else f'127.0.0.1:{metrics_port}'}\"\n"
-            f"telemetry:\n  interval_ms: {telemetry_ms}\n  mptcp_only: false\n"
-            "log_level: debug\n")
+        config = dry_run_agent_config(
+            cpe_id, self.broker.port, self.pki, workdir / "state", telemetry_ms=telemetry_ms,
+            metrics_listen="" if metrics_port is None else f"127.0.0.1:{metrics_port}",
+            log_level="debug")
         (workdir / "agent.yaml").write_text(config)
         with (workdir / "agent.log").open("ab") as log:
             proc = subprocess.Popen([str(AGENT_BINARY), "-config", str(workdir / "agent.yaml")],
@@ -303,6 +289,31 @@ class Stack:
         self.broker.stop()
         self.influx.stop()
         self.redis.stop()
+
+
+def dry_run_agent_config(cpe_id: str, broker_port: int, pki: Pki, state_dir: Path, *,
+                         telemetry_ms: int = 1000, metrics_listen: str = "",
+                         log_level: str = "info") -> str:
+    """The Go agent's YAML for ``cpe_id`` with the dry-run backend, through the broker on
+    loopback with the CPE's own certificate."""
+    cert, key = pki.cert(cpe_id)
+    # The agent wants one interface per WAT. It only reads their state here (the dry-run
+    # backend records weights, telemetry reads sock_diag): loopback for NR, and any other
+    # interface that is up for Wi-Fi.
+    wats = agent_interfaces()
+    return (
+        f"cpe_id: {cpe_id}\n"
+        "mqtt:\n"
+        f"  broker_url: mqtts://127.0.0.1:{broker_port}\n"
+        f"  ca_file: {pki.ca}\n  cert_file: {cert}\n  key_file: {key}\n"
+        "  keepalive_s: 5\n"
+        "wats:\n" + "".join(f"  {w}: {{interface: {i}}}\n" for w, i in wats.items())
+        + "backend: dry-run\n"
+        "safe_weights: {" + ", ".join(f"{w}: 1" for w in wats) + "}\n"
+        f"state_dir: {state_dir}\n"
+        f"metrics_listen: \"{metrics_listen}\"\n"
+        f"telemetry:\n  interval_ms: {telemetry_ms}\n  mptcp_only: false\n"
+        f"log_level: {log_level}\n")
 
 
 def agent_interfaces() -> dict[str, str]:

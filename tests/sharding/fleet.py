@@ -36,7 +36,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 
-from tests.integration.stack import AGENT_BINARY, agent_interfaces, http_get
+from tests.integration.stack import AGENT_BINARY, dry_run_agent_config, http_get
 from tests.support.mosquitto import ACL_FILE, MosquittoBroker, Pki, connect_client, make_pki
 from tests.support.polling import free_port
 from tests.support.redis_server import RedisServer
@@ -351,21 +351,8 @@ class Fleet:
     def start_agent(self, cpe_id: str) -> subprocess.Popen[bytes]:
         workdir = self.root / f"agent-{cpe_id}"
         (workdir / "state").mkdir(parents=True, exist_ok=True)
-        cert, key = self.pki.cert(cpe_id)
-        wats = agent_interfaces()
         (workdir / "agent.yaml").write_text(
-            f"cpe_id: {cpe_id}\n"
-            "mqtt:\n"
-            f"  broker_url: mqtts://127.0.0.1:{self.broker.port}\n"
-            f"  ca_file: {self.pki.ca}\n  cert_file: {cert}\n  key_file: {key}\n"
-            "  keepalive_s: 5\n"
-            "wats:\n" + "".join(f"  {w}: {{interface: {i}}}\n" for w, i in wats.items())
-            + "backend: dry-run\n"
-            "safe_weights: {" + ", ".join(f"{w}: 1" for w in wats) + "}\n"
-            f"state_dir: {workdir / 'state'}\n"
-            "metrics_listen: \"\"\n"
-            "telemetry:\n  interval_ms: 1000\n  mptcp_only: false\n"
-            "log_level: info\n")
+            dry_run_agent_config(cpe_id, self.broker.port, self.pki, workdir / "state"))
         with (workdir / "agent.log").open("ab") as log:
             proc = subprocess.Popen([str(AGENT_BINARY), "-config", str(workdir / "agent.yaml")],
                                     stdout=log, stderr=subprocess.STDOUT)
