@@ -258,22 +258,15 @@ class Stack:
         """The real Go agent (dry-run backend) for ``cpe_id`` with its own certificate; with
         ``metrics_port`` it serves Prometheus metrics on that loopback port.  A restart reuses
         the agent's directory, so its state file survives."""
-        workdir = self.root / f"agent-{cpe_id}"
-        (workdir / "state").mkdir(parents=True, exist_ok=True)
-        config = dry_run_agent_config(
-            cpe_id, self.broker.port, self.pki, workdir / "state", telemetry_ms=telemetry_ms,
+        proc = start_dry_run_agent(
+            self.root, cpe_id, self.broker.port, self.pki, telemetry_ms=telemetry_ms,
             metrics_listen="" if metrics_port is None else f"127.0.0.1:{metrics_port}",
             log_level="debug")
-        (workdir / "agent.yaml").write_text(config)
-        with (workdir / "agent.log").open("ab") as log:
-            proc = subprocess.Popen([str(AGENT_BINARY), "-config", str(workdir / "agent.yaml")],
-                                    stdout=log, stderr=subprocess.STDOUT)
         self.agents.append(proc)
         return proc
 
     def agent_log(self, cpe_id: str) -> str:
-        path = self.root / f"agent-{cpe_id}" / "agent.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        return dry_run_agent_log(self.root, cpe_id)
 
     def stop(self) -> None:
         for proc in self.agents:
@@ -289,6 +282,26 @@ class Stack:
         self.broker.stop()
         self.influx.stop()
         self.redis.stop()
+
+
+def start_dry_run_agent(root: Path, cpe_id: str, broker_port: int, pki: Pki,
+                        **config: Any) -> subprocess.Popen[bytes]:
+    """The real Go agent (dry-run backend) for ``cpe_id`` in ``root/agent-{cpe_id}``, its
+    output in that directory's ``agent.log``; a restart reuses the directory, so its state file
+    survives. ``config``: :func:`dry_run_agent_config`'s keyword arguments."""
+    workdir = root / f"agent-{cpe_id}"
+    (workdir / "state").mkdir(parents=True, exist_ok=True)
+    (workdir / "agent.yaml").write_text(
+        dry_run_agent_config(cpe_id, broker_port, pki, workdir / "state", **config))
+    with (workdir / "agent.log").open("ab") as log:
+        return subprocess.Popen([str(AGENT_BINARY), "-config", str(workdir / "agent.yaml")],
+                                stdout=log, stderr=subprocess.STDOUT)
+
+
+def dry_run_agent_log(root: Path, cpe_id: str) -> str:
+    """What :func:`start_dry_run_agent`'s agent for ``cpe_id`` wrote so far."""
+    path = root / f"agent-{cpe_id}" / "agent.log"
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def dry_run_agent_config(cpe_id: str, broker_port: int, pki: Pki, state_dir: Path, *,

@@ -36,7 +36,12 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 
-from tests.integration.stack import AGENT_BINARY, dry_run_agent_config, http_get
+from tests.integration.stack import (
+    AGENT_BINARY,
+    dry_run_agent_log,
+    http_get,
+    start_dry_run_agent,
+)
 from tests.support.mosquitto import ACL_FILE, MosquittoBroker, Pki, connect_client, make_pki
 from tests.support.polling import free_port
 from tests.support.redis_server import RedisServer
@@ -349,19 +354,12 @@ class Fleet:
         return r
 
     def start_agent(self, cpe_id: str) -> subprocess.Popen[bytes]:
-        workdir = self.root / f"agent-{cpe_id}"
-        (workdir / "state").mkdir(parents=True, exist_ok=True)
-        (workdir / "agent.yaml").write_text(
-            dry_run_agent_config(cpe_id, self.broker.port, self.pki, workdir / "state"))
-        with (workdir / "agent.log").open("ab") as log:
-            proc = subprocess.Popen([str(AGENT_BINARY), "-config", str(workdir / "agent.yaml")],
-                                    stdout=log, stderr=subprocess.STDOUT)
+        proc = start_dry_run_agent(self.root, cpe_id, self.broker.port, self.pki)
         self.agents.append(proc)
         return proc
 
     def agent_log(self, cpe_id: str) -> str:
-        path = self.root / f"agent-{cpe_id}" / "agent.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        return dry_run_agent_log(self.root, cpe_id)
 
     def holders(self) -> dict[int, tuple[str, int]]:
         """shard -> (replica, epoch), read from Redis directly (not through any proxy)."""
