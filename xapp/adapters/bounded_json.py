@@ -20,6 +20,17 @@ three ways that matter to a long-running process:
   (``{"cpe_id": "victim", "cpe_id": "me"}``) is refused instead, as the agent refuses it
   (``kernel-agent/payload/strict.go``).  Keys are compared exactly: ``"DL"`` is not ``"dl"``.
 
+Agents send ten thousand documents a second, so the common document takes a fast path: orjson
+parses it (a few µs; the standard parser takes about 11 µs for a 0.5 KiB telemetry message and
+its duplicate-key hook as much again), and duplicate keys are found by counting colons.  Every
+key has exactly one colon after it and a colon inside a string survives a round trip unchanged,
+so a document whose colons are as many as those of its parsed copy written out again lost no
+key; one that lost a key (a duplicate) has more.  Only a ``\\u`` escape can make a colon that
+the text does not show (``\\u003a``), so documents with one, and documents with integers of
+more than 18 digits (orjson reads them as floats where the standard parser keeps ints), take
+the standard parser with its hook, as does anything orjson refuses: every error, and every
+value, is the standard parser's.
+
 Every failure is a :class:`BoundedJsonError` (a ``ValueError``), so a caller catches one type.
 """
 
@@ -29,6 +40,8 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 
 class BoundedJsonError(ValueError):
@@ -92,14 +105,36 @@ def loads(data: bytes | bytearray | str, limits: JsonLimits = DEFAULT_LIMITS) ->
     if "0" * (limits.max_int_digits + 1) in folded or "e000" in folded:
         _check_numbers(_STRING.sub('""', text) if skeleton is None else skeleton,
                        limits.max_int_digits)
-    try:
-        doc = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
-    except BoundedJsonError:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise BoundedJsonError(f"not JSON: {exc}") from exc
+    doc = _fast(text, folded)
+    if doc is _NOT_FAST:
+        try:
+            doc = json.loads(text, parse_constant=_refuse_constant,
+                             object_pairs_hook=_unique_keys)
+        except BoundedJsonError:
+            raise
+        except (ValueError, RecursionError) as exc:
+            raise BoundedJsonError(f"not JSON: {exc}") from exc
     if limits.max_depth < openers <= _PARSER_SAFE_DEPTH:
         _check_parsed_depth(doc, limits.max_depth)
+    return doc
+
+
+_NOT_FAST: Any = object()
+#: The longest integer orjson and the standard parser read alike (an int64 has 19 digits).
+_FAST_INT_DIGITS = 18
+
+
+def _fast(text: str, folded: str) -> Any:
+    """The document by orjson, or :data:`_NOT_FAST` when the standard parser must decide
+    (see the module's docstring)."""
+    if "\\u" in text or "0" * (_FAST_INT_DIGITS + 1) in folded:
+        return _NOT_FAST
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _NOT_FAST  # the standard parser says why
+    if text.count(":") != orjson.dumps(doc).count(b":"):
+        return _NOT_FAST  # a key given twice: the hook names it
     return doc
 
 

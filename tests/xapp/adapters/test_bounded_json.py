@@ -31,6 +31,32 @@ def test_documents_within_limits_parse_as_the_standard_library_does(doc: object)
     assert loads(text.encode(), LIMITS) == json.loads(text)
 
 
+# Keys and strings rich in colons, quotes and non-ASCII, written without escapes where JSON
+# allows: the fast path's duplicate check counts colons.
+colon_text = st.text(alphabet=': "é\\x{}[],', max_size=8)
+colon_documents = st.recursive(
+    scalars | colon_text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(colon_text, inner, max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(colon_documents, st.sampled_from([(",", ":"), (", ", ": "), (",", " : ")]))
+def test_unescaped_documents_parse_as_the_standard_library_does(
+        doc: object, separators: tuple[str, str]) -> None:
+    # The fast path (no \\u escape): the same values and the same types (repr tells 1 from 1.0).
+    text = json.dumps(doc, ensure_ascii=False, separators=separators)
+    assert repr(loads(text, LIMITS)) == repr(json.loads(text))
+
+
+@pytest.mark.parametrize("digits", [18, 19, 20])
+def test_long_integers_stay_integers(digits: int) -> None:
+    n = int("9" * digits)
+    for text in (f"[{n}]", f"[-{n}]"):
+        value = loads(text, LIMITS)[0]
+        assert type(value) is int and abs(value) == n
+
+
 JSONISH = '[]{}",:0123456789.eE+-\\ntrufalsN'
 
 
@@ -90,6 +116,11 @@ def test_hostile_text_is_refused_in_linear_time(text: str) -> None:
     '{"a": {"nr": 1, "wifi": 2, "nr": 3}}',
     '[{"x": 1}, {"y": 1, "y": 1}]',
     '{"k": 1, "k": 1}',
+    '{"k":1,"k" :2}',
+    '{"a":"x:y","a":"x:y"}',
+    '{"a":{"b:":":"},"a":1,"c":"::"}',
+    '{"a":1,"a":2,"x":"\\u003a"}',  # an escaped colon in place of the lost key's
+    '{"a":1,"a":2,"x":"\\u003A"}',
 ])
 def test_a_key_twice_in_one_object_is_refused(text: str) -> None:
     # json.loads keeps the last; a reader that keeps the first would see another document.
