@@ -240,17 +240,26 @@ def telemetry_frame(docs: Sequence[Mapping[str, Any]]) -> KpiFrame:
     newest = 0
     for doc in docs:
         t = int(doc["time_ms"])
-        newest = max(newest, t)
+        if t > newest:
+            newest = t
         cpe = doc["cpe_id"]
         for wat, stats in doc["wats"].items():
-            directed = [d for d in DIRECTIONS if isinstance(stats.get(d), Mapping)]
-            for d in directed or [""]:
-                times.append(t)
-                cpes.append(cpe)
-                wats.append(wat)
-                dirs.append(d)
-                own.append(stats)
-                part.append(stats[d] if d else _NOTHING)
+            n = len(part)
+            for d in DIRECTIONS:
+                sub = stats.get(d)
+                # (parsed JSON makes dicts; the ABC check only for other mappings)
+                if type(sub) is dict or isinstance(sub, Mapping):
+                    dirs.append(d)
+                    part.append(sub)
+            k = len(part) - n
+            if k == 0:
+                dirs.append("")
+                part.append(_NOTHING)
+                k = 1
+            times += [t] * k
+            cpes += [cpe] * k
+            wats += [wat] * k
+            own += [stats] * k
     values = {f: _column([o.get(f) for o in own]) for f in WAT_FIELDS}
     values.update({f: _column([p.get(f) for p in part]) for f in DIRECTION_FIELDS})
     return KpiFrame(
@@ -264,18 +273,18 @@ def telemetry_frame(docs: Sequence[Mapping[str, Any]]) -> KpiFrame:
 
 
 _NOTHING: Final[Mapping[str, Any]] = {}
-_NUMBERS: Final = frozenset({float, int, bool})
+_PLAIN: Final = frozenset({float, int, bool, type(None)})
 
 
 def _column(raw: list[object]) -> NDArray[np.float64]:
     """One field over the rows, as floats (NaN where absent or not a finite number).
 
     Column by column in C when every value is a plain number or absent (validated telemetry
-    always is): 48 values a message, 10,000 messages a second. Anything else goes value by
-    value through :func:`_measurement`."""
-    if all(v is None or type(v) in _NUMBERS for v in raw):
+    always is; numpy makes None NaN): 48 values a message, 10,000 messages a second. Anything
+    else goes value by value through :func:`_measurement`."""
+    if _PLAIN.issuperset(map(type, raw)):
         try:
-            col = np.array([math.nan if v is None else v for v in raw], dtype=np.float64)
+            col = np.array(raw, dtype=np.float64)
         except OverflowError:  # an integer beyond float range
             pass
         else:
