@@ -346,7 +346,9 @@ def agent_interfaces() -> dict[str, str]:
 def write_config(path: Path) -> None:
     """A descriptor as shipped (in-cluster addresses); the test's values come from env."""
     doc = json.loads((REPO / "config-file.json").read_text())
-    doc["controls"]["loop"].update(control_period_s=0.5, kpi_max_age_s=3.0)
+    # forecasts of each CPE every other tick: the sliced write-back, at test speed
+    doc["controls"]["loop"].update(control_period_s=0.5, kpi_max_age_s=3.0,
+                                   forecast_history_s=1.0)
     path.write_text(json.dumps(doc, indent=2))
 
 

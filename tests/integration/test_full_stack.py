@@ -158,7 +158,8 @@ def test_weights_follow_kpis_and_validate(stack: Stack) -> None:
 
 
 def test_forecasts_and_weights_written_back(stack: Stack) -> None:
-    """Each tick's forecasts and each published decision land in InfluxDB."""
+    """Every CPE's forecasts (once per forecast_history_s) and each published decision land in
+    InfluxDB."""
     def rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         pred = influx_rows(stack.influx, "SELECT last(median_mbps), last(lower_mbps) FROM "
                                          "mcw.autogen.wat_prediction GROUP BY cpe, wat")

@@ -114,6 +114,9 @@ class LoopControls:
     #: Rate caps for ``rate-caps`` appliers are this x a WAT's share of the forecast total
     #: (xapp.core.caps, where the default is argued).
     caps_headroom: float = DEFAULT_HEADROOM
+    #: Each CPE's forecasts are written to InfluxDB once per this many seconds, a slice of
+    #: the fleet each tick; at most the control period writes every tick's.
+    forecast_history_s: float = 10.0
 
 
 @dataclass(frozen=True)

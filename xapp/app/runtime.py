@@ -616,7 +616,8 @@ def _restart_only_changed(old: Controls, new: Controls, name: str) -> bool:
 def _loop_settings(c: Controls) -> LoopSettings:
     loop = c.loop
     return LoopSettings(control_period_s=loop.control_period_s, kpi_max_age_s=loop.kpi_max_age_s,
-                        lease_s=loop.lease_s, caps_headroom=loop.caps_headroom)
+                        lease_s=loop.lease_s, caps_headroom=loop.caps_headroom,
+                        forecast_history_s=loop.forecast_history_s)
 
 
 def _connects(publisher: MqttWeightPublisher | None) -> Callable[[], int] | None:

@@ -9,7 +9,11 @@ the real adapters, the twin, ``mcw demo`` and the benches with in-memory ones.  
    :class:`~xapp.core.ports.KpiSource` (the in-memory :class:`~xapp.core.intake.LatestKpis`: no
    I/O on the tick); rows without a direction apply to both (:meth:`KpiFrame.expanded`);
 2. forecasts next-period capacities for all rows at once with the
-   :class:`~xapp.core.forecast.CapacityEstimator` and writes them to the sink;
+   :class:`~xapp.core.forecast.CapacityEstimator` and writes them to the sink: each CPE's
+   once per ``forecast_history_s``, a slice of the fleet each tick (forecasts are derived
+   data: the KPIs they came from are kept at full resolution, and the model version with
+   them, so any forecast can be made again; at 10,000 CPEs every tick's would be 60,000
+   points a second, more than one InfluxDB 1.8 takes beside the telemetry);
 3. decides every *due* (CPE, direction) at once (:func:`xapp.core.decisions.decide_batch`, one
    call per effective A1 policy and direction, :meth:`Policy.for_direction`): a CPE is due when
    its policy's ``update_period_s`` has elapsed, its policy changed, or a publish is owed.
@@ -55,6 +59,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -64,7 +69,13 @@ from numpy.typing import NDArray
 from xapp.core.caps import DEFAULT_HEADROOM, caps_moved, rate_caps
 from xapp.core.decisions import ERROR, NO_USABLE, OK, DecideBatch, decide_batch
 from xapp.core.fleet import FleetTable
-from xapp.core.forecast import DIRECTIONS, CapacityEstimator, KpiFrame, expansion
+from xapp.core.forecast import (
+    DIRECTIONS,
+    CapacityEstimator,
+    CapacityForecast,
+    KpiFrame,
+    expansion,
+)
 from xapp.core.ownership import Fenced
 from xapp.core.policy import KNOWN_WATS, Policy
 from xapp.core.policy_book import PolicyResolver
@@ -98,6 +109,8 @@ class LoopSettings:
     refresh_fraction: float = 0.5
     #: Rate caps are this times a WAT's share of the forecast total (:mod:`xapp.core.caps`).
     caps_headroom: float = DEFAULT_HEADROOM
+    #: Each CPE's forecasts go to the sink once per this many seconds (at most every tick).
+    forecast_history_s: float = 10.0
 
 
 @dataclass
@@ -220,6 +233,7 @@ class ControlLoop:
         self._connects_seen: int | None = None
         self._rowmap: tuple[object, object, _RowMap] | None = None
         self._expanded: tuple[object, object, object, NDArray[np.intp], KpiFrame] | None = None
+        self._history_hash: tuple[object, NDArray[np.int64]] | None = None
         self._groups: tuple[PolicyResolver, NDArray[np.intp], list[_Group]] | None = None
         self._last_tick_monotonic: float | None = None
         self._lock = threading.Lock()
@@ -293,7 +307,9 @@ class ControlLoop:
             raise WeightError("estimator returned forecasts not aligned with the KPI rows")
         if self.sink is not None:
             try:
-                self.sink.write_forecasts(frame, forecast, version)
+                rows, forecasts = self._forecast_history(frame, forecast, now_s)
+                if len(rows):
+                    self.sink.write_forecasts(rows, forecasts, version)
             except Exception:
                 log.exception("writing forecasts failed")
         rm = self._row_map(frame)
@@ -353,6 +369,30 @@ class ControlLoop:
         return KpiFrame(time_s=frame.time_s, cpe=keys.cpe, wat=keys.wat,
                         values={k: np.asarray(v)[take] for k, v in frame.values.items()},
                         direction=keys.direction, series=keys.series)
+
+    def _forecast_history(self, frame: KpiFrame, forecast: CapacityForecast, now_s: float
+                          ) -> tuple[KpiFrame, CapacityForecast]:
+        """The rows whose forecasts go to the sink this tick: each CPE's every
+        ``forecast_history_s``, by a slot of its id's hash, so each tick writes an even slice
+        of the fleet (every tick's, when the setting is at most one period)."""
+        s = self.settings
+        every = round(s.forecast_history_s / s.control_period_s)
+        if every <= 1:
+            return frame, forecast
+        cached = self._history_hash
+        if cached is not None and cached[0] is frame.cpe:
+            hashes = cached[1]
+        else:
+            ids, pos = np.unique(frame.cpe.astype(str), return_inverse=True)
+            per_cpe = np.array([zlib.crc32(c.encode()) for c in ids.tolist()], dtype=np.int64)
+            hashes = per_cpe[pos.astype(np.intp)]
+            self._history_hash = (frame.cpe, hashes)
+        take = np.flatnonzero(hashes % every == int(now_s // s.control_period_s) % every)
+        return (KpiFrame(time_s=frame.time_s, cpe=frame.cpe[take], wat=frame.wat[take],
+                         direction=None if frame.direction is None else frame.direction[take],
+                         series=frame.series[take]),
+                CapacityForecast(np.asarray(forecast.median_mbps)[take],
+                                 np.asarray(forecast.lower_mbps)[take]))
 
     def _check_reconnect(self) -> None:
         if self.publisher_connects is None:

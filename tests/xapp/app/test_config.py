@@ -155,7 +155,8 @@ def test_loop_controls(tmp_path: Path) -> None:
                     environ={}).controls
     assert c.loop.caps_headroom == 1.0 and isinstance(c.loop.caps_headroom, float)
     assert c.to_dict()["loop"] == {"caps_headroom": 1.0, "control_period_s": 1.0,
-                                   "kpi_max_age_s": 5.0, "lease_s": 30.0}
+                                   "forecast_history_s": 10.0, "kpi_max_age_s": 5.0,
+                                   "lease_s": 30.0}
     env = load_config(write(tmp_path / "e.json", CONTROLS),
                       environ={"MCW_LOOP_CAPS_HEADROOM": "1.4"}).controls
     assert env.loop.caps_headroom == 1.4

@@ -78,6 +78,7 @@ class FakePublisher:
 class FakeSink:
     def __init__(self) -> None:
         self.forecasts: list[str] = []
+        self.forecast_rows: list[list[tuple[str, str, str]]] = []
         self.weights: list[dict[str, int]] = []
 
     def write_kpis(self, frame: KpiFrame) -> None:
@@ -85,7 +86,11 @@ class FakeSink:
 
     def write_forecasts(self, frame: KpiFrame, forecast: CapacityForecast,
                         model_version: str) -> None:
+        assert len(forecast.median_mbps) == len(forecast.lower_mbps) == len(frame)
         self.forecasts.append(model_version)
+        direction = frame.direction if frame.direction is not None else [""] * len(frame)
+        self.forecast_rows.append(list(zip(frame.cpe.tolist(), frame.wat.tolist(),
+                                           list(direction), strict=True)))
 
     def write_weights(self, published: Published) -> None:
         self.weights.append(dict(zip(published.batch.cpe_ids, published.versions.tolist(),
@@ -98,7 +103,8 @@ def make(lease_s: float = 30.0) -> tuple[ControlLoop, FakeKpis, FakePublisher, F
     book, state, metrics = PolicyBook(DEFAULTS), SdlStateStore(), Metrics()
     loop = ControlLoop(kpis, Oracle(), pub, sink, book.resolver, state,
                        model_version=lambda: "m-1", on_tick=metrics.record_tick,
-                       settings=LoopSettings(control_period_s=1.0, lease_s=lease_s))
+                       settings=LoopSettings(control_period_s=1.0, lease_s=lease_s,
+                                             forecast_history_s=0.0))
     return loop, kpis, pub, sink, book, state, metrics
 
 
@@ -126,6 +132,27 @@ def test_weights_follow_capacities_and_are_published_once() -> None:
         assert loop.tick(t).published == {}
     assert loop.tick(115.0).published == {"cpe-1": 2}
     assert metrics.ticks._value.get() == 5
+
+
+def test_each_cpes_forecasts_are_written_once_per_forecast_history() -> None:
+    loop, kpis, _, sink, _, _, _ = make()
+    cpes = [f"cpe-{i:03d}" for i in range(200)]
+    for c in cpes:
+        paper(kpis, c)
+    loop.settings = LoopSettings(control_period_s=1.0, forecast_history_s=5.0)
+    for t in range(100, 110):
+        loop.tick(float(t))
+    rows = [r for tick in sink.forecast_rows for r in tick]
+    every_row = {(c, w, d) for c in cpes for w in ("nr", "wifi", "lifi") for d in ("dl", "ul")}
+    # Ten ticks at one in five: every (CPE, WAT, direction) twice, a CPE's rows together.
+    assert sorted(rows) == sorted(list(every_row) * 2)
+    per_tick = [len({c for c, _, _ in tick}) for tick in sink.forecast_rows]
+    assert sum(per_tick) == 2 * len(cpes) and max(per_tick) < 0.35 * len(cpes), per_tick
+    # At most one period: every tick's, as before.
+    sink.forecast_rows.clear()
+    loop.settings = LoopSettings(control_period_s=1.0, forecast_history_s=1.0)
+    loop.tick(110.0)
+    assert sorted(sink.forecast_rows[0]) == sorted(every_row)
 
 
 def test_hysteresis_holds_small_changes_and_follows_big_ones() -> None:
