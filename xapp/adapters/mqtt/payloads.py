@@ -583,9 +583,10 @@ class DropCounter:
 _LOG_CHARS: Final = 300
 
 
-def decode(topic_name: str, payload: bytes, drops: DropCounter
-           ) -> tuple[Kind, dict[str, Any]] | None:
+def decode(topic_name: str, payload: bytes, drops: DropCounter,
+           topic: ChannelTopic | None = None) -> tuple[Kind, dict[str, Any]] | None:
     """Parse and validate a received message; None (counted, logged) when it must be dropped.
+    ``topic`` is ``parse_channel_topic(topic_name)`` when the caller has parsed it already.
 
     Never raises: any agent can publish any bytes on its own topics with its own certificate,
     and this runs on the thread that receives every agent's messages.
@@ -602,7 +603,7 @@ def decode(topic_name: str, payload: bytes, drops: DropCounter
     """
     kind: str = "unknown"
     try:
-        parsed = parse_channel_topic(topic_name)
+        parsed = parse_channel_topic(topic_name) if topic is None else topic
         if parsed is None:
             drops.drop(kind, "bad-topic", "not a channel topic", topic_name)
             return None

@@ -16,6 +16,10 @@ CONNECT (clean start, no session), SUBSCRIBE / UNSUBSCRIBE, PUBLISH in at QoS 0 
 its PUBACK), PINGREQ and DISCONNECT. QoS 2 is never granted (subscriptions ask for 1 at most),
 and a broker that sends it is a protocol error.
 
+With ``on_messages`` set, the PUBLISH packets of one ``recv()`` go to it as one list (in order,
+before any other packet of that read is handled) instead of one ``on_message`` call each: the
+receiver takes its locks and wakes its waiters once per read, not once per message.
+
 Threading: one network thread per started client owns the socket; ``subscribe`` and
 ``unsubscribe`` may be called from any thread (they queue the packet and wake the thread).
 Callbacks run on the network thread. An ``Exception`` from the network or the broker drops the
@@ -144,6 +148,7 @@ class MqttReader:
         self.on_subscribe: Callable[..., None] | None = None
         self.on_unsubscribe: Callable[..., None] | None = None
         self.on_message: Callable[[Any, Any, ReceivedMessage], None] | None = None
+        self.on_messages: Callable[[Any, Any, list[ReceivedMessage]], None] | None = None
         self._lock = threading.Lock()
         self._outbox = bytearray()
         self._connected = False
@@ -288,14 +293,22 @@ class MqttReader:
                     wake_r.recv(4096)
             if sock not in rlist:
                 continue
+            batch: list[ReceivedMessage] = []
             for first, body in reader.feed(stream.read()):
                 kind = first & 0xF0
                 if kind == PUBLISH:
                     msg, pid = parse_publish(first, body)
                     if pid is not None:  # acknowledged once handed over, as paho does
                         acks += b"\x40\x02" + pid.to_bytes(2, "big")
-                    self._callback(self.on_message, None, msg)
-                elif kind == PINGRESP:
+                    if self.on_messages is None:
+                        self._callback(self.on_message, None, msg)
+                    else:
+                        batch.append(msg)
+                    continue
+                if batch:
+                    self._callback(self.on_messages, None, batch)
+                    batch = []
+                if kind == PINGRESP:
                     ping_sent = None
                 elif kind in (SUBACK, UNSUBACK):
                     pid, codes = parse_ack_codes(body)
@@ -307,6 +320,8 @@ class MqttReader:
                     raise ConnectionError(f"broker sent DISCONNECT reason 0x{code:02x}")
                 else:
                     raise ProtocolError(f"unexpected packet 0x{first:02x}")
+            if batch:
+                self._callback(self.on_messages, None, batch)
 
 
 def _reason(packet_type: int, code: int) -> ReasonCode:

@@ -32,7 +32,7 @@ new agents clear their legacy retained state, but a clear can be lost.
 State callbacks run on the network thread (:mod:`xapp.adapters.mqtt.reader`); keep them short
 (append to a queue). Telemetry waits for its batch (a worker of its own) or the drain. Nothing
 raised while handling a message (a hostile payload, a bug, an exception in a callback) reaches
-the client: it is counted as a drop and logged, because an exception out of ``on_message`` ends
+the client: it is counted as a drop and logged, because an exception out of ``on_messages`` ends
 the network thread and, with it, every CPE's state and telemetry. Should the thread end anyway,
 :meth:`ChannelSubscriber.healthy` (the supervisor's probe) starts a new one.
 """
@@ -411,7 +411,7 @@ class ChannelSubscriber:
         self._client.on_disconnect = self._on_disconnect
         self._client.on_subscribe = self._on_subscribe
         self._client.on_unsubscribe = self._on_unsubscribe
-        self._client.on_message = self._on_message
+        self._client.on_messages = self._on_messages
         self._started = False
 
     @property
@@ -744,18 +744,21 @@ class ChannelSubscriber:
         except Exception:
             log.exception("subscriber: on_unsubscribe failed")
 
-    def _on_message(self, _client: MqttReader, _userdata: object,
-                    msg: ReceivedMessage) -> None:
-        name = ""
+    def _on_messages(self, _client: MqttReader, _userdata: object,
+                     messages: list[ReceivedMessage]) -> None:
+        """What one read brought, in order; waiters are woken once for all of it."""
         try:
-            name = msg.topic
-            self._handle(name, msg.payload)
-        except Exception as exc:
-            self.drops.drop("unknown", "internal", f"{type(exc).__name__}: {exc}", name,
-                            exc_info=exc)
+            for msg in messages:
+                name = ""
+                try:
+                    name = msg.topic
+                    self._handle(name, msg.payload)
+                except Exception as exc:
+                    self.drops.drop("unknown", "internal", f"{type(exc).__name__}: {exc}", name,
+                                    exc_info=exc)
         finally:
             with self._cond:
-                self.received += 1
+                self.received += len(messages)
                 self._cond.notify_all()
 
     def _admit(self, topic: ChannelTopic, name: str) -> bool:
@@ -798,7 +801,7 @@ class ChannelSubscriber:
                 return
             if topic is not None and topic.legacy and topic.kind == "state":
                 return  # a new agent clearing the state an earlier release left retained
-        decoded = decode(name, payload, self.drops)
+        decoded = decode(name, payload, self.drops, topic)
         if decoded is None:
             return
         kind, doc = decoded
@@ -850,7 +853,7 @@ class ChannelSubscriber:
                     self.drops.drop("telemetry", "buffer-full", "nobody drains telemetry", name)
                 self._buffer.append(doc)
                 waiting = len(self._buffer)
-                self._cond.notify_all()
+                # (waiters are woken once for the whole read, by _on_messages)
             if waiting >= self.telemetry_batch_max:
                 self.telemetry_worker.wake()
             return
