@@ -1,17 +1,14 @@
-"""The SDL state store and version store against a real redis-server, outages included."""
+"""The SDL state store against a real redis-server, outages included."""
 
 from __future__ import annotations
 
 import json
-
-import pytest
 
 from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 from xapp.adapters.sdl import (
     Restored,
     SdlStateStore,
-    SdlVersionStore,
     ricsdl_backend,
 )
 from xapp.core.policy_book import PolicyInstance
@@ -147,23 +144,6 @@ def test_redis_absent_at_start_restores_when_it_appears(redis: RedisServer) -> N
     assert restored[0].policies == []
     assert set(raw_keys()) >= {"policy/old"} and "policy/gone" not in raw_keys()
     store.stop()
-
-
-def test_version_store_ceilings_only_grow_and_survive(redis: RedisServer) -> None:
-    floors = {"cpe-3": 500}
-    vs = SdlVersionStore(NS, ricsdl_backend, floor=lambda c: floors.get(c, 0))
-    assert vs.get_ceilings(["cpe-1"]) == {"cpe-1": 0}
-    vs.set_ceilings({"cpe-1": 100, "cpe-2": 200})
-    vs.set_ceilings({"cpe-1": 50})          # never lowered
-    assert vs.get_ceilings(["cpe-1", "cpe-2", "cpe-3"]) == {"cpe-1": 100, "cpe-2": 200,
-                                                            "cpe-3": 500}
-    assert SdlVersionStore(NS, ricsdl_backend).get_ceilings(["cpe-1"]) == {"cpe-1": 100}
-    redis.stop()
-    with pytest.raises(Exception):  # noqa: B017 - ricsdl wraps redis errors in its own types
-        vs.set_ceilings({"cpe-1": 300})
-    redis.start()
-    vs.set_ceilings({"cpe-1": 300})         # reconnects by itself
-    assert vs.get_ceilings(["cpe-1"]) == {"cpe-1": 300}
 
 
 def test_memory_only_store_needs_no_redis() -> None:
