@@ -58,12 +58,36 @@ class SdlBackend(Protocol):
     def close(self) -> None: ...
 
 
-def ricsdl_backend() -> SdlBackend:
-    """A ricsdl client; reads ``DBAAS_SERVICE_HOST``/``DBAAS_SERVICE_PORT`` (and sentinel
-    variables) from the environment like every RIC component."""
+#: How long one SDL call may wait for Redis: far below the flusher's 30 s stuck deadline, and
+#: far above what a loaded Redis takes to write a tick's records or list a large namespace.
+SDL_TIMEOUT_S = 3.0
+
+
+def ricsdl_backend(timeout_s: float = SDL_TIMEOUT_S) -> SdlBackend:
+    """A ricsdl client; reads ``DBAAS_SERVICE_HOST``/``DBAAS_SERVICE_PORT`` (and the sentinel
+    and cluster variables) from the environment like every RIC component.
+
+    ricsdl makes its redis-py clients without a socket timeout and takes none, so a Redis that
+    accepts the connection and never answers would hold the caller (the state flusher, the A1
+    book's read, the E2 registry's reload) until TCP gives up.  The clients are lazy (nothing
+    is connected yet), so the timeouts are set in their pools' connection arguments, which
+    every connection they open later is made from; a Sentinel's own clients get them too.
+    (SDL notifications would read through the same pools and time out while idle: the xApp
+    subscribes to none.)"""
     from ricsdl.syncstorage import SyncStorage
 
-    return SyncStorage()  # type: ignore[no-any-return]
+    storage = SyncStorage()
+    for conn in storage.get_backend().clients:
+        pools = [conn.redis_client.connection_pool]
+        manager = getattr(pools[0], "sentinel_manager", None)
+        if manager is not None:
+            pools += [s.connection_pool for s in manager.sentinels]
+        for pool in pools:
+            pool.connection_kwargs.update(socket_timeout=timeout_s,
+                                          socket_connect_timeout=timeout_s)
+            # A connection opened before the update keeps no timeout: drop any.
+            pool.disconnect()
+    return storage  # type: ignore[no-any-return]
 
 
 @dataclass

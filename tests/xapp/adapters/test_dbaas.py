@@ -15,7 +15,7 @@ from tests.support.polling import free_port, stop_process, wait_until
 from tests.support.redis_server import RedisServer, redis_binary
 from tests.support.tcp_proxy import CuttableProxy
 from xapp.adapters.dbaas import DbaasAddress, RedisVersionStore, dbaas_address, redis_from_env
-from xapp.adapters.sdl import SdlStateStore, ricsdl_backend
+from xapp.adapters.sdl import SDL_TIMEOUT_S, SdlStateStore, ricsdl_backend
 from xapp.adapters.shard_leases import ShardLeases
 
 DBAAS_VARS = ("DBAAS_SERVICE_HOST", "DBAAS_SERVICE_PORT", "DBAAS_SERVICE_SENTINEL_PORT",
@@ -104,11 +104,16 @@ def test_the_choice_is_ricsdls_own(env: dict[str, str], monkeypatch: pytest.Monk
             if manager is None:
                 theirs = DbaasAddress(pool.connection_kwargs["host"],
                                       int(pool.connection_kwargs["port"]))
+                kwargs = [pool.connection_kwargs]
             else:
                 sentinel = manager.sentinels[0].connection_pool.connection_kwargs
                 theirs = DbaasAddress(sentinel["host"], None, int(sentinel["port"]),
                                       pool.service_name)
+                kwargs = [pool.connection_kwargs, sentinel]
             assert dbaas_address(ns, env) == theirs, ns
+            # Every connection ricsdl opens, to Redis or to a Sentinel, has a timeout.
+            assert all(k["socket_timeout"] == k["socket_connect_timeout"] == SDL_TIMEOUT_S
+                       for k in kwargs)
     finally:
         sdl.close()
 
