@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -58,12 +58,36 @@ class SdlBackend(Protocol):
     def close(self) -> None: ...
 
 
-def ricsdl_backend() -> SdlBackend:
-    """A ricsdl client; reads ``DBAAS_SERVICE_HOST``/``DBAAS_SERVICE_PORT`` (and sentinel
-    variables) from the environment like every RIC component."""
+#: How long one SDL call may wait for Redis: far below the flusher's 30 s stuck deadline, and
+#: far above what a loaded Redis takes to write a tick's records or list a large namespace.
+SDL_TIMEOUT_S = 3.0
+
+
+def ricsdl_backend(timeout_s: float = SDL_TIMEOUT_S) -> SdlBackend:
+    """A ricsdl client; reads ``DBAAS_SERVICE_HOST``/``DBAAS_SERVICE_PORT`` (and the sentinel
+    and cluster variables) from the environment like every RIC component.
+
+    ricsdl makes its redis-py clients without a socket timeout and takes none, so a Redis that
+    accepts the connection and never answers would hold the caller (the state flusher, the A1
+    book's read, the E2 registry's reload) until TCP gives up.  The clients are lazy (nothing
+    is connected yet), so the timeouts are set in their pools' connection arguments, which
+    every connection they open later is made from; a Sentinel's own clients get them too.
+    (SDL notifications would read through the same pools and time out while idle: the xApp
+    subscribes to none.)"""
     from ricsdl.syncstorage import SyncStorage
 
-    return SyncStorage()  # type: ignore[no-any-return]
+    storage = SyncStorage()
+    for conn in storage.get_backend().clients:
+        pools = [conn.redis_client.connection_pool]
+        manager = getattr(pools[0], "sentinel_manager", None)
+        if manager is not None:
+            pools += [s.connection_pool for s in manager.sentinels]
+        for pool in pools:
+            pool.connection_kwargs.update(socket_timeout=timeout_s,
+                                          socket_connect_timeout=timeout_s)
+            # A connection opened before the update keeps no timeout: drop any.
+            pool.disconnect()
+    return storage  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -425,47 +449,3 @@ def _close_quietly(backend: _Closable | None) -> None:
         backend.close()
     except Exception:
         log.debug("closing the SDL client failed", exc_info=True)
-
-
-VERSION_PREFIX = "version/"
-
-
-class SdlVersionStore:
-    """Per-CPE weight-version ceilings in SDL (:class:`xapp.adapters.mqtt.versions.VersionStore`).
-
-    Unlike the rest of the state this is written through, synchronously: the publisher reserves
-    a block of versions and must know the ceiling is stored before it sends any of them, or a
-    restart could reuse a version the agents already saw.  While Redis is away the calls raise,
-    so a CPE that has used up its block waits for Redis before it gets new weights; the others
-    carry on.  Ceilings only grow (the maximum of stored and requested is kept).
-
-    ``floor(cpe_id)`` (the last published version the :class:`SdlStateStore` remembers) is a lower
-    bound for a ceiling: if Redis lost its data, the state store's catch-up rewrites the CPE
-    records, and the versions in them keep a later restart from going back.
-    """
-
-    def __init__(self, namespace: str, backend_factory: Callable[[], SdlBackend],
-                 floor: Callable[[str], int] | None = None) -> None:
-        self.namespace = namespace
-        self._floor = floor
-        self._sdl = LazySdlClient(backend_factory)
-
-    def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
-        keys = {VERSION_PREFIX + c for c in cpe_ids}
-        with self._sdl.use() as sdl:
-            stored = sdl.get(self.namespace, keys) if keys else {}
-        out = dict.fromkeys(cpe_ids, 0)
-        for key, raw in stored.items():
-            out[key[len(VERSION_PREFIX):]] = int(json.loads(raw))
-        if self._floor is not None:
-            out = {c: max(v, self._floor(c)) for c, v in out.items()}
-        return out
-
-    def set_ceilings(self, ceilings: Mapping[str, int]) -> None:
-        if not ceilings:
-            return
-        current = self.get_ceilings(list(ceilings))
-        data = {VERSION_PREFIX + c: _encode(max(int(v), current.get(c, 0)))
-                for c, v in ceilings.items()}
-        with self._sdl.use() as sdl:
-            sdl.set(self.namespace, data)

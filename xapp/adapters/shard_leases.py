@@ -16,17 +16,17 @@ compare-and-delete), so a replica whose lease expired and was taken over cannot 
 delete its successor's.  The epoch only grows: it tells who acquired a shard after whom.
 
 This talks to Redis with redis-py directly (ricsdl, the SDL client of the rest of the state,
-has no scripts and no TTLs); the address is the one ricsdl reads, ``DBAAS_SERVICE_HOST`` and
-``DBAAS_SERVICE_PORT``.
+has no scripts and no TTLs), in the instance ricsdl uses for the namespace
+(:func:`xapp.adapters.dbaas.redis_from_env`), so the leases live where the state they fence
+does.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+
+from xapp.adapters.dbaas import RedisLike
 
 _HEARTBEAT = """
 local t = redis.call('TIME')
@@ -66,47 +66,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-
-
-class RedisLike(Protocol):
-    """The part of ``redis.Redis`` used here."""
-
-    def register_script(self, script: str) -> Any: ...
-
-    def pipeline(self, transaction: bool = ...) -> Any: ...
-
-    def get(self, name: str) -> Any: ...
-
-    def mget(self, keys: list[str]) -> Any: ...
-
-    def close(self) -> None: ...
-
-
-def redis_from_env(timeout_s: float = 1.0,
-                   environ: Mapping[str, str] | None = None) -> RedisLike:
-    """A redis-py client for SDL's Redis, found as ricsdl finds it: ``DBAAS_SERVICE_HOST`` and
-    ``DBAAS_SERVICE_PORT``, or, with ``DBAAS_SERVICE_SENTINEL_PORT`` and ``DBAAS_MASTER_NAME``,
-    the master the Sentinel at that host names (so a failover moves the leases with the rest
-    of SDL).  Short timeouts: a lease round that waits longer than a fraction of the lease is
-    worthless.  Only the first address of a list is used (ricsdl's ``DBAAS_CLUSTER_ADDR_LIST``
-    spreads namespaces over several Redis instances; not supported here)."""
-    import redis
-    from redis.sentinel import Sentinel
-
-    env = os.environ if environ is None else environ
-    host = env.get("DBAAS_SERVICE_HOST", "localhost")
-    sentinel_port = env.get("DBAAS_SERVICE_SENTINEL_PORT", "").split(",")[0]
-    if sentinel_port:
-        master = env.get("DBAAS_MASTER_NAME", "").split(",")[0]
-        if not master:
-            raise ValueError("DBAAS_SERVICE_SENTINEL_PORT is set but DBAAS_MASTER_NAME is not")
-        sentinel = Sentinel([(host, int(sentinel_port))], socket_timeout=timeout_s,
-                            socket_connect_timeout=timeout_s)
-        return sentinel.master_for(master, socket_timeout=timeout_s,  # type: ignore[no-any-return]
-                                   socket_connect_timeout=timeout_s)
-    port = int(env.get("DBAAS_SERVICE_PORT", "6379").split(",")[0])
-    return redis.Redis(host=host, port=port, socket_timeout=timeout_s,  # type: ignore[no-any-return]
-                       socket_connect_timeout=timeout_s)
 
 
 @dataclass
@@ -212,57 +171,6 @@ class ShardLeases:
 
     def close(self) -> None:
         self.client.close()
-
-
-# Ceilings only grow, atomically: two replicas that both think they own a CPE (which fencing
-# prevents, but a bug or a paused process might not) still cannot lower one.
-_RAISE_CEILINGS = """
-for i, key in ipairs(KEYS) do
-  local new = tonumber(ARGV[i])
-  local cur = tonumber(redis.call('GET', key) or '0') or 0
-  if new > cur then redis.call('SET', key, ARGV[i]) end
-end
-return #KEYS
-"""
-
-
-class RedisVersionStore:
-    """Per-CPE weight-version ceilings (:class:`xapp.adapters.mqtt.versions.VersionStore`) in
-    the keys :class:`~xapp.adapters.sdl.SdlVersionStore` writes through ricsdl
-    (``{<ns>},version/<cpe id>``), for replicas that share a fleet.
-
-    Two differences, both for several replicas: a raise is one script that keeps the maximum
-    (the ricsdl store reads, then writes), and every call has a socket timeout (ricsdl's client
-    has none, so a Redis that stops answering without closing the connection -- a partition --
-    held the publisher's lock, and every tick and readiness probe behind it, for the minutes
-    TCP takes to give up).
-    """
-
-    def __init__(self, client: RedisLike, namespace: str,
-                 floor: Callable[[str], int] | None = None) -> None:
-        self.client = client
-        self.namespace = namespace
-        self._floor = floor
-        self._raise = client.register_script(_RAISE_CEILINGS)
-
-    def key(self, cpe_id: str) -> str:
-        return f"{{{self.namespace}}},version/{cpe_id}"
-
-    def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
-        ids = list(cpe_ids)
-        if not ids:
-            return {}
-        raw = self.client.mget([self.key(c) for c in ids])
-        out = {c: 0 if v is None else int(json.loads(v)) for c, v in zip(ids, raw, strict=True)}
-        if self._floor is not None:
-            out = {c: max(v, self._floor(c)) for c, v in out.items()}
-        return out
-
-    def set_ceilings(self, ceilings: Mapping[str, int]) -> None:
-        if not ceilings:
-            return
-        ids = list(ceilings)
-        self._raise(keys=[self.key(c) for c in ids], args=[int(ceilings[c]) for c in ids])
 
 
 def _text(raw: object) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, mediator_lister
-from xapp.adapters.sdl import Restored, SdlStateStore, SdlVersionStore, ricsdl_backend
+from xapp.adapters.sdl import Restored, SdlStateStore, ricsdl_backend
 from xapp.app.collector import ComponentCollector, E2Counters, ShardCollector
 from xapp.app.config import ConfigError, ConfigWatcher, Controls, LoadedConfig, load_config
 from xapp.app.endpoints import (
@@ -223,20 +223,18 @@ class XappProcess:
         # Restored instances stay provisional until the mediator confirms them (A1Resync).
         url = controls.a1.mediator_url
         self.resync = A1Resync(self.a1, mediator_lister(url) if url else None)
-        if sharding.enabled:
-            from xapp.adapters.shard_leases import RedisVersionStore, redis_from_env
+        if factory is not None:
+            from xapp.adapters.dbaas import RedisVersionStore, redis_from_env
 
-            # Several writers: an atomic maximum, and timeouts (a partition must not hold the
-            # publisher's lock).
-            # The tick waits for it when a CPE needs a new block: a fraction of a shard
-            # lease at most, so a partition costs the replica little of its lease's end.
+            # The tick waits for the store when a CPE needs a new block: a fraction of a
+            # shard lease at most (the lease as it would be with sharding on), so a partition
+            # holds back only the CPEs that need a block and, sharded, costs the replica little
+            # of its lease's end.
             lease_s = sharding.effective_lease_s(controls.loop.control_period_s)
             self.versions: VersionStore = RedisVersionStore(
-                redis_from_env(timeout_s=min(1.0, max(0.1, lease_s / 4))),
+                redis_from_env(controls.sdl_namespace,
+                               timeout_s=min(1.0, max(0.1, lease_s / 4))),
                 controls.sdl_namespace, floor=self._published_version)
-        elif factory is not None:
-            self.versions = SdlVersionStore(controls.sdl_namespace, factory,
-                                            floor=self._published_version)
         else:
             from xapp.adapters.mqtt.versions import MemoryVersionStore
 
@@ -322,12 +320,13 @@ class XappProcess:
         that starts alone decides from its first tick, then every third of a lease."""
         manager = None
         if c.sharding.enabled:
-            from xapp.adapters.shard_leases import ShardLeases, redis_from_env
+            from xapp.adapters.dbaas import redis_from_env
+            from xapp.adapters.shard_leases import ShardLeases
             from xapp.app.sharding import ShardManager
 
             lease_s = c.sharding.effective_lease_s(c.loop.control_period_s)
             # A round that waits longer than a fifth of the lease is worthless: fail it.
-            client = redis_from_env(timeout_s=max(0.1, lease_s / 5))
+            client = redis_from_env(c.sdl_namespace, timeout_s=max(0.1, lease_s / 5))
             manager = ShardManager(ShardLeases(client, c.sdl_namespace), self.fence,
                                    self.replica_id, lease_s=lease_s,
                                    on_acquired=self._shards_acquired,

@@ -1,17 +1,21 @@
-"""The SDL state store and version store against a real redis-server, outages included."""
+"""The SDL state store against a real redis-server, outages and a black-holed Redis included."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+from functools import partial
 
 import pytest
+import redis as redis_py
 
 from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
+from tests.support.tcp_proxy import CuttableProxy
 from xapp.adapters.sdl import (
     Restored,
     SdlStateStore,
-    SdlVersionStore,
     ricsdl_backend,
 )
 from xapp.core.policy_book import PolicyInstance
@@ -149,21 +153,49 @@ def test_redis_absent_at_start_restores_when_it_appears(redis: RedisServer) -> N
     store.stop()
 
 
-def test_version_store_ceilings_only_grow_and_survive(redis: RedisServer) -> None:
-    floors = {"cpe-3": 500}
-    vs = SdlVersionStore(NS, ricsdl_backend, floor=lambda c: floors.get(c, 0))
-    assert vs.get_ceilings(["cpe-1"]) == {"cpe-1": 0}
-    vs.set_ceilings({"cpe-1": 100, "cpe-2": 200})
-    vs.set_ceilings({"cpe-1": 50})          # never lowered
-    assert vs.get_ceilings(["cpe-1", "cpe-2", "cpe-3"]) == {"cpe-1": 100, "cpe-2": 200,
-                                                            "cpe-3": 500}
-    assert SdlVersionStore(NS, ricsdl_backend).get_ceilings(["cpe-1"]) == {"cpe-1": 100}
-    redis.stop()
-    with pytest.raises(Exception):  # noqa: B017 - ricsdl wraps redis errors in its own types
-        vs.set_ceilings({"cpe-1": 300})
-    redis.start()
-    vs.set_ceilings({"cpe-1": 300})         # reconnects by itself
-    assert vs.get_ceilings(["cpe-1"]) == {"cpe-1": 300}
+def test_a_redis_that_stops_answering_fails_the_flush_within_the_timeout(
+        redis: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis behind a proxy that black-holes it (accepts, never answers): each flush gives up
+    after the client's socket timeout instead of blocking the flusher until it counts as
+    stuck; when traffic passes again, what changed meanwhile is written."""
+    proxy = CuttableProxy(redis.port)
+    monkeypatch.setenv("DBAAS_SERVICE_PORT", str(proxy.port))
+    errors: list[int] = []
+    store = SdlStateStore(NS, partial(ricsdl_backend, timeout_s=0.3),
+                          on_error=lambda: errors.append(1), interval_s=0.05)
+    real = redis_py.Redis(host=redis.host, port=redis.port, socket_timeout=2.0)
+    try:
+        store.put_cpe("cpe-1", record(1))
+        assert store.sync() and store.connected
+        proxy.cut()
+        store.put_cpe("cpe-1", record(2, nr=50))
+        store.save_policy(PolicyInstance("p1", {"max_weight": 9}, frozenset(), 1.0))
+        # In a thread of its own, so that a flush that hangs fails the test instead of it.
+        result: list[bool] = []
+        started = time.monotonic()
+        flush = threading.Thread(target=lambda: result.append(store.sync()), daemon=True)
+        flush.start()
+        flush.join(5.0)
+        elapsed = time.monotonic() - started
+        assert result == [False], f"the flush did not return in {elapsed:.1f} s"
+        assert elapsed < 1.5
+        assert not store.connected and errors == [1]
+        assert "NotConnected" in store.last_error or "not active" in store.last_error
+        # The flusher keeps failing, pass after pass: each one ends.
+        store.start()
+        assert wait_until(lambda: len(errors) >= 3, 10)
+        assert store.worker.status().idle_s < 1.0
+        assert store.pending() == 2
+        proxy.heal()
+        assert wait_until(lambda: store.connected and store.pending() == 0, 10), \
+            store.last_error
+        cpe = real.get(f"{{{NS}}},cpe/cpe-1")
+        assert cpe is not None and json.loads(cpe)["version"] == 2
+        assert real.get(f"{{{NS}}},policy/p1") is not None
+    finally:
+        store.stop()
+        real.close()
+        proxy.close()
 
 
 def test_memory_only_store_needs_no_redis() -> None:

@@ -4,9 +4,7 @@ compare-and-delete, epochs that only grow, membership with a TTL."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-import pytest
 import redis as redis_py
 
 from tests.support.redis_server import RedisServer
@@ -62,55 +60,3 @@ def test_membership_expires_and_leave_gives_shards_back(redis: RedisServer) -> N
     assert a.holders(4) == {}
     # The shard's two keys share a hash tag (one Redis Cluster slot for the scripts).
     assert a.shard_key(3) == "mcw-t:shard:{3}" and a.epoch_key(3) == "mcw-t:shard:{3}:epoch"
-
-
-def test_version_ceilings_are_the_sdl_stores_keys_and_only_grow(redis: RedisServer) -> None:
-    from xapp.adapters.sdl import SdlVersionStore, ricsdl_backend
-    from xapp.adapters.shard_leases import RedisVersionStore
-
-    client = redis_py.Redis(host=redis.host, port=redis.port, socket_timeout=2.0)
-    shared = RedisVersionStore(client, "mcw-t")
-    legacy = SdlVersionStore("mcw-t", ricsdl_backend)
-    legacy.set_ceilings({"c1": 100})
-    assert shared.get_ceilings(["c1", "c2"]) == {"c1": 100, "c2": 0}
-    shared.set_ceilings({"c1": 50, "c2": 200})  # a late, lower raise changes nothing
-    assert legacy.get_ceilings(["c1", "c2"]) == {"c1": 100, "c2": 200}
-    floor = RedisVersionStore(client, "mcw-t", floor=lambda c: 300 if c == "c1" else 0)
-    assert floor.get_ceilings(["c1"]) == {"c1": 300}
-
-
-def test_leases_follow_sdl_through_a_sentinel(redis: RedisServer, tmp_path: Path) -> None:
-    """With ricsdl's Sentinel variables the leases go to the master the Sentinel names (a real
-    redis-server in sentinel mode in front of the test's Redis)."""
-    import subprocess
-
-    from tests.support.polling import free_port, stop_process, wait_until
-    from tests.support.redis_server import redis_binary
-    from xapp.adapters.shard_leases import redis_from_env
-
-    port = free_port()
-    conf = tmp_path / "sentinel.conf"
-    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
-                    f"sentinel monitor mcwdb 127.0.0.1 {redis.port} 1\n")
-    binary = redis_binary()
-    assert binary is not None
-    proc = subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        env = {"DBAAS_SERVICE_HOST": "127.0.0.1", "DBAAS_SERVICE_PORT": "1",
-               "DBAAS_SERVICE_SENTINEL_PORT": str(port), "DBAAS_MASTER_NAME": "mcwdb"}
-
-        def answers() -> bool:
-            try:
-                return bool(redis_from_env(1.0, env).ping())  # type: ignore[attr-defined]
-            except Exception:
-                return False
-
-        assert wait_until(answers, 10)
-        via = ShardLeases(redis_from_env(1.0, env), "mcw-t")
-        assert via.round("a", 5000, acquire=[3], renew={}, release={}).acquired == {3: 1}
-        assert leases(redis).holders(4) == {3: ("a", 1)}  # on the master itself
-        with pytest.raises(ValueError, match="DBAAS_MASTER_NAME"):
-            redis_from_env(1.0, {**env, "DBAAS_MASTER_NAME": ""})
-    finally:
-        stop_process(proc)

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from xapp.adapters.e2.records import E2DecodeError, E2Node, KpmRanFunction
 
@@ -69,10 +69,12 @@ class RnibBackend(Protocol):
 
 def ricsdl_rnib_backend() -> RnibBackend:
     """A ricsdl client (``DBAAS_SERVICE_HOST``/``PORT`` from the environment, like every RIC
-    component) for reading the R-NIB."""
-    from ricsdl.syncstorage import SyncStorage
+    component) for reading the R-NIB, with the socket timeout of every ricsdl client of the
+    xApp (:func:`xapp.adapters.sdl.ricsdl_backend`): a hung Redis fails a read of the node
+    list instead of holding the E2 subscriber."""
+    from xapp.adapters.sdl import ricsdl_backend
 
-    return SyncStorage()  # type: ignore[no-any-return]
+    return cast(RnibBackend, ricsdl_backend())
 
 
 @dataclass(frozen=True)
