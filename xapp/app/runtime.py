@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, mediator_lister
 from xapp.adapters.sdl import Restored, SdlStateStore, SdlVersionStore, ricsdl_backend
 from xapp.app.collector import ComponentCollector, E2Counters, ShardCollector
-from xapp.app.config import ConfigError, ConfigWatcher, Controls, LoadedConfig, load_config
+from xapp.app.config import (
+    POD_IP_ENV,
+    ConfigError,
+    ConfigWatcher,
+    Controls,
+    LoadedConfig,
+    load_config,
+)
 from xapp.app.endpoints import (
     CPES_PATH,
     E2_SUBSCRIPTIONS_PATH,
@@ -429,11 +436,14 @@ class XappProcess:
             log.warning("RMR disabled: %s; A1 policies arrive only through SDL", why)
             return
         self.rmr_required = True
+        replica, http_endpoint = appmgr_identity(self.replica_id, not self.fence.everything,
+                                                 self.opts.http_port)
         self.rmr = RmrGlue(self.a1, lambda: self.state.connected, port=self.opts.rmr_port,
                            on_config_event=self.watcher.check,
                            on_query_sent=self.resync.query_sent,
                            indications=None if self.e2 is None else self.e2.decoder,
-                           log_level=logging.getLogger().level)
+                           log_level=logging.getLogger().level,
+                           replica_id=replica, http_endpoint=http_endpoint)
         self.rmr.start()
         for worker in self.rmr.workers():
             self.supervisor.add(worker)
@@ -685,6 +695,18 @@ def build_components(opts: RunOptions, controls: Controls, versions: VersionStor
                       influx=influx, influx_intake=influx_intake,
                       estimator_counters=estimator_counters, estimator_calibration=calibration,
                       intake=intake)
+
+
+def appmgr_identity(replica_id: str, sharded: bool, http_port: int,
+                    environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(replica id, HTTP endpoint) this pod registers with at the appmgr
+    (:func:`xapp.adapters.rmr.appmgr_register_body`): its own entry with several replicas,
+    the frame's one shared entry ("", "") with one."""
+    if not sharded:
+        return "", ""
+    env = os.environ if environ is None else environ
+    pod_ip = env.get(POD_IP_ENV, "").strip()
+    return replica_id, f"{pod_ip}:{http_port}" if pod_ip else ""
 
 
 def build_e2(opts: RunOptions, controls: Controls, comp: Components,
