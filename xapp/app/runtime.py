@@ -732,7 +732,9 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components,
         E2SubscribeSettings,
         IdStore,
         MemoryIdStore,
+        NodeRecords,
         SdlIdStore,
+        SdlNodeRecords,
         SubscriptionBook,
     )
 
@@ -758,18 +760,30 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components,
     if fence is not None and not fence.everything:
         # Several replicas: each subscribes the nodes of the shards it holds (OwnedNodes).
         nodes = OwnedNodes(nodes, fence.allows)
+    sharded = fence is not None and not fence.everything
+    client_host = e.effective_client_host(sharded)
+    if sharded and client_host == e.client_host:
+        log.warning("several replicas but %s is not set: submgr answers %s, which may reach "
+                    "another pod (the chart sets it from the pod IP)", POD_IP_ENV, client_host)
     settings = E2SubscribeSettings(
-        submgr_url=e.submgr_url, client_host=e.client_host, http_port=e.http_port,
+        submgr_url=e.submgr_url, client_host=client_host, http_port=e.http_port,
         rmr_port=e.rmr_port, requestor_id=e.requestor_id, match_requestor=e.match_requestor,
         measurements=e.measurements, report_styles=e.report_styles,
         report_period_ms=e.report_period_ms, granularity_ms=e.granularity_ms)
     book = SubscriptionBook(e.requestor_id, match_requestor=e.match_requestor)
-    sharded = fence is not None and not fence.everything
     ids: IdStore = (SdlIdStore(controls.sdl_namespace, ricsdl_backend,
                                key=f"e2/subscriptions/{replica_id}" if sharded
                                else "e2/subscriptions") if redis
                     else MemoryIdStore())
-    subscriber = E2Subscriber(settings, nodes, book, ids=ids)
+    # Per node, shared: the node's next owner deletes what a dead replica left at submgr.
+    records: NodeRecords | None = None
+    if redis:
+        from xapp.adapters.shard_leases import redis_from_env
+
+        records = SdlNodeRecords(controls.sdl_namespace,
+                                 lambda: redis_from_env(timeout_s=settings.http_timeout_s))
+    subscriber = E2Subscriber(settings, nodes, book, ids=ids, records=records,
+                              owner=replica_id)
     # A step reads the nodes and makes a few HTTP calls of at most http_timeout_s each.
     worker = Worker("mcw-e2-subscriptions", subscriber.step, e.poll_period_s,
                     deadline_s=max(60.0, 3 * e.poll_period_s))
