@@ -14,19 +14,19 @@ logs that explain it, and everything is torn down):
    (``service-ricplt-dbaas-tcp``, ``r4-influxdb-influxdb2``) with EndpointSlices naming that
    address; ``ricxapp`` with Pod Security ``restricted`` enforced, the Secrets and the
    ``dbaas-appconfig`` ConfigMap the chart refers to;
-4. ``helm install`` (the xApp with ``rmr.mode=auto``, the chart's Mosquitto with a NodePort and
-   ``broker.proxies``); checks: admitted under ``restricted`` (and a pod without its security
-   context refused),
-   startup, liveness and readiness probes pass and the pods turn Ready, the NetworkPolicy
-   objects exist;
+4. ``helm install`` (the xApp as ``REPLICAS`` pods sharing the CPEs by shards, with
+   ``rmr.mode=auto``, the chart's Mosquitto with a NodePort and ``broker.proxies``); checks:
+   admitted under ``restricted`` (and a pod without its security context refused), startup,
+   liveness and readiness probes pass and the pods turn Ready, their shards are disjoint and
+   cover all, the NetworkPolicy objects exist;
 5. the sites (:mod:`tests.k8s.sites`): dry-run CPE agents and a proxy agent in network
    namespaces outside the cluster, a KPI feed into InfluxDB; every agent applies weights from
    the in-cluster xApp through the in-cluster broker;
 6. ``helm test --logs``; ``helm upgrade`` of a control (applied live: same pod, the new value in
    ``/ric/v1/config``); ``helm upgrade`` of the model (a new pod that runs the new artifact);
-   ``helm rollback`` (the shipped model again, the control kept); the pod deleted with an A1
-   policy in SDL: the rescheduled pod restores it and every agent's weight version keeps
-   growing (nothing lost); ``helm uninstall``.
+   ``helm rollback`` (the shipped model again, the control kept); one pod deleted with an A1
+   policy in SDL: the survivor takes every shard, the replacement rejoins, both put the policy
+   in force and every agent's weight version keeps growing (nothing lost); ``helm uninstall``.
 
 The report (every step, its time and checks) is printed and written to ``OUT/report.json`` and
 ``OUT/report.txt``; every component's log is in ``OUT/logs``, the agents' in ``OUT/run/sites``.
@@ -44,7 +44,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +64,7 @@ from tests.support.influxd import InfluxServer, influxd_binary, start_influxd
 from tests.support.mosquitto import Pki, cpe_name, make_pki
 from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer, redis_binary
+from xapp.core.shards import shard_of
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S_BIN = ROOT / ".tools" / "k8s" / "bin"
@@ -74,6 +75,10 @@ NS = "ricxapp"
 PLT = "ricplt"
 BROKER_NODE_PORT = 30883
 SDL_NAMESPACE = "mcw"
+#: xApp pods the chart installs (replicaCount): above one, they share the CPEs by shards.
+REPLICAS = 2
+SHARDS_PATH = "/ric/v1/shards"
+CPES_PATH = "/ric/v1/cpes"
 #: The xApp's pods; the helm test pod carries the same name and instance labels.
 XAPP_SELECTOR = (f"app.kubernetes.io/name=mcw-xapp,app.kubernetes.io/instance={RELEASE},"
                  "app.kubernetes.io/component!=helm-test")
@@ -193,25 +198,33 @@ class Run:
         items: list[dict[str, Any]] = doc["items"]  # type: ignore[assignment]
         return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
-    def xapp_pod(self) -> dict[str, Any]:
-        pods = self.pods(XAPP_SELECTOR)
-        if len(pods) != 1:
-            raise RuntimeError(f"{len(pods)} xApp pods: "
-                               f"{[p['metadata']['name'] for p in pods]}")
-        return pods[0]
+    def xapp_pods(self) -> list[dict[str, Any]]:
+        """The xApp's pods (not terminating), by name."""
+        return sorted(self.pods(XAPP_SELECTOR), key=lambda p: str(p["metadata"]["name"]))
 
-    def wait_xapp_ready(self, other_than: str = "", timeout_s: float = 240) -> dict[str, Any]:
-        """The one xApp pod (not ``other_than``), Ready."""
+    def wait_xapp_ready(self, other_than: Collection[str] = (), count: int = REPLICAS,
+                        timeout_s: float = 240) -> list[dict[str, Any]]:
+        """``count`` xApp pods, none of ``other_than``, all Ready (and no other)."""
         def ready() -> bool:
-            pods = [p for p in self.pods(XAPP_SELECTOR) if p["metadata"]["name"] != other_than]
-            return len(pods) == 1 and _is_ready(pods[0])
+            pods = self.xapp_pods()
+            return (len(pods) == count and all(_is_ready(p) for p in pods)
+                    and not {p["metadata"]["name"] for p in pods} & set(other_than))
         if not wait_until(ready, timeout_s, 1.0):
-            raise RuntimeError(f"no Ready xApp pod (other than {other_than!r}) within "
-                               f"{timeout_s:.0f} s")
-        return self.xapp_pod()
+            raise RuntimeError(f"not {count} Ready xApp pods (other than {sorted(other_than)}) "
+                               f"within {timeout_s:.0f} s: "
+                               f"{[p['metadata']['name'] for p in self.xapp_pods()]}")
+        return self.xapp_pods()
 
-    def xapp_get(self, path: str) -> tuple[int, Any]:
-        ip = self.xapp_pod()["status"]["podIP"]
+    def xapp_get(self, path: str, pod: dict[str, Any] | None = None) -> tuple[int, Any]:
+        """GET ``path`` from ``pod`` (default: the first xApp pod) at its pod IP."""
+        if pod is None:
+            pods = self.xapp_pods()
+            if not pods:
+                return 0, "no xApp pod"
+            pod = pods[0]
+        ip = pod["status"].get("podIP")
+        if not ip:
+            return 0, f"{pod['metadata']['name']} has no IP"
         try:
             with urllib.request.urlopen(f"http://{ip}:8080{path}", timeout=5) as r:
                 body = r.read()
@@ -220,6 +233,10 @@ class Run:
             return exc.code, exc.read()
         except OSError as exc:
             return 0, str(exc)
+
+    def xapp_get_all(self, path: str) -> dict[str, tuple[int, Any]]:
+        """GET ``path`` from every xApp pod: pod name -> (status, document)."""
+        return {p["metadata"]["name"]: self.xapp_get(path, p) for p in self.xapp_pods()}
 
     def sdl(self) -> dict[str, Any]:
         """The xApp's SDL namespace as stored in Redis (ricsdl, as the xApp reads it)."""
@@ -260,6 +277,47 @@ class Run:
 def _is_ready(pod: dict[str, Any]) -> bool:
     conds = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
     return conds.get("Ready") == "True"
+
+
+def shard_split(run: Run, count: int = REPLICAS) -> tuple[bool, str, dict[str, set[int]]]:
+    """Whether ``count`` pods' ``/ric/v1/shards`` hold disjoint sets covering every shard,
+    what they hold (a line for the report), and pod name -> held shards."""
+    held: dict[str, set[int]] = {}
+    total = 0
+    problems: list[str] = []
+    for name, (code, doc) in run.xapp_get_all(SHARDS_PATH).items():
+        if code != 200 or not isinstance(doc, dict) or not doc.get("enabled"):
+            problems.append(f"{name}: HTTP {code} {str(doc)[:120]}")
+            continue
+        held[name], total = set(doc["held"]), int(doc["shards"])
+    union: set[int] = set().union(*held.values()) if held else set()
+    disjoint = sum(map(len, held.values())) == len(union)
+    ok = not problems and len(held) == count and disjoint and union == set(range(total))
+    detail = "; ".join([*problems, *(f"{n}: {len(h)} held" for n, h in sorted(held.items()))])
+    detail += f"; {len(union)} of {total} covered, {'disjoint' if disjoint else 'OVERLAPPING'}"
+    return ok, detail, held
+
+
+def owners_publish(run: Run) -> tuple[bool, str]:
+    """Every test CPE has exactly one owner among the pods' ``/ric/v1/cpes`` (the pod holding
+    its shard), whose last published version is at least what its agent applied before."""
+    applied = {c: v for c, (v, _) in run.latest().items()}
+    _, _, held = shard_split(run)
+    docs = run.xapp_get_all(CPES_PATH)
+    lines, ok = [], True
+    for cpe in run.cpes:
+        shard = shard_of(cpe)
+        owners = [n for n, (code, doc) in docs.items() if code == 200 and isinstance(doc, dict)
+                  and (doc["cpes"].get(cpe) or {}).get("owner")]
+        entry = docs[owners[0]][1]["cpes"][cpe] if len(owners) == 1 else {}
+        version = (entry.get("published") or {}).get("version", 0)
+        good = (len(owners) == 1 and shard in held.get(owners[0], set())
+                and entry.get("shard") == shard and version > 0
+                and version >= applied.get(cpe, 0) > 0)
+        ok = ok and good
+        lines.append(f"{cpe} shard {shard} owner {','.join(owners) or 'none'} "
+                     f"published v{version}, applied v{applied.get(cpe, 0)}")
+    return ok, "; ".join(lines)
 
 
 def _model_version(artifact_dir: Path) -> str:
@@ -364,6 +422,8 @@ def base_values(run: Run) -> dict[str, Any]:
                   "pullPolicy": "Never"},
         # The image has no RMR (its package cannot be downloaded here): A1 goes through SDL.
         "rmr": {"mode": "auto"},
+        # Sharding turns on by itself above one replica (Redis is SDL's, on the node).
+        "replicaCount": REPLICAS,
         "controls": {"loop": {"lease_s": 6}},
         "broker": {"deploy": True, "proxies": {PROXY_ID: [run.cpes[0]]},
                    "server": {"image": {"registry": "localhost", "repository": aux_repo,
@@ -379,28 +439,45 @@ def install(run: Run, st: Step) -> None:
     run.helm("install", RELEASE, str(CHART), "-n", NS, "-f", str(values), "--wait",
              "--timeout", "6m")
     c = run.cluster
-    pod = run.wait_xapp_ready()
+    pods = run.wait_xapp_ready()
+    pod_names = ", ".join(p["metadata"]["name"] for p in pods)
     broker = run.pods(BROKER_SELECTOR)
-    spec = pod["spec"]["containers"][0]
-    status = pod["status"]["containerStatuses"][0]
-    st.checks.append(Check("admitted under Pod Security restricted: the xApp and broker pods "
-                           "run in ricxapp", bool(broker) and pod["status"]["phase"] == "Running",
-                           f"{pod['metadata']['name']}, {broker[0]['metadata']['name']}"
-                           if broker else "no broker pod"))
-    probes = [p for p in ("startupProbe", "livenessProbe", "readinessProbe") if p in spec]
-    st.checks.append(Check("probes: startup, liveness, readiness passed; the pod turned Ready",
-                           len(probes) == 3 and bool(status.get("started")) and status["ready"]
-                           and status["restartCount"] == 0,
-                           f"{probes}, restarts {status['restartCount']}"))
+    st.checks.append(Check(f"admitted under Pod Security restricted: the {REPLICAS} xApp pods "
+                           "and the broker pod run in ricxapp",
+                           bool(broker) and len(pods) == REPLICAS
+                           and all(p["status"]["phase"] == "Running" for p in pods),
+                           f"{pod_names}, {broker[0]['metadata']['name']}" if broker
+                           else "no broker pod"))
+    probed = []
+    for pod in pods:
+        spec = pod["spec"]["containers"][0]
+        status = pod["status"]["containerStatuses"][0]
+        probes = [p for p in ("startupProbe", "livenessProbe", "readinessProbe") if p in spec]
+        probed.append((len(probes) == 3 and bool(status.get("started")) and status["ready"]
+                       and status["restartCount"] == 0,
+                       f"{pod['metadata']['name']}: {len(probes)} probes, "
+                       f"restarts {status['restartCount']}"))
+    st.checks.append(Check("probes: startup, liveness, readiness passed; every pod turned Ready",
+                           all(ok for ok, _ in probed), "; ".join(d for _, d in probed)))
     st.checks.append(Check("the broker pod (tcpSocket probes) is Ready",
                            bool(broker) and _is_ready(broker[0]), ""))
-    code, ready = run.xapp_get("/ric/v1/health/ready")
-    st.checks.append(Check("/ric/v1/health/ready from the pod IP", code == 200, str(ready)[:300]))
-    sc = pod["spec"]["containers"][0]["securityContext"]
-    st.checks.append(Check("the pod runs non-root, read-only root, no capabilities",
+    readies = run.xapp_get_all("/ric/v1/health/ready")
+    st.checks.append(Check("/ric/v1/health/ready from each pod IP",
+                           len(readies) == REPLICAS
+                           and all(code == 200 for code, _ in readies.values()),
+                           "; ".join(f"{n}: {code} {str(doc)[:160]}"
+                                     for n, (code, doc) in readies.items())))
+    sc = pods[0]["spec"]["containers"][0]["securityContext"]
+    st.checks.append(Check("the pods run non-root, read-only root, no capabilities",
                            sc.get("readOnlyRootFilesystem") is True
                            and sc.get("capabilities", {}).get("drop") == ["ALL"]
-                           and pod["spec"]["securityContext"].get("runAsNonRoot") is True, ""))
+                           and pods[0]["spec"]["securityContext"].get("runAsNonRoot") is True,
+                           ""))
+    t0 = time.monotonic()
+    split = wait_until(lambda: shard_split(run)[0], 60, 0.5)
+    st.checks.append(Check(f"/ric/v1/shards: the {REPLICAS} pods hold disjoint shard sets "
+                           "covering every shard", split,
+                           f"{shard_split(run)[1]} ({time.monotonic() - t0:.1f} s after Ready)"))
     nps = c.kubectl_json("-n", NS, "get", "networkpolicy")
     names = sorted(i["metadata"]["name"] for i in nps["items"])  # type: ignore[attr-defined]
     st.checks.append(Check("NetworkPolicy objects accepted by the API",
@@ -424,6 +501,9 @@ def start_sites(run: Run, st: Step) -> None:
     st.checks.append(Check("every CPE agent (outside the cluster, own namespace) applied "
                            "weights from the in-cluster xApp through the in-cluster broker",
                            ok, ", ".join(f"{c} v{v} {w}" for c, (v, w) in sorted(latest.items()))))
+    owned = wait_until(lambda: owners_publish(run)[0], 30, 1.0)
+    st.checks.append(Check("every CPE has one owner, the pod holding its shard, which published "
+                           "the weights its agent applied", owned, owners_publish(run)[1]))
     observer = run.observer
     proxy_ok = wait_until(lambda: any(
         r.cpe == run.cpes[0] and r.online and r.version > 0
@@ -451,22 +531,24 @@ def _at(doc: Any, dotted: str) -> Any:
 
 
 def upgrade_control(run: Run, st: Step) -> None:
-    before = run.xapp_pod()
+    before = {p["metadata"]["uid"] for p in run.xapp_pods()}
     name, value = CONTROL
     run.helm("upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values",
              # --set would make 0.5 a string; the values schema wants a number.
              "--set-json", f"controls.{name}={json.dumps(value)}", "--wait", "--timeout", "4m")
 
     def applied() -> bool:
-        code, doc = run.xapp_get("/ric/v1/config")
-        return code == 200 and isinstance(doc, dict) and _at(doc["controls"], name) == value
+        docs = run.xapp_get_all("/ric/v1/config")
+        return len(docs) == REPLICAS and all(
+            code == 200 and isinstance(doc, dict) and _at(doc["controls"], name) == value
+            for code, doc in docs.values())
     live = wait_until(applied, 120, 2.0)
-    after = run.xapp_pod()
-    same = after["metadata"]["uid"] == before["metadata"]["uid"]
-    restarts = after["status"]["containerStatuses"][0]["restartCount"]
-    st.checks.append(Check(f"controls.{name}={value} in /ric/v1/config without a restart",
-                           live and same and restarts == 0,
-                           f"same pod {same}, restarts {restarts}"))
+    after = run.xapp_pods()
+    same = {p["metadata"]["uid"] for p in after} == before
+    restarts = sum(p["status"]["containerStatuses"][0]["restartCount"] for p in after)
+    st.checks.append(Check(f"controls.{name}={value} in every pod's /ric/v1/config without a "
+                           "restart", live and same and restarts == 0,
+                           f"same {len(after)} pods {same}, restarts {restarts}"))
     since = {c: v for c, (v, _) in run.latest().items()}
     fresh = wait_until(lambda: all(run.latest().get(c, (0, {}))[0] > since.get(c, 0)
                                    for c in run.cpes), 60, 1.0)
@@ -477,7 +559,7 @@ def upgrade_model(run: Run, st: Step) -> None:
     assert run.model_dir is not None and run.model_pub is not None
     c = run.cluster
     c.kubectl("-n", NS, "create", "configmap", "mcw-model-k8s", f"--from-file={run.model_dir}")
-    before = run.xapp_pod()["metadata"]["name"]
+    before = {p["metadata"]["name"] for p in run.xapp_pods()}
     values = run.scratch / "values-model.yaml"
     values.write_text(yaml.safe_dump({
         "model": {"signingPublicKey": {"pem": run.model_pub.read_text()}},
@@ -487,35 +569,44 @@ def upgrade_model(run: Run, st: Step) -> None:
         "controls": {"model": {"path": "/opt/mcw/models/k8s"}}}))
     run.helm("upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values", "-f", str(values),
              "--wait", "--timeout", "5m")
-    pod = run.wait_xapp_ready(other_than=before)
+    pods = run.wait_xapp_ready(other_than=before)
     want = _model_version(run.model_dir)
     got = wait_until(lambda: run.sdl().get("model/version") == want, 90, 2.0)
-    st.checks.append(Check("a new pod (the signing key's checksum) runs the new artifact",
-                           got, f"{pod['metadata']['name']}: model/version in SDL "
-                           f"{run.sdl().get('model/version')}, want {want}"))
-    code, doc = run.xapp_get("/ric/v1/config")
-    st.checks.append(Check("controls kept across the model upgrade (--reuse-values)",
-                           code == 200 and _at(doc["controls"], CONTROL[0]) == CONTROL[1], ""))
+    st.checks.append(Check(f"{REPLICAS} new pods (the signing key's checksum) run the new "
+                           "artifact", got, f"{[p['metadata']['name'] for p in pods]}: "
+                           f"model/version in SDL {run.sdl().get('model/version')}, want {want}"))
+    st.checks.append(_controls_kept(run, "controls kept across the model upgrade "
+                                         "(--reuse-values), in every pod"))
 
 
 def rollback(run: Run, st: Step) -> None:
-    before = run.xapp_pod()["metadata"]["name"]
+    before = {p["metadata"]["name"] for p in run.xapp_pods()}
     run.helm("rollback", RELEASE, "2", "-n", NS, "--wait", "--timeout", "5m")
-    pod = run.wait_xapp_ready(other_than=before)
+    pods = run.wait_xapp_ready(other_than=before)
     want = _model_version(ROOT / "models" / "default")
     got = wait_until(lambda: run.sdl().get("model/version") == want, 90, 2.0)
     st.checks.append(Check("helm rollback to revision 2: the shipped model again", got,
-                           f"{pod['metadata']['name']}: model/version "
+                           f"{[p['metadata']['name'] for p in pods]}: model/version "
                            f"{run.sdl().get('model/version')}, want {want}"))
-    code, doc = run.xapp_get("/ric/v1/config")
-    st.checks.append(Check(f"... with revision 2's controls.{CONTROL[0]}={CONTROL[1]}",
-                           code == 200 and _at(doc["controls"], CONTROL[0]) == CONTROL[1], ""))
+    st.checks.append(_controls_kept(run, f"... with revision 2's controls.{CONTROL[0]}="
+                                         f"{CONTROL[1]} in every pod"))
+    split = wait_until(lambda: shard_split(run)[0], 60, 0.5)
+    st.checks.append(Check("after the rollout the new pods' shards are disjoint and cover all",
+                           split, shard_split(run)[1]))
     hist = json.loads(run.helm("history", RELEASE, "-n", NS, "-o", "json").stdout)
     st.checks.append(Check("helm history: install, 2 upgrades, rollback",
                            [h["revision"] for h in hist] == [1, 2, 3, 4]
                            and hist[-1]["description"].startswith("Rollback to 2"),
                            "; ".join(f"{h['revision']} {h['status']} {h['description']}"
                                      for h in hist)))
+
+
+def _controls_kept(run: Run, name: str) -> Check:
+    docs = run.xapp_get_all("/ric/v1/config")
+    kept = {n: _at(doc["controls"], CONTROL[0]) if code == 200 and isinstance(doc, dict)
+            else f"HTTP {code}" for n, (code, doc) in docs.items()}
+    return Check(name, len(kept) == REPLICAS and all(v == CONTROL[1] for v in kept.values()),
+                 str(kept))
 
 
 def seed_policy(run: Run) -> None:
@@ -542,10 +633,27 @@ def seed_policy(run: Run) -> None:
 
 def reschedule(run: Run, st: Step) -> None:
     seed_policy(run)
-    before = run.xapp_pod()["metadata"]["name"]
+    victim, survivor = run.wait_xapp_ready()[:2]
+    before = victim["metadata"]["name"]
     since = {c: v for c, (v, _) in run.latest().items()}
+    t_delete = time.monotonic() - run.t0
     run.cluster.kubectl("-n", NS, "delete", "pod", before, "--wait=false")
-    pod = run.wait_xapp_ready(other_than=before)
+
+    # Until the replacement joins, the survivor alone holds every shard (the deleted pod hands
+    # its shards back at SIGTERM; the survivor acquires them at its next lease round).
+    def survivor_holds_all() -> bool:
+        code, doc = run.xapp_get(SHARDS_PATH, survivor)
+        return code == 200 and isinstance(doc, dict) and \
+            sorted(doc.get("held", [])) == list(range(int(doc.get("shards", 0)))) != []
+    took = wait_until(survivor_holds_all, 60, 0.2)
+    took_s = time.monotonic() - run.t0 - t_delete
+    run.report.facts["survivor_all_shards_s"] = round(took_s, 1)
+    st.checks.append(Check("one of the two pods deleted: the survivor holds every shard", took,
+                           f"{survivor['metadata']['name']} held all {took_s:.1f} s after "
+                           f"{before} was deleted"))
+    pods = run.wait_xapp_ready(other_than={before})
+    pod = next((p for p in pods if p["metadata"]["name"] != survivor["metadata"]["name"]),
+               pods[0])
     node = pod["spec"].get("nodeName")
 
     def split_and_newer() -> bool:
@@ -562,6 +670,17 @@ def reschedule(run: Run, st: Step) -> None:
         + ", ".join(f"{c} v{since.get(c, 0)}->v{latest.get(c, (0, {}))[0]} "
                     f"{latest.get(c, (0, {}))[1]}" for c in run.cpes)))
     st.checks.append(Check("the A1 instance still in SDL", f"policy/{SPLIT_ID}" in run.sdl(), ""))
+    assert run.observer is not None
+    expired = [f"{r.cpe} at {r.t:.1f} s" for r in run.observer.snapshot()
+               if r.t >= t_delete and r.event == "lease-expired"]
+    st.checks.append(Check("no agent's weights lease expired across the pod's deletion",
+                           not expired, ", ".join(expired)))
+    split = wait_until(lambda: shard_split(run)[0], 60, 0.5)
+    st.checks.append(Check("the replacement joined: shards disjoint and covering again", split,
+                           shard_split(run)[1]))
+    owned = wait_until(lambda: owners_publish(run)[0], 30, 1.0)
+    st.checks.append(Check("every CPE's weights from its shard's owner again", owned,
+                           owners_publish(run)[1]))
 
 
 def netpol_not_enforced(run: Run, st: Step) -> None:
@@ -674,7 +793,8 @@ def main(argv: list[str] | None = None) -> int:
         ("helm upgrade: a control", lambda st: upgrade_control(run, st)),
         ("helm upgrade: the model", lambda st: upgrade_model(run, st)),
         ("helm rollback", lambda st: rollback(run, st)),
-        ("pod deleted and rescheduled, nothing lost", lambda st: reschedule(run, st)),
+        ("one pod deleted: the survivor takes every shard, the replacement rejoins, nothing "
+         "lost", lambda st: reschedule(run, st)),
         ("NetworkPolicy enforcement", lambda st: netpol_not_enforced(run, st)),
     ]
     try:

@@ -595,6 +595,9 @@ def test_replicas_share_the_fleet(rendered: dict[str, cr.Rendered]) -> None:
     assert env["MCW_SHARDING_ENABLED"] == "true" and env["MCW_SHARDING_SHARDS"] == "64"
     replica_id = {e["name"]: e for e in _container(three)["env"]}["MCW_REPLICA_ID"]
     assert replica_id["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # Each pod's own address for submgr's answers and its appmgr entry (docs/replicas.md).
+    pod_ip = {e["name"]: e for e in _container(three)["env"]}["MCW_POD_IP"]
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert three.one("PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
     controls = config.apply_env_overrides(load_json(DESCRIPTOR)["controls"],
                                           {k: v for k, v in env.items() if k.startswith("MCW_")})
@@ -602,6 +605,7 @@ def test_replicas_share_the_fleet(rendered: dict[str, cr.Rendered]) -> None:
     assert parsed.sharding.enabled and parsed.sharding.shards == 64
     assert parsed.sharding.effective_replica_id({"MCW_REPLICA_ID": "mcw-xapp-7d9-abcde",
                                                  "HOSTNAME": XAPP_NAME}) == "mcw-xapp-7d9-abcde"
+    assert parsed.e2.effective_client_host(True, {"MCW_POD_IP": "10.244.0.7"}) == "10.244.0.7"
     # Readiness names the lease worker when sharding is on (runtime.XappProcess.health).
     assert c_probe_paths(three) == c_probe_paths(one)
 

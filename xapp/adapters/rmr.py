@@ -33,12 +33,13 @@ What the frame gets wrong for us, and what is done about it:
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from xapp.adapters.a1 import (
@@ -121,6 +122,38 @@ def registration_env_missing(environ: dict[str, str] | None = None,
     return missing
 
 
+def appmgr_register_body(config: Mapping[str, Any], *, hostname: str, replica_id: str,
+                         http_endpoint: str, rmr_endpoint: str) -> dict[str, Any]:
+    """The body of the appmgr's ``POST /ric/v1/register`` for this pod.
+
+    The frame sends ``appName`` = ``$HOSTNAME`` and ``appInstanceName`` = the descriptor's
+    name; the chart gives every pod the xApp name as hostname, so N pods register one entry and
+    the first to deregister removes it for all.  The appmgr keys its entries by
+    ``[appName][appInstanceName]`` and derives an instance's RMR route endpoint from
+    ``appInstanceName`` (``service-ricxapp-<appInstanceName>-rmr.ricxapp``, ric-plt-appmgr
+    ``pkg/restful/restful.go`` ``FillInstanceData``).  So the instance name must stay the xApp
+    name, the one Service that exists (a pod name there would make rtmgr route A1 to a Service
+    that does not), and the pod tells itself apart by ``appName``: ``replica_id`` (the pod
+    name) when given, else ``hostname`` as the frame does.  rtmgr keys endpoints by
+    address, so N entries naming one Service are one route endpoint."""
+    return {
+        "appName": replica_id or hostname,
+        "appVersion": config.get("version"),
+        "configPath": "",
+        "appInstanceName": config.get("name"),
+        "httpEndpoint": http_endpoint,
+        "rmrEndpoint": rmr_endpoint,
+        "config": json.dumps(dict(config)),
+    }
+
+
+def appmgr_deregister_body(config: Mapping[str, Any], *, hostname: str,
+                           replica_id: str) -> dict[str, Any]:
+    """``POST /ric/v1/deregister``: removes exactly the entry :func:`appmgr_register_body`
+    made, and with a replica id no other pod's."""
+    return {"appName": replica_id or hostname, "appInstanceName": config.get("name")}
+
+
 class RmrGlue:
     """Owns the ``RMRXapp``: A1 requests, health checks, the start-up query, registration.
 
@@ -154,6 +187,14 @@ class RmrGlue:
         Room in the queues in front of the A1 and the indication workers; what arrives when
         one is full is dropped and counted (``dropped`` in ``/ric/v1/health/alive`` and
         ``mcw_worker_queue_dropped``).
+    replica_id : str, default=""
+        With several replicas, this pod's id (the pod name): its own appmgr entry, so one
+        pod's deregistration leaves the others registered (:func:`appmgr_register_body`).
+        Empty: the frame's registration (one entry under ``$HOSTNAME``).
+    http_endpoint : str, default=""
+        With ``replica_id``, this pod's own ``host:port`` as the entry's HTTP endpoint (the
+        appmgr drops from its SDL list every entry of the same endpoint when one registers).
+        Empty: the xApp's HTTP Service, as the frame finds it.
     """
 
     def __init__(self, a1: A1Handler, healthy: Callable[[], bool], *, port: int = 4560,
@@ -162,8 +203,11 @@ class RmrGlue:
                  log_level: int = logging.INFO, query_retry_s: float = 2.0,
                  on_indication: Callable[[bytes, str | None], None] | None = None,
                  indications: IndicationHandoff | None = None,
-                 a1_queue: int = A1_QUEUE, e2_queue: int = E2_QUEUE) -> None:
+                 a1_queue: int = A1_QUEUE, e2_queue: int = E2_QUEUE,
+                 replica_id: str = "", http_endpoint: str = "") -> None:
         self.a1 = a1
+        self.replica_id = replica_id
+        self.http_endpoint = http_endpoint
         self._on_indication = on_indication
         self._on_query_sent = on_query_sent
         self._healthy = healthy
@@ -417,6 +461,12 @@ def _default_handler(xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
     xapp.rmr_free(sbuf)
 
 
+def _plt_namespace() -> str:
+    from ricxappframe.util.constants import Constants
+
+    return os.environ.get("PLT_NAMESPACE") or str(Constants.DEFAULT_PLT_NS)
+
+
 def _xapp_class() -> type:
     """The frame's ``RMRXapp`` with the fixes listed in the module docstring (imports RMR)."""
     import requests
@@ -475,6 +525,31 @@ def _xapp_class() -> type:
                     log.info("registered with the appmgr")
                     return
                 log.warning("appmgr registration failed; retrying in %.0f s", delay)
+
+        def register(self) -> bool:
+            # The frame's body, with this pod's own entry (appmgr_register_body).
+            hostname = os.environ.get("HOSTNAME", "")
+            config = self._config_data or {}
+            http = self.get_service(hostname, Constants.SERVICE_HTTP)
+            rmr_ep = self.get_service(hostname, Constants.SERVICE_RMR)
+            if not http or not rmr_ep:
+                log.warning("appmgr registration: the xApp's Service endpoints are not known "
+                            "(http %r, rmr %r)", http, rmr_ep)
+                return False
+            body = appmgr_register_body(
+                config, hostname=hostname, replica_id=self._glue.replica_id,
+                http_endpoint=(self._glue.http_endpoint if self._glue.replica_id
+                               and self._glue.http_endpoint else http),
+                rmr_endpoint=rmr_ep)
+            log.info("registering with the appmgr as %s/%s", body["appName"],
+                     body["appInstanceName"])
+            return self.do_post(_plt_namespace(), Constants.REGISTER_PATH, body)
+
+        def deregister(self) -> bool:
+            body = appmgr_deregister_body(self._config_data or {},
+                                          hostname=os.environ.get("HOSTNAME", ""),
+                                          replica_id=self._glue.replica_id)
+            return self.do_post(_plt_namespace(), Constants.DEREGISTER_PATH, body)
 
         def do_post(self, plt_namespace: str, url: str, msg: dict[str, Any]) -> bool:
             # The frame posts without a timeout; a hanging appmgr must not hang shutdown.

@@ -48,7 +48,9 @@ log = logging.getLogger(__name__)
 CONTROLS_SCHEMA_FILE = "controls.schema.json"
 ENV_PREFIX = "MCW_"
 #: MCW_* variables that are not controls overrides.
-_NOT_OVERRIDES = frozenset({"MCW_SCHEMAS_DIR", "MCW_REPLICA_ID"})
+_NOT_OVERRIDES = frozenset({"MCW_SCHEMAS_DIR", "MCW_REPLICA_ID", "MCW_POD_IP"})
+#: This pod's IP (the chart sets it from the downward API, ``status.podIP``).
+POD_IP_ENV = "MCW_POD_IP"
 #: The names Kubernetes gives a Service's links (``<NAME>_SERVICE_HOST``,
 #: ``<NAME>_SERVICE_PORT[_<PORT NAME>]``, ``<NAME>_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]``), and the
 #: value of ``<NAME>_PORT`` (``tcp://10.96.0.7:8883``).
@@ -200,6 +202,18 @@ class E2Settings:
     @property
     def active(self) -> bool:
         return self.enabled and bool(self.submgr_url)
+
+    def effective_client_host(self, sharded: bool,
+                              environ: Mapping[str, str] | None = None) -> str:
+        """The ``ClientEndpoint.Host`` submgr answers and sends indications to.
+
+        With several replicas the Service reaches a random pod, and only the pod that
+        subscribed knows the subscription: each pod then gives its own IP (``$MCW_POD_IP``).
+        One replica keeps ``client_host``, which outlives the pod (its successor deletes what
+        the pod left at submgr anyway)."""
+        env = os.environ if environ is None else environ
+        pod_ip = env.get(POD_IP_ENV, "").strip()
+        return pod_ip if sharded and pod_ip else self.client_host
 
     def measurement_map(self) -> MeasurementMap:
         """The built-in measurement table extended by ``vendor_measurements``."""

@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, mediator_lister
 from xapp.adapters.sdl import Restored, SdlStateStore, ricsdl_backend
 from xapp.app.collector import ComponentCollector, E2Counters, ShardCollector
-from xapp.app.config import ConfigError, ConfigWatcher, Controls, LoadedConfig, load_config
+from xapp.app.config import (
+    POD_IP_ENV,
+    ConfigError,
+    ConfigWatcher,
+    Controls,
+    LoadedConfig,
+    load_config,
+)
 from xapp.app.endpoints import (
     CPES_PATH,
     E2_SUBSCRIPTIONS_PATH,
@@ -428,11 +435,14 @@ class XappProcess:
             log.warning("RMR disabled: %s; A1 policies arrive only through SDL", why)
             return
         self.rmr_required = True
+        replica, http_endpoint = appmgr_identity(self.replica_id, not self.fence.everything,
+                                                 self.opts.http_port)
         self.rmr = RmrGlue(self.a1, lambda: self.state.connected, port=self.opts.rmr_port,
                            on_config_event=self.watcher.check,
                            on_query_sent=self.resync.query_sent,
                            indications=None if self.e2 is None else self.e2.decoder,
-                           log_level=logging.getLogger().level)
+                           log_level=logging.getLogger().level,
+                           replica_id=replica, http_endpoint=http_endpoint)
         self.rmr.start()
         for worker in self.rmr.workers():
             self.supervisor.add(worker)
@@ -687,6 +697,18 @@ def build_components(opts: RunOptions, controls: Controls, versions: VersionStor
                       intake=intake)
 
 
+def appmgr_identity(replica_id: str, sharded: bool, http_port: int,
+                    environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(replica id, HTTP endpoint) this pod registers with at the appmgr
+    (:func:`xapp.adapters.rmr.appmgr_register_body`): its own entry with several replicas,
+    the frame's one shared entry ("", "") with one."""
+    if not sharded:
+        return "", ""
+    env = os.environ if environ is None else environ
+    pod_ip = env.get(POD_IP_ENV, "").strip()
+    return replica_id, f"{pod_ip}:{http_port}" if pod_ip else ""
+
+
 def build_e2(opts: RunOptions, controls: Controls, comp: Components,
              fence: ShardFence | None = None, replica_id: str = "") -> E2Parts:
     """The E2 path (not started): nodes from the R-NIB and/or ``controls.e2.nodes``, the
@@ -710,7 +732,9 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components,
         E2SubscribeSettings,
         IdStore,
         MemoryIdStore,
+        NodeRecords,
         SdlIdStore,
+        SdlNodeRecords,
         SubscriptionBook,
     )
 
@@ -736,18 +760,31 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components,
     if fence is not None and not fence.everything:
         # Several replicas: each subscribes the nodes of the shards it holds (OwnedNodes).
         nodes = OwnedNodes(nodes, fence.allows)
+    sharded = fence is not None and not fence.everything
+    client_host = e.effective_client_host(sharded)
+    if sharded and client_host == e.client_host:
+        log.warning("several replicas but %s is not set: submgr answers %s, which may reach "
+                    "another pod (the chart sets it from the pod IP)", POD_IP_ENV, client_host)
     settings = E2SubscribeSettings(
-        submgr_url=e.submgr_url, client_host=e.client_host, http_port=e.http_port,
+        submgr_url=e.submgr_url, client_host=client_host, http_port=e.http_port,
         rmr_port=e.rmr_port, requestor_id=e.requestor_id, match_requestor=e.match_requestor,
         measurements=e.measurements, report_styles=e.report_styles,
         report_period_ms=e.report_period_ms, granularity_ms=e.granularity_ms)
     book = SubscriptionBook(e.requestor_id, match_requestor=e.match_requestor)
-    sharded = fence is not None and not fence.everything
     ids: IdStore = (SdlIdStore(controls.sdl_namespace, ricsdl_backend,
                                key=f"e2/subscriptions/{replica_id}" if sharded
                                else "e2/subscriptions") if redis
                     else MemoryIdStore())
-    subscriber = E2Subscriber(settings, nodes, book, ids=ids)
+    # Per node, shared: the node's next owner deletes what a dead replica left at submgr.
+    records: NodeRecords | None = None
+    if redis:
+        from xapp.adapters.dbaas import redis_from_env
+
+        records = SdlNodeRecords(controls.sdl_namespace,
+                                 lambda: redis_from_env(controls.sdl_namespace,
+                                                        timeout_s=settings.http_timeout_s))
+    subscriber = E2Subscriber(settings, nodes, book, ids=ids, records=records,
+                              owner=replica_id)
     # A step reads the nodes and makes a few HTTP calls of at most http_timeout_s each.
     worker = Worker("mcw-e2-subscriptions", subscriber.step, e.poll_period_s,
                     deadline_s=max(60.0, 3 * e.poll_period_s))

@@ -226,3 +226,18 @@ def test_watcher_applies_changes_and_ignores_bad_ones(tmp_path: Path) -> None:
     link.unlink()
     link.symlink_to(other)
     assert w2.check() and w2.current.controls.loop.control_period_s == 2.0
+
+
+def test_each_replica_is_answered_at_its_own_pod_ip(tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """Sharded, submgr's ClientEndpoint.Host is the pod IP (the Service would reach a random
+    pod); one replica, or no pod IP, keeps controls.e2.client_host.  MCW_POD_IP is no
+    controls override."""
+    env = {"MCW_POD_IP": "10.244.0.7", "MCW_E2_CLIENT_HOST": "svc.ricxapp"}
+    with caplog.at_level("WARNING"):
+        e2 = load_config(write(tmp_path / "c.json", CONTROLS), environ=env).controls.e2
+    assert "MCW_POD_IP" not in caplog.text
+    assert e2.client_host == "svc.ricxapp"
+    assert e2.effective_client_host(True, env) == "10.244.0.7"
+    assert e2.effective_client_host(False, env) == "svc.ricxapp"
+    assert e2.effective_client_host(True, {"MCW_POD_IP": " "}) == "svc.ricxapp"

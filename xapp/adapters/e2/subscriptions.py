@@ -96,6 +96,10 @@ MAX_INSTANCE_ID = 65535
 MAX_RAN_FUNCTION_ID = 4095
 #: SDL key (in the xApp's namespace) of the subscription ids this process made.
 SDL_KEY = "e2/subscriptions"
+#: SDL key prefix of each E2 node's subscription record (``e2/node/<inventory name>``): its id
+#: at submgr and the replica that made it, so whoever subscribes the node next deletes one a
+#: dead replica left (its per-replica key is named after a pod that never comes back).
+NODE_KEY_PREFIX = "e2/node/"
 #: Callbacks that arrive before the POST that asked for them returned (submgr answers from a
 #: goroutine), kept this long at most, this many at most.
 EARLY_CALLBACK_S = 60.0
@@ -396,6 +400,116 @@ class SdlIdStore:
             sdl.set(self.namespace, data)
 
 
+@dataclass(frozen=True)
+class NodeSubscription:
+    """What the node's record says: the subscription id at submgr and who made it."""
+
+    subscription_id: str
+    owner: str
+
+    def encode(self) -> bytes:
+        # Deterministic: the compare-and-delete compares the stored bytes.
+        return json.dumps({"id": self.subscription_id, "owner": self.owner},
+                          separators=(",", ":"), sort_keys=True).encode()
+
+
+class NodeRecords(Protocol):
+    """Each E2 node's current subscription, shared by the replicas."""
+
+    def get(self, node: str) -> NodeSubscription | None: ...
+
+    def put(self, node: str, record: NodeSubscription) -> None: ...
+
+    def clear(self, node: str, record: NodeSubscription) -> None:
+        """Remove the node's record only if it is still ``record`` (the node's next owner may
+        have written its own since)."""
+        ...
+
+
+class MemoryNodeRecords:
+    """One process's records (tests share one between subscribers standing for replicas)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, NodeSubscription] = {}
+        self._lock = threading.Lock()
+
+    def get(self, node: str) -> NodeSubscription | None:
+        with self._lock:
+            return self.records.get(node)
+
+    def put(self, node: str, record: NodeSubscription) -> None:
+        with self._lock:
+            self.records[node] = record
+
+    def clear(self, node: str, record: NodeSubscription) -> None:
+        with self._lock:
+            if self.records.get(node) == record:
+                del self.records[node]
+
+
+class RedisRecordsClient(Protocol):
+    """The part of ``redis.Redis`` the records use."""
+
+    def get(self, name: str) -> Any: ...
+
+    def set(self, name: str, value: bytes) -> Any: ...
+
+    def register_script(self, script: str) -> Any: ...
+
+
+_DELETE_IF = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class SdlNodeRecords:
+    """The records in the xApp's SDL namespace, one key per node (``e2/node/<name>``, stored
+    as ricsdl stores a key, ``{<namespace>},<key>``), written through.  The clear is a
+    compare-and-delete script through redis-py: ricsdl's ``remove_if`` needs the DBaaS
+    image's Redis module (``DELIE``), which a plain Redis does not have."""
+
+    def __init__(self, namespace: str, client_factory: Callable[[], RedisRecordsClient]) -> None:
+        self.namespace = namespace
+        self._factory = client_factory
+        self._client: RedisRecordsClient | None = None
+        self._delete_if: Any = None
+        self._lock = threading.Lock()
+
+    def key(self, node: str) -> str:
+        return f"{{{self.namespace}}},{NODE_KEY_PREFIX}{node}"
+
+    def _redis(self) -> RedisRecordsClient:
+        with self._lock:
+            if self._client is None:
+                self._client = self._factory()
+                self._delete_if = self._client.register_script(_DELETE_IF)
+            return self._client
+
+    def get(self, node: str) -> NodeSubscription | None:
+        key = self.key(node)
+        raw = self._redis().get(key)
+        if raw is None:
+            return None
+        try:
+            doc = bounded_json.loads(raw)
+            sid, owner = (doc.get("id"), doc.get("owner")) if isinstance(doc, dict) else (None,
+                                                                                          None)
+            if not isinstance(sid, str) or not 0 < len(sid) <= 256 or not isinstance(owner, str):
+                raise ValueError("no 'id' and 'owner' strings")
+        except ValueError as exc:
+            log.error("SDL key %s is unreadable and is ignored: %s", key, exc)
+            return None
+        return NodeSubscription(sid, owner)
+
+    def put(self, node: str, record: NodeSubscription) -> None:
+        self._redis().set(self.key(node), record.encode())
+
+    def clear(self, node: str, record: NodeSubscription) -> None:
+        self._redis()
+        self._delete_if(keys=[self.key(node)], args=[record.encode()])
+
+
 # --- the subscriber -------------------------------------------------------------------------
 
 
@@ -492,8 +606,14 @@ class E2Subscriber:
     def __init__(self, settings: E2SubscribeSettings, nodes: NodeSource, book: SubscriptionBook,
                  *, api: SubmgrApi | None = None, ids: IdStore | None = None,
                  encoder: Encoder | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 records: NodeRecords | None = None, owner: str = "") -> None:
         self.settings = settings
+        #: Shared per-node records (None: no other replica can leave one of ours behind).
+        self._records = records
+        self.owner = owner
+        #: The node of each subscription this process made, until deleted (clears its record).
+        self._sid_node: dict[str, str] = {}
         self.book = book
         self._nodes = nodes
         self._api: SubmgrApi = api if api is not None else SubmgrClient(
@@ -666,6 +786,8 @@ class E2Subscriber:
                                   f"{list(self.settings.report_styles)} with the configured "
                                   "measurements")
             return
+        if not self._take_over(sub, now):
+            return
         params = subscription_params(self.settings, node, details)
         with self._lock:
             sub.attempts += 1
@@ -682,12 +804,64 @@ class E2Subscriber:
             sub.instances = {d.xapp_event_instance_id: _Instance(d) for d in details}
             sub.state, sub.requested_at, sub.last_error = "pending", now, ""
             early = self._early.pop(sid, None)
+            self._sid_node[sid] = node.inventory_name
         self._remember(sid)
+        self._record(node.inventory_name, sid)
         log.info("E2 node %s: KPM v%d subscription %s requested (styles %s)",
                  node.inventory_name, node.kpm.kpm_version, sid,
                  [d.style for d in details])
         for instance in ([] if early is None else early[1]):
             self._apply(sid, instance)
+
+    def _take_over(self, sub: _NodeSub, now: float) -> bool:
+        """Delete at submgr the subscription the node's record names, if any, before this one
+        subscribes it; False when that has to wait (the attempt then counts as failed).
+
+        This process holds no subscription of the node while it subscribes, so a recorded one
+        is another replica's (it died with it live, or lost the shard and has not deleted it
+        yet) or a previous run's: submgr would otherwise keep delivering its indications."""
+        if self._records is None:
+            return True
+        name = sub.node.inventory_name
+        try:
+            found = self._records.get(name)
+        except Exception as exc:
+            self._count("store_errors")
+            with self._lock:
+                self._fail(sub, f"the node's subscription record is not readable: {exc}", now)
+            return False
+        if found is None:
+            return True
+        if not self._spend():
+            self._count("requests_deferred")
+            return False  # still due: the next step deletes, then subscribes
+        try:
+            self._api.unsubscribe(found.subscription_id)
+        except SubmgrError as exc:
+            self._count("delete_errors")
+            with self._lock:
+                self._fail(sub, f"subscription {found.subscription_id} of {found.owner or '?'} "
+                                f"not deleted: {exc}", now)
+            return False
+        self._count("taken_over")
+        log.info("E2 node %s: deleted subscription %s that %s left", name,
+                 found.subscription_id, found.owner or "a previous run")
+        try:
+            self._records.clear(name, found)
+        except Exception as exc:  # the record written after subscribing replaces it anyway
+            self._count("store_errors")
+            log.warning("E2 node %s: clearing its subscription record failed: %s", name, exc)
+        return True
+
+    def _record(self, node: str, sid: str) -> None:
+        if self._records is None:
+            return
+        try:
+            self._records.put(node, NodeSubscription(sid, self.owner))
+        except Exception as exc:
+            self._count("store_errors")
+            log.error("E2 node %s: recording subscription %s failed (if this replica dies, the "
+                      "node's next owner will not delete it): %s", node, sid, exc)
 
     # --- submgr's callback ----------------------------------------------------------------------
 
@@ -812,6 +986,14 @@ class E2Subscriber:
         with self._lock:
             if self._stale is not None:
                 self._stale.discard(sid)
+            node = self._sid_node.pop(sid, None)
+        if node is not None and self._records is not None:
+            try:
+                self._records.clear(node, NodeSubscription(sid, self.owner))
+            except Exception as exc:
+                self._count("store_errors")
+                log.warning("E2 node %s: clearing its subscription record failed: %s", node, exc)
+        with self._lock:
             ids = {s.subscription_id for s in self._subs.values() if s.subscription_id}
             ids |= self._stale or set()
         try:

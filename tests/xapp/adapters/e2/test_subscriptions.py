@@ -33,7 +33,11 @@ from xapp.adapters.e2.subscriptions import (
     E2Subscriber,
     E2SubscribeSettings,
     MemoryIdStore,
+    MemoryNodeRecords,
+    NodeRecords,
+    NodeSubscription,
     SdlIdStore,
+    SdlNodeRecords,
     SubmgrClient,
     SubmgrError,
     SubscriptionBook,
@@ -192,7 +196,8 @@ class Xapp:
     def __init__(self, submgr: StandInSubmgr, nodes: Any, *, ids: Any = None,
                  requestor_id: int = GOLDEN_REQUESTOR, styles: tuple[int, ...] = (1,),
                  measurements: tuple[str, ...] = ("DRB.UEThpDl", "DRB.UEThpUl"),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 records: NodeRecords | None = None, owner: str = "") -> None:
         self.book = SubscriptionBook(requestor_id)
         self.http = HttpServer(Health(), lambda: {}, Metrics(), host="127.0.0.1", port=0)
         self.settings = E2SubscribeSettings(
@@ -201,7 +206,8 @@ class Xapp:
             measurements=measurements, retry_min_s=1.0,
             response_timeout_s=5.0)
         self.sub = E2Subscriber(self.settings, nodes, self.book,
-                                ids=ids if ids is not None else MemoryIdStore(), clock=clock)
+                                ids=ids if ids is not None else MemoryIdStore(), clock=clock,
+                                records=records, owner=owner)
         self.http.posts[CALLBACK_PATH] = self.sub.on_response
         self.http.start()
 
@@ -769,6 +775,119 @@ def test_replicas_subscribe_only_the_nodes_of_their_shards(submgr: StandInSubmgr
         assert submgr.deletes == ["sub-1"] and a.book.active() == []
         assert wait_until(lambda: b.state() == "active", timeout_s=5)
         assert len(submgr.posts) == 2
+    finally:
+        a.close()
+        b.close()
+
+
+def _sharded_pair(submgr: StandInSubmgr, records: NodeRecords) -> tuple[Any, Any, Any, Any]:
+    """Replicas a and b over one set of node records; a holds MEID's shard."""
+    from xapp.adapters.e2.nodes import OwnedNodes
+    from xapp.core.ownership import ShardFence
+
+    first, second = ShardFence(64), ShardFence(64)
+    a = Xapp(submgr, OwnedNodes(static(), first.allows), records=records, owner="replica-a")
+    b = Xapp(submgr, OwnedNodes(static(), second.allows), records=records, owner="replica-b")
+    return first, second, a, b
+
+
+def test_the_new_owner_deletes_what_a_dead_replica_left(submgr: StandInSubmgr,
+                                                        redis: RedisServer) -> None:
+    """Replica a dies with its subscription live at submgr; b takes the node's shard over,
+    finds a's subscription in the node's SDL record and deletes it before subscribing, and
+    the record then names b's."""
+    from xapp.adapters.dbaas import redis_from_env
+    from xapp.adapters.sdl import ricsdl_backend
+    from xapp.core.shards import shard_of
+
+    records = SdlNodeRecords("mcw-e2-test", lambda: redis_from_env("mcw-e2-test"))
+    first, second, a, b = _sharded_pair(submgr, records)
+    shard = shard_of(MEID)
+    posts_at_delete: list[int] = []
+    submgr.on_delete = lambda: posts_at_delete.append(len(submgr.posts))
+    try:
+        first.grant(shard, float("inf"))
+        a.sub.step()
+        assert wait_until(lambda: a.state() == "active", timeout_s=5)
+        # A key of the xApp's SDL namespace, as ricsdl (the rest of SDL) reads it.
+        sdl = ricsdl_backend()
+        try:
+            stored = sdl.find_and_get("mcw-e2-test", "e2/node/*")
+        finally:
+            sdl.close()
+        assert {k: json.loads(v) for k, v in stored.items()} == {
+            f"e2/node/{MEID}": {"id": "sub-1", "owner": "replica-a"}}
+        a.close()  # killed: no stop(), no step; sub-1 stays live at submgr
+        second.grant(shard, float("inf"))
+        b.sub.step()
+        assert submgr.deletes == ["sub-1"] and posts_at_delete == [1]  # before b's POST
+        assert b.sub.counters["taken_over"] == 1
+        assert wait_until(lambda: b.state() == "active", timeout_s=5)
+        assert [s.subscription_id for s in b.book.active()] == ["sub-2"]
+        assert records.get(MEID) == NodeSubscription("sub-2", "replica-b")
+        b.sub.stop()
+        assert submgr.deletes == ["sub-1", "sub-2"] and records.get(MEID) is None
+    finally:
+        b.close()
+
+
+def test_a_late_old_owner_does_not_clear_the_new_owners_record(submgr: StandInSubmgr,
+                                                               redis: RedisServer) -> None:
+    """A partitioned replica learns it lost the shard after the new owner took the node over:
+    its own delete is a no-op at submgr, and it leaves the new owner's record alone."""
+    from xapp.adapters.dbaas import redis_from_env
+    from xapp.core.shards import shard_of
+
+    records = SdlNodeRecords("mcw-e2-test", lambda: redis_from_env("mcw-e2-test"))
+    first, second, a, b = _sharded_pair(submgr, records)
+    shard = shard_of(MEID)
+    try:
+        first.grant(shard, float("inf"))
+        a.sub.step()
+        assert wait_until(lambda: a.state() == "active", timeout_s=5)
+        first.revoke(shard)
+        second.grant(shard, float("inf"))
+        b.sub.step()  # takes over: deletes sub-1, subscribes sub-2
+        assert wait_until(lambda: b.state() == "active", timeout_s=5)
+        a.sub.step()  # a sees the node gone only now and deletes sub-1 again
+        assert submgr.deletes == ["sub-1", "sub-1"] and a.book.active() == []
+        assert records.get(MEID) == NodeSubscription("sub-2", "replica-b")
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_clean_handover_deletes_once(submgr: StandInSubmgr) -> None:
+    """The old owner deleted and cleared its record first: the new one has nothing to take
+    over; a record that cannot be deleted at submgr holds the new subscription back."""
+    from xapp.core.shards import shard_of
+
+    records = MemoryNodeRecords()
+    first, second, a, b = _sharded_pair(submgr, records)
+    shard = shard_of(MEID)
+    try:
+        first.grant(shard, float("inf"))
+        a.sub.step()
+        assert wait_until(lambda: a.state() == "active", timeout_s=5)
+        first.revoke(shard)
+        a.sub.step()
+        assert submgr.deletes == ["sub-1"] and records.get(MEID) is None
+        second.grant(shard, float("inf"))
+        b.sub.step()
+        assert wait_until(lambda: b.state() == "active", timeout_s=5)
+        assert submgr.deletes == ["sub-1"] and "taken_over" not in b.sub.counters
+        # b dies; a gets the node back while submgr refuses deletes: a does not subscribe.
+        second.revoke(shard)
+        first.grant(shard, float("inf"))
+
+        def refuse() -> None:
+            raise ConnectionError("submgr down")
+        submgr.on_delete = refuse
+        posts = len(submgr.posts)
+        a.sub.step()
+        assert len(submgr.posts) == posts and a.state() == "failed"
+        assert "sub-2" in a.sub.view()["nodes"][MEID]["subscription"]["last_error"]
+        assert records.get(MEID) == NodeSubscription("sub-2", "replica-b")
     finally:
         a.close()
         b.close()
