@@ -5,8 +5,9 @@ agents (dry-run backend) apply what they get, and an observer records every weig
 One story, in order (each step's figures go to the log of the test):
 
 1. every CPE gets weights, the 64 shards split over the three replicas;
-2. one replica is killed (SIGKILL): its shards are held by the others within its lease plus two
-   control periods, and no CPE goes without weights for as long as its weights lease;
+2. one replica is killed (SIGKILL): its shards are held by the others within two control
+   periods of its death (the default lease, 1.5 periods), and no CPE goes without weights for
+   as long as its weights lease;
 3. a replica joins: shards move to it (released by compare-and-delete, not expiry), with no
    CPE left without weights;
 4. one replica is cut off from Redis (a black-holing proxy between it and Redis): it stops
@@ -36,7 +37,7 @@ pytestmark = [pytest.mark.slow]
 N_SIM = 300
 AGENTS = ["cpe-0001", "cpe-0002", "cpe-0003"]
 PERIOD_S = 0.5
-SHARD_LEASE_S = 1.0
+SHARD_LEASE_S = 1.5 * PERIOD_S  # the default's ratio (below its 1 s floor here)
 WEIGHTS_LEASE_S = 6.0
 
 
@@ -96,14 +97,16 @@ def test_three_replicas_share_kill_join_and_partition(fleet: Fleet) -> None:
 
             assert wait_until(applied, 10), fleet.agent_log(cpe)[-1500:]
 
-        # 2. Kill r-b: the others hold its shards within its lease plus two periods.
+        # 2. Kill r-b: the others hold its shards within two periods of its death.
         b_shards = owners["r-b"]
         killed = time.monotonic()
         b.kill()
         assert wait_until(lambda: b_shards <= (a.held() | c.held()), 10)
         takeover_s = time.monotonic() - killed
         log.info("takeover of %d shards after SIGKILL: %.2f s", len(b_shards), takeover_s)
-        assert takeover_s <= SHARD_LEASE_S + 2 * PERIOD_S + 0.5, takeover_s
+        # At most 1.8 periods by design; 0.2 s more for the polls of wait_until and of the
+        # replicas' /ric/v1/shards, and a busy machine's scheduling.
+        assert takeover_s <= 2 * PERIOD_S + 0.2, takeover_s
         b_cpes = [cp for cp in every if shard_of(cp) in b_shards]
         # Each of them hears from its new owner.
         assert wait_until(lambda: all(
@@ -134,8 +137,9 @@ def test_three_replicas_share_kill_join_and_partition(fleet: Fleet) -> None:
         assert last_send is not None
         log.info("partitioned replica: last publish %.3f s after the cut, leases ended in "
                  "Redis %.3f s after it", last_send - cut, expiry - cut)
-        # It went on publishing after the cut, until its local deadline, not past the lease.
-        assert cut < last_send < expiry, (last_send - cut, expiry - cut)
+        # It was publishing up to the cut (every tick), and nothing past the lease: its last
+        # message went out before its local deadline, which may fall before its next tick.
+        assert cut - PERIOD_S - 0.1 < last_send < expiry, (last_send - cut, expiry - cut)
         # The others take its shards once they expire; r-c says it is not ready.
         assert wait_until(lambda: c_shards <= (a.held() | d.held()), 10)
         c_cpes = [cp for cp in every if shard_of(cp) in c_shards]

@@ -133,13 +133,17 @@ class ShardingSettings:
     shards: int = DEFAULT_SHARDS
     #: This replica's id; empty: ``$MCW_REPLICA_ID``, else the host (pod) name.
     replica_id: str = ""
-    #: TTL of a shard lease and of the membership; 0: twice the control period (at least 1 s).
+    #: TTL of a shard lease and of the membership; 0: one and a half control periods (at least 1 s).
     #: Must stay below the weights' lease (``loop.lease_s``) so no CPE goes without weights
     #: while its shard changes hands.
     lease_s: float = 0.0
 
     def effective_lease_s(self, control_period_s: float) -> float:
-        return self.lease_s if self.lease_s > 0 else max(1.0, 2.0 * control_period_s)
+        # 1.5 periods: a dead replica's leases end at most one lease after its last renewal
+        # and the others look every fifth of a lease, so its shards are held again within
+        # 1.5 x 1.2 = 1.8 control periods of its death (periods of 2/3 s and more; below, the
+        # floor of 1 s keeps a lease longer than a Redis round under load).
+        return self.lease_s if self.lease_s > 0 else max(1.0, 1.5 * control_period_s)
 
     def effective_replica_id(self, environ: Mapping[str, str] | None = None) -> str:
         env = os.environ if environ is None else environ

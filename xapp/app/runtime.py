@@ -324,7 +324,7 @@ class XappProcess:
 
     def _start_shards(self, c: Controls) -> None:
         """The lease worker (sharding on): one round before the first tick, so a replica
-        that starts alone decides from its first tick, then every third of a lease."""
+        that starts alone decides from its first tick, then every fifth of a lease."""
         manager = None
         if c.sharding.enabled:
             from xapp.adapters.dbaas import redis_from_env

@@ -60,8 +60,10 @@ class ShardManager:
         self.rounds = 0
         self.acquisitions = 0
         self.losses = 0
-        # A round every third of a lease: two can fail before the local deadline (80 %).
-        self.worker = Worker("mcw-shard-leases", self.step, lease_s / 3,
+        # A round every fifth of a lease: a dead replica's shards are taken a fifth of a lease
+        # after they expire at most, and three rounds can fail before the local deadline
+        # (80 %).
+        self.worker = Worker("mcw-shard-leases", self.step, lease_s / 5,
                              deadline_s=max(1.0, lease_s))
 
     @property

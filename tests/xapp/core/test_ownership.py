@@ -77,9 +77,11 @@ def test_sharding_controls_are_checked_and_default_to_one_replica() -> None:
     assert Controls().sharding.enabled is False and Controls().sharding.shards == 64
     on = parse_controls({"sharding": {"enabled": True, "lease_s": 2}})
     assert on.sharding.effective_lease_s(on.loop.control_period_s) == 2
-    # The default lease: twice the control period, at least a second.
+    # The default lease: one and a half control periods, at least a second.
     assert parse_controls({"loop": {"control_period_s": 0.2}}).sharding.effective_lease_s(0.2) \
         == 1.0
+    assert parse_controls({"loop": {"control_period_s": 2.0}}).sharding.effective_lease_s(2.0) \
+        == 3.0
     with pytest.raises(ConfigError, match=r"below controls\.loop\.lease_s"):
         parse_controls({"sharding": {"enabled": True, "lease_s": 30}})
     with pytest.raises(ConfigError, match="sharding"):
