@@ -356,6 +356,11 @@ def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0
                 "influx_intake_rows": influx_intake.rows_read,
                 # history the sink could not keep (InfluxDB slower than the fleet's points)
                 "influx_dropped_points": sink.counters.dropped_points,
+                "influx_written_points": sink.counters.written_points,
+                # telemetry, the forecasts' slice and the weights published, per period
+                "history_points_per_period": round(
+                    (sink.counters.written_points + sink.counters.dropped_points
+                     + sink.buffered) / (warm + ticks)),
                 "acked": publisher.stats.acked}
     finally:
         here.send(None)
