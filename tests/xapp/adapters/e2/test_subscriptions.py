@@ -780,6 +780,13 @@ def test_replicas_subscribe_only_the_nodes_of_their_shards(submgr: StandInSubmgr
         b.close()
 
 
+def _own(grants: Any, replica: Any, shard: int) -> None:
+    """``replica`` is granted ``shard`` and subscribes the node in one step."""
+    grants.grant(shard, float("inf"))
+    replica.sub.step()
+    assert wait_until(lambda: replica.state() == "active", timeout_s=5)
+
+
 def _sharded_pair(submgr: StandInSubmgr, records: NodeRecords) -> tuple[Any, Any, Any, Any]:
     """Replicas a and b over one set of node records; a holds MEID's shard."""
     from xapp.adapters.e2.nodes import OwnedNodes
@@ -806,9 +813,7 @@ def test_the_new_owner_deletes_what_a_dead_replica_left(submgr: StandInSubmgr,
     posts_at_delete: list[int] = []
     submgr.on_delete = lambda: posts_at_delete.append(len(submgr.posts))
     try:
-        first.grant(shard, float("inf"))
-        a.sub.step()
-        assert wait_until(lambda: a.state() == "active", timeout_s=5)
+        _own(first, a, shard)
         # A key of the xApp's SDL namespace, as ricsdl (the rest of SDL) reads it.
         sdl = ricsdl_backend()
         try:
@@ -842,13 +847,9 @@ def test_a_late_old_owner_does_not_clear_the_new_owners_record(submgr: StandInSu
     first, second, a, b = _sharded_pair(submgr, records)
     shard = shard_of(MEID)
     try:
-        first.grant(shard, float("inf"))
-        a.sub.step()
-        assert wait_until(lambda: a.state() == "active", timeout_s=5)
+        _own(first, a, shard)
         first.revoke(shard)
-        second.grant(shard, float("inf"))
-        b.sub.step()  # takes over: deletes sub-1, subscribes sub-2
-        assert wait_until(lambda: b.state() == "active", timeout_s=5)
+        _own(second, b, shard)  # takes over: deletes sub-1, subscribes sub-2
         a.sub.step()  # a sees the node gone only now and deletes sub-1 again
         assert submgr.deletes == ["sub-1", "sub-1"] and a.book.active() == []
         assert records.get(MEID) == NodeSubscription("sub-2", "replica-b")
@@ -866,15 +867,11 @@ def test_a_clean_handover_deletes_once(submgr: StandInSubmgr) -> None:
     first, second, a, b = _sharded_pair(submgr, records)
     shard = shard_of(MEID)
     try:
-        first.grant(shard, float("inf"))
-        a.sub.step()
-        assert wait_until(lambda: a.state() == "active", timeout_s=5)
+        _own(first, a, shard)
         first.revoke(shard)
         a.sub.step()
         assert submgr.deletes == ["sub-1"] and records.get(MEID) is None
-        second.grant(shard, float("inf"))
-        b.sub.step()
-        assert wait_until(lambda: b.state() == "active", timeout_s=5)
+        _own(second, b, shard)
         assert submgr.deletes == ["sub-1"] and "taken_over" not in b.sub.counters
         # b dies; a gets the node back while submgr refuses deletes: a does not subscribe.
         second.revoke(shard)
