@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -79,14 +80,12 @@ def run_one(root: Path, replicas: int, cpes: int, period_s: float, window_s: flo
         ids = sim.ids
 
         def everyone() -> bool:
-            seen = observer.snapshot()
-            return all(seen.get(c) for c in ids)
+            return not observer.silent_since(ids, -1.0)
 
         started = time.monotonic()
         if not wait_until(everyone, 60 + cpes / 100):
-            seen = observer.snapshot()
             out.update(holds=False, reason="not every CPE got weights at start",
-                       without_weights=sum(1 for c in ids if not seen.get(c)))
+                       without_weights=len(observer.silent_since(ids, -1.0)))
             return out
         out["all_weights_after_s"] = round(time.monotonic() - started, 1)
         time.sleep(2 * period_s)
@@ -96,8 +95,7 @@ def run_one(root: Path, replicas: int, cpes: int, period_s: float, window_s: flo
         time.sleep(window_s)
         t1 = time.monotonic()
         n1 = observer.count()
-        seen = observer.snapshot()
-        late = [c for c in ids if not any(t >= t0 for t, _, _ in seen.get(c, []))]
+        late = observer.silent_since(ids, t0)
         per: dict[str, Any] = {}
         worst_over = 0.0
         for r in rs:
@@ -123,9 +121,7 @@ def run_one(root: Path, replicas: int, cpes: int, period_s: float, window_s: flo
             took = wait_until(lambda: shards <= set().union(*(r.held() for r in others)), 30,
                               step_s=0.02)
             takeover = time.monotonic() - killed
-            heard = wait_until(lambda: all(
-                any(t > killed for t, _, _ in observer.snapshot().get(c, [])) for c in mine),
-                30, step_s=0.05)
+            heard = wait_until(lambda: not observer.silent_since(mine, killed), 30, step_s=0.05)
             out["kill"] = {"shards": len(shards), "cpes": len(mine),
                            "takeover_s": round(takeover, 2) if took else None,
                            "all_its_cpes_heard_after_s":
@@ -146,6 +142,8 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=15.0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    # A terminated bench unwinds through run_one's finally, which stops the fleet's processes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     random.seed(0)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-replicas-") as tmp:
