@@ -226,34 +226,19 @@ def _handed(_subscriber: Any, counted: _Counted, want: int) -> bool:
 def _feeder(port: int, ca: str, cert: str, key: str, conn: Any) -> None:
     """The fleet's agents, as one MQTT connection in a process of its own: each batch of
     (topic, payload) it is sent goes out as QoS 0 PUBLISH packets (as the agents send
-    telemetry) in large TLS writes, on the project's codec; it answers once all is written.
-    Ten thousand agents publish in parallel from their own devices: a paho client here would
-    itself take most of a second per period and be measured as the xApp's lag."""
-    import select
-    import ssl
+    telemetry) in large TLS writes (:class:`tests.support.mqtt_bulk.BulkPublisher`); it
+    answers once all is written. Ten thousand agents publish in parallel from their own
+    devices: a paho client here would itself take most of a second per period and be measured
+    as the xApp's lag."""
+    from tests.support.mqtt_bulk import BulkPublisher
 
-    from xapp.adapters.mqtt.connection import MqttSettings, encode_varint, open_session
-
-    settings = MqttSettings(host="127.0.0.1", port=port, ca_file=ca, cert_file=cert,
-                            key_file=key, client_id="bench-fleet")
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
-    ctx.load_cert_chain(cert, key)
-    stream, _props = open_session(settings, ctx, settings.client_id, 10.0)
+    publisher = BulkPublisher(port, ca, cert, key, client_id="bench-fleet")
     while True:
         batch = conn.recv()
         if batch is None:
             break
-        out = bytearray()
-        for t, payload in batch:
-            name = t.encode()
-            body = len(name).to_bytes(2, "big") + name + b"\x00" + payload
-            out += b"\x30" + encode_varint(len(body)) + body
-        stream.write(out)
-        while not stream.flush():
-            select.select([], [stream.sock], [], 1.0)
-        stream.read()  # (PINGRESP-free: the broker sends nothing to a pure publisher)
-        conn.send(len(batch))
-    stream.close()
+        conn.send(publisher.send_topics(batch))
+    publisher.close()
 
 
 def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0

@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as mqtt
-
 from tests.integration.stack import (
     AGENT_BINARY,
     dry_run_agent_log,
@@ -43,7 +41,9 @@ from tests.support.mosquitto import ACL_FILE, MosquittoBroker, Pki, connect_clie
 from tests.support.polling import free_port
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import CuttableProxy
+from xapp.adapters.mqtt.connection import MqttSettings
 from xapp.adapters.mqtt.payloads import shard_topic
+from xapp.adapters.mqtt.reader import MqttReader, ReceivedMessage
 
 REPO = Path(__file__).resolve().parents[2]
 #: The test PKI's CPE certificate the simulator and the observer use: one more than the agents
@@ -113,27 +113,55 @@ class Replica:
 
 @dataclass
 class Observer:
-    """Every weights message of the fleet: per CPE, [(arrival monotonic, version, issued ms)]."""
+    """Every weights message of the fleet: per CPE, [(arrival monotonic, version, issued ms)].
 
-    client: Any = None
+    Its client is the xApp's own (:class:`xapp.adapters.mqtt.reader.MqttReader`) with batch
+    delivery: at thousands of weights messages a second a paho client, one callback and one
+    lock per message, costs the harness more than the replicas it watches."""
+
+    client: MqttReader | None = None
     seen: dict[str, list[tuple[float, int, int]]] = field(
         default_factory=lambda: defaultdict(list))
+    #: Per CPE, its last message's arrival: what a poll over every CPE reads, in O(CPEs),
+    #: where :meth:`snapshot` copies every message (hundreds of thousands at 10,000 CPEs).
+    last: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    subscribed: threading.Event = field(default_factory=threading.Event)
 
-    def on_message(self, _c: object, _u: object, msg: mqtt.MQTTMessage) -> None:
-        now = time.monotonic()
-        cpe = msg.topic.split("/")[3]
-        try:
-            doc = json.loads(msg.payload)
-            version, issued = int(doc["version"]), int(doc.get("issued_at_ms", 0))
-        except (ValueError, KeyError, TypeError):
-            version, issued = -1, 0
+    def on_messages(self, _c: object, _u: object, msgs: list[ReceivedMessage]) -> None:
+        now = time.monotonic()  # one read of the socket: the same arrival for its messages
+        rows = []
+        for msg in msgs:
+            try:
+                doc = json.loads(msg.payload)
+                version, issued = int(doc["version"]), int(doc.get("issued_at_ms", 0))
+            except (ValueError, KeyError, TypeError):
+                version, issued = -1, 0
+            rows.append((msg.topic.split("/")[3], (now, version, issued)))
         with self.lock:
-            self.seen[cpe].append((now, version, issued))
+            for cpe, row in rows:
+                self.seen[cpe].append(row)
+                self.last[cpe] = now
+
+    def on_subscribe(self, _c: object, _u: object, _pid: int, codes: list[Any],
+                     _p: object) -> None:
+        if [int(c.value) for c in codes] == [1]:
+            self.subscribed.set()
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.disconnect()
+            self.client.loop_stop()
 
     def snapshot(self) -> dict[str, list[tuple[float, int, int]]]:
         with self.lock:
             return {c: list(v) for c, v in self.seen.items()}
+
+    def silent_since(self, cpes: list[str], since: float) -> list[str]:
+        """Those of ``cpes`` without a message that arrived after ``since`` (monotonic)."""
+        with self.lock:
+            last = dict(self.last)
+        return [c for c in cpes if last.get(c, -1.0) <= since]
 
     def count(self) -> int:
         with self.lock:
@@ -222,7 +250,7 @@ class Fleet:
     """Redis, Mosquitto and ``mcw run`` replicas; see the module docstring."""
 
     def __init__(self, root: Path, *, n_agents: int = 0, control_period_s: float = 0.5,
-                 shard_lease_s: float = 1.0, weights_lease_s: float = 6.0,
+                 shard_lease_s: float = 1.0, weights_lease_s: float = 6.0,  # 0: the default
                  shards: int = 64, extra_env: dict[str, str] | None = None) -> None:
         self.root = root
         self.extra_env = dict(extra_env or {})
@@ -242,10 +270,17 @@ class Fleet:
         self.dead_influx = free_port()  # nothing listens: InfluxDB is left out on purpose
 
     def start_observer(self) -> Observer:
-        tc = connect_client(self.broker, SIMULATOR, client_id="sim-observer")
-        tc.client.on_message = self.observer.on_message
-        assert tc.subscribe("mcw/v1/cpe/+/weights") == [1]
-        self.observer.client = tc
+        cert, key = self.pki.cert(SIMULATOR)
+        settings = MqttSettings(host="127.0.0.1", port=self.broker.port,
+                                ca_file=str(self.pki.ca), cert_file=str(cert),
+                                key_file=str(key), client_id="sim")
+        reader = MqttReader(settings, "observer")
+        reader.on_connect = lambda c, *_: c.subscribe([("mcw/v1/cpe/+/weights", 1)])
+        reader.on_subscribe = self.observer.on_subscribe
+        reader.on_messages = self.observer.on_messages
+        self.observer.client = reader
+        reader.loop_start()
+        assert self.observer.subscribed.wait(10), "the observer was not subscribed at QoS 1"
         return self.observer
 
     def env(self, replica_id: str, redis_port: int) -> dict[str, str]:
@@ -335,8 +370,7 @@ class Fleet:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        if self.observer.client is not None:
-            self.observer.client.close()
+        self.observer.close()
         self.broker.stop()
         self.redis.stop()
 
