@@ -65,7 +65,7 @@ RUN headers=$(python -c 'import os, sysconfig; print("" if os.path.exists(os.pat
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:${PATH}
 WORKDIR /src
-COPY pyproject.toml README.md* ./
+COPY pyproject.toml README.md* LICENSE ./
 COPY xapp/ xapp/
 # pip compiles the bytecode here, so the read-only runtime never needs to write it. Then the
 # venv loses what the runtime never runs: pycrate's 250 MB of ASN.1 modules but the E2AP one
