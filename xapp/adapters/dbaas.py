@@ -22,6 +22,12 @@ from typing import Any, Protocol
 DEFAULT_PORT = 6379
 
 
+def sdl_key(namespace: str, key: str) -> str:
+    """``key`` of ``namespace`` as ricsdl stores it in Redis (its hash tag is the namespace):
+    what is written here beside ricsdl's own keys reads and writes the same key."""
+    return f"{{{namespace}}},{key}"
+
+
 class RedisLike(Protocol):
     """The part of ``redis.Redis`` used here and by the shard leases."""
 
@@ -152,7 +158,7 @@ class RedisVersionStore:
         self._raise = client.register_script(_RAISE_CEILINGS)
 
     def key(self, cpe_id: str) -> str:
-        return f"{{{self.namespace}}},{VERSION_PREFIX}{cpe_id}"
+        return sdl_key(self.namespace, VERSION_PREFIX + cpe_id)
 
     def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
         ids = list(cpe_ids)

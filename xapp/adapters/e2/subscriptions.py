@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from xapp.adapters import bounded_json
+from xapp.adapters.dbaas import RedisLike, sdl_key
 from xapp.adapters.e2.mapping import DEFAULT_MAP, FAMILY_RULES, MeasurementMap, family_of
 from xapp.adapters.e2.nodes import NodeSource, node_view
 from xapp.adapters.e2.records import ActiveSubscription, E2Node, RicRequestId
@@ -447,16 +448,6 @@ class MemoryNodeRecords:
                 del self.records[node]
 
 
-class RedisRecordsClient(Protocol):
-    """The part of ``redis.Redis`` the records use."""
-
-    def get(self, name: str) -> Any: ...
-
-    def set(self, name: str, value: bytes) -> Any: ...
-
-    def register_script(self, script: str) -> Any: ...
-
-
 _DELETE_IF = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -469,17 +460,17 @@ class SdlNodeRecords:
     compare-and-delete script through redis-py: ricsdl's ``remove_if`` needs the DBaaS
     image's Redis module (``DELIE``), which a plain Redis does not have."""
 
-    def __init__(self, namespace: str, client_factory: Callable[[], RedisRecordsClient]) -> None:
+    def __init__(self, namespace: str, client_factory: Callable[[], RedisLike]) -> None:
         self.namespace = namespace
         self._factory = client_factory
-        self._client: RedisRecordsClient | None = None
+        self._client: RedisLike | None = None
         self._delete_if: Any = None
         self._lock = threading.Lock()
 
     def key(self, node: str) -> str:
-        return f"{{{self.namespace}}},{NODE_KEY_PREFIX}{node}"
+        return sdl_key(self.namespace, NODE_KEY_PREFIX + node)
 
-    def _redis(self) -> RedisRecordsClient:
+    def _redis(self) -> RedisLike:
         with self._lock:
             if self._client is None:
                 self._client = self._factory()
