@@ -689,9 +689,9 @@ class ChannelSubscriber:
             self._cond.notify_all()  # wait_for() predicates may look at what the callback did
         return len(frame)
 
-    # --- paho callbacks --------------------------------------------------------------------------
+    # --- the client's callbacks ------------------------------------------------------------------
 
-    # Every callback catches everything: what escapes a paho callback ends the network thread.
+    # Every callback catches everything: what escapes a callback ends the network thread.
 
     def _on_connect(self, client: MqttReader, _userdata: object, _flags: object,
                     reason: ReasonCode, _props: Properties | None) -> None:
