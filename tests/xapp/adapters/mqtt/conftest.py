@@ -14,12 +14,17 @@ from xapp.adapters.mqtt import MqttSettings
 from xapp.core.weights import WeightDecision
 
 
-@pytest.fixture
-def settings(broker: MosquittoBroker, pki: Pki) -> MqttSettings:
+def xapp_settings_for(broker: MosquittoBroker, pki: Pki) -> MqttSettings:
+    """The xApp's settings for ``broker``: its certificate, quick reconnects."""
     cert, key = pki.cert("mcw-xapp")
     return MqttSettings(host="127.0.0.1", port=broker.port, ca_file=str(pki.ca),
                         cert_file=str(cert), key_file=str(key), client_id="test-xapp",
                         reconnect_min_s=0.1, reconnect_max_s=1.0)
+
+
+@pytest.fixture
+def settings(broker: MosquittoBroker, pki: Pki) -> MqttSettings:
+    return xapp_settings_for(broker, pki)
 
 
 def decision(weights: dict[str, int], reason: str = "test") -> WeightDecision:
@@ -55,7 +60,4 @@ def proxy_broker(pki: Pki, tmp_path: Path) -> Iterator[MosquittoBroker]:
 
 @pytest.fixture
 def xapp_settings(proxy_broker: MosquittoBroker, pki: Pki) -> MqttSettings:
-    cert, key = pki.cert("mcw-xapp")
-    return MqttSettings(host="127.0.0.1", port=proxy_broker.port, ca_file=str(pki.ca),
-                        cert_file=str(cert), key_file=str(key), client_id="test-xapp",
-                        reconnect_min_s=0.1, reconnect_max_s=1.0)
+    return xapp_settings_for(proxy_broker, pki)

@@ -21,7 +21,7 @@ from tests.support.mosquitto import (
     make_pki,
     mosquitto_binary,
 )
-from tests.xapp.adapters.mqtt.conftest import decision
+from tests.xapp.adapters.mqtt.conftest import decision, xapp_settings_for
 from tests.xapp.adapters.mqtt.test_subscriber import state_doc, telemetry_doc
 from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, ProxyState, shard_topic
 from xapp.app.endpoints import cpes_document
@@ -216,10 +216,7 @@ def pre_deny_broker(pki: Pki, tmp_path: Path) -> Iterator[MosquittoBroker]:
 
 def test_a_proxy_certificate_is_not_taken_for_a_cpe(
         pre_deny_broker: MosquittoBroker, pki: Pki) -> None:
-    cert, key = pki.cert("mcw-xapp")
-    settings = MqttSettings(host="127.0.0.1", port=pre_deny_broker.port, ca_file=str(pki.ca),
-                            cert_file=str(cert), key_file=str(key), client_id="test-xapp",
-                            reconnect_min_s=0.1, reconnect_max_s=1.0)
+    settings = xapp_settings_for(pre_deny_broker, pki)
     p1 = connect_client(pre_deny_broker, "proxy-0001", client_id="p1")
     sub = ChannelSubscriber(settings).start()
     try:
