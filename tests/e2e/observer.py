@@ -43,13 +43,14 @@ class Applied:
 class Observer:
     """Collects :class:`Applied` records from every agent; safe to read from any thread."""
 
-    def __init__(self, pki: Pki, port: int, t0: float, host: str = "127.0.0.1") -> None:
+    def __init__(self, pki: Pki, port: int, t0: float, host: str = "127.0.0.1",
+                 client_id: str = "e2e-observer") -> None:
         self.t0 = t0
         self.lock = threading.Lock()
         self.records: list[Applied] = []
         self.proxy_records: list[Applied] = []
         self.bad: list[str] = []
-        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="e2e-observer",
+        self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id,
                                   protocol=MQTTProtocolVersion.MQTTv5)
         ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(pki.ca))
         cert, key = pki.cert("mcw-xapp")

@@ -1,0 +1,211 @@
+"""The closed loop on the real stack, scenario by scenario, against leaving MPTCP alone.
+
+For each scenario (a :class:`twin.path_traces.PathTrace`: per-period path rates, delays,
+losses, buffers, outages and radio KPIs) and each policy, one real MPTCP connection between
+network namespaces carries bulk traffic both ways and a small request/response flow while
+``tc`` plays the trace (:mod:`tests.realstack.harness`).  Every policy runs on the same trace in
+the same invocation, ``--runs`` times (the order rotates from run to run); the figures are
+medians with the spread beside them.
+
+Per scenario and direction it prints delivered goodput / the sum of what the paths could carry
+(outages excluded) for each policy, its ratio to ``default`` (mainline's scheduler alone, no
+agent, no xApp) and to ``oracle``, the fluid twin's prediction for the same trace and the weights
+and caps the policy applied (:func:`twin.path_traces.predict`), and the small flow's RTT p50 and
+p95; one PNG per scenario goes to ``--out``.  Goodput is TCP payload and the rates are what the
+shapers pass in frames, so even a perfect policy stays a few percent under 1.
+
+Usage (as root, Linux with MPTCP; about 50 s per policy run)::
+
+    python bench/bench_realstack.py                                 # every scenario, 3 runs
+    python bench/bench_realstack.py --scenario lossy --runs 1 --json
+    python bench/bench_realstack.py --scenario-file site.csv        # docs/realstack.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tqdm import tqdm
+
+from tests.realstack.harness import POLICIES, Run, RunResult, Servers
+from twin.path_traces import SCENARIOS, PathTrace, TraceError, build, load_csv, predict
+
+DIRECTIONS = ("dl", "ul")
+
+
+def ratio(res: RunResult, trace: PathTrace, direction: str) -> float:
+    """Delivered / what the paths could carry, over the seconds measured."""
+    xs = res.delivered[direction]
+    cap = trace.capacity(direction).sum(axis=1)
+    if not xs:
+        return 0.0
+    # Second s of the measurement ends period s + 1 (1 s periods) or the period it falls in.
+    per = np.array([cap[min(len(cap) - 1, int((s + 1) / trace.period_s))]
+                    for s in range(len(xs))])
+    return float(np.sum(xs) / np.sum(per)) if per.sum() > 0 else 0.0
+
+
+def percentile(xs: list[float], q: float) -> float | None:
+    return float(np.percentile(xs, q)) if xs else None
+
+
+def summarise(trace: PathTrace, results: dict[str, list[RunResult]]) -> dict[str, Any]:
+    out: dict[str, Any] = {d: {} for d in DIRECTIONS}
+    out["spread"] = {d: {} for d in DIRECTIONS}
+    out["twin"] = {d: {} for d in DIRECTIONS}
+    out["rtt_ms"] = {}
+    for policy, runs in results.items():
+        for d in DIRECTIONS:
+            rs = [ratio(r, trace, d) for r in runs]
+            out[d][policy] = round(statistics.median(rs), 4)
+            out["spread"][d][policy] = [round(min(rs), 4), round(max(rs), 4)]
+            tw = [predict(trace, d, r.weights.get(d), r.caps.get(d)) for r in runs]
+            out["twin"][d][policy] = round(statistics.median(tw), 4)
+        p50 = [v for r in runs if (v := percentile(r.rtt_ms, 50)) is not None]
+        p95 = [v for r in runs if (v := percentile(r.rtt_ms, 95)) is not None]
+        out["rtt_ms"][policy] = [round(statistics.median(p50), 1) if p50 else None,
+                                 round(statistics.median(p95), 1) if p95 else None]
+    for base in ("default", "oracle"):
+        out[f"vs_{base}"] = {d: {p: (round(v / out[d][base], 3) if out[d].get(base) else None)
+                                 for p, v in out[d].items()} for d in DIRECTIONS
+                             } if base in results else {}
+    out["notes"] = sorted({n for runs in results.values() for r in runs for n in r.notes})[:20]
+    return out
+
+
+def table(name: str, trace: PathTrace, s: dict[str, Any]) -> str:
+    lines = [f"== {name}: {trace.description} ({trace.duration_s:.0f} s, "
+             f"WATs {', '.join(trace.wats)})",
+             f"{'policy':<11}" + "".join(f"{d + ' of sum':>12}{'x default':>10}{'x oracle':>9}"
+                                         f"{'twin':>7}" for d in DIRECTIONS)
+             + f"{'RTT p50/p95 ms':>17}"]
+    for p in s["dl"]:
+        row = f"{p:<11}"
+        for d in DIRECTIONS:
+            lo, hi = s["spread"][d][p]
+            vd = s["vs_default"].get(d, {}).get(p) if s["vs_default"] else None
+            vo = s["vs_oracle"].get(d, {}).get(p) if s["vs_oracle"] else None
+            row += (f"{s[d][p]:>6.3f} ({lo:.2f}-{hi:.2f})"[:12].rjust(12)
+                    + (f"{vd:>10.2f}" if vd is not None else f"{'':>10}")
+                    + (f"{vo:>9.2f}" if vo is not None else f"{'':>9}")
+                    + f"{s['twin'][d][p]:>7.3f}")
+        p50, p95 = s["rtt_ms"][p]
+        row += f"{(f'{p50:.0f} / {p95:.0f}' if p50 is not None else '-'):>17}"
+        lines.append(row)
+    for n in s.get("notes", []):
+        lines.append(f"  note: {n}")
+    return "\n".join(lines)
+
+
+def plot(name: str, trace: PathTrace, results: dict[str, list[RunResult]], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
+    t = np.arange(trace.periods) * trace.period_s
+    cap = {d: trace.capacity(d) for d in DIRECTIONS}
+    for j, w in enumerate(trace.wats):
+        axes[0].step(t, cap["dl"][:, j], where="post", label=f"{w} dl")
+        axes[0].step(t, cap["ul"][:, j], where="post", ls="--", label=f"{w} ul")
+    axes[0].set_ylabel("path rate\n(Mbit/s)")
+    axes[0].legend(ncol=6, fontsize=7, loc="upper right")
+    for ax, d in ((axes[1], "dl"), (axes[2], "ul")):
+        ax.step(t, cap[d].sum(axis=1), where="post", color="black", lw=1, label="sum of paths")
+        for p, runs in results.items():
+            xs = runs[0].delivered[d]
+            ax.plot(np.arange(len(xs)) + 1, xs, lw=1, label=p)
+        ax.set_ylabel(f"{d} delivered\n(Mbit/s)")
+        ax.legend(ncol=4, fontsize=7, loc="lower left")
+    first = trace.wats[0]
+    for p, runs in results.items():
+        w = runs[0].weights.get("dl")
+        if w is not None:
+            share = w[:, 0] / np.maximum(1, w.sum(axis=1))
+            axes[3].step(t, share, where="post", label=p)
+    axes[3].set_ylabel(f"dl weight share\nof {first}")
+    axes[3].set_xlabel("s into the trace")
+    axes[3].legend(ncol=4, fontsize=7, loc="lower left")
+    fig.suptitle(f"real stack, {name}: {trace.description}", fontsize=10)
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"realstack-{name}.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench_realstack.py", description=__doc__.split("\n\n")[0],
+                                 epilog="Scenarios: " + ", ".join(SCENARIOS) + ". Policies: "
+                                 + ", ".join(POLICIES) + ".")
+    ap.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
+                    help="a built-in scenario (repeat for several; default: all)")
+    ap.add_argument("--scenario-file", action="append", type=Path, default=[],
+                    help="an operator's trace as CSV (docs/realstack.md); repeatable")
+    ap.add_argument("--policy", action="append", choices=POLICIES,
+                    help="a policy (repeat for several; default: all)")
+    ap.add_argument("--runs", type=int, default=3, help="runs of every policy (default 3)")
+    ap.add_argument("--duration", type=float, default=40.0,
+                    help="seconds of each built-in trace (default 40)")
+    ap.add_argument("--warmup", type=float, default=8.0,
+                    help="seconds before the trace starts, at its first period (default 8)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("out/realstack"),
+                    help="PNGs and every run's raw files (default out/realstack)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    a = ap.parse_args(argv)
+    if a.runs < 1 or a.duration < 3 or a.warmup < 2:
+        ap.error("--runs >= 1, --duration >= 3 and --warmup >= 2")
+    try:
+        traces = [build(n, a.duration, a.seed) for n in (a.scenario or
+                                                           ([] if a.scenario_file else SCENARIOS))]
+        traces += [load_csv(f) for f in a.scenario_file]
+    except TraceError as exc:
+        ap.error(str(exc))
+    policies = tuple(a.policy or POLICIES)
+    a.out = a.out.resolve()
+    servers = Servers.start(a.out / "servers")
+    doc: dict[str, Any] = {"scenarios": {}, "runs": a.runs}
+    texts = []
+    bar = tqdm(total=len(traces) * a.runs * len(policies), unit="run", disable=a.json,
+               file=sys.stderr)
+    t_start = time.monotonic()
+    try:
+        for trace in traces:
+            results: dict[str, list[RunResult]] = {p: [] for p in policies}
+            for i in range(a.runs):
+                order = policies[i % len(policies):] + policies[:i % len(policies)]
+                for p in order:
+                    bar.set_description(f"{trace.name} {p} run {i + 1}")
+                    root = a.out / trace.name / f"run{i + 1}" / p
+                    results[p].append(Run(servers, trace, p, root, a.warmup).execute())
+                    bar.update()
+            s = summarise(trace, results)
+            s["png"] = str(plot(trace.name, trace, results, a.out))
+            doc["scenarios"][trace.name] = s
+            texts.append(table(trace.name, trace, s))
+            if not a.json:
+                tqdm.write(texts[-1], file=sys.stderr)
+    finally:
+        bar.close()
+        servers.stop()
+    doc["wall_s"] = round(time.monotonic() - t_start, 1)
+    (a.out / "realstack.json").write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc, indent=2) if a.json else "\n\n".join(texts))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,525 @@
+"""One policy on one path trace, on a real MPTCP connection: the real-stack bench's run.
+
+The network is :class:`ShapedTopology` (CPE, router and proxy namespaces, one path per WAT):
+each path's router egress, in both directions, is a netem (one-way delay, loss) with a tbf
+(rate, buffer) under it, changed every control period with one ``tc -batch`` and cut at an
+outage's own time (``drop``: netem loses every packet; ``down``: the CPE's interface loses
+carrier, what the agent's link watcher reacts to).  On it, one MPTCP connection carries bulk
+traffic both ways (:mod:`tests.e2e.mptcp_bulk`) and a second one a small request/response flow
+(:mod:`tests.realstack.flows`).
+
+The policies (:data:`POLICIES`):
+
+* ``default``: no agent, no xApp: mainline's default scheduler alone;
+* ``fixed_best``, ``equal``, ``probe``, ``oracle``: the real agents (``mptcp-shares``, role
+  ``cpe`` for the uplink, role ``proxy`` for the downlink) apply ``mcw.weights.v2`` messages
+  this harness publishes with the xApp's identity: weights from the engine
+  (:func:`xapp.core.weights.optimal_weights_batch`) and caps from the xApp's rule
+  (:func:`xapp.core.caps.rate_caps`), for the mean capacities of the whole trace
+  (``fixed_best``, chosen in hindsight), all 1 (``equal``, no caps: the agent caps every WAT at
+  the slowest link, round-robin's meaning), the paper's probes (``probe``: every 10 s, 5 s of
+  10 TCP flows per WAT and direction beside the connection; weights from the last finished
+  probe) or the trace's true capacities of the coming period, in force at its start
+  (``oracle``);
+* ``ewma``, ``model``: ``mcw run`` with that estimator (the shipped signed model for
+  ``model``), its KPIs the agents' telemetry over MQTT plus the trace's radio KPIs written to
+  InfluxDB as a KPI writer would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import Any
+
+import numpy as np
+
+from tests.e2e.netns import PROXY_ADDR, Path, Topology
+from tests.e2e.observer import Applied, Observer
+from tests.e2e.reallink import PROXY_ID, agent_config, proxy_acl
+from tests.integration.stack import AGENT_BINARY, REPO, XappRun, influx_write, operator_env
+from tests.support.influxd import InfluxServer, start_influxd
+from tests.support.mosquitto import MosquittoBroker, Pki, connect_client, make_pki
+from tests.support.polling import free_port, stop_process
+from tests.support.redis_server import RedisServer
+from twin.path_traces import PathTrace
+from xapp.adapters.mqtt import payloads
+from xapp.core.caps import rate_caps
+from xapp.core.weights import optimal_weights_batch
+
+POLICIES = ("default", "fixed_best", "equal", "probe", "ewma", "model", "oracle")
+CPE_ID = "cpe-0001"
+BULK_PORT, ECHO_PORT, PROBE_PORT = 5301, 5302, 5303
+LEASE_S = 6.0
+#: The oracle's weights are published this long before the period they are for, so they are
+#: in force at its start (an agent applies a message in well under a millisecond).
+ORACLE_LEAD_S = 0.1
+PROBE_EVERY_S, PROBE_S, PROBE_FLOWS = 10.0, 5.0, 10
+#: An xApp policy's first weights may take the xApp's start-up and one KPI period.
+XAPP_READY_S = 40.0
+
+
+@dataclass
+class Servers:
+    """The servers one bench invocation shares across its runs."""
+
+    root: FsPath
+    pki: Pki
+    broker: MosquittoBroker
+    influx: InfluxServer
+    redis: RedisServer
+
+    @classmethod
+    def start(cls, root: FsPath) -> Servers:
+        root.mkdir(parents=True, exist_ok=True)
+        pki = make_pki(root / "pki", n_cpes=1)
+        stack = contextlib.ExitStack()
+        try:
+            broker = MosquittoBroker(pki, root / "broker", acl=proxy_acl(root / "acl", CPE_ID)
+                                     ).start()
+            stack.callback(broker.stop)
+            influx = start_influxd(root)
+            stack.callback(influx.stop)
+            redis = RedisServer(root / "redis").start()
+        except BaseException:
+            stack.close()
+            raise
+        stack.pop_all()
+        return cls(root, pki, broker, influx, redis)
+
+    def stop(self) -> None:
+        self.broker.stop()
+        self.influx.stop()
+        self.redis.stop()
+
+    def clear_weights(self) -> None:
+        """Remove the retained weights of the run before, so no run inherits another's."""
+        c = connect_client(self.broker, "mcw-xapp", client_id="realstack-clear")
+        try:
+            c.client.publish(payloads.weights_topic(CPE_ID), b"", qos=1, retain=True
+                             ).wait_for_publish(5)
+        finally:
+            c.client.disconnect()
+            c.client.loop_stop()
+
+
+class ShapedTopology(Topology):
+    """:class:`Topology` whose paths follow a trace: at the router's egress of each path, in
+    both directions, a tbf (rate, and the buffer as its latency) and an iptables rule that
+    drops the trace's share of packets at random (``statistic``), or all of them while the path
+    is cut (``drop`` outages).
+
+    One-way delay is not played: this machine's kernel has no netem
+    (``CONFIG_NET_SCH_NETEM`` is not set) and no fq for timestamp-based delay, so a path's RTT
+    is its queue's (the buffer fills under bulk traffic: bufferbloat is played, propagation
+    delay is not).  ``delay_ms`` stays in the trace for the twin and for a kernel that has
+    netem."""
+
+    def __init__(self, trace: PathTrace) -> None:
+        nominal = trace.nominal_mbit()
+        super().__init__([Path(w, i + 1, int(nominal[w])) for i, w in enumerate(trace.wats)])
+        self.trace = trace
+        self.lock = threading.Lock()
+        self._cut: dict[str, str] = {}
+        self.period = 0
+
+    def _create(self) -> None:
+        super()._create()
+        self.apply(0)
+
+    def _tc_lines(self, period: int) -> list[str]:
+        tr, out = self.trace, []
+        for j, p in enumerate(self.paths):
+            for dev, rate in ((f"r{p.wat}", tr.rate_dl[period, j]),
+                              (f"q{p.wat}", tr.rate_ul[period, j])):
+                burst = max(4000, int(rate * 1e6 / 8 / 250))
+                out.append(f"qdisc replace dev {dev} root handle 1: tbf rate {rate:.4f}mbit "
+                           f"burst {burst} latency {float(tr.buffer_ms[period, j]):.0f}ms")
+        return out
+
+    def _drop_rules(self, period: int) -> str:
+        tr, rules = self.trace, ["*filter", ":FORWARD ACCEPT [0:0]"]
+        for j, p in enumerate(self.paths):
+            cut = p.wat in self._cut and self._cut[p.wat] == "drop"
+            loss = float(tr.loss_pct[period, j]) / 100.0
+            for dev in (f"r{p.wat}", f"q{p.wat}"):
+                if cut:
+                    rules.append(f"-A FORWARD -o {dev} -j DROP")
+                elif loss > 0:
+                    rules.append(f"-A FORWARD -o {dev} -m statistic --mode random "
+                                 f"--probability {loss:.6f} -j DROP")
+        return "\n".join([*rules, "COMMIT", ""])
+
+    def apply(self, period: int) -> None:
+        """The paths as period ``period`` of the trace has them (cuts in force stay)."""
+        with self.lock:
+            self.period = period
+            self._run(["tc", "-batch", "-"], "\n".join(self._tc_lines(period)))
+            self._run(["iptables-restore"], self._drop_rules(period))
+
+    def cut(self, wat: str, mode: str, on: bool) -> None:
+        """Start (``on``) or end an outage of ``wat``'s path."""
+        with self.lock:
+            if on:
+                self._cut[wat] = mode
+            else:
+                self._cut.pop(wat, None)
+            if mode == "down":
+                self.set_link(wat, not on)
+            else:
+                self._run(["iptables-restore"], self._drop_rules(self.period))
+
+    def _run(self, cmd: list[str], stdin: str) -> None:
+        res = subprocess.run(["ip", "netns", "exec", self.router, *cmd], input=stdin.encode(),
+                             capture_output=True, timeout=20)
+        if res.returncode != 0:
+            raise RuntimeError(f"{cmd[0]}: {res.stderr.decode(errors='replace').strip()}")
+
+
+@dataclass
+class RunResult:
+    """What one policy's run delivered: per second of the trace, and what it applied."""
+
+    policy: str
+    delivered: dict[str, list[float]]  # direction -> Mbit/s per second of the trace
+    rtt_ms: list[float]
+    #: direction -> (periods, k) weights and caps (inf: uncapped) in force, for the twin.
+    weights: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
+    caps: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class Publisher:
+    """Weights messages with the xApp's identity, for the policies the harness decides."""
+
+    def __init__(self, broker: MosquittoBroker, wats: tuple[str, ...]) -> None:
+        self.wats = wats
+        self.version = int(time.time() * 1000)
+        self.client = connect_client(broker, "mcw-xapp", client_id="realstack-policy")
+
+    def send(self, weights: dict[str, np.ndarray[Any, Any]],
+             caps: dict[str, np.ndarray[Any, Any]] | None) -> None:
+        self.version += 1
+        doc: dict[str, Any] = {"schema": "mcw.weights.v2", "cpe_id": CPE_ID,
+                               "version": self.version, "issued_at_ms": int(time.time() * 1000),
+                               "lease_s": LEASE_S}
+        for d in ("dl", "ul"):
+            w = {x: int(v) for x, v in zip(self.wats, weights[d].tolist(), strict=True)}
+            part: dict[str, Any] = {"mode": "fixed_split", "weights": w}
+            if caps is not None:
+                c = {x: round(float(v), 3) for x, v, wx in zip(
+                    self.wats, caps[d].tolist(), weights[d].tolist(), strict=True)
+                    if wx > 0 and math.isfinite(v)}
+                if c:
+                    part["caps_mbps"] = c
+            doc[d] = part
+        payloads.check("weights", doc)
+        self.client.client.publish(payloads.weights_topic(CPE_ID), payloads.encode(doc), qos=1,
+                                   retain=True).wait_for_publish(5)
+
+    def close(self) -> None:
+        self.client.client.disconnect()
+        self.client.client.loop_stop()
+
+
+def plan(capacity: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Weights and caps (NaN: none) for capacities ``(k,)``, as the xApp decides them for a
+    rate-caps agent: the engine's weights, the caps rule's caps."""
+    c = np.asarray(capacity, dtype=np.float64)[None, :]
+    w = optimal_weights_batch(c, 100)
+    if not (w > 0).any():
+        w = np.ones_like(w)
+    caps = rate_caps(w, np.ones_like(w, dtype=bool), np.where(c > 0, c, np.nan))
+    return w[0], caps[0]
+
+
+class Run:
+    """One policy on one trace: build, warm up, play, measure, tear down."""
+
+    def __init__(self, servers: Servers, trace: PathTrace, policy: str, root: FsPath,
+                 warmup_s: float = 8.0, progress: Callable[[str], None] | None = None) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; known: {list(POLICIES)}")
+        self.servers, self.trace, self.policy, self.root = servers, trace, policy, root
+        self.warmup_s = warmup_s
+        self.progress = progress or (lambda _s: None)
+        self.topo = ShapedTopology(trace)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.notes: list[str] = []
+        self.probe_mbps: dict[str, np.ndarray[Any, Any]] = {}
+
+    # --- processes ---------------------------------------------------------------------------
+    def _spawn(self, name: str, netns: str | None, cmd: list[str],
+               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        prefix = ["ip", "netns", "exec", netns] if netns else []
+        with (self.root / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen([*prefix, *cmd], stdout=log, stderr=subprocess.STDOUT,
+                                    cwd=REPO, env=env)
+        self.procs[name] = proc
+        return proc
+
+    def _agent(self, role: str) -> None:
+        ident = CPE_ID if role == "cpe" else PROXY_ID
+        work = self.root / f"agent-{role}"
+        (work / "state").mkdir(parents=True, exist_ok=True)
+        cfg = work / "agent.yaml"
+        cfg.write_text(agent_config(role, ident, self.servers.pki.cert(ident),
+                                    self.servers.pki.ca, self.servers.broker.port,
+                                    work / "state", self.topo.paths, CPE_ID))
+        ns = self.topo.cpe if role == "cpe" else self.topo.proxy
+        self._spawn(f"agent-{role}", ns, [str(AGENT_BINARY), "-config", str(cfg)])
+
+    def _xapp(self, estimator: str) -> XappRun:
+        s = self.servers
+        doc = json.loads((REPO / "config-file.json").read_text())
+        doc["controls"]["loop"].update(control_period_s=self.trace.period_s, kpi_max_age_s=3.0)
+        config = self.root / "config-file.json"
+        config.write_text(json.dumps(doc, indent=2))
+        env = {**operator_env(self.root, s.pki, s.broker, s.influx, s.redis),
+               "CONFIG_FILE": str(config), "MCW_LOOP_LEASE_S": str(int(LEASE_S)),
+               "MCW_LOG_LEVEL": "WARNING", "MCW_SDL_NAMESPACE": f"rs{time.time_ns()}"}
+        port = free_port()
+        cmd = [sys.executable, "-m", "xapp.cli", "run", "--config", str(config),
+               "--http-host", "127.0.0.1", "--http-port", str(port), "--rmr", "off",
+               "--sdl", "redis", "--estimator", estimator, "--grace-s", "5"]
+        xapp = XappRun(cmd, env, port, self.root / "xapp.log")
+        return xapp.start()
+
+    def _radio(self, period: int) -> None:
+        tr, lines = self.trace, []
+        now = time.time_ns()
+        for j, w in enumerate(tr.wats):
+            fields = {f: float(a[period, j]) for f, a in tr.radio.items()
+                      if np.isfinite(a[period, j])}
+            if fields:
+                text = ",".join(f"{k}={v!r}" for k, v in sorted(fields.items()))
+                lines.append(f"wat_kpi,cpe={CPE_ID},wat={w},cell={w}-cell-1 {text} {now}")
+        if lines and not influx_write(self.servers.influx, lines):
+            self.notes.append(f"period {period}: InfluxDB refused the radio KPIs")
+
+    # --- the run -----------------------------------------------------------------------------
+    def execute(self) -> RunResult:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.servers.clear_weights()
+        observer = Observer(self.servers.pki, self.servers.broker.port, time.monotonic(),
+                            client_id=f"realstack-observer-{time.time_ns()}")
+        pub: Publisher | None = None
+        xapp: XappRun | None = None
+        self.topo.create()
+        try:
+            observer.start()
+            uses_agents = self.policy != "default"
+            if uses_agents:
+                self._spawn("relay", None, [sys.executable, "-m", "tests.e2e.nsrelay",
+                                            "--netns", self.topo.cpe, "--netns",
+                                            self.topo.proxy, "--port",
+                                            str(self.servers.broker.port)])
+                self._agent("proxy")
+                self._agent("cpe")
+            if self.policy in ("ewma", "model"):
+                xapp = self._xapp(self.policy)
+            elif uses_agents:
+                pub = Publisher(self.servers.broker, self.trace.wats)
+            self._radio(0)
+            if xapp is not None:
+                self._wait_for_xapp(observer)
+            if self.policy == "probe":
+                self._spawn("sink-proxy", self.topo.proxy, [
+                    sys.executable, "-m", "tests.realstack.flows", "probe-sink", "--addr",
+                    "0.0.0.0", "--port", str(PROBE_PORT)])
+                self._spawn("sink-cpe", self.topo.cpe, [
+                    sys.executable, "-m", "tests.realstack.flows", "probe-sink", "--addr",
+                    "0.0.0.0", "--port", str(PROBE_PORT)])
+            self._traffic()
+            return self._play(observer, pub)
+        finally:
+            if pub is not None:
+                pub.close()
+            if xapp is not None:
+                xapp.stop()
+            for proc in self.procs.values():
+                stop_process(proc, 5.0)
+            observer.stop()
+            self.topo.close()
+
+    def _wait_for_xapp(self, observer: Observer) -> None:
+        deadline = time.monotonic() + XAPP_READY_S
+        while time.monotonic() < deadline:
+            if any(r.version > 0 for r in observer.snapshot()):
+                return
+            time.sleep(0.5)
+        self.notes.append(f"no weights from the xApp within {XAPP_READY_S:.0f} s")
+
+    def _traffic(self) -> None:
+        py, m = sys.executable, "tests.e2e.mptcp_bulk"
+        f = "tests.realstack.flows"
+        self._spawn("bulk-proxy", self.topo.proxy, [py, "-m", m, "serve", "--addr", PROXY_ADDR,
+                                                     "--port", str(BULK_PORT), "--out",
+                                                     str(self.root / "ul.jsonl")])
+        self._spawn("echo-proxy", self.topo.proxy, [py, "-m", f, "echo-serve", "--addr",
+                                                     PROXY_ADDR, "--port", str(ECHO_PORT)])
+        time.sleep(0.5)
+        self._spawn("bulk-cpe", self.topo.cpe, [py, "-m", m, "connect", "--addr", PROXY_ADDR,
+                                                 "--port", str(BULK_PORT), "--out",
+                                                 str(self.root / "dl.jsonl")])
+        self._spawn("echo-cpe", self.topo.cpe, [py, "-m", f, "echo-connect", "--addr",
+                                                 PROXY_ADDR, "--port", str(ECHO_PORT), "--out",
+                                                 str(self.root / "rtt.jsonl")])
+
+    def _events(self, t0: float) -> list[tuple[float, int, Callable[[], None]]]:
+        tr, ev = self.trace, []
+        for p in range(tr.periods):
+            at = t0 + p * tr.period_s
+            if p > 0:
+                ev.append((at, 1, lambda p=p: self.topo.apply(p)))
+            ev.append((at + 0.01, 3, lambda p=p: self._radio(p)))
+        for o in tr.outages:
+            ev.append((t0 + o.start_s, 2, lambda o=o: self.topo.cut(o.wat, o.mode, True)))
+            ev.append((t0 + o.start_s + o.duration_s, 2,
+                       lambda o=o: self.topo.cut(o.wat, o.mode, False)))
+        return sorted(ev, key=lambda e: (e[0], e[1]))
+
+    def _policy_events(self, t0: float, pub: Publisher | None
+                       ) -> list[tuple[float, int, Callable[[], None]]]:
+        tr, k = self.trace, len(self.trace.wats)
+        if pub is None:
+            return []
+        ev: list[tuple[float, int, Callable[[], None]]] = []
+        if self.policy == "oracle":
+            for p in range(tr.periods):
+                def send(p: int = p) -> None:
+                    w, c = {}, {}
+                    for d in ("dl", "ul"):
+                        w[d], c[d] = plan(tr.capacity(d)[p])
+                    pub.send(w, c)
+                ev.append((t0 + p * tr.period_s - ORACLE_LEAD_S, 0, send))
+        elif self.policy in ("fixed_best", "equal"):
+            if self.policy == "equal":
+                w = {d: np.ones(k, np.int64) for d in ("dl", "ul")}
+                fixed: tuple[dict[str, Any], dict[str, Any] | None] = (w, None)
+            else:
+                both = {d: plan(tr.capacity(d).mean(axis=0)) for d in ("dl", "ul")}
+                fixed = ({d: v[0] for d, v in both.items()}, {d: v[1] for d, v in both.items()})
+            for t in np.arange(-self.warmup_s, tr.duration_s, LEASE_S / 3):
+                ev.append((t0 + float(t), 0, lambda: pub.send(*fixed)))
+        elif self.policy == "probe":
+            # Round-robin until the first probe ends (the paper's start).
+            w = {d: np.ones(k, np.int64) for d in ("dl", "ul")}
+            ev.append((t0 - self.warmup_s, 0, lambda: pub.send(w, None)))
+            for t in np.arange(0.0, tr.duration_s - PROBE_S, PROBE_EVERY_S):
+                ev.append((t0 + float(t), 0, lambda: self._probe(pub)))
+        return ev
+
+    def _probe(self, pub: Publisher) -> None:
+        """Probe every WAT in both directions at once (separate paths), then publish weights
+        in proportion to what the probes measured (rounded, as the paper rounded to 10 Mbit/s
+        at its rates, to 1 Mbit/s at these)."""
+        def one(d: str, p: Path, out: dict[tuple[str, str], float]) -> None:
+            ns, src, dst = ((self.topo.proxy, p.px_addr, p.cpe_addr) if d == "dl"
+                            else (self.topo.cpe, p.cpe_addr, PROXY_ADDR))
+            res = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m",
+                                  "tests.realstack.flows", "probe-send", "--src", src, "--addr",
+                                  dst, "--port", str(PROBE_PORT), "--flows", str(PROBE_FLOWS),
+                                  "--seconds", str(PROBE_S)], capture_output=True, cwd=REPO,
+                                 timeout=PROBE_S + 30)
+            try:
+                out[(d, p.wat)] = float(json.loads(res.stdout.decode().strip())["mbps"])
+            except (ValueError, KeyError):
+                out[(d, p.wat)] = 0.0
+
+        def work() -> None:
+            got: dict[tuple[str, str], float] = {}
+            ts = [threading.Thread(target=one, args=(d, p, got)) for d in ("dl", "ul")
+                  for p in self.topo.paths]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            w, c = {}, {}
+            for d in ("dl", "ul"):
+                m = np.array([max(1.0, round(got.get((d, p.wat), 0.0)))
+                              for p in self.topo.paths])
+                self.probe_mbps[d] = m
+                w[d], c[d] = plan(m)
+            pub.send(w, c)
+
+        threading.Thread(target=work, name="probe", daemon=True).start()
+
+    def _play(self, observer: Observer, pub: Publisher | None) -> RunResult:
+        tr = self.trace
+        t0 = time.time() + self.warmup_s
+        events = sorted(self._events(t0) + self._policy_events(t0, pub),
+                        key=lambda e: (e[0], e[1]))
+        self.progress(f"{self.policy}: warm-up {self.warmup_s:.0f} s, trace "
+                      f"{tr.duration_s:.0f} s")
+        mono0 = time.monotonic() - time.time()
+        for at, _, fn in events:
+            delay = at - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            try:
+                fn()
+            except Exception as exc:  # a failed tc or publish is a note, not a dead run
+                self.notes.append(f"{at - t0:.2f} s: {exc}")
+        time.sleep(max(0.0, t0 + tr.duration_s + 1.2 - time.time()))
+        delivered = {d: self._per_second(self.root / f"{d}.jsonl", t0, tr.duration_s)
+                     for d in ("dl", "ul")}
+        rtts = [float(r["rtt_ms"]) for r in _jsonl(self.root / "rtt.jsonl")
+                if t0 <= float(r["t"]) <= t0 + tr.duration_s]
+        res = RunResult(self.policy, delivered, rtts, notes=self.notes)
+        mono_t0 = t0 + mono0 - observer.t0
+        res.weights, res.caps = self._applied(observer, mono_t0)
+        return res
+
+    @staticmethod
+    def _per_second(path: FsPath, t0: float, duration_s: float) -> list[float]:
+        """Mbit/s received in each whole second of the trace (0 where nothing arrived)."""
+        rows = {int(r["t"]): float(r["mbps"]) for r in _jsonl(path)}
+        first = math.ceil(t0)
+        return [rows.get(s + 1, 0.0) for s in range(first, first + int(duration_s) - 1)]
+
+    def _applied(self, observer: Observer, t0: float
+                 ) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, np.ndarray[Any, Any]]]:
+        """Per period, the weights and caps the agents reported in force at its middle: the
+        CPE's for ``ul``, the proxy's for ``dl``; the default scheduler's (all 1, uncapped)
+        where no agent runs or none was applied yet."""
+        tr, k = self.trace, len(self.trace.wats)
+        out_w, out_c = {}, {}
+        for d, recs in (("ul", observer.snapshot()), ("dl", observer.proxy_snapshot())):
+            w = np.ones((tr.periods, k), np.int64)
+            c = np.full((tr.periods, k), np.inf)
+            ok = sorted((r for r in recs if r.online and r.version > 0), key=lambda r: r.t)
+            for p in range(tr.periods):
+                mid = t0 + (p + 0.5) * tr.period_s
+                last: Applied | None = None
+                for r in ok:
+                    if r.t > mid:
+                        break
+                    last = r
+                if last is None:
+                    continue
+                w[p] = [last.weights.get(x, 0) for x in tr.wats]
+                c[p] = [last.caps.get(x, math.inf) for x in tr.wats]
+            out_w[d], out_c[d] = w, c
+        return out_w, out_c
+
+
+def _jsonl(path: FsPath) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+__all__ = ["POLICIES", "Run", "RunResult", "Servers", "ShapedTopology"]
