@@ -68,6 +68,9 @@ class ComponentCollector(Collector):
         ``cpe_id -> version`` the xApp last published, to count agents that lag behind.
     workers : callable or None
         The supervisor's check (restarts dead workers, returns every worker's status).
+    degraded : callable or None
+        Each degradable component -> whether it is degraded
+        (:meth:`xapp.core.workers.Supervisor.degradable`).
     """
 
     def __init__(self, *, publisher: MqttWeightPublisher | None = None,
@@ -78,7 +81,9 @@ class ComponentCollector(Collector):
                  influx: InfluxStore | None = None,
                  published_version: Callable[[str], int] | None = None,
                  workers: Callable[[], list[WorkerStatus]] | None = None,
-                 e2: E2Counters | None = None) -> None:
+                 e2: E2Counters | None = None,
+                 degraded: Callable[[], Mapping[str, bool]] | None = None) -> None:
+        self.degraded = degraded
         self.publisher = publisher
         self.e2 = e2
         self.workers = workers
@@ -127,6 +132,14 @@ class ComponentCollector(Collector):
             queued.add_metric([st.name], st.queued)
             dropped.add_metric([st.name], st.dropped)
         yield from (up, restarts, failures, queued, dropped)
+        if self.degraded is not None:
+            degraded = GaugeMetricFamily(
+                "mcw_component_degraded", "1 while the supervisor has given up restarting a "
+                "worker of the component (its restart budget is spent; the rest of the xApp "
+                "goes on), else 0.", labels=["component"])
+            for component, down in self.degraded().items():
+                degraded.add_metric([component], 1 if down else 0)
+            yield degraded
 
     def _e2(self) -> Iterable[Metric]:
         e2 = self.e2

@@ -3,7 +3,10 @@
 ``GET /ric/v1/health/alive``  200 while every worker thread runs and none is stuck, else 503;
                               the body names each worker's state
 ``GET /ric/v1/health/ready``  200 when every dependency check passes, else 503; the body names
-                              each check (``{"ready": false, "checks": {"sdl": false, ...}}``)
+                              each check (``{"ready": false, "checks": {"sdl": false, ...}}``);
+                              a component the supervisor gave up on is named in ``degraded``
+                              with why, and its checks no longer decide (E2 lost is not A1
+                              lost: ``{"ready": true, ..., "degraded": {"e2": "..."}}``)
 ``GET /ric/v1/config``        the running configuration (the descriptor, controls as applied)
 ``GET /ric/v1/cpes``          per CPE: the version and both directions' weights (and rate caps)
                               last published, and who applies each (``ul``: the CPE agent's
@@ -60,8 +63,23 @@ class Health:
     ready_checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
     #: ``(alive, {worker: state})``: the supervisor's verdict.
     alive_check: Callable[[], tuple[bool, dict[str, str]]] = lambda: (True, {})
+    #: Components degraded now -> why (:meth:`xapp.core.workers.Supervisor.degraded`).
+    degraded: Callable[[], Mapping[str, str]] = dict
+    #: Ready check -> the component it belongs to; a degraded component's checks are reported
+    #: but do not fail readiness (the pod would leave its Service, and A1 with it).
+    components: Mapping[str, str] = field(default_factory=dict)
 
     def readiness(self) -> tuple[bool, dict[str, bool]]:
+        ok, results, _ = self.readiness_report()
+        return ok, results
+
+    def readiness_report(self) -> tuple[bool, dict[str, bool], dict[str, str]]:
+        """``(ready, {check: up}, {degraded component: why})``."""
+        try:
+            degraded = dict(self.degraded())
+        except Exception:
+            log.exception("degradation check raised")
+            degraded = {}
         results: dict[str, bool] = {}
         for name, check in self.ready_checks.items():
             try:
@@ -69,7 +87,8 @@ class Health:
             except Exception:
                 log.debug("readiness check %s raised", name, exc_info=True)
                 results[name] = False
-        return all(results.values()), results
+        return all(up or self.components.get(name) in degraded
+                   for name, up in results.items()), results, degraded
 
     def alive(self) -> tuple[bool, dict[str, str]]:
         try:
@@ -167,11 +186,14 @@ def _make_handler(app: HttpServer) -> type[BaseHTTPRequestHandler]:
                 ok, workers = app.health.alive()
                 self._json(200 if ok else 503, {"alive": ok, "workers": workers})
             elif path == READY_PATH:
-                ok, checks = app.health.readiness()
+                ok, checks, degraded = app.health.readiness_report()
                 app.metrics.ready.set(1 if ok else 0)
                 for name, up in checks.items():
                     app.metrics.dependency_up.labels(dependency=name).set(1 if up else 0)
-                self._json(200 if ok else 503, {"ready": ok, "checks": checks})
+                body: dict[str, Any] = {"ready": ok, "checks": checks}
+                if degraded:
+                    body["degraded"] = degraded
+                self._json(200 if ok else 503, body)
             elif path == CONFIG_PATH:
                 self._json(200, app.config())
             elif path == METRICS_PATH:

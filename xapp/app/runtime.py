@@ -278,6 +278,7 @@ class XappProcess:
             estimator_counters=comp.estimator_counters,
             estimator_calibration=comp.estimator_calibration, influx=comp.influx,
             published_version=self._published_version, workers=self.supervisor.check,
+            degraded=self.supervisor.degradable,
             e2=None if e2 is None else E2Counters(
                 states=e2.subscriber.states, subscriber=e2.subscriber.counts,
                 indications=lambda: dict(e2.ingest.counters),
@@ -317,6 +318,8 @@ class XappProcess:
             e2.registry.start()
             e2.worker.start()
         self.watcher.start()
+        # Dead workers are replaced on the supervisor's own clock, not when a probe asks.
+        self.supervisor.start()
         log.info("mcw xApp running: HTTP port %d, RMR %s, SDL %s, policy type %d",
                  self.http.port, "on" if self.rmr is not None else "off",
                  "redis" if self.state.enabled else "memory",
@@ -444,8 +447,10 @@ class XappProcess:
                            log_level=logging.getLogger().level,
                            replica_id=replica, http_endpoint=http_endpoint)
         self.rmr.start()
+        decoder = [] if self.e2 is None else self.e2.decoder.workers()
         for worker in self.rmr.workers():
-            self.supervisor.add(worker)
+            # The decoder out of its budget costs E2, not A1 and the loop (a pod restart).
+            self.supervisor.add(worker, degrades="e2" if worker in decoder else None)
         self.supervisor.watch("rmr-receive", self.rmr.rmr_healthy)
 
         def resync_step() -> None:
@@ -463,6 +468,7 @@ class XappProcess:
         def left(share: float) -> float:
             return max(0.5, (deadline - time.monotonic()) * share)
 
+        self.supervisor.stop(timeout_s=left(0.05))  # restarts nothing that is being stopped
         self.watcher.stop()
         if self.book_sync is not None:
             self.book_sync.stop(timeout_s=left(0.1))
@@ -503,6 +509,7 @@ class XappProcess:
 
     def health(self) -> Health:
         checks: dict[str, Callable[[], bool]] = {"running": lambda: not self.stopping.is_set()}
+        components: dict[str, str] = {}
         if self.opts.rmr != "off":
             checks["rmr"] = lambda: (self.rmr.rmr_healthy() if self.rmr is not None
                                      else not self.rmr_required)
@@ -515,10 +522,11 @@ class XappProcess:
             # Indications arrive only through RMR: no decoder is needed (or started) without.
             e2 = self.e2
             checks["e2-decoder"] = lambda: self.rmr is None or e2.decoder.healthy()
+            components["e2-decoder"] = "e2"
         comp = self.components
         if comp is not None:
             checks.update(comp.checks)
-        return Health(checks, self.alive)
+        return Health(checks, self.alive, self.supervisor.degraded, components)
 
     def alive(self) -> tuple[bool, dict[str, str]]:
         """Every worker runs and none is stuck (the supervisor restarts dead ones within its

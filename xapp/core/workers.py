@@ -11,13 +11,20 @@ What a supervisor does about a worker, as OTP's one-for-one supervisors do:
 * **dead** (its thread ended without being stopped: a ``BaseException`` out of a step, a bug
   in the loop): restarted, up to ``max_restarts`` within ``restart_window_s``; past that the
   worker stays dead and :meth:`Supervisor.alive` is False, so Kubernetes restarts the pod.
+  A worker added with ``degrades=`` a component (the E2 decoder: ``"e2"``) is not worth the
+  pod: past its budget it is ``degraded`` instead, healthy for :meth:`Supervisor.alive`,
+  named by :meth:`Supervisor.degraded` (readiness, a metric), and tried again once the
+  window has room.
 * **stuck** (a step running longer than its deadline, or no step started for interval +
   deadline): a Python thread cannot be killed, so :meth:`Supervisor.alive` is False at once.
 * a **probe** that answers False counts as dead, and is restarted like a worker when it was
   registered with a restart function.
 
-:meth:`Supervisor.check` runs when ``/ric/v1/health/alive`` or ``/metrics`` is read: the
-probes that ask are the clock, so no supervising thread needs supervising in turn.
+:meth:`Supervisor.start` runs :meth:`Supervisor.check` on a thread of its own every
+``interval_s``: a dead decoder process or MQTT loop is replaced within a second, not when
+Kubernetes next asks ``/ric/v1/health/alive`` (15 s with the chart).  That thread is one of
+the supervised workers: ``/ric/v1/health/alive`` and ``/metrics`` still run a check, which
+restarts it if it died, and a supervising thread that stopped stepping is ``stuck`` there.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ class WorkerState(StrEnum):
     DEAD = "dead"
     STOPPED = "stopped"
     NOT_STARTED = "not-started"
+    #: Out of its restart budget, but only its component is lost (``Supervisor.add(degrades=)``).
+    DEGRADED = "degraded"
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,8 @@ class WorkerStatus:
 
     @property
     def healthy(self) -> bool:
-        return self.state in (WorkerState.OK, WorkerState.STOPPED, WorkerState.NOT_STARTED)
+        return self.state in (WorkerState.OK, WorkerState.STOPPED, WorkerState.NOT_STARTED,
+                              WorkerState.DEGRADED)
 
 
 class Worker:
@@ -105,6 +115,10 @@ class Worker:
         self._failing = 0
         self.restarts = 0
         self.last_error = ""
+
+    def degrade(self, reason: str | None) -> None:
+        """The supervisor gave up restarting this worker (``reason``), or tries again (None).
+        A worker whose callers queue work for it drops that work here, counted."""
 
     @property
     def deadline_s(self) -> float:
@@ -273,6 +287,10 @@ class QueueWorker(Worker, Generic[T]):
         self._handle(item)
 
 
+#: How often the supervisor's own thread checks every worker and probe.
+SUPERVISE_INTERVAL_S = 1.0
+
+
 @dataclass
 class _Probe:
     name: str
@@ -292,14 +310,51 @@ class Supervisor:
         self._workers: dict[str, Worker] = {}
         self._probes: dict[str, _Probe] = {}
         self._restarted_at: dict[str, list[float]] = {}
+        #: worker name -> the component it degrades when out of budget, and why it is now
+        self._degrades: dict[str, str] = {}
+        self._degraded: dict[str, str] = {}
         self._lock = threading.Lock()
+        self.worker: Worker | None = None
 
-    def add(self, worker: Worker) -> Worker:
+    def add(self, worker: Worker, *, degrades: str | None = None) -> Worker:
+        """Supervise ``worker``; out of budget it fails :meth:`alive`, unless ``degrades``
+        names the component that is lost instead (see the module's docstring)."""
         with self._lock:
             if worker.name in self._workers or worker.name in self._probes:
                 raise ValueError(f"a worker named {worker.name!r} is already supervised")
             self._workers[worker.name] = worker
+            if degrades is not None:
+                self._degrades[worker.name] = degrades
         return worker
+
+    def start(self, interval_s: float = SUPERVISE_INTERVAL_S,
+              name: str = "mcw-supervisor") -> Worker:
+        """Check every ``interval_s`` on a thread of its own (itself supervised)."""
+        if self.worker is None:
+            # A check restarts workers (a decoder process spawns in a few ms): the deadline
+            # is for a check that hangs, which only a bug does.
+            self.worker = self.add(Worker(name, self.check, interval_s, deadline_s=30.0,
+                                          clock=self._clock))
+        self.worker.start()
+        return self.worker
+
+    def stop(self, timeout_s: float = 5.0) -> bool:
+        return True if self.worker is None else self.worker.stop(timeout_s)
+
+    def degradable(self) -> dict[str, bool]:
+        """Every component a worker was added to degrade -> whether it is degraded now."""
+        now = self.degraded()
+        with self._lock:
+            return {c: c in now for c in sorted(set(self._degrades.values()))}
+
+    def degraded(self) -> dict[str, str]:
+        """Component -> why (a worker of it out of its restart budget); empty when none."""
+        with self._lock:
+            out: dict[str, str] = {}
+            for name, reason in self._degraded.items():
+                component = self._degrades[name]
+                out[component] = f"{out[component]}; {reason}" if component in out else reason
+            return out
 
     def watch(self, name: str, healthy: Callable[[], bool],
               restart: Callable[[], object] | None = None) -> None:
@@ -323,8 +378,25 @@ class Supervisor:
 
     def _check_worker(self, worker: Worker) -> WorkerStatus:
         status = worker.status()
-        if status.state is not WorkerState.DEAD or not self._may_restart(worker.name):
-            return status  # out of budget, a dead worker stays dead: /alive fails, pod restarts
+        if status.state is not WorkerState.DEAD:
+            return status
+        if not self._may_restart(worker.name):
+            component = self._degrades.get(worker.name)
+            if component is None:
+                return status  # a dead worker stays dead: /alive fails, the pod restarts
+            if worker.name not in self._degraded:
+                reason = (f"{worker.name} died {self.max_restarts + 1} times within "
+                          f"{self.restart_window_s:.0f} s ({status.last_error or 'no error'})")
+                self._degraded[worker.name] = reason
+                log.error("%s; %s degraded, the rest goes on (tried again when the "
+                          "restart budget has room)", reason, component)
+                worker.degrade(reason)
+            return WorkerStatus(status.name, WorkerState.DEGRADED, status.restarts,
+                                status.failures, status.idle_s, status.last_error,
+                                status.queued, status.dropped)
+        if self._degraded.pop(worker.name, None) is not None:
+            log.warning("worker %s: restart budget has room again; trying it", worker.name)
+            worker.degrade(None)
         worker.restarts += 1
         log.error("worker %s died (%s); restarting it", worker.name,
                   worker.last_error or "no error recorded")

@@ -215,3 +215,68 @@ def test_a_dead_probe_is_restarted_within_the_same_budget() -> None:
         assert status.state is WorkerState.OK and status.restarts == starts
     thread["alive"] = False
     assert not sup.alive() and thread["starts"] == 2  # out of budget
+
+
+@KILLS_THREADS
+def test_the_supervisor_restarts_on_its_own_clock_without_a_probe() -> None:
+    """Issue 33 item 3: nothing asks /alive or /metrics here; the supervisor's thread does."""
+    may_die, died = threading.Semaphore(0), threading.Semaphore(0)
+
+    def step() -> None:
+        if may_die.acquire(timeout=0.05):
+            died.release()
+            raise Die
+
+    sup = Supervisor(max_restarts=2, restart_window_s=60)
+    w = sup.add(Worker("fragile", step, 0.01)).start()
+    sup.start(interval_s=0.02)
+    try:
+        may_die.release()
+        assert died.acquire(timeout=5)
+        assert wait_until(lambda: w.restarts == 1 and w.status().state is WorkerState.OK,
+                          timeout_s=10)
+        assert sup.worker is not None and sup.worker.status().state is WorkerState.OK
+    finally:
+        assert sup.stop()
+        w.stop()
+
+
+@KILLS_THREADS
+def test_a_worker_that_degrades_a_component_keeps_alive_ok_past_its_budget() -> None:
+    """Out of budget: a worker added with ``degrades`` costs its component, not the pod; when
+    the window has room (the injected clock) it is tried again."""
+    now = [50.0]
+    may_die, died = threading.Semaphore(0), threading.Semaphore(0)
+
+    def step() -> None:
+        if may_die.acquire(timeout=0.05):
+            died.release()
+            raise Die
+
+    sup = Supervisor(max_restarts=1, restart_window_s=60, clock=lambda: now[0])
+    w = sup.add(Worker("decoder", step, 0.01), degrades="e2").start()
+    a1 = sup.add(Worker("a1", lambda: None, 0.01)).start()
+    degraded: list[str | None] = []
+    w.degrade = degraded.append  # type: ignore[method-assign,assignment]
+    try:
+        may_die.release()
+        assert died.acquire(timeout=5)
+        assert wait_until(lambda: w.status().state is WorkerState.DEAD, timeout_s=5)
+        assert sup.alive() and w.restarts == 1 and sup.degraded() == {}
+        assert sup.degradable() == {"e2": False}
+        may_die.release()
+        assert died.acquire(timeout=5)
+        assert wait_until(lambda: w.status().state is WorkerState.DEAD, timeout_s=5)
+        states = {s.name: s.state for s in sup.check()}
+        assert states == {"decoder": WorkerState.DEGRADED, "a1": WorkerState.OK}
+        assert sup.alive() and sup.degradable() == {"e2": True}
+        assert "decoder died 2 times within 60 s" in sup.degraded()["e2"]
+        assert len(degraded) == 1 and degraded[0] is not None  # told once, not every check
+        sup.check()
+        assert len(degraded) == 1
+        now[0] += 61
+        sup.check()
+        assert w.restarts == 2 and degraded[-1] is None and sup.degraded() == {}
+    finally:
+        w.stop()
+        a1.stop()

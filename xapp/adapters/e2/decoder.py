@@ -22,11 +22,17 @@ indication.
 Supervision (:class:`DecoderProcess`, a :class:`~xapp.core.workers.Worker`):
 
 * **full queue**: the indication is dropped and counted (``drops["queue_full"]``, the
-  worker's ``dropped``); so are the indications sent to a decoder process that then died
-  (``drops["decoder_lost"]``) and those that arrive while none runs (``drops["decoder_down"]``).
-* **dead** process: the worker's state is ``dead``; the supervisor's next check
-  (``/ric/v1/health/alive``, ``/metrics``) starts a new one, within its restart budget;
-  readiness fails until the new process has loaded its codecs.
+  worker's ``dropped``).
+* **dead** process: the worker's state is ``dead``; the supervisor's next check (its own
+  thread, every second) starts a new one, within its restart budget; readiness fails until
+  the new process has loaded its codecs.  Meanwhile indications wait in the queue (the
+  feeder sends only to a process that is ready), and those the dead process was sent and did
+  not answer are sent again to the new one, all but the first: the one it was decoding,
+  which may be what killed it, is dropped and counted (``drops["decoder_lost"]``).  So a
+  death costs at most one indication.
+* **restart budget spent** (the supervisor's, for ``"e2"``): E2 is degraded, not the pod;
+  what waits and what arrives is dropped and counted (``drops["decoder_down"]``) until the
+  budget has room again.
 * **stuck** process (one indication decoding longer than ``decode_deadline_s``, or no
   answer to start-up within ``start_timeout_s``): state ``stuck``, then the process is killed
   (a process can be, a thread cannot) and is dead as above.
@@ -38,6 +44,7 @@ runs in the child against :class:`BookCopy`.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import math
@@ -85,6 +92,9 @@ DECODE_OUTCOMES: Final = ("decoded", "refused_empty", "refused_too_large", "refu
 #: Dialect detection: "" (the remembered dialect read it), "checked" (every dialect was
 #: tried), "skipped" (a recent check failed, so only the assumed one was).
 CHECKS: Final = ("", "checked", "skipped")
+#: Indications written to a process and not yet answered; the feeder waits beyond.  What a
+#: process that dies holds is sent again to the next, so this bounds what is kept to resend.
+MAX_IN_FLIGHT: Final = 32
 #: (node, RAN function) pairs whose failed dialect check is remembered; beyond, forgotten.
 MAX_TRACKED_FUNCTIONS: Final = 4096
 
@@ -527,6 +537,8 @@ class _Child:
         #: Indications written to the pipe, and answers read back (each by one thread).
         self.sent = 0
         self.answered = 0
+        #: What was sent and not answered yet, oldest first (the process answers in order).
+        self.unanswered: collections.deque[tuple[bytes, str | None]] = collections.deque()
         self.book_version = -1
         self.closed = False
         #: Counted as lost and retired (:meth:`DecoderProcess._lost`).
@@ -593,6 +605,14 @@ class DecoderProcess(Worker):
         self.decode_deadline_s = decode_deadline_s
         self.start_timeout_s = start_timeout_s
         self._items: queue.Queue[tuple[bytes, str | None]] = queue.Queue(maxsize)
+        #: Sent to a process that died unanswered: sent again first (at most MAX_IN_FLIGHT).
+        self._resend: collections.deque[tuple[bytes, str | None]] = collections.deque()
+        #: Set while the current process is ready: the feeder waits on it, not on a timer.
+        self._ready = threading.Event()
+        #: Set at each answer: the feeder waits on it while MAX_IN_FLIGHT are out.
+        self._answered = threading.Event()
+        #: Why the supervisor gave up on the process (its restart budget), or None.
+        self.degraded: str | None = None
         self._child: _Child | None = None
         self._child_lock = threading.RLock()
         #: Children replaced or killed whose result pipe the reading thread still closes.
@@ -609,7 +629,11 @@ class DecoderProcess(Worker):
     # --- what RMR's thread calls ----------------------------------------------------------
 
     def offer(self, item: tuple[bytes, str | None]) -> bool:
-        """Queue one (payload, meid) for the process; False (and counted) when full."""
+        """Queue one (payload, meid) for the process; False (and counted) when full, or
+        when E2 is degraded (no process will come before the restart budget has room)."""
+        if self.degraded is not None:
+            self.drops["decoder_down"] += 1
+            return False
         try:
             self._items.put_nowait(item)
         except queue.Full:
@@ -625,7 +649,13 @@ class DecoderProcess(Worker):
     def pending(self) -> int:
         """Indications waiting to be sent, or sent and not yet answered."""
         child = self._child
-        return self._items.qsize() + (0 if child is None else child.in_flight())
+        return (self._items.qsize() + len(self._resend)
+                + (0 if child is None else child.in_flight()))
+
+    def degrade(self, reason: str | None) -> None:
+        """The supervisor's verdict (:meth:`Worker.degrade`): with ``reason``, what waits is
+        dropped as ``decoder_down`` and so is what arrives; None: a process may come again."""
+        self.degraded = reason
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -639,6 +669,7 @@ class DecoderProcess(Worker):
             if child is None or not child.alive():
                 if child is not None:
                     self._lost(child)
+                self._ready.clear()
                 self._child = _Child(self.ingest.max_payload, self.ingest.recheck_interval_s)
                 self.processes_started += 1
                 log.info("E2 decoder process started (pid %d)", self._child.pid)
@@ -659,6 +690,8 @@ class DecoderProcess(Worker):
             if stopped:  # no thread reads any more
                 old.results.close()
         self._items = queue.Queue(self.maxsize)  # what was never sent is not decoded
+        self._resend.clear()
+        self._ready.clear()
         return stopped
 
     def healthy(self) -> bool:
@@ -691,33 +724,70 @@ class DecoderProcess(Worker):
         return None
 
     def _lost(self, child: _Child) -> None:
-        """Count what ``child`` took and will never answer, retire it (once)."""
+        """Retire ``child`` (once): the indication it was decoding is lost and counted, the
+        ones it was sent after that are sent again to the next process."""
         with child.lock:
             if child.lost:
                 return
             child.lost = True
-            lost = child.in_flight()
+            unanswered = list(child.unanswered)
+            child.unanswered.clear()
             child.answered = child.sent
             child.closed = True
+        lost = min(1, len(unanswered))
         with self._child_lock:
             self._retired.append(child)
+            if child is self._child:
+                self._ready.clear()
+            # Older than anything queued: they go first, in the order they were sent.
+            self._resend.extendleft(reversed(unanswered[1:]))
         if lost:
             self.drops["decoder_lost"] += lost
         child.retire(0.0)
-        log.error("E2 decoder process (pid %d) ended (exit code %s); %d indications lost",
-                  child.pid, child.process.returncode, lost)
+        log.error("E2 decoder process (pid %d) ended (exit code %s); %d indication lost, %d "
+                  "sent again to the next process", child.pid, child.process.returncode, lost,
+                  len(unanswered) - lost)
+
+    def _drop_waiting(self) -> None:
+        """Degraded: what waits will not be decoded; counted, not kept."""
+        with self._child_lock:
+            n = len(self._resend)
+            self._resend.clear()
+        while True:
+            try:
+                self._items.get_nowait()
+            except queue.Empty:
+                break
+            n += 1
+        if n:
+            self.drops["decoder_down"] += n
 
     # --- the threads ----------------------------------------------------------------------
 
     def _feed_step(self) -> None:
-        try:
-            payload, meid = self._items.get(timeout=0.5)
-        except queue.Empty:
+        if self.degraded is not None:
+            self._drop_waiting()
+            self._ready.wait(0.5)  # set again only by a process started after the budget
+            return
+        # Indications wait in the queue while no process is ready (one dies, the supervisor
+        # starts the next within its interval), instead of being dropped meanwhile.
+        if not self._ready.wait(0.5):
             return
         child = self._child
-        if child is None or not child.alive():
-            self.drops["decoder_down"] += 1
+        if child is None or child.closed or not child.ready:
             return
+        self._answered.clear()
+        if child.in_flight() >= MAX_IN_FLIGHT:
+            self._answered.wait(0.5)
+            return
+        with self._child_lock:
+            item = self._resend.popleft() if self._resend else None
+        if item is None:
+            try:
+                item = self._items.get(timeout=0.5)
+            except queue.Empty:
+                return
+        payload, meid = item
         book = self.ingest.book
         raw_meid = (meid or "").encode("utf-8", "replace")[:_MAX_MEID]
         # Past the limit only the first bytes go: the process refuses it by its size.
@@ -731,14 +801,18 @@ class DecoderProcess(Worker):
                 child.progress_at = time.monotonic()  # the deadline runs from now
             child.send(b"".join((_JOB, _JOB_HEAD.pack(len(raw_meid), len(payload)), raw_meid,
                                  body)))
-        except OSError:  # the process died (EPIPE) or was retired meanwhile
-            self.drops["decoder_down"] += 1
+        except OSError:  # the process died (EPIPE) or was retired meanwhile: for the next
+            with self._child_lock:
+                self._resend.appendleft(item)
             return
         with child.lock:
-            if child.closed:
-                self.drops["decoder_lost"] += 1
-            else:
+            if not child.closed:
                 child.sent += 1
+                child.unanswered.append(item)
+                return
+        # Retired while this was written: it went after what the process held (resent first).
+        with self._child_lock:
+            self._resend.append(item)
 
     def _read_step(self) -> None:
         with self._child_lock:
@@ -770,11 +844,17 @@ class DecoderProcess(Worker):
         kind = frame[:1]
         if kind == _READY:
             child.ready = True
+            with self._child_lock:
+                if child is self._child and not child.closed:
+                    self._ready.set()
             return
         if kind != _RESULT:
             return
         with child.lock:
             child.answered += 1
+            if child.unanswered:
+                child.unanswered.popleft()
+        self._answered.set()
         try:
             decoded = decode_decoded(frame[1:])
         except WireError as exc:

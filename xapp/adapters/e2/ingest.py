@@ -31,6 +31,7 @@ from xapp.adapters.e2.mapping import (
     CpeLookup,
     MappingCounts,
     MeasurementMap,
+    family_of,
     map_indication,
 )
 from xapp.adapters.e2.records import ActiveSubscription, RicRequestId
@@ -187,9 +188,14 @@ class KpmIngest:
                 log.warning("E2 node %s RAN function %d: indications now decode as %s, not %s",
                             d.node, d.ran_function_id, kpm.dialect, d.known)
             self.book.remember_dialect(d.node, d.ran_function_id, kpm.dialect)
-        table = self._tables.get(sub.family)
+        # The family was chosen at subscription time from the dialect then assumed; bytes
+        # that decoded in another dialect are that dialect's node (FlexRIC's is OAI's gNB,
+        # whose RRU.PrbTotDl is a PRB count, not 3GPP's percentage).
+        family = sub.family if kpm.dialect == sub.dialect else family_of(
+            kpm.dialect, sub.measurements, sub.kpm_version)
+        table = self._tables.get(family)
         if table is None:
-            table = self._tables[sub.family] = self.names.for_family(sub.family)
+            table = self._tables[family] = self.names.for_family(family)
         frame, counts = map_indication(kpm, self.registry, time_s=self.clock(),
                                        names=table, default_cell=sub.cell,
                                        prb_total=sub.prb_total,

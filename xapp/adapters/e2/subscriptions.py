@@ -32,7 +32,13 @@ Subscription Manager's go-swagger server decodes with); o-ran-sc/ric-plt-submgr
   (``subsclient/models/subscription_params.py``): submgr's required ``ClientEndpoint``,
   ``Meid``, ``RANFunctionID`` and ``SubscriptionDetails`` are then missing (Go's
   case-insensitive match does not bridge the underscores).  Hence plain JSON here.
-* ``DELETE /ric/v1/subscriptions/{SubscriptionId}`` answered 204.
+* ``DELETE /ric/v1/subscriptions/{SubscriptionId}`` answered 204 when deleted and also for an
+  id submgr does not know; 400 only while "Handling of the REST Subscription Request still
+  ongoing" (the POST's notification has not been sent yet): not deleted, so retried with
+  back-off until 204 (or 404), never taken for gone.  submgr then deletes at the node
+  asynchronously: a POST for the same node meanwhile fails in its notification with
+  "Tracker: Similar transaction ... is ongoing" (ErrorSource SUBMGR); that is retried at the
+  shortest back-off, not counted towards a longer one.
 * The callback: submgr POSTs ``http://Host:HTTPPort/ric/v1/subscriptions/response`` once per
   SubscriptionDetail with ``{"SubscriptionId": ..., "SubscriptionInstances":
   [{"XappEventInstanceId": n, "E2EventInstanceId": m, "ErrorCause": "...", "ErrorSource":
@@ -109,6 +115,15 @@ MAX_EARLY_CALLBACKS = 64
 #: the worker's deadline (each request is bounded by ``http_timeout_s``); the rest waits for
 #: the next step.
 MAX_REQUESTS_PER_STEP = 8
+#: A DELETE answered 400 (submgr still handling the subscription's POST) at stop: tried this
+#: many times at most, the waits doubling from DELETE_RETRY_S, within the stop's time.
+MAX_DELETE_ATTEMPTS = 6
+DELETE_RETRY_S = 0.25
+#: Quick retries of a subscription submgr refused because a transaction of the node is still
+#: ongoing (its asynchronous delete); past this many in a row the usual back-off applies.
+MAX_BUSY_RETRIES = 30
+#: Ids this process deleted, remembered so one is not deleted twice (bounded).
+MAX_DELETED_IDS = 4096
 
 
 class SubmgrError(Exception):
@@ -117,6 +132,18 @@ class SubmgrError(Exception):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class SubmgrBusy(SubmgrError):
+    """A DELETE answered 400: submgr is still handling the subscription's request.  The
+    subscription is live; delete it again later."""
+
+
+def submgr_busy(cause: str) -> bool:
+    """submgr's cause for a request that collided with an ongoing transaction of the same
+    node or subscription (its tracker: "Similar transaction ... is ongoing", "got already
+    transaction ongoing"): worth retrying soon, not a refusal."""
+    return "ongoing" in cause.lower()
 
 
 @dataclass(frozen=True)
@@ -183,8 +210,11 @@ class SubmgrClient:
     def unsubscribe(self, subscription_id: str) -> None:
         path = f"{SUBSCRIPTIONS_PATH}/{urllib.parse.quote(subscription_id, safe='')}"
         status, body = self._request("DELETE", path, None)
-        # 204 done; 404/400: submgr no longer knows it (what deleting wanted).
-        if status not in (200, 204, 400, 404):
+        # 204: deleted, or an id submgr does not know; 404 the same from other versions.
+        if status == 400:
+            raise SubmgrBusy(f"submgr still handles subscription {subscription_id}: HTTP 400 "
+                             f"{body[:200]!r}", status)
+        if status not in (200, 204, 404):
             raise SubmgrError(f"submgr refused to delete {subscription_id}: HTTP {status} "
                               f"{body[:200]!r}", status)
 
@@ -535,6 +565,8 @@ class _NodeSub:
     next_at: float = 0.0
     requested_at: float = 0.0
     backoff_s: float = 0.0
+    #: Failures in a row because submgr was busy with the node (retried at once).
+    busy: int = 0
 
 
 def choose_measurements(configured: Sequence[str], offered: Sequence[str] | None,
@@ -598,8 +630,17 @@ class E2Subscriber:
                  *, api: SubmgrApi | None = None, ids: IdStore | None = None,
                  encoder: Encoder | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 records: NodeRecords | None = None, owner: str = "") -> None:
+                 records: NodeRecords | None = None, owner: str = "",
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.settings = settings
+        #: Waits between DELETE attempts at stop (tests advance their clock with it).
+        self._sleep = sleep
+        #: Ids deleted by this process (oldest first), so none is deleted twice.
+        self._deleted: dict[str, None] = {}
+        #: Stale ids submgr was still busy with -> (attempts, when to try again).
+        self._retry_delete: dict[str, tuple[int, float]] = {}
+        #: Nodes already warned about having no cell for cell-level reports.
+        self._no_cell_warned: set[str] = set()
         #: Shared per-node records (None: no other replica can leave one of ours behind).
         self._records = records
         self.owner = owner
@@ -707,7 +748,15 @@ class E2Subscriber:
     def _fail(self, sub: _NodeSub, error: str, now: float) -> None:
         s = self.settings
         sub.state, sub.last_error = "failed", error
-        sub.backoff_s = min(s.retry_max_s, max(s.retry_min_s, sub.backoff_s * 2))
+        if submgr_busy(error) and sub.busy < MAX_BUSY_RETRIES:
+            # submgr is still deleting at the node (ours, or what a previous run left): that
+            # ends by itself within its E2 time-outs, so ask again soon, not later and later.
+            sub.busy += 1
+            self._count("submgr_busy")
+            sub.backoff_s = s.retry_min_s
+        else:
+            sub.busy = 0
+            sub.backoff_s = min(s.retry_max_s, max(s.retry_min_s, sub.backoff_s * 2))
         sub.next_at = now + sub.backoff_s
         log.warning("E2 subscription of node %s failed (%s); retry in %.0f s",
                     sub.node.inventory_name, error, sub.backoff_s)
@@ -777,6 +826,7 @@ class E2Subscriber:
                                   f"{list(self.settings.report_styles)} with the configured "
                                   "measurements")
             return
+        self._warn_no_cell(node, details)
         if not self._take_over(sub, now):
             return
         params = subscription_params(self.settings, node, details)
@@ -804,6 +854,21 @@ class E2Subscriber:
         for instance in ([] if early is None else early[1]):
             self._apply(sid, instance)
 
+    def _warn_no_cell(self, node: E2Node, details: Sequence[Detail]) -> None:
+        """Once per node: cell-level reports (styles 1 and 3) name no cell without the
+        node's, so they become no rows.  Real e2mgr writes served cells only from an EN-DC
+        setup or its update-gNB REST call, never from an E2 Setup: an operator step."""
+        cell_level = [d.style for d in details if d.style in (1, 3)]
+        name = node.inventory_name
+        if node.cell is not None or not cell_level or name in self._no_cell_warned:
+            return
+        if len(self._no_cell_warned) < MAX_DELETED_IDS:
+            self._no_cell_warned.add(name)
+        log.warning("E2 node %s has no cell: its cell-level reports (style %s) cannot be "
+                    "mapped to CPEs until it has one; give it one in the R-NIB (e2mgr's "
+                    "update-gNB call with its served NR cell) or in controls.e2.nodes[].cell "
+                    "(docs/e2.md, \"A node's cell\")", name, ", ".join(map(str, cell_level)))
+
     def _take_over(self, sub: _NodeSub, now: float) -> bool:
         """Delete at submgr the subscription the node's record names, if any, before this one
         subscribes it; False when that has to wait (the attempt then counts as failed).
@@ -823,6 +888,22 @@ class E2Subscriber:
             return False
         if found is None:
             return True
+        with self._lock:
+            done = found.subscription_id in self._deleted
+            pending = found.subscription_id in (self._stale or ())
+        if pending:
+            # Already being deleted (a previous run's, submgr still busy with it): the delete
+            # retries on its own schedule; subscribing now would collide with it.
+            self._count("requests_deferred")
+            with self._lock:
+                sub.last_error = (f"waiting for submgr to delete subscription "
+                                  f"{found.subscription_id} first")
+            return False
+        if done:
+            # Deleted already (by _delete_stale: a previous run's id is in the id store and in
+            # the node's record); a second DELETE would only race submgr's first one.
+            self._clear_record(name, found)
+            return True
         if not self._spend():
             self._count("requests_deferred")
             return False  # still due: the next step deletes, then subscribes
@@ -835,14 +916,26 @@ class E2Subscriber:
                                 f"not deleted: {exc}", now)
             return False
         self._count("taken_over")
+        self._mark_deleted(found.subscription_id)
         log.info("E2 node %s: deleted subscription %s that %s left", name,
                  found.subscription_id, found.owner or "a previous run")
+        self._clear_record(name, found)
+        return True
+
+    def _clear_record(self, name: str, found: NodeSubscription) -> None:
+        if self._records is None:
+            return
         try:
             self._records.clear(name, found)
         except Exception as exc:  # the record written after subscribing replaces it anyway
             self._count("store_errors")
             log.warning("E2 node %s: clearing its subscription record failed: %s", name, exc)
-        return True
+
+    def _mark_deleted(self, sid: str) -> None:
+        with self._lock:
+            self._deleted[sid] = None
+            while len(self._deleted) > MAX_DELETED_IDS:
+                del self._deleted[next(iter(self._deleted))]
 
     def _record(self, node: str, sid: str) -> None:
         if self._records is None:
@@ -935,7 +1028,7 @@ class E2Subscriber:
             else:
                 # A style the node refused is not retried while another one works.
                 sub.state = "active" if not errors else "partial"
-                sub.last_error, sub.backoff_s = errors, 0.0
+                sub.last_error, sub.backoff_s, sub.busy = errors, 0.0, 0
                 log.info("E2 node %s: subscription %s %s (instances %s)%s",
                          sub.node.inventory_name, sid, sub.state,
                          [i.e2_instance_id for i in ok], f"; {errors}" if errors else "")
@@ -961,22 +1054,41 @@ class E2Subscriber:
                       "%s", sid, exc)
 
     def _delete(self, sid: str, *, budgeted: bool = True) -> bool:
+        return self._try_delete(sid, budgeted=budgeted) == "deleted"
+
+    def _try_delete(self, sid: str, *, budgeted: bool = True) -> str:
+        """"deleted", "busy" (400: submgr still handles its request; retried with back-off),
+        "failed" or "deferred" (no request left in this step); what is not deleted stays
+        stale, in the id store, for a later step or the next run."""
         if budgeted and not self._spend():
             with self._lock:  # deleted by a later step
                 self._stale = (self._stale or set()) | {sid}
-            return False
+            return "deferred"
         try:
             self._api.unsubscribe(sid)
+        except SubmgrBusy as exc:
+            self._count("delete_busy")
+            s = self.settings
+            with self._lock:
+                self._stale = (self._stale or set()) | {sid}
+                attempts = self._retry_delete.get(sid, (0, 0.0))[0] + 1
+                wait = min(s.retry_max_s, s.retry_min_s * 2 ** min(attempts - 1, 16))
+                self._retry_delete[sid] = (attempts, self._clock() + wait)
+            log.info("E2 subscription %s not deleted yet (%s); trying again in %.1f s", sid,
+                     exc, wait)
+            return "busy"
         except SubmgrError as exc:
             self._count("delete_errors")
             log.warning("deleting E2 subscription %s failed: %s", sid, exc)
             with self._lock:  # deleted at the next step (or by the next run)
                 self._stale = (self._stale or set()) | {sid}
-            return False
+            return "failed"
         self._count("deletes")
+        self._mark_deleted(sid)
         with self._lock:
             if self._stale is not None:
                 self._stale.discard(sid)
+            self._retry_delete.pop(sid, None)
             node = self._sid_node.pop(sid, None)
         if node is not None and self._records is not None:
             try:
@@ -992,7 +1104,7 @@ class E2Subscriber:
         except Exception as exc:
             self._count("store_errors")
             log.error("storing E2 subscription ids failed: %s", exc)
-        return True
+        return "deleted"
 
     def _delete_stale(self) -> None:
         """Delete what a previous run (or a failed delete) left at submgr."""
@@ -1007,8 +1119,11 @@ class E2Subscriber:
             if loaded:
                 log.info("deleting %d E2 subscriptions a previous run left: %s", len(loaded),
                          sorted(loaded))
+        now = self._clock()
         with self._lock:
-            stale = sorted(self._stale or ())
+            # One submgr is still busy with waits for its time (it ends by itself).
+            stale = sorted(sid for sid in self._stale or ()
+                           if self._retry_delete.get(sid, (0, now))[1] <= now)
         for sid in stale:
             if self._delete(sid):
                 self._count("stale_deleted")
@@ -1033,7 +1148,22 @@ class E2Subscriber:
                 log.warning("E2: no time left to delete %d subscriptions; the next start deletes "
                             "them", len(ids) - done)
                 break
-            self._delete(sid, budgeted=False)
+            self._delete_at_stop(sid, deadline)
+
+    def _delete_at_stop(self, sid: str, deadline: float | None) -> None:
+        """Delete ``sid``, again while submgr answers 400 (it is still handling the request
+        that made it: stopped during set-up), a bounded number of times with doubling waits
+        that end before ``deadline``; what is still not deleted stays in the id store."""
+        wait = DELETE_RETRY_S
+        for attempt in range(1, MAX_DELETE_ATTEMPTS + 1):
+            if self._try_delete(sid, budgeted=False) != "busy":
+                return
+            left = None if deadline is None else deadline - self._clock()
+            if attempt == MAX_DELETE_ATTEMPTS or (left is not None and left <= wait):
+                break
+            self._sleep(wait)
+            wait *= 2
+        log.warning("E2: submgr still busy with subscription %s; the next start deletes it", sid)
 
     # --- what /ric/v1/e2/subscriptions shows ------------------------------------------------------
 

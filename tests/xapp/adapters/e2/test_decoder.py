@@ -13,6 +13,8 @@ import math
 import os
 import signal
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,6 +45,8 @@ from xapp.adapters.e2.registry import CpeRegistry
 from xapp.adapters.e2.subscriptions import SubscriptionBook
 from xapp.adapters.lab import LoopbackGlue
 from xapp.app.collector import ComponentCollector, E2Counters
+from xapp.app.endpoints import READY_PATH, Health, HttpServer
+from xapp.app.metrics import Metrics
 from xapp.core.forecast import KpiFrame
 from xapp.core.policy_book import PolicyBook
 from xapp.core.workers import Supervisor, WorkerState
@@ -271,34 +275,99 @@ def test_a_full_queue_drops_and_counts_with_its_reason() -> None:
         DecoderProcess(ingest, maxsize=0)
 
 
-def test_a_killed_process_is_seen_counted_and_replaced(started: list[DecoderProcess]) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
+def test_a_killed_or_hung_process_is_replaced_on_the_supervisors_clock_and_loses_at_most_one(
+        started: list[DecoderProcess], sig: signal.Signals) -> None:
+    """Issue 33 item 3: nothing polls /alive or /metrics here; the supervisor's own thread
+    replaces the process, and what arrived meanwhile waited in the queue for it."""
     ingest, _ = make_ingest(100)
-    d = start(started, ingest)
+    # SIGSTOP hangs it as an endless decode would: stuck after the deadline, then killed.
+    d = start(started, ingest, decode_deadline_s=0.5)
     supervisor = Supervisor()
     for worker in d.workers():
-        supervisor.add(worker)
+        supervisor.add(worker, degrades="e2")
     child = d._child
     assert child is not None
     payload = indication(100)
-    for _ in range(20):
-        d.offer((payload, NODE))
-    assert wait_until(lambda: child.sent > 2, timeout_s=30)
-    os.kill(child.pid, signal.SIGKILL)
-    assert wait_until(lambda: d.status().state is WorkerState.DEAD, timeout_s=10)
-    assert not d.healthy()
-    # What it held is lost, what came after finds no process: both counted, nothing hangs.
-    assert wait_until(lambda: d.pending() == 0, timeout_s=10)
-    handled = ingest.counters["received"]
-    assert handled + d.drops["decoder_lost"] + d.drops["decoder_down"] == 20
-    assert d.drops["decoder_lost"] >= 1
-    statuses = {st.name: st for st in supervisor.check()}  # restarts it
-    assert statuses["mcw-e2-decoder"].restarts == 1
-    assert wait_until(d.healthy, timeout_s=30)
-    assert d._child is not None and d._child.pid != child.pid
-    assert d.processes_started == 2
-    d.offer((payload, NODE))
-    assert wait_until(lambda: ingest.counters["received"] == handled + 1, timeout_s=30)
-    assert ingest.counters["accepted"] == handled + 1, ingest.counters
+    for _ in range(10):
+        assert d.offer((payload, NODE))
+    assert wait_until(lambda: child.sent >= 3, timeout_s=30)
+    os.kill(child.pid, sig)
+    try:
+        for _ in range(10):  # while it is dead or hung: they wait, none is dropped
+            assert d.offer((payload, NODE))
+        supervisor.start(interval_s=0.05)
+        assert wait_until(lambda: d.processes_started == 2 and d.healthy(), timeout_s=30)
+        assert wait_until(lambda: ingest.counters["received"] + d.drops["decoder_lost"] == 20,
+                          timeout_s=60), (ingest.counters, d.drops, d.pending())
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # killed, and reaped
+            os.kill(child.pid, signal.SIGCONT)
+        supervisor.stop()
+    assert d.drops["decoder_down"] == 0 and d.drops["queue_full"] == 0, d.drops
+    assert d.drops["decoder_lost"] <= 1  # only the one it was decoding
+    assert ingest.counters["accepted"] == 20 - d.drops["decoder_lost"], ingest.counters
+    assert d._child is not None and d._child.pid != child.pid and d.pending() == 0
+    [status] = [st for st in supervisor.check() if st.name == "mcw-e2-decoder"]
+    assert status.restarts == 1 and status.state is WorkerState.OK
+
+
+def test_a_spent_restart_budget_degrades_e2_only_and_says_so(
+        started: list[DecoderProcess]) -> None:
+    """Issue 33 item 3: past its budget the decoder is degraded (alive stays OK, ready says
+    e2 degraded and a metric is set), and it is tried again when the window has room."""
+    now = [1000.0]
+    ingest, _ = make_ingest()
+    d = start(started, ingest)
+    supervisor = Supervisor(max_restarts=1, restart_window_s=300, clock=lambda: now[0])
+    for worker in d.workers():
+        supervisor.add(worker, degrades="e2")
+    supervisor.watch("mcw-a1", lambda: True)
+    supervisor.start(interval_s=0.05)
+    metrics = Metrics()
+    metrics.registry.register(ComponentCollector(workers=supervisor.check,
+                                                 degraded=supervisor.degradable))
+    http = HttpServer(Health({"e2-decoder": d.healthy, "rmr": lambda: True}, lambda: (
+        supervisor.alive(), {}), supervisor.degraded, {"e2-decoder": "e2"}),
+        dict, metrics, host="127.0.0.1", port=0)
+    http.start()
+
+    def get(path: str) -> tuple[int, Any]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http.port}{path}", timeout=5) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    try:
+        assert json.loads(get(READY_PATH)[1])["ready"] is True
+        for started_ in (2, 3):
+            child = d._child
+            assert child is not None
+            os.kill(child.pid, signal.SIGKILL)
+            if started_ == 2:
+                assert wait_until(lambda: d.processes_started == 2 and d.healthy(),
+                                  timeout_s=30)
+        assert wait_until(lambda: "e2" in supervisor.degraded(), timeout_s=30)
+        assert d.processes_started == 2 and supervisor.alive()
+        statuses = {st.name: st.state for st in supervisor.check()}
+        assert statuses["mcw-e2-decoder"] is WorkerState.DEGRADED
+        code, body = get(READY_PATH)
+        ready = json.loads(body)
+        assert code == 200 and ready["ready"] is True and ready["checks"]["e2-decoder"] is False
+        assert "mcw-e2-decoder died 2 times within 300 s" in ready["degraded"]["e2"]
+        assert b'mcw_component_degraded{component="e2"} 1.0' in get("/metrics")[1]
+        # What arrives is dropped and counted, not queued for a process that will not come.
+        assert not d.offer((indication(), NODE)) and d.drops["decoder_down"] == 1
+        now[0] += 301  # the window has room again: tried again
+        assert wait_until(lambda: d.processes_started == 3 and d.healthy(), timeout_s=30)
+        assert supervisor.degraded() == {}
+        assert b'mcw_component_degraded{component="e2"} 0.0' in get("/metrics")[1]
+        assert d.offer((indication(), NODE))
+        assert wait_until(lambda: ingest.counters["accepted"] == 1, timeout_s=30)
+    finally:
+        supervisor.stop()
+        http.stop()
 
 
 def test_a_hung_process_is_stuck_then_killed_and_replaced(

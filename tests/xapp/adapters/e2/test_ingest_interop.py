@@ -177,3 +177,22 @@ def test_a_failed_check_is_not_repeated_within_the_interval(vec: dict[str, bytes
     assert book.dialect(NODE, _fn()) == "flexric-v3"
     ingest.handle(garbage, NODE)  # fails under flexric-v3: checked again (no recent failure)
     assert (c["dialect_checks"], c["refused_kpm"]) == (3, 4)
+
+
+def test_a_dialect_detected_at_run_time_also_switches_the_measurement_table(
+        vec: dict[str, bytes]) -> None:
+    """Issue 33 item 6: subscribed as a 3GPP node (dialect v3 assumed, its table chosen then),
+    the node sends OAI's FlexRIC bytes: read with OAI's table (PRB counts), not 3GPP's."""
+    ingest, sink, reg, book = rig(dialect="v3", family="3gpp", prb_total=106,
+                                  report_style=4, cell=None, measurement_ids={},
+                                  granularity_ms=1000)
+    reg.add("cpe-a", [UE3], CELL)
+    reg.add("cpe-b", [UE7], CELL)
+    ingest.handle(envelope(vec["flexric_v03.00_oai_hdr"], vec["flexric_v03.00_oai_msg_f3"]),
+                  NODE)
+    c = ingest.counters
+    assert (c["accepted"], c["decoded_flexric-v3"]) == (1, 1)
+    assert book.dialect(NODE, _fn()) == "flexric-v3"
+    assert c["values_out_of_range"] == 0 and c["unknown_names"] == 0, dict(c)
+    assert sink.value("cpe-a", "ul", "prb_util") == pytest.approx(12 / 106)
+    assert sink.value("cpe-b", "ul", "prb_util") == pytest.approx(1 / 106)

@@ -73,9 +73,21 @@ def submgr_instance(xapp_id: int, e2_id: int, failure: str = "", *,
             "ErrorCause": " ", "ErrorSource": "E2Node"}
 
 
+#: submgr's tracker refusing a transaction while another of the same node is open
+#: (ric-plt-submgr pkg/control/tracker.go), sent in a failure notification.
+TRACKER_ONGOING = ("Tracker: Similar transaction with xappkey {{service-ricxapp-mcw-rmr 4560}"
+                   " is ongoing, transaction not created ")
+
+
 class StandInSubmgr:
     """``/ric/v1/subscriptions`` as submgr serves it: checks the body, answers 201, then posts
-    one notification per SubscriptionDetail to the client endpoint (unless told not to)."""
+    one notification per SubscriptionDetail to the client endpoint (unless told not to).
+
+    DELETE as the real one answers it: 400 while the subscription's POST is still being
+    handled (its notification not sent yet: ``ongoing``), else 204, also for an id it does
+    not know.  Deleting a live subscription starts submgr's asynchronous delete at the node:
+    the next ``busy_after_delete`` POSTs for that node fail in their notification with the
+    tracker's "is ongoing" cause."""
 
     def __init__(self) -> None:
         self.posts: list[dict[str, Any]] = []
@@ -91,6 +103,13 @@ class StandInSubmgr:
         #: How long a DELETE takes to answer (a slow or overloaded submgr).
         #: Runs in each DELETE: a test advances its fake clock here to make deletes slow.
         self.on_delete: Callable[[], None] = lambda: None
+        #: Subscriptions whose POST is still being handled (no notification sent yet).
+        self.ongoing: set[str] = set()
+        #: Every DELETE's (id, status).
+        self.delete_answers: list[tuple[str, int]] = []
+        self.busy_after_delete = 0
+        self._busy: dict[str, int] = {}
+        self._live: dict[str, str] = {}
         self._n = 0
         self._lock = threading.Lock()
         server = self
@@ -109,12 +128,18 @@ class StandInSubmgr:
                     server._n += 1
                     sid = f"sub-{server._n}"
                     server.posts.append(doc)
+                    busy = server._busy.get(doc["Meid"], 0) > 0
+                    if busy:
+                        server._busy[doc["Meid"]] -= 1
+                    if server.status == 201:
+                        server.ongoing.add(sid)
+                        server._live[sid] = doc["Meid"]
                 if server.status != 201:
                     self._answer(server.status, {})
                     return
                 self._answer(201, {"SubscriptionId": sid, "SubscriptionInstances": None})
                 if server.notify:
-                    threading.Thread(target=server.callback, args=(sid, doc),
+                    threading.Thread(target=server.callback, args=(sid, doc, busy),
                                      daemon=True).start()
 
             def do_DELETE(self) -> None:
@@ -122,8 +147,15 @@ class StandInSubmgr:
                 if not self.path.startswith(prefix):
                     server.problems.append(f"DELETE on {self.path}")
                 server.on_delete()
-                server.deletes.append(self.path[len(prefix):])
-                self._answer(204, None)
+                sid = self.path[len(prefix):]
+                with server._lock:
+                    server.deletes.append(sid)
+                    code = 400 if sid in server.ongoing else 204
+                    server.delete_answers.append((sid, code))
+                    meid = server._live.pop(sid, None) if code == 204 else None
+                    if meid is not None and server.busy_after_delete:
+                        server._busy[meid] = server.busy_after_delete
+                self._answer(code, None)
 
             def _answer(self, code: int, doc: Any) -> None:
                 body = b"" if doc is None else json.dumps(doc).encode()
@@ -161,12 +193,27 @@ class StandInSubmgr:
                 assert a["SubsequentAction"] == {"SubsequentActionType": "continue",
                                                  "TimeToWait": "zero"}
 
-    def callback(self, sid: str, doc: dict[str, Any]) -> None:
+    def finish(self, sid: str) -> None:
+        """The POST's handling ends (its notification is sent, or never will be)."""
+        with self._lock:
+            self.ongoing.discard(sid)
+
+    def callback(self, sid: str, doc: dict[str, Any], busy: bool = False) -> None:
         ep = doc["ClientEndpoint"]
         url = f"http://{ep['Host']}:{ep['HTTPPort']}{CALLBACK_PATH}"
+        failed = busy or bool(self.error_cause) or self.timeout
+        if failed:  # submgr removes a subscription that failed: a DELETE then finds nothing
+            with self._lock:
+                self._live.pop(sid, None)
+        self.finish(sid)
         for i, d in enumerate(doc["SubscriptionDetails"]):
-            inst = submgr_instance(d["XappEventInstanceId"], self.e2_instances[i],
-                                   self.error_cause, timeout=self.timeout)
+            if busy:
+                inst = {"XappEventInstanceId": d["XappEventInstanceId"],
+                        "E2EventInstanceId": 0, "ErrorCause": TRACKER_ONGOING,
+                        "ErrorSource": "SUBMGR"}
+            else:
+                inst = submgr_instance(d["XappEventInstanceId"], self.e2_instances[i],
+                                       self.error_cause, timeout=self.timeout)
             body = json.dumps({"SubscriptionId": sid, "SubscriptionInstances": [inst]}).encode()
             req = urllib.request.Request(url, data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
@@ -197,7 +244,8 @@ class Xapp:
                  requestor_id: int = GOLDEN_REQUESTOR, styles: tuple[int, ...] = (1,),
                  measurements: tuple[str, ...] = ("DRB.UEThpDl", "DRB.UEThpUl"),
                  clock: Callable[[], float] = time.monotonic,
-                 records: NodeRecords | None = None, owner: str = "") -> None:
+                 records: NodeRecords | None = None, owner: str = "",
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.book = SubscriptionBook(requestor_id)
         self.http = HttpServer(Health(), lambda: {}, Metrics(), host="127.0.0.1", port=0)
         self.settings = E2SubscribeSettings(
@@ -207,7 +255,7 @@ class Xapp:
             response_timeout_s=5.0)
         self.sub = E2Subscriber(self.settings, nodes, self.book,
                                 ids=ids if ids is not None else MemoryIdStore(), clock=clock,
-                                records=records, owner=owner)
+                                records=records, owner=owner, sleep=sleep)
         self.http.posts[CALLBACK_PATH] = self.sub.on_response
         self.http.start()
 
@@ -888,3 +936,160 @@ def test_a_clean_handover_deletes_once(submgr: StandInSubmgr) -> None:
     finally:
         a.close()
         b.close()
+
+
+# --- issue 33, item 6: submgr as the real one answers ------------------------------------------
+
+
+def test_a_delete_answered_400_is_retried_until_submgr_deletes_it(
+        submgr: StandInSubmgr) -> None:
+    """Stopped while submgr still handles the POST: its DELETE is answered 400, which is not
+    "gone"; the stop tries again with doubling waits until 204, within its time."""
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    submgr.notify = False  # the POST's handling goes on: no notification yet
+    ids = MemoryIdStore()
+    xapp = Xapp(submgr, static(), ids=ids, clock=lambda: now[0], sleep=sleep)
+    attempts: list[float] = []
+
+    def on_delete() -> None:
+        attempts.append(now[0])
+        if len(attempts) == 3:
+            submgr.finish("sub-1")  # submgr's handling ends meanwhile
+
+    try:
+        xapp.sub.step()
+        assert xapp.state() == "pending" and submgr.ongoing == {"sub-1"}
+        submgr.on_delete = on_delete
+        xapp.sub.stop(timeout_s=10)
+        assert submgr.delete_answers == [("sub-1", 400), ("sub-1", 400), ("sub-1", 204)]
+        assert attempts == [0.0, 0.25, 0.75]
+        assert ids.load() == set() and xapp.sub.counts()["delete_busy"] == 2
+    finally:
+        xapp.close()
+
+
+def test_a_delete_still_answered_400_at_the_end_of_stop_is_left_for_the_next_run(
+        submgr: StandInSubmgr) -> None:
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    submgr.notify = False
+    ids = MemoryIdStore()
+    xapp = Xapp(submgr, static(), ids=ids, clock=lambda: now[0], sleep=sleep)
+    try:
+        xapp.sub.step()
+        xapp.sub.stop(timeout_s=1.0)
+        # 0, 0.25 and 0.75 s; the next wait (1 s) would end past the stop's time.
+        assert submgr.delete_answers == [("sub-1", 400)] * 3
+        assert ids.load() == {"sub-1"}  # not "already gone": the next run deletes it
+    finally:
+        xapp.close()
+    submgr.finish("sub-1")
+    again = Xapp(submgr, StaticNodes([]), ids=ids)
+    try:
+        again.sub.step()
+        assert submgr.delete_answers[-1] == ("sub-1", 204) and ids.load() == set()
+    finally:
+        again.close()
+
+
+def test_a_delete_answered_400_in_a_step_is_retried_by_later_steps(
+        submgr: StandInSubmgr) -> None:
+    now = [0.0]
+    submgr.notify = False
+    ids = MemoryIdStore()
+    xapp = Xapp(submgr, static(), ids=ids, clock=lambda: now[0])
+    try:
+        xapp.sub.step()
+        now[0] += 6.0  # past response_timeout_s: the attempt is dropped, sub-1 deleted
+        xapp.sub.step()
+        assert submgr.delete_answers == [("sub-1", 400)] and "sub-1" in ids.load()
+        assert xapp.sub.view()["stale"] == ["sub-1"]
+        xapp.sub.step()  # within its back-off (1 s): not asked again yet
+        assert len(submgr.delete_answers) == 1
+        submgr.finish("sub-1")
+        now[0] += 1.0
+        xapp.sub.step()
+        assert submgr.delete_answers[-1] == ("sub-1", 204) and "sub-1" not in ids.load()
+        assert xapp.sub.view()["stale"] == [] and len(submgr.posts) == 2  # asked again
+    finally:
+        xapp.close()
+
+
+def test_a_restart_deletes_each_id_once_and_resubscribes_past_submgrs_ongoing_delete(
+        submgr: StandInSubmgr) -> None:
+    """The id store and the node's record both name the previous run's subscription: it is
+    deleted once; submgr's asynchronous delete then refuses the next POSTs ("Tracker ... is
+    ongoing"), which are asked again at the shortest back-off until the node is active."""
+    now = [0.0]
+    ids, records = MemoryIdStore(), MemoryNodeRecords()
+    first = Xapp(submgr, static(), ids=ids, records=records, owner="r", clock=lambda: now[0])
+    try:
+        first.sub.step()
+        assert wait_until(lambda: first.state() == "active", timeout_s=5)
+    finally:
+        first.close()  # killed: sub-1 stays live, in the id store and in the node's record
+    assert ids.load() == {"sub-1"} and records.get(MEID) == NodeSubscription("sub-1", "r")
+    submgr.busy_after_delete = 3
+    second = Xapp(submgr, static(), ids=ids, records=records, owner="r", clock=lambda: now[0])
+    try:
+        second.sub.step()
+        for busy in range(1, 4):
+            assert wait_until(lambda: second.state() == "failed", timeout_s=5)
+            view = second.sub.view()["nodes"][MEID]["subscription"]
+            assert "is ongoing" in view["last_error"]
+            assert second.sub.counts()["submgr_busy"] == busy
+            now[0] += second.settings.retry_min_s  # not doubled: asked again at once
+            second.sub.step()
+        assert wait_until(lambda: second.state() == "active", timeout_s=5)
+        assert submgr.deletes.count("sub-1") == 1, submgr.deletes
+        assert len(submgr.posts) == 5  # first's, three refused, the one that worked
+        assert records.get(MEID) == NodeSubscription("sub-5", "r")
+    finally:
+        second.close()
+
+
+def test_a_node_without_a_cell_is_logged_once(submgr: StandInSubmgr,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    submgr.notify = False  # never answered: each attempt times out and is made again
+    nodes = StaticNodes([StaticNode(MEID, GOLDEN_FUNCTION, 3, (1,)),
+                         StaticNode("gnb_with_cell", GOLDEN_FUNCTION, 3, (1,),
+                                    cell="02f839-00000000a")])
+    xapp = Xapp(submgr, nodes, clock=lambda: now[0])
+    try:
+        with caplog.at_level("WARNING", logger="xapp.adapters.e2.subscriptions"):
+            for _ in range(6):  # requested, timed out, requested again...
+                xapp.sub.step()
+                now[0] += 130.0
+        assert len(submgr.posts) == 6  # three attempts of each node
+        warned = [r.getMessage() for r in caplog.records if "has no cell" in r.getMessage()]
+        assert len(warned) == 1 and MEID in warned[0], warned
+        assert "controls.e2.nodes[].cell" in warned[0] and "R-NIB" in warned[0]
+    finally:
+        xapp.close()
+
+
+def test_the_client_takes_400_for_busy_and_204_or_404_for_gone() -> None:
+    from xapp.adapters.e2.subscriptions import SubmgrBusy
+
+    codes = iter([400, 204, 404, 500])
+
+    class Api(SubmgrClient):
+        def _request(self, method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
+            return next(codes), b""
+
+    api = Api("http://submgr:8088")
+    with pytest.raises(SubmgrBusy):
+        api.unsubscribe("s")
+    api.unsubscribe("s")
+    api.unsubscribe("s")
+    with pytest.raises(SubmgrError) as err:
+        api.unsubscribe("s")
+    assert not isinstance(err.value, SubmgrBusy)
