@@ -19,6 +19,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from xapp.core.issue_clock import IssueClock
+
 DEFAULT_PORT = 6379
 
 
@@ -40,6 +42,8 @@ class RedisLike(Protocol):
     def mget(self, keys: list[str]) -> Any: ...
 
     def set(self, name: str, value: bytes) -> Any: ...
+
+    def time(self) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -120,6 +124,18 @@ def redis_from_env(namespace: str, timeout_s: float = 1.0,
                        socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
 
 
+def sample_redis_clock(client: RedisLike, clock: IssueClock) -> bool:
+    """One reading of Redis' clock (``TIME``) into ``clock``: the fleet's reference for issue
+    times, as it is already the reference of the replicas' membership.  Returns whether the
+    reading was taken (a slow round trip is not)."""
+
+    def read_ms() -> float:
+        seconds, micros = client.time()
+        return int(seconds) * 1000 + int(micros) / 1000
+
+    return clock.read_reference(read_ms)
+
+
 # Ceilings only grow, atomically: two writers that both think they own a CPE (which fencing
 # prevents, but a bug or a paused process might not) still cannot lower one.
 _RAISE_CEILINGS = """
@@ -145,9 +161,11 @@ class RedisVersionStore:
     the calls raise, so a CPE that has used up its block waits for Redis; the others carry on.
     A raise is one script keeping the maximum, for replicas that share a fleet.
 
-    ``floor(cpe_id)`` (the last published version the state store remembers) is a lower bound
-    for a ceiling: if Redis lost its data, the state store's catch-up rewrites the CPE records,
-    and the versions in them keep a later restart from going back.
+    ``floor(cpe_id)`` is a lower bound for a ceiling, read whenever a block starts from the
+    store (a start, a shard acquired): the runtime's is the last published version the state
+    store remembers, the version the CPE's agent reports applied, and the issue clock in ms
+    (:meth:`xapp.app.runtime.Runtime.version_floor`), so a store that lost its data does not
+    start the versions again low.
     """
 
     def __init__(self, client: RedisLike, namespace: str,

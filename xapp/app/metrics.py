@@ -49,6 +49,11 @@ class Metrics:
         self.dependency_up = Gauge("mcw_dependency_up",
                                    "1 when the dependency answered the last readiness check.",
                                    ["dependency"], registry=r)
+        self.clock_skew = Gauge("mcw_clock_skew_seconds",
+                                "This host's wall clock minus SDL Redis' clock (the fleet's "
+                                "reference for weights' issue times) at the last reading; "
+                                "NaN before one.", registry=r)
+        self.clock_skew.set(float("nan"))
 
     def record_tick(self, report: TickReport) -> None:
         """Count one control tick (the loop's ``on_tick``)."""

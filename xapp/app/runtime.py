@@ -52,6 +52,7 @@ from xapp.app.metrics import Metrics
 from xapp.app.runner import LoopRunner, tune_gc
 from xapp.core.forecast import CapacityEstimator, KpiFrame
 from xapp.core.intake import LatestKpis
+from xapp.core.issue_clock import IssueClock
 from xapp.core.loop import ControlLoop, LoopSettings
 from xapp.core.ownership import ShardedKpis, ShardFence
 from xapp.core.policy import PolicyError
@@ -84,6 +85,13 @@ STARTUP_GRACE_S = 30.0
 INFLUX_CHECK_S = 2.0
 #: How often a replica that shares the fleet reads the A1 book from SDL.
 A1_BOOK_SYNC_S = 1.0
+#: How often SDL Redis' clock is read (the reference of the weights' issue times): a host
+#: clock drifts by milliseconds a day, so this is about noticing a step soon.
+CLOCK_READ_S = 2.0
+#: The clock floor of a version block is the issue clock in ms times this (microseconds).
+VERSIONS_PER_MS = 1000
+#: A host clock further than this from Redis' is logged (the metric always says it).
+CLOCK_SKEW_WARN_S = 1.0
 #: Where a replica says which shards it holds (``controls.sharding``).
 SHARDS_PATH = "/ric/v1/shards"
 
@@ -213,6 +221,11 @@ class XappProcess:
         # Off: one replica holds every shard for good, and nothing is leased (the former
         # behaviour).  On: the lease worker grants shards; the publisher and the loop ask.
         self.fence = ShardFence(sharding.shards, everything=not sharding.enabled)
+        #: Stamps the weights' issue times: never below SDL Redis' clock nor what a previous
+        #: owner of a shard issued, whatever this host's clock says (issue 33).
+        self.issue_clock = IssueClock()
+        self.clock_worker: Worker | None = None
+        self._skew_warned = False
         self.shards: ShardManager | None = None
         self.book_sync: Worker | None = None
         if sharding.enabled and opts.sdl != "redis":
@@ -241,7 +254,9 @@ class XappProcess:
             self.versions: VersionStore = RedisVersionStore(
                 redis_from_env(controls.sdl_namespace,
                                timeout_s=min(1.0, max(0.1, lease_s / 4))),
-                controls.sdl_namespace, floor=self._published_version)
+                controls.sdl_namespace, floor=self.version_floor)
+            self.clock_worker = Worker("mcw-clock", self._read_clock, CLOCK_READ_S,
+                                       deadline_s=30.0)
         else:
             from xapp.adapters.mqtt.versions import MemoryVersionStore
 
@@ -267,8 +282,15 @@ class XappProcess:
             log.warning("SDL not reachable at start (%s); running from memory",
                         self.state.last_error)
         self.state.start()
+        if self.clock_worker is not None:
+            # Before the first weights: a replica whose clock is behind issues on Redis' clock.
+            try:
+                self._read_clock()
+            except Exception as exc:
+                log.warning("could not read SDL Redis' clock at start (%s); the worker retries",
+                            exc)
         self.components = build_components(self.opts, c, self.versions, self.fence,
-                                           self.replica_id)
+                                           self.replica_id, self.issue_clock)
         comp = self.components
         if c.e2.active:
             self.e2 = build_e2(self.opts, c, comp, self.fence, self.replica_id)
@@ -296,6 +318,8 @@ class XappProcess:
         self.runner.start()
         for worker in (self.runner, self.state.worker, self.watcher.worker, *comp.workers):
             self.supervisor.add(worker)
+        if self.clock_worker is not None:
+            self.supervisor.add(self.clock_worker).start()
         for name, (healthy, restart) in comp.probes.items():
             self.supervisor.watch(name, healthy, restart)
         views: dict[str, Callable[[], Any]] = {CPES_PATH: self.cpes_view,
@@ -341,7 +365,8 @@ class XappProcess:
                                    self.replica_id, lease_s=lease_s,
                                    on_acquired=self._shards_acquired,
                                    on_released=self._shards_released,
-                                   on_granted=self._shards_granted)
+                                   on_granted=self._shards_granted,
+                                   issue_clock=self.issue_clock)
             try:
                 manager.step()
             except Exception as exc:
@@ -622,6 +647,44 @@ class XappProcess:
         record = self.state.cpe(cpe_id)
         return 0 if record is None else record.version
 
+    def version_floor(self, cpe_id: str) -> int:
+        """The least version a block read from the store may start from: the last version
+        the state store remembers, the version the CPE's agent reports applied, and the issue
+        clock in microseconds.  The last holds when SDL lost everything and no agent has
+        reported yet: a CPE's versions grow by one per publish, a few a second, so versions
+        that started from the clock stay below it (docs/guarantees.md); in microseconds they
+        stay below JSON's 2^53 until the year 2255."""
+        floor = max(self._published_version(cpe_id),
+                    self.issue_clock.now_ms() * VERSIONS_PER_MS)
+        comp = self.components
+        subscriber = None if comp is None else comp.subscriber
+        if subscriber is not None:
+            st = subscriber.state(cpe_id)
+            if st is not None:
+                floor = max(floor, st.applied_version)
+        return floor
+
+    def _read_clock(self) -> None:
+        from xapp.adapters.dbaas import RedisVersionStore, sample_redis_clock
+
+        store = self.versions
+        if not isinstance(store, RedisVersionStore):
+            return
+        sample_redis_clock(store.client, self.issue_clock)
+        skew = self.issue_clock.skew_s()
+        if skew is None:
+            return
+        self.metrics.clock_skew.set(skew)
+        far = abs(skew) > CLOCK_SKEW_WARN_S
+        if far and not self._skew_warned:
+            log.warning("this host's clock is %+.3f s off SDL Redis' clock: weights are issued "
+                        "on Redis' clock (mcw_clock_skew_seconds); fix the host's time "
+                        "synchronisation", skew)
+        elif not far and self._skew_warned:
+            log.info("this host's clock is back within %.1f s of SDL Redis' clock (%+.3f s)",
+                     CLOCK_SKEW_WARN_S, skew)
+        self._skew_warned = far
+
 
 def _restart_only_changed(old: Controls, new: Controls, name: str) -> bool:
     a, b = getattr(old, name), getattr(new, name)
@@ -644,7 +707,8 @@ def _connects(publisher: MqttWeightPublisher | None) -> Callable[[], int] | None
 
 
 def build_components(opts: RunOptions, controls: Controls, versions: VersionStore,
-                     fence: ShardFence | None = None, replica_id: str = "") -> Components:
+                     fence: ShardFence | None = None, replica_id: str = "",
+                     issue_clock: IssueClock | None = None) -> Components:
     """KPI intake, estimator, publisher and sink from the controls (or lab files).
 
     The loop reads KPIs from the in-memory intake (:class:`~xapp.core.intake.LatestKpis`):
@@ -692,7 +756,7 @@ def build_components(opts: RunOptions, controls: Controls, versions: VersionStor
         publisher = JsonlPublisher(opts.publish_file, versions)
     else:
         mqtt_publisher, subscriber = _mqtt(controls, versions, intake, sink, checks, stoppers,
-                                           workers, fence, replica_id)
+                                           workers, fence, replica_id, issue_clock)
         # paho's network thread and the publisher's own select loop are not Workers: the
         # supervisor probes them and restarts a dead one within its budget.
         probes["mqtt-publisher"] = (mqtt_publisher.healthy, mqtt_publisher.restart)
@@ -873,7 +937,8 @@ def _read_token(path: str) -> str:
 def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
           sink: TelemetrySink | None, checks: dict[str, Callable[[], bool]],
           stoppers: list[Callable[[], object]], workers: list[Worker],
-          fence: ShardFence | None = None, replica_id: str = ""
+          fence: ShardFence | None = None, replica_id: str = "",
+          issue_clock: IssueClock | None = None
           ) -> tuple[MqttWeightPublisher, ChannelSubscriber]:
     from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, MqttWeightPublisher
 
@@ -885,7 +950,9 @@ def _mqtt(controls: Controls, versions: VersionStore, intake: LatestKpis,
     settings = MqttSettings(host=m.host, port=m.port, client_id=client_id, ca_file=m.ca_file,
                             cert_file=m.cert_file, key_file=m.key_file)
     try:
-        publisher = MqttWeightPublisher(settings, versions, fence=fence).start()
+        publisher = MqttWeightPublisher(
+            settings, versions, fence=fence,
+            issue_ms=None if issue_clock is None else issue_clock.now_ms).start()
     except OSError as exc:  # the TLS files come from a Secret; say which one is missing
         raise RuntimeError(f"MQTT TLS material not usable: {exc.strerror or exc} "
                            f"({exc.filename or m.ca_file}); see controls.mqtt.*_file") from exc

@@ -16,6 +16,11 @@ Order matters at both ends of a shard's life here:
 
 A failed round grants nothing: the fence's deadlines lapse by themselves, which is the whole
 point of a local deadline (a replica cut off from Redis goes quiet before its leases expire).
+
+When the lease table has forgotten (FLUSHALL, Redis restarted empty), a shard's key is free
+while its holder may still act on its local deadline: the acquisition then comes with a wait
+(:mod:`xapp.adapters.shard_leases`) and the fence grants the shard only from its end.  The
+holder's renewal finds no key and drops the shard at its next round.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from xapp.adapters.shard_leases import ShardLeases
+from xapp.core.issue_clock import IssueClock
 from xapp.core.ownership import ShardFence, local_deadline, plan_leases
 from xapp.core.workers import Worker
 
@@ -41,8 +47,12 @@ class ShardManager:
                  on_acquired: Callable[[frozenset[int]], None] | None = None,
                  on_released: Callable[[frozenset[int]], None] | None = None,
                  on_granted: Callable[[frozenset[int]], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 issue_clock: IssueClock | None = None) -> None:
         self.leases = leases
+        #: Its value goes into the lease table at each round, and the previous holder's
+        #: comes back from each acquisition (issue times never go back across owners).
+        self.issue_clock = issue_clock
         self.fence = fence
         self.replica_id = replica_id
         self.lease_s = lease_s
@@ -54,6 +64,9 @@ class ShardManager:
         self._lock = threading.Lock()
         #: shard -> epoch of the leases this replica holds (as far as it knows).
         self.held: dict[int, int] = {}
+        #: shard -> monotonic time before which it may not be acted on (acquired from a lease
+        #: table younger than a lease).
+        self.pending: dict[int, float] = {}
         self.live: list[str] = []
         self.target: frozenset[int] = frozenset()
         self.last_ok: float | None = None
@@ -82,20 +95,38 @@ class ShardManager:
         # The pipeline's commands reach Redis after ``sent``: deadlines counted from here are
         # earlier than Redis' own expiries.
         sent = self._clock()
+        issued = None if self.issue_clock is None else self.issue_clock.now_ms()
         result = self.leases.round(self.replica_id, self.ttl_ms, plan.acquire,
-                                   {s: held[s] for s in plan.renew}, release)
+                                   {s: held[s] for s in plan.renew}, release, issued)
         until = local_deadline(sent, self.lease_s)
+        # The wait is counted on Redis' clock from when it ran the script, before now.
+        received = self._clock()
         for s in result.lost:
             self.fence.revoke(s)
         fresh = frozenset(result.acquired)
+        if self.issue_clock is not None:
+            for s in fresh:
+                self.issue_clock.raise_floor(result.issued_ms.get(s, 0))
         if fresh and self.on_acquired is not None:
             self.on_acquired(fresh)
-        for s in result.renewed:
-            self.fence.grant(s, until)
-        for s in fresh:
-            self.fence.grant(s, until)
-        if fresh and self.on_granted is not None:
-            self.on_granted(fresh)
+        with self._lock:
+            pending = self.pending
+            for s in (*release, *result.lost):
+                pending.pop(s, None)
+            for s in fresh:
+                wait = result.wait_s.get(s, 0.0)
+                if wait > 0:
+                    pending[s] = received + wait
+            now = self._clock()
+            due = frozenset(s for s, t in pending.items() if t <= now and s not in fresh)
+            for s in due:
+                del pending[s]
+            not_before = dict(pending)
+        for s in (*result.renewed, *fresh):
+            self.fence.grant(s, until, not_before.get(s, float("-inf")))
+        granted = frozenset(s for s in fresh if s not in not_before) | (due & result.renewed)
+        if granted and self.on_granted is not None:
+            self.on_granted(granted)
         with self._lock:
             for s in (*release, *result.lost):
                 self.held.pop(s, None)
@@ -113,6 +144,12 @@ class ShardManager:
             log.info("replica %s: shards +%s -%s (holds %d of %d; %d live replicas)",
                      self.replica_id, sorted(fresh), sorted(gone), len(self.held),
                      self.fence.shards, len(live))
+        if not_before and fresh & frozenset(not_before):
+            log.warning("replica %s: shards %s acquired from a lease table younger than a lease "
+                        "(a new fleet, or Redis lost its data): acting for them in %.2f s, when "
+                        "a forgotten holder's lease has ended", self.replica_id,
+                        sorted(fresh & frozenset(not_before)),
+                        max(not_before[s] for s in fresh if s in not_before) - received)
         if result.lost:
             log.warning("replica %s lost shards %s (lease expired or taken over)",
                         self.replica_id, sorted(result.lost))
@@ -132,8 +169,10 @@ class ShardManager:
         self.fence.revoke_all()
         with self._lock:
             held, self.held = dict(self.held), {}
+            self.pending.clear()
+        last = None if self.issue_clock is None else self.issue_clock.last_ms() or None
         try:
-            self.leases.leave(self.replica_id, held)
+            self.leases.leave(self.replica_id, held, last)
         except Exception as exc:  # Redis away: the leases expire by themselves
             log.warning("could not hand back shards %s: %s", sorted(held), exc)
         self.leases.close()
@@ -142,11 +181,12 @@ class ShardManager:
         """``/ric/v1/shards``."""
         with self._lock:
             held = sorted(self.held)
+            pending = sorted(self.pending)
             epochs = {str(s): e for s, e in sorted(self.held.items())}
             live, target = list(self.live), sorted(self.target)
         now = self._clock()
         return {"enabled": True, "replica_id": self.replica_id, "shards": self.fence.shards,
                 "lease_s": self.lease_s, "live_replicas": live, "target": target,
-                "held": held, "epochs": epochs,
+                "held": held, "pending": pending, "epochs": epochs,
                 "valid": sorted(self.fence.held(now)),
                 "acquisitions": self.acquisitions, "losses": self.losses}

@@ -84,6 +84,9 @@ class ShardFence:
         self.everything = everything
         self._clock = clock
         self._until = np.full(shards, np.inf if everything else -np.inf)
+        # Not before: a shard acquired from a lease table that may have forgotten its holder
+        # is held in Redis but may not be acted on until that holder's deadline has passed.
+        self._from = np.full(shards, -np.inf)
         self._cache: dict[str, int] = {}
         self._lock = threading.Lock()
         #: Publishes refused because the CPE's shard was not held with a valid lease.
@@ -100,9 +103,13 @@ class ShardFence:
     def shards_of(self, cpe_ids: Iterable[str]) -> NDArray[np.intp]:
         return np.fromiter((self.shard(c) for c in cpe_ids), dtype=np.intp)
 
-    def grant(self, shard: int, until_monotonic: float) -> None:
+    def grant(self, shard: int, until_monotonic: float,
+              from_monotonic: float = -np.inf) -> None:
+        """Act for ``shard`` from ``from_monotonic`` (at once by default) until
+        ``until_monotonic``."""
         with self._lock:
             self._until[shard] = until_monotonic
+            self._from[shard] = from_monotonic
 
     def revoke(self, shard: int) -> None:
         with self._lock:
@@ -120,11 +127,11 @@ class ShardFence:
     def held(self, now: float | None = None) -> frozenset[int]:
         """The shards whose lease is locally valid at ``now`` (monotonic)."""
         now = self._clock() if now is None else now
-        return frozenset(np.flatnonzero(self._until > now).tolist())
+        return frozenset(np.flatnonzero((self._until > now) & (self._from <= now)).tolist())
 
     def allows_shard(self, shard: int, now: float | None = None) -> bool:
         now = self._clock() if now is None else now
-        return bool(self._until[shard] > now)
+        return bool(self._until[shard] > now and self._from[shard] <= now)
 
     def allows(self, cpe_id: str, now: float | None = None) -> bool:
         return self.everything or self.allows_shard(self.shard(cpe_id), now)
@@ -135,7 +142,8 @@ class ShardFence:
         if self.everything:
             return np.ones(len(ids), dtype=bool)
         now = self._clock() if now is None else now
-        return self._until[self.shards_of(ids)] > now
+        shards = self.shards_of(ids)
+        return (self._until[shards] > now) & (self._from[shards] <= now)
 
     def count_fenced(self, n: int) -> None:
         with self._lock:

@@ -11,9 +11,12 @@ from tests.support.redis_server import RedisServer
 from xapp.adapters.shard_leases import ShardLeases
 
 
+def raw(server: RedisServer) -> redis_py.Redis:
+    return redis_py.Redis(host=server.host, port=server.port, socket_timeout=2.0)
+
+
 def leases(server: RedisServer) -> ShardLeases:
-    client = redis_py.Redis(host=server.host, port=server.port, socket_timeout=2.0)
-    return ShardLeases(client, "mcw-t")
+    return ShardLeases(raw(server), "mcw-t")
 
 
 def test_acquire_renew_release_and_takeover(redis: RedisServer) -> None:
@@ -60,3 +63,29 @@ def test_membership_expires_and_leave_gives_shards_back(redis: RedisServer) -> N
     assert a.holders(4) == {}
     # The shard's two keys share a hash tag (one Redis Cluster slot for the scripts).
     assert a.shard_key(3) == "mcw-t:shard:{3}" and a.epoch_key(3) == "mcw-t:shard:{3}:epoch"
+
+
+def test_the_holders_issue_clock_passes_to_the_next_holder(redis: RedisServer) -> None:
+    a, b = leases(redis), leases(redis)
+    assert a.round("a", 5000, acquire=[0], renew={}, release={}, issued_ms=1_000).acquired
+    # A renewal leaves the most a may issue before its lease ends unrenewed.
+    assert a.round("a", 5000, acquire=[], renew={0: 1}, release={}, issued_ms=2_000).renewed
+    raw(redis).delete(a.shard_key(0))  # a died; its lease expired
+    got = b.round("b", 5000, acquire=[0], renew={}, release={}, issued_ms=500)
+    assert got.acquired == {0: 2} and got.issued_ms == {0: 7_000}
+    # A release leaves what the releasing holder issued last.
+    b.round("b", 5000, acquire=[], renew={}, release={0: 2}, issued_ms=9_000)
+    assert a.round("a", 5000, acquire=[0], renew={}, release={}).issued_ms == {0: 9_000}
+
+
+def test_a_lease_table_that_forgot_makes_the_acquirer_wait(redis: RedisServer) -> None:
+    a, b = leases(redis), leases(redis)
+    raw(redis).set(a.since_key(1), 0)  # an old table: no wait
+    first = a.round("a", 5000, acquire=[1], renew={}, release={})
+    assert first.acquired == {1: 1} and first.wait_s == {1: 0.0}
+    raw(redis).flushall()
+    # The holder's compare-and-extend finds no key: it drops the shard.
+    assert a.round("a", 5000, acquire=[], renew={1: 1}, release={}).lost == {1}
+    # The next acquirer may not act until a forgotten holder's lease is surely over.
+    got = b.round("b", 5000, acquire=[1], renew={}, release={})
+    assert got.acquired == {1: 1} and 4.0 < got.wait_s[1] <= 5.0

@@ -153,7 +153,10 @@ class MqttWeightPublisher:
     drops : DropCounter or None
         Where refused payloads are counted; a new counter when None.
     clock : callable, default=time.time
-        Unix time in seconds, for ``issued_at_ms``.
+        Unix time in seconds, for ``issued_at_ms`` when ``issue_ms`` is None.
+    issue_ms : callable or None
+        The issue time in Unix ms (:class:`xapp.core.issue_clock.IssueClock`: never below
+        what a previous owner issued); None: ``clock``.
     fence : ShardFence or None
         Which CPEs' weights may leave (several replicas); None: every CPE's.
 
@@ -171,7 +174,8 @@ class MqttWeightPublisher:
                  version_block: int = 100, window: int = 1000,
                  drops: DropCounter | None = None,
                  clock: Callable[[], float] = time.time,
-                 fence: ShardFence | None = None) -> None:
+                 fence: ShardFence | None = None,
+                 issue_ms: Callable[[], int] | None = None) -> None:
         if window < 1:
             raise ValueError("window must be >= 1")
         if window > 65535:
@@ -180,6 +184,7 @@ class MqttWeightPublisher:
         self.drops = drops if drops is not None else DropCounter()
         self.stats = PublisherStats()
         self._clock = clock
+        self._issue_ms = issue_ms if issue_ms is not None else lambda: int(clock() * 1000)
         self.fence = None if fence is None or fence.everything else fence
         self._versions = VersionAllocator(versions, block=version_block)
         self._window = window
@@ -361,7 +366,7 @@ class MqttWeightPublisher:
             fenced.update(waiting)
             if len(batch) == 0:
                 return PublishResult(errors=fenced)
-        out = encode_weights_batch(batch, int(self._clock() * 1000), self._take_versions)
+        out = encode_weights_batch(batch, self._issue_ms(), self._take_versions)
         ids = batch.cpe_ids
         for i, exc in out.refused.items():
             self.stats.invalid += 1
