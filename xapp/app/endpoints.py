@@ -3,7 +3,9 @@
 ``GET /ric/v1/health/alive``  200 while every worker thread runs and none is stuck, else 503;
                               the body names each worker's state
 ``GET /ric/v1/health/ready``  200 when every dependency check passes, else 503; the body names
-                              each check (``{"ready": false, "checks": {"sdl": false, ...}}``)
+                              each check (``{"ready": false, "checks": {"sdl": false, ...}}``),
+                              and a part switched off by its mode under ``disabled`` with the
+                              reason (its check false, not counted for readiness)
 ``GET /ric/v1/config``        the running configuration (the descriptor, controls as applied)
 ``GET /ric/v1/cpes``          per CPE: the version and both directions' weights (and rate caps)
                               last published, and who applies each (``ul``: the CPE agent's
@@ -60,6 +62,9 @@ class Health:
     ready_checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
     #: ``(alive, {worker: state})``: the supervisor's verdict.
     alive_check: Callable[[], tuple[bool, dict[str, str]]] = lambda: (True, {})
+    #: Checks switched off by the configuration, with why (``--rmr auto`` without librmr):
+    #: they still report what is true, but do not hold readiness back.
+    disabled: Callable[[], dict[str, str]] = dict
 
     def readiness(self) -> tuple[bool, dict[str, bool]]:
         results: dict[str, bool] = {}
@@ -69,7 +74,15 @@ class Health:
             except Exception:
                 log.debug("readiness check %s raised", name, exc_info=True)
                 results[name] = False
-        return all(results.values()), results
+        off = self.switched_off()
+        return all(v for k, v in results.items() if k not in off), results
+
+    def switched_off(self) -> dict[str, str]:
+        try:
+            return dict(self.disabled())
+        except Exception:
+            log.debug("the disabled checks raised", exc_info=True)
+            return {}
 
     def alive(self) -> tuple[bool, dict[str, str]]:
         try:
@@ -171,7 +184,11 @@ def _make_handler(app: HttpServer) -> type[BaseHTTPRequestHandler]:
                 app.metrics.ready.set(1 if ok else 0)
                 for name, up in checks.items():
                     app.metrics.dependency_up.labels(dependency=name).set(1 if up else 0)
-                self._json(200 if ok else 503, {"ready": ok, "checks": checks})
+                doc: dict[str, Any] = {"ready": ok, "checks": checks}
+                off = app.health.switched_off()
+                if off:
+                    doc["disabled"] = off
+                self._json(200 if ok else 503, doc)
             elif path == CONFIG_PATH:
                 self._json(200, app.config())
             elif path == METRICS_PATH:

@@ -256,7 +256,8 @@ class XappProcess:
         self.runner: LoopRunner | None = None
         self.http: HttpServer | None = None
         self.rmr: RmrGlue | None = None
-        self.rmr_required = False
+        #: Why RMR is off although asked for (``--rmr auto`` without librmr); "" otherwise.
+        self.rmr_off_reason = ""
         self.e2: E2Parts | None = None
         self.watcher = ConfigWatcher(config, schemas=opts.schemas_dir,
                                      interval_s=opts.config_poll_s)
@@ -438,8 +439,9 @@ class XappProcess:
             if self.opts.rmr == "on":
                 raise RuntimeError(why)
             log.warning("RMR disabled: %s; A1 policies arrive only through SDL", why)
+            self.rmr_off_reason = (f"--rmr auto without the RMR library ({why}): no A1 "
+                                   "requests or health checks over RMR; policies only from SDL")
             return
-        self.rmr_required = True
         replica, http_endpoint = appmgr_identity(self.replica_id, not self.fence.everything,
                                                  self.opts.http_port)
         self.rmr = RmrGlue(self.a1, lambda: self.state.connected, port=self.opts.rmr_port,
@@ -509,8 +511,9 @@ class XappProcess:
     def health(self) -> Health:
         checks: dict[str, Callable[[], bool]] = {"running": lambda: not self.stopping.is_set()}
         if self.opts.rmr != "off":
-            checks["rmr"] = lambda: (self.rmr.rmr_healthy() if self.rmr is not None
-                                     else not self.rmr_required)
+            # False until RMR runs, and false for good in auto mode without librmr: A1 is
+            # dead then, which "disabled" explains without failing readiness (issue 33).
+            checks["rmr"] = lambda: self.rmr is not None and self.rmr.rmr_healthy()
         if self.state.enabled:
             checks["sdl"] = lambda: self.state.connected
         if self.shards is not None:
@@ -523,7 +526,8 @@ class XappProcess:
         comp = self.components
         if comp is not None:
             checks.update(comp.checks)
-        return Health(checks, self.alive)
+        return Health(checks, self.alive, disabled=lambda: (
+            {"rmr": self.rmr_off_reason} if self.rmr_off_reason else {}))
 
     def alive(self) -> tuple[bool, dict[str, str]]:
         """Every worker runs and none is stuck (the supervisor restarts dead ones within its
