@@ -29,7 +29,10 @@ from xapp.core.policy import KNOWN_WATS, Policy, PolicyError, SteeringMode
 #: Policy rules that span several fields: JSON Schema cannot state them (and with
 #: default_policy merging they depend on the xApp's configuration), so the xApp checks them.
 CROSS_FIELD = ("exceeds max_share", "add up to more than 1", "fixed_split needs",
-               "active_standby needs", "latency_bound needs")
+               "active_standby needs", "latency_bound needs",
+               # Issue 33: no WAT left to carry traffic.
+               "excludes every WAT", "split_pct > 0 is in excluded_wats",
+               "priority list is in excluded_wats")
 
 
 @pytest.fixture(scope="module")
