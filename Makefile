@@ -2,7 +2,7 @@
 # make test  - lint + every test (Python against real redis/influxd/mosquitto, Go agent, chart)
 # make bench - the benchmarks in bench/, figures printed (see README)
 # make e2e   - the whole loop with real servers, agents, Prometheus and a scripted fault story
-#              (report, timeline, PNG in out/e2e, figures in bench/e2e.json; docs/e2e.md)
+#              (report, timeline, PNG and figures in out/e2e, nothing tracked; docs/e2e.md)
 # make e2e-k8s - the chart installed by helm into a real single-node Kubernetes built and started
 #              here (binaries in .tools/k8s), agents outside it in namespaces (docs/k8s.md)
 #
@@ -35,7 +35,7 @@ test: deps lint
 # E2E_AGENTS dry-run Go agents, one per CPE (each is a process: 300 want more than 2 cores).
 E2E_AGENTS ?= 50
 e2e: deps-e2e agent
-	$(PY) -m tests.e2e --agents $(E2E_AGENTS) --bench --out out/e2e
+	$(PY) -m tests.e2e --agents $(E2E_AGENTS) --out out/e2e
 
 deps-e2e: deps-python deps-tools
 	@$(MAKE) --no-print-directory deps-system APT_NEEDS="$(APT_NEEDS) prometheus:prometheus"

@@ -17,10 +17,17 @@ from tests.e2e.report import FaultResult
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
     from tests.e2e.run import Run
 
 COLOURS = {"nr": "tab:blue", "wifi": "tab:orange", "lifi": "tab:green"}
+
+
+def _legend(ax: Axes) -> None:
+    """The legend beside the plot, never over it: inside, it hid the readiness dips the
+    picture is there to show."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0, fontsize=8)
 
 
 def _real_link(run: Run, records: list[Applied], ax_rate: Axes, ax_w: Axes) -> None:
@@ -45,25 +52,34 @@ def _real_link(run: Run, records: list[Applied], ax_rate: Axes, ax_w: Axes) -> N
             if any(wat in r.caps for r in recs):
                 ax_rate.step([r.t for r in recs], [r.caps.get(wat, float("nan")) for r in recs],
                              style, where="post", color=COLOURS[wat], label=f"{wat} cap {d}")
-    ax_rate.legend(loc="lower right", ncol=4, fontsize=8)
+    _legend(ax_rate)
     for recs, style, d in ((ul, "-", "ul"), (dl, "--", "dl")):
         for wat in (p.wat for p in run.link.topo.paths):
             ax_w.step([r.t for r in recs], [r.weights.get(wat, 0) for r in recs], style,
                       where="post", color=COLOURS[wat], label=f"{wat} {d}")
     ax_w.set_ylabel(f"real {run.link.cpe_id}\napplied weights")
-    ax_w.legend(loc="upper right", ncol=4)
+    _legend(ax_w)
+
 
 def plot(run: Run, faults: list[FaultResult], path: Path) -> Path:
+    fig = figure(run, faults)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def figure(run: Run, faults: list[FaultResult]) -> Figure:
+    """The picture of ``run`` with ``faults`` shaded (the caller closes it)."""
     records = run.observer.snapshot()
     cpe = run.cpes[min(1, len(run.cpes) - 1)]  # cpes[0] is the one restarted
-    fig, axes = plt.subplots(6, 1, figsize=(12, 16), sharex=True)
+    fig, axes = plt.subplots(6, 1, figsize=(14, 16), sharex=True)
     mine = [r for r in records if r.cpe == cpe and r.online and r.version > 0]
     ax = axes[0]
     for wat, colour in COLOURS.items():
         ax.step([r.t for r in mine], [r.weights.get(wat, 0) for r in mine], where="post",
                 color=colour, label=wat)
     ax.set_ylabel(f"{cpe}\napplied ul weight")
-    ax.legend(loc="upper right", ncol=3)
+    _legend(ax)
     ax = axes[1]
     feeder = run.feeder
     times = [r.t for r in mine]
@@ -74,7 +90,7 @@ def plot(run: Run, faults: list[FaultResult], path: Path) -> Path:
         ax.plot(times, [cap[s % len(cap)] for s in steps], color=COLOURS.get(wat, "grey"),
                 label=f"{wat} KPI delivered_mbps")
     ax.set_ylabel(f"{cpe}\nKPI feed, Mbps")
-    ax.legend(loc="upper right", ncol=3)
+    _legend(ax)
     ax = axes[2]
     bins: dict[int, int] = {}
     for r in records:
@@ -94,7 +110,7 @@ def plot(run: Run, faults: list[FaultResult], path: Path) -> Path:
                 label=label)
     ax.set_ylabel("Prometheus")
     ax.set_ylim(-0.05, 1.1)
-    ax.legend(loc="lower right", ncol=3)
+    _legend(ax)
     if run.link is not None:
         _real_link(run, records, axes[4], axes[5])
     ax = axes[-1]
@@ -107,6 +123,4 @@ def plot(run: Run, faults: list[FaultResult], path: Path) -> Path:
                          rotation=30, fontsize=7, va="bottom")
     fig.suptitle(f"make e2e: {len(run.cpes)} agents, faults shaded", y=0.995)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return fig

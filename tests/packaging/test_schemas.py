@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.packaging.paths import (
+    CHART,
     CONTROLS_SCHEMA,
     DESCRIPTOR,
     POLICY_TYPE,
@@ -28,7 +29,10 @@ from xapp.core.policy import KNOWN_WATS, Policy, PolicyError, SteeringMode
 #: Policy rules that span several fields: JSON Schema cannot state them (and with
 #: default_policy merging they depend on the xApp's configuration), so the xApp checks them.
 CROSS_FIELD = ("exceeds max_share", "add up to more than 1", "fixed_split needs",
-               "active_standby needs", "latency_bound needs")
+               "active_standby needs", "latency_bound needs",
+               # Issue 33: no WAT left to carry traffic.
+               "excludes every WAT", "split_pct > 0 is in excluded_wats",
+               "priority list is in excluded_wats")
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +224,21 @@ def test_policy_examples_in_the_install_guide_are_valid() -> None:
         assert a1_create_schema().is_valid(body), body
         Policy.from_dict({k: v for k, v in body.items() if k != "scope"})
     assert "A1-P/v2/policytypes/20100\" -d @schemas/a1-policy-type-20100.json" in guide
+
+
+def test_the_install_guide_creates_the_influxdb_the_chart_names() -> None:
+    """Issue 33: the guide never created the InfluxDB 2 org, bucket and token of the values."""
+    import yaml
+
+    guide = (SCHEMAS.parent / "docs" / "install-ric.md").read_text(encoding="utf-8")
+    influx = yaml.safe_load((CHART / "values.yaml").read_text())["influxdb"]
+    org, bucket = influx["org"], influx["bucket"]
+    assert f"influx org create --name {org}\n" in guide
+    assert f"influx bucket create --org {org} --name {bucket} " in guide
+    assert f"influx bucket list --org {org} --name {bucket} " in guide
+    create = re.search(r"influx auth create (.*?)\n\n", guide.replace("\\\n", ""), re.DOTALL)
+    assert create is not None
+    assert f"--org {org}" in create.group(1)
+    assert '--read-bucket "$BUCKET_ID" --write-bucket "$BUCKET_ID"' in create.group(1)
+    # The token goes into the Secret the chart reads by default.
+    assert f"create secret generic {influx['auth']['existingSecret']} --from-file=token=" in guide

@@ -62,6 +62,7 @@ from xapp.core.kpis import (
     clean_columns,
 )
 from xapp.core.ports import Published
+from xapp.core.timings import derive_timings
 from xapp.core.workers import Worker
 
 log = logging.getLogger(__name__)
@@ -824,9 +825,9 @@ class InfluxIntake:
         (:func:`flush_interval_s`). The re-read window follows the period rather than a fixed
         2 s, which at a 0.2 s period re-read every point ten times.
         """
-        interval = flush_interval_s(period_s)
-        return cls(store, intake, fields, interval_s=interval, overlap_s=2 * interval,
-                   clock=clock, accept=accept)
+        t = derive_timings(period_s)
+        return cls(store, intake, fields, interval_s=t.intake_poll_s,
+                   overlap_s=t.intake_overlap_s, clock=clock, accept=accept)
 
     def poll_once(self) -> int:
         """Read what is new and merge it into the intake; returns the rows read."""
@@ -866,8 +867,8 @@ class InfluxIntake:
 
 def flush_interval_s(period_s: float) -> float:
     """How often the xApp's InfluxDB writer flushes and its intake polls: once per control
-    period, at most once a second."""
-    return min(1.0, period_s)
+    period, at most once a second (:func:`xapp.core.timings.derive_timings`)."""
+    return derive_timings(period_s).influx_flush_s
 
 
 def _directions(frame: KpiFrame) -> list[str]:

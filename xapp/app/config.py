@@ -40,6 +40,7 @@ from xapp.core.planning import check_level
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import build_policy
 from xapp.core.shards import DEFAULT_SHARDS, MAX_SHARDS
+from xapp.core.timings import derive_timings
 from xapp.core.workers import Worker
 from xapp.schemas import schemas_dir
 
@@ -139,11 +140,8 @@ class ShardingSettings:
     lease_s: float = 0.0
 
     def effective_lease_s(self, control_period_s: float) -> float:
-        # 1.5 periods: a dead replica's leases end at most one lease after its last renewal
-        # and the others look every fifth of a lease, so its shards are held again within
-        # 1.5 x 1.2 = 1.8 control periods of its death (periods of 2/3 s and more; below, the
-        # floor of 1 s keeps a lease longer than a Redis round under load).
-        return self.lease_s if self.lease_s > 0 else max(1.0, 1.5 * control_period_s)
+        """The shard lease at ``control_period_s`` (:func:`xapp.core.timings.derive_timings`)."""
+        return derive_timings(control_period_s, self.lease_s).shard_lease_s
 
     def effective_replica_id(self, environ: Mapping[str, str] | None = None) -> str:
         env = os.environ if environ is None else environ

@@ -6,7 +6,9 @@
                               each check (``{"ready": false, "checks": {"sdl": false, ...}}``);
                               a component the supervisor gave up on is named in ``degraded``
                               with why, and its checks no longer decide (E2 lost is not A1
-                              lost: ``{"ready": true, ..., "degraded": {"e2": "..."}}``)
+                              lost: ``{"ready": true, ..., "degraded": {"e2": "..."}}``);
+                              a part switched off by its mode under ``disabled`` with the
+                              reason (its check false, not counted for readiness)
 ``GET /ric/v1/config``        the running configuration (the descriptor, controls as applied)
 ``GET /ric/v1/cpes``          per CPE: the version and both directions' weights (and rate caps)
                               last published, and who applies each (``ul``: the CPE agent's
@@ -68,6 +70,9 @@ class Health:
     #: Ready check -> the component it belongs to; a degraded component's checks are reported
     #: but do not fail readiness (the pod would leave its Service, and A1 with it).
     components: Mapping[str, str] = field(default_factory=dict)
+    #: Checks switched off by the configuration, with why (``--rmr auto`` without librmr):
+    #: they still report what is true, but do not hold readiness back.
+    disabled: Callable[[], dict[str, str]] = dict
 
     def readiness(self) -> tuple[bool, dict[str, bool]]:
         ok, results, _ = self.readiness_report()
@@ -87,8 +92,16 @@ class Health:
             except Exception:
                 log.debug("readiness check %s raised", name, exc_info=True)
                 results[name] = False
-        return all(up or self.components.get(name) in degraded
+        off = self.switched_off()
+        return all(up or self.components.get(name) in degraded or name in off
                    for name, up in results.items()), results, degraded
+
+    def switched_off(self) -> dict[str, str]:
+        try:
+            return dict(self.disabled())
+        except Exception:
+            log.debug("the disabled checks raised", exc_info=True)
+            return {}
 
     def alive(self) -> tuple[bool, dict[str, str]]:
         try:
@@ -193,6 +206,9 @@ def _make_handler(app: HttpServer) -> type[BaseHTTPRequestHandler]:
                 body: dict[str, Any] = {"ready": ok, "checks": checks}
                 if degraded:
                     body["degraded"] = degraded
+                off = app.health.switched_off()
+                if off:
+                    body["disabled"] = off
                 self._json(200 if ok else 503, body)
             elif path == CONFIG_PATH:
                 self._json(200, app.config())

@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from xapp.app.config import (
     ConfigWatcher,
     Controls,
     LoadedConfig,
+    LoopControls,
     load_config,
 )
 from xapp.app.endpoints import (
@@ -58,6 +59,7 @@ from xapp.core.ownership import ShardedKpis, ShardFence
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import PolicyBook
 from xapp.core.ports import KpiSource, TelemetrySink, WeightPublisher
+from xapp.core.timings import Timings, derive_timings, restart_only
 from xapp.core.workers import Supervisor, Worker
 
 if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs no servers
@@ -217,6 +219,10 @@ class XappProcess:
         self.supervisor = Supervisor()
         controls = config.controls
         sharding = controls.sharding
+        #: The timings in force (xapp.core.timings); a reload changes only the live ones.
+        self.timings = timings_of(controls)
+        #: controls.sharding is restart-only: the shard lease setting of the running process.
+        self._shard_lease_setting = sharding.lease_s
         self.replica_id = sharding.effective_replica_id()
         # Off: one replica holds every shard for good, and nothing is leased (the former
         # behaviour).  On: the lease worker grants shards; the publisher and the loop ask.
@@ -250,10 +256,9 @@ class XappProcess:
             # shard lease at most (the lease as it would be with sharding on), so a partition
             # holds back only the CPEs that need a block and, sharded, costs the replica little
             # of its lease's end.
-            lease_s = sharding.effective_lease_s(controls.loop.control_period_s)
             self.versions: VersionStore = RedisVersionStore(
                 redis_from_env(controls.sdl_namespace,
-                               timeout_s=min(1.0, max(0.1, lease_s / 4))),
+                               timeout_s=self.timings.version_redis_timeout_s),
                 controls.sdl_namespace, floor=self.version_floor)
             self.clock_worker = Worker("mcw-clock", self._read_clock, CLOCK_READ_S,
                                        deadline_s=30.0)
@@ -266,7 +271,8 @@ class XappProcess:
         self.runner: LoopRunner | None = None
         self.http: HttpServer | None = None
         self.rmr: RmrGlue | None = None
-        self.rmr_required = False
+        #: Why RMR is off although asked for (``--rmr auto`` without librmr); "" otherwise.
+        self.rmr_off_reason = ""
         self.e2: E2Parts | None = None
         self.watcher = ConfigWatcher(config, schemas=opts.schemas_dir,
                                      interval_s=opts.config_poll_s)
@@ -358,9 +364,9 @@ class XappProcess:
             from xapp.adapters.shard_leases import ShardLeases
             from xapp.app.sharding import ShardManager
 
-            lease_s = c.sharding.effective_lease_s(c.loop.control_period_s)
-            # A round that waits longer than a fifth of the lease is worthless: fail it.
-            client = redis_from_env(c.sdl_namespace, timeout_s=max(0.1, lease_s / 5))
+            lease_s = self.timings.shard_lease_s
+            client = redis_from_env(c.sdl_namespace,
+                                    timeout_s=self.timings.shard_redis_timeout_s)
             manager = ShardManager(ShardLeases(client, c.sdl_namespace), self.fence,
                                    self.replica_id, lease_s=lease_s,
                                    on_acquired=self._shards_acquired,
@@ -461,8 +467,9 @@ class XappProcess:
             if self.opts.rmr == "on":
                 raise RuntimeError(why)
             log.warning("RMR disabled: %s; A1 policies arrive only through SDL", why)
+            self.rmr_off_reason = (f"--rmr auto without the RMR library ({why}): no A1 "
+                                   "requests or health checks over RMR; policies only from SDL")
             return
-        self.rmr_required = True
         replica, http_endpoint = appmgr_identity(self.replica_id, not self.fence.everything,
                                                  self.opts.http_port)
         self.rmr = RmrGlue(self.a1, lambda: self.state.connected, port=self.opts.rmr_port,
@@ -536,8 +543,9 @@ class XappProcess:
         checks: dict[str, Callable[[], bool]] = {"running": lambda: not self.stopping.is_set()}
         components: dict[str, str] = {}
         if self.opts.rmr != "off":
-            checks["rmr"] = lambda: (self.rmr.rmr_healthy() if self.rmr is not None
-                                     else not self.rmr_required)
+            # False until RMR runs, and false for good in auto mode without librmr: A1 is
+            # dead then, which "disabled" explains without failing readiness (issue 33).
+            checks["rmr"] = lambda: self.rmr is not None and self.rmr.rmr_healthy()
         if self.state.enabled:
             checks["sdl"] = lambda: self.state.connected
         if self.shards is not None:
@@ -551,7 +559,9 @@ class XappProcess:
         comp = self.components
         if comp is not None:
             checks.update(comp.checks)
-        return Health(checks, self.alive, self.supervisor.degraded, components)
+        return Health(checks, self.alive, self.supervisor.degraded, components,
+                      disabled=lambda: ({"rmr": self.rmr_off_reason} if self.rmr_off_reason
+                                        else {}))
 
     def alive(self) -> tuple[bool, dict[str, str]]:
         """Every worker runs and none is stuck (the supervisor restarts dead ones within its
@@ -566,6 +576,8 @@ class XappProcess:
         return {"path": None if current.path is None else str(current.path),
                 "descriptor": current.document, "controls": current.controls.to_dict(),
                 "policy_type_id": self.policy_type.policy_type_id,
+                # In force: a period change that needs a restart is not here until then.
+                "timings": asdict(self.timings),
                 "e2": {"active": e2 is not None,
                        "nodes": {} if e2 is None else e2.subscriber.states(),
                        "active_subscriptions": 0 if e2 is None else len(e2.book.active()),
@@ -615,8 +627,15 @@ class XappProcess:
     def _on_config(self, old: LoadedConfig, new: LoadedConfig) -> None:
         c = new.controls
         set_level(c.log_level)
+        in_force = (self.loop.settings.lease_s if self.loop is not None
+                    else old.controls.loop.lease_s)
+        loop, self.timings, warnings = loop_on_reload(
+            c.loop, self.timings, self.timings_in_use(), self._shard_lease_setting,
+            sharded=self.shards is not None, lease_in_force_s=in_force)
+        for warning in warnings:
+            log.warning("%s", warning)
         if self.loop is not None:
-            self.loop.settings = _loop_settings(c)
+            self.loop.settings = _loop_settings(loop)
         try:
             self.book.set_default(c.default_policy)
         except PolicyError as exc:
@@ -628,6 +647,21 @@ class XappProcess:
             log.warning("controls %s changed; connections keep their settings until the "
                         "next restart", ", ".join(restart_only))
         self.config = new
+
+    def timings_in_use(self) -> frozenset[str]:
+        """The timings a running component holds (xapp.core.timings.Timings fields): those a
+        reload cannot change without a restart."""
+        names = {"control_period_s"}
+        if self.shards is not None:
+            names |= {"shard_lease_s", "shard_redis_timeout_s"}
+        if self.state.enabled:  # the weights version store is on Redis
+            names.add("version_redis_timeout_s")
+        comp = self.components
+        if comp is not None and comp.influx is not None:
+            names |= {"influx_timeout_ms", "influx_flush_s"}
+        if comp is not None and comp.influx_intake is not None:
+            names |= {"intake_poll_s", "intake_overlap_s"}
+        return frozenset(names)
 
     def _restore(self, restored: Restored) -> None:
         for inst in restored.policies:
@@ -693,8 +727,45 @@ def _restart_only_changed(old: Controls, new: Controls, name: str) -> bool:
     return bool(a != b)
 
 
-def _loop_settings(c: Controls) -> LoopSettings:
-    loop = c.loop
+def timings_of(c: Controls) -> Timings:
+    """The timings of controls ``c`` (:func:`xapp.core.timings.derive_timings`, the one
+    derivation)."""
+    return derive_timings(c.loop.control_period_s, c.sharding.lease_s)
+
+
+def loop_on_reload(wanted: LoopControls, running: Timings, in_use: frozenset[str],
+                   shard_lease_setting: float, *, sharded: bool, lease_in_force_s: float
+                   ) -> tuple[LoopControls, Timings, list[str]]:
+    """What a running process makes of a reloaded ``controls.loop``: the loop settings it
+    applies, the timings then in force, and a warning for each change it keeps back.
+
+    A new period is applied only when no timing derived from it that a running component
+    holds (``in_use``) would change: otherwise the loop would tick at one period and the rest
+    run at another (a 15 s shard lease beside a 1 s period, past the weights' lease).  Such a
+    change needs a restart; the period in force stays and the warning names what would have
+    changed.  A weights lease at or below the running shard lease is kept back too."""
+    warnings: list[str] = []
+    loop = wanted
+    timings = derive_timings(wanted.control_period_s, shard_lease_setting)
+    fixed = restart_only(running, timings, in_use)
+    if fixed:
+        names = ", ".join(f"{name} {a:g} -> {b:g}" for name, (a, b) in fixed.items())
+        warnings.append(
+            f"controls.loop.control_period_s {running.control_period_s:g} s -> "
+            f"{wanted.control_period_s:g} s needs a restart: {names} cannot change in a "
+            f"running process; the period stays {running.control_period_s:g} s until then")
+        loop = replace(loop, control_period_s=running.control_period_s)
+        timings = running
+    if sharded and timings.shard_lease_s >= loop.lease_s:
+        warnings.append(
+            f"controls.loop.lease_s {loop.lease_s:g} s refused: it must stay above the running "
+            f"shard lease ({timings.shard_lease_s:g} s); {lease_in_force_s:g} s stays")
+        loop = replace(loop, lease_s=lease_in_force_s)
+    return loop, timings, warnings
+
+
+def _loop_settings(c: Controls | LoopControls) -> LoopSettings:
+    loop = c.loop if isinstance(c, Controls) else c
     return LoopSettings(control_period_s=loop.control_period_s, kpi_max_age_s=loop.kpi_max_age_s,
                         lease_s=loop.lease_s, caps_headroom=loop.caps_headroom,
                         forecast_history_s=loop.forecast_history_s)
@@ -739,8 +810,10 @@ def build_components(opts: RunOptions, controls: Controls, versions: VersionStor
         # Other writers (RAN KPI exporters) do not tag a shard, so the intake filters the rows
         # it read rather than the query.
         held = None if fence is None or fence.everything else fence
-        influx_intake = InfluxIntake.for_period(influx, intake, controls.loop.control_period_s,
-                                                accept=None if held is None else held.mask)
+        t = timings_of(controls)
+        influx_intake = InfluxIntake(influx, intake, interval_s=t.intake_poll_s,
+                                     overlap_s=t.intake_overlap_s,
+                                     accept=None if held is None else held.mask)
         workers.append(influx_intake.start())
         stoppers.insert(0, influx_intake.stop)
         kpis, sink = intake, influx
@@ -901,20 +974,19 @@ def _estimator(opts: RunOptions, controls: Controls,
 
 def _influx(controls: Controls, checks: dict[str, Callable[[], bool]],
             stoppers: list[Callable[[], object]], workers: list[Worker]) -> InfluxStore:
-    from xapp.adapters.influx import InfluxConfig, InfluxStore, flush_interval_s
+    from xapp.adapters.influx import InfluxConfig, InfluxStore
 
     i = controls.influxdb
-    # Reads and writes run on their own threads, never on the tick; a hung InfluxDB still must
-    # not hold them for the client's default 10 s, so requests time out after two control
-    # periods (1 s to 10 s).
-    timeout_ms = int(min(10.0, max(1.0, 2 * controls.loop.control_period_s)) * 1000)
+    # Reads and writes run on their own threads, never on the tick.
+    t = timings_of(controls)
+    timeout_ms = t.influx_timeout_ms
     # Points this replica writes carry its id, and its InfluxDB intake skips them (they are in
     # its intake already).
     writer = controls.sharding.effective_replica_id()
     store = InfluxStore(InfluxConfig(url=i.url, bucket=i.bucket, org=i.org,
                                      token=_read_token(i.token_file), timeout_ms=timeout_ms,
                                      writer=writer))
-    workers.append(store.start(flush_interval_s(controls.loop.control_period_s)))
+    workers.append(store.start(t.influx_flush_s))
     stoppers.append(store.close)
     check = PeriodicCheck("influxdb", store.ping, interval_s=INFLUX_CHECK_S)
     check.run_once()  # ready reflects InfluxDB from the first probe, not after one interval

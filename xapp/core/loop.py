@@ -43,7 +43,11 @@ Rules decided once (README, "The control loop"):
   reason ``follows ul: ...``): a message needs both sets, and a set that follows must not
   carry weights its own policy forbids (issue 22).  Its hysteresis holds against what it
   followed last; it decides from its own rows as soon as it has them, without hysteresis
-  against what it followed.
+  against what it followed;
+* a direction whose policy leaves no usable WAT and that has no set in force carries the
+  other's set without its excluded WATs, or as it is when the CPE has only WATs it excludes
+  (the reason says so): the other direction is still steered (issue 33).  A policy that
+  excludes every WAT there is never gets here: it is refused when given.
 
 * a direction whose applier enforces shares as rate caps (``capabilities.semantics``
   ``rate-caps``, :class:`~xapp.core.ports.BackendSemantics`) carries ``caps_mbps``: headroom x
@@ -599,8 +603,10 @@ class ControlLoop:
         for d, other in zip(DIRECTIONS, DIRECTIONS[::-1], strict=True):
             follows[d] = ~own[d] & own[other]
             # What is left has no decision under its own policy: none of its WATs usable (a
-            # floor no WAT meets, say).  It goes as the other's set without the WATs its own
-            # policy excludes; the message waits when that leaves nothing.
+            # floor no WAT meets, or the CPE has only WATs it excludes).  It goes as the
+            # other's set without the WATs its own policy excludes, or as it is when that
+            # leaves nothing: a message needs both sets, and holding it back would stop
+            # steering the other direction too (issue 33).
             copied = follows[d] & ~decided[d]
             cols[d].follow(copied, cols[other], other)
             if copied.any():
@@ -778,15 +784,20 @@ class _Columns:
         self.caps[mask] = np.nan
 
     def exclude(self, at: NDArray[np.intp], excluded: Mask) -> None:
-        """Positions ``at`` lose the WATs ``excluded`` marks (one row of it per position)."""
+        """Positions ``at`` lose the WATs ``excluded`` marks (one row of it per position); a
+        position left with no weight keeps its set as it is, and its reason says why."""
         if not excluded.any():
             return
-        self.weights[at] = np.where(excluded, 0, self.weights[at])
-        self.usable[at] = self.usable[at] & ~excluded
-        for i, row in zip(at.tolist(), excluded, strict=True):
+        left = np.where(excluded, 0, self.weights[at])
+        empty: Mask = np.asarray(~(left > 0).any(axis=1), dtype=bool)
+        self.weights[at[~empty]] = left[~empty]
+        self.usable[at[~empty]] = self.usable[at[~empty]] & ~excluded[~empty]
+        for i, row, nothing in zip(at.tolist(), excluded, empty.tolist(), strict=True):
             if row.any():
                 names = ", ".join(w for w, x in zip(KNOWN_WATS, row.tolist(), strict=True) if x)
-                self.reasons[i] = f"{self.reasons[i]} (without excluded {names})"
+                self.reasons[i] = (f"{self.reasons[i]} (as it is: its own policy excludes "
+                                   f"all of it, {names})" if nothing
+                                   else f"{self.reasons[i]} (without excluded {names})")
 
     def subset(self, at: NDArray[np.intp]) -> _Columns:
         return _Columns(self.weights[at], self.present[at], self.usable[at], self.aggregate[at],

@@ -254,3 +254,22 @@ def _validate(p: Policy) -> None:
             raise PolicyError(f"{name} must be >= 0")
     if p.update_period_s <= 0:
         raise PolicyError("update_period_s must be > 0")
+    _check_something_allowed(p)
+
+
+def _check_something_allowed(p: Policy) -> None:
+    """Refuse a policy under which no WAT may ever carry traffic, whatever the CPE has.
+
+    Such a policy can never be met, so it is an operator's mistake to say at once (an A1
+    ERROR, the policy in force stays) rather than a state to discover on the CPEs.  Policies
+    that a particular CPE cannot meet (it has only the excluded WATs) are the loop's business:
+    it keeps steering the other direction (docs/guarantees.md)."""
+    allowed = [w for w in KNOWN_WATS if w not in p.excluded]
+    if not allowed:
+        raise PolicyError(f"excluded_wats excludes every WAT ({', '.join(KNOWN_WATS)}): no WAT "
+                          "could carry traffic; leave at least one")
+    if p.mode is SteeringMode.FIXED_SPLIT \
+            and not any(p.split_pct.get(w, 0.0) > 0 for w in allowed):
+        raise PolicyError("fixed_split: every WAT with split_pct > 0 is in excluded_wats")
+    if p.mode is SteeringMode.ACTIVE_STANDBY and not any(w in allowed for w in p.priority):
+        raise PolicyError("active_standby: every WAT of the priority list is in excluded_wats")

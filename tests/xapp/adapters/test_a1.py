@@ -117,6 +117,9 @@ def test_create_update_delete_in_both_encodings(setup: Any, encode: Any) -> None
     ({"directions": {"dl": {"mode": "active_standby"}}}, "priority"),
     ({"directions": {"ul": {"wats": {"nr": {"min_share": 0.7}, "wifi": {"min_share": 0.6}}}}},
      "min_share"),
+    # Issue 33: answered OK before, then the CPE got nothing in either direction.
+    ({"directions": {"dl": {"excluded_wats": ["nr", "lte", "wifi", "lifi"]}}},
+     "directions.dl: excluded_wats excludes every WAT"),
 ])
 def test_invalid_policy_is_refused_and_the_previous_stays(setup: Any, payload: dict[str, Any],
                                                           reason: str,

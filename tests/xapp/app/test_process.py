@@ -207,3 +207,31 @@ def test_help_explains() -> None:
                           capture_output=True, timeout=60, check=True)
     text = done.stdout.decode()
     assert "--kpi-file" in text and "CONFIG_FILE" in text and "/ric/v1/health/ready" in text
+
+
+def test_ready_says_rmr_is_off_in_auto_mode_without_the_library(
+        lab: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33: with ``--rmr auto`` and no librmr, /ready said ``"rmr": true`` while no A1
+    request could arrive.  Now the check is false and ``disabled`` says why; the pod stays
+    ready, which is what auto mode is for."""
+    import xapp.adapters.rmr as rmr
+
+    monkeypatch.setattr(rmr, "rmr_library_available",
+                        lambda: (False, "librmr_si.so: cannot open shared object file"))
+    args = parse(["--config", str(lab["config"]), "--http-host", "127.0.0.1", "--http-port", "0",
+                  "--rmr", "auto", "--sdl", "memory", "--estimator", "ewma",
+                  "--kpi-file", str(lab["kpis"]), "--publish-file", str(lab["out"])])
+    proc = main.XappProcess(main.RunOptions.from_args(args), load_config(args.config))
+    proc.start()
+    try:
+        assert proc.http is not None
+        code, body = get(proc.http.port, "/ric/v1/health/ready")
+        doc = json.loads(body)
+        assert code == 200 and doc["ready"] is True and doc["checks"]["rmr"] is False
+        assert "--rmr auto without the RMR library (librmr_si.so: cannot open" in \
+            doc["disabled"]["rmr"]
+        assert "no A1" in doc["disabled"]["rmr"]
+        metrics = get(proc.http.port, "/metrics")[1].decode()
+        assert 'mcw_dependency_up{dependency="rmr"} 0.0' in metrics
+    finally:
+        proc.stop(grace_s=10)

@@ -519,10 +519,25 @@ def test_the_issue_22_override_with_only_the_other_directions_rows(direction: st
     assert mine["reason"] == f"follows {other}: load_balancing (without excluded wifi)"
 
 
-def test_a_following_set_with_every_weight_excluded_is_not_sent() -> None:
+@pytest.mark.parametrize("rows_in", [("ul",), ("dl", "ul"), ("",)],
+                         ids=["ul rows only", "rows of both", "rows without a direction"])
+def test_a_direction_with_no_usable_wat_leaves_the_other_steered(rows_in: tuple[str, ...]
+                                                                 ) -> None:
+    """Issue 33: the CPE has only WATs the downlink excludes.  The message used to wait, so
+    the uplink was not steered either and the agent fell back when its lease ended.  Now the
+    uplink is steered, and the downlink goes as the uplink's set, its reason saying so."""
     policy = {"directions": {"dl": {"excluded_wats": ["nr", "wifi", "lifi"]}}}
-    doc, (loop, *_) = _one_direction_tick(("ul",), policy)
-    assert doc == {} and not loop.fleets["ul"].has[0]
+    doc, rig = _one_direction_tick(rows_in, policy)
+    loop = rig[0]
+    assert doc["ul"]["weights"]["wifi"] > doc["ul"]["weights"]["nr"] > 0
+    assert doc["dl"]["weights"] == doc["ul"]["weights"]
+    assert doc["dl"]["reason"] == ("follows ul: load_balancing (as it is: its own policy "
+                                   "excludes all of it, nr, wifi, lifi)")
+    assert loop.fleets["ul"].has[0] and loop.fleets["dl"].has[0]
+    # The uplink keeps following its capacities.
+    doc, _ = _one_direction_tick(rows_in, policy, t=101.0, scale={"nr": 10.0}, loop=rig)
+    assert doc["ul"]["weights"]["nr"] > doc["ul"]["weights"]["wifi"] > 0
+    assert doc["dl"]["weights"]["nr"] > 0
 
 
 def test_a_following_direction_decides_on_its_own_rows_at_once() -> None:

@@ -43,6 +43,17 @@ def test_round_trip() -> None:
     ({"directions": {"ul": {"mode": "latency_bound"}}}, "directions.ul: latency_bound needs"),
     ({"directions": {"dl": {"wats": {"nr": {"min_share": 0.9}, "lte": {"min_share": 0.9}}}}},
      "directions.dl: min_share values add up"),
+    # Issue 33: no WAT could ever carry traffic.
+    ({"excluded_wats": ["nr", "lte", "wifi", "lifi"]}, "excludes every WAT"),
+    ({"directions": {"dl": {"excluded_wats": ["nr", "lte", "wifi", "lifi"]}}},
+     "directions.dl: excluded_wats excludes every WAT"),
+    ({"excluded_wats": ["lte", "lifi"], "directions": {"ul": {"excluded_wats": [
+        "lifi", "wifi", "nr", "lte", "nr"]}}}, "directions.ul: excluded_wats excludes every"),
+    ({"mode": "fixed_split", "wats": {"nr": {"split_pct": 100}}, "excluded_wats": ["nr"]},
+     "fixed_split: every WAT with split_pct > 0 is in excluded_wats"),
+    ({"mode": "active_standby", "priority": ["nr"],
+      "directions": {"dl": {"excluded_wats": ["nr"]}}},
+     "directions.dl: active_standby: every WAT of the priority list is in excluded_wats"),
 ])
 def test_bad_policies_are_refused(doc: dict[str, Any], error: str) -> None:
     with pytest.raises(PolicyError, match=error):
