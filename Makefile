@@ -3,6 +3,9 @@
 # make bench - the benchmarks in bench/, figures printed (see README)
 # make e2e   - the whole loop with real servers, agents, Prometheus and a scripted fault story
 #              (report, timeline, PNG and figures in out/e2e, nothing tracked; docs/e2e.md)
+# make realstack - every policy on a real MPTCP connection between namespaces, scenario by
+#              scenario, against the default scheduler alone (bench/bench_realstack.py;
+#              docs/realstack.md); REALSTACK_ARGS passes options, e.g. "--runs 1 --scenario lossy"
 # make e2e-k8s - the chart installed by helm into a real single-node Kubernetes built and started
 #              here (binaries in .tools/k8s), agents outside it in namespaces (docs/k8s.md)
 #
@@ -19,7 +22,7 @@ export GOFLAGS ?= -mod=mod
 INFLUXD_VERSION := v1.8.10
 HELM_VERSION    := v3.16.4
 
-.PHONY: demo e2e deps-e2e e2e-k8s deps-k8s test lint test-python test-unit test-agent test-agent-packages test-agent-netns bench deps deps-python deps-system deps-tools agent clean
+.PHONY: demo e2e realstack deps-e2e e2e-k8s deps-k8s test lint test-python test-unit test-agent test-agent-packages test-agent-netns bench deps deps-python deps-system deps-tools agent clean
 
 demo: deps-python
 	$(VENV)/bin/mcw demo --out out/demo
@@ -36,6 +39,10 @@ test: deps lint
 E2E_AGENTS ?= 50
 e2e: deps-e2e agent
 	$(PY) -m tests.e2e --agents $(E2E_AGENTS) --out out/e2e
+
+REALSTACK_ARGS ?=
+realstack: deps agent
+	$(PY) bench/bench_realstack.py --out out/realstack $(REALSTACK_ARGS)
 
 deps-e2e: deps-python deps-tools
 	@$(MAKE) --no-print-directory deps-system APT_NEEDS="$(APT_NEEDS) prometheus:prometheus"
@@ -72,7 +79,7 @@ deps: deps-system deps-python deps-tools agent
 # command:package pairs (or /absolute/file:package); Go comes with this kind of machine,
 # golang-go is the fallback.
 APT_NEEDS := redis-server:redis-server mosquitto:mosquitto mosquitto_pub:mosquitto-clients \
-             ip:iproute2 tc:iproute2 openssl:openssl go:golang-go gcc:gcc \
+             ip:iproute2 tc:iproute2 iptables-restore:iptables openssl:openssl go:golang-go gcc:gcc \
              podman:podman runc:runc debootstrap:debootstrap systemd-nspawn:systemd-container
 
 deps-system:

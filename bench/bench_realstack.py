@@ -130,9 +130,9 @@ def plot(name: str, trace: PathTrace, results: dict[str, list[RunResult]], out: 
         ax.legend(ncol=4, fontsize=7, loc="lower left")
     first = trace.wats[0]
     for p, runs in results.items():
-        w = runs[0].weights.get("dl")
-        if w is not None:
-            share = w[:, 0] / np.maximum(1, w.sum(axis=1))
+        dl = runs[0].weights.get("dl")
+        if dl is not None:
+            share = dl[:, 0] / np.maximum(1, dl.sum(axis=1))
             axes[3].step(t, share, where="post", label=p)
     axes[3].set_ylabel(f"dl weight share\nof {first}")
     axes[3].set_xlabel("s into the trace")

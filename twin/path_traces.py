@@ -230,7 +230,8 @@ def _columns(wats: tuple[str, ...], per_wat: Mapping[str, float], n: int) -> Arr
 
 def _blockages(rng: np.random.Generator, wat: str, duration_s: float, lo_s: float, hi_s: float,
                gap: tuple[float, float], mode: str) -> tuple[Outage, ...]:
-    out, t = [], float(rng.uniform(*gap))
+    out: list[Outage] = []
+    t = float(rng.uniform(*gap))
     while True:
         d = float(rng.uniform(lo_s, hi_s))
         if t + d >= duration_s - 1.0:
@@ -364,14 +365,14 @@ def to_csv(trace: PathTrace) -> str:
         by_cell[key] = o
     for p in range(trace.periods):
         for j, wat in enumerate(trace.wats):
-            o = by_cell.get((p, wat))
+            cut = by_cell.get((p, wat))
             vals = [trace.radio[f][p, j] for f in radio]
             w.writerow([round(p * trace.period_s, 3), wat, _num(trace.rate_dl[p, j]),
                         _num(trace.rate_ul[p, j]), _num(trace.delay_ms[p, j]),
                         _num(trace.loss_pct[p, j]), _num(trace.buffer_ms[p, j]),
-                        "" if o is None else round(o.start_s - p * trace.period_s, 3),
-                        "" if o is None else round(o.duration_s * 1000, 1),
-                        "" if o is None else o.mode,
+                        "" if cut is None else round(cut.start_s - p * trace.period_s, 3),
+                        "" if cut is None else round(cut.duration_s * 1000, 1),
+                        "" if cut is None else cut.mode,
                         *("" if not np.isfinite(v) else _num(v) for v in vals)])
     return out.getvalue()
 
@@ -475,10 +476,11 @@ def predict(trace: PathTrace, direction: str, weights: Array | None = None,
     ``mptcp-shares`` rule (:func:`twin.rate_caps.deliver_caps`).  ``weights``/``caps`` are
     ``(periods, k)`` (None: the default scheduler, every WAT uncapped and carrying; caps
     ``inf`` where uncapped)."""
-    cap = trace.capacity(direction)
-    n, k = cap.shape
-    w = np.ones((n, k), np.int64) if weights is None else np.asarray(weights)
+    rate, up = trace.rate(direction), trace.available()
+    n, k = rate.shape
+    w = np.ones((n, k), np.int64) if weights is None else np.asarray(weights, dtype=np.int64)
     c = np.full((n, k), np.inf) if caps is None else np.asarray(caps, dtype=np.float64)
-    _, total, _ = deliver_caps(cap, w, c)
-    whole = float(cap.sum())
-    return float(total.sum()) / whole if whole > 0 else 0.0
+    # A cut takes its share of the period from what the WAT carries while it is up.
+    per_wat, _, _ = deliver_caps(rate, w, c)
+    whole = float((rate * up).sum())
+    return float((per_wat * up).sum()) / whole if whole > 0 else 0.0

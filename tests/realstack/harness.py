@@ -20,7 +20,8 @@ The policies (:data:`POLICIES`):
   the slowest link, round-robin's meaning), the paper's probes (``probe``: every 10 s, 5 s of
   10 TCP flows per WAT and direction beside the connection; weights from the last finished
   probe) or the trace's true capacities of the coming period, in force at its start
-  (``oracle``);
+  (``oracle``: the shipped ``load_balancing`` rule fed the truth, so a WAT cut for a period is
+  off in it and the others are uncapped, :func:`xapp.core.caps.balancing_caps`);
 * ``ewma``, ``model``: ``mcw run`` with that estimator (the shipped signed model for
   ``model``), its KPIs the agents' telemetry over MQTT plus the trace's radio KPIs written to
   InfluxDB as a KPI writer would.
@@ -52,7 +53,7 @@ from tests.support.polling import free_port, stop_process
 from tests.support.redis_server import RedisServer
 from twin.path_traces import PathTrace
 from xapp.adapters.mqtt import payloads
-from xapp.core.caps import rate_caps
+from xapp.core.caps import balancing_caps, rate_caps
 from xapp.core.weights import optimal_weights_batch
 
 POLICIES = ("default", "fixed_best", "equal", "probe", "ewma", "model", "oracle")
@@ -148,7 +149,9 @@ class ShapedTopology(Topology):
     def _drop_rules(self, period: int) -> str:
         tr, rules = self.trace, ["*filter", ":FORWARD ACCEPT [0:0]"]
         for j, p in enumerate(self.paths):
-            cut = p.wat in self._cut and self._cut[p.wat] == "drop"
+            # A carrier lost at the CPE is a cut at the router too: otherwise the CPE routes
+            # the WAT's uplink out of another interface and the router carries it on.
+            cut = p.wat in self._cut
             loss = float(tr.loss_pct[period, j]) / 100.0
             for dev in (f"r{p.wat}", f"q{p.wat}"):
                 if cut:
@@ -172,10 +175,9 @@ class ShapedTopology(Topology):
                 self._cut[wat] = mode
             else:
                 self._cut.pop(wat, None)
+            self._run(["iptables-restore"], self._drop_rules(self.period))
             if mode == "down":
                 self.set_link(wat, not on)
-            else:
-                self._run(["iptables-restore"], self._drop_rules(self.period))
 
     def _run(self, cmd: list[str], stdin: str) -> None:
         res = subprocess.run(["ip", "netns", "exec", self.router, *cmd], input=stdin.encode(),
@@ -230,14 +232,18 @@ class Publisher:
         self.client.client.loop_stop()
 
 
-def plan(capacity: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def plan(capacity: np.ndarray[Any, Any], balancing: bool = False
+         ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Weights and caps (NaN: none) for capacities ``(k,)``, as the xApp decides them for a
-    rate-caps agent: the engine's weights, the caps rule's caps."""
+    rate-caps agent: the engine's weights, and the caps of a split (:func:`rate_caps`) or, with
+    ``balancing``, of ``load_balancing`` (:func:`balancing_caps`: uncapped)."""
     c = np.asarray(capacity, dtype=np.float64)[None, :]
     w = optimal_weights_batch(c, 100)
     if not (w > 0).any():
         w = np.ones_like(w)
-    caps = rate_caps(w, np.ones_like(w, dtype=bool), np.where(c > 0, c, np.nan))
+    present = np.ones_like(w, dtype=bool)
+    caps = (balancing_caps(w, present) if balancing
+            else rate_caps(w, present, np.where(c > 0, c, np.nan)))
     return w[0], caps[0]
 
 
@@ -398,7 +404,7 @@ class Run:
                 def send(p: int = p) -> None:
                     w, c = {}, {}
                     for d in ("dl", "ul"):
-                        w[d], c[d] = plan(tr.capacity(d)[p])
+                        w[d], c[d] = plan(tr.capacity(d)[p], balancing=True)
                     pub.send(w, c)
                 ev.append((t0 + p * tr.period_s - ORACLE_LEAD_S, 0, send))
         elif self.policy in ("fixed_best", "equal"):

@@ -40,6 +40,17 @@ up to 13 % low (``1 / 1.15``) costs no throughput.  1.25 would absorb 20 % but s
 the whole target.  The caps of a direction are sent again (:func:`caps_moved`) once one moves by
 half the headroom's margin, so a cap is renewed before the total it should carry outgrows it.
 
+**load_balancing caps nothing** (:func:`balancing_caps`).  Its aim is the largest aggregate, not
+a split, and mainline's default scheduler already fills every path it may use: a cap can only
+hold a WAT below what it carries (Mbit/s for Mbit/s when the forecast is low), never lift one
+above it, and a forecast too high for one WAT lowers the others' caps with it.  On the real
+stack (``bench/bench_realstack.py``, issue 32) the loop that capped at the forecasts delivered
+less than the default scheduler alone.  So a ``load_balancing`` set without share limits goes
+out with every weighted WAT at :data:`CAP_MAX_MBPS` (explicitly uncapped: without caps the agent
+would derive them from its configured link rates); its levers are the WATs at weight 0 (backup:
+no data while another WAT is up), which the forecasts decide.  Policies that ask for a split
+(``fixed_split``, share limits) keep the rule above.
+
 Caps are bounded as the schema bounds them: above 0 (at least :data:`CAP_MIN_MBPS`, the agent's
 HTB floor, so what is sent is what is set) and at most :data:`CAP_MAX_MBPS`; rounded to 1 kbit/s
 so that messages stay short and equal caps encode equally.
@@ -127,6 +138,13 @@ def rate_caps(weights: NDArray[np.integer], present: Mask, forecast: Array,
     out = np.full(w.shape, np.nan)
     out[capped] = np.clip(np.round(raw[capped], 3), CAP_MIN_MBPS, CAP_MAX_MBPS)
     return out
+
+
+def balancing_caps(weights: NDArray[np.integer], present: Mask) -> Array:
+    """Caps of a ``load_balancing`` set without share limits: :data:`CAP_MAX_MBPS` (uncapped)
+    for every WAT with a weight above 0, NaN for the rest (see the module docstring)."""
+    on = np.asarray(present, dtype=bool) & (np.asarray(weights) > 0)
+    return np.where(on, CAP_MAX_MBPS, np.nan)
 
 
 def caps_moved(old: Array, new: Array, headroom: float = DEFAULT_HEADROOM) -> Mask:

@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from xapp.core.caps import DEFAULT_HEADROOM, caps_moved, rate_caps
+from xapp.core.caps import DEFAULT_HEADROOM, balancing_caps, caps_moved, rate_caps
 from xapp.core.decisions import ERROR, NO_USABLE, OK, DecideBatch, decide_batch
 from xapp.core.fleet import FleetTable
 from xapp.core.forecast import (
@@ -81,7 +81,7 @@ from xapp.core.forecast import (
     expansion,
 )
 from xapp.core.ownership import Fenced
-from xapp.core.policy import KNOWN_WATS, Policy
+from xapp.core.policy import KNOWN_WATS, Policy, SteeringMode
 from xapp.core.policy_book import PolicyResolver
 from xapp.core.ports import (
     BackendSemantics,
@@ -181,6 +181,14 @@ class _Inputs:
     up: NDArray[np.bool_]
     rtt: Array
 
+
+
+def uncapped_balancing(policy: Policy) -> bool:
+    """Whether a rate-caps agent gets this policy's sets uncapped: ``load_balancing`` with no
+    share limits wants the largest aggregate, which mainline's scheduler reaches by itself
+    (:mod:`xapp.core.caps`)."""
+    return (policy.mode is SteeringMode.LOAD_BALANCING and not policy.min_share
+            and not policy.max_share)
 
 class ControlLoop:
     """Runs ticks over injected ports; call :meth:`tick` from one thread at a time.
@@ -543,6 +551,14 @@ class ControlLoop:
         owed = fleet.unpublished[r_due]
         stale = now_s - fleet.published_s[r_due] >= refresh_at
         mode = policy.mode.value
+        balancing = rate_capped is not None and uncapped_balancing(policy)
+        if balancing:
+            assert rate_capped is not None
+            # Uncapped, a slow WAT adds its rate to the connection instead of holding the
+            # others to its pace as under WRR, so every usable WAT carries: weight 0 (backup)
+            # is for a WAT that is down, excluded or forecast at nothing.
+            lift = (ok & rate_capped[r_due])[:, None] & d.usable & (d.weights == 0)
+            d.weights[lift] = 1
         # Going from a followed set to an own one, or back, is a change.
         differs = ((d.weights != fleet.weights[r_due]) | (x.present[idx] != fleet.present[r_due])
                    ).any(axis=1) | (fleet.mode[r_due] != mode) | (fleet.follows[r_due] != lent)
@@ -552,7 +568,9 @@ class ControlLoop:
             # a WAT without a usable forecast has its trial value here, as in the decision.
             caps = np.full(d.weights.shape, np.nan)
             on = ok & rate_capped[r_due]
-            if on.any():
+            if on.any() and balancing:
+                caps[on] = balancing_caps(d.weights[on], x.present[idx[on]])
+            elif on.any():
                 caps[on] = rate_caps(d.weights[on], x.present[idx[on]], x.cap[idx[on]],
                                      self.settings.caps_headroom)
             differs |= caps_moved(fleet.caps[r_due], caps, self.settings.caps_headroom)

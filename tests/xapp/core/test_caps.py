@@ -17,6 +17,7 @@ from xapp.core.caps import (
     CAP_MAX_MBPS,
     CAP_MIN_MBPS,
     DEFAULT_HEADROOM,
+    balancing_caps,
     caps_moved,
     check_headroom,
     rate_caps,
@@ -259,3 +260,54 @@ def test_a_set_that_follows_the_other_direction_has_no_caps() -> None:
     (doc,) = pub.take()
     assert doc["dl"]["reason"].startswith("follows ul")
     assert "caps_mbps" in doc["ul"] and "caps_mbps" not in doc["dl"]
+
+
+def test_balancing_caps_uncap_every_weighted_wat() -> None:
+    w = np.array([[60, 0, 40], [0, 0, 0]])
+    present = np.array([[True, True, True], [True, False, True]])
+    out = balancing_caps(w, present)
+    assert out[0, 0] == out[0, 2] == CAP_MAX_MBPS
+    assert np.isnan(out[0, 1]) and np.isnan(out[1]).all()
+
+
+@pytest.mark.parametrize(("policy", "capped"), [
+    ({"mode": "load_balancing", "max_weight": 100}, False),
+    # Share limits ask for a split: the caps rule enforces it.
+    ({"mode": "load_balancing", "max_weight": 100, "wats": {"wifi": {"max_share": 0.2}}}, True),
+    (SPLIT, True),
+])
+def test_load_balancing_leaves_a_rate_caps_agent_uncapped(policy: dict[str, object],
+                                                          capped: bool) -> None:
+    """A forecast far above what a WAT carries (wifi 45 against nr 16, make e2e's case) caps
+    nr under the rule; load_balancing without limits sends every WAT uncapped instead."""
+    sem = Semantics()
+    sem.ul = {"a"}
+    pub = MemoryPublisher(clock=lambda: 0.0)
+    loop = _loop(Kpis(_rows(["a"], nr=16.0, wifi=45.0)), pub, sem, policy)
+    loop.tick(100.0)
+    (doc,) = pub.take()
+    check("weights", doc)
+    caps = doc["ul"]["caps_mbps"]
+    weighted = {w for w, v in doc["ul"]["weights"].items() if v > 0}
+    assert set(caps) <= weighted
+    if capped:
+        assert min(caps.values()) < 100
+    else:
+        assert caps == dict.fromkeys(weighted, CAP_MAX_MBPS)
+
+
+def test_load_balancing_keeps_every_usable_wat_on_a_rate_caps_agent() -> None:
+    """Under WRR the engine drops a WAT too slow to keep pace (lifi at 0.1 beside wifi at 59);
+    uncapped, that WAT only adds, so it stays on; a WAT forecast at nothing is off."""
+    rows = {("a", w, d): v for d in ("dl", "ul")
+            for w, v in (("nr", 17.0), ("wifi", 59.0), ("lifi", 0.1))}
+    rows.update({("b", w, d): v for d in ("dl", "ul") for w, v in (("nr", 17.0), ("wifi", 0.0))})
+    sem = Semantics()
+    sem.ul = {"a", "b"}
+    pub = MemoryPublisher(clock=lambda: 0.0)
+    _loop(Kpis(rows), pub, sem, {"mode": "load_balancing", "max_weight": 100}).tick(100.0)
+    docs = {d["cpe_id"]: d for d in pub.take()}
+    assert docs["a"]["dl"]["weights"]["lifi"] == 0  # WRR (the proxy here): the engine's
+    assert docs["a"]["ul"]["weights"]["lifi"] >= 1
+    assert set(docs["a"]["ul"]["caps_mbps"]) == {"nr", "wifi", "lifi"}
+    assert docs["b"]["ul"]["weights"]["wifi"] == 0 and "wifi" not in docs["b"]["ul"]["caps_mbps"]
