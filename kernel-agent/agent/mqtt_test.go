@@ -53,14 +53,7 @@ func startBroker(t *testing.T) broker {
 	if out, err := exec.Command("bash", filepath.Join(root, "broker", "make-test-pki.sh"), pki, "3", "1", "1").CombinedOutput(); err != nil {
 		t.Fatalf("make-test-pki.sh: %v\n%s", err, out)
 	}
-	acl, err := exec.Command("bash", filepath.Join(root, "broker", "make-acl.sh"), "proxy-0001:cpe-0001,cpe-0002").Output()
-	if err != nil {
-		t.Fatalf("make-acl.sh: %v", err)
-	}
-	aclPath := filepath.Join(dir, "acl")
-	if err := os.WriteFile(aclPath, acl, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	aclPath := brokertest.MakeACL(t, dir, pki, "proxy-0001:cpe-0001,cpe-0002")
 	addr := brokertest.Start(t, brokertest.Options{Dir: dir, PKI: pki, ACL: aclPath})
 	return broker{addr: addr, pki: pki}
 }

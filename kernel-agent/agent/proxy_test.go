@@ -770,3 +770,65 @@ func TestProxyRegistry(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyRegistryOverlap: a claim that lies in two CPEs' registered
+// prefixes is refused, whoever makes it (issue 33: with cpe-0001:
+// 10.0.0.0/8 beside cpe-0002: 10.20.0.0/16 and cpe-0002 not yet
+// reported, cpe-0001's state steered 10.20.0.2; with both reported, the
+// conflict check let cpe-0001 switch cpe-0002's steering off). The
+// configuration refuses such a registry; this is the proxy's own guard.
+func TestProxyRegistryOverlap(t *testing.T) {
+	dir := t.TempDir()
+	clk := &clock{t: t0}
+	dl := dryrun.NewDownlink()
+	m := metrics.New()
+	p, err := New(Config{Role: payload.RoleProxy, ProxyID: "proxy-0001", CPEs: []string{"cpe-0001", "cpe-0002"}, SafeWeights: payload.Weights{"nr": 1, "wifi": 1},
+		StateDir: dir, MaxClockSkew: 5 * time.Second,
+		Prefixes: map[string][]netip.Prefix{
+			"cpe-0001": {netip.MustParsePrefix("10.0.0.0/8")},
+			"cpe-0002": {netip.MustParsePrefix("10.20.0.0/16")},
+		}},
+		Deps{Backend: dl, Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, p: p, dl: dl, clk: clk, dir: dir, m: m}
+	steered := func(addr string) []string {
+		var by []string
+		for _, c := range f.dl.LastPaths() {
+			for _, ps := range c.Paths {
+				if ps.Addr.String() == addr {
+					by = append(by, c.CPEID)
+				}
+			}
+		}
+		return by
+	}
+	// The victim has not reported: cpe-0001 claims its address.
+	f.step(cpeState("cpe-0001", `{"nr":"10.1.0.2","wifi":"10.20.0.2"}`, up2),
+		weights("cpe-0001", 5, t0, 60, `{"nr":1,"wifi":200}`, `{"nr":1}`))
+	if by := steered("10.20.0.2"); len(by) != 0 {
+		t.Fatalf("10.20.0.2 steered for %v", by)
+	}
+	if got := metrics.Value(m.ProxyStates.WithLabelValues("invalid")); got != 1 {
+		t.Fatalf("proxy_cpe_states{result=invalid} = %v", got)
+	}
+	// Outside the overlap cpe-0001 is steered as before.
+	f.step(cpeState("cpe-0001", `{"nr":"10.1.0.2","wifi":"10.2.0.2"}`, up2))
+	if got := f.dl.Last()["cpe-0001"]; !cmp.Equal(got, payload.Weights{"nr": 1, "wifi": 200}) {
+		t.Fatalf("cpe-0001 outside the overlap: %v", got)
+	}
+	// Within the overlap neither CPE's claim is taken: the registry cannot
+	// say whose the address is, so no claim to it can switch the other
+	// CPE's steering off either.
+	f.step(cpeState("cpe-0002", `{"nr":"10.20.0.2"}`, `{"nr":"up"}`))
+	if got := metrics.Value(m.ProxyStates.WithLabelValues("invalid")); got != 2 {
+		t.Fatalf("proxy_cpe_states{result=invalid} = %v", got)
+	}
+	if by := steered("10.20.0.2"); len(by) != 0 {
+		t.Fatalf("10.20.0.2 steered for %v", by)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/mcw-xapp/kernel-agent/linkwatch"
 	"github.com/mcw-xapp/kernel-agent/payload"
@@ -118,7 +119,11 @@ func countDown(links map[string]string) int {
 
 // registered checks a CPE's claimed addresses against the operator's
 // registry: the CPE's claim alone never decides which traffic is its own
-// when the operator has said.
+// when the operator has said. An address that another CPE's prefixes also
+// cover is refused too, whoever claims it: the configuration refuses such
+// a registry, and this holds wherever the registry came from, so a CPE
+// can never take an address merely because its owner has not reported it
+// yet.
 func (a *Agent) registered(id string, addrs map[string]netip.Addr) error {
 	prefixes, listed := a.cfg.Prefixes[id]
 	if !listed {
@@ -127,6 +132,17 @@ func (a *Agent) registered(id string, addrs map[string]netip.Addr) error {
 	for wat, addr := range addrs {
 		if !slices.ContainsFunc(prefixes, func(pfx netip.Prefix) bool { return pfx.Contains(addr) }) {
 			return fmt.Errorf("%w: addresses: %s=%s is outside the prefixes registered for %s (%v)", payload.ErrInvalid, wat, addr, id, prefixes)
+		}
+		var others []string
+		for other, ps := range a.cfg.Prefixes {
+			if other != id && slices.ContainsFunc(ps, func(pfx netip.Prefix) bool { return pfx.Contains(addr) }) {
+				others = append(others, other)
+			}
+		}
+		if len(others) > 0 {
+			slices.Sort(others)
+			return fmt.Errorf("%w: addresses: %s=%s lies in the prefixes registered for %s and for %s: the registry cannot say whose it is",
+				payload.ErrInvalid, wat, addr, id, strings.Join(others, ", "))
 		}
 	}
 	return nil

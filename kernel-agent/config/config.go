@@ -434,6 +434,7 @@ func (c Config) validateProxy() []error {
 			add("cpe_prefixes[%s]: missing: the operator's registry says which addresses are the CPE's own (its claim alone is not trusted)", id)
 		}
 	}
+	var entries []regEntry
 	for id, list := range c.CPEPrefixes {
 		if !seen[id] {
 			add("cpe_prefixes: %q is not one of cpes", id)
@@ -451,10 +452,16 @@ func (c Config) validateProxy() []error {
 			}
 			if err != nil {
 				add("cpe_prefixes[%s][%d] %q: %v", id, i, text, err)
+				continue
 			}
+			err = checkRegistryPrefix(pfx)
+			if err != nil {
+				add("cpe_prefixes[%s][%d] %q: %v", id, i, text, err)
+			}
+			entries = append(entries, regEntry{id: id, i: i, pfx: pfx, ok: err == nil})
 		}
 	}
-	return errs
+	return append(errs, checkRegistry(entries)...)
 }
 
 // Prefixes returns the registry of CPEPrefixes parsed (Validate has

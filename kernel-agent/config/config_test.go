@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -173,6 +174,94 @@ func TestLeaseSkew(t *testing.T) {
 	for _, bad := range []string{"-1", "60001"} {
 		if _, err := Parse([]byte(good + "lease: {max_clock_skew_ms: " + bad + "}\n")); err == nil || !strings.Contains(err.Error(), "max_clock_skew_ms") {
 			t.Fatalf("skew %s: %v", bad, err)
+		}
+	}
+}
+
+// TestRegistryRefusesOverlapsAndBroadPrefixes: a registry in which one
+// CPE's prefixes reach into another's, or name a network rather than a
+// CPE, is refused at start, naming the entries (issue 33: with
+// cpe-0001: 10.0.0.0/8 beside cpe-0002: 10.20.0.0/16, cpe-0001's state
+// steered cpe-0002's address while cpe-0002 was offline).
+func TestRegistryRefusesOverlapsAndBroadPrefixes(t *testing.T) {
+	const line = "cpe_prefixes: {cpe-0001: [10.31.0.0/16], cpe-0002: [10.32.0.0/16]}"
+	// 1.0.0.0/16, 1.1.0.0/16, ...: /16s, each at the floor, covering one /8.
+	var sixteens []string
+	for i := range 256 {
+		sixteens = append(sixteens, fmt.Sprintf("1.%d.0.0/16", i))
+	}
+	tests := []struct {
+		name     string
+		registry string
+		wantErr  []string
+	}{
+		{"nested across CPEs", "{cpe-0001: [10.0.0.0/8], cpe-0002: [10.20.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0001][0] \"10.0.0.0/8\": broader than /16", "cpe_prefixes[cpe-0001][0] 10.0.0.0/8 and cpe_prefixes[cpe-0002][0] 10.20.0.0/16 overlap"}},
+		{"nested at the floor", "{cpe-0001: [10.20.0.0/16], cpe-0002: [10.20.1.0/24]}",
+			[]string{"cpe_prefixes[cpe-0001][0] 10.20.0.0/16 and cpe_prefixes[cpe-0002][0] 10.20.1.0/24 overlap"}},
+		{"nested, the narrower listed first", "{cpe-0001: [10.31.0.0/16, 10.20.1.0/24], cpe-0002: [10.20.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0002][0] 10.20.0.0/16 and cpe_prefixes[cpe-0001][1] 10.20.1.0/24 overlap"}},
+		{"identical", "{cpe-0001: [10.31.0.0/16], cpe-0002: [10.31.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0001][0] 10.31.0.0/16 and cpe_prefixes[cpe-0002][0] 10.31.0.0/16 are the same prefix"}},
+		{"identical IPv6", "{cpe-0001: ['fd31::/64'], cpe-0002: [10.32.0.0/16, 'fd31::/64']}",
+			[]string{"cpe_prefixes[cpe-0001][0] fd31::/64 and cpe_prefixes[cpe-0002][1] fd31::/64 are the same prefix"}},
+		{"twice in one CPE", "{cpe-0001: [10.31.0.0/16, 10.31.7.0/24], cpe-0002: [10.32.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0001][0] 10.31.0.0/16 and cpe_prefixes[cpe-0001][1] 10.31.7.0/24 overlap: list each address once"}},
+		{"half of IPv4", "{cpe-0001: [128.0.0.0/1], cpe-0002: [10.32.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0001][0] \"128.0.0.0/1\": broader than /16"}},
+		{"a /8", "{cpe-0001: [11.0.0.0/8], cpe-0002: [10.32.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0001][0] \"11.0.0.0/8\": broader than /16"}},
+		{"half of IPv6", "{cpe-0001: ['8000::/1'], cpe-0002: [10.32.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0001][0] \"8000::/1\": broader than /48"}},
+		{"a /32 of IPv6", "{cpe-0001: ['2001:db8::/32'], cpe-0002: [10.32.0.0/16]}",
+			[]string{"\"2001:db8::/32\": broader than /48"}},
+		{"nearly all of IPv4", "{cpe-0001: [1.0.0.0/8, 2.0.0.0/7, 4.0.0.0/6, 8.0.0.0/5, 16.0.0.0/4, 32.0.0.0/3, 64.0.0.0/2, 128.0.0.0/2, 192.0.0.0/3], cpe-0002: [10.32.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0001][0] \"1.0.0.0/8\": broader than /16", "[cpe-0001][6] \"64.0.0.0/2\": broader", "[cpe-0001][8] \"192.0.0.0/3\""}},
+		{"many /16s", "{cpe-0001: [" + strings.Join(sixteens, ", ") + "], cpe-0002: [10.32.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0001]: 16777216 IPv4 addresses, more than 4 /16"}},
+		{"many /48s", "{cpe-0001: ['2001:db8:1::/48', '2001:db8:2::/48', '2001:db8:3::/48', '2001:db8:4::/48', '2001:db8:5::/48'], cpe-0002: [10.32.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0001]: IPv6 prefixes adding up to more than 4 /48"}},
+		{"IPv6 link-local", "{cpe-0001: [10.31.0.0/16, 'fe80::/10'], cpe-0002: [10.32.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0001][1] \"fe80::/10\": broader than /48"}},
+		{"IPv6 link-local, narrow", "{cpe-0001: ['fe80::/64'], cpe-0002: [10.32.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0001][0] \"fe80::/64\": overlaps fe80::/10, IPv6 link-local"}},
+		{"NAT64", "{cpe-0001: ['64:ff9b::/96'], cpe-0002: [10.32.0.0/16]}",
+			[]string{"cpe_prefixes[cpe-0001][0] \"64:ff9b::/96\": overlaps 64:ff9b::/96, the NAT64 well-known prefix"}},
+		{"NAT64 local use", "{cpe-0001: ['64:ff9b:1:2::/64'], cpe-0002: [10.32.0.0/16]}",
+			[]string{"NAT64 local-use"}},
+		{"6to4", "{cpe-0001: ['2002:a1f:100::/48'], cpe-0002: [10.32.0.0/16]}",
+			[]string{"6to4"}},
+		{"IPv4 link-local", "{cpe-0001: [169.254.7.0/24], cpe-0002: [10.32.0.0/16]}",
+			[]string{"IPv4 link-local"}},
+		{"loopback", "{cpe-0001: [127.1.0.0/16], cpe-0002: [10.32.0.0/16]}",
+			[]string{"loopback"}},
+		{"IPv6 multicast", "{cpe-0001: ['ff05:1::/48'], cpe-0002: [10.32.0.0/16]}",
+			[]string{"multicast"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(strings.Replace(goodProxy, line, "cpe_prefixes: "+tt.registry, 1)))
+			if err == nil {
+				t.Fatal("registry accepted")
+			}
+			for _, want := range tt.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error does not mention %q:\n%v", want, err)
+				}
+			}
+		})
+	}
+	// What a registry is for still passes: one CPE's pools, at the floors,
+	// up to one floor-sized block per WAT, beside another's.
+	for _, ok := range []string{
+		"{cpe-0001: [10.31.0.0/16], cpe-0002: [10.32.0.0/16]}",
+		"{cpe-0001: [10.31.0.0/16, 10.33.0.0/16, 10.34.0.0/16, 10.35.0.0/16], cpe-0002: [10.32.0.0/16]}",
+		"{cpe-0001: ['2001:db8:1::/48', '2001:db8:2::/48', '2001:db8:3::/48', '2001:db8:4::/48', 100.64.1.0/24], cpe-0002: ['2001:db8:5::/64', '2001:db8:5:1::/64']}",
+		"{cpe-0001: [10.31.0.0/30], cpe-0002: [10.31.0.4/30, '2001:db8::1/128']}",
+	} {
+		_, err := Parse([]byte(strings.Replace(goodProxy, line, "cpe_prefixes: "+ok, 1)))
+		if err != nil {
+			t.Errorf("%s refused: %v", ok, err)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 
@@ -28,10 +29,12 @@ PATHS = [Path("nr", 1, 16), Path("wifi", 2, 8)]
 METRICS_INNER_PORT = 9464
 
 
-def proxy_acl(out: FsPath, cpe_id: str) -> FsPath:
-    """The shipped ACL with the proxy's grants for ``cpe_id`` (``broker/make-acl.sh``)."""
-    text = subprocess.run(["bash", str(REPO / "broker" / "make-acl.sh"), f"{PROXY_ID}:{cpe_id}"],
-                          capture_output=True, check=True, timeout=20).stdout.decode()
+def proxy_acl(out: FsPath, cpe_id: str, cpes: Sequence[str] = ()) -> FsPath:
+    """The shipped ACL with the proxy's grants for ``cpe_id`` and each of ``cpes`` (and
+    ``cpe_id``) granted its own shard (``broker/make-acl.sh``)."""
+    text = subprocess.run(["bash", str(REPO / "broker" / "make-acl.sh"),
+                           "--cpes", ",".join([cpe_id, *cpes]), f"{PROXY_ID}:{cpe_id}"],
+                          capture_output=True, check=True, timeout=60).stdout.decode()
     out.write_text(text)
     return out
 

@@ -437,8 +437,10 @@ def start(root: Path, n_agents: int, n_cpes: int) -> Run:
     root.mkdir(parents=True, exist_ok=True)
     pki = make_pki(root / "pki", n_cpes=n_cpes, jobs=2)
     cpes = [cpe_name(i) for i in range(1, n_cpes + 1)]
-    # The shipped ACL plus the proxy's grants for the real connection's CPE (cpes[0]).
-    broker = MosquittoBroker(pki, root / "broker", acl=proxy_acl(root / "acl", cpes[0])).start()
+    # The shipped ACL plus the proxy's grants for the real connection's CPE (cpes[0]) and each
+    # CPE's own shard.
+    broker = MosquittoBroker(pki, root / "broker",
+                             acl=proxy_acl(root / "acl", cpes[0], cpes)).start()
     try:
         influx = start_influxd(root)
     except BaseException:

@@ -425,7 +425,8 @@ def base_values(run: Run) -> dict[str, Any]:
         # Sharding turns on by itself above one replica (Redis is SDL's, on the node).
         "replicaCount": REPLICAS,
         "controls": {"loop": {"lease_s": 6}},
-        "broker": {"deploy": True, "proxies": {PROXY_ID: [run.cpes[0]]},
+        # Every CPE is granted its own shard (broker.cpes); the proxy serves the first.
+        "broker": {"deploy": True, "cpes": list(run.cpes), "proxies": {PROXY_ID: [run.cpes[0]]},
                    "server": {"image": {"registry": "localhost", "repository": aux_repo,
                                         "tag": aux_tag, "pullPolicy": "Never"},
                               "service": {"type": "NodePort", "nodePort": BROKER_NODE_PORT}}},

@@ -12,6 +12,7 @@ import posixpath
 import re
 import subprocess
 import urllib.parse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from tests.packaging.paths import (
 )
 from xapp.app import config
 from xapp.app import runtime as main
+from xapp.core.shards import DEFAULT_SHARDS, MAX_SHARDS, shard_of
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 #: An Ed25519 public key (PEM), the form `mcw model keygen` writes.
@@ -47,6 +49,8 @@ DEFAULT_MODEL_KEY_FILE = "/opt/mcw/keys/model-signing.pub"
 #: MPTCP proxy agents of the deployed broker's ACL (broker.proxies): proxy id -> CPEs it serves.
 PROXIES: dict[str, list[str]] = {"proxy-0002": ["cpe-0003"], "proxy-0001": ["cpe-0002", "cpe-0001"],
                                  "proxy-0003": []}
+#: CPEs of the deployed broker's ACL besides the proxies' (broker.cpes).
+CPES = ["cpe-0004", "cpe-0001"]
 
 #: name -> (values, namespace passed to helm)
 VARIANTS: dict[str, tuple[dict[str, Any], str | None]] = {
@@ -58,7 +62,8 @@ VARIANTS: dict[str, tuple[dict[str, Any], str | None]] = {
         "service": {"type": "LoadBalancer", "nodePort": 30883,
                     "loadBalancerSourceRanges": ["10.20.0.0/16"]},
         "allowFrom": [{"ipBlock": {"cidr": "10.20.0.0/16"}}],
-        "persistence": {"existingClaim": "mosquitto-data"}}, "proxies": PROXIES}}, "ricxapp"),
+        "persistence": {"existingClaim": "mosquitto-data"}}, "proxies": PROXIES,
+        "cpes": CPES}}, "ricxapp"),
     "existing-secrets": ({
         "broker": {"clientTls": {"existingSecret": "fleet-mqtt-client"},
                    "host": "mqtt.example.net"},
@@ -182,6 +187,13 @@ def test_validation_catches_a_broken_manifest(rendered: dict[str, cr.Rendered]) 
     ({"broker": {"deploy": True, "proxies": {"proxy-0001": ["cpe-0001"],
                                              "cpe-0001": ["cpe-0002"]}}},
      "'cpe-0001' is given both as a proxy and as a CPE id"),
+    # CPE grants: the ids make-acl.sh --cpes accepts, each once.
+    ({"broker": {"deploy": True, "cpes": ["cpe-0001/#"]}}, "broker.cpes.0"),
+    ({"broker": {"deploy": True, "cpes": ["cpe-0001\nuser mcw-xapp"]}}, "broker.cpes.0"),
+    ({"broker": {"deploy": True, "cpes": ["cpe-0001", "cpe-0001"]}}, "broker.cpes"),
+    ({"broker": {"deploy": True, "cpes": ["mcw-xapp"]}}, "mcw-xapp is the xApp's identity"),
+    ({"broker": {"deploy": True, "cpes": ["proxy-0001"], "proxies": {"proxy-0001": []}}},
+     "'proxy-0001' is given both as a proxy and as a CPE id"),
 ])
 def test_bad_values_are_refused(helm: str, tmp_path: Path, values: dict[str, Any],
                                 message: str) -> None:
@@ -651,10 +663,13 @@ def test_deployed_broker_uses_the_channel_configuration(rendered: dict[str, cr.R
     broker_name = f"{XAPP_NAME}-broker"
     cm = r.get("ConfigMap", broker_name)
     repo_conf = (ROOT / "broker" / "mosquitto.conf").read_text(encoding="utf-8")
-    # The ACL is broker/acl plus the proxies' stanzas, exactly as broker/make-acl.sh writes it.
+    # The ACL is broker/acl plus the proxies' and the CPEs' stanzas, exactly as
+    # broker/make-acl.sh writes it.
     assert cm["data"]["acl"].startswith((ROOT / "broker" / "acl").read_text())
-    assert cm["data"]["acl"] == make_acl(PROXIES)
+    assert cm["data"]["acl"] == make_acl(PROXIES, CPES)
     assert "user proxy-0001\n" in cm["data"]["acl"]
+    assert f"user cpe-0004\ntopic write mcw/v1/s/{shard_of('cpe-0004')}/cpe/cpe-0004/state\n" \
+        in cm["data"]["acl"]
     conf = _mosquitto_conf(cm["data"]["mosquitto.conf"])
     log_dest = re.findall(r"^log_dest\s+(\S+)", cm["data"]["mosquitto.conf"], re.MULTILINE)
     assert log_dest == ["stdout"]
@@ -694,20 +709,28 @@ def test_deployed_broker_uses_the_channel_configuration(rendered: dict[str, cr.R
     assert pod["securityContext"]["runAsNonRoot"] is True
 
 
-def make_acl(proxies: dict[str, list[str]]) -> str:
-    """What broker/make-acl.sh prints for ``proxies``: the other renderer of the same ACL."""
-    proc = subprocess.run(["bash", str(ROOT / "broker" / "make-acl.sh"),
+def make_acl(proxies: dict[str, list[str]], cpes: Sequence[str] = (),
+             shards: int = DEFAULT_SHARDS) -> str:
+    """What broker/make-acl.sh prints for ``proxies`` and ``cpes``: the other renderer of the
+    same ACL."""
+    proc = subprocess.run(["bash", str(ROOT / "broker" / "make-acl.sh"), "--shards", str(shards),
+                           *(["--cpes", ",".join(cpes)] if cpes else []),
                            *(f"{p}:{','.join(cpes)}" for p, cpes in proxies.items())],
                           capture_output=True, text=True, check=True)
     return proc.stdout
 
 
-def _broker_acl_and_checksum(helm: str, tmp: Path,
-                             proxies: dict[str, list[str]] | None) -> tuple[str, str]:
-    broker: dict[str, Any] = {"deploy": True}
+def _broker_acl_and_checksum(helm: str, tmp: Path, proxies: dict[str, list[str]] | None,
+                             cpes: Sequence[str] | None = None,
+                             shards: int | None = None) -> tuple[str, str]:
+    values: dict[str, Any] = {"broker": {"deploy": True}}
     if proxies is not None:
-        broker["proxies"] = proxies
-    r = cr.template(helm, tmp, {"broker": broker}, namespace="ricxapp")
+        values["broker"]["proxies"] = proxies
+    if cpes is not None:
+        values["broker"]["cpes"] = list(cpes)
+    if shards is not None:
+        values["sharding"] = {"shards": shards}
+    r = cr.template(helm, tmp, values, namespace="ricxapp")
     name = f"{XAPP_NAME}-broker"
     deployment = r.get("Deployment", name)
     checksum: str = deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
@@ -716,23 +739,45 @@ def _broker_acl_and_checksum(helm: str, tmp: Path,
 
 
 def test_deployed_broker_acl_follows_the_proxies(helm: str, tmp_path: Path) -> None:
-    # No proxy (the default, or an empty map): the shipped ACL byte for byte.
+    # No proxy and no CPE (the default, or empty): the shipped ACL byte for byte.
     base, base_sum = _broker_acl_and_checksum(helm, tmp_path, None)
     assert base == (ROOT / "broker" / "acl").read_text() == make_acl({})
     assert _broker_acl_and_checksum(helm, tmp_path, {}) == (base, base_sum)
-    # One contract, two renderers: the chart and make-acl.sh agree for every set of proxies,
-    # and the broker pod restarts (new checksum) whenever the grants change.
+    assert _broker_acl_and_checksum(helm, tmp_path, {}, []) == (base, base_sum)
+    # One contract, two renderers: the chart and make-acl.sh agree for every set of proxies
+    # and CPEs, and the broker pod restarts (new checksum) whenever the grants change.
     sums = {base_sum}
-    for proxies in ({"proxy-0001": ["cpe-0001"]},
-                    {"proxy-0001": ["cpe-0001", "cpe-0002"]},
-                    {"proxy-0001": ["cpe-0002", "cpe-0001"]},
-                    {"proxy-0001": ["cpe-0001", "cpe-0002"], "proxy-0002": []},
-                    {"proxy-0002": ["cpe-0001"]},
-                    {"p.1_x": ["C-1", "c.2"], "A9": ["z"]}):
-        acl, checksum = _broker_acl_and_checksum(helm, tmp_path, proxies)
-        assert acl == make_acl(proxies), proxies
-        assert checksum not in sums, proxies
+    for proxies, cpes in (({"proxy-0001": ["cpe-0001"]}, None),
+                          ({"proxy-0001": ["cpe-0001", "cpe-0002"]}, None),
+                          ({"proxy-0001": ["cpe-0002", "cpe-0001"]}, None),
+                          ({"proxy-0001": ["cpe-0001", "cpe-0002"], "proxy-0002": []}, None),
+                          ({"proxy-0002": ["cpe-0001"]}, None),
+                          ({"p.1_x": ["C-1", "c.2"], "A9": ["z"]}, None),
+                          ({}, ["cpe-0001"]),
+                          ({}, ["cpe-0002", "cpe-0001"]),
+                          ({"proxy-0002": ["cpe-0001"]}, ["cpe-0001", "cpe-0003"])):
+        acl, checksum = _broker_acl_and_checksum(helm, tmp_path, proxies, cpes)
+        assert acl == make_acl(proxies, cpes or ()), (proxies, cpes)
+        assert checksum not in sums, (proxies, cpes)
         sums.add(checksum)
+
+
+# Ids of every allowed character and length, for the chart's FNV-1a against make-acl.sh's.
+SHARD_IDS = ["cpe-0001", "cpe-10000", "a", "Z9._-x", "0", "c" * 64, "A-._z",
+             *(f"cpe-{i:05d}" for i in range(0, 100_000, 4999))]
+
+
+@pytest.mark.parametrize("shards", [1, 7, DEFAULT_SHARDS, MAX_SHARDS])
+def test_deployed_broker_grants_each_cpe_its_own_shard(helm: str, tmp_path: Path,
+                                                       shards: int) -> None:
+    """The chart computes FNV-1a in a template (it has no XOR): the same shards as
+    make-acl.sh and xapp/core/shards.py for the fleet's sharding.shards."""
+    acl, _ = _broker_acl_and_checksum(helm, tmp_path, {"proxy-0001": SHARD_IDS[:2]}, SHARD_IDS,
+                                      shards)
+    assert acl == make_acl({"proxy-0001": SHARD_IDS[:2]}, SHARD_IDS, shards)
+    for cpe in SHARD_IDS:
+        grant = f"\nuser {cpe}\ntopic write mcw/v1/s/{shard_of(cpe, shards)}/cpe/{cpe}/state\n"
+        assert grant in acl
 
 
 def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:

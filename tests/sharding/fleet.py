@@ -37,7 +37,14 @@ from tests.integration.stack import (
     http_get,
     start_dry_run_agent,
 )
-from tests.support.mosquitto import ACL_FILE, MosquittoBroker, Pki, connect_client, make_pki
+from tests.support.mosquitto import (
+    MosquittoBroker,
+    Pki,
+    connect_client,
+    make_acl,
+    make_pki,
+    pki_cpes,
+)
 from tests.support.polling import free_port
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import CuttableProxy
@@ -261,7 +268,8 @@ class Fleet:
         self.pki: Pki = make_pki(root / "pki", n_cpes=max(1, n_agents))
         make_pki(root / "pki", n_cpes=1, first=900)
         acl = root / "acl"
-        acl.write_text(ACL_FILE.read_text() + SIM_ACL)
+        # The agents' config leaves mqtt.shards at its default: their grants are for 64 shards.
+        acl.write_text(make_acl(cpes=pki_cpes(self.pki)) + SIM_ACL)
         self.broker = MosquittoBroker(self.pki, root / "broker", acl=acl).start()
         self.redis = RedisServer(root / "redis").start()
         self.replicas: dict[str, Replica] = {}

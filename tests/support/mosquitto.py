@@ -8,8 +8,9 @@ Usage::
         ...
 
 The broker runs ``/usr/sbin/mosquitto`` (or whatever ``mosquitto`` is on PATH) with
-``broker/mosquitto.test.conf.in`` filled in and ``broker/acl`` unchanged, so the tests exercise
-exactly the security settings that ship.
+``broker/mosquitto.test.conf.in`` filled in and, unless a test gives its own, the ACL
+``broker/make-acl.sh`` writes for every CPE certificate of the PKI (``broker/acl`` and one stanza
+per CPE naming its shard), so the tests exercise exactly the security settings that ship.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -34,12 +35,14 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from tests.support.polling import free_port, stop_process
+from xapp.core.shards import DEFAULT_SHARDS
 
 REPO = Path(__file__).resolve().parents[2]
 BROKER_DIR = REPO / "broker"
 PKI_SCRIPT = BROKER_DIR / "make-test-pki.sh"
 CONF_TEMPLATE = BROKER_DIR / "mosquitto.test.conf.in"
 ACL_FILE = BROKER_DIR / "acl"
+MAKE_ACL = BROKER_DIR / "make-acl.sh"
 
 
 def mosquitto_binary() -> str | None:
@@ -97,6 +100,20 @@ def make_pki(root: Path, n_cpes: int = 3, first: int = 1, jobs: int | None = Non
     return Pki(Path(root))
 
 
+def pki_cpes(pki: Pki) -> list[str]:
+    """The CPE ids ``pki`` holds a certificate for, sorted."""
+    return sorted(p.stem for p in (pki.root / "cpe").glob("*.crt"))
+
+
+def make_acl(*proxies: str, cpes: Iterable[str] = (), shards: int = DEFAULT_SHARDS) -> str:
+    """What ``broker/make-acl.sh`` prints: ``proxies`` as ``PROXY_ID:CPE,...`` arguments, and
+    every CPE of ``cpes`` granted its own shard of ``shards``."""
+    ids = ",".join(cpes)
+    args = ["--shards", str(shards), *(["--cpes", ids] if ids else []), *proxies]
+    return subprocess.run(["bash", str(MAKE_ACL), *args], capture_output=True, text=True,
+                          check=True).stdout
+
+
 def render_config(pki: Pki, workdir: Path, port: int, acl: Path = ACL_FILE) -> str:
     """The test config with every placeholder filled in (``acl``: e.g. make-acl.sh's output)."""
     values = {
@@ -125,7 +142,9 @@ class MosquittoBroker:
     workdir: Path
     port: int = 0
     extra_config: str = ""
-    acl: Path = ACL_FILE
+    #: None: make-acl.sh's ACL for every CPE certificate of ``pki`` (written at each start).
+    acl: Path | None = None
+    shards: int = DEFAULT_SHARDS
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def start(self, timeout_s: float = 10.0) -> MosquittoBroker:
@@ -137,7 +156,11 @@ class MosquittoBroker:
         if not self.port:
             self.port = free_port()
         conf = self.workdir / "mosquitto.conf"
-        conf.write_text(render_config(self.pki, self.workdir, self.port, self.acl)
+        acl = self.acl
+        if acl is None:
+            acl = self.workdir / "acl"
+            acl.write_text(make_acl(cpes=pki_cpes(self.pki), shards=self.shards))
+        conf.write_text(render_config(self.pki, self.workdir, self.port, acl)
                         + self.extra_config)
         self.proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)

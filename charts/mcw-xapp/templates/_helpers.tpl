@@ -272,3 +272,27 @@ RollingUpdate
 Recreate
 {{- end -}}
 {{- end }}
+
+{{/*
+A CPE's shard: FNV-1a (32 bit) of its id's bytes modulo the shard count, the function of
+xapp/core/shards.py, kernel-agent/mqttclient and broker/make-acl.sh (tests/packaging/test_chart.py
+checks the chart against make-acl.sh). Argument: dict "id" (ASCII, as the values schema requires)
+and "shards". Templates have no XOR: the low byte of the hash is XORed with the character bit by
+bit.
+*/}}
+{{- define "mcw-xapp.shardOf" -}}
+{{- $h := 2166136261 -}}
+{{- $id := .id -}}
+{{- range $i := until (len $id) -}}
+{{- $c := index $id $i -}}
+{{- $lo := mod $h 256 -}}
+{{- $x := 0 -}}
+{{- range $bit := list 1 2 4 8 16 32 64 128 -}}
+{{- if ne (mod (div $lo $bit) 2) (mod (div $c $bit) 2) -}}
+{{- $x = add $x $bit -}}
+{{- end -}}
+{{- end -}}
+{{- $h = mod (mul (add (sub $h $lo) $x) 16777619) 4294967296 -}}
+{{- end -}}
+{{- mod $h (int .shards) -}}
+{{- end -}}

@@ -25,7 +25,9 @@ type Options struct {
 	// (default server.crt, server.key).
 	PKI                   string
 	ServerCert, ServerKey string
-	// ACL is the ACL file (default broker/acl).
+	// ACL is the ACL file; empty: what broker/make-acl.sh prints for every
+	// CPE certificate of PKI (cpe/*.crt), each granted its own shard of
+	// the default count.
 	ACL string
 	// Listen is where the broker listens; an invalid one (the zero value)
 	// is a free loopback port.
@@ -51,7 +53,7 @@ func Start(t testing.TB, o Options) string {
 		o.ServerCert, o.ServerKey = "server.crt", "server.key"
 	}
 	if o.ACL == "" {
-		o.ACL = filepath.Join(RepoRoot(), "broker", "acl")
+		o.ACL = MakeACL(t, o.Dir, o.PKI)
 	}
 	if !o.Listen.IsValid() {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -116,6 +118,34 @@ func Start(t testing.TB, o Options) string {
 			t.Fatalf("mosquitto did not start: %v\n%s", err, log)
 		}
 	}
+}
+
+// MakeACL writes what broker/make-acl.sh prints for every CPE certificate
+// of pki (cpe/*.crt, CN = file name) and the proxies given as
+// PROXY_ID:CPE,... arguments into dir/acl, and returns its path.
+func MakeACL(t testing.TB, dir, pki string, proxies ...string) string {
+	t.Helper()
+	certs, err := filepath.Glob(filepath.Join(pki, "cpe", "*.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cpes []string
+	for _, c := range certs {
+		cpes = append(cpes, strings.TrimSuffix(filepath.Base(c), ".crt"))
+	}
+	args := []string{filepath.Join(RepoRoot(), "broker", "make-acl.sh")}
+	if len(cpes) > 0 {
+		args = append(args, "--cpes", strings.Join(cpes, ","))
+	}
+	out, err := exec.Command("bash", append(args, proxies...)...).Output()
+	if err != nil {
+		t.Fatalf("make-acl.sh: %v", err)
+	}
+	path := filepath.Join(dir, "acl")
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // Stop ends a process started by a test: SIGTERM, then SIGKILL after 5 s.

@@ -3,13 +3,19 @@ to publish."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.mosquitto import BROKER_DIR, MosquittoBroker, Pki, make_pki, mosquitto_binary
+from tests.support.mosquitto import (
+    MosquittoBroker,
+    Pki,
+    make_acl,
+    make_pki,
+    mosquitto_binary,
+    pki_cpes,
+)
 from xapp.adapters.mqtt import MqttSettings
 from xapp.core.weights import WeightDecision
 
@@ -45,12 +51,9 @@ def proxy_broker(pki: Pki, tmp_path: Path) -> Iterator[MosquittoBroker]:
     if mosquitto_binary() is None:
         pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
     make_pki(pki.root, n_cpes=4, n_proxies=len(SERVED))
-    proc = subprocess.run(
-        ["bash", str(BROKER_DIR / "make-acl.sh"),
-         *(f"{proxy}:{','.join(cpes)}" for proxy, cpes in SERVED.items())],
-        capture_output=True, text=True, check=True)
     acl = tmp_path / "acl"
-    acl.write_text(proc.stdout)
+    acl.write_text(make_acl(*(f"{proxy}:{','.join(cpes)}" for proxy, cpes in SERVED.items()),
+                            cpes=pki_cpes(pki)))
     b = MosquittoBroker(pki, tmp_path / "broker", acl=acl).start()
     try:
         yield b

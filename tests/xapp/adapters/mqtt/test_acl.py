@@ -16,6 +16,7 @@ from tests.support.mosquitto import (
     MosquittoBroker,
     Pki,
     connect_client,
+    make_acl,
     make_pki,
     mosquitto_binary,
 )
@@ -386,8 +387,9 @@ def test_changed_proxy_grants_apply_on_reload(pki: Pki, tmp_path: Path) -> None:
 
 
 # --- the sharded topics: mcw/v1/s/{shard}/... -----------------------------------------------
-# The ACL grants the shard level as a wildcard next to %u (the xApp checks the shard); these
-# check that mosquitto's pattern matching does with it what broker/acl says.
+# make-acl.sh grants each CPE its own topics under its own shard (a user stanza per CPE), and a
+# proxy its served CPEs' under theirs; these check that mosquitto does with them what
+# broker/acl and make-acl.sh say.
 
 
 def sharded(cpe: str, kind: Literal["state", "telemetry"] = "state",
@@ -398,8 +400,9 @@ def sharded(cpe: str, kind: Literal["state", "telemetry"] = "state",
 @pytest.mark.parametrize(("topic", "allowed"), [
     (sharded("cpe-0001"), True),                         # its own, in its shard
     (sharded("cpe-0001", "telemetry"), True),
-    ("mcw/v1/s/3/cpe/cpe-0001/state", True),             # its own id, another shard: the
-                                                         # xApp drops it (shard-mismatch)
+    ("mcw/v1/s/3/cpe/cpe-0001/state", False),            # its own id, another shard
+    ("mcw/v1/s/invented/cpe/cpe-0001/state", False),     # ... or no shard at all
+    ("mcw/v1/s/48/cpe/cpe-0001/telemetry", False),
     (sharded("cpe-0002"), False),                        # another CPE's, in that CPE's shard
     ("mcw/v1/s/47/cpe/cpe-0002/state", False),           # another CPE's, in its own shard
     ("mcw/v1/s/1/2/cpe/cpe-0001/state", False),          # '+' is one level, not two
@@ -469,6 +472,7 @@ def test_one_shard_subscription_gets_that_shard_only(proxy_broker: MosquittoBrok
     ("proxy-0001", sharded("cpe-0001", proxy="proxy-0002")),   # as another proxy
     ("proxy-0001", "mcw/v1/s/5/cpe/proxy-0001/state"),         # as a CPE named after itself
     ("proxy-0001", sharded("cpe-0001")),                        # as a CPE it serves
+    ("proxy-0001", "mcw/v1/s/3/proxy/proxy-0001/cpe/cpe-0001/state"),  # its CPE, foreign shard
     ("mcw-xapp", "mcw/v1/s/5/cpe/mcw-xapp/state"),             # the xApp as a CPE
     ("mcw-xapp", sharded("cpe-0001")),
     ("mcw-xapp", sharded("cpe-0001", proxy="proxy-0001")),
@@ -514,3 +518,46 @@ def test_sharded_states_reach_the_proxy_of_the_cpe_only(proxy_broker: MosquittoB
     finally:
         p1.close()
         spy.close()
+
+
+def test_cpe_cannot_fill_the_broker_under_invented_shards(broker: MosquittoBroker) -> None:
+    """Issue 33: with ``mcw/v1/s/+/cpe/%u/state`` granted, one CPE certificate kept 3,000 retained
+    8 KiB states under invented shards in the broker, re-delivered to every new subscriber. Each
+    CPE now writes under its own shard only: a foreign shard is refused and nothing is kept."""
+    own = sharded("cpe-0001")
+    assert own.startswith(f"mcw/v1/s/{shard_of('cpe-0001')}/")
+    foreign = [f"mcw/v1/s/{n}/cpe/cpe-0001/{kind}" for n in (0, 3, 63, 64, 999, 4095)
+               for kind in ("state", "telemetry")] + ["mcw/v1/s/x/cpe/cpe-0001/state"]
+    assert own not in foreign
+    cpe = connect_client(broker, "cpe-0001")
+    try:
+        for topic in foreign:
+            assert cpe.publish(topic, b"x" * 8192, retain=True) == NOT_AUTHORISED, topic
+        assert cpe.publish(own, b"legit", retain=True) < 0x80
+    finally:
+        cpe.close()
+    late = connect_client(broker, "mcw-xapp", client_id="late-subscriber")
+    try:
+        late.subscribe("mcw/v1/s/#")
+        assert late.wait_for(lambda: bool(late.messages))
+        time.sleep(QUIET_S)
+        assert [(m.topic, m.payload, m.retain) for m in late.messages] == [(own, b"legit", True)]
+    finally:
+        late.close()
+
+
+def test_cpe_without_a_grant_reports_nothing(pki: Pki, tmp_path: Path) -> None:
+    """The broker refuses the sharded state of a CPE make-acl.sh was not given: the operator
+    adds a CPE to the ACL (and sends SIGHUP) before it reports."""
+    if mosquitto_binary() is None:
+        pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
+    acl = tmp_path / "acl"
+    acl.write_text(make_acl(cpes=["cpe-0001"]))
+    with MosquittoBroker(pki, tmp_path / "broker", acl=acl) as b:
+        listed, unlisted = connect_client(b, "cpe-0001"), connect_client(b, "cpe-0002")
+        try:
+            assert listed.publish(sharded("cpe-0001"), b"s", retain=True) < 0x80
+            assert unlisted.publish(sharded("cpe-0002"), b"s", retain=True) == NOT_AUTHORISED
+        finally:
+            listed.close()
+            unlisted.close()

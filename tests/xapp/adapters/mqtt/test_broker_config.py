@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.support.mosquitto import BROKER_DIR, Pki, make_pki
+from tests.support.mosquitto import BROKER_DIR, REPO, Pki, make_pki
+from xapp.core.shards import DEFAULT_SHARDS, MAX_SHARDS, shard_of
 
 # Directives whose values must be identical in production and in what the tests exercise.
 SECURITY_AND_SIZING = {
@@ -41,9 +45,8 @@ def test_acl_grants_exactly_the_contract() -> None:
     lines = [ln.split() for ln in (BROKER_DIR / "acl").read_text().splitlines()
              if ln.strip() and not ln.lstrip().startswith("#")]
     assert lines == [
+        # No pattern grants a sharded topic: make-acl.sh writes each CPE's, in its own shard.
         ["pattern", "read", "mcw/v1/cpe/%u/weights"],
-        ["pattern", "write", "mcw/v1/s/+/cpe/%u/state"],
-        ["pattern", "write", "mcw/v1/s/+/cpe/%u/telemetry"],
         # Deprecated: the unsharded topics of agents of earlier releases.
         ["pattern", "write", "mcw/v1/cpe/%u/state"],
         ["pattern", "write", "mcw/v1/cpe/%u/telemetry"],
@@ -79,16 +82,16 @@ def test_make_acl_appends_one_user_stanza_per_proxy() -> None:
         ["topic", "deny", "mcw/v1/s/+/cpe/proxy-0001/#"],
         ["topic", "write", "mcw/v1/proxy/proxy-0001/state"],
         ["topic", "read", "mcw/v1/cpe/cpe-0002/weights"],
-        ["topic", "read", "mcw/v1/s/+/cpe/cpe-0002/state"],
-        ["topic", "write", "mcw/v1/s/+/proxy/proxy-0001/cpe/cpe-0002/state"],
-        ["topic", "write", "mcw/v1/s/+/proxy/proxy-0001/cpe/cpe-0002/telemetry"],
+        ["topic", "read", "mcw/v1/s/2/cpe/cpe-0002/state"],
+        ["topic", "write", "mcw/v1/s/2/proxy/proxy-0001/cpe/cpe-0002/state"],
+        ["topic", "write", "mcw/v1/s/2/proxy/proxy-0001/cpe/cpe-0002/telemetry"],
         ["topic", "read", "mcw/v1/cpe/cpe-0002/state"],
         ["topic", "write", "mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state"],
         ["topic", "write", "mcw/v1/proxy/proxy-0001/cpe/cpe-0002/telemetry"],
         ["topic", "read", "mcw/v1/cpe/cpe-0001/weights"],
-        ["topic", "read", "mcw/v1/s/+/cpe/cpe-0001/state"],
-        ["topic", "write", "mcw/v1/s/+/proxy/proxy-0001/cpe/cpe-0001/state"],
-        ["topic", "write", "mcw/v1/s/+/proxy/proxy-0001/cpe/cpe-0001/telemetry"],
+        ["topic", "read", "mcw/v1/s/47/cpe/cpe-0001/state"],
+        ["topic", "write", "mcw/v1/s/47/proxy/proxy-0001/cpe/cpe-0001/state"],
+        ["topic", "write", "mcw/v1/s/47/proxy/proxy-0001/cpe/cpe-0001/telemetry"],
         ["topic", "read", "mcw/v1/cpe/cpe-0001/state"],
         ["topic", "write", "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"],
         ["topic", "write", "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/telemetry"],
@@ -97,9 +100,9 @@ def test_make_acl_appends_one_user_stanza_per_proxy() -> None:
         ["topic", "deny", "mcw/v1/s/+/cpe/proxy-0002/#"],
         ["topic", "write", "mcw/v1/proxy/proxy-0002/state"],
         ["topic", "read", "mcw/v1/cpe/cpe-0003/weights"],
-        ["topic", "read", "mcw/v1/s/+/cpe/cpe-0003/state"],
-        ["topic", "write", "mcw/v1/s/+/proxy/proxy-0002/cpe/cpe-0003/state"],
-        ["topic", "write", "mcw/v1/s/+/proxy/proxy-0002/cpe/cpe-0003/telemetry"],
+        ["topic", "read", "mcw/v1/s/21/cpe/cpe-0003/state"],
+        ["topic", "write", "mcw/v1/s/21/proxy/proxy-0002/cpe/cpe-0003/state"],
+        ["topic", "write", "mcw/v1/s/21/proxy/proxy-0002/cpe/cpe-0003/telemetry"],
         ["topic", "read", "mcw/v1/cpe/cpe-0003/state"],
         ["topic", "write", "mcw/v1/proxy/proxy-0002/cpe/cpe-0003/state"],
         ["topic", "write", "mcw/v1/proxy/proxy-0002/cpe/cpe-0003/telemetry"],
@@ -107,9 +110,73 @@ def test_make_acl_appends_one_user_stanza_per_proxy() -> None:
         ["topic", "deny", "mcw/v1/cpe/proxy-0003/#"],
         ["topic", "deny", "mcw/v1/s/+/cpe/proxy-0003/#"],
         ["topic", "write", "mcw/v1/proxy/proxy-0003/state"],
+        # Every served CPE once, sorted, under its own shard.
+        ["user", "cpe-0001"],
+        ["topic", "write", "mcw/v1/s/47/cpe/cpe-0001/state"],
+        ["topic", "write", "mcw/v1/s/47/cpe/cpe-0001/telemetry"],
+        ["user", "cpe-0002"],
+        ["topic", "write", "mcw/v1/s/2/cpe/cpe-0002/state"],
+        ["topic", "write", "mcw/v1/s/2/cpe/cpe-0002/telemetry"],
+        ["user", "cpe-0003"],
+        ["topic", "write", "mcw/v1/s/21/cpe/cpe-0003/state"],
+        ["topic", "write", "mcw/v1/s/21/cpe/cpe-0003/telemetry"],
     ]
-    # No proxy: the shipped ACL, byte for byte.
+    # No proxy, no CPE: the shipped ACL, byte for byte.
     assert make_acl().stdout == base
+
+
+def test_make_acl_binds_each_cpe_to_its_own_shard() -> None:
+    base = (BROKER_DIR / "acl").read_text()
+    proc = make_acl("--shards", "7", "--cpes", "cpe-0002,a", "--cpes", "cpe-0001,cpe-0002",
+                    "proxy-0001:cpe-0001")
+    assert proc.returncode == 0, proc.stderr
+    assert grants(proc.stdout[len(base):])[-9:] == [
+        ["user", "a"],
+        ["topic", "write", f"mcw/v1/s/{shard_of('a', 7)}/cpe/a/state"],
+        ["topic", "write", f"mcw/v1/s/{shard_of('a', 7)}/cpe/a/telemetry"],
+        ["user", "cpe-0001"],
+        ["topic", "write", f"mcw/v1/s/{shard_of('cpe-0001', 7)}/cpe/cpe-0001/state"],
+        ["topic", "write", f"mcw/v1/s/{shard_of('cpe-0001', 7)}/cpe/cpe-0001/telemetry"],
+        ["user", "cpe-0002"],
+        ["topic", "write", f"mcw/v1/s/{shard_of('cpe-0002', 7)}/cpe/cpe-0002/state"],
+        ["topic", "write", f"mcw/v1/s/{shard_of('cpe-0002', 7)}/cpe/cpe-0002/telemetry"],
+    ]
+    assert f"mcw/v1/s/{shard_of('cpe-0001', 7)}/proxy/proxy-0001/cpe/cpe-0001/state" in proc.stdout
+    assert not [g for g in grants(proc.stdout)
+                if g[:2] == ["topic", "write"] and g[2].startswith("mcw/v1/s/+/")]
+
+
+# Ids of every allowed character and length, for the three implementations of the shard.
+SHARD_IDS = ("cpe-0001", "cpe-0002", "cpe-0003", "cpe-10000", "a", "Z9._-x", "0", "c" * 64,
+             "proxy.site-7_b", "A-._z", *(f"cpe-{i:05d}" for i in range(0, 100_000, 7919)))
+
+
+@pytest.mark.parametrize("shards", [1, 7, DEFAULT_SHARDS, 1000, MAX_SHARDS])
+def test_make_acl_shard_is_the_xapps_and_the_agents(shards: int) -> None:
+    """make-acl.sh's FNV-1a in bash against xapp/core/shards.py (whose vectors the Go agent's
+    mqttclient tests share): a CPE must be granted the shard its agent publishes under."""
+    proc = make_acl("--shards", str(shards), "--cpes", ",".join(SHARD_IDS))
+    assert proc.returncode == 0, proc.stderr
+    lines = grants(proc.stdout)
+    got = {user[1]: int(topic[2].split("/")[3]) for user, topic in itertools.pairwise(lines)
+           if user[0] == "user" and user[1] != "mcw-xapp"}
+    assert got == {cpe: shard_of(cpe, shards) for cpe in SHARD_IDS}
+
+
+def test_one_shard_count_everywhere() -> None:
+    """The default shard count is one number in the xApp, the agent, make-acl.sh and the chart:
+    a CPE granted another count's shard could not report at all."""
+    go = (REPO / "kernel-agent" / "mqttclient" / "mqttclient.go").read_text()
+    assert re.search(r"DefaultShards\s*=\s*(\d+)", go)[1] == str(DEFAULT_SHARDS)  # type: ignore[index]
+    assert re.search(r"MaxShards\s*=\s*(\d+)", go)[1] == str(MAX_SHARDS)  # type: ignore[index]
+    script = (BROKER_DIR / "make-acl.sh").read_text()
+    assert re.search(r"^shards=(\d+)$", script, re.M)[1] == str(DEFAULT_SHARDS)  # type: ignore[index]
+    assert f"(( $2 <= {MAX_SHARDS} ))" in script
+    values = yaml.safe_load((REPO / "charts" / "mcw-xapp" / "values.yaml").read_text())
+    assert values["sharding"]["shards"] == DEFAULT_SHARDS
+    # Without --shards make-acl.sh uses the default.
+    assert make_acl("--cpes", "cpe-0001").stdout == \
+        make_acl("--shards", str(DEFAULT_SHARDS), "--cpes", "cpe-0001").stdout
 
 
 @pytest.mark.parametrize(("args", "reason"), [
@@ -131,6 +198,20 @@ def test_make_acl_appends_one_user_stanza_per_proxy() -> None:
     (["proxy-0001:cpe-0001,cpe-0001"], "given twice"),
     (["proxy-0001:cpe-0001", "proxy-0001:cpe-0002"], "given twice"),
     (["proxy-0001:cpe-0001", "cpe-0001:cpe-0002"], "both as a proxy and as a CPE"),
+    (["--cpes", "proxy-0001", "proxy-0001:cpe-0002"], "both as a proxy and as a CPE"),
+    (["--cpes", "cpe-0001,"], "empty CPE id"),
+    (["--cpes", ",cpe-0001"], "empty CPE id"),
+    (["--cpes", ""], "empty CPE id"),
+    (["--cpes"], "missing CPE ids"),
+    (["--cpes", "cpe-0001/state"], "does not match"),
+    (["--cpes", "cpe-0001\nuser mcw-xapp"], "does not match"),
+    (["--cpes", "mcw-xapp"], "xApp's identity"),
+    (["--shards", "0"], "want 1..4096"),
+    (["--shards", "4097"], "want 1..4096"),
+    (["--shards", "064"], "want 1..4096"),
+    (["--shards", "6 4"], "want 1..4096"),
+    (["--shards"], "missing N"),
+    (["--shard", "64"], "unknown option"),
 ])
 def test_make_acl_refuses_bad_ids(args: list[str], reason: str) -> None:
     proc = make_acl(*args)

@@ -1,16 +1,27 @@
 """ChannelSubscriber and the shard-keyed topics on a real Mosquitto (make-acl.sh's ACL): all
-shards, one shard, shards changed on the live connection, a CPE naming another shard, and the
-legacy topics of earlier agents."""
+shards, one shard, shards changed on the live connection, a CPE naming another shard (refused by
+the broker; dropped by the xApp where an older ACL let it through), and the legacy topics of
+earlier agents."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from tests.support.mosquitto import MosquittoBroker, TestClient, connect_client
+from tests.support.mosquitto import (
+    MosquittoBroker,
+    Pki,
+    TestClient,
+    connect_client,
+    make_acl,
+    mosquitto_binary,
+)
+from tests.xapp.adapters.mqtt.conftest import xapp_settings_for
 from tests.xapp.adapters.mqtt.test_subscriber import state_doc, telemetry_doc
 from tests.xapp.adapters.mqtt.test_subscriber_proxy import proxy_cpe_state
 from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, shard_topic
@@ -102,13 +113,43 @@ def test_one_shard_and_a_live_move(proxy_broker: MosquittoBroker,
         sub.stop()
 
 
-def test_a_cpe_naming_another_shard_is_dropped_and_counted(
-        proxy_broker: MosquittoBroker, xapp_settings: MqttSettings) -> None:
-    sub = ChannelSubscriber(xapp_settings).start()
+#: The CPE grants of releases before issue 33: any shard, so the xApp's own check is what stood.
+ANY_SHARD_PATTERNS = ("pattern write mcw/v1/s/+/cpe/%u/state\n"
+                      "pattern write mcw/v1/s/+/cpe/%u/telemetry\n")
+
+
+@pytest.fixture
+def any_shard_broker(pki: Pki, tmp_path: Path) -> Iterator[MosquittoBroker]:
+    """A broker whose ACL still lets a CPE write its own id under any shard."""
+    if mosquitto_binary() is None:
+        pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
+    acl = tmp_path / "acl"
+    acl.write_text(make_acl() + ANY_SHARD_PATTERNS)
+    b = MosquittoBroker(pki, tmp_path / "broker", acl=acl).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def test_a_cpe_naming_another_shard_is_refused_by_the_broker(
+        proxy_broker: MosquittoBroker) -> None:
     cpe = connect_client(proxy_broker, "cpe-0001")
     try:
+        assert cpe.publish("mcw/v1/s/2/cpe/cpe-0001/state", state_doc("cpe-0001", 1)) == 0x87
+        assert cpe.publish(shard_topic("cpe-0001", "state"), state_doc("cpe-0001", 2)) < 0x80
+    finally:
+        cpe.close()
+
+
+def test_a_cpe_naming_another_shard_is_dropped_and_counted(
+        any_shard_broker: MosquittoBroker, pki: Pki) -> None:
+    """Where the broker's ACL predates the per-CPE shard grants, the xApp drops the message."""
+    sub = ChannelSubscriber(xapp_settings_for(any_shard_broker, pki)).start()
+    cpe = connect_client(any_shard_broker, "cpe-0001")
+    try:
         assert sub.wait_subscribed(10)
-        # The ACL lets cpe-0001 write its own id under any shard; only 47 is its shard.
+        # That ACL lets cpe-0001 write its own id under any shard; only 47 is its shard.
         assert cpe.publish("mcw/v1/s/2/cpe/cpe-0001/state", state_doc("cpe-0001", 1)) < 0x80
         assert cpe.publish("mcw/v1/s/2/cpe/cpe-0001/telemetry",
                            telemetry_doc("cpe-0001", 1.0)) < 0x80
