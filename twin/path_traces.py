@@ -469,18 +469,26 @@ def parse_csv(lines: Iterable[str], name: str) -> PathTrace:
 
 # --- the twin's view of a trace --------------------------------------------------------------
 
+#: MPTCP payload per frame the shapers count: a 1514-byte Ethernet frame carries 14 bytes of
+#: Ethernet, 20 of IPv4, 20 of TCP, 12 of timestamps and about 20 of MPTCP's data sequence
+#: mapping beside 1428 bytes of data.  The rates of a trace are frames (what tbf passes), the
+#: bench's goodput is data.
+TRANSPORT_EFFICIENCY: Final = 1428 / 1514
+
+
 def predict(trace: PathTrace, direction: str, weights: Array | None = None,
             caps: Array | None = None) -> float:
     """The fluid twin's delivered goodput over the trace, as a fraction of the sum of what the
     paths could carry: per period each WAT runs at ``min(cap, capacity)`` under the
     ``mptcp-shares`` rule (:func:`twin.rate_caps.deliver_caps`).  ``weights``/``caps`` are
     ``(periods, k)`` (None: the default scheduler, every WAT uncapped and carrying; caps
-    ``inf`` where uncapped)."""
+    ``inf`` where uncapped).  Goodput is data, the rates are frames: see
+    :data:`TRANSPORT_EFFICIENCY`."""
     rate, up = trace.rate(direction), trace.available()
     n, k = rate.shape
     w = np.ones((n, k), np.int64) if weights is None else np.asarray(weights, dtype=np.int64)
     c = np.full((n, k), np.inf) if caps is None else np.asarray(caps, dtype=np.float64)
     # A cut takes its share of the period from what the WAT carries while it is up.
-    per_wat, _, _ = deliver_caps(rate, w, c)
+    per_wat, _, _ = deliver_caps(rate, w, c, TRANSPORT_EFFICIENCY)
     whole = float((rate * up).sum())
     return float((per_wat * up).sum()) / whole if whole > 0 else 0.0

@@ -9,6 +9,7 @@ import pytest
 
 from twin.path_traces import (
     SCENARIOS,
+    TRANSPORT_EFFICIENCY,
     Outage,
     PathTrace,
     TraceError,
@@ -59,11 +60,11 @@ def test_outages_take_their_share_of_each_period() -> None:
                   np.zeros((4, 2)), np.zeros((4, 2)), np.full((4, 2), 50.0),
                   (Outage("wifi", 0.5, 2.0), Outage("nr", 3.9, 0.1)))
     np.testing.assert_allclose(t.available(), np.array([[1, 0.5], [1, 0], [1, 0.5], [0.9, 1]]))
-    assert predict(t, "dl") == pytest.approx(1.0)
+    assert predict(t, "dl") == pytest.approx(TRANSPORT_EFFICIENCY)
     # wifi capped at 2 of its 10 Mbit/s: it carries 2 while it is up (2 of the 4 s).
     caps = np.array([[np.inf, 2.0]] * 4)
     assert predict(t, "dl", np.ones((4, 2), np.int64), caps) == pytest.approx(
-        (39.0 + 2 * 2.0) / (39.0 + 20.0))
+        TRANSPORT_EFFICIENCY * (39.0 + 2 * 2.0) / (39.0 + 20.0))
 
 
 @pytest.mark.parametrize(("text", "says"), [
