@@ -69,6 +69,22 @@ def lab(tmp_path: Path) -> dict[str, Path]:
             "out": tmp_path / "weights.jsonl"}
 
 
+def lab_process(tmp_path: Path, control_period_s: float) -> main.XappProcess:
+    """A started ``mcw run`` in lab mode (KPI file in, weights file out, SDL in memory) at
+    ``control_period_s``; the caller stops it."""
+    kpis = tmp_path / "kpis.json"
+    kpis.write_text(json.dumps(KPIS))
+    config = write_config(tmp_path / "config-file.json",
+                          {**CONTROLS, "loop": {**CONTROLS["loop"],
+                                                "control_period_s": control_period_s}})
+    args = parse(["--config", str(config), "--http-host", "127.0.0.1", "--http-port", "0",
+                  "--rmr", "off", "--sdl", "memory", "--estimator", "ewma",
+                  "--kpi-file", str(kpis), "--publish-file", str(tmp_path / "w.jsonl")])
+    proc = main.XappProcess(main.RunOptions.from_args(args), load_config(args.config))
+    proc.start()
+    return proc
+
+
 @pytest.fixture
 def process(lab: dict[str, Path], redis: RedisServer) -> Iterator[main.XappProcess]:
     args = parse(["--config", str(lab["config"]), "--http-host", "127.0.0.1", "--http-port", "0",

@@ -13,9 +13,8 @@ from typing import Any, cast
 import pytest
 
 from tests.support.polling import wait_until
-from tests.xapp.app.test_process import CONTROLS, KPIS, get, parse, write_config
+from tests.xapp.app.test_process import get, lab_process
 from xapp.app import runtime as main
-from xapp.app.config import load_config
 from xapp.app.runner import TICK_DEADLINE_FLOOR_S, LoopRunner
 from xapp.core.loop import ControlLoop, TickReport
 from xapp.core.workers import Supervisor, Worker, WorkerState
@@ -99,15 +98,7 @@ def test_a_probe_that_fails_or_raises_is_dead() -> None:
 
 @pytest.fixture
 def process(tmp_path: Path) -> Iterator[main.XappProcess]:
-    kpis = tmp_path / "kpis.json"
-    kpis.write_text(json.dumps(KPIS))
-    config = write_config(tmp_path / "config-file.json",
-                          {**CONTROLS, "loop": {**CONTROLS["loop"], "control_period_s": 0.5}})
-    args = parse(["--config", str(config), "--http-host", "127.0.0.1", "--http-port", "0",
-                  "--rmr", "off", "--sdl", "memory", "--estimator", "ewma",
-                  "--kpi-file", str(kpis), "--publish-file", str(tmp_path / "w.jsonl")])
-    proc = main.XappProcess(main.RunOptions.from_args(args), load_config(args.config))
-    proc.start()
+    proc = lab_process(tmp_path, 0.5)
     try:
         yield proc
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from dataclasses import asdict, fields
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.xapp.app.test_process import CONTROLS, KPIS, parse, write_config
+from tests.xapp.app.test_process import CONTROLS, lab_process, write_config
 from xapp.app import runtime as main
 from xapp.app.config import LoopControls, load_config, parse_controls
 from xapp.core.timings import LIVE, Timings, derive_timings
@@ -75,15 +74,8 @@ def test_never_a_shard_lease_at_or_above_the_weights_lease(period: float) -> Non
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[tuple[main.XappProcess, Path]]:
-    kpis = tmp_path / "kpis.json"
-    kpis.write_text(json.dumps(KPIS))
-    config = write_config(tmp_path / "config-file.json",
-                          {**CONTROLS, "loop": {**CONTROLS["loop"], "control_period_s": 10.0}})
-    args = parse(["--config", str(config), "--http-host", "127.0.0.1", "--http-port", "0",
-                  "--rmr", "off", "--sdl", "memory", "--estimator", "ewma",
-                  "--kpi-file", str(kpis), "--publish-file", str(tmp_path / "w.jsonl")])
-    proc = main.XappProcess(main.RunOptions.from_args(args), load_config(args.config))
-    proc.start()
+    proc = lab_process(tmp_path, 10.0)
+    config = tmp_path / "config-file.json"
     try:
         yield proc, config
     finally:
