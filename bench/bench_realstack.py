@@ -46,12 +46,14 @@ DIRECTIONS = ("dl", "ul")
 def ratio(res: RunResult, trace: PathTrace, direction: str) -> float:
     """Delivered / what the paths could carry, over the seconds measured."""
     xs = res.delivered[direction]
-    cap = trace.capacity(direction).sum(axis=1)
     if not xs:
         return 0.0
-    # Second s of the measurement ends period s + 1 (1 s periods) or the period it falls in.
-    per = np.array([cap[min(len(cap) - 1, int((s + 1) / trace.period_s))]
-                    for s in range(len(xs))])
+    # What the paths could carry in each measured second: the trace's capacity integrated
+    # over [offset + i, offset + i + 1) on a 10 ms grid.
+    cap = trace.capacity(direction).sum(axis=1)
+    grid = res.offset_s + np.arange(len(xs) * 100) / 100.0
+    idx = np.minimum((grid / trace.period_s).astype(int), len(cap) - 1)
+    per = cap[idx].reshape(len(xs), 100).mean(axis=1)
     return float(np.sum(xs) / np.sum(per)) if per.sum() > 0 else 0.0
 
 

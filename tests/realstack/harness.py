@@ -191,8 +191,10 @@ class RunResult:
     """What one policy's run delivered: per second of the trace, and what it applied."""
 
     policy: str
-    delivered: dict[str, list[float]]  # direction -> Mbit/s per second of the trace
+    delivered: dict[str, list[float]]  # direction -> Mbit/s per whole second of the trace
     rtt_ms: list[float]
+    #: Where the first whole second starts, in s into the trace (under one second).
+    offset_s: float = 0.0
     #: direction -> (periods, k) weights and caps (inf: uncapped) in force, for the twin.
     weights: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
     caps: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
@@ -480,7 +482,8 @@ class Run:
                      for d in ("dl", "ul")}
         rtts = [float(r["rtt_ms"]) for r in _jsonl(self.root / "rtt.jsonl")
                 if t0 <= float(r["t"]) <= t0 + tr.duration_s]
-        res = RunResult(self.policy, delivered, rtts, notes=self.notes)
+        res = RunResult(self.policy, delivered, rtts, math.ceil(t0) - t0,
+                        notes=self.notes)
         mono_t0 = t0 + mono0 - observer.t0
         res.weights, res.caps = self._applied(observer, mono_t0)
         return res
