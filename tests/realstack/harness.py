@@ -20,8 +20,8 @@ The policies (:data:`POLICIES`):
   the slowest link, round-robin's meaning), the paper's probes (``probe``: every 10 s, 5 s of
   10 TCP flows per WAT and direction beside the connection; weights from the last finished
   probe) or the trace's true capacities of the coming period, in force at its start
-  (``oracle``: the shipped ``load_balancing`` rule fed the truth, so a WAT cut for a period is
-  off in it and the others are uncapped, :func:`xapp.core.caps.balancing_caps`);
+  (``oracle``: the engine's weights and the split rule's caps for the truth, so a WAT cut for
+  a whole period is off);
 * ``ewma``, ``model``: ``mcw run`` with that estimator (the shipped signed model for
   ``model``), its KPIs the agents' telemetry over MQTT plus the trace's radio KPIs written to
   InfluxDB as a KPI writer would.
@@ -263,6 +263,8 @@ class Run:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.notes: list[str] = []
         self.probe_mbps: dict[str, np.ndarray[Any, Any]] = {}
+        #: Wall clock of the trace's start, once it is set.
+        self.t0: float | None = None
 
     # --- processes ---------------------------------------------------------------------------
     def _spawn(self, name: str, netns: str | None, cmd: list[str],
@@ -321,6 +323,7 @@ class Run:
                             client_id=f"realstack-observer-{time.time_ns()}")
         pub: Publisher | None = None
         xapp: XappRun | None = None
+        radio = threading.Event()
         self.topo.create()
         try:
             observer.start()
@@ -336,7 +339,8 @@ class Run:
                 xapp = self._xapp(self.policy)
             elif uses_agents:
                 pub = Publisher(self.servers.broker, self.trace.wats)
-            self._radio(0)
+            threading.Thread(target=self._radio_until, args=(radio,), name="radio",
+                             daemon=True).start()
             if xapp is not None:
                 self._wait_for_xapp(observer)
             if self.policy == "probe":
@@ -349,6 +353,7 @@ class Run:
             self._traffic()
             return self._play(observer, pub)
         finally:
+            radio.set()
             if pub is not None:
                 pub.close()
             if xapp is not None:
@@ -357,6 +362,16 @@ class Run:
                 stop_process(proc, 5.0)
             observer.stop()
             self.topo.close()
+
+    def _radio_until(self, stop: threading.Event) -> None:
+        """The trace's radio KPIs into InfluxDB every period, as a KPI writer keeps them fresh:
+        period 0's until the trace starts (the xApp's start-up and the warm-up), then the
+        period the trace is in."""
+        while not stop.is_set():
+            t0 = self.t0
+            p = 0 if t0 is None else int((time.time() - t0) // self.trace.period_s)
+            self._radio(min(max(p, 0), self.trace.periods - 1))
+            stop.wait(self.trace.period_s)
 
     def _wait_for_xapp(self, observer: Observer) -> None:
         deadline = time.monotonic() + XAPP_READY_S
@@ -388,7 +403,6 @@ class Run:
             at = t0 + p * tr.period_s
             if p > 0:
                 ev.append((at, 1, lambda p=p: self.topo.apply(p)))
-            ev.append((at + 0.01, 3, lambda p=p: self._radio(p)))
         for o in tr.outages:
             ev.append((t0 + o.start_s, 2, lambda o=o: self.topo.cut(o.wat, o.mode, True)))
             ev.append((t0 + o.start_s + o.duration_s, 2,
@@ -406,7 +420,7 @@ class Run:
                 def send(p: int = p) -> None:
                     w, c = {}, {}
                     for d in ("dl", "ul"):
-                        w[d], c[d] = plan(tr.capacity(d)[p], balancing=True)
+                        w[d], c[d] = plan(tr.capacity(d)[p])
                     pub.send(w, c)
                 ev.append((t0 + p * tr.period_s - ORACLE_LEAD_S, 0, send))
         elif self.policy in ("fixed_best", "equal"):
@@ -464,6 +478,7 @@ class Run:
     def _play(self, observer: Observer, pub: Publisher | None) -> RunResult:
         tr = self.trace
         t0 = time.time() + self.warmup_s
+        self.t0 = t0
         events = sorted(self._events(t0) + self._policy_events(t0, pub),
                         key=lambda e: (e[0], e[1]))
         self.progress(f"{self.policy}: warm-up {self.warmup_s:.0f} s, trace "
