@@ -9,6 +9,15 @@ at least the exploring EWMA's (:class:`xapp.core.ewma.EwmaEstimator`), whose est
 unsaturated WAT grows step by step until the WAT becomes the bottleneck and is measured.  Rows
 that measured capacity keep the wrapped forecast; rows the wrapped forecaster cannot forecast
 (NaN: no model for the WAT, stale history) get the EWMA's.
+
+**Out of its domain.**  A saturated subflow's delivered rate *is* its capacity, so every
+measured period grades the wrapped forecaster's forecast of it.  A model trained where Wi-Fi's
+radio KPIs meant 1.19 Gbps keeps forecasting 45 Mbit/s for a Wi-Fi whose backhaul delivers 8,
+period after period (``make e2e``, issue 32).  Per (series, WAT) the wrapper keeps an EWMA of the
+forecast's log error against the next measurement (:data:`ERROR_ALPHA`); where it exceeds
+:data:`DOMAIN_LOG_ERROR` (off by more than half, typically) the model is outside what it learnt
+for that link, and the measured estimator's forecast stands instead, until the model's own
+forecasts come back within it (they are still graded while set aside).
 """
 
 from __future__ import annotations
@@ -20,6 +29,12 @@ import numpy as np
 from xapp.core.ewma import EwmaEstimator
 from xapp.core.forecast import CapacityEstimator, CapacityForecast, KpiFrame
 from xapp.core.kpis import SATURATED_MIN
+
+#: Weight of each new measurement in a key's error score.
+ERROR_ALPHA = 0.3
+#: A key whose error score exceeds this (|log(forecast / measured)|: 0.405 is a factor 1.5)
+#: takes the measured estimator's forecast.
+DOMAIN_LOG_ERROR = float(np.log(1.5))
 
 
 class ExploringEstimator:
@@ -38,18 +53,64 @@ class ExploringEstimator:
     def __init__(self, base: CapacityEstimator, explorer: EwmaEstimator | None = None) -> None:
         self.base = base
         self.explorer = explorer if explorer is not None else EwmaEstimator()
+        #: Per (series, WAT) key: its slot in the arrays below.
+        self._slots: dict[tuple[str, str], int] = {}
+        self._rows_of: tuple[Any, Any, Any] | None = None
+        self._row_slots = np.zeros(0, dtype=np.intp)
+        #: Per slot: the wrapped forecaster's last forecast and its log-error score.
+        self._prev = np.zeros(0)
+        self._score = np.zeros(0)
 
     @property
     def version(self) -> Any:
         """The wrapped forecaster's model version (None when it has none)."""
         return getattr(self.base, "version", None)
 
+    def out_of_domain(self) -> int:
+        """How many (series, WAT) keys take the measured estimator's forecast now."""
+        return int((self._score > DOMAIN_LOG_ERROR).sum())
+
+    def _slots_for(self, frame: KpiFrame) -> np.ndarray[Any, np.dtype[np.intp]]:
+        """Each row's slot; the mapping is rebuilt only when the frame's rows change (the
+        intake hands the same arrays while its rows stay)."""
+        rows = (frame.series, frame.wat, len(frame))
+        if self._rows_of is not None and all(a is b for a, b in zip(rows, self._rows_of,
+                                                                     strict=True)):
+            return self._row_slots
+        slots = np.empty(len(frame), dtype=np.intp)
+        for i, key in enumerate(zip(frame.series.tolist(), frame.wat.tolist(), strict=True)):
+            slot = self._slots.get(key)
+            if slot is None:
+                slot = self._slots[key] = len(self._slots)
+            slots[i] = slot
+        grow = len(self._slots) - len(self._prev)
+        if grow > 0:
+            self._prev = np.concatenate([self._prev, np.full(grow, np.nan)])
+            self._score = np.concatenate([self._score, np.zeros(grow)])
+        self._rows_of, self._row_slots = rows, slots
+        return slots
+
     def step(self, frame: KpiFrame) -> CapacityForecast:
-        """Both forecasters ingest the tick; censored rows take the larger forecast."""
+        """Both forecasters ingest the tick; censored rows take the larger forecast, rows whose
+        key is out of the wrapped forecaster's domain the measured estimator's."""
         own = self.base.step(frame)
         explored = self.explorer.step(frame)
         saturated = frame.column("saturated")
         censored = np.isfinite(saturated) & (saturated < SATURATED_MIN)
+        slots = self._slots_for(frame)
+        delivered = frame.column("delivered_mbps")
+        measured = ~censored & np.isfinite(saturated) & np.isfinite(delivered) & (delivered > 0)
+        prev = self._prev[slots]
+        graded = measured & np.isfinite(prev) & (prev > 0)
+        if graded.any():
+            err = np.abs(np.log(prev[graded] / delivered[graded]))
+            s = slots[graded]
+            self._score[s] += ERROR_ALPHA * (err - self._score[s])
+        self._prev[slots] = own.median_mbps
+        away = self._score[slots] > DOMAIN_LOG_ERROR
+        own = CapacityForecast(
+            median_mbps=np.where(away, explored.median_mbps, own.median_mbps),
+            lower_mbps=np.where(away, explored.lower_mbps, own.lower_mbps))
         median = np.where(np.isnan(own.median_mbps), explored.median_mbps, own.median_mbps)
         lower = np.where(np.isnan(own.lower_mbps), explored.lower_mbps, own.lower_mbps)
         median = np.where(censored, np.fmax(median, explored.median_mbps), median)

@@ -51,3 +51,25 @@ def test_the_model_as_the_xapp_runs_it_regains_wifi_on_lockin() -> None:
     w = guarded.weights[late:, 0, :].astype(float)
     assert (w[:, 1] / w.sum(axis=1)).mean() > 0.6  # Wi-Fi carries most again
     assert guarded.aggregate_mbps[late:].mean() > 0.8 * oracle.aggregate_mbps[late:].mean()
+
+
+def test_a_model_far_from_what_saturated_subflows_deliver_gives_way_to_the_measurement() -> None:
+    """make e2e's case: the radio says Gbps Wi-Fi, the backhaul delivers 8 Mbit/s, saturated.
+    The stuck forecaster says 75 for Wi-Fi period after period; after a few measured periods
+    the wrapper forecasts what Wi-Fi delivers, and nr (where the forecaster is right) keeps
+    its forecast."""
+    est = ExploringEstimator(StuckForecaster())
+    out = [est.step(_frame([342.0, 8.0], [1.0, 1.0])) for _ in range(12)]
+    assert out[0].median_mbps[1] == 75.0  # nothing graded yet
+    assert out[-1].median_mbps[1] < 12.0 and out[-1].median_mbps[0] == 342.0
+    assert est.out_of_domain() == 1
+    # A row the forecaster cannot answer is the explorer's as before.
+    assert np.isfinite(out[-1].lower_mbps).all()
+
+
+def test_a_model_within_its_domain_is_never_set_aside() -> None:
+    est = ExploringEstimator(StuckForecaster())
+    for _ in range(50):  # measured within 10 % of the forecast, both WATs
+        f = est.step(_frame([330.0, 70.0], [1.0, 1.0]))
+    assert est.out_of_domain() == 0
+    assert f.median_mbps.tolist() == [342.0, 75.0]
