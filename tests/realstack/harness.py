@@ -64,6 +64,8 @@ LEASE_S = 6.0
 #: in force at its start (an agent applies a message in well under a millisecond).
 ORACLE_LEAD_S = 0.1
 PROBE_EVERY_S, PROBE_S, PROBE_FLOWS = 10.0, 5.0, 10
+#: The shapers' bucket: above the largest GRO packet (64 KiB), the same at every rate.
+TBF_BURST_BYTES = 65536 + 1514
 #: An xApp policy's first weights may take the xApp's start-up and one KPI period.
 XAPP_READY_S = 40.0
 
@@ -141,9 +143,15 @@ class ShapedTopology(Topology):
         for j, p in enumerate(self.paths):
             for dev, rate in ((f"r{p.wat}", tr.rate_dl[period, j]),
                               (f"q{p.wat}", tr.rate_ul[period, j])):
-                burst = max(4000, int(rate * 1e6 / 8 / 250))
+                # One burst for every rate: tbf cuts a GRO packet larger than its burst into
+                # segments when it is queued, not when the burst shrinks later, so a change to
+                # a smaller burst strands a queued large packet at the head for good (seen:
+                # the path's uplink wedged with 42 packets queued after a rate step down).
+                # The queue as a byte limit, so the buffer is its time at the rate whatever
+                # the burst (tbf's "latency" would add the burst to it).
+                limit = max(3028, int(rate * 1e6 / 8 * float(tr.buffer_ms[period, j]) / 1000))
                 out.append(f"qdisc replace dev {dev} root handle 1: tbf rate {rate:.4f}mbit "
-                           f"burst {burst} latency {float(tr.buffer_ms[period, j]):.0f}ms")
+                           f"burst {TBF_BURST_BYTES} limit {limit}")
         return out
 
     def _drop_rules(self, period: int) -> str:
@@ -265,6 +273,8 @@ class Run:
         self.probe_mbps: dict[str, np.ndarray[Any, Any]] = {}
         #: Wall clock of the trace's start, once it is set.
         self.t0: float | None = None
+        #: When this run's agents started, in the observer's clock (None: no agents).
+        self.agents_t: float | None = None
 
     # --- processes ---------------------------------------------------------------------------
     def _spawn(self, name: str, netns: str | None, cmd: list[str],
@@ -333,6 +343,8 @@ class Run:
                                             "--netns", self.topo.cpe, "--netns",
                                             self.topo.proxy, "--port",
                                             str(self.servers.broker.port)])
+                # The broker keeps the states the agents of the run before left retained.
+                self.agents_t = time.monotonic() - observer.t0
                 self._agent("proxy")
                 self._agent("cpe")
             if self.policy in ("ewma", "model"):
@@ -520,7 +532,9 @@ class Run:
         for d, recs in (("ul", observer.snapshot()), ("dl", observer.proxy_snapshot())):
             w = np.ones((tr.periods, k), np.int64)
             c = np.full((tr.periods, k), np.inf)
-            ok = sorted((r for r in recs if r.online and r.version > 0), key=lambda r: r.t)
+            start = math.inf if self.agents_t is None else self.agents_t
+            ok = sorted((r for r in recs if r.online and r.version > 0 and r.t >= start),
+                        key=lambda r: r.t)
             for p in range(tr.periods):
                 mid = t0 + (p + 0.5) * tr.period_s
                 last: Applied | None = None

@@ -552,13 +552,6 @@ class ControlLoop:
         stale = now_s - fleet.published_s[r_due] >= refresh_at
         mode = policy.mode.value
         balancing = rate_capped is not None and uncapped_balancing(policy)
-        if balancing:
-            assert rate_capped is not None
-            # Uncapped, a slow WAT adds its rate to the connection instead of holding the
-            # others to its pace as under WRR, so every usable WAT carries: weight 0 (backup)
-            # is for a WAT that is down, excluded or forecast at nothing.
-            lift = (ok & rate_capped[r_due])[:, None] & d.usable & (d.weights == 0)
-            d.weights[lift] = 1
         # Going from a followed set to an own one, or back, is a change.
         differs = ((d.weights != fleet.weights[r_due]) | (x.present[idx] != fleet.present[r_due])
                    ).any(axis=1) | (fleet.mode[r_due] != mode) | (fleet.follows[r_due] != lent)
