@@ -501,6 +501,9 @@ class XappProcess:
             return max(0.5, (deadline - time.monotonic()) * share)
 
         self.supervisor.stop(timeout_s=left(0.05))  # restarts nothing that is being stopped
+        if self.clock_worker is not None:
+            # Left running it went on reading a Redis that was gone, for the process's life.
+            self.clock_worker.stop(timeout_s=left(0.05))
         self.watcher.stop()
         if self.book_sync is not None:
             self.book_sync.stop(timeout_s=left(0.1))

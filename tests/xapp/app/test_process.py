@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -251,3 +252,20 @@ def test_ready_says_rmr_is_off_in_auto_mode_without_the_library(
         assert 'mcw_dependency_up{dependency="rmr"} 0.0' in metrics
     finally:
         proc.stop(grace_s=10)
+
+
+def test_a_stopped_process_leaves_no_worker_behind(lab: dict[str, Path],
+                                                   redis: RedisServer) -> None:
+    """Every worker thread ends with the process: the clock reader used to go on reading a
+    Redis that was gone, for as long as the interpreter lived (seen in CI's log)."""
+    args = parse(["--config", str(lab["config"]), "--http-host", "127.0.0.1", "--http-port", "0",
+                  "--rmr", "off", "--estimator", "ewma", "--kpi-file", str(lab["kpis"]),
+                  "--publish-file", str(lab["out"])])
+    before = {t.ident for t in threading.enumerate()}
+    proc = main.XappProcess(main.RunOptions.from_args(args), load_config(args.config))
+    proc.start()
+    assert proc.clock_worker is not None  # the Redis version store reads Redis' clock
+    proc.stop(grace_s=10)
+    left = sorted(t.name for t in threading.enumerate()
+                  if t.ident not in before and t.is_alive() and t.name.startswith("mcw-"))
+    assert left == []
