@@ -49,9 +49,8 @@ less than the default scheduler alone.  So a ``load_balancing`` set without shar
 out with every weighted WAT at :data:`CAP_MAX_MBPS` (explicitly uncapped: without caps the agent
 would derive them from its configured link rates); its levers are the WATs at weight 0 (backup:
 no data while another WAT is up), which the engine decides from the forecasts as for WRR: a WAT
-down, or too slow to keep pace with the others (under 1 % of the total at ``max_weight`` 100).
-That one matters on the real stack too: a 0.6 Mbit/s LiFi beside 77 Mbit/s of NR and Wi-Fi
-holds the connection's reassembly back (``paper-static`` in ``bench/bench_realstack.py``).
+down, or too slow to keep pace with the others (under 1 % of the total at ``max_weight`` 100),
+whose packets would arrive long after the others' and hold the receiver's reassembly back.
 Policies that ask for a split (``fixed_split``, share limits) keep the rule above.
 
 Caps are bounded as the schema bounds them: above 0 (at least :data:`CAP_MIN_MBPS`, the agent's
