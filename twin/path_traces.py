@@ -159,16 +159,6 @@ class PathTrace:
         peak = np.maximum(self.rate_dl.max(axis=0), self.rate_ul.max(axis=0))
         return {w: float(math.ceil(v)) for w, v in zip(self.wats, peak.tolist(), strict=True)}
 
-    def head(self, seconds: float) -> PathTrace:
-        """The first ``seconds`` of the trace (at least one period)."""
-        n = max(1, min(self.periods, round(seconds / self.period_s)))
-        end = n * self.period_s
-        return PathTrace(self.name, self.period_s, self.wats, self.rate_dl[:n], self.rate_ul[:n],
-                         self.delay_ms[:n], self.loss_pct[:n], self.buffer_ms[:n],
-                         tuple(o for o in self.outages if o.start_s < end
-                               and o.start_s + o.duration_s <= end),
-                         {f: a[:n] for f, a in self.radio.items()}, self.description)
-
 
 # --- radio KPIs ------------------------------------------------------------------------------
 

@@ -270,7 +270,6 @@ class Run:
         self.topo = ShapedTopology(trace)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.notes: list[str] = []
-        self.probe_mbps: dict[str, np.ndarray[Any, Any]] = {}
         #: Wall clock of the trace's start, once it is set.
         self.t0: float | None = None
         #: When this run's agents started, in the observer's clock (None: no agents).
@@ -481,7 +480,6 @@ class Run:
             for d in ("dl", "ul"):
                 m = np.array([max(1.0, round(got.get((d, p.wat), 0.0)))
                               for p in self.topo.paths])
-                self.probe_mbps[d] = m
                 w[d], c[d] = plan(m)
             pub.send(w, c)
 
