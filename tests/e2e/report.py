@@ -58,19 +58,22 @@ def versions_in_order(records: list[Applied]) -> Check:
 
 
 def weights_in_influx(records: list[Applied], stored: dict[str, set[int]],
-                      crashes: Sequence[float] = (), crash_window_s: float = 5.0) -> Check:
+                      crashes: Sequence[float] = (), crash_window_s: float = 5.0,
+                      in_flight_s: float = 1.0) -> Check:
     """Every version an agent applied is in InfluxDB's ``wat_weight`` for that CPE.
 
     The xApp writes weight points in batches from memory; a SIGKILL loses the batch not yet
     sent (InfluxDB never acknowledged it).  Versions first applied within ``crash_window_s``
-    before a crash at one of ``crashes`` (run seconds) are listed, not failed."""
+    before a crash at one of ``crashes`` (run seconds) are listed, not failed, and so are those
+    applied up to ``in_flight_s`` after it: published by the killed process, they were still on
+    their way through the broker when it died (the restarted process publishes seconds later)."""
     first: dict[tuple[str, int], float] = {}
     for r in records:
         if r.online and r.version > 0:
             first.setdefault((r.cpe, r.version), r.t)
     missing = [(k, t) for k, t in sorted(first.items()) if k[1] not in stored.get(k[0], set())]
     lost = [(k, t) for k, t in missing
-            if any(c - crash_window_s <= t <= c for c in crashes)]
+            if any(c - crash_window_s <= t <= c + in_flight_s for c in crashes)]
     bad = [(k, t) for k, t in missing if (k, t) not in lost]
 
     def names(items: list[tuple[tuple[str, int], float]]) -> str:

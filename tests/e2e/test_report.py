@@ -48,6 +48,9 @@ def test_weights_and_kpis_in_influx() -> None:
     crashed = weights_in_influx(records, {"a": {1}}, crashes=[3.0])
     assert crashed.ok and "a v2 at 1.0s" in crashed.detail
     assert not weights_in_influx(records, {"a": {1}}, crashes=[30.0]).ok
+    # Published by the killed process, applied a moment after the kill (CI's run: 30 ms).
+    assert weights_in_influx(records, {"a": {1}}, crashes=[0.97]).ok
+    assert not weights_in_influx(records, {"a": {1}}, crashes=[-0.5]).ok
     assert kpis_in_influx(10, 10).ok and not kpis_in_influx(10, 9).ok
 
 
