@@ -1,5 +1,6 @@
 """What outlives the process in SDL (a real redis-server): the ids a restart deletes, and the
-node records through which a replica's successor deletes what it left."""
+node records through which a replica's successor deletes what it left; the stores alone, then
+through the subscriber."""
 
 from __future__ import annotations
 
@@ -15,7 +16,48 @@ from tests.xapp.adapters.e2.submgr_stand_in import (
     sharded_pair,
     static,
 )
-from xapp.adapters.e2.subscription_store import NodeSubscription, SdlIdStore, SdlNodeRecords
+from xapp.adapters.e2.subscription_store import (
+    MemoryNodeRecords,
+    NodeRecords,
+    NodeSubscription,
+    SdlIdStore,
+    SdlNodeRecords,
+)
+
+
+def test_a_record_is_cleared_only_while_it_is_still_the_one_named(redis: RedisServer) -> None:
+    """Compare-and-delete, in memory and in SDL: an old owner's late clear leaves its
+    successor's record."""
+    from xapp.adapters.dbaas import redis_from_env
+
+    old, new = NodeSubscription("sub-1", "replica-a"), NodeSubscription("sub-2", "replica-b")
+    stores: list[NodeRecords] = [
+        MemoryNodeRecords(), SdlNodeRecords("mcw-e2-test", lambda: redis_from_env("mcw-e2-test"))]
+    for records in stores:
+        assert records.get(MEID) is None
+        records.put(MEID, new)
+        records.clear(MEID, old)
+        assert records.get(MEID) == new
+        records.clear(MEID, new)
+        assert records.get(MEID) is None
+
+
+def test_unreadable_ids_and_records_in_sdl_are_ignored(redis: RedisServer) -> None:
+    from xapp.adapters.dbaas import redis_from_env
+    from xapp.adapters.sdl import ricsdl_backend
+
+    ids = SdlIdStore("mcw-e2-test", ricsdl_backend, key="e2/subscriptions/r")
+    assert ids.load() == set()
+    ids.save({"sub-1", "sub-2"})
+    assert ids.load() == {"sub-1", "sub-2"}
+    records = SdlNodeRecords("mcw-e2-test", lambda: redis_from_env("mcw-e2-test"))
+    records.put(MEID, NodeSubscription("sub-1", "r"))
+    sdl = ricsdl_backend()  # overwrites both keys, as the rest of SDL names them
+    try:
+        sdl.set("mcw-e2-test", {ids.key: b'{"ids": "sub-1"}', f"e2/node/{MEID}": b"{"})
+    finally:
+        sdl.close()
+    assert ids.load() == set() and records.get(MEID) is None
 
 
 def test_restart_deletes_stale_and_subscribes_again(submgr: StandInSubmgr,
