@@ -55,7 +55,7 @@ from xapp.adapters.e2.records import (
     UeId,
 )
 from xapp.adapters.e2.registry import CpeRegistry
-from xapp.adapters.e2.subscriptions import SubscriptionBook
+from xapp.adapters.e2.subscription_book import SubscriptionBook
 
 NODE = "gnb_208_092_0000000a"
 CELL = "02f839-00000000a"

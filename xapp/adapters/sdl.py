@@ -43,7 +43,8 @@ MARKER_KEY = "meta/writer"
 
 
 class SdlBackend(Protocol):
-    """The part of ``ricsdl.syncstorage.SyncStorage`` the store uses."""
+    """The part of ``ricsdl.syncstorage.SyncStorage`` the xApp uses (this store, the CPE
+    registry, the E2 subscription ids)."""
 
     def is_active(self) -> bool: ...
 

@@ -66,7 +66,8 @@ if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs n
     from xapp.adapters.e2.decoder import DecoderProcess
     from xapp.adapters.e2.ingest import KpmIngest
     from xapp.adapters.e2.registry import CpeRegistry
-    from xapp.adapters.e2.subscriptions import E2Subscriber, SubscriptionBook
+    from xapp.adapters.e2.subscriber import E2Subscriber
+    from xapp.adapters.e2.subscription_book import SubscriptionBook
     from xapp.adapters.influx import InfluxIntake, InfluxStore
     from xapp.adapters.mqtt import (
         ChannelSubscriber,
@@ -333,7 +334,7 @@ class XappProcess:
                                                SHARDS_PATH: self.shards_view}
         posts: dict[str, PostHandler] = {}
         if e2 is not None:
-            from xapp.adapters.e2.subscriptions import CALLBACK_PATH
+            from xapp.adapters.e2.submgr_client import CALLBACK_PATH
 
             posts[CALLBACK_PATH] = e2.subscriber.on_response
         self.http = HttpServer(self.health(), lambda: self.config_view(), self.metrics,
@@ -875,15 +876,15 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components,
         ricsdl_rnib_backend,
     )
     from xapp.adapters.e2.registry import CpeRegistry
-    from xapp.adapters.e2.subscriptions import (
-        E2Subscriber,
-        E2SubscribeSettings,
+    from xapp.adapters.e2.subscriber import E2Subscriber
+    from xapp.adapters.e2.subscription_book import SubscriptionBook
+    from xapp.adapters.e2.subscription_request import E2SubscribeSettings
+    from xapp.adapters.e2.subscription_store import (
         IdStore,
         MemoryIdStore,
         NodeRecords,
         SdlIdStore,
         SdlNodeRecords,
-        SubscriptionBook,
     )
 
     e = controls.e2

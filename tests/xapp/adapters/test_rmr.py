@@ -208,7 +208,7 @@ def test_golden_indication_over_rmr_reaches_the_intake(
     from xapp.adapters.e2.ingest import KpmIngest
     from xapp.adapters.e2.records import ActiveSubscription
     from xapp.adapters.e2.registry import CpeRegistry
-    from xapp.adapters.e2.subscriptions import SubscriptionBook
+    from xapp.adapters.e2.subscription_book import SubscriptionBook
     from xapp.adapters.rmr import RmrGlue
     from xapp.core.intake import LatestKpis
     from xapp.core.policy_book import PolicyBook

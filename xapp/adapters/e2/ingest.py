@@ -65,7 +65,7 @@ MAPPING_COUNTS: Final[tuple[str, ...]] = tuple(MappingCounts().as_dict())
 
 
 class SubscriptionLookup(Protocol):
-    """What the ingest needs of :class:`~xapp.adapters.e2.subscriptions.SubscriptionBook`."""
+    """What the ingest needs of :class:`~xapp.adapters.e2.subscription_book.SubscriptionBook`."""
 
     version: int
 

@@ -2,7 +2,7 @@
 subscriptions and the mapping to CPEs.
 
 The codec (:mod:`xapp.adapters.e2.codec`) produces these from APER bytes; the subscription
-manager client (:mod:`xapp.adapters.e2.subscriptions`) keeps :class:`Subscription`; the mapping
+book (:mod:`xapp.adapters.e2.subscription_book`) keeps :class:`ActiveSubscription`; the mapping
 (:mod:`xapp.adapters.e2.mapping`) turns :class:`KpmReport` into intake rows through the CPE
 registry.  Nothing here imports a codec, so the records can be built in tests by hand.
 """

@@ -42,7 +42,7 @@ from xapp.adapters.e2.records import (
     UeId,
 )
 from xapp.adapters.e2.registry import CpeRegistry
-from xapp.adapters.e2.subscriptions import SubscriptionBook
+from xapp.adapters.e2.subscription_book import SubscriptionBook
 from xapp.adapters.lab import LoopbackGlue
 from xapp.app.collector import ComponentCollector, E2Counters
 from xapp.app.endpoints import READY_PATH, Health, HttpServer

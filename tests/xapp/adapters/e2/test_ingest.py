@@ -20,7 +20,7 @@ from xapp.adapters.e2 import codec
 from xapp.adapters.e2.ingest import DIALECT_COUNTS, MAPPING_COUNTS, OUTCOMES, KpmIngest
 from xapp.adapters.e2.records import ActiveSubscription, RicRequestId
 from xapp.adapters.e2.registry import CpeRegistry
-from xapp.adapters.e2.subscriptions import SubscriptionBook
+from xapp.adapters.e2.subscription_book import SubscriptionBook
 from xapp.core.forecast import KpiFrame
 from xapp.core.intake import LatestKpis
 

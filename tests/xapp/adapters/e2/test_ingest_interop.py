@@ -22,7 +22,7 @@ from tests.xapp.adapters.e2.test_ingest import envelope as golden_envelope
 from xapp.adapters.e2 import codec
 from xapp.adapters.e2.ingest import KpmIngest
 from xapp.adapters.e2.registry import CpeRegistry
-from xapp.adapters.e2.subscriptions import SubscriptionBook
+from xapp.adapters.e2.subscription_book import SubscriptionBook
 
 INTEROP = Path(os.environ.get("E2_INTEROP_DIR", SHARED / "data" / "e2-interop"))
 UE3, UE7 = "amf:00f110-2-1-1:3", "amf:00f110-2-1-1:7"

@@ -1,7 +1,7 @@
 """``mcw run`` with E2 on: the subscriber worker, the callback and the E2 endpoints in-process.
 
 Lab mode (KPI and weight files), RMR off, SDL in a real redis-server; the Subscription Manager
-is the stand-in of :mod:`test_subscriptions` on loopback, the node comes from
+is the stand-in of :mod:`submgr_stand_in` on loopback, the node comes from
 ``controls.e2.nodes``.
 """
 
@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.polling import free_port, wait_until
 from tests.support.redis_server import RedisServer
-from tests.xapp.adapters.e2.test_subscriptions import MEID, StandInSubmgr
+from tests.xapp.adapters.e2.submgr_stand_in import MEID, StandInSubmgr
 from xapp.app import runtime
 from xapp.app.config import load_config
 
