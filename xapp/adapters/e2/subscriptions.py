@@ -80,7 +80,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from xapp.adapters import bounded_json
+from xapp import bounded_json
 from xapp.adapters.dbaas import RedisLike, sdl_key
 from xapp.adapters.e2.mapping import DEFAULT_MAP, FAMILY_RULES, MeasurementMap, family_of
 from xapp.adapters.e2.nodes import NodeSource, node_view
