@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_tick import Fleet, telemetry_messages
 
 from tests.support.influxd import start_influxd
-from xapp.adapters.bounded_json import loads
 from xapp.adapters.influx import InfluxConfig, InfluxStore
 from xapp.adapters.mqtt.subscriber import telemetry_frame
+from xapp.bounded_json import loads
 
 
 def main(argv: list[str] | None = None) -> int:

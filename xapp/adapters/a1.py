@@ -30,8 +30,8 @@ from typing import Any, Protocol
 
 import jsonschema
 
-from xapp.adapters.bounded_json import BoundedJsonError, JsonLimits
-from xapp.adapters.bounded_json import loads as bounded_loads
+from xapp.bounded_json import BoundedJsonError, JsonLimits
+from xapp.bounded_json import loads as bounded_loads
 from xapp.core.ids import TYPE_ID_RE, is_cpe_id, is_instance_id
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import (

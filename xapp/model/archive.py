@@ -25,15 +25,15 @@ malformed file, comes out as :class:`~xapp.model.errors.ArtifactError`.
 from __future__ import annotations
 
 import io
-import json
 import math
 import zipfile
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.lib import format as npy_format
 
+from xapp import bounded_json
+from xapp.bounded_json import BoundedJsonError, JsonLimits
 from xapp.model.errors import ArtifactError
 
 SCHEMA_MEMBER = "schema.json"
@@ -131,26 +131,11 @@ def _check_schema(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limits: Limits) ->
         text = fh.read(limits.max_schema_bytes + 1)
     if len(text) > limits.max_schema_bytes:  # unreachable unless zipfile trusted a lie
         raise ArtifactError(f"{SCHEMA_MEMBER} is larger than it declares")
-    depth = _depth(json.loads(text), limits.max_schema_depth)
-    if depth > limits.max_schema_depth:
-        raise ArtifactError(f"{SCHEMA_MEMBER} is nested deeper than {limits.max_schema_depth}")
-
-
-def _depth(doc: Any, cap: int) -> int:
-    """Nesting depth of a parsed JSON document, counted without recursion, stopping at
-    ``cap + 1``."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(doc, 1)]
-    while stack:
-        node, d = stack.pop()
-        deepest = max(deepest, d)
-        if deepest > cap:
-            break
-        if isinstance(node, dict):
-            stack.extend((v, d + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, d + 1) for v in node)
-    return deepest
+    try:
+        bounded_json.loads(text, JsonLimits(max_bytes=limits.max_schema_bytes,
+                                            max_depth=limits.max_schema_depth))
+    except BoundedJsonError as exc:
+        raise ArtifactError(f"{SCHEMA_MEMBER}: {exc}") from exc
 
 
 def _check_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:

@@ -44,6 +44,8 @@ import numpy as np
 import skops.io as sio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from xapp import bounded_json
+from xapp.bounded_json import BoundedJsonError, JsonLimits
 from xapp.files import atomic_write
 from xapp.model import payload as payload_mod
 from xapp.model import signing
@@ -260,10 +262,11 @@ def _load(artifact: Path, public_key: PublicKey, limits: Limits) -> LoadedModel:
 
 
 def _parse_card(card_data: bytes) -> dict[str, Any]:
+    # Its size was bounded when it was read (``Limits.max_card_bytes``).
     try:
-        card = json.loads(card_data)
-    except (ValueError, RecursionError) as exc:
-        raise ArtifactError(f"card is not JSON: {exc}") from exc
+        card = bounded_json.loads(card_data, JsonLimits(max_bytes=len(card_data)))
+    except BoundedJsonError as exc:
+        raise ArtifactError(f"card is not JSON within bounds: {exc}") from exc
     if not isinstance(card, dict):
         raise ArtifactError("card is not a JSON object")
     return card

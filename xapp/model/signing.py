@@ -36,6 +36,8 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from xapp import bounded_json
+from xapp.bounded_json import BoundedJsonError, JsonLimits
 from xapp.files import atomic_write
 from xapp.model.errors import ArtifactError
 from xapp.model.files import read_bounded
@@ -44,6 +46,8 @@ SIGNATURE_FORMAT = "mcw-model-signature/1"
 SIGNATURE_SUFFIX = ".sig"
 #: A signature file is about 500 bytes; a key file under 200.
 MAX_SIGNATURE_BYTES = 4096
+#: A signature file is one flat object.
+SIGNATURE_JSON_LIMITS = JsonLimits(max_bytes=MAX_SIGNATURE_BYTES, max_depth=1)
 MAX_KEY_BYTES = 4096
 _RAW_KEY_BYTES = 32
 _SIGNATURE_BYTES = 64
@@ -135,9 +139,9 @@ def verify(artifact_name: str, artifact_data: bytes, card_data: bytes, signature
     key, artifact or card changed after signing, or a signature that does not verify.
     """
     try:
-        doc: Any = json.loads(signature_file)
-    except (ValueError, RecursionError) as exc:
-        raise ArtifactError(f"signature file is not JSON: {exc}") from exc
+        doc: Any = bounded_json.loads(signature_file, SIGNATURE_JSON_LIMITS)
+    except BoundedJsonError as exc:
+        raise ArtifactError(f"signature file is not JSON within bounds: {exc}") from exc
     if not isinstance(doc, dict) or doc.get("format") != SIGNATURE_FORMAT:
         raise ArtifactError(f"signature file is not in format {SIGNATURE_FORMAT}")
     if doc.get("algorithm") != "ed25519":

@@ -102,8 +102,8 @@ def _nest(schema: Any, depth: int = 200) -> Any:
 @pytest.mark.parametrize(("edit", "reason"), [
     (lambda parts: {**parts, "evil.pkl": b"\x80\x04."}, "unexpected archive member"),
     (lambda parts: {k: v for k, v in parts.items() if k != "schema.json"}, "no schema.json"),
-    (lambda parts: {**parts, "schema.json": b"[" * 100_000}, "malformed archive"),
-    (lambda parts: {**parts, "schema.json": b"\xff\xfe"}, "malformed archive"),
+    (lambda parts: {**parts, "schema.json": b"[" * 100_000}, "schema.json: nested deeper"),
+    (lambda parts: {**parts, "schema.json": b"\xff\xfe"}, "schema.json: not UTF-8"),
 ])
 def test_unexpected_archive_contents_are_refused(
         model_dir: Path, tmp_path: Path, signing_key: KeyPair,

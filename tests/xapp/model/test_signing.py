@@ -124,7 +124,7 @@ def test_signature_is_bound_to_the_artifact_name(model_dir: Path, tmp_path: Path
     (lambda doc: {**doc, "signature": 12}, "not base64"),
     (lambda doc: {**doc, "algorithm": "rsa"}, "not ed25519"),
     (lambda doc: {**doc, "format": "v0"}, "not in format"),
-    (lambda doc: [doc], "not in format"),
+    (lambda doc: [doc], "nested deeper than 1 level"),
 ])
 def test_forged_signature_files_are_refused(model_dir: Path, tmp_path: Path,
                                             signing_key: KeyPair, edit: object,
@@ -143,6 +143,27 @@ def test_garbage_signature_files_are_refused(model_dir: Path, tmp_path: Path,
     signature_path(resolve(d)).write_bytes(content)
     with pytest.raises(ArtifactError):
         load(d, public_key=signing_key.public)
+
+
+def test_a_signature_file_read_two_ways_is_refused(model_dir: Path, tmp_path: Path,
+                                                   signing_key: KeyPair) -> None:
+    """A key given twice is read as the first by some parsers and the last by others: the
+    model's JSON goes through the same bounded parser as every other outside document."""
+    d = _copy(model_dir, tmp_path)
+    sig = signature_path(resolve(d))
+    text = sig.read_text()
+    sig.write_text(text.replace('"algorithm": "ed25519"',
+                                '"algorithm": "rsa", "algorithm": "ed25519"'))
+    with pytest.raises(ArtifactError, match="duplicate key 'algorithm'"):
+        load(d, public_key=signing_key.public)
+
+
+def test_sign_refuses_a_card_nested_past_the_bound(model_dir: Path, tmp_path: Path,
+                                                   signing_key: KeyPair) -> None:
+    d = _copy(model_dir, tmp_path)
+    card_path(resolve(d)).write_text("[" * 500 + "]" * 500)
+    with pytest.raises(ArtifactError, match="card is not JSON within bounds: nested deeper"):
+        sign(d, signing_key.private)
 
 
 def test_sign_refuses_an_artifact_its_card_does_not_name(model_dir: Path, tmp_path: Path,

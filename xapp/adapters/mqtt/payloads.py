@@ -45,7 +45,7 @@ import numpy as np
 from jsonschema import Draft202012Validator
 from numpy.typing import NDArray
 
-from xapp.adapters.bounded_json import BoundedJsonError, JsonLimits, loads
+from xapp.bounded_json import BoundedJsonError, JsonLimits, loads
 from xapp.core.caps import CAP_MIN_MBPS
 from xapp.core.forecast import DIRECTIONS
 from xapp.core.ports import Choice, DirectionBatch, PublishResult, WeightBatch
@@ -81,7 +81,7 @@ SCHEMA_IDS: Final[dict[Kind, str]] = {
     "proxy-state": "mcw.proxy-state.v1",
 }
 
-#: What a received document may hold before it is parsed (:mod:`xapp.adapters.bounded_json`).
+#: What a received document may hold before it is parsed (:mod:`xapp.bounded_json`).
 #: Sizes cover the largest valid message of each kind, with room to spare:
 #:
 #: * state: a ``last_error`` of 1024 characters, each escaped as a surrogate pair

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xapp.adapters.bounded_json import BoundedJsonError, JsonLimits, loads
+from xapp.bounded_json import BoundedJsonError, JsonLimits, loads
 
 LIMITS = JsonLimits(max_bytes=4096, max_depth=8, max_int_digits=20)
 
