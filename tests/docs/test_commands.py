@@ -18,7 +18,8 @@ import pytest
 from xapp.cli import commands
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = sorted([REPO / "README.md", REPO / "CHANGELOG.md", *(REPO / "docs").glob("*.md"),
+DOCS = sorted([REPO / "README.md", REPO / "CHANGELOG.md", REPO / "CONTRIBUTING.md",
+               *(REPO / "docs").glob("*.md"),
                REPO / "kernel-agent" / "README.md", REPO / "charts" / "mcw-xapp" / "README.md",
                REPO / "broker" / "README.md"])
 #: Top-level folders whose paths a doc may cite.
@@ -123,3 +124,31 @@ def test_relative_links_resolve(doc: Path) -> None:
                                  and anchor not in anchors(dest)):
             broken.append(target)
     assert not broken, broken
+
+
+#: Lines of a page a reader may have to scroll through before the next heading (code blocks
+#: count: they are what a link would point next to).
+MAX_LINES_WITHOUT_HEADING = 80
+
+
+def longest_stretch_without_heading(text: str) -> int:
+    lines, last, longest, fence = text.split("\n"), 0, 0, False
+    for i, line in enumerate(lines):
+        fence ^= line.startswith("```")
+        if not fence and line.startswith("#"):
+            longest, last = max(longest, i - last), i
+    return max(longest, len(lines) - last)
+
+
+@pytest.mark.parametrize("doc", [d for d in DOCS if d.name != "CHANGELOG.md"],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_every_part_of_a_page_can_be_linked(doc: Path) -> None:
+    """A page is read by links into it: no long stretch of it lies under one heading (the
+    changelog is left out: one heading per issue, as they close)."""
+    assert longest_stretch_without_heading(doc.read_text()) <= MAX_LINES_WITHOUT_HEADING
+
+
+def test_the_stretch_counter_sees_headings_outside_code_only() -> None:
+    page = "# a\n" + "x\n" * 10 + "```sh\n# a comment, not a heading\n```\n" + "y\n" * 5
+    assert longest_stretch_without_heading(page) == 20
+    assert longest_stretch_without_heading("# a\n## b\nc") == 2
