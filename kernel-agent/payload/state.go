@@ -167,27 +167,6 @@ func Offline(cpeID string) []byte {
 	return b
 }
 
-// wireState mirrors State with pointers where the schema requires a key.
-type wireState struct {
-	Schema         *string           `json:"schema"`
-	CPEID          *string           `json:"cpe_id"`
-	Online         *bool             `json:"online"`
-	Role           string            `json:"role"`
-	ProxyID        string            `json:"proxy_id"`
-	Direction      string            `json:"direction"`
-	TimeMs         int64             `json:"time_ms"`
-	AppliedVersion int64             `json:"applied_version"`
-	AppliedWeights Weights           `json:"applied_weights"`
-	AppliedCaps    map[string]number `json:"applied_caps_mbps"`
-	Addresses      map[string]string `json:"addresses"`
-	Backend        string            `json:"backend"`
-	Capabilities   *Capabilities     `json:"capabilities"`
-	Links          map[string]string `json:"links"`
-	Event          string            `json:"event"`
-	Alarm          string            `json:"alarm"`
-	LastError      string            `json:"last_error"`
-}
-
 // MaxErrorLen bounds last_error (characters of the schema; the agents cut
 // their own at this many bytes).
 const MaxErrorLen = 1024
@@ -198,14 +177,23 @@ const MaxErrorLen = 1024
 // cpe_id and online required, enums, ranges, WAT keys, addresses that
 // parse as IP addresses. An mcw.state.v1 payload is refused.
 func ParseState(data []byte) (State, error) {
-	var w wireState
+	// The schema requires schema, cpe_id and online. A missing schema or
+	// cpe_id fails its check below as an empty one would; online false is
+	// a valid report (an offline CPE), so the key's presence is read into
+	// a pointer that shadows State's field (encoding/json fills the
+	// shallower of two fields with one name).
+	type received struct {
+		State
+		Online *bool `json:"online"`
+	}
+	var w received
 	if err := decodeStrict(data, &w); err != nil {
 		return State{}, err
 	}
-	if w.Schema == nil || *w.Schema != StateSchema {
+	if w.Schema != StateSchema {
 		return State{}, fmt.Errorf("%w: schema: want %q", ErrInvalid, StateSchema)
 	}
-	if w.CPEID == nil || !ValidCPEID(*w.CPEID) {
+	if !ValidCPEID(w.CPEID) {
 		return State{}, fmt.Errorf("%w: cpe_id: missing or not an identifier", ErrInvalid)
 	}
 	if w.Online == nil {
@@ -235,8 +223,7 @@ func ParseState(data []byte) (State, error) {
 	if c := w.Capabilities; c != nil && !knownSemantics(c.Semantics) {
 		return State{}, fmt.Errorf("%w: capabilities.semantics %q: want wrr, rate-caps or on-off", ErrInvalid, c.Semantics)
 	}
-	appliedCaps, err := parseCaps("applied_caps_mbps", w.AppliedCaps)
-	if err != nil {
+	if err := checkCaps("applied_caps_mbps", w.AppliedCapsMbps); err != nil {
 		return State{}, err
 	}
 	for k, v := range w.AppliedWeights {
@@ -261,12 +248,9 @@ func ParseState(data []byte) (State, error) {
 			return State{}, fmt.Errorf("addresses: %s: %w", k, err)
 		}
 	}
-	return State{
-		Schema: *w.Schema, CPEID: *w.CPEID, Online: *w.Online, Role: w.Role, ProxyID: w.ProxyID,
-		Direction: w.Direction, TimeMs: w.TimeMs, AppliedVersion: w.AppliedVersion,
-		AppliedWeights: w.AppliedWeights, AppliedCapsMbps: appliedCaps, Addresses: w.Addresses, Backend: w.Backend,
-		Capabilities: w.Capabilities, Links: w.Links, Event: w.Event, Alarm: w.Alarm, LastError: w.LastError,
-	}, nil
+	s := w.State
+	s.Online = *w.Online
+	return s, nil
 }
 
 // ParsedAddresses returns s.Addresses as netip addresses (ParseState has
