@@ -18,6 +18,35 @@ const (
 	BackendDryRun      = "dry-run"
 )
 
+// backends is the vocabulary of backend names, in canonical order (the
+// backend enum of mqtt-state.schema.json and mqtt-proxy-state.schema.json),
+// with the semantics each applies; dry-run reports what it simulates (the
+// WRR kernel's rounds). It is the one list of names in this package: the
+// agent's configuration is checked against it, and cmd/mcw-agent's
+// constructor table is tested to hold exactly these names.
+var backends = [...]struct{ name, semantics string }{
+	{BackendWRRSysctl, SemanticsWRR},
+	{BackendMPTCPUpstream, SemanticsOnOff},
+	{BackendMPTCPShares, SemanticsRateCaps},
+	{BackendDryRun, SemanticsWRR},
+}
+
+// Backends returns the backend names in canonical order. It returns a fresh
+// slice on every call so that callers cannot change the set.
+func Backends() []string {
+	names := make([]string, len(backends))
+	for i, b := range backends {
+		names[i] = b.name
+	}
+	return names
+}
+
+// KnownBackend reports whether name is one of Backends.
+func KnownBackend(name string) bool {
+	_, ok := semanticsOf(name)
+	return ok
+}
+
 // Roles of an agent.
 const (
 	RoleCPE   = "cpe"
@@ -69,18 +98,15 @@ const (
 	SemanticsOnOff = "on-off"
 )
 
-// semanticsOf is the semantics each backend applies; dry-run reports what
-// it simulates (the WRR kernel's rounds).
-func semanticsOf(backendName string) string {
-	switch backendName {
-	case BackendWRRSysctl, BackendDryRun:
-		return SemanticsWRR
-	case BackendMPTCPShares:
-		return SemanticsRateCaps
-	case BackendMPTCPUpstream:
-		return SemanticsOnOff
+// semanticsOf returns the semantics backendName applies, and false for a
+// name outside the vocabulary.
+func semanticsOf(backendName string) (string, bool) {
+	for _, b := range backends {
+		if b.name == backendName {
+			return b.semantics, true
+		}
 	}
-	return ""
+	return "", false
 }
 
 // knownSemantics reports whether s may appear in capabilities.semantics
@@ -99,14 +125,13 @@ func knownSemantics(s string) bool {
 // 6.11, "mptcp: sched: check both directions for backup"; measured in
 // integration.TestNetnsDirectionsCoupled).
 //
-// A backend that leaves Semantics empty gets its name's (wrr-sysctl wrr,
-// mptcp-shares rate-caps, mptcp-upstream on-off, dry-run wrr).
+// A backend that leaves Semantics empty gets its name's (see backends).
 func CapabilitiesOf(backendName string, c Capabilities) Capabilities {
 	if backendName == BackendMPTCPUpstream {
 		c.DirectionsCoupled = true
 	}
 	if c.Semantics == "" {
-		c.Semantics = semanticsOf(backendName)
+		c.Semantics, _ = semanticsOf(backendName)
 	}
 	return c
 }
@@ -208,7 +233,7 @@ func ParseState(data []byte) (State, error) {
 		return State{}, fmt.Errorf("%w: direction %q: want dl or ul", ErrInvalid, w.Direction)
 	case w.TimeMs < 0 || w.TimeMs > maxSafeInt || w.AppliedVersion < 0 || w.AppliedVersion > maxSafeInt:
 		return State{}, fmt.Errorf("%w: time_ms %d, applied_version %d: want [0, 2^53-1]", ErrInvalid, w.TimeMs, w.AppliedVersion)
-	case w.Backend != "" && w.Backend != BackendWRRSysctl && w.Backend != BackendMPTCPUpstream && w.Backend != BackendMPTCPShares && w.Backend != BackendDryRun:
+	case w.Backend != "" && !KnownBackend(w.Backend):
 		return State{}, fmt.Errorf("%w: backend %q: unknown", ErrInvalid, w.Backend)
 	case !knownEvent(w.Event):
 		return State{}, fmt.Errorf("%w: event %q: unknown", ErrInvalid, w.Event)

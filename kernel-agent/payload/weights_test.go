@@ -242,13 +242,14 @@ func BenchmarkParseWeights(b *testing.B) {
 }
 
 // TestParseStateKeys: the keys the schema requires (online false is a
-// report, online missing is not).
+// report, online missing is not) and the backend vocabulary.
 func TestParseStateKeys(t *testing.T) {
 	const head = `{"schema":"mcw.state.v2","cpe_id":"c",`
-	for _, tt := range []struct {
+	type row struct {
 		name, doc, wantErr string
 		online             bool
-	}{
+	}
+	tests := []row{
 		{"online", head + `"online":true}`, "", true},
 		{"offline", head + `"online":false}`, "", false},
 		{"schema missing", `{"cpe_id":"c","online":true}`, "schema: want", false},
@@ -257,7 +258,11 @@ func TestParseStateKeys(t *testing.T) {
 		{"online in another case", head + `"Online":true}`, "case-sensitive", false},
 		{"online twice", head + `"online":false,"online":true}`, "twice", false},
 		{"unknown backend", head + `"online":true,"backend":"bpf"}`, `backend "bpf": unknown`, false},
-	} {
+	}
+	for _, b := range Backends() {
+		tests = append(tests, row{"backend " + b, head + `"online":true,"backend":"` + b + `"}`, "", true})
+	}
+	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := ParseState([]byte(tt.doc))
 			if tt.wantErr != "" {
