@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -41,7 +42,8 @@ type Config struct {
 	// WATs maps each WAT name (nr, lte, wifi, lifi) to its interface
 	// (role cpe; a proxy learns its CPEs' WATs from their state).
 	WATs map[string]WAT `yaml:"wats"`
-	// Backend: wrr-sysctl, mptcp-upstream, mptcp-shares or dry-run.
+	// Backend is one of payload.Backends (deploy/agent.example.yaml says
+	// what each does).
 	Backend     string      `yaml:"backend"`
 	WRRSysctl   WRRSysctl   `yaml:"wrr_sysctl"`
 	MPTCPShares MPTCPShares `yaml:"mptcp_shares"`
@@ -251,12 +253,11 @@ func (c Config) Validate() error {
 	default:
 		add("role %q: want cpe or proxy", c.Role)
 	}
-	switch c.Backend {
-	case payload.BackendWRRSysctl, payload.BackendMPTCPUpstream, payload.BackendDryRun:
-	case payload.BackendMPTCPShares:
+	switch {
+	case !payload.KnownBackend(c.Backend):
+		add("backend %q: want one of %s", c.Backend, strings.Join(payload.Backends(), ", "))
+	case c.Backend == payload.BackendMPTCPShares:
 		errs = append(errs, c.validateShares()...)
-	default:
-		add("backend %q: want wrr-sysctl, mptcp-upstream, mptcp-shares or dry-run", c.Backend)
 	}
 	if u, err := url.Parse(c.MQTT.BrokerURL); err != nil || u.Host == "" {
 		add("mqtt.broker_url %q: want e.g. mqtts://broker:8883", c.MQTT.BrokerURL)

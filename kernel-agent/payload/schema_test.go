@@ -278,3 +278,19 @@ func TestParseStricterThanDecodedSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestBackendsMatchSchemas: the backend names the agent knows are the
+// enum of the schemas the xApp validates states with, in the same order.
+func TestBackendsMatchSchemas(t *testing.T) {
+	for _, schema := range []string{"mqtt-state.schema.json", "mqtt-proxy-state.schema.json"} {
+		prop, _ := loadSchema(t, schema)["properties"].(map[string]any)["backend"].(map[string]any)
+		var enum []string
+		for _, v := range asSlice(prop["enum"]) {
+			s, _ := v.(string)
+			enum = append(enum, s)
+		}
+		if !slices.Equal(enum, Backends()) {
+			t.Errorf("%s: backend enum %q, payload.Backends %q", schema, enum, Backends())
+		}
+	}
+}

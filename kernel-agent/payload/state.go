@@ -18,6 +18,35 @@ const (
 	BackendDryRun      = "dry-run"
 )
 
+// backends is the vocabulary of backend names, in canonical order (the
+// backend enum of mqtt-state.schema.json and mqtt-proxy-state.schema.json),
+// with the semantics each applies; dry-run reports what it simulates (the
+// WRR kernel's rounds). It is the one list of names in this package: the
+// agent's configuration is checked against it, and cmd/mcw-agent's
+// constructor table is tested to hold exactly these names.
+var backends = [...]struct{ name, semantics string }{
+	{BackendWRRSysctl, SemanticsWRR},
+	{BackendMPTCPUpstream, SemanticsOnOff},
+	{BackendMPTCPShares, SemanticsRateCaps},
+	{BackendDryRun, SemanticsWRR},
+}
+
+// Backends returns the backend names in canonical order. It returns a fresh
+// slice on every call so that callers cannot change the set.
+func Backends() []string {
+	names := make([]string, len(backends))
+	for i, b := range backends {
+		names[i] = b.name
+	}
+	return names
+}
+
+// KnownBackend reports whether name is one of Backends.
+func KnownBackend(name string) bool {
+	_, ok := semanticsOf(name)
+	return ok
+}
+
 // Roles of an agent.
 const (
 	RoleCPE   = "cpe"
@@ -69,18 +98,15 @@ const (
 	SemanticsOnOff = "on-off"
 )
 
-// semanticsOf is the semantics each backend applies; dry-run reports what
-// it simulates (the WRR kernel's rounds).
-func semanticsOf(backendName string) string {
-	switch backendName {
-	case BackendWRRSysctl, BackendDryRun:
-		return SemanticsWRR
-	case BackendMPTCPShares:
-		return SemanticsRateCaps
-	case BackendMPTCPUpstream:
-		return SemanticsOnOff
+// semanticsOf returns the semantics backendName applies, and false for a
+// name outside the vocabulary.
+func semanticsOf(backendName string) (string, bool) {
+	for _, b := range backends {
+		if b.name == backendName {
+			return b.semantics, true
+		}
 	}
-	return ""
+	return "", false
 }
 
 // knownSemantics reports whether s may appear in capabilities.semantics
@@ -99,14 +125,13 @@ func knownSemantics(s string) bool {
 // 6.11, "mptcp: sched: check both directions for backup"; measured in
 // integration.TestNetnsDirectionsCoupled).
 //
-// A backend that leaves Semantics empty gets its name's (wrr-sysctl wrr,
-// mptcp-shares rate-caps, mptcp-upstream on-off, dry-run wrr).
+// A backend that leaves Semantics empty gets its name's (see backends).
 func CapabilitiesOf(backendName string, c Capabilities) Capabilities {
 	if backendName == BackendMPTCPUpstream {
 		c.DirectionsCoupled = true
 	}
 	if c.Semantics == "" {
-		c.Semantics = semanticsOf(backendName)
+		c.Semantics, _ = semanticsOf(backendName)
 	}
 	return c
 }
@@ -167,27 +192,6 @@ func Offline(cpeID string) []byte {
 	return b
 }
 
-// wireState mirrors State with pointers where the schema requires a key.
-type wireState struct {
-	Schema         *string           `json:"schema"`
-	CPEID          *string           `json:"cpe_id"`
-	Online         *bool             `json:"online"`
-	Role           string            `json:"role"`
-	ProxyID        string            `json:"proxy_id"`
-	Direction      string            `json:"direction"`
-	TimeMs         int64             `json:"time_ms"`
-	AppliedVersion int64             `json:"applied_version"`
-	AppliedWeights Weights           `json:"applied_weights"`
-	AppliedCaps    map[string]number `json:"applied_caps_mbps"`
-	Addresses      map[string]string `json:"addresses"`
-	Backend        string            `json:"backend"`
-	Capabilities   *Capabilities     `json:"capabilities"`
-	Links          map[string]string `json:"links"`
-	Event          string            `json:"event"`
-	Alarm          string            `json:"alarm"`
-	LastError      string            `json:"last_error"`
-}
-
 // MaxErrorLen bounds last_error (characters of the schema; the agents cut
 // their own at this many bytes).
 const MaxErrorLen = 1024
@@ -198,14 +202,23 @@ const MaxErrorLen = 1024
 // cpe_id and online required, enums, ranges, WAT keys, addresses that
 // parse as IP addresses. An mcw.state.v1 payload is refused.
 func ParseState(data []byte) (State, error) {
-	var w wireState
+	// The schema requires schema, cpe_id and online. A missing schema or
+	// cpe_id fails its check below as an empty one would; online false is
+	// a valid report (an offline CPE), so the key's presence is read into
+	// a pointer that shadows State's field (encoding/json fills the
+	// shallower of two fields with one name).
+	type received struct {
+		State
+		Online *bool `json:"online"`
+	}
+	var w received
 	if err := decodeStrict(data, &w); err != nil {
 		return State{}, err
 	}
-	if w.Schema == nil || *w.Schema != StateSchema {
+	if w.Schema != StateSchema {
 		return State{}, fmt.Errorf("%w: schema: want %q", ErrInvalid, StateSchema)
 	}
-	if w.CPEID == nil || !ValidCPEID(*w.CPEID) {
+	if !ValidCPEID(w.CPEID) {
 		return State{}, fmt.Errorf("%w: cpe_id: missing or not an identifier", ErrInvalid)
 	}
 	if w.Online == nil {
@@ -220,7 +233,7 @@ func ParseState(data []byte) (State, error) {
 		return State{}, fmt.Errorf("%w: direction %q: want dl or ul", ErrInvalid, w.Direction)
 	case w.TimeMs < 0 || w.TimeMs > maxSafeInt || w.AppliedVersion < 0 || w.AppliedVersion > maxSafeInt:
 		return State{}, fmt.Errorf("%w: time_ms %d, applied_version %d: want [0, 2^53-1]", ErrInvalid, w.TimeMs, w.AppliedVersion)
-	case w.Backend != "" && w.Backend != BackendWRRSysctl && w.Backend != BackendMPTCPUpstream && w.Backend != BackendMPTCPShares && w.Backend != BackendDryRun:
+	case w.Backend != "" && !KnownBackend(w.Backend):
 		return State{}, fmt.Errorf("%w: backend %q: unknown", ErrInvalid, w.Backend)
 	case !knownEvent(w.Event):
 		return State{}, fmt.Errorf("%w: event %q: unknown", ErrInvalid, w.Event)
@@ -235,8 +248,7 @@ func ParseState(data []byte) (State, error) {
 	if c := w.Capabilities; c != nil && !knownSemantics(c.Semantics) {
 		return State{}, fmt.Errorf("%w: capabilities.semantics %q: want wrr, rate-caps or on-off", ErrInvalid, c.Semantics)
 	}
-	appliedCaps, err := parseCaps("applied_caps_mbps", w.AppliedCaps)
-	if err != nil {
+	if err := checkCaps("applied_caps_mbps", w.AppliedCapsMbps); err != nil {
 		return State{}, err
 	}
 	for k, v := range w.AppliedWeights {
@@ -261,12 +273,9 @@ func ParseState(data []byte) (State, error) {
 			return State{}, fmt.Errorf("addresses: %s: %w", k, err)
 		}
 	}
-	return State{
-		Schema: *w.Schema, CPEID: *w.CPEID, Online: *w.Online, Role: w.Role, ProxyID: w.ProxyID,
-		Direction: w.Direction, TimeMs: w.TimeMs, AppliedVersion: w.AppliedVersion,
-		AppliedWeights: w.AppliedWeights, AppliedCapsMbps: appliedCaps, Addresses: w.Addresses, Backend: w.Backend,
-		Capabilities: w.Capabilities, Links: w.Links, Event: w.Event, Alarm: w.Alarm, LastError: w.LastError,
-	}, nil
+	s := w.State
+	s.Online = *w.Online
+	return s, nil
 }
 
 // ParsedAddresses returns s.Addresses as netip addresses (ParseState has

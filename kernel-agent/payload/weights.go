@@ -338,24 +338,35 @@ func parseDir(name string, d *wireDir) (DirWeights, error) {
 	return DirWeights{Mode: *d.Mode, Reason: reason, Weights: weights, CapsMbps: caps}, nil
 }
 
-// parseCaps checks a per-WAT cap object: known WATs, finite numbers in
-// (0, MaxCapMbps]. A nil object gives nil.
+// parseCaps reads a per-WAT cap object and checks it (checkCaps). A nil
+// object gives nil.
 func parseCaps(name string, in map[string]number) (map[WAT]float64, error) {
 	if in == nil {
 		return nil, nil
 	}
 	caps := make(map[WAT]float64, len(in))
 	for k, v := range in {
-		if !KnownWAT(k) {
-			return nil, fmt.Errorf("%w: %s: unknown WAT %q", ErrInvalid, name, k)
-		}
 		f, err := v.Float64()
-		if err != nil || math.IsNaN(f) || !(f > 0) || f > MaxCapMbps {
+		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %s=%s is not a number in (0, %d]", ErrInvalid, name, k, v.String(), MaxCapMbps)
 		}
 		caps[k] = f
 	}
-	return caps, nil
+	return caps, checkCaps(name, caps)
+}
+
+// checkCaps checks per-WAT caps: known WATs, finite numbers in
+// (0, MaxCapMbps].
+func checkCaps(name string, caps map[WAT]float64) error {
+	for k, f := range caps {
+		if !KnownWAT(k) {
+			return fmt.Errorf("%w: %s: unknown WAT %q", ErrInvalid, name, k)
+		}
+		if math.IsNaN(f) || !(f > 0) || f > MaxCapMbps {
+			return fmt.Errorf("%w: %s: %s=%g is not a number in (0, %d]", ErrInvalid, name, k, f, MaxCapMbps)
+		}
+	}
+	return nil
 }
 
 // ValidCPEID reports whether id can be a CPE identifier: it is also the CN

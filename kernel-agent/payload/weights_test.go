@@ -241,6 +241,43 @@ func BenchmarkParseWeights(b *testing.B) {
 	}
 }
 
+// TestParseStateKeys: the keys the schema requires (online false is a
+// report, online missing is not) and the backend vocabulary.
+func TestParseStateKeys(t *testing.T) {
+	const head = `{"schema":"mcw.state.v2","cpe_id":"c",`
+	type row struct {
+		name, doc, wantErr string
+		online             bool
+	}
+	tests := []row{
+		{"online", head + `"online":true}`, "", true},
+		{"offline", head + `"online":false}`, "", false},
+		{"schema missing", `{"cpe_id":"c","online":true}`, "schema: want", false},
+		{"cpe_id missing", `{"schema":"mcw.state.v2","online":true}`, "cpe_id: missing", false},
+		{"online missing", `{"schema":"mcw.state.v2","cpe_id":"c"}`, "online: missing", false},
+		{"online in another case", head + `"Online":true}`, "case-sensitive", false},
+		{"online twice", head + `"online":false,"online":true}`, "twice", false},
+		{"unknown backend", head + `"online":true,"backend":"bpf"}`, `backend "bpf": unknown`, false},
+	}
+	for _, b := range Backends() {
+		tests = append(tests, row{"backend " + b, head + `"online":true,"backend":"` + b + `"}`, "", true})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := ParseState([]byte(tt.doc))
+			if tt.wantErr != "" {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("ParseState = %v, want ErrInvalid with %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || s.Online != tt.online {
+				t.Fatalf("ParseState = %+v, %v; want online %t", s, err, tt.online)
+			}
+		})
+	}
+}
+
 func TestParseStateRejectsCapsAndSemantics(t *testing.T) {
 	for name, doc := range map[string]string{
 		"semantics unknown":   `{"schema":"mcw.state.v2","cpe_id":"c","online":true,"capabilities":{"max_weight":1,"on_off_only":true,"directions_coupled":true,"semantics":"magic"}}`,

@@ -29,16 +29,9 @@ import (
 	"time"
 
 	"github.com/mcw-xapp/kernel-agent/agent"
-	"github.com/mcw-xapp/kernel-agent/backend"
-	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
-	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares"
-	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares/pacing"
-	"github.com/mcw-xapp/kernel-agent/backend/mptcpupstream"
-	"github.com/mcw-xapp/kernel-agent/backend/wrrsysctl"
 	"github.com/mcw-xapp/kernel-agent/config"
 	"github.com/mcw-xapp/kernel-agent/linkwatch"
 	"github.com/mcw-xapp/kernel-agent/metrics"
-	"github.com/mcw-xapp/kernel-agent/mptcppm"
 	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
 	"github.com/mcw-xapp/kernel-agent/supervisor"
@@ -102,30 +95,24 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		TelemetryInterval: cfg.Telemetry.Interval(), MPTCPOnly: cfg.Telemetry.OnlyMPTCP(),
 		MaxClockSkew: cfg.Lease.MaxClockSkew(), Shards: cfg.MQTT.Shards,
 	}
-	deps := agent.Deps{Metrics: m, Log: log}
+	be, err := openBackend(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	closers = append(closers, be.Close)
+	deps := agent.Deps{Metrics: m, Log: log, Backend: be}
 	var startAttrs []any
 	if cfg.IsProxy() {
-		dl, err := newDownlink(ctx, cfg, log)
-		if err != nil {
-			return err
-		}
-		closers = append(closers, dl.Close)
 		acfg.Role, acfg.ProxyID, acfg.CPEs, acfg.Prefixes = payload.RoleProxy, cfg.ProxyID, cfg.CPEs, cfg.Prefixes()
-		deps.Backend = dl
 		startAttrs = []any{"cpes", len(cfg.CPEs), "registered_cpes", len(cfg.CPEPrefixes)}
 	} else {
-		be, err := newBackend(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		closers = append(closers, be.Close)
 		acfg.CPEID, acfg.WATs = cfg.CPEID, map[string]string{}
 		ifaces := make([]string, 0, len(cfg.WATs))
 		for name, w := range cfg.WATs {
 			acfg.WATs[name] = w.Interface
 			ifaces = append(ifaces, w.Interface)
 		}
-		deps.Backend, deps.Links = backend.Own(be), linkwatch.New(ifaces)
+		deps.Links = linkwatch.New(ifaces)
 		startAttrs = []any{"wats", acfg.WATs}
 	}
 	if cfg.Telemetry.IntervalMs > 0 {
@@ -254,121 +241,3 @@ type watcher interface {
 
 // downlinkStall is how long the downlink watcher may go without a beat.
 const downlinkStall = 10 * time.Second
-
-// newDownlink builds the proxy role's backend.
-func newDownlink(ctx context.Context, cfg config.Config, log *slog.Logger) (backend.Backend, error) {
-	switch cfg.Backend {
-	case payload.BackendDryRun:
-		return dryrun.NewDownlink(), nil
-	case payload.BackendWRRSysctl:
-		return wrrsysctl.NewDownlink(wrrsysctl.DownlinkConfig{Config: wrrsysctl.Config{
-			ProcSysRoot: cfg.WRRSysctl.ProcSysRoot, SysRoot: cfg.WRRSysctl.SysRoot,
-			Scheduler: cfg.WRRSysctl.Scheduler, CwndLimited: cfg.WRRSysctl.CwndLimited,
-		}})
-	case payload.BackendMPTCPUpstream:
-		// The proxy flags subflows one by one, which only the userspace
-		// path manager allows; the CPEs' in-kernel path managers open the
-		// subflows. Selected here, at start, like every setting the agent
-		// owns; connections opened before keep their path manager.
-		if err := mptcpupstream.EnsureUserspacePM(cfg.WRRSysctl.ProcSysRoot); err != nil {
-			return nil, err
-		}
-		return mptcpupstream.DialDownlink(log)
-	case payload.BackendMPTCPShares:
-		// Weight 0 is the backup flag as on mptcp-upstream (same path
-		// manager needs); the caps are HTB classes on the egress.
-		if err := mptcpupstream.EnsureUserspacePM(cfg.WRRSysctl.ProcSysRoot); err != nil {
-			return nil, err
-		}
-		onoff, err := mptcpupstream.DialDownlink(log)
-		if err != nil {
-			return nil, err
-		}
-		if cfg.MPTCPShares.Enforcement() == config.EnforcePacing {
-			// The proxy's sockets towards a CPE have the CPE's WAT
-			// address as remote address.
-			p, err := pacing.Attach(ctx, cfg.MPTCPShares.PacingCgroup, pacing.RemoteAddr)
-			if err != nil {
-				onoff.Close()
-				return nil, err
-			}
-			d, err := mptcpshares.NewDownlink(mptcpshares.DownlinkConfig{OnOff: onoff, Pacer: p, LinkMbps: cfg.MPTCPShares.LinkMbps,
-				MaxClasses: cfg.MPTCPShares.MaxClasses})
-			if err != nil {
-				onoff.Close()
-				p.Close()
-				return nil, err
-			}
-			return d, nil
-		}
-		h, err := mptcpshares.NewHandle()
-		if err != nil {
-			onoff.Close()
-			return nil, fmt.Errorf("netlink: %w", err)
-		}
-		d, err := mptcpshares.NewDownlink(mptcpshares.DownlinkConfig{NL: h, OnOff: onoff, LinkMbps: cfg.MPTCPShares.LinkMbps,
-			MaxClasses: cfg.MPTCPShares.MaxClasses, Close: func() error { h.Close(); return nil }})
-		if err != nil {
-			onoff.Close()
-			h.Close()
-			return nil, err
-		}
-		return d, nil
-	default:
-		return nil, fmt.Errorf("backend %q: no downlink implementation", cfg.Backend)
-	}
-}
-
-// newBackend builds the CPE role's backend: a writer of this host's own
-// paths.
-func newBackend(ctx context.Context, cfg config.Config) (backend.Local, error) {
-	switch cfg.Backend {
-	case payload.BackendWRRSysctl:
-		return wrrsysctl.New(wrrsysctl.Config{
-			ProcSysRoot: cfg.WRRSysctl.ProcSysRoot, SysRoot: cfg.WRRSysctl.SysRoot,
-			Scheduler: cfg.WRRSysctl.Scheduler, CwndLimited: cfg.WRRSysctl.CwndLimited,
-		})
-	case payload.BackendMPTCPUpstream:
-		pm, err := mptcppm.Dial()
-		if err != nil {
-			return nil, err
-		}
-		return mptcpupstream.New(pm), nil
-	case payload.BackendMPTCPShares:
-		pm, err := mptcppm.Dial()
-		if err != nil {
-			return nil, err
-		}
-		if cfg.MPTCPShares.Enforcement() == config.EnforcePacing {
-			// A CPE's sockets on a WAT have the WAT's address as local
-			// address. The pacer is detached when ctx ends or the
-			// backend closes, whichever comes first.
-			p, err := pacing.Attach(ctx, cfg.MPTCPShares.PacingCgroup, pacing.LocalAddr)
-			if err != nil {
-				pm.Close()
-				return nil, err
-			}
-			b, err := mptcpshares.NewPaced(pm, p, cfg.MPTCPShares.LinkMbps)
-			if err != nil {
-				pm.Close()
-				p.Close()
-				return nil, err
-			}
-			return b, nil
-		}
-		h, err := mptcpshares.NewHandle()
-		if err != nil {
-			pm.Close()
-			return nil, fmt.Errorf("netlink: %w", err)
-		}
-		b, err := mptcpshares.New(h, pm, cfg.MPTCPShares.LinkMbps, func() error { h.Close(); return nil })
-		if err != nil {
-			pm.Close()
-			h.Close()
-			return nil, err
-		}
-		return b, nil
-	default:
-		return dryrun.New(), nil
-	}
-}
