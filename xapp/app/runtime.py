@@ -862,7 +862,7 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components,
     """The E2 path (not started): nodes from the R-NIB and/or ``controls.e2.nodes``, the
     subscriber, the book, the CPE registry and the KPM ingest writing into the intake and
     InfluxDB like agent telemetry (:class:`AgentTelemetry`)."""
-    from xapp.adapters.e2 import codec
+    from xapp.adapters.e2 import kpm_decode
     from xapp.adapters.e2.decoder import DecoderProcess
     from xapp.adapters.e2.ingest import KpmIngest
     from xapp.adapters.e2.nodes import (
@@ -897,7 +897,7 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components,
                                                prb_total=n.prb_total or None)
                                     for n in e.nodes]))
     if e.rnib and redis:
-        rnib = RnibNodes(ricsdl_rnib_backend, codec.decode_ran_function_description)
+        rnib = RnibNodes(ricsdl_rnib_backend, kpm_decode.decode_ran_function_description)
         sources.append(rnib)
         stoppers.append(rnib.close)
     elif e.rnib:
