@@ -67,7 +67,8 @@ if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs n
     from xapp.adapters.e2.ingest import KpmIngest
     from xapp.adapters.e2.registry import CpeRegistry
     from xapp.adapters.e2.subscriptions import E2Subscriber, SubscriptionBook
-    from xapp.adapters.influx import InfluxIntake, InfluxStore
+    from xapp.adapters.influx.intake import InfluxIntake
+    from xapp.adapters.influx.store import InfluxStore
     from xapp.adapters.mqtt import (
         ChannelSubscriber,
         CpeState,
@@ -805,7 +806,7 @@ def build_components(opts: RunOptions, controls: Controls, versions: VersionStor
 
         kpis, sink = FileKpiSource(opts.kpi_file), NullSink()
     else:
-        from xapp.adapters.influx import InfluxIntake
+        from xapp.adapters.influx.intake import InfluxIntake
 
         influx = _influx(controls, checks, stoppers, workers)
         if fence is not None and not fence.everything:
@@ -977,7 +978,7 @@ def _estimator(opts: RunOptions, controls: Controls,
 
 def _influx(controls: Controls, checks: dict[str, Callable[[], bool]],
             stoppers: list[Callable[[], object]], workers: list[Worker]) -> InfluxStore:
-    from xapp.adapters.influx import InfluxConfig, InfluxStore
+    from xapp.adapters.influx.store import InfluxConfig, InfluxStore
 
     i = controls.influxdb
     # Reads and writes run on their own threads, never on the tick.
