@@ -79,7 +79,7 @@ RUN pip install --no-cache-dir . \
       \( -path '*/numpy/*' -o -path '*/scipy/*' -o -path '*/pandas/*' -o -path '*/sklearn/*' \) \
       -exec rm -rf {} + \
  && pip uninstall -y -q pip setuptools \
- && python -c 'import pycrate_asn1dir.E2AP, xapp.adapters.e2.codec, sklearn.ensemble, scipy.stats, pandas, ricsdl'
+ && python -c 'import pycrate_asn1dir.E2AP, xapp.adapters.e2.e2ap, xapp.adapters.e2.kpm_encode, sklearn.ensemble, scipy.stats, pandas, ricsdl'
 
 # --- xapp: the runtime image's content (the test stage builds on it) --------------------------
 FROM ${PYTHON_IMAGE} AS xapp

@@ -2,9 +2,9 @@
 
 A fresh ``influxd`` (the one ``make deps-tools`` builds), fed a 10,000-CPE fleet's telemetry
 periods (``wat_kpi``, 60,000 points each, as the subscriber writes them) through the shipped
-:class:`~xapp.adapters.influx.InfluxStore`, once per batch size.  The flush is timed as the
-writer's thread runs it (line protocol made, then sent batch by batch, each write waiting for
-InfluxDB's answer): the ceiling of the history one replica can keep, with the machine to
+:class:`~xapp.adapters.influx.store.InfluxStore`, once per batch size.  The flush is timed as
+the writer's thread runs it (line protocol made, then sent batch by batch, each write waiting
+for InfluxDB's answer): the ceiling of the history one replica can keep, with the machine to
 itself.
 
     .venv/bin/python bench/bench_influx.py [--cpes 10000] [--periods 5] [--json]
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_tick import Fleet, telemetry_messages
 
 from tests.support.influxd import start_influxd
-from xapp.adapters.influx import InfluxConfig, InfluxStore
+from xapp.adapters.influx.store import InfluxConfig, InfluxStore
 from xapp.adapters.mqtt.subscriber import telemetry_frame
 from xapp.bounded_json import loads
 

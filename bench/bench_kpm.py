@@ -44,7 +44,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tqdm import tqdm
 
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import aper, e2ap, kpm_decode, kpm_encode
 from xapp.adapters.e2.decoder import DecoderProcess, decode_decoded, encode_decoded
 from xapp.adapters.e2.ingest import KpmIngest
 from xapp.adapters.e2.records import (
@@ -95,7 +95,7 @@ def interop_cases(where: Path) -> list[Case]:
     for version, dialect, kpm in (("v03.00", "flexric-v3", 3), ("v02.03", "flexric-v2", 2)):
         header = vec[f"flexric_{version}_oai_hdr"]
         for fmt, ues in (("f3", 2), ("f1", 0)):
-            payload = codec.encode_ric_indication(RicIndication(
+            payload = e2ap.encode_ric_indication(RicIndication(
                 REQUEST, RAN_FUNCTION, 1, 1, "report", header,
                 vec[f"flexric_{version}_oai_msg_{fmt}"]))
             what = f"{ues} UEs" if ues else "cell"
@@ -117,10 +117,10 @@ def make_case(ues: int, dialect: str = "v3") -> Case:
         reports = [KpmReport({"DRB.UEThpDl": 10_000.0 + 37 * i, "DRB.UEThpUl": 1_500.5 + i,
                               "RRU.PrbUsedDl": float(i % 50), "RRU.PrbAvailDl": 273.0},
                              ue=ue(i)) for i in range(ues)]
-    header = codec.encode_kpm_indication_header(1_700_000_000_000, 3, sender_name="gnb-bench")
-    message = codec.encode_kpm_indication_message(reports, 3, granularity_ms=1000,
-                                                  dialect=dialect)
-    payload = codec.encode_ric_indication(RicIndication(
+    header = kpm_encode.encode_kpm_indication_header(1_700_000_000_000, 3, sender_name="gnb-bench")
+    message = kpm_encode.encode_kpm_indication_message(reports, 3, granularity_ms=1000,
+                                                       dialect=dialect)
+    payload = e2ap.encode_ric_indication(RicIndication(
         REQUEST, RAN_FUNCTION, 1, 1, "report", header, message))
     name = "format 1, cell level" if ues == 0 else f"format 3, {ues} UEs"
     keys = tuple(ue(i).keys()[:2] for i in range(ues))
@@ -219,7 +219,7 @@ def main() -> None:
     quiet = args.json or not sys.stderr.isatty()
 
     t0 = time.perf_counter()
-    codec.warm_up()
+    aper.warm_up()
     startup_s = time.perf_counter() - t0
 
     cases = [make_case(n) for n in (0, 10, 100)] + [make_case(100, "flexric-v3")]
@@ -237,9 +237,9 @@ def main() -> None:
         ingest, sink = make_ingest(case)
 
         def raw(case: Case = case) -> None:
-            ind = codec.decode_ric_indication(case.payload)
-            codec.decode_kpm_indication(ind.header, ind.message, case.kpm_version,
-                                        dialect=case.dialect)
+            ind = e2ap.decode_ric_indication(case.payload)
+            kpm_decode.decode_kpm_indication(ind.header, ind.message, case.kpm_version,
+                                             dialect=case.dialect)
 
         def full(case: Case = case, ingest: KpmIngest = ingest) -> None:
             ingest.handle(case.payload, NODE)

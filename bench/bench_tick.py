@@ -23,8 +23,8 @@ Paths:
     QoS 0, from a process of their own) to a real Mosquitto over mTLS; the shipped
     :class:`~xapp.adapters.mqtt.ChannelSubscriber` and its batch worker put it into the intake
     and into a real InfluxDB 1.8, as ``mcw run`` wires them; the shipped
-    :class:`~xapp.adapters.influx.InfluxIntake` polls InfluxDB as in ``mcw run`` (skipping the
-    points this process wrote); weights published with the shipped
+    :class:`~xapp.adapters.influx.intake.InfluxIntake` polls InfluxDB as in ``mcw run``
+    (skipping the points this process wrote); weights published with the shipped
     :class:`~xapp.adapters.mqtt.MqttWeightPublisher` (retained, QoS 1), forecasts and weights
     written to InfluxDB.  The intake lag is the time from the first telemetry message sent to
     the last row in the intake.
@@ -252,7 +252,8 @@ def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0
 
     from tests.support.influxd import start_influxd
     from tests.support.mosquitto import ACL_FILE, MosquittoBroker, cpe_name, make_pki
-    from xapp.adapters.influx import InfluxConfig, InfluxIntake, InfluxStore, flush_interval_s
+    from xapp.adapters.influx.intake import InfluxIntake
+    from xapp.adapters.influx.store import InfluxConfig, InfluxStore, flush_interval_s
     from xapp.adapters.mqtt import (
         ChannelSubscriber,
         MemoryVersionStore,

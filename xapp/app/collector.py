@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from xapp.core.workers import WorkerStatus
 
 if TYPE_CHECKING:
-    from xapp.adapters.influx import InfluxStore
+    from xapp.adapters.influx.store import InfluxStore
     from xapp.adapters.mqtt import ChannelSubscriber, DropCounter, MqttWeightPublisher
     from xapp.model.adaptive import FamilyCalibration
 
@@ -262,8 +262,8 @@ class ComponentCollector(Collector):
         if store is None:
             return
         yield _events("mcw_influx_events",
-                      "InfluxDB store counters (xapp.adapters.influx.InfluxCounters: points "
-                      "written, transient failures retried, points dropped on overflow, "
+                      "InfluxDB store counters (xapp.adapters.influx.store.InfluxCounters: "
+                      "points written, transient failures retried, points dropped on overflow, "
                       "refused before sending, rejected by InfluxDB per reason).",
                       store.counters.as_dict())
         yield GaugeMetricFamily("mcw_influx_buffered_points",

@@ -179,7 +179,7 @@ def _train(args: argparse.Namespace) -> int:
                           "by_source": {str(k): int(v)
                                         for k, v in df["source"].value_counts().items()}}
     if args.influx:
-        from xapp.adapters.influx import InfluxConfig, InfluxStore
+        from xapp.adapters.influx.store import InfluxConfig, InfluxStore
 
         store = InfluxStore(InfluxConfig(url=args.influx, bucket=args.bucket, org=args.org,
                                          token=args.token))

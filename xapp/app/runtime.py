@@ -68,7 +68,8 @@ if TYPE_CHECKING:  # adapters are imported where they start, so lab mode needs n
     from xapp.adapters.e2.registry import CpeRegistry
     from xapp.adapters.e2.subscriber import E2Subscriber
     from xapp.adapters.e2.subscription_book import SubscriptionBook
-    from xapp.adapters.influx import InfluxIntake, InfluxStore
+    from xapp.adapters.influx.intake import InfluxIntake
+    from xapp.adapters.influx.store import InfluxStore
     from xapp.adapters.mqtt import (
         ChannelSubscriber,
         CpeState,
@@ -806,7 +807,7 @@ def build_components(opts: RunOptions, controls: Controls, versions: VersionStor
 
         kpis, sink = FileKpiSource(opts.kpi_file), NullSink()
     else:
-        from xapp.adapters.influx import InfluxIntake
+        from xapp.adapters.influx.intake import InfluxIntake
 
         influx = _influx(controls, checks, stoppers, workers)
         if fence is not None and not fence.everything:
@@ -863,7 +864,7 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components,
     """The E2 path (not started): nodes from the R-NIB and/or ``controls.e2.nodes``, the
     subscriber, the book, the CPE registry and the KPM ingest writing into the intake and
     InfluxDB like agent telemetry (:class:`AgentTelemetry`)."""
-    from xapp.adapters.e2 import codec
+    from xapp.adapters.e2 import kpm_decode
     from xapp.adapters.e2.decoder import DecoderProcess
     from xapp.adapters.e2.ingest import KpmIngest
     from xapp.adapters.e2.nodes import (
@@ -898,7 +899,7 @@ def build_e2(opts: RunOptions, controls: Controls, comp: Components,
                                                prb_total=n.prb_total or None)
                                     for n in e.nodes]))
     if e.rnib and redis:
-        rnib = RnibNodes(ricsdl_rnib_backend, codec.decode_ran_function_description)
+        rnib = RnibNodes(ricsdl_rnib_backend, kpm_decode.decode_ran_function_description)
         sources.append(rnib)
         stoppers.append(rnib.close)
     elif e.rnib:
@@ -978,7 +979,7 @@ def _estimator(opts: RunOptions, controls: Controls,
 
 def _influx(controls: Controls, checks: dict[str, Callable[[], bool]],
             stoppers: list[Callable[[], object]], workers: list[Worker]) -> InfluxStore:
-    from xapp.adapters.influx import InfluxConfig, InfluxStore
+    from xapp.adapters.influx.store import InfluxConfig, InfluxStore
 
     i = controls.influxdb
     # Reads and writes run on their own threads, never on the tick.

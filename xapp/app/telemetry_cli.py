@@ -47,7 +47,7 @@ def emit(df: pd.DataFrame, args: argparse.Namespace, extra: dict[str, object]) -
         df.to_csv(args.out, index=False)
         summary["out"] = args.out
     else:
-        from xapp.adapters.influx import InfluxConfig, InfluxStore
+        from xapp.adapters.influx.store import InfluxConfig, InfluxStore
 
         store = InfluxStore(InfluxConfig(url=args.influx, bucket=args.bucket, org=args.org,
                                          token=args.token))

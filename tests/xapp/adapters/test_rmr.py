@@ -203,7 +203,7 @@ def test_golden_indication_over_rmr_reaches_the_intake(
     checks."""
     from tests.xapp.adapters.rmr_peer import RmrPeer
     from xapp.adapters.a1 import A1Handler
-    from xapp.adapters.e2 import codec
+    from xapp.adapters.e2 import e2ap
     from xapp.adapters.e2.decoder import DecoderProcess
     from xapp.adapters.e2.ingest import KpmIngest
     from xapp.adapters.e2.records import ActiveSubscription
@@ -228,7 +228,7 @@ def test_golden_indication_over_rmr_reaches_the_intake(
     monkeypatch.delenv("CONFIG_FILE", raising=False)
 
     golden = GOLDEN_INDICATION.read_bytes()
-    decoded = codec.decode_ric_indication(golden)
+    decoded = e2ap.decode_ric_indication(golden)
     book = SubscriptionBook(decoded.request.requestor)
     book.add(ActiveSubscription(
         subscription_id="sub-1", node=E2_NODE, request=decoded.request,

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.influxd import InfluxServer
 from tests.xapp.model.conftest import KeyPair, synthetic_table
-from xapp.adapters.influx import InfluxConfig, InfluxStore
+from xapp.adapters.influx.store import InfluxConfig, InfluxStore
 from xapp.cli import main
 from xapp.model.signing import key_id
 

@@ -61,7 +61,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import aper, e2ap, kpm_decode
 from xapp.adapters.e2.records import (
     ActiveSubscription,
     E2DecodeError,
@@ -177,7 +177,7 @@ class IndicationDecoder:
             return Decoded("refused_too_large", f"{size} bytes, more than {self.max_payload}",
                            meid=meid)
         try:
-            ind = codec.decode_ric_indication(bytes(payload))
+            ind = e2ap.decode_ric_indication(bytes(payload))
         except E2DecodeError as exc:
             return Decoded("refused_e2ap", str(exc), meid=meid)
         if ind.indication_type != "report":
@@ -206,22 +206,22 @@ class IndicationDecoder:
         failed_at = self._failed_checks.get(key)
         if failed_at is not None and self.monotonic() - failed_at < self.recheck_interval_s:
             try:
-                return decoded(codec.decode_kpm_indication(
+                return decoded(kpm_decode.decode_kpm_indication(
                     ind.header, ind.message, sub.kpm_version, dialect=first,
                     measurement_ids=ids, measurement_names=names), "skipped")
             except E2DecodeError as exc:
                 return refused(exc, "skipped")
         if known is not None:
             try:
-                return decoded(codec.decode_kpm_indication(
+                return decoded(kpm_decode.decode_kpm_indication(
                     ind.header, ind.message, sub.kpm_version, dialect=known,
                     measurement_ids=ids, measurement_names=names), "")
             except E2DecodeError:
                 pass
         try:
-            kpm = codec.detect_kpm_indication(ind.header, ind.message, sub.kpm_version,
-                                              first=first, measurement_ids=ids,
-                                              measurement_names=names)
+            kpm = kpm_decode.detect_kpm_indication(ind.header, ind.message, sub.kpm_version,
+                                                   first=first, measurement_ids=ids,
+                                                   measurement_names=names)
         except E2DecodeError as exc:
             if len(self._failed_checks) >= MAX_TRACKED_FUNCTIONS:
                 self._failed_checks.clear()
@@ -386,7 +386,7 @@ def decode_decoded(data: bytes) -> Decoded:
         outcome = _str(outcome, "outcome")
         if outcome not in DECODE_OUTCOMES or check not in CHECKS:
             raise WireError(f"outcome {outcome!r} or check {check!r} unknown")
-        if known is not None and known not in codec.DIALECTS:
+        if known is not None and known not in aper.DIALECTS:
             raise WireError(f"dialect {known!r} unknown")
         req = None
         if request is not None:
@@ -396,7 +396,7 @@ def decode_decoded(data: bytes) -> Decoded:
         if kpm is not None:
             version, fmt, start, period, sender, dialect, tables, reports = _list(
                 kpm, "KPM", 8)
-            if dialect not in codec.DIALECTS:
+            if dialect not in aper.DIALECTS:
                 raise WireError(f"dialect {dialect!r} unknown")
             ind = KpmIndication(
                 _int(version, "KPM version"), _int(fmt, "format"), _opt_int(start, "start"),
@@ -459,7 +459,7 @@ class Frames:
 def serve(jobs: Frames, results: Frames, max_payload: int, recheck_interval_s: float) -> None:
     """The decoder process's body: book copies and indications in, one answer per indication
     out, until the job pipe closes (the main process stopped it, or is gone)."""
-    codec.warm_up()
+    aper.warm_up()
     book = BookCopy()
     decoder = IndicationDecoder(book, max_payload=max_payload,
                                 recheck_interval_s=recheck_interval_s)

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import aper
 from xapp.adapters.e2.decoder import MAX_PAYLOAD, Decoded, IndicationDecoder
 from xapp.adapters.e2.mapping import (
     DEFAULT_MAP,
@@ -59,7 +59,7 @@ OUTCOMES: Final[tuple[str, ...]] = (
 #: (or one that failed under the remembered dialect) checked against every dialect, and how
 #: often that changed the node's dialect.
 DIALECT_COUNTS: Final[tuple[str, ...]] = (
-    *(f"decoded_{d}" for d in codec.DIALECTS), "dialect_checks", "dialect_changes",
+    *(f"decoded_{d}" for d in aper.DIALECTS), "dialect_checks", "dialect_changes",
     "dialect_checks_skipped")
 MAPPING_COUNTS: Final[tuple[str, ...]] = tuple(MappingCounts().as_dict())
 

@@ -12,8 +12,8 @@ o-ran-sc/ric-plt-e2mgr ``rNibWriter.go`` writes them):
 The definition is the E2 Setup Request's RANfunctionDefinition as the E2 manager received it
 from the E2 termination in XER: the OCTET STRING as hexadecimal text, with whitespace
 (``E2Manager/models/e2_setup_request_message.go``, ``RanFunctionDefinition string``).  It is
-decoded with :func:`xapp.adapters.e2.codec.decode_ran_function_description`; a function that
-is not a KPM the codec supports is skipped and counted.
+decoded with :func:`xapp.adapters.e2.kpm_decode.decode_ran_function_description`; a function
+that is not a KPM the codec supports is skipped and counted.
 
 A RIC without R-NIB access (or a test bed) lists its nodes in ``controls.e2.nodes`` instead
 (:class:`StaticNodes`).  Every input here is outside data: bounded, and refused with a count,
@@ -98,7 +98,7 @@ class StaticNode:
         styles = {s: (f"style {s}", s, 1, 3 if s in (4, 5) else 1 if s != 3 else 2)
                   for s in self.report_styles}
         # The standard definitions of the configured version until its indications say
-        # otherwise (codec.default_dialect).
+        # otherwise (aper.default_dialect).
         kpm = KpmRanFunction(ran_function_id=self.ran_function_id, oid=self.oid,
                              revision=0, short_name="ORAN-E2SM-KPM",
                              kpm_version=self.kpm_version, report_styles=styles,

@@ -1,10 +1,11 @@
 """What the E2 adapter decodes, as plain records: the contract between the codec, the
 subscriptions and the mapping to CPEs.
 
-The codec (:mod:`xapp.adapters.e2.codec`) produces these from APER bytes; the subscription
-book (:mod:`xapp.adapters.e2.subscription_book`) keeps :class:`ActiveSubscription`; the mapping
-(:mod:`xapp.adapters.e2.mapping`) turns :class:`KpmReport` into intake rows through the CPE
-registry.  Nothing here imports a codec, so the records can be built in tests by hand.
+The codec (:mod:`xapp.adapters.e2.e2ap`, :mod:`xapp.adapters.e2.kpm_decode`) produces these
+from APER bytes; the subscription book (:mod:`xapp.adapters.e2.subscription_book`) keeps
+:class:`ActiveSubscription`; the mapping (:mod:`xapp.adapters.e2.mapping`) turns
+:class:`KpmReport` into intake rows through the CPE registry.  Nothing here imports a codec, so
+the records can be built in tests by hand.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ class KpmIndication:
     granularity_ms: int | None
     sender_name: str | None
     reports: tuple[KpmReport, ...]
-    #: The E2SM-KPM definitions it was read with (``xapp.adapters.e2.codec.DIALECTS``).
+    #: The E2SM-KPM definitions it was read with (``xapp.adapters.e2.aper.DIALECTS``).
     dialect: str = "v3"
 
 
@@ -115,7 +116,7 @@ class KpmRanFunction:
     measurement_ids: dict[int, str] = field(default_factory=dict)
     event_trigger_styles: tuple[int, ...] = ()
     #: The definitions the node is taken to speak until its indications say otherwise
-    #: (``xapp.adapters.e2.codec.DIALECTS``); action definitions are encoded with them.
+    #: (``xapp.adapters.e2.aper.DIALECTS``); action definitions are encoded with them.
     dialect: str = "v3"
 
 

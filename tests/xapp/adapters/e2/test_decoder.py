@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.polling import wait_until
 from xapp.adapters.a1 import A1Handler, PolicyType
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import e2ap, kpm_encode
 from xapp.adapters.e2.decoder import (
     BookCopy,
     Decoded,
@@ -67,11 +67,11 @@ def indication(ues: int = 3, *, dialect: str = "v3", request: RicRequestId = REQ
     reports = [KpmReport({"DRB.UEThpDl": 10_000.0 + i, "DRB.UEThpUl": 2_000.5,
                           "RRU.PrbUsedDl": 20.0, "RRU.PrbAvailDl": 100.0}, ue=ue(i))
                for i in range(ues)]
-    header = codec.encode_kpm_indication_header(1_700_000_000_000, 3, sender_name="gnb-t")
-    message = codec.encode_kpm_indication_message(reports, 3, granularity_ms=1000,
-                                                  dialect=dialect)
-    return codec.encode_ric_indication(RicIndication(request, FUNCTION, 1, 1, "report",
-                                                     header, message))
+    header = kpm_encode.encode_kpm_indication_header(1_700_000_000_000, 3, sender_name="gnb-t")
+    message = kpm_encode.encode_kpm_indication_message(reports, 3, granularity_ms=1000,
+                                                       dialect=dialect)
+    return e2ap.encode_ric_indication(RicIndication(request, FUNCTION, 1, 1, "report",
+                                                    header, message))
 
 
 class Frames:
@@ -210,7 +210,7 @@ def test_the_process_gives_what_decoding_here_gives(started: list[DecoderProcess
         (b"", NODE), (b"\x00garbage", NODE),
         (indication(1, request=RicRequestId(123, 99)), NODE),  # no such subscription
         (indication(1), "gnb-other"),  # another node's meid
-        (codec.encode_ric_indication(RicIndication(REQUEST, FUNCTION, 1, 1, "report",
+        (e2ap.encode_ric_indication(RicIndication(REQUEST, FUNCTION, 1, 1, "report",
                                                    b"\x01\x02", b"\x03")), NODE),
     ]
     here, here_sink = make_ingest()

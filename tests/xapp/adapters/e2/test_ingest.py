@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.paths import SHARED
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import e2ap, kpm_decode
 from xapp.adapters.e2.ingest import DIALECT_COUNTS, MAPPING_COUNTS, OUTCOMES, KpmIngest
 from xapp.adapters.e2.records import ActiveSubscription, RicRequestId
 from xapp.adapters.e2.registry import CpeRegistry
@@ -104,7 +104,7 @@ def subscription(request: RicRequestId, ran_function_id: int, **kw: object) -> A
 
 
 def rig(**sub_kw: object) -> tuple[KpmIngest, Sink, CpeRegistry, SubscriptionBook]:
-    ind = codec.decode_ric_indication(golden())
+    ind = e2ap.decode_ric_indication(golden())
     book = SubscriptionBook(ind.request.requestor)
     book.add(subscription(ind.request, ind.ran_function_id, **sub_kw))
     reg = CpeRegistry()
@@ -157,8 +157,8 @@ def test_format3_per_ue_rows() -> None:
                    (18, {"DRB.UEThpDl": 5_000, "DRB.UEThpUl": 700, "RRU.PrbTotDl": 30}),
                    (19, {"DRB.UEThpDl": 1, "DRB.UEThpUl": 1, "RRU.PrbTotDl": 30})])
     data = envelope(msg)
-    ind = codec.decode_ric_indication(data)
-    reports = codec.decode_kpm_indication(ind.header, ind.message, 3).reports
+    ind = e2ap.decode_ric_indication(data)
+    reports = kpm_decode.decode_kpm_indication(ind.header, ind.message, 3).reports
     assert [r.ue.amf_ue_ngap_id for r in reports if r.ue is not None] == [17, 18, 19]
     ingest, sink, reg, _ = rig()
     # The decoder's UE keys are accepted by the registry as they come.
@@ -190,7 +190,7 @@ def test_bad_payloads_are_refused_and_counted(payload: bytes, reason: str) -> No
 
 
 def test_a_failing_sink_is_counted_not_raised() -> None:
-    ind = codec.decode_ric_indication(golden())
+    ind = e2ap.decode_ric_indication(golden())
     book = SubscriptionBook(ind.request.requestor)
     book.add(subscription(ind.request, ind.ran_function_id))
     reg = CpeRegistry()

@@ -19,7 +19,7 @@ import pytest
 from tests.support.paths import SHARED
 from tests.xapp.adapters.e2.test_ingest import CELL, NODE, Sink, golden, subscription
 from tests.xapp.adapters.e2.test_ingest import envelope as golden_envelope
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import e2ap, kpm_encode
 from xapp.adapters.e2.ingest import KpmIngest
 from xapp.adapters.e2.registry import CpeRegistry
 from xapp.adapters.e2.subscription_book import SubscriptionBook
@@ -46,7 +46,7 @@ def envelope(header: bytes, message: bytes) -> bytes:
 
 
 def rig(**kw: Any) -> tuple[KpmIngest, Sink, CpeRegistry, SubscriptionBook]:
-    ind = codec.decode_ric_indication(golden())
+    ind = e2ap.decode_ric_indication(golden())
     book = SubscriptionBook(ind.request.requestor)
     book.add(subscription(ind.request, ind.ran_function_id, **kw))
     reg = CpeRegistry()
@@ -55,7 +55,7 @@ def rig(**kw: Any) -> tuple[KpmIngest, Sink, CpeRegistry, SubscriptionBook]:
 
 
 def _fn() -> int:
-    return codec.decode_ric_indication(golden()).ran_function_id
+    return e2ap.decode_ric_indication(golden()).ran_function_id
 
 
 def test_oai_format3_per_ue_rows_in_the_flexric_dialect(vec: dict[str, bytes]) -> None:
@@ -143,7 +143,7 @@ def test_format1_without_meas_info_list_uses_the_subscriptions_names() -> None:
     m.set_val({"indicationMessage-formats": ("indicationMessage-Format1", {
         "measData": [{"measRecord": [("integer", 40), ("integer", 10)]}],
         "granulPeriod": 1000})})
-    header = codec.encode_kpm_indication_header(1_700_000_000_000, 3)
+    header = kpm_encode.encode_kpm_indication_header(1_700_000_000_000, 3)
     ingest, sink, reg, _ = rig(measurements=("RRU.PrbTotDl", "RRU.PrbTotUl"),
                                measurement_ids={})
     reg.add("cpe-1", ["crnti:1"], CELL)
@@ -154,7 +154,7 @@ def test_format1_without_meas_info_list_uses_the_subscriptions_names() -> None:
 
 def test_a_failed_check_is_not_repeated_within_the_interval(vec: dict[str, bytes]) -> None:
     now = [100.0]
-    ind = codec.decode_ric_indication(golden())
+    ind = e2ap.decode_ric_indication(golden())
     book = SubscriptionBook(ind.request.requestor)
     book.add(subscription(ind.request, ind.ran_function_id, family="oai", prb_total=106,
                           cell=None, measurement_ids={}))

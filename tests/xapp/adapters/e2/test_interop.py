@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.paths import SHARED
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import e2ap, kpm_decode
 from xapp.adapters.e2.records import E2DecodeError
 
 DATA_ENV = "E2_INTEROP_DIR"
@@ -92,7 +92,7 @@ def _plain(record: tuple[str, Any]) -> Any:
         return "noValue"
     if kind == "integer":
         return value
-    out = codec._real(value)
+    out = kpm_decode._real(value)
     assert out is not None
     return out
 
@@ -151,7 +151,7 @@ def _expected_values(fmt: dict[str, Any], want: dict[str, Any]) -> dict[str, flo
 
 def _check_message(entry: dict[str, Any], header: bytes) -> None:
     want = entry["independent_decode"]["content"]
-    dialect, value = codec.decode_kpm_value("message", bytes.fromhex(entry["hex"]))
+    dialect, value = kpm_decode.decode_kpm_value("message", bytes.fromhex(entry["hex"]))
     if entry["id"].startswith("flexric_"):
         assert dialect in FLEXRIC_MSG
     kind, fmt = value["indicationMessage-formats"]
@@ -178,7 +178,7 @@ def _check_message(entry: dict[str, Any], header: bytes) -> None:
             _check_format1(ue["measReport"], w)
     # The indication path: detection through the whole decode, values as the reports hold them.
     try:
-        kpm = codec.detect_kpm_indication(header, bytes.fromhex(entry["hex"]), 3)
+        kpm = kpm_decode.detect_kpm_indication(header, bytes.fromhex(entry["hex"]), 3)
     except E2DecodeError as exc:
         assert not widths_ok, exc  # FlexRIC's random filler writes more records than names
         assert "values for" in str(exc)
@@ -205,7 +205,7 @@ def _header_for(entry_id: str, vectors: dict[str, dict[str, Any]]) -> bytes:
 
 def _check_header(entry: dict[str, Any]) -> None:
     want = entry["independent_decode"]["content"]
-    dialect, value = codec.decode_kpm_value("header", bytes.fromhex(entry["hex"]))
+    dialect, value = kpm_decode.decode_kpm_value("header", bytes.fromhex(entry["hex"]))
     kind, fmt = value["indicationHeader-formats"]
     assert kind == "indicationHeader-Format1"
     assert bytes(fmt["colletStartTime"]).hex() == want["colletStartTime"]
@@ -219,7 +219,7 @@ def _check_header(entry: dict[str, Any]) -> None:
 
 def _check_action_definition(entry: dict[str, Any]) -> None:
     want = entry["independent_decode"]["content"]
-    style, kind, names, period = codec.decode_action_definition(bytes.fromhex(entry["hex"]))
+    style, kind, names, period = kpm_decode.decode_action_definition(bytes.fromhex(entry["hex"]))
     assert (style, kind, period) == (want["style"], want["format"], want["granulPeriod"])
     assert [n if not n.startswith("id:") else int(n[3:]) for n in names] == want["meas"]
 
@@ -227,7 +227,7 @@ def _check_action_definition(entry: dict[str, Any]) -> None:
 def _check_ranfunc(entry: dict[str, Any]) -> None:
     want = entry["independent_decode"]["content"]
     raw = bytes.fromhex(entry["hex"])
-    _, value = codec.decode_kpm_value("ran_function", raw)
+    _, value = kpm_decode.decode_kpm_value("ran_function", raw)
     name = value["ranFunction-Name"]
     assert (name["ranFunction-ShortName"], name["ranFunction-E2SM-OID"],
             name["ranFunction-Description"]) == (want["short"], want["oid"], want["desc"])
@@ -235,7 +235,7 @@ def _check_ranfunc(entry: dict[str, Any]) -> None:
     if want["short"] == "onf":
         # ONF's unit-test description names itself "onf": not a KPM function for the xApp.
         with pytest.raises(E2DecodeError, match="short name 'onf'"):
-            codec.decode_ran_function_description(raw, 1, "", 1)
+            kpm_decode.decode_ran_function_description(raw, 1, "", 1)
         styles = {int(s["ric-ReportStyle-Type"]): s for s in value["ric-ReportStyle-List"]}
         for key, w in want["report_styles"].items():
             s = styles[int(key)]
@@ -243,7 +243,7 @@ def _check_ranfunc(entry: dict[str, Any]) -> None:
                 (w["action_format"], w["msg_format"])
             assert {a["measName"]: a["measID"] for a in s["measInfo-Action-List"]} == w["ids"]
         return
-    fn = codec.decode_ran_function_description(raw, 1, "", 1)
+    fn = kpm_decode.decode_ran_function_description(raw, 1, "", 1)
     assert fn.short_name == want["short"]
     assert list(fn.event_trigger_styles) == want["event_styles"]
     assert sorted(fn.report_styles) == sorted(int(k) for k in want["report_styles"])
@@ -284,7 +284,7 @@ def test_vector(vector_id: str, vectors: dict[str, dict[str, Any]]) -> None:
             _check_ranfunc(entry)
         else:
             assert vector_id == "srs4g_setup_foreign_flexric"
-            node, functions = codec.decode_e2_setup_request(raw)
+            node, functions = e2ap.decode_e2_setup_request(raw)
             assert [(f.ran_function_id, f.short_name, f.kpm_version) for f in functions] == \
                 [(147, "ORAN-E2SM-KPM", 2)]
             assert node.startswith("05f510-")
@@ -296,30 +296,30 @@ def _check_refusal(vector_id: str, kind: str, raw: bytes, expect: str) -> None:
     if vector_id == "srs4g_setup_foreign_2023a":
         # The E2AP envelope reads; its one RAN function has a KPM v1 description and is left
         # out (a v1 description is not valid APER under any v2+ text).
-        _node, functions = codec.decode_e2_setup_request(raw)
+        _node, functions = e2ap.decode_e2_setup_request(raw)
         assert functions == []
         with pytest.raises(E2DecodeError):
-            codec.decode_kpm_value("action_definition", raw)
+            kpm_decode.decode_kpm_value("action_definition", raw)
         return
     if vector_id == "srs4g_subreq_foreign":
         # A RIC Subscription Request whose action definition is the placeholder 01020304.
         with pytest.raises(E2DecodeError, match="procedure code 8"):
-            codec.decode_e2_setup_request(raw)
+            e2ap.decode_e2_setup_request(raw)
         with pytest.raises(E2DecodeError, match="no E2SM-KPM dialect"):
-            codec.decode_action_definition(bytes.fromhex("01020304"))
+            kpm_decode.decode_action_definition(bytes.fromhex("01020304"))
         return
     if vector_id == "bouncer_ric_indication":
-        ind = codec.decode_ric_indication(raw)
+        ind = e2ap.decode_ric_indication(raw)
         assert (ind.request.requestor, ind.request.instance, ind.indication_type) == \
             (123, 50, "insert")
         with pytest.raises(E2DecodeError, match="no E2SM-KPM dialect"):
-            codec.detect_kpm_indication(ind.header, ind.message, 3)
+            kpm_decode.detect_kpm_indication(ind.header, ind.message, 3)
         return
     if kind == "e2ap":
         with pytest.raises(E2DecodeError, match=re.escape(expect)):
-            codec.decode_e2_setup_request(raw)
+            e2ap.decode_e2_setup_request(raw)
         return
     assert expect == KPM_V1
     which = "header" if kind == "kpm_ind_header" else "message"
     with pytest.raises(E2DecodeError, match="no E2SM-KPM dialect"):
-        codec.decode_kpm_value(which, raw)
+        kpm_decode.decode_kpm_value(which, raw)

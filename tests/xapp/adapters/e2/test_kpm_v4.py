@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import kpm_decode
 from xapp.adapters.e2.mapping import map_indication
 from xapp.adapters.e2.records import UeId
 from xapp.adapters.e2.registry import CpeRegistry
@@ -43,7 +43,7 @@ V4_OID = "1.3.6.1.4.1.53148.1.4.2.2"
 
 
 def test_a_v4_format3_indication_reads_in_full() -> None:
-    kpm = codec.decode_kpm_indication(V4_HEADER, V4_MESSAGE, 4)
+    kpm = kpm_decode.decode_kpm_indication(V4_HEADER, V4_MESSAGE, 4)
     assert (kpm.format, kpm.granularity_ms, kpm.sender_name, kpm.dialect) == (
         3, 1000, "v4-node", "v3")
     first, second = kpm.reports
@@ -54,8 +54,8 @@ def test_a_v4_format3_indication_reads_in_full() -> None:
     assert second.ue == UeId(gnb_cu_ue_f1ap_id=21, c_rnti=17)
     assert first.cell == second.cell == CELL
     assert second.ue.keys()[-1] == "crnti:17"
-    assert codec.detect_kpm_indication(V4_HEADER, V4_MESSAGE, 4).dialect == "v3"
-    _, value = codec.decode_kpm_value("message", V4_MESSAGE)
+    assert kpm_decode.detect_kpm_indication(V4_HEADER, V4_MESSAGE, 4).dialect == "v3"
+    _, value = kpm_decode.decode_kpm_value("message", V4_MESSAGE)
     [item, _] = value["indicationMessage-formats"][1]["ueMeasReportList"][0]["measReport"][
         "measInfoList"]
     assert item["labelInfoList"][0]["measLabel"]["beamID"] == ("nR-Beam-ID", 3)
@@ -67,7 +67,7 @@ def test_a_v4_format3_indication_reads_in_full() -> None:
 def test_a_ue_known_by_its_c_rnti_maps_to_its_cpe() -> None:
     registry = CpeRegistry()
     registry.add("cpe-du", ["crnti:17"], CELL)
-    kpm = codec.decode_kpm_indication(V4_HEADER, V4_MESSAGE, 4)
+    kpm = kpm_decode.decode_kpm_indication(V4_HEADER, V4_MESSAGE, 4)
     frame, counts = map_indication(kpm, registry, time_s=0.0)
     assert (counts.ue_mapped, counts.ue_unmapped) == (1, 1)
     assert frame is not None and set(frame.cpe) == {"cpe-du"}
@@ -77,13 +77,13 @@ def test_a_ue_known_by_its_c_rnti_maps_to_its_cpe() -> None:
 
 
 def test_a_v4_action_definition_and_description_read() -> None:
-    assert codec.decode_action_definition(V4_ACTION) == (
+    assert kpm_decode.decode_action_definition(V4_ACTION) == (
         1, "actionDefinition-Format1", ("DRB.UEThpDl",), 500)
-    _, value = codec.decode_kpm_value("action_definition", V4_ACTION)
+    _, value = kpm_decode.decode_kpm_value("action_definition", V4_ACTION)
     fmt = value["actionDefinition-formats"][1]
     assert fmt["measInfoList"][0]["matchCondReportList"][0]["measValueReportCond"][
         "testExpr"] == "present"
-    fn = codec.decode_ran_function_description(V4_DESCRIPTION, 2, V4_OID, 1)
+    fn = kpm_decode.decode_ran_function_description(V4_DESCRIPTION, 2, V4_OID, 1)
     assert (fn.kpm_version, fn.dialect, fn.report_styles) == (4, "v3", {4: ("UEs", 4, 1, 3)})
     assert fn.measurement_ids == {1: "DRB.UEThpDl"}
 
@@ -93,9 +93,9 @@ def test_not_satisfied_is_no_value() -> None:
     # alternative, an open type holding NULL, whose complete encoding is one zero octet
     # (X.691 10.1.3): extension bit and index 0 (0x80), length 1, 0x00.
     message = bytes.fromhex("00000000020005" + "800100")
-    _, value = codec.decode_kpm_value("message", message, first="v3")
+    _, value = kpm_decode.decode_kpm_value("message", message, first="v3")
     assert value["indicationMessage-formats"][1]["measData"][0]["measRecord"] == [
         ("integer", 5), ("notSatisfied", 0)]
-    kpm = codec.decode_kpm_indication(V4_HEADER, message, 4,
-                                      measurement_names=("DRB.UEThpDl", "DRB.UEThpUl"))
+    kpm = kpm_decode.decode_kpm_indication(V4_HEADER, message, 4,
+                                           measurement_names=("DRB.UEThpDl", "DRB.UEThpUl"))
     assert kpm.reports[0].values == {"DRB.UEThpDl": 5.0}

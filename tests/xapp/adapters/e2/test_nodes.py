@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.paths import SHARED
 from tests.support.redis_server import RedisServer
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import kpm_decode
 from xapp.adapters.e2.nodes import (
     MAX_DEFINITION_CHARS,
     CombinedNodes,
@@ -90,7 +90,7 @@ def test_rnib_nodes_with_the_golden_kpm_function(redis: RedisServer) -> None:
     _write("gnb_0002", 2, [golden])  # DISCONNECTED
     _write("gnb_0003", 1, [(2, 2, "OID123", "not hex")])
     _write("gnb_0004", 1, [], nodeb=b"\xff\xff\xff")  # not a NodebInfo
-    source = RnibNodes(ricsdl_rnib_backend, codec.decode_ran_function_description)
+    source = RnibNodes(ricsdl_rnib_backend, kpm_decode.decode_ran_function_description)
     try:
         nodes = {n.inventory_name: n for n in source.nodes()}
         assert set(nodes) == {"gnb_0001", "gnb_0002", "gnb_0003"}
@@ -116,7 +116,7 @@ def test_rnib_nodes_with_the_golden_kpm_function(redis: RedisServer) -> None:
 
 def test_rnib_outage_raises_and_reconnects(redis: RedisServer) -> None:
     _write("gnb_0001", 1, [_golden_function()])
-    source = RnibNodes(ricsdl_rnib_backend, codec.decode_ran_function_description)
+    source = RnibNodes(ricsdl_rnib_backend, kpm_decode.decode_ran_function_description)
     try:
         assert len(source.nodes()) == 1
         redis.stop()
@@ -157,9 +157,9 @@ def test_served_cell_from_the_rnib_entry() -> None:
 
 
 def test_configured_nodes_start_with_their_versions_definitions() -> None:
-    from xapp.adapters.e2 import codec
+    from xapp.adapters.e2 import aper
     from xapp.adapters.e2.nodes import StaticNode
 
     for version in (2, 3, 4):
         kpm = StaticNode("gnb", 2, version).node().kpm
-        assert kpm is not None and kpm.dialect == codec.default_dialect(version)
+        assert kpm is not None and kpm.dialect == aper.default_dialect(version)

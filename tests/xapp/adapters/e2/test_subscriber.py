@@ -25,7 +25,7 @@ from tests.xapp.adapters.e2.submgr_stand_in import (
     sharded_pair,
     static,
 )
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import kpm_encode
 from xapp.adapters.e2.nodes import StaticNode, StaticNodes
 from xapp.adapters.e2.records import E2Node, RicRequestId
 from xapp.adapters.e2.submgr_client import CALLBACK_PATH
@@ -48,10 +48,10 @@ def test_subscription_contract_and_golden_indication(submgr: StandInSubmgr) -> N
                                          "RMRPort": 4560}
         [detail] = doc["SubscriptionDetails"]
         # The bytes are the codec's encoding of what the settings ask for.
-        assert bytes(detail["EventTriggers"]) == codec.encode_event_trigger(1000, 3)
+        assert bytes(detail["EventTriggers"]) == kpm_encode.encode_event_trigger(1000, 3)
         [action] = detail["ActionToBeSetupList"]
         assert action["ActionID"] == 1 and action["ActionType"] == "report"
-        assert bytes(action["ActionDefinition"]) == codec.encode_action_definition(
+        assert bytes(action["ActionDefinition"]) == kpm_encode.encode_action_definition(
             ["DRB.UEThpDl", "DRB.UEThpUl"], 1000, 3, style=1)
         [active] = xapp.book.active()
         assert active.subscription_id == "sub-1" and active.node == MEID

@@ -96,7 +96,7 @@ def test_indications_go_through_the_decoder_process_into_the_intake(
     started without it (its workers only) and messages go in through its dispatch, as RMR's
     receive thread hands them over; from there on everything is what runs in a RIC."""
     from xapp.adapters import rmr
-    from xapp.adapters.e2 import codec
+    from xapp.adapters.e2 import e2ap, kpm_encode
     from xapp.adapters.e2.decoder import DecoderProcess
     from xapp.adapters.e2.records import KpmReport, RicIndication, RicRequestId
 
@@ -120,11 +120,11 @@ def test_indications_go_through_the_decoder_process_into_the_intake(
             MEID, {}).get("subscription", {}).get("state") == "active", timeout_s=10)
         assert wait_until(lambda: proc.health().readiness()[1]["e2-decoder"], timeout_s=30)
         proc.e2.registry.add("cpe-1", ["crnti:1"], cell)
-        header = codec.encode_kpm_indication_header(1_700_000_000_000, 3)
-        message = codec.encode_kpm_indication_message(
+        header = kpm_encode.encode_kpm_indication_header(1_700_000_000_000, 3)
+        message = kpm_encode.encode_kpm_indication_message(
             [KpmReport({"RRU.PrbUsedDl": 25.0, "RRU.PrbAvailDl": 100.0})], 3,
             granularity_ms=1000)
-        payload = codec.encode_ric_indication(RicIndication(
+        payload = e2ap.encode_ric_indication(RicIndication(
             RicRequestId(123, 7), 2, 1, 1, "report", header, message))
         proc.rmr.dispatch(None, {rmr.MS_MSG_TYPE: rmr.RIC_INDICATION, rmr.MS_PAYLOAD: payload,
                                  rmr.MS_MEID: MEID.encode()}, object())

@@ -17,7 +17,7 @@ from tests.xapp.adapters.e2.submgr_stand_in import (
     Xapp,
     static,
 )
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import kpm_decode, kpm_encode
 from xapp.adapters.e2.nodes import StaticNode, StaticNodes
 from xapp.adapters.e2.records import E2Node
 
@@ -31,7 +31,7 @@ def test_per_ue_style_where_offered(submgr: StandInSubmgr) -> None:
         details = doc["SubscriptionDetails"]
         assert len(details) == 2  # style 5 is not offered
         assert bytes(details[1]["ActionToBeSetupList"][0]["ActionDefinition"]) == \
-            codec.encode_action_definition(["DRB.UEThpDl", "DRB.UEThpUl"], 1000, 3, style=4)
+            kpm_encode.encode_action_definition(["DRB.UEThpDl", "DRB.UEThpUl"], 1000, 3, style=4)
         assert {s.report_style for s in xapp.book.active()} == {1, 4}
         assert {s.request.instance for s in xapp.book.active()} == {7, 8}
     finally:
@@ -77,7 +77,7 @@ def test_rnib_node_is_discovered_and_subscribed(submgr: StandInSubmgr,
     from xapp.adapters.e2.nodes import RnibNodes, ricsdl_rnib_backend
 
     write_rnib((DATA / "e2setup_req.bin").read_bytes(), MEID, status=1)
-    source = RnibNodes(ricsdl_rnib_backend, codec.decode_ran_function_description)
+    source = RnibNodes(ricsdl_rnib_backend, kpm_decode.decode_ran_function_description)
     # The simulator offers RLC volumes and L1 measurements, not DRB.UEThp*: only the offered
     # ones of the list are asked for.
     wanted = ("DRB.UEThpDl", "DRB.RlcSduTransmittedVolumeDL", "L1M.DL-SS-RSRP.SSB")
@@ -93,10 +93,10 @@ def test_rnib_node_is_discovered_and_subscribed(submgr: StandInSubmgr,
         version = node["kpm"]["version"]
         details = doc["SubscriptionDetails"]
         assert len(details) == 2  # style 1 and the per-UE style 4, both offered
-        assert bytes(details[0]["EventTriggers"]) == codec.encode_event_trigger(1000, version)
+        assert bytes(details[0]["EventTriggers"]) == kpm_encode.encode_event_trigger(1000, version)
         for detail, style in zip(details, (1, 4), strict=True):
             assert bytes(detail["ActionToBeSetupList"][0]["ActionDefinition"]) == \
-                codec.encode_action_definition(list(wanted[1:]), 1000, version, style=style)
+                kpm_encode.encode_action_definition(list(wanted[1:]), 1000, version, style=style)
         [active, *_] = xapp.book.active()
         assert active.measurement_ids[1] == "DRB.RlcSduTransmittedVolumeDL"
     finally:
@@ -111,14 +111,14 @@ def test_rnib_node_without_wanted_measurements_gets_what_it_offers_that_maps(
     from xapp.adapters.e2.nodes import RnibNodes, ricsdl_rnib_backend
 
     write_rnib((DATA / "e2setup_req.bin").read_bytes(), MEID, status=1)
-    source = RnibNodes(ricsdl_rnib_backend, codec.decode_ran_function_description)
+    source = RnibNodes(ricsdl_rnib_backend, kpm_decode.decode_ran_function_description)
     xapp = Xapp(submgr, source)
     try:
         xapp.sub.step()
         assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
         [doc] = submgr.posts
         [action] = doc["SubscriptionDetails"][0]["ActionToBeSetupList"]
-        style, _kind, names, _period = codec.decode_action_definition(
+        style, _kind, names, _period = kpm_decode.decode_action_definition(
             bytes(action["ActionDefinition"]), "v3")
         assert style == 1
         assert names == ("DRB.RlcSduTransmittedVolumeDL", "DRB.RlcSduTransmittedVolumeUL")
@@ -166,8 +166,8 @@ def test_family_names_are_added_and_the_cell_goes_into_the_action_definition(
         assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
         [action] = submgr.posts[0]["SubscriptionDetails"][0]["ActionToBeSetupList"]
         raw = bytes(action["ActionDefinition"])
-        assert codec.decode_action_definition(raw, "v3")[2] == ("DRB.UEThpDl", "CQI", "RSRP")
-        _, value = codec.decode_kpm_value("action_definition", raw)
+        assert kpm_decode.decode_action_definition(raw, "v3")[2] == ("DRB.UEThpDl", "CQI", "RSRP")
+        _, value = kpm_decode.decode_kpm_value("action_definition", raw)
         assert value["actionDefinition-formats"][1]["cellGlobalID"] == (
             "nR-CGI", {"pLMNIdentity": bytes.fromhex("00f110"), "nRCellIdentity": (0xa, 36)})
         [active] = xapp.book.active()
@@ -188,8 +188,8 @@ def test_flexric_node_gets_style_4_in_its_own_dialect(submgr: StandInSubmgr) -> 
         [action] = submgr.posts[0]["SubscriptionDetails"][0]["ActionToBeSetupList"]
         raw = bytes(action["ActionDefinition"])
         # FlexRIC's CHOICE has format 4 in its root: the bytes read under flexric-v3 only.
-        assert codec.decode_kpm_value("action_definition", raw)[0] == "flexric-v3"
-        assert codec.decode_action_definition(raw, "flexric-v3")[:3] == (
+        assert kpm_decode.decode_kpm_value("action_definition", raw)[0] == "flexric-v3"
+        assert kpm_decode.decode_action_definition(raw, "flexric-v3")[:3] == (
             4, "actionDefinition-Format4", ("DRB.UEThpDl", "RRU.PrbTotDl", "DRB.PdcpSduVolumeDL"))
         [active] = xapp.book.active()
         assert (active.dialect, active.family) == ("flexric-v3", "oai")
@@ -208,7 +208,7 @@ def test_a_detected_dialect_is_what_the_next_subscription_is_encoded_in(
         xapp.sub.step()
         assert wait_until(lambda: xapp.state() == "active", timeout_s=5)
         [action] = submgr.posts[0]["SubscriptionDetails"][0]["ActionToBeSetupList"]
-        assert codec.decode_kpm_value("action_definition",
+        assert kpm_decode.decode_kpm_value("action_definition",
                                       bytes(action["ActionDefinition"]))[0] == "flexric-v3"
         [active] = xapp.book.active()
         assert (active.dialect, active.family) == ("flexric-v3", "oai")

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.paths import SHARED
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import aper, e2ap, kpm_decode, kpm_encode
 from xapp.adapters.e2.records import E2DecodeError, KpmReport, RicIndication, RicRequestId, UeId
 
 GOLDEN = SHARED / "data" / "e2sim-kpm" / "ind0.bin"
@@ -31,15 +31,15 @@ def _seeds() -> list[tuple[bytes, int]]:
         reports = [KpmReport({"DRB.UEThpDl": 1.5, "RRU.PrbUsedDl": 3.0})] if version == 2 else \
             [KpmReport({"DRB.UEThpDl": 1.5 + i, "RRU.PrbUsedDl": 3.0}, ue=u)
              for i, u in enumerate(ues)]
-        out.append((codec.encode_ric_indication(RicIndication(
+        out.append((e2ap.encode_ric_indication(RicIndication(
             RicRequestId(123, 7), 2, 1, 9, "report",
-            codec.encode_kpm_indication_header(1_700_000_000_000, version, sender_name="gnb"),
-            codec.encode_kpm_indication_message(reports, version, granularity_ms=1000))),
+            kpm_encode.encode_kpm_indication_header(1_700_000_000_000, version, sender_name="gnb"),
+            kpm_encode.encode_kpm_indication_message(reports, version, granularity_ms=1000))),
             version))
-    out.append((codec.encode_ric_indication(RicIndication(
+    out.append((e2ap.encode_ric_indication(RicIndication(
         RicRequestId(123, 7), 2, 1, 9, "report",
-        codec.encode_kpm_indication_header(1_700_000_000_000, 3),
-        codec.encode_kpm_indication_message(
+        kpm_encode.encode_kpm_indication_header(1_700_000_000_000, 3),
+        kpm_encode.encode_kpm_indication_message(
             [KpmReport({"DRB.UEThpDl": 1.5 + i}, ue=u) for i, u in enumerate(ues)], 3,
             dialect="flexric-v3"))), 3))
     return out
@@ -52,11 +52,11 @@ SEEDS = st.deferred(lambda: st.sampled_from(_seeds()))
 def _decode_all(data: bytes, version: int) -> None:
     start = time.perf_counter()
     try:
-        ind = codec.decode_ric_indication(data)
+        ind = e2ap.decode_ric_indication(data)
         try:
-            codec.decode_kpm_indication(ind.header, ind.message, version)
+            kpm_decode.decode_kpm_indication(ind.header, ind.message, version)
         finally:
-            codec.detect_kpm_indication(ind.header, ind.message, version)
+            kpm_decode.detect_kpm_indication(ind.header, ind.message, version)
     except E2DecodeError:
         pass
     assert time.perf_counter() - start < MAX_SECONDS
@@ -65,14 +65,14 @@ def _decode_all(data: bytes, version: int) -> None:
 def _decode_kpm(header: bytes, message: bytes, version: int) -> None:
     start = time.perf_counter()
     try:
-        kpm = codec.detect_kpm_indication(header, message, version)
+        kpm = kpm_decode.detect_kpm_indication(header, message, version)
     except E2DecodeError:
         return
     finally:
         assert time.perf_counter() - start < MAX_SECONDS
-    assert len(kpm.reports) <= codec.MAX_REPORTS
+    assert len(kpm.reports) <= aper.MAX_REPORTS
     for report in kpm.reports:
-        assert len(report.values) <= codec.MAX_MEASUREMENTS
+        assert len(report.values) <= aper.MAX_MEASUREMENTS
         assert all(isinstance(v, float) for v in report.values.values())
 
 
@@ -102,14 +102,14 @@ def test_bit_flips(seed: tuple[bytes, int], flips: list[int]) -> None:
 @FUZZ
 @given(seed=SEEDS, version=st.integers(-2, 7))
 def test_wrong_versions(seed: tuple[bytes, int], version: int) -> None:
-    ind = codec.decode_ric_indication(seed[0])
+    ind = e2ap.decode_ric_indication(seed[0])
     _decode_kpm(ind.header, ind.message, version)
 
 
 @FUZZ
 @given(seed=SEEDS, data=st.data())
 def test_mutated_e2sm_payloads(seed: tuple[bytes, int], data: st.DataObject) -> None:
-    ind = codec.decode_ric_indication(seed[0])
+    ind = e2ap.decode_ric_indication(seed[0])
     message = bytearray(ind.message)
     for _ in range(data.draw(st.integers(1, 6))):
         at = data.draw(st.integers(0, len(message) - 1))

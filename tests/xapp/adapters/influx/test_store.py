@@ -1,4 +1,6 @@
-"""The InfluxDB store against a real influxd 1.8 through the v2 API."""
+"""The InfluxDB store against a real influxd 1.8 through the v2 API: what it writes reads back,
+what InfluxDB refuses is dropped and counted without blocking the rest, what fails for a while
+is retried, and the bounded buffer drops the oldest."""
 
 from __future__ import annotations
 
@@ -9,29 +11,29 @@ import numpy as np
 import pandas as pd
 
 from tests.support.influxd import InfluxServer
-from xapp.adapters.influx import InfluxConfig, InfluxIntake, InfluxStore
+from tests.xapp.adapters.influx.points import kpi_frame, open_store, raw_write
+from xapp.adapters.influx.intake import InfluxIntake
+from xapp.adapters.influx.store import InfluxConfig, InfluxStore
 from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.intake import LatestKpis
 from xapp.core.ports import Published, WeightBatch
 from xapp.core.weights import WeightDecision
 
 
-def _frame(t: float, n: int = 3) -> KpiFrame:
-    return KpiFrame(time_s=t, cpe=np.array([f"cpe{i}" for i in range(n)]),
-                    wat=np.array(["nr", "wifi", "lifi"][:n]),
-                    values={"delivered_mbps": np.arange(1.0, n + 1) * 10,
-                            "sinr_db": np.array([20.0, np.nan, 99.0][:n]),
-                            "rtt_ms": np.full(n, 5.0)})
+def _kpis(t: float, cpes: list[str], mbps: float = 10.0) -> KpiFrame:
+    n = len(cpes)
+    return KpiFrame(time_s=t, cpe=np.array(cpes), wat=np.array(["nr"] * n),
+                    values={"delivered_mbps": np.full(n, mbps), "rtt_ms": np.full(n, 5.0)})
 
 
 def test_round_trip_and_latest(influx_db: InfluxServer) -> None:
     influx = influx_db
     store = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket))
     now = time.time()
-    store.write_kpis(_frame(now - 30))
-    store.write_kpis(_frame(now - 2))
+    store.write_kpis(kpi_frame(now - 30))
+    store.write_kpis(kpi_frame(now - 2))
     fc = CapacityForecast(np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.0, 1.5]))
-    store.write_forecasts(_frame(now - 2), fc, "v1")
+    store.write_forecasts(kpi_frame(now - 2), fc, "v1")
     dec = WeightDecision(weights={"nr": 3, "wifi": 10}, shares={"nr": 0.23, "wifi": 0.77},
                          aggregate_mbps=100.0, usable=frozenset({"nr", "wifi"}), changed=True,
                          reason="test")
@@ -51,7 +53,7 @@ def test_round_trip_and_latest(influx_db: InfluxServer) -> None:
     np.testing.assert_allclose(frame.column("delivered_mbps"), [10.0, 10, 20, 20, 30, 30])
     assert "rtt_ms" not in frame.values  # only the fields asked for
     # The next poll reads only what is new, and reading a point again changes nothing.
-    store.write_kpis(_frame(now - 1, n=1))
+    store.write_kpis(kpi_frame(now - 1, n=1))
     assert store.flush()
     assert reader.poll_once() == 4  # the new point and those of the 2 s overlap
     frame = intake.latest(now, max_age_s=10.0)
@@ -65,31 +67,6 @@ def test_round_trip_and_latest(influx_db: InfluxServer) -> None:
         "dl", "dl", "ul", "ul"]
     np.testing.assert_allclose(sorted(weights["share"]), [3 / 13] * 2 + [10 / 13] * 2,
                                atol=5e-5)
-    store.close()
-
-
-def test_intake_takes_each_field_from_its_newest_point(influx_db: InfluxServer) -> None:
-    """RAN KPIs and the agent's subflow telemetry arrive as separate points: the newer agent
-    point must not hide the radio KPIs of the older one."""
-    store = InfluxStore(InfluxConfig(url=influx_db.url, bucket=influx_db.bucket))
-    now = time.time()
-    one = np.array(["cpe0"])
-    nr = np.array(["nr"])
-    store.write_kpis(KpiFrame(time_s=now - 3, cpe=one, wat=nr,
-                              values={"sinr_db": np.array([21.0]), "cqi": np.array([12.0])}))
-    store.write_kpis(KpiFrame(time_s=now - 1, cpe=one, wat=nr,
-                              values={"delivered_mbps": np.array([300.0]),
-                                      "saturated": np.array([0.9])}))
-    assert store.flush()
-    intake = LatestKpis()
-    InfluxIntake(store, intake, fields=("sinr_db", "cqi", "delivered_mbps", "saturated")
-                 ).poll_once()
-    frame = intake.latest(now, max_age_s=10.0)
-    assert list(frame.cpe) == ["cpe0", "cpe0"]
-    for i in range(2):
-        assert frame.column("sinr_db")[i] == 21.0 and frame.column("cqi")[i] == 12.0
-        assert frame.column("delivered_mbps")[i] == 300.0
-        assert frame.column("saturated")[i] == 0.9
     store.close()
 
 
@@ -145,39 +122,6 @@ def test_direction_tag_round_trips_and_old_points_read_as_both(influx_db: Influx
     store.close()
 
 
-def test_retry_after_outage_loses_nothing(influx: InfluxServer) -> None:
-    store = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, batch_size=50,
-                                     backoff_initial_s=0.2, timeout_ms=2000))
-    base = time.time() - 100
-    influx.stop()
-    for i in range(10):
-        store.write_kpis(_frame(base + i))
-    assert not store.flush()
-    assert store.counters.write_failures >= 1 and store.buffered == 30
-    assert store.counters.dropped_points == 0
-    influx.start()
-    assert store.flush()
-    assert store.buffered == 0 and store.counters.written_points == 30
-    assert len(store.read_table("-1h")) == 30
-    store.close()
-
-
-def test_bounded_buffer_counts_drops(influx: InfluxServer) -> None:
-    influx.stop()
-    store = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, batch_size=1000,
-                                     max_buffer_points=12, timeout_ms=2000))
-    base = time.time() - 100
-    for i in range(6):
-        store.write_kpis(_frame(base + i))
-    assert store.buffered == 12 and store.counters.dropped_points == 6
-    influx.start()
-    assert store.flush()
-    table = store.read_table("-1h")
-    # The newest points are kept, the oldest dropped.
-    assert len(table) == 12 and table["time_s"].min() >= base + 2 - 1e-3
-    store.close()
-
-
 def test_table_import_skips_bad_rows(influx_db: InfluxServer) -> None:
     influx = influx_db
     store = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket))
@@ -205,44 +149,11 @@ def test_ping(influx_db: InfluxServer) -> None:
     down.close()
 
 
-def test_the_intake_skips_what_its_own_replica_wrote(influx_db: InfluxServer) -> None:
-    """Points a replica wrote reached its intake in-process; its InfluxDB intake reads only the
-    others' (another replica's, or a writer that tags nothing)."""
-    influx = influx_db
-    now = time.time()
-    mine = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, writer="xapp-0"))
-    theirs = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, writer="xapp-1"))
-    untagged = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket))
-    mine.write_kpis(_frame(now - 3, n=3))
-    theirs.write_kpis(_frame(now - 2, n=2))
-    untagged.write_kpis(_frame(now - 1, n=1))
-    assert mine.flush() and theirs.flush() and untagged.flush()
-    assert set(mine.read_table("-1h")["time_s"].round()) == {round(now - 3), round(now - 2),
-                                                             round(now - 1)}
-    intake = LatestKpis()
-    assert InfluxIntake(mine, intake, lookback_s=60.0).poll_once() == 3
-    frame = intake.latest(now, max_age_s=10.0)
-    assert sorted(set(frame.cpe.tolist())) == ["cpe0", "cpe1"]
-    # A reader with no writer of its own reads everything.
-    assert InfluxIntake(untagged, LatestKpis(), lookback_s=60.0).poll_once() == 6
-    # A writer id with a quote cannot break out of the query's string.
-    odd = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, writer="a' OR 'b"))
-    assert InfluxIntake(odd, LatestKpis(), lookback_s=60.0).poll_once() == 6
-
-
-def test_the_intake_for_a_period_polls_and_rereads_with_it(influx_db: InfluxServer) -> None:
-    store = InfluxStore(InfluxConfig(url=influx_db.url, bucket=influx_db.bucket))
-    fast = InfluxIntake.for_period(store, LatestKpis(), 0.2)
-    assert (fast.interval_s, fast.overlap_s) == (0.2, 0.4)
-    slow = InfluxIntake.for_period(store, LatestKpis(), 5.0)
-    assert (slow.interval_s, slow.overlap_s) == (1.0, 2.0)
-
-
 def test_writes_are_formatted_by_the_flusher_not_the_writer(influx_db: InfluxServer) -> None:
     """The tick hands over references; line protocol is made when the flusher runs."""
     store = InfluxStore(InfluxConfig(url=influx_db.url, bucket=influx_db.bucket))
     now = time.time()
-    store.write_kpis(_frame(now - 2))  # sinr 99 dB: refused, counted when formatted
+    store.write_kpis(kpi_frame(now - 2))  # sinr 99 dB: refused, counted when formatted
     assert store.buffered == 3 and store.counters.rejected_values == 0
     assert store._buffer == deque()  # nothing formatted yet
     assert store.flush()
@@ -279,3 +190,137 @@ def test_replicas_tag_kpis_with_a_shard_and_read_only_their_own(influx_db: Influ
     assert set(frame.cpe.tolist()) == mine
     assert (other, "wifi") in set(zip(frame.cpe.tolist(), frame.wat.tolist(), strict=True))
     store.close()
+
+
+# ------------------------------------------------------------------ permanent refusals
+def test_unparsable_line_is_dropped_counted_and_the_next_batch_written(
+        influx_db: InfluxServer) -> None:
+    """(a) A line influxd cannot parse (a tag ending in a backslash, as a careless writer
+    would send it) costs that line only: 1.8 stores the batch's good points and answers 400
+    "partial write", which must not be retried."""
+    store = open_store(influx_db, batch_size=10)
+    t = time.time_ns() - 60 * 10**9
+    good = [f"wat_kpi,cpe=g{i},wat=nr delivered_mbps={i}.5 {t + i}" for i in range(5)]
+    store.write_lines([*good[:2], f"wat_kpi,cpe=bad\\,wat=nr delivered_mbps=1 {t}", *good[2:]])
+    assert store.flush()
+    c = store.counters
+    assert (c.rejected_points_parse, c.rejected_batches, c.written_points) == (1, 1, 5)
+    store.write_kpis(_kpis(t / 1e9 + 10, ["next0", "next1"]))
+    assert store.flush() and store.buffered == 0
+    table = store.read_table("-1h")
+    assert sorted(table["cpe"]) == ["g0", "g1", "g2", "g3", "g4", "next0", "next1"]
+    store.close()
+
+
+def test_field_type_conflict_with_another_writer_does_not_block(
+        influx_db: InfluxServer) -> None:
+    """(b) Another writer made ``rtt_ms`` an integer: our float points conflict (a partial
+    write, counted) and every later write still goes through."""
+    t = time.time_ns() - 60 * 10**9
+    assert raw_write(influx_db, f"wat_kpi,cpe=other,wat=nr rtt_ms=5i {t}".encode()) == 204
+    store = open_store(influx_db, batch_size=4)
+    store.write_kpis(_kpis(t / 1e9 + 1, ["a", "b", "c"]))  # rtt_ms float: refused
+    store.write_forecasts(_kpis(t / 1e9 + 1, ["a", "b", "c"]),
+                          CapacityForecast(np.ones(3), np.ones(3)), "v9")
+    assert store.flush() and store.buffered == 0
+    assert store.counters.rejected_points_type_conflict == 3
+    assert store.counters.rejected_points == 3 and store.counters.written_points == 3
+    # A string field of the same name from a second writer is refused, and blocks nothing.
+    assert raw_write(influx_db, f'wat_kpi,cpe=str,wat=nr rtt_ms="x" {t + 5}'.encode()) == 400
+    store.write_kpis(KpiFrame(time_s=t / 1e9 + 2, cpe=np.array(["d"]), wat=np.array(["nr"]),
+                              values={"delivered_mbps": np.array([42.0])}))
+    assert store.flush()
+    table = store.read_table("-1h")
+    assert list(table.loc[table["cpe"] == "d", "delivered_mbps"]) == [42.0]
+    assert len(store.read_table("-1h", measurement="wat_prediction")) == 3
+    store.close()
+
+
+def test_conflict_inside_one_batch_keeps_the_good_points(influx_db: InfluxServer) -> None:
+    """Two points of one batch disagree on a field's type: influxd 1.8 then refuses the
+    *whole* request (400 "field type conflict", nothing stored).  Splitting the batch keeps
+    every point but the loser."""
+    store = open_store(influx_db, batch_size=1000)
+    t = time.time_ns() - 60 * 10**9
+    lines = [f"wat_kpi,cpe=c{i},wat=nr delivered_mbps={i}.0 {t + i}" for i in range(40)]
+    lines[17] = f'wat_kpi,cpe=c17,wat=nr delivered_mbps="oops" {t + 17}'
+    store.write_lines(lines)
+    assert store.flush()
+    assert store.counters.rejected_points_type_conflict == 1
+    assert store.counters.written_points == 39
+    assert len(store.read_table("-1h")) == 39
+    store.close()
+
+
+# ------------------------------------------------------- transient failures, the bounded buffer
+def test_retry_after_outage_loses_nothing(influx: InfluxServer) -> None:
+    store = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, batch_size=50,
+                                     backoff_initial_s=0.2, timeout_ms=2000))
+    base = time.time() - 100
+    influx.stop()
+    for i in range(10):
+        store.write_kpis(kpi_frame(base + i))
+    assert not store.flush()
+    assert store.counters.write_failures >= 1 and store.buffered == 30
+    assert store.counters.dropped_points == 0
+    influx.start()
+    assert store.flush()
+    assert store.buffered == 0 and store.counters.written_points == 30
+    assert len(store.read_table("-1h")) == 30
+    store.close()
+
+
+def test_outage_with_a_bad_batch_queued_loses_nothing_good(influx: InfluxServer) -> None:
+    """(d) influxd is down while good points and one bad line queue up: every attempt fails
+    transiently (nothing dropped), and once it is back the flusher thread writes every good
+    point by itself, the bad line dropped and counted."""
+    store = open_store(influx, batch_size=7, backoff_initial_s=0.05, backoff_max_s=0.5,
+                       timeout_ms=2000)
+    t0 = time.time() - 100
+    influx.stop()
+    store.write_kpis(_kpis(t0, [f"a{i}" for i in range(5)]))
+    store.write_lines([f"wat_kpi,cpe=bad\\,wat=nr delivered_mbps=1 {int(t0 * 1e9)}"])
+    store.write_kpis(_kpis(t0 + 1, [f"b{i}" for i in range(12)]))
+    assert not store.flush()
+    assert not store.flush()  # (forced: a second transient failure)
+    c = store.counters
+    assert c.write_failures == 2 and store.buffered == 18
+    assert c.dropped_points == 0 and c.rejected_points == 0
+    store.start(interval_s=0.05)
+    influx.start()
+    deadline = time.monotonic() + 30
+    while store.buffered and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.buffered == 0
+    assert c.written_points == 17 and c.rejected_points_parse == 1
+    assert c.dropped_points == 0
+    assert len(store.read_table("-1h")) == 17
+    store.close()
+
+
+def test_bounded_buffer_counts_drops(influx: InfluxServer) -> None:
+    influx.stop()
+    store = InfluxStore(InfluxConfig(url=influx.url, bucket=influx.bucket, batch_size=1000,
+                                     max_buffer_points=12, timeout_ms=2000))
+    base = time.time() - 100
+    for i in range(6):
+        store.write_kpis(kpi_frame(base + i))
+    assert store.buffered == 12 and store.counters.dropped_points == 6
+    influx.start()
+    assert store.flush()
+    table = store.read_table("-1h")
+    # The newest points are kept, the oldest dropped.
+    assert len(table) == 12 and table["time_s"].min() >= base + 2 - 1e-3
+    store.close()
+
+
+def test_a_write_larger_than_the_buffer_keeps_its_newest_points() -> None:
+    store = InfluxStore(InfluxConfig(url="http://127.0.0.1:9", bucket="b",
+                                     max_buffer_points=5))
+    store.write_lines(["a", "b", "c"])
+    store.write_lines([f"n{i}" for i in range(7)])
+    assert list(store._buffer) == ["n2", "n3", "n4", "n5", "n6"]
+    assert store.counters.dropped_points == 5
+    store.write_lines(["z"])
+    assert list(store._buffer) == ["n3", "n4", "n5", "n6", "z"]
+    assert store.counters.dropped_points == 6

@@ -5,7 +5,7 @@ Uses the maintained ``influxdb-client`` (v2 API), so the same code talks to Infl
 ``database/retention-policy``, token ``user:password`` or empty, ``flux-enabled = true``).
 
 Writes are buffered and sent in batches.  What happens to a batch depends on why it failed
-(:func:`_transient`):
+(:func:`~xapp.adapters.influx.write_errors.transient`):
 
 * **Transient** (connection refused or reset, timeouts, 5xx, 429, 408, and 401/403/404, which
   say the destination is wrong or not there yet, not that the batch is): the batch stays at the
@@ -23,7 +23,8 @@ Writes are buffered and sent in batches.  What happens to a batch depends on why
   point per series and timestamp.
 
 Tag values are written so that InfluxDB reads back exactly what was written (see
-:func:`escape_tag`); values line protocol cannot carry are refused and counted.
+:func:`~xapp.adapters.influx.line_protocol.escape_tag`); values line protocol cannot carry are
+refused and counted.
 
 Reads skip and count rows they cannot parse; they never raise on bad data.
 """
@@ -32,16 +33,15 @@ from __future__ import annotations
 
 import io
 import itertools
-import json
 import logging
 import random
 import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,14 +51,14 @@ from influxdb_client.client.write_api import SYNCHRONOUS
 from influxdb_client.rest import ApiException
 from numpy.typing import NDArray
 
+from xapp.adapters.influx import write_errors
+from xapp.adapters.influx.line_protocol import Lines, column_lines
 from xapp.core.forecast import DIRECTIONS, CapacityForecast, KpiFrame
-from xapp.core.intake import LatestKpis
 from xapp.core.kpis import (
     KPI_FIELDS,
     MEASUREMENT_KPI,
     MEASUREMENT_PREDICTION,
     MEASUREMENT_WEIGHT,
-    cell_code,
     clean_columns,
 )
 from xapp.core.ports import Published
@@ -98,10 +98,10 @@ class InfluxCounters:
 
     ``dropped_points`` counts overflow of the bounded buffer (points never sent);
     ``refused_points`` points not queued because a tag value cannot be carried by line protocol
-    (:func:`escape_tag`); ``rejected_points_<reason>`` points InfluxDB refused for good (the
-    reason from its error message: ``parse``, ``type_conflict``, ``too_large``, ``other``) and
-    ``rejected_batches`` the requests such refusals came in; ``write_failures`` transient
-    failures (each retried).
+    (:func:`~xapp.adapters.influx.line_protocol.escape_tag`); ``rejected_points_<reason>``
+    points InfluxDB refused for good (the reason from its error message: ``parse``,
+    ``type_conflict``, ``too_large``, ``other``) and ``rejected_batches`` the requests such
+    refusals came in; ``write_failures`` transient failures (each retried).
     """
 
     written_points: int = 0
@@ -121,7 +121,8 @@ class InfluxCounters:
         return asdict(self)
 
     def add_rejected(self, reason: str, points: int) -> None:
-        """Count ``points`` InfluxDB rejected for ``reason`` (one of :data:`REJECT_REASONS`)."""
+        """Count ``points`` InfluxDB rejected for ``reason`` (one of
+        :data:`~xapp.adapters.influx.write_errors.REJECT_REASONS`)."""
         if reason == "parse":
             self.rejected_points_parse += points
         elif reason == "type_conflict":
@@ -135,153 +136,6 @@ class InfluxCounters:
     def rejected_points(self) -> int:
         return (self.rejected_points_parse + self.rejected_points_type_conflict
                 + self.rejected_points_too_large + self.rejected_points_other)
-
-
-#: Why InfluxDB may refuse points for good (suffixes of the ``rejected_points_`` counters).
-REJECT_REASONS = ("parse", "type_conflict", "too_large", "other")
-
-
-
-def escape_tag(value: str) -> str | None:
-    """The line-protocol text of a tag value (or tag or field key) that InfluxDB reads back as
-    exactly ``value``; ``""`` for an empty value (no tag); None when there is no such text.
-
-    InfluxDB 1.8 unescapes ``\\,``, ``\\=`` and ``\\ `` in tags and keeps every other
-    backslash as written (``a\\b`` reads back as ``a\\b``), so backslashes are written as
-    they are: doubling them is what made them come back doubled.  A separator with a backslash
-    before it counts as escaped, so a value that *ends* in a backslash can never end, and a
-    newline ends the line whatever precedes it: such values are refused (None), and the caller
-    drops the point and counts it rather than store a different identity.  Tags cannot be empty
-    in InfluxDB: an empty value is written as an absent tag, which reads back as empty.
-    Everything else (quotes, commas, equals signs, spaces, tabs, carriage returns, any unicode)
-    round-trips; ``tests/xapp/adapters/test_influx_errors.py`` proves it against a real influxd.
-    """
-    if not value:
-        return ""
-    if value[-1] == "\\" or "\n" in value:
-        return None
-    # Exactly the three characters InfluxDB unescapes (str.replace: 3x faster than translate).
-    return value.replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ")
-
-
-def escape_str(value: str) -> str:
-    """A string field value, quotes excluded: every string round-trips (newlines included)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def _key(name: str) -> str:
-    """A tag or field key, escaped; our keys are constants, so an impossible one is a bug."""
-    escaped = escape_tag(name)
-    if not escaped:
-        raise ValueError(f"{name!r} cannot be a line-protocol key")
-    return escaped
-
-
-@dataclass
-class Lines:
-    """Line protocol for a table: ``lines`` to send, and ``refused`` points that were not
-    formatted because a tag value line protocol cannot carry (:func:`escape_tag`)."""
-
-    lines: list[str]
-    refused: int = 0
-
-
-def column_lines(measurement: str, tags: Mapping[str, Sequence[str]],
-                 fields: Mapping[str, NDArray[Any]], time_ns: int | NDArray[np.int64],
-                 text: Mapping[str, str] | None = None, decimals: int | None = None,
-                 required: Collection[str] = ()) -> Lines:
-    """Line protocol for a table of points, column by column (the loop writes 30,000 points
-    a tick, so rows are never made into dicts).
-
-    ``fields`` are float columns (NaN and infinite values are omitted) or integer columns
-    (written with the ``i`` suffix); ``text`` adds string fields with one value for every
-    point; empty tag values are left out (InfluxDB has no empty tags).  A point with no field
-    left is not written; a point with a tag value line protocol cannot carry
-    (:func:`escape_tag`), or an empty value of a ``required`` tag, is not written either, and
-    is counted in :attr:`Lines.refused`.
-    Floats are written exactly, or with ``decimals`` digits after the point (half the
-    formatting time).  Rows with every tag and field present, the usual case, go through one
-    format string.
-    """
-    keys = sorted(tags)
-    n = len(tags[keys[0]]) if keys else len(next(iter(fields.values())))
-    tag_cols: list[list[str]] = []
-    full = np.ones(n, dtype=bool)
-    refused: NDArray[np.bool_] | None = None
-    for key in keys:
-        # Escaped once per distinct value: a column holds few (WATs) or each once (CPEs).
-        escaped = {v: escape_tag(v) for v in set(tags[key])}
-        if None in escaped.values() or (key in required and "" in escaped):
-            # rare: those rows are skipped, whatever their text
-            bad = np.array([escaped[v] is None or (key in required and v == "")
-                            for v in tags[key]], dtype=bool)
-            refused = bad if refused is None else refused | bad
-        text_of: Mapping[str, str] = cast(Mapping[str, str], escaped)  # None: never formatted
-        tag_cols.append(list(map(text_of.__getitem__, tags[key])))
-        if "" in escaped:
-            full &= np.array([v != "" for v in tags[key]], dtype=bool)
-    keep = np.ones(n, dtype=bool) if refused is None else ~refused
-    names = list(fields)
-    arrays = [np.asarray(fields[k]) for k in names]
-    is_int = [a.dtype.kind in "iu" for a in arrays]
-    for a, integer in zip(arrays, is_int, strict=True):
-        if not integer:
-            full &= np.isfinite(a.astype(np.float64))
-    consts = "".join(f',{_key(k)}="{escape_str(v)}"' for k, v in (text or {}).items())
-    times = (None if isinstance(time_ns, int | np.integer)
-             else np.asarray(time_ns, dtype=np.int64))
-
-    def percent(t: str) -> str:
-        return t.replace("%", "%%")
-
-    meas = _measurement(measurement)
-    tag_keys = [_key(k) for k in keys]
-    field_keys = [_key(k) for k in names]
-    spec = "%r" if decimals is None else f"%.{decimals}f"  # what {!r} and {:.Nf} write
-    field_fmt = ",".join(f"{percent(k)}=%di" if integer else f"{percent(k)}={spec}"
-                         for k, integer in zip(field_keys, is_int, strict=True))
-    # %-formatting applied by map: no Python statement per point (a third of the time of a
-    # loop of str.format calls at 60,000 points a tick).
-    fmt = (percent(meas) + "".join(f",{percent(k)}=%s" for k in tag_keys) + " " + field_fmt
-           + percent(consts) + (" %d" if times is not None else f" {int(time_ns)}"))
-    out: list[str | None]
-    fast = np.flatnonzero(full if refused is None else full & keep)
-    cols: list[list[Any]] = [[c[i] for i in fast.tolist()] if len(fast) < n else c
-                             for c in tag_cols] if len(fast) else []
-    if len(fast):
-        cols += [(a[fast] if len(fast) < n else a).astype(np.int64 if integer else np.float64)
-                 .tolist() for a, integer in zip(arrays, is_int, strict=True)]
-        if times is not None:
-            cols.append(times[fast].tolist())
-    if len(fast) == n:
-        out = list(map(fmt.__mod__, zip(*cols, strict=True)))
-    else:
-        out = [None] * n
-        if len(fast):
-            for i, line in zip(fast.tolist(), map(fmt.__mod__, zip(*cols, strict=True)),
-                               strict=True):
-                out[i] = line
-    for i in np.flatnonzero(~full & keep).tolist():  # an empty tag or a missing value
-        tag_text = "".join(f",{k}={c[i]}" for k, c in zip(tag_keys, tag_cols, strict=True)
-                           if c[i])
-        parts = [f"{k}={int(a[i])}i" if integer else f"{k}={spec % float(a[i])}"
-                 for k, a, integer in zip(field_keys, arrays, is_int, strict=True)
-                 if integer or np.isfinite(a[i])]
-        if parts:
-            t = int(time_ns) if times is None else int(times[i])
-            out[i] = f"{meas}{tag_text} {','.join(parts)}{consts} {t}"
-        elif consts:
-            t = int(time_ns) if times is None else int(times[i])
-            out[i] = f"{meas}{tag_text} {consts[1:]} {t}"
-    return Lines([line for line in out if line is not None],
-                 0 if refused is None else int(refused.sum()))
-
-
-def _measurement(name: str) -> str:
-    """A measurement name, escaped (commas and spaces); like keys, a constant of ours."""
-    if not name or name[-1] == "\\" or "\n" in name or name.startswith("#"):
-        raise ValueError(f"{name!r} cannot be a line-protocol measurement")
-    return name.replace(",", "\\,").replace(" ", "\\ ")
 
 
 class InfluxStore:
@@ -489,7 +343,7 @@ class InfluxStore:
                     return True
                 try:
                     rejected = self._send(batch, [_SPLIT_BUDGET])
-                except _TransientWriteError as exc:
+                except write_errors.TransientWriteError as exc:
                     self.counters.write_failures += 1
                     self._backoff_s = min(self.config.backoff_max_s,
                                           max(self.config.backoff_initial_s,
@@ -523,9 +377,9 @@ class InfluxStore:
         """Write ``batch``; the points InfluxDB refused for good, by reason, one dict per
         refused request.
 
-        Raises :class:`_TransientWriteError` when the batch should be sent again later.  A
-        refused batch that stored nothing is split in halves while ``budget[0]`` (requests
-        left for this batch) allows, to keep its good points.
+        Raises :class:`~xapp.adapters.influx.write_errors.TransientWriteError` when the batch
+        should be sent again later.  A refused batch that stored nothing is split in halves
+        while ``budget[0]`` (requests left for this batch) allows, to keep its good points.
         """
         try:
             self._write.write(bucket=self.config.bucket, org=self.config.org,
@@ -533,16 +387,17 @@ class InfluxStore:
             return []
         except ApiException as exc:
             status = int(exc.status or 0)
-            message = _error_message(exc)
-            if _transient(status):
-                raise _TransientWriteError(f"HTTP {status}: {message}",
-                                           _retry_after(exc.headers)) from exc
+            message = write_errors.error_message(exc)
+            if write_errors.transient(status):
+                raise write_errors.TransientWriteError(f"HTTP {status}: {message}",
+                                                       write_errors.retry_after(exc.headers)
+                                                       ) from exc
         except Exception as exc:  # urllib3/socket errors of many kinds: the server is away
-            raise _TransientWriteError(f"{type(exc).__name__}: {exc}", None) from exc
+            raise write_errors.TransientWriteError(f"{type(exc).__name__}: {exc}", None) from exc
         if status == 422 or "partial write" in message:
             # The good points are stored already: re-sending would store them again and
             # reject the same bad ones.
-            counts = _rejections(message, len(batch))
+            counts = write_errors.rejections(message, len(batch))
             log.warning("influx stored %d of %d points; refused %s: %s", len(batch)
                         - sum(counts.values()), len(batch), counts, message[:_LOG_CHARS])
             return [counts]
@@ -682,75 +537,10 @@ _IDENTITY = ("cpe", "wat")
 #: String fields this xApp writes, read back as text (``""`` where empty or absent).
 _TEXT_FIELDS = ("model_version",)
 
-
-class _TransientWriteError(Exception):
-    """A write to send again later; ``retry_after_s`` from the server's Retry-After."""
-
-    def __init__(self, message: str, retry_after_s: float | None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
 #: Requests one batch may spend isolating its bad lines (a batch of 5,000 with one bad line
 #: needs about 26); past it the pieces still refused are dropped whole.
 _SPLIT_BUDGET = 64
 _LOG_CHARS = 500
-_DROPPED = re.compile(r"dropped=(\d+)")
-
-
-def _transient(status: int) -> bool:
-    """Whether a write answered with HTTP ``status`` may succeed later unchanged.
-
-    401/403/404 are about the destination (credentials, a database not created yet), not the
-    batch: every batch would fail alike, so they wait like an outage instead of emptying the
-    buffer; the bounded buffer still drops (and counts) the oldest points if it lasts.
-    """
-    return status >= 500 or status in (0, 401, 403, 404, 408, 429) or status < 400
-
-
-def _error_message(exc: ApiException) -> str:
-    """InfluxDB's error text: ``{"error": ...}`` (1.8) or ``{"message": ...}`` (2.x)."""
-    body = exc.body
-    text = (body.decode("utf-8", "replace") if isinstance(body, bytes)
-            else str(body) if body is not None else str(exc.reason or ""))
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return text.strip()
-    if isinstance(parsed, dict):
-        for key in ("error", "message"):
-            if isinstance(parsed.get(key), str):
-                return str(parsed[key])
-    return text.strip()
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Seconds of a Retry-After header (the delta form), or None."""
-    try:
-        value = headers.get("Retry-After") if headers is not None else None
-        return None if value is None else max(0.0, float(value))
-    except (TypeError, ValueError, AttributeError):
-        return None
-
-
-def _rejections(message: str, n: int) -> dict[str, int]:
-    """Points a partial write refused, by reason, from its message (1.8: ``dropped=N`` for
-    type conflicts and retention, one ``unable to parse`` per unparsable line)."""
-    counts: dict[str, int] = {}
-    unparsable = message.count("unable to parse")
-    if unparsable:
-        counts["parse"] = unparsable
-    match = _DROPPED.search(message)
-    dropped = int(match.group(1)) if match else 0
-    if dropped:
-        reason = "type_conflict" if "field type conflict" in message else "other"
-        counts[reason] = counts.get(reason, 0) + dropped
-    if not counts:  # the server did not say how many: at least one
-        counts["other"] = 1
-    total = sum(counts.values())
-    if total > n:  # never count more than were sent
-        counts = {k: v * n // total for k, v in counts.items()}
-    return counts
 
 
 class InfluxReadError(RuntimeError):
@@ -779,92 +569,6 @@ def _number(value: object) -> object:
     return value
 
 
-class InfluxIntake:
-    """Feeds :class:`~xapp.core.intake.LatestKpis` with ``wat_kpi`` points as they reach InfluxDB.
-
-    Each poll reads only what is new since the previous one (with ``overlap_s`` of slack for
-    points that arrive late; re-reading a point changes nothing in the intake).  ``fields``
-    (default: every ``wat_kpi`` field) may limit the read, e.g. to the RAN KPIs when every
-    replica receives all agent telemetry over MQTT directly (:data:`~xapp.core.kpis.
-    AGENT_FIELDS` then need not be read back).  Runs in its own thread; a failing or hung
-    InfluxDB delays these KPIs (they age out of the intake) but never a tick.
-    """
-
-    def __init__(self, store: InfluxStore, intake: LatestKpis,
-                 fields: tuple[str, ...] | None = None, *, interval_s: float = 1.0,
-                 overlap_s: float = 2.0, lookback_s: float = 10.0,
-                 clock: Callable[[], float] = time.time,
-                 accept: Callable[[list[str]], NDArray[np.bool_]] | None = None) -> None:
-        self.store = store
-        #: Which rows (by CPE id) go into the intake; None: every row (one replica).
-        self.accept = accept
-        self.intake = intake
-        self.fields = fields
-        self.interval_s = interval_s
-        self.overlap_s = overlap_s
-        self.lookback_s = lookback_s
-        self.clock = clock
-        self.polls = 0
-        self.rows_read = 0
-        self._newest: float | None = None
-        #: Polls every ``interval_s``; a failed poll (InfluxDB away or answering garbage) is
-        #: logged and counted by the worker, and the next one tries again.
-        self.worker = Worker("influx-intake", self.poll_once, interval_s)
-
-    @classmethod
-    def for_period(cls, store: InfluxStore, intake: LatestKpis, period_s: float,
-                   fields: tuple[str, ...] | None = None,
-                   clock: Callable[[], float] = time.time,
-                   accept: Callable[[list[str]], NDArray[np.bool_]] | None = None
-                   ) -> InfluxIntake:
-        """The intake as ``mcw run`` sets it up for a control period.
-
-        It polls once per period (at most once a second: InfluxDB's per-query cost grows with
-        the number of series, not with the window) and re-reads two polls back, which covers
-        writers that flush once per period as this xApp's replicas do
-        (:func:`flush_interval_s`). The re-read window follows the period rather than a fixed
-        2 s, which at a 0.2 s period re-read every point ten times.
-        """
-        t = derive_timings(period_s)
-        return cls(store, intake, fields, interval_s=t.intake_poll_s,
-                   overlap_s=t.intake_overlap_s, clock=clock, accept=accept)
-
-    def poll_once(self) -> int:
-        """Read what is new and merge it into the intake; returns the rows read."""
-        now = self.clock()
-        start = (now - self.lookback_s if self._newest is None
-                 else max(now - self.lookback_s, self._newest - self.overlap_s))
-        df = self.store.read_table(start=_rfc3339(start), stop=_rfc3339(now + 1e-3),
-                                   fields=self.fields, not_writer=self.store.config.writer)
-        self.polls += 1
-        if len(df) and self.accept is not None:
-            # What other replicas' shards had is read too: the next poll starts after it.
-            self._newest = float(df["time_s"].max())
-            df = df[self.accept(df["cpe"].astype(str).tolist())]
-        if len(df) == 0:
-            return 0
-        values = self.store.clean_kpis(
-            {f: pd.to_numeric(df[f], errors="coerce").to_numpy(dtype=np.float64)
-             for f in KPI_FIELDS if f in df})
-        cells, which = np.unique(df["cell"].to_numpy(dtype=str), return_inverse=True)
-        values["cell_id"] = np.array([cell_code(c) for c in cells.tolist()],
-                                     dtype=np.float64)[which]
-        times = df["time_s"].to_numpy(dtype=np.float64)
-        frame = KpiFrame(time_s=float(times.max()), cpe=df["cpe"].to_numpy(dtype=str),
-                         wat=df["wat"].to_numpy(dtype=str), values=values,
-                         direction=df["direction"].to_numpy(dtype=str))
-        self.intake.update(frame, times=times)
-        self._newest = float(times.max())
-        self.rows_read += len(df)
-        return len(df)
-
-    def start(self) -> Worker:
-        return self.worker.start()
-
-    def stop(self) -> None:
-        self.worker.stop(timeout_s=5.0)
-
-
 def flush_interval_s(period_s: float) -> float:
     """How often the xApp's InfluxDB writer flushes and its intake polls: once per control
     period, at most once a second (:func:`xapp.core.timings.derive_timings`)."""
@@ -876,7 +580,3 @@ def _directions(frame: KpiFrame) -> list[str]:
     if frame.direction is None:
         return [""] * len(frame)
     return [str(d) for d in frame.direction.tolist()]
-
-
-def _rfc3339(t: float) -> str:
-    return str(pd.Timestamp(t, unit="s", tz="UTC").isoformat()).replace("+00:00", "Z")

@@ -8,7 +8,7 @@ from typing import Any
 import asn1tools  # a dev dependency: missing, the tests fail rather than skip
 import pytest
 
-from xapp.adapters.e2 import codec
+from xapp.adapters.e2 import kpm_decode, kpm_encode
 from xapp.adapters.e2.asn1 import build
 from xapp.adapters.e2.records import KpmReport, UeId
 
@@ -98,13 +98,13 @@ def _tools_f1(values: dict[str, float], labels: bool = True) -> dict[str, Any]:
 
 def test_pycrate_format1_decoded_by_asn1tools(spec: tuple[int, Any]) -> None:
     version, tools = spec
-    message = codec.encode_kpm_indication_message([KpmReport(VALUES[0])], version,
-                                                  granularity_ms=250)
+    message = kpm_encode.encode_kpm_indication_message([KpmReport(VALUES[0])], version,
+                                                       granularity_ms=250)
     kind, fmt = tools.decode("E2SM-KPM-IndicationMessage", message)["indicationMessage-formats"]
     assert kind == "indicationMessage-Format1"
     assert fmt["granulPeriod"] == 250
     assert _tools_format1(fmt) == VALUES[0]
-    header = codec.encode_kpm_indication_header(1_700_000_000_500, version, sender_name="du-7")
+    header = kpm_encode.encode_kpm_indication_header(1_700_000_000_500, version, sender_name="du-7")
     kind, hdr = tools.decode("E2SM-KPM-IndicationHeader", header)["indicationHeader-formats"]
     assert hdr["senderName"] == "du-7"
     assert len(hdr["colletStartTime"]) == (4 if version == 2 else 8)
@@ -117,7 +117,7 @@ def test_asn1tools_format1_decoded_by_pycrate(spec: tuple[int, Any]) -> None:
     header = tools.encode("E2SM-KPM-IndicationHeader", {"indicationHeader-formats": (
         "indicationHeader-Format1", {"colletStartTime": bytes(4 if version == 2 else 8),
                                      "vendorName": "v"})})
-    kpm = codec.decode_kpm_indication(header, message, version)
+    kpm = kpm_decode.decode_kpm_indication(header, message, version)
     assert (kpm.format, kpm.granularity_ms, kpm.collect_start_ms) == (1, 250, None)
     # The first period is flagged incomplete: the values are the second's.
     assert kpm.reports == (KpmReport(VALUES[2]),)
@@ -127,7 +127,7 @@ def test_asn1tools_format1_decoded_by_pycrate(spec: tuple[int, Any]) -> None:
 def test_pycrate_format3_decoded_by_asn1tools(version: int) -> None:
     tools = asn1tools.compile_files([str(build.HERE / "e2sm-kpm-v3.asn")], "per")
     reports = [KpmReport(v, ue=u) for v, u in zip(VALUES, UES, strict=True)]
-    message = codec.encode_kpm_indication_message(reports, version, granularity_ms=100)
+    message = kpm_encode.encode_kpm_indication_message(reports, version, granularity_ms=100)
     kind, fmt = tools.decode("E2SM-KPM-IndicationMessage", message)["indicationMessage-formats"]
     assert kind == "indicationMessage-Format3"
     got = [(_tools_ue(item["ueID"]), _tools_format1(item["measReport"]))
@@ -142,25 +142,25 @@ def test_asn1tools_format3_decoded_by_pycrate(version: int) -> None:
         "indicationMessage-Format3", {"ueMeasReportList": [
             {"ueID": _tools_ueid(u), "measReport": _tools_f1(v, labels=i % 2 == 0)}
             for i, (v, u) in enumerate(zip(VALUES, UES, strict=True))]})})
-    header = codec.encode_kpm_indication_header(0, version)
-    kpm = codec.decode_kpm_indication(header, message, version)
+    header = kpm_encode.encode_kpm_indication_header(0, version)
+    kpm = kpm_decode.decode_kpm_indication(header, message, version)
     assert kpm.format == 3
     assert kpm.reports == tuple(KpmReport(v, ue=u) for v, u in zip(VALUES, UES, strict=True))
 
 
 def test_action_definitions_cross(spec: tuple[int, Any]) -> None:
     version, tools = spec
-    data = codec.encode_action_definition(["DRB.UEThpDl", "DRB.UEThpUl"], 1000, version,
-                                          cell="00f110-00000000a")
+    data = kpm_encode.encode_action_definition(["DRB.UEThpDl", "DRB.UEThpUl"], 1000, version,
+                                               cell="00f110-00000000a")
     value = tools.decode("E2SM-KPM-ActionDefinition", data)
     kind, fmt = value["actionDefinition-formats"]
     assert (value["ric-Style-Type"], kind) == (1, "actionDefinition-Format1")
     assert fmt["cellGlobalID"] == ("nR-CGI", {"pLMNIdentity": b"\x00\xf1\x10",
                                               "nRCellIdentity": _bits(10, 36)})
     assert tools.decode("E2SM-KPM-EventTriggerDefinition",
-                        codec.encode_event_trigger(500, version)) == {
+                        kpm_encode.encode_event_trigger(500, version)) == {
         "eventDefinition-formats": ("eventDefinition-Format1", {"reportingPeriod": 500})}
     if version == 3:
-        five = tools.decode("E2SM-KPM-ActionDefinition", codec.encode_action_definition(
+        five = tools.decode("E2SM-KPM-ActionDefinition", kpm_encode.encode_action_definition(
             ["DRB.UEThpDl"], 100, 3, style=5, ues=UES))["actionDefinition-formats"][1]
         assert [_tools_ue(i["ueID"]) for i in five["matchingUEidList"]] == list(UES)
