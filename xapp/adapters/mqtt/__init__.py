@@ -28,8 +28,8 @@ from xapp.adapters.mqtt.subscriber import (
     CpeState,
     Downlink,
     ProxyState,
-    telemetry_frame,
 )
+from xapp.adapters.mqtt.telemetry import telemetry_frame
 from xapp.adapters.mqtt.versions import (
     FileVersionStore,
     MemoryVersionStore,

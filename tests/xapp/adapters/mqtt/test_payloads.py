@@ -20,7 +20,7 @@ from xapp.adapters.mqtt.payloads import (
     parse_topic,
     proxy_topic,
 )
-from xapp.adapters.mqtt.subscriber import telemetry_frame
+from xapp.adapters.mqtt.telemetry import telemetry_frame
 from xapp.core.ports import WeightBatch
 
 WEIGHTS: dict[str, Any] = {
