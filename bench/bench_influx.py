@@ -26,7 +26,7 @@ from bench_tick import Fleet, telemetry_messages
 
 from tests.support.influxd import start_influxd
 from xapp.adapters.influx.store import InfluxConfig, InfluxStore
-from xapp.adapters.mqtt.subscriber import telemetry_frame
+from xapp.adapters.mqtt.telemetry import telemetry_frame
 from xapp.bounded_json import loads
 
 

@@ -9,6 +9,7 @@ topics of earlier agents are still read (deprecated).  Contracts in ``schemas/mq
 broker configuration and ACL in ``broker/``.
 """
 
+from xapp.adapters.mqtt.agent_directory import AgentDirectory, CpeState, Downlink, ProxyState
 from xapp.adapters.mqtt.connection import MqttSettings
 from xapp.adapters.mqtt.payloads import (
     DropCounter,
@@ -23,13 +24,8 @@ from xapp.adapters.mqtt.payloads import (
     topic,
 )
 from xapp.adapters.mqtt.publisher import MqttWeightPublisher, PublisherStats
-from xapp.adapters.mqtt.subscriber import (
-    ChannelSubscriber,
-    CpeState,
-    Downlink,
-    ProxyState,
-    telemetry_frame,
-)
+from xapp.adapters.mqtt.subscriber import ChannelSubscriber
+from xapp.adapters.mqtt.telemetry import telemetry_frame
 from xapp.adapters.mqtt.versions import (
     FileVersionStore,
     MemoryVersionStore,
@@ -39,6 +35,7 @@ from xapp.adapters.mqtt.versions import (
 from xapp.core.ports import PublishResult
 
 __all__ = [
+    "AgentDirectory",
     "ChannelSubscriber",
     "CpeState",
     "Downlink",

@@ -4,16 +4,14 @@ Subscribes to the CPE agents' ``mcw/v1/s/{shard}/cpe/+/state`` (retained, last w
 ``.../telemetry``, the proxy agents' ``mcw/v1/s/{shard}/proxy/+/cpe/+/state|telemetry`` (per CPE
 they serve, the downlink) and ``mcw/v1/proxy/+/state`` (each proxy's own state), for every shard
 or for the shards this replica holds (:meth:`ChannelSubscriber.set_shards`), drops what does
-not validate (counted), keeps the latest :class:`CpeState` per CPE,
-per (proxy, CPE) and :class:`ProxyState` per proxy, and turns telemetry into
-:class:`xapp.core.forecast.KpiFrame` rows with a direction.  It does not write to InfluxDB
+not validate (counted), feeds the states to its
+:class:`~xapp.adapters.mqtt.agent_directory.AgentDirectory` (which agent applies which
+direction; its queries are the subscriber's: :meth:`ChannelSubscriber.downlink`, ...), and
+turns telemetry into :class:`xapp.core.forecast.KpiFrame` rows with a direction
+(:func:`~xapp.adapters.mqtt.telemetry.telemetry_frame`).  It does not write to InfluxDB
 itself: the xApp passes a callback, which gets a frame per batch of messages, or drains a batch
-with :meth:`ChannelSubscriber.drain_telemetry` and hands it to its ``TelemetrySink``.
-
-Who applies which direction: the CPE agent applies ``ul``; the downlink of a CPE is applied by
-the proxy whose per-CPE state for it says online while the proxy itself is online
-(:meth:`ChannelSubscriber.downlink`).  An empty retained message on a proxy's per-CPE state topic
-means the proxy stopped serving the CPE.
+with :meth:`ChannelSubscriber.drain_telemetry` and hands it to its ``TelemetrySink``.  An empty
+retained message on a proxy's per-CPE state topic means the proxy stopped serving the CPE.
 
 Shards: a CPE's shard is :func:`xapp.core.shards.shard_of` of its id over the fleet's shard
 count. A message whose topic names another shard than its CPE's is dropped (``shard-mismatch``:
@@ -40,20 +38,17 @@ the network thread and, with it, every CPE's state and telemetry. Should the thr
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Final
 
-import numpy as np
-from numpy.typing import NDArray
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from xapp.adapters.mqtt.agent_directory import AgentDirectory, CpeState, Downlink, ProxyState
 from xapp.adapters.mqtt.connection import MqttSettings
 from xapp.adapters.mqtt.payloads import (
     PROXY_PREFIX,
@@ -65,250 +60,16 @@ from xapp.adapters.mqtt.payloads import (
     shard_filter,
 )
 from xapp.adapters.mqtt.reader import MqttReader, ReceivedMessage
-from xapp.core.caps import RATE_CAPS
-from xapp.core.forecast import DIRECTIONS, KpiFrame
-from xapp.core.kpis import AGENT_FIELDS
+from xapp.adapters.mqtt.telemetry import telemetry_frame
+from xapp.core.forecast import KpiFrame
 from xapp.core.shards import DEFAULT_SHARDS, MAX_SHARDS, shard_of
 from xapp.core.workers import Worker
 
 log = logging.getLogger(__name__)
 
-#: KpiFrame columns made from a telemetry message (``up`` as 1.0 / 0.0). ``saturated`` is the
-#: fraction (0..1) of the interval the WAT's subflows were limited by the path (cwnd-limited,
-#: tcp_info chrono times), so ``delivered_mbps`` measures capacity only when it is near 1;
-#: ``delivery_rate_mbps`` is the kernel's own rate sample. Both are NaN (unknown) when the
-#: agent did not report them (first sample, old kernel, receiving end).
-TELEMETRY_FIELDS: Final = AGENT_FIELDS
-#: Fields of a WAT as a whole (the reporting end's view of its subflows); the others come
-#: from the WAT's ``dl`` and ``ul`` objects.
-WAT_FIELDS: Final = ("up", "subflows", "rtt_ms")
-DIRECTION_FIELDS: Final = tuple(f for f in AGENT_FIELDS if f not in WAT_FIELDS)
 #: Filters per SUBSCRIBE packet: 4096 shards of four filters each would exceed the broker's
 #: max_packet_size (16 KiB) in one packet.
 SUBSCRIBE_BATCH: Final = 100
-
-
-@dataclass(frozen=True)
-class CpeState:
-    """The latest ``mcw.state.v2`` of one CPE as the xApp knows it: from the CPE agent
-    (``role`` cpe, ``proxy_id`` None, direction ``ul``) or from a proxy that serves the CPE
-    (``role`` proxy, direction ``dl``)."""
-
-    cpe_id: str
-    online: bool
-    time_ms: int | None = None
-    applied_version: int = 0
-    applied_weights: Mapping[str, int] = field(default_factory=dict)
-    backend: str | None = None
-    max_weight: int | None = None
-    #: True when the agent's backend can only switch WATs on and off (mptcp-upstream).
-    on_off_only: bool = False
-    links: Mapping[str, str] = field(default_factory=dict)
-    event: str | None = None
-    last_error: str = ""
-    #: Local monotonic time the message arrived.
-    received_s: float = 0.0
-    role: str = "cpe"
-    proxy_id: str | None = None
-    #: The direction ``applied_weights`` steer (``ul`` for a CPE agent, ``dl`` for a proxy).
-    direction: str = "ul"
-    #: The CPE's WAT interface addresses (reported by the CPE agent).
-    addresses: Mapping[str, str] = field(default_factory=dict)
-    #: A WAT off in one direction is off in both (mainline MPTCP); None: not reported.
-    directions_coupled: bool | None = None
-    #: How the backend turns weights into a split (``capabilities.semantics``: ``wrr``,
-    #: ``rate-caps``, ``on-off``); None: not reported (an agent from before the field).
-    semantics: str | None = None
-    #: With ``rate-caps``: the caps the backend set for the applied weights (a WAT absent is
-    #: uncapped).
-    applied_caps_mbps: Mapping[str, float] = field(default_factory=dict)
-    #: A standing condition the applier reports (a proxy: ``address-conflict``, another CPE it
-    #: serves claims one of this CPE's WAT addresses, so neither is steered); None: none.
-    alarm: str | None = None
-
-    @property
-    def rate_caps(self) -> bool:
-        """The applier enforces shares as rate caps and takes ``caps_mbps``.  Only when the
-        agent says so: an agent from before the field may refuse a message with caps."""
-        return self.semantics == RATE_CAPS
-
-    @classmethod
-    def from_doc(cls, doc: Mapping[str, Any], previous: CpeState | None,
-                 received_s: float) -> CpeState:
-        """Build from a validated document; a last will (online false only) keeps what was known."""
-        caps = doc.get("capabilities", {})
-        role = str(doc.get("role", "proxy" if doc.get("proxy_id") else "cpe"))
-        base = previous if previous is not None else cls(
-            cpe_id=doc["cpe_id"], online=False, role=role, proxy_id=doc.get("proxy_id"),
-            direction="dl" if role == "proxy" else "ul")
-        # JSON Schema's "integer" admits 5.0: int() keeps the fields what their types say.
-        time_ms = doc.get("time_ms")
-        return cls(
-            cpe_id=doc["cpe_id"],
-            online=bool(doc["online"]),
-            time_ms=base.time_ms if time_ms is None else int(time_ms),
-            applied_version=int(doc.get("applied_version", base.applied_version)),
-            applied_weights={k: int(v) for k, v in
-                             doc.get("applied_weights", base.applied_weights).items()},
-            backend=doc.get("backend", base.backend),
-            max_weight=caps.get("max_weight", base.max_weight),
-            on_off_only=caps.get("on_off_only", base.on_off_only),
-            links=dict(doc.get("links", base.links)),
-            # The event belongs to this message only (a last will carries none).
-            event=doc.get("event"),
-            last_error=doc.get("last_error", base.last_error),
-            received_s=received_s,
-            role=role,
-            proxy_id=doc.get("proxy_id", base.proxy_id),
-            direction=str(doc.get("direction", base.direction)),
-            addresses=dict(doc.get("addresses", base.addresses)),
-            directions_coupled=caps.get("directions_coupled", base.directions_coupled),
-            semantics=caps.get("semantics", base.semantics),
-            # The caps belong to the applied weights: a report of new weights without caps
-            # means uncapped; a last will (no weights) keeps what was known.
-            applied_caps_mbps={k: float(v) for k, v in doc.get(
-                "applied_caps_mbps",
-                {} if "applied_weights" in doc else base.applied_caps_mbps).items()},
-            # Reported with every state while it stands; a last will keeps what was known.
-            alarm=doc.get("alarm") if "applied_weights" in doc else base.alarm,
-        )
-
-
-@dataclass(frozen=True)
-class ProxyState:
-    """The latest ``mcw.proxy-state.v1`` of one proxy agent."""
-
-    proxy_id: str
-    online: bool
-    time_ms: int | None = None
-    backend: str | None = None
-    max_weight: int | None = None
-    on_off_only: bool = False
-    directions_coupled: bool | None = None
-    #: ``capabilities.semantics`` of the proxy's downlink backend; None: not reported.
-    semantics: str | None = None
-    cpes: int = 0
-    cpes_applied: int = 0
-    rules: Mapping[str, int] = field(default_factory=dict)
-    last_error: str = ""
-    received_s: float = 0.0
-
-    @classmethod
-    def from_doc(cls, doc: Mapping[str, Any], previous: ProxyState | None,
-                 received_s: float) -> ProxyState:
-        """Build from a validated document; a last will keeps what was known."""
-        caps = doc.get("capabilities", {})
-        base = previous if previous is not None else cls(proxy_id=doc["proxy_id"], online=False)
-        time_ms = doc.get("time_ms")
-        return cls(
-            proxy_id=doc["proxy_id"], online=bool(doc["online"]),
-            time_ms=base.time_ms if time_ms is None else int(time_ms),
-            backend=doc.get("backend", base.backend),
-            max_weight=caps.get("max_weight", base.max_weight),
-            on_off_only=caps.get("on_off_only", base.on_off_only),
-            directions_coupled=caps.get("directions_coupled", base.directions_coupled),
-            semantics=caps.get("semantics", base.semantics),
-            cpes=int(doc.get("cpes", base.cpes)),
-            cpes_applied=int(doc.get("cpes_applied", base.cpes_applied)),
-            rules={k: int(v) for k, v in doc.get("rules", base.rules).items()},
-            last_error=doc.get("last_error", base.last_error), received_s=received_s)
-
-
-@dataclass(frozen=True)
-class Downlink:
-    """Who applies a CPE's downlink: the proxy and its per-CPE state."""
-
-    proxy_id: str
-    state: CpeState
-
-
-def telemetry_frame(docs: Sequence[Mapping[str, Any]]) -> KpiFrame:
-    """Rows (cpe, wat, direction) of validated telemetry documents; ``time_s`` is the newest
-    ``time_ms``, ``row_time_s`` each row's document's.
-
-    A WAT with ``dl`` / ``ul`` objects gives a row per direction: the direction's fields and
-    the WAT's own (``up``, ``subflows``, ``rtt_ms``); a WAT with neither gives one row without
-    a direction (both).  Fields a row did not report are NaN, as
-    :class:`~xapp.core.forecast.KpiFrame` expects.
-    """
-    cpes: list[str] = []
-    wats: list[str] = []
-    dirs: list[str] = []
-    times: list[int] = []
-    own: list[Mapping[str, Any]] = []  # per row: the WAT's object
-    part: list[Mapping[str, Any]] = []  # per row: its direction's object ({} for none)
-    newest = 0
-    for doc in docs:
-        t = int(doc["time_ms"])
-        if t > newest:
-            newest = t
-        cpe = doc["cpe_id"]
-        for wat, stats in doc["wats"].items():
-            n = len(part)
-            for d in DIRECTIONS:
-                sub = stats.get(d)
-                # (parsed JSON makes dicts; the ABC check only for other mappings)
-                if type(sub) is dict or isinstance(sub, Mapping):
-                    dirs.append(d)
-                    part.append(sub)
-            k = len(part) - n
-            if k == 0:
-                dirs.append("")
-                part.append(_NOTHING)
-                k = 1
-            times += [t] * k
-            cpes += [cpe] * k
-            wats += [wat] * k
-            own += [stats] * k
-    values = {f: _column([o.get(f) for o in own]) for f in WAT_FIELDS}
-    values.update({f: _column([p.get(f) for p in part]) for f in DIRECTION_FIELDS})
-    return KpiFrame(
-        time_s=newest / 1000.0,
-        cpe=np.asarray(cpes, dtype=np.str_),
-        wat=np.asarray(wats, dtype=np.str_),
-        values=values,
-        direction=np.asarray(dirs, dtype="<U2"),
-        row_time_s=np.asarray(times, dtype=np.float64) / 1000.0,
-    )
-
-
-_NOTHING: Final[Mapping[str, Any]] = {}
-_PLAIN: Final = frozenset({float, int, bool, type(None)})
-
-
-def _column(raw: list[object]) -> NDArray[np.float64]:
-    """One field over the rows, as floats (NaN where absent or not a finite number).
-
-    Column by column in C when every value is a plain number or absent (validated telemetry
-    always is; numpy makes None NaN): 48 values a message, 10,000 messages a second. Anything
-    else goes value by value through :func:`_measurement`."""
-    if _PLAIN.issuperset(map(type, raw)):
-        try:
-            col = np.array(raw, dtype=np.float64)
-        except OverflowError:  # an integer beyond float range
-            pass
-        else:
-            bad = ~np.isfinite(col)
-            if bad.any():
-                col[bad] = math.nan
-            return col
-    return np.array([_measurement(v) for v in raw], dtype=np.float64)
-
-
-def _measurement(v: object) -> float:
-    """A KPI as a float; NaN (unknown) for what is not a finite number.
-
-    The schemas bound no magnitudes and :func:`~xapp.adapters.mqtt.payloads.decode` bounds
-    them (integers of 20 digits, floats below 1e100), but this is public: an integer beyond
-    float range or ``inf`` from elsewhere must not raise or reach the model as a measurement.
-    """
-    if not isinstance(v, int | float):  # bool is an int: "up" becomes 1.0 / 0.0
-        return math.nan
-    try:
-        f = float(v)
-    except OverflowError:
-        return math.nan
-    return f if math.isfinite(f) else math.nan
 
 
 class ChannelSubscriber:
@@ -378,21 +139,18 @@ class ChannelSubscriber:
         self.received = 0
         #: Network threads started again after the previous one died.
         self.restarts = 0
-        # Re-entrant: wait_for() predicates call state()/online() under the same lock.
+        # Re-entrant: wait_for() predicates call the queries under the same lock. The
+        # directory's own lock may be taken while this one is held, never the other way round
+        # (the directory calls nothing back). A state is stored holding both: a shard given up
+        # between the check that it is held and the store cannot keep it.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._states: dict[str, CpeState] = {}
-        self._proxies: dict[str, ProxyState] = {}
-        #: (proxy_id, cpe_id) -> the proxy's downlink state for the CPE.
-        self._proxy_cpes: dict[tuple[str, str], CpeState] = {}
+        self._directory = AgentDirectory()
         self._buffer: deque[dict[str, Any]] = deque()
         self.telemetry_batch_max = telemetry_batch_max
         #: Hands batches of telemetry to ``on_telemetry`` (supervise it with the others).
         self.telemetry_worker = Worker("mcw-telemetry-batch", self.flush_telemetry,
                                        telemetry_batch_s)
-        #: Grows with every state change; :meth:`rate_caps` recomputes only when it moved.
-        self._generation = 0
-        self._rate_caps: dict[str, tuple[int, frozenset[str]]] = {}
         self._connected = False
         self._subscribed = False
         # SUBSCRIBE packets sent on this connection and acknowledged; subscribed when equal.
@@ -480,12 +238,10 @@ class ChannelSubscriber:
         """Drop what is known of the CPEs of shards not in ``held`` (under the lock)."""
         def mine(cpe: str) -> bool:
             return _shard(cpe, self.shard_count) in held
-        self._states = {c: st for c, st in self._states.items() if mine(c)}
-        self._proxy_cpes = {k: st for k, st in self._proxy_cpes.items() if mine(k[1])}
+        self._directory.keep_only(mine)
         self._sharded_cpes = {c for c in self._sharded_cpes if mine(c)}
         self._sharded_proxy_cpes = {k for k in self._sharded_proxy_cpes if mine(k[1])}
         self._buffer = deque(d for d in self._buffer if mine(str(d["cpe_id"])))
-        self._generation += 1
 
     def _holds(self, cpe_id: str) -> bool:
         # Re-entrant: also called under the lock, where the message's state is stored.
@@ -566,89 +322,40 @@ class ChannelSubscriber:
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self), timeout=timeout_s)
 
-    # --- state ---------------------------------------------------------------------------------
+    # --- what the agents reported (the directory's, for the runtime, metrics and tests) -------
 
     def state(self, cpe_id: str) -> CpeState | None:
-        with self._lock:
-            return self._states.get(cpe_id)
+        return self._directory.state(cpe_id)
 
     def states(self) -> dict[str, CpeState]:
-        with self._lock:
-            return dict(self._states)
+        return self._directory.states()
 
     def online(self) -> list[str]:
-        """CPEs whose latest state says online."""
-        with self._lock:
-            return sorted(c for c, s in self._states.items() if s.online)
+        return self._directory.online()
 
     def proxy(self, proxy_id: str) -> ProxyState | None:
-        with self._lock:
-            return self._proxies.get(proxy_id)
+        return self._directory.proxy(proxy_id)
 
     def proxies(self) -> dict[str, ProxyState]:
-        with self._lock:
-            return dict(self._proxies)
+        return self._directory.proxies()
 
     def proxy_cpe_states(self) -> dict[tuple[str, str], CpeState]:
-        """(proxy_id, cpe_id) -> the proxy's downlink state for the CPE."""
-        with self._lock:
-            return dict(self._proxy_cpes)
+        return self._directory.proxy_cpe_states()
 
     def downlink(self, cpe_id: str) -> Downlink | None:
-        """The proxy applying the CPE's downlink: its per-CPE state says online and the proxy
-        is online (or has not reported its own state yet); the most recently heard wins when
-        several do.  None: nobody applies it (the downlink runs on the proxy's defaults)."""
-        return self.downlinks().get(cpe_id)
+        return self._directory.downlink(cpe_id)
 
     def downlinks(self) -> dict[str, Downlink]:
-        """:meth:`downlink` of every CPE some proxy applies (one pass: metrics and
-        ``/ric/v1/cpes`` ask for the whole fleet)."""
-        best: dict[str, Downlink] = {}
-        with self._lock:
-            for (proxy_id, cpe), st in self._proxy_cpes.items():
-                if not st.online:
-                    continue
-                proxy = self._proxies.get(proxy_id)
-                if proxy is not None and not proxy.online:
-                    continue
-                known = best.get(cpe)
-                if known is None or st.received_s > known.state.received_s:
-                    best[cpe] = Downlink(proxy_id, st)
-        return best
+        return self._directory.downlinks()
 
     def rate_caps(self, direction: str) -> frozenset[str]:
-        """:class:`xapp.core.ports.BackendSemantics`: the CPEs whose ``direction`` is applied
-        by a ``rate-caps`` backend: ``ul`` the CPE agents online that report it, ``dl`` the
-        CPEs whose :meth:`downlink` proxy reports it (in its per-CPE state, or else in its own
-        state).  Recomputed only after a state changed (the loop asks every tick)."""
-        if direction not in DIRECTIONS:
-            raise ValueError(f"unknown direction {direction!r}")
-        with self._lock:
-            gen = self._generation
-            cached = self._rate_caps.get(direction)
-            if cached is not None and cached[0] == gen:
-                return cached[1]
-            if direction == "ul":
-                out = frozenset(c for c, st in self._states.items() if st.online and st.rate_caps)
-            else:
-                out = frozenset(c for c, down in self.downlinks().items()
-                                if self._downlink_semantics(down) == RATE_CAPS)
-            self._rate_caps[direction] = (gen, out)
-            return out
+        """:class:`xapp.core.ports.BackendSemantics` (:meth:`AgentDirectory.rate_caps`)."""
+        return self._directory.rate_caps(direction)
 
     def downlink_semantics(self, down: Downlink) -> str | None:
-        """The ``capabilities.semantics`` ``down``'s proxy applies the CPE's downlink with (as
-        :meth:`rate_caps` decides it); None: not reported."""
-        with self._lock:
-            return self._downlink_semantics(down)
+        return self._directory.downlink_semantics(down)
 
-    def _downlink_semantics(self, down: Downlink) -> str | None:
-        """The semantics a proxy applies a CPE's downlink with: its per-CPE state's, else its
-        own state's (call under the lock)."""
-        if down.state.semantics is not None:
-            return down.state.semantics
-        proxy = self._proxies.get(down.proxy_id)
-        return None if proxy is None else proxy.semantics
+    # --- telemetry -----------------------------------------------------------------------------
 
     def drain_telemetry(self) -> KpiFrame:
         """All telemetry received since the last drain, as one frame (possibly empty)."""
@@ -782,10 +489,6 @@ class ChannelSubscriber:
             return False
         return True
 
-    def _is_proxy(self, identity: str) -> bool:
-        with self._lock:
-            return identity in self._proxies
-
     def _handle(self, name: str, payload: bytes) -> None:
         topic = parse_channel_topic(name)
         if topic is not None and topic.cpe_id is not None and not self._admit(topic, name):
@@ -795,8 +498,7 @@ class ChannelSubscriber:
                     and topic.cpe_id is not None:
                 # An empty retained message: the proxy stopped serving the CPE.
                 with self._cond:
-                    self._proxy_cpes.pop((topic.proxy_id, topic.cpe_id), None)
-                    self._generation += 1
+                    self._directory.stop_serving(topic.proxy_id, topic.cpe_id)
                     self._cond.notify_all()
                 return
             if topic is not None and topic.legacy and topic.kind == "state":
@@ -813,7 +515,7 @@ class ChannelSubscriber:
                 else:
                     self._sharded_proxy_cpes.add((topic.proxy_id, topic.cpe_id))
         if kind in ("state", "telemetry") and "proxy_id" not in doc \
-                and self._is_proxy(str(doc["cpe_id"])):
+                and self._directory.is_proxy(str(doc["cpe_id"])):
             # A CPE topic named after a proxy: only a proxy's certificate (CN = proxy id) could
             # have written it, through an ACL from before the proxies' deny line.
             self.drops.drop(kind, "role-mismatch", "a CPE topic named after a known proxy", name)
@@ -824,25 +526,11 @@ class ChannelSubscriber:
             with self._cond:
                 if not self._holds(str(doc["cpe_id"])):
                     return  # the shard was given up while this message was decoded
-                proxy_id = doc.get("proxy_id")
-                if proxy_id is None:
-                    state = CpeState.from_doc(doc, self._states.get(doc["cpe_id"]),
-                                              time.monotonic())
-                    self._states[state.cpe_id] = state
-                else:
-                    key = (str(proxy_id), str(doc["cpe_id"]))
-                    state = CpeState.from_doc(doc, self._proxy_cpes.get(key), time.monotonic())
-                    self._proxy_cpes[key] = state
-                self._generation += 1
+                state = self._directory.report_state(doc, time.monotonic())
                 self._cond.notify_all()
         elif kind == "proxy-state":
             with self._cond:
-                proxy = ProxyState.from_doc(doc, self._proxies.get(doc["proxy_id"]),
-                                            time.monotonic())
-                self._proxies[proxy.proxy_id] = proxy
-                # A "CPE" of that name seen before was the proxy's certificate speaking as one.
-                self._states.pop(proxy.proxy_id, None)
-                self._generation += 1
+                proxy = self._directory.report_proxy(doc, time.monotonic())
                 self._cond.notify_all()
         elif kind == "telemetry":
             with self._cond:

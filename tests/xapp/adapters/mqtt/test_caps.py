@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tests.support.mosquitto import MosquittoBroker, connect_client
 from tests.xapp.adapters.mqtt.test_subscriber import state_doc
 from tests.xapp.adapters.mqtt.test_subscriber_proxy import proxy_cpe_state, proxy_state
-from xapp.adapters.mqtt import ChannelSubscriber, CpeState, MqttSettings, shard_topic
+from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, shard_topic
 from xapp.adapters.mqtt.payloads import check, encode, encode_weights_batch
 from xapp.core.ports import DirectionBatch, WeightBatch
 
@@ -89,28 +89,6 @@ def test_encoded_caps_validate_or_are_refused(cells: list[tuple[int, float]]) ->
         assert got == {WATS[j]: c for j, (_, c) in enumerate(cells) if not math.isnan(c)}
     else:
         assert 0 in out.refused
-
-
-def test_state_semantics_and_applied_caps() -> None:
-    doc = json.loads(state_doc("cpe-1", 4, backend="mptcp-shares",
-                               capabilities={"max_weight": 255, "semantics": "rate-caps"},
-                               applied_caps_mbps={"wifi": 8.5}))
-    check("state", doc)
-    st1 = CpeState.from_doc(doc, None, 1.0)
-    assert st1.semantics == "rate-caps" and st1.rate_caps
-    assert st1.applied_caps_mbps == {"wifi": 8.5}
-    # A last will keeps what was known.
-    will = CpeState.from_doc({"schema": "mcw.state.v2", "cpe_id": "cpe-1", "online": False},
-                             st1, 2.0)
-    assert will.rate_caps and will.applied_caps_mbps == {"wifi": 8.5}
-    # New applied weights without caps: uncapped now.
-    again = json.loads(state_doc("cpe-1", 5, backend="mptcp-shares",
-                                 capabilities={"semantics": "rate-caps"}))
-    assert CpeState.from_doc(again, st1, 3.0).applied_caps_mbps == {}
-    # No semantics reported (an agent from before the field): never rate-caps.
-    old = CpeState.from_doc(json.loads(state_doc("cpe-1", 1, backend="mptcp-shares")),
-                            None, 1.0)
-    assert old.semantics is None and not old.rate_caps
 
 
 def test_subscriber_knows_the_rate_caps_appliers(proxy_broker: MosquittoBroker,

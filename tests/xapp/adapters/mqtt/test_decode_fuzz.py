@@ -44,7 +44,7 @@ from xapp.adapters.mqtt.payloads import (
     load_schema,
     wat_address_problem,
 )
-from xapp.adapters.mqtt.subscriber import telemetry_frame
+from xapp.adapters.mqtt.telemetry import telemetry_frame
 
 RECEIVED: tuple[Kind, ...] = ("state", "telemetry", "proxy-state")
 #: Reasons decode() may give for bytes on a channel topic; "internal" would be a bug.

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.xapp.adapters.mqtt.conftest import decision
-from xapp.adapters.mqtt import CpeState, DropCounter, PayloadError, build_weights, decode, topic
+from xapp.adapters.mqtt import DropCounter, PayloadError, build_weights, decode, topic
 from xapp.adapters.mqtt.payloads import (
     check,
     encode,
@@ -20,7 +20,7 @@ from xapp.adapters.mqtt.payloads import (
     parse_topic,
     proxy_topic,
 )
-from xapp.adapters.mqtt.subscriber import telemetry_frame
+from xapp.adapters.mqtt.telemetry import telemetry_frame
 from xapp.core.ports import WeightBatch
 
 WEIGHTS: dict[str, Any] = {
@@ -283,22 +283,6 @@ def test_telemetry_becomes_kpi_rows_per_direction() -> None:
     assert list(frame.column("up")[:3]) == [1.0, 1.0, 0.0] and math.isnan(frame.column("up")[3])
     assert frame.column("delivery_rate_mbps")[1] == 85.0
     assert len(telemetry_frame([])) == 0
-
-
-def test_last_will_keeps_what_was_known() -> None:
-    online = CpeState.from_doc(STATE, None, 1.0)
-    assert online.online and online.applied_version == 42 and not online.on_off_only
-    assert online.backend == "wrr-sysctl" and online.links["wifi"] == "down"
-    assert (online.role, online.direction, online.proxy_id) == ("cpe", "ul", None)
-    assert online.addresses == {"nr": "10.0.1.2", "wifi": "fd00::2"}
-    assert online.directions_coupled is False
-    proxy = CpeState.from_doc(PROXY_CPE_STATE, None, 1.0)
-    assert (proxy.role, proxy.direction, proxy.proxy_id) == ("proxy", "dl", "proxy-0001")
-    will = {"schema": "mcw.state.v2", "cpe_id": "cpe-0001", "online": False}
-    gone = CpeState.from_doc(will, online, 2.0)
-    assert not gone.online and gone.applied_version == 42 and gone.event is None
-    fresh = CpeState.from_doc(will, None, 2.0)
-    assert not fresh.online and fresh.applied_version == 0
 
 
 def _reference_valid(kind: str, doc: object) -> bool:
