@@ -16,8 +16,10 @@ from xapp.adapters.e2.records import E2DecodeError, KpmReport, RicIndication, Ri
 
 GOLDEN = SHARED / "data" / "e2sim-kpm" / "ind0.bin"
 
-#: A slow decode is a hang in the RMR thread; the largest seed decodes in ~2 ms.
-MAX_SECONDS = 2.0
+#: A slow decode is a hang in the decoder; the largest seed decodes in ~2 ms of CPU.  The
+#: thread's own CPU time is measured, not wall time: on a loaded machine a decode may wait for
+#: a core for longer than it works.
+MAX_CPU_SECONDS = 2.0
 
 
 @cache
@@ -50,7 +52,7 @@ SEEDS = st.deferred(lambda: st.sampled_from(_seeds()))
 
 
 def _decode_all(data: bytes, version: int) -> None:
-    start = time.perf_counter()
+    start = time.thread_time()
     try:
         ind = e2ap.decode_ric_indication(data)
         try:
@@ -59,17 +61,17 @@ def _decode_all(data: bytes, version: int) -> None:
             kpm_decode.detect_kpm_indication(ind.header, ind.message, version)
     except E2DecodeError:
         pass
-    assert time.perf_counter() - start < MAX_SECONDS
+    assert time.thread_time() - start < MAX_CPU_SECONDS
 
 
 def _decode_kpm(header: bytes, message: bytes, version: int) -> None:
-    start = time.perf_counter()
+    start = time.thread_time()
     try:
         kpm = kpm_decode.detect_kpm_indication(header, message, version)
     except E2DecodeError:
         return
     finally:
-        assert time.perf_counter() - start < MAX_SECONDS
+        assert time.thread_time() - start < MAX_CPU_SECONDS
     assert len(kpm.reports) <= aper.MAX_REPORTS
     for report in kpm.reports:
         assert len(report.values) <= aper.MAX_MEASUREMENTS
