@@ -80,12 +80,12 @@ from xapp.core.forecast import (
     KpiFrame,
     expansion,
 )
+from xapp.core.outgoing import Outgoing, message_sets
 from xapp.core.ownership import Fenced
 from xapp.core.policy import KNOWN_WATS, Policy, SteeringMode
 from xapp.core.policy_book import PolicyResolver
 from xapp.core.ports import (
     BackendSemantics,
-    DirectionBatch,
     KpiSource,
     Published,
     PublishResult,
@@ -327,9 +327,9 @@ class ControlLoop:
         rm = self._row_map(frame)
         report.cpes = len(rm.cpe_ids)
         median, lower = np.asarray(forecast.median_mbps), np.asarray(forecast.lower_mbps)
-        out = {d: _Outgoing() for d in DIRECTIONS}
+        out = {d: Outgoing() for d in DIRECTIONS}
         #: Sets of a direction without rows, decided from the other direction's forecasts.
-        lent = {d: _Outgoing() for d in DIRECTIONS}
+        lent = {d: Outgoing() for d in DIRECTIONS}
         caps = {d: self._rate_caps_rows(d) for d in DIRECTIONS}
         inputs = {d: self._inputs(frame, rm, rm.dirs[d], median, lower, report)
                   for d in DIRECTIONS if rm.dirs[d].seen.any()}
@@ -502,7 +502,7 @@ class ControlLoop:
 
     def _decide_group(self, direction: str, policy: Policy, source: str,
                       positions: NDArray[np.intp], rm: _RowMap, now_s: float, x: _Inputs,
-                      report: TickReport, out: _Outgoing, rate_capped: Mask | None,
+                      report: TickReport, out: Outgoing, rate_capped: Mask | None,
                       follows: str | None = None) -> None:
         """Decide the due CPEs at ``positions`` from inputs ``x``: the direction's own rows,
         or, with ``follows`` (the other direction's name), that direction's rows."""
@@ -579,80 +579,18 @@ class ControlLoop:
                                   & (fleet.follows[r_due] == lent) & (owed | stale)],
                      rate_capped)
 
-    def _message_sets(self, out: dict[str, _Outgoing], lent: dict[str, _Outgoing],
-                      rm: _RowMap, rate_capped: dict[str, Mask | None]
-                      ) -> tuple[NDArray[np.intp], dict[str, _Columns], dict[str, Mask]]:
-        """The fleet rows of the messages to send, each direction's set for them and whether
-        it follows the other direction (both sets go in every message)."""
-        # A mask over the fleet's rows rather than np.unique: no sort, the same sorted rows.
-        sending = np.zeros(len(self.fleet), dtype=bool)
-        for o in (*out.values(), *lent.values()):
-            for part in o.rows:
-                sending[part] = True
-        rows = np.flatnonzero(sending)
-        cols: dict[str, _Columns] = {}
-        own: dict[str, NDArray[np.bool_]] = {}
-        decided: dict[str, NDArray[np.bool_]] = {}
-        for d in DIRECTIONS:
-            fleet = self.fleets[d]
-            c = _Columns.in_force(fleet, rows, rate_capped[d])
-            fresh = {}
-            for name, o in (("own", out[d]), ("lent", lent[d])):
-                fresh[name] = np.zeros(len(rows), dtype=bool)
-                if o.rows:
-                    at = np.searchsorted(rows, np.concatenate(o.rows))
-                    c.put(at, o)
-                    fresh[name][at] = True
-            seen = np.zeros(len(fleet), dtype=bool)
-            seen[rm.fleet_rows[rm.dirs[d].seen]] = True
-            own[d] = fresh["own"] | (fleet.has[rows] & ~fleet.follows[rows] & seen[rows])
-            # A set decided under this direction's policy from the other's forecasts, now or
-            # in force: it goes as it is.
-            decided[d] = fresh["lent"] | (fleet.has[rows] & fleet.follows[rows])
-            cols[d] = c
-        follows: dict[str, NDArray[np.bool_]] = {}
-        for d, other in zip(DIRECTIONS, DIRECTIONS[::-1], strict=True):
-            follows[d] = ~own[d] & own[other]
-            # What is left has no decision under its own policy: none of its WATs usable (a
-            # floor no WAT meets, or the CPE has only WATs it excludes).  It goes as the
-            # other's set without the WATs its own policy excludes, or as it is when that
-            # leaves nothing: a message needs both sets, and holding it back would stop
-            # steering the other direction too (issue 33).
-            copied = follows[d] & ~decided[d]
-            cols[d].follow(copied, cols[other], other)
-            if copied.any():
-                cols[d].exclude(np.flatnonzero(copied), self._excluded(d, rows[copied]))
-        # Neither direction has a set of its own (cannot happen while every row sent comes
-        # from a decision of some direction): only what is in force in both may go again.
-        # A set left with no weight at all cannot go either.
-        orphan = (~own["dl"] & ~own["ul"]) | ~(cols["dl"].weights > 0).any(axis=1) \
-            | ~(cols["ul"].weights > 0).any(axis=1)
-        keep = ~orphan | (self.fleets["dl"].has[rows] & self.fleets["ul"].has[rows])
-        if not keep.all():
-            at = np.flatnonzero(keep)
-            rows = rows[at]
-            cols = {d: c.subset(at) for d, c in cols.items()}
-            follows = {d: f[at] for d, f in follows.items()}
-        return rows, cols, follows
-
-    def _excluded(self, direction: str, rows: NDArray[np.intp]) -> Mask:
-        """(rows, WAT) the effective policy of ``direction`` excludes, per fleet row."""
-        resolver, ids = self.policies(), self.fleets[direction].ids
-        out = np.zeros((len(rows), len(KNOWN_WATS)), dtype=bool)
-        for i, r in enumerate(rows.tolist()):
-            excluded = resolver.for_cpe(ids[r])[0].for_direction(direction).excluded
-            out[i] = [w in excluded for w in KNOWN_WATS]
-        return out
-
-    def _publish(self, out: dict[str, _Outgoing], lent: dict[str, _Outgoing], rm: _RowMap,
+    def _publish(self, out: dict[str, Outgoing], lent: dict[str, Outgoing], rm: _RowMap,
                  now_s: float, report: TickReport, rate_capped: dict[str, Mask | None]) -> None:
         ids = self.fleet.ids
-        rows, cols, follows = self._message_sets(out, lent, rm, rate_capped)
+        messages = message_sets(self.fleets, out, lent,
+                                {d: rm.fleet_rows[rm.dirs[d].seen] for d in DIRECTIONS},
+                                rate_capped, self.policies)
+        rows, follows = messages.rows, messages.follows
         if len(rows) == 0:
             return
         report.followed += sum(int(f.sum()) for f in follows.values())
-        batch = WeightBatch([ids[r] for r in rows.tolist()], cols["dl"].batch(),
-                            cols["ul"].batch(), self.settings.lease_s)
+        batch = WeightBatch([ids[r] for r in rows.tolist()], messages.sets["dl"].batch(),
+                            messages.sets["ul"].batch(), self.settings.lease_s)
         # One hand-over per tick: the publisher encodes and queues the whole batch at once.
         try:
             result = self.publisher.publish_many(batch)
@@ -689,133 +627,3 @@ class ControlLoop:
             except Exception:
                 log.exception("writing weights failed")
 
-
-class _Outgoing:
-    """The parts of one direction of one tick's publish, gathered group by group."""
-
-    def __init__(self) -> None:
-        self.rows: list[NDArray[np.intp]] = []
-        self.weights: list[NDArray[np.int64]] = []
-        self.present: list[NDArray[np.bool_]] = []
-        self.usable: list[NDArray[np.bool_]] = []
-        self.aggregate: list[Array] = []
-        self.modes: list[str] = []
-        self.reasons: list[str] = []
-        self.sources: list[str] = []
-        #: Per part: its caps (NaN: none), or None when the part has none at all.
-        self.caps: list[Array | None] = []
-
-    def add(self, rows: NDArray[np.intp], weights: NDArray[np.int64],
-            present: NDArray[np.bool_], usable: NDArray[np.bool_], aggregate: Array,
-            modes: list[str], reasons: list[str], sources: list[str],
-            caps: Array | None = None) -> None:
-        if len(rows) == 0:
-            return
-        self.caps.append(caps)
-        self.rows.append(rows)
-        self.weights.append(weights)
-        self.present.append(present)
-        self.usable.append(usable)
-        self.aggregate.append(aggregate)
-        self.modes += modes
-        self.reasons += reasons
-        self.sources += sources
-
-    def in_force(self, fleet: FleetTable, rows: NDArray[np.intp],
-                 rate_capped: Mask | None) -> None:
-        """Re-send the decisions in force at ``rows`` as they are (with their caps while the
-        applier is still rate-caps)."""
-        self.add(rows, fleet.weights[rows], fleet.present[rows], fleet.usable[rows],
-                 fleet.aggregate[rows], fleet.mode[rows].tolist(), fleet.reason[rows].tolist(),
-                 fleet.source[rows].tolist(), _caps_in_force(fleet, rows, rate_capped))
-
-    def all_caps(self, k: int) -> Array | None:
-        """The caps of every part in order, None when no part has any."""
-        if all(c is None for c in self.caps):
-            return None
-        return np.concatenate([np.full((len(r), k), np.nan) if c is None else c
-                               for r, c in zip(self.rows, self.caps, strict=True)])
-
-
-def _caps_in_force(fleet: FleetTable, rows: NDArray[np.intp], rate_capped: Mask | None
-                   ) -> Array | None:
-    """The caps in force at ``rows`` where the applier is still rate-caps; None when no row
-    may carry caps."""
-    if rate_capped is None:
-        return None
-    return np.where(rate_capped[rows][:, None], fleet.caps[rows], np.nan)
-
-
-@dataclass
-class _Columns:
-    """One direction's set for each message of a tick, as mutable columns."""
-
-    weights: NDArray[np.int64]
-    present: NDArray[np.bool_]
-    usable: NDArray[np.bool_]
-    aggregate: Array
-    modes: NDArray[np.object_]
-    reasons: NDArray[np.object_]
-    sources: NDArray[np.object_]
-    caps: Array  # NaN: no cap
-
-    @classmethod
-    def in_force(cls, fleet: FleetTable, rows: NDArray[np.intp], rate_capped: Mask | None
-                 ) -> _Columns:
-        caps = _caps_in_force(fleet, rows, rate_capped)
-        return cls(fleet.weights[rows], fleet.present[rows], fleet.usable[rows],
-                   fleet.aggregate[rows], fleet.mode[rows], fleet.reason[rows],
-                   fleet.source[rows],
-                   np.full(fleet.weights[rows].shape, np.nan) if caps is None else caps)
-
-    def put(self, at: NDArray[np.intp], o: _Outgoing) -> None:
-        """Positions ``at`` take the new sets of ``o`` (in the order ``o`` holds them)."""
-        self.weights[at] = np.concatenate(o.weights)
-        self.present[at] = np.concatenate(o.present)
-        self.usable[at] = np.concatenate(o.usable)
-        self.aggregate[at] = np.concatenate(o.aggregate)
-        self.modes[at] = o.modes
-        self.reasons[at] = o.reasons
-        self.sources[at] = o.sources
-        caps = o.all_caps(self.caps.shape[1])
-        self.caps[at] = np.nan if caps is None else caps
-
-    def follow(self, mask: NDArray[np.bool_], other: _Columns, other_name: str) -> None:
-        """Where ``mask``: the other direction's set (the reason says so)."""
-        if not mask.any():
-            return
-        self.weights[mask] = other.weights[mask]
-        self.present[mask] = other.present[mask]
-        self.usable[mask] = other.usable[mask]
-        self.aggregate[mask] = other.aggregate[mask]
-        self.modes[mask] = other.modes[mask]
-        self.sources[mask] = other.sources[mask]
-        self.reasons[mask] = [f"follows {other_name}: {r}" for r in other.reasons[mask].tolist()]
-        # Caps come from a direction's own forecasts; a set that follows has none.
-        self.caps[mask] = np.nan
-
-    def exclude(self, at: NDArray[np.intp], excluded: Mask) -> None:
-        """Positions ``at`` lose the WATs ``excluded`` marks (one row of it per position); a
-        position left with no weight keeps its set as it is, and its reason says why."""
-        if not excluded.any():
-            return
-        left = np.where(excluded, 0, self.weights[at])
-        empty: Mask = np.asarray(~(left > 0).any(axis=1), dtype=bool)
-        self.weights[at[~empty]] = left[~empty]
-        self.usable[at[~empty]] = self.usable[at[~empty]] & ~excluded[~empty]
-        for i, row, nothing in zip(at.tolist(), excluded, empty.tolist(), strict=True):
-            if row.any():
-                names = ", ".join(w for w, x in zip(KNOWN_WATS, row.tolist(), strict=True) if x)
-                self.reasons[i] = (f"{self.reasons[i]} (as it is: its own policy excludes "
-                                   f"all of it, {names})" if nothing
-                                   else f"{self.reasons[i]} (without excluded {names})")
-
-    def subset(self, at: NDArray[np.intp]) -> _Columns:
-        return _Columns(self.weights[at], self.present[at], self.usable[at], self.aggregate[at],
-                        self.modes[at], self.reasons[at], self.sources[at], self.caps[at])
-
-    def batch(self) -> DirectionBatch:
-        caps = self.caps if np.isfinite(self.caps).any() else None
-        return DirectionBatch(self.weights, self.present, self.usable, self.aggregate,
-                              self.modes.tolist(), self.reasons.tolist(),
-                              self.sources.tolist(), caps)
