@@ -23,7 +23,7 @@ the real adapters, the twin, ``mcw demo`` and the benches with in-memory ones.  
    CPE with both sets: CPEs whose weights or mode changed in either direction, whose publish is
    owed, and every CPE whose weights in force are half a lease old (the agents revert to safe
    weights when the lease runs out).  The direction that did not change goes with its set in
-   force;
+   force (:func:`xapp.core.outgoing.message_sets` makes the messages);
 5. records what was published in the per-direction :class:`~xapp.core.fleet.FleetTable` and
    the :class:`~xapp.core.ports.StateStore`, and writes the weights to the sink.
 
@@ -182,13 +182,13 @@ class _Inputs:
     rtt: Array
 
 
-
 def uncapped_balancing(policy: Policy) -> bool:
     """Whether a rate-caps agent gets this policy's sets uncapped: ``load_balancing`` with no
     share limits wants the largest aggregate, which mainline's scheduler reaches by itself
     (:mod:`xapp.core.caps`)."""
     return (policy.mode is SteeringMode.LOAD_BALANCING and not policy.min_share
             and not policy.max_share)
+
 
 class ControlLoop:
     """Runs ticks over injected ports; call :meth:`tick` from one thread at a time.
@@ -303,67 +303,41 @@ class ControlLoop:
     # --- one tick ---------------------------------------------------------------------------
 
     def _tick(self, now_s: float, report: TickReport) -> None:
-        s = self.settings
         if self._forget:
             self._apply_forget()
         self._check_reconnect()
-        frame = self._directed(self.kpis.latest(now_s, s.kpi_max_age_s))
+        # 1. The newest KPIs, a direction on every row.
+        frame = self._directed(self.kpis.latest(now_s, self.settings.kpi_max_age_s))
         report.rows = len(frame)
         version = self.model_version()
         report.model_version = version
         self.state.set_model_version(version)
         if len(frame) == 0:
             return
+        # 2. Forecasts for every row; a slice of the fleet's to the sink.
         forecast = self.estimator.step(frame)
         if len(forecast.median_mbps) != len(frame) or len(forecast.lower_mbps) != len(frame):
             raise WeightError("estimator returned forecasts not aligned with the KPI rows")
-        if self.sink is not None:
-            try:
-                rows, forecasts = self._forecast_history(frame, forecast, now_s)
-                if len(rows):
-                    self.sink.write_forecasts(rows, forecasts, version)
-            except Exception:
-                log.exception("writing forecasts failed")
+        self._write_forecasts(frame, forecast, now_s, version)
+        # 3. Every due (CPE, direction) decided.
         rm = self._row_map(frame)
         report.cpes = len(rm.cpe_ids)
-        median, lower = np.asarray(forecast.median_mbps), np.asarray(forecast.lower_mbps)
-        out = {d: Outgoing() for d in DIRECTIONS}
-        #: Sets of a direction without rows, decided from the other direction's forecasts.
-        lent = {d: Outgoing() for d in DIRECTIONS}
         caps = {d: self._rate_caps_rows(d) for d in DIRECTIONS}
-        inputs = {d: self._inputs(frame, rm, rm.dirs[d], median, lower, report)
-                  for d in DIRECTIONS if rm.dirs[d].seen.any()}
-        # Decisions on borrowed forecasts are not the direction's own: counted as followed.
-        scratch = TickReport(time_s=now_s)
-        for d, other in zip(DIRECTIONS, DIRECTIONS[::-1], strict=True):
-            seen = rm.dirs[d].seen
-            borrowed = ~seen & rm.dirs[other].seen if other in inputs else None
-            for group in self._policy_groups(rm):
-                policy = group.policy.for_direction(d)
-                positions = group.positions[seen[group.positions]]
-                if len(positions):
-                    self._decide_group(d, policy, group.source, positions, rm, now_s,
-                                       inputs[d], report, out[d], caps[d])
-                if borrowed is None:
-                    continue
-                positions = group.positions[borrowed[group.positions]]
-                if len(positions):
-                    self._decide_group(d, policy, group.source, positions, rm, now_s,
-                                       inputs[other], scratch, lent[d], None, follows=other)
+        out, lent = self._decide(frame, forecast, rm, now_s, report, caps)
+        # 4. and 5. One batch published, and what went recorded.
         if any(o.rows for o in (*out.values(), *lent.values())):
             self._publish(out, lent, rm, now_s, report, caps)
 
-    def _rate_caps_rows(self, direction: str) -> Mask | None:
-        """Fleet rows whose ``direction`` is applied with rate caps; None when no row is and
-        no caps are in force (the tick then does no caps work at all)."""
-        fleet = self.fleets[direction]
-        cpes = () if self.semantics is None else self.semantics.rate_caps(direction)
-        if not cpes and not np.isfinite(fleet.caps[:len(fleet)]).any():
-            return None
-        mask = np.zeros(len(fleet), dtype=bool)
-        at = [r for r in (fleet.index.get(c) for c in cpes) if r is not None]
-        mask[at] = True
-        return mask
+    def _check_reconnect(self) -> None:
+        if self.publisher_connects is None:
+            return
+        connects = self.publisher_connects()
+        seen, self._connects_seen = self._connects_seen, connects
+        if seen is not None and connects > seen and seen > 0:
+            n = len(self.fleet)
+            log.info("publisher reconnected; re-sending the weights of %d CPEs", n)
+            for fleet in self.fleets.values():
+                fleet.unpublished[:n] |= fleet.has[:n]
 
     def _directed(self, frame: KpiFrame) -> KpiFrame:
         """The frame with a direction on every row (cached while its row arrays persist)."""
@@ -381,6 +355,17 @@ class ControlLoop:
         return KpiFrame(time_s=frame.time_s, cpe=keys.cpe, wat=keys.wat,
                         values={k: np.asarray(v)[take] for k, v in frame.values.items()},
                         direction=keys.direction, series=keys.series)
+
+    def _write_forecasts(self, frame: KpiFrame, forecast: CapacityForecast, now_s: float,
+                         version: str) -> None:
+        if self.sink is None:
+            return
+        try:
+            rows, forecasts = self._forecast_history(frame, forecast, now_s)
+            if len(rows):
+                self.sink.write_forecasts(rows, forecasts, version)
+        except Exception:
+            log.exception("writing forecasts failed")
 
     def _forecast_history(self, frame: KpiFrame, forecast: CapacityForecast, now_s: float
                           ) -> tuple[KpiFrame, CapacityForecast]:
@@ -405,17 +390,6 @@ class ControlLoop:
                          series=frame.series[take]),
                 CapacityForecast(np.asarray(forecast.median_mbps)[take],
                                  np.asarray(forecast.lower_mbps)[take]))
-
-    def _check_reconnect(self) -> None:
-        if self.publisher_connects is None:
-            return
-        connects = self.publisher_connects()
-        seen, self._connects_seen = self._connects_seen, connects
-        if seen is not None and connects > seen and seen > 0:
-            n = len(self.fleet)
-            log.info("publisher reconnected; re-sending the weights of %d CPEs", n)
-            for fleet in self.fleets.values():
-                fleet.unpublished[:n] |= fleet.has[:n]
 
     def _row_map(self, frame: KpiFrame) -> _RowMap:
         cached = self._rowmap
@@ -447,6 +421,48 @@ class ControlLoop:
                      unknown=int((~ok).sum()), duplicates=duplicates)
         self._rowmap = (frame.cpe, frame.series, rm)
         return rm
+
+    def _rate_caps_rows(self, direction: str) -> Mask | None:
+        """Fleet rows whose ``direction`` is applied with rate caps; None when no row is and
+        no caps are in force (the tick then does no caps work at all)."""
+        fleet = self.fleets[direction]
+        cpes = () if self.semantics is None else self.semantics.rate_caps(direction)
+        if not cpes and not np.isfinite(fleet.caps[:len(fleet)]).any():
+            return None
+        mask = np.zeros(len(fleet), dtype=bool)
+        at = [r for r in (fleet.index.get(c) for c in cpes) if r is not None]
+        mask[at] = True
+        return mask
+
+    def _decide(self, frame: KpiFrame, forecast: CapacityForecast, rm: _RowMap, now_s: float,
+                report: TickReport, caps: dict[str, Mask | None]
+                ) -> tuple[dict[str, Outgoing], dict[str, Outgoing]]:
+        """The sets of every due (CPE, direction), policy group by policy group: decided from
+        the direction's own rows, and (the second dict) from the other direction's where it
+        has none."""
+        median, lower = np.asarray(forecast.median_mbps), np.asarray(forecast.lower_mbps)
+        out = {d: Outgoing() for d in DIRECTIONS}
+        lent = {d: Outgoing() for d in DIRECTIONS}
+        inputs = {d: self._inputs(frame, rm, rm.dirs[d], median, lower, report)
+                  for d in DIRECTIONS if rm.dirs[d].seen.any()}
+        # Decisions on borrowed forecasts are not the direction's own: counted as followed.
+        scratch = TickReport(time_s=now_s)
+        for d, other in zip(DIRECTIONS, DIRECTIONS[::-1], strict=True):
+            seen = rm.dirs[d].seen
+            borrowed = ~seen & rm.dirs[other].seen if other in inputs else None
+            for group in self._policy_groups(rm):
+                policy = group.policy.for_direction(d)
+                positions = group.positions[seen[group.positions]]
+                if len(positions):
+                    self._decide_group(d, policy, group.source, positions, rm, now_s,
+                                       inputs[d], report, out[d], caps[d])
+                if borrowed is None:
+                    continue
+                positions = group.positions[borrowed[group.positions]]
+                if len(positions):
+                    self._decide_group(d, policy, group.source, positions, rm, now_s,
+                                       inputs[other], scratch, lent[d], None, follows=other)
+        return out, lent
 
     def _inputs(self, frame: KpiFrame, rm: _RowMap, dr: _DirRows, median: Array, lower: Array,
                 report: TickReport) -> _Inputs:
