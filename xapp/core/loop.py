@@ -66,6 +66,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -102,19 +103,27 @@ Array = NDArray[np.float64]
 Mask = NDArray[np.bool_]
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoopSettings:
-    """Knobs of the loop that a config reload may change between ticks."""
+    """The control loop's settings (``controls.loop``, the one place they are defined): a
+    config reload may change them between ticks."""
 
+    #: Seconds between two ticks (every CPE is looked at each tick).
     control_period_s: float = 1.0
+    #: KPIs older than this are not used.
     kpi_max_age_s: float = 5.0
+    #: Lease of published weights: an agent reverts to safe weights without a newer message.
     lease_s: float = 30.0
-    #: Re-send unchanged weights once this fraction of the lease has passed.
-    refresh_fraction: float = 0.5
-    #: Rate caps are this times a WAT's share of the forecast total (:mod:`xapp.core.caps`).
+    #: Rate caps for ``rate-caps`` appliers are this x a WAT's share of the forecast total
+    #: (:mod:`xapp.core.caps`, where the default is argued).
     caps_headroom: float = DEFAULT_HEADROOM
-    #: Each CPE's forecasts go to the sink once per this many seconds (at most every tick).
+    #: Each CPE's forecasts are written to the sink (InfluxDB) once per this many seconds, a
+    #: slice of the fleet each tick; at most the control period writes every tick's.
     forecast_history_s: float = 10.0
+
+
+#: Unchanged weights are sent again once this fraction of their lease has passed.
+REFRESH_FRACTION: Final = 0.5
 
 
 @dataclass
@@ -533,7 +542,7 @@ class ControlLoop:
                | (now_s - last >= policy.update_period_s - s.control_period_s / 2))
         if not lent:  # rows of its own after following: decide on them at once
             due |= fleet.follows[rows] & fleet.has[rows]
-        refresh_at = s.lease_s * s.refresh_fraction
+        refresh_at = s.lease_s * REFRESH_FRACTION
         # CPEs not due keep their weights; those half a lease old are re-sent as they are.
         out.in_force(fleet, rows[~due & fleet.has[rows] & (fleet.follows[rows] == lent)
                                  & (now_s - fleet.published_s[rows] >= refresh_at)],
