@@ -40,7 +40,8 @@ PHASES = (
     ("xapp.core.decisions", "optimal_weights_batch", "    exact weights search"),
     ("xapp.core.decisions", "_Previous.held", "    hysteresis: weights in force"),
     ("xapp.core.loop", "ControlLoop._publish", "  publish"),
-    ("xapp.core.loop", "ControlLoop._message_sets", "    message sets"),
+    # The name the loop calls (xapp.core.outgoing.message_sets is bound there at import).
+    ("xapp.core.loop", "message_sets", "    message sets"),
     ("xapp.adapters.lab", "MemoryPublisher.publish_many", "    encode and version"),
     ("xapp.core.fleet", "FleetTable.store", "    fleet tables"),
     ("xapp.adapters.sdl", "SdlStateStore.put_published", "    state store"),

@@ -35,7 +35,8 @@ import jsonschema
 
 import xapp.bounded_json as bounded_json
 from xapp.adapters.e2.mapping import DEFAULT_MAP, MeasurementMap, MeasurementMapError
-from xapp.core.caps import DEFAULT_HEADROOM, check_headroom
+from xapp.core.caps import check_headroom
+from xapp.core.loop import LoopSettings
 from xapp.core.planning import check_level
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import build_policy
@@ -102,24 +103,6 @@ class ModelSettings:
     # The most each WAT's forecast may be on the physics check's reference inputs, over the
     # peak rates in xapp.model.physics.PEAK_MBPS; a model above is refused (issue 22).
     plausible_mbps: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LoopControls:
-    """The control loop's settings (``controls.loop``), applied on reload."""
-
-    #: Seconds between two ticks (every CPE is looked at each tick).
-    control_period_s: float = 1.0
-    #: KPIs older than this are not used.
-    kpi_max_age_s: float = 5.0
-    #: Lease of published weights: an agent reverts to safe weights without a newer message.
-    lease_s: float = 30.0
-    #: Rate caps for ``rate-caps`` appliers are this x a WAT's share of the forecast total
-    #: (xapp.core.caps, where the default is argued).
-    caps_headroom: float = DEFAULT_HEADROOM
-    #: Each CPE's forecasts are written to InfluxDB once per this many seconds, a slice of
-    #: the fleet each tick; at most the control period writes every tick's.
-    forecast_history_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -230,7 +213,7 @@ class Controls:
     """The ``controls`` section, typed and checked."""
 
     log_level: str = "INFO"
-    loop: LoopControls = field(default_factory=LoopControls)
+    loop: LoopSettings = field(default_factory=LoopSettings)
     sdl_namespace: str = "mcw"
     influxdb: InfluxSettings = field(default_factory=InfluxSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
@@ -348,7 +331,7 @@ def parse_controls(raw: Mapping[str, Any], schemas: str | os.PathLike[str] | Non
     try:
         controls = Controls(
             log_level=_level(raw.get("log_level", base.log_level)),
-            loop=_loop(_section(raw, "loop", LoopControls)),
+            loop=_loop(_section(raw, "loop", LoopSettings)),
             sdl_namespace=_text(raw.get("sdl_namespace", base.sdl_namespace), "sdl_namespace"),
             influxdb=InfluxSettings(**_section(raw, "influxdb", InfluxSettings)),
             mqtt=MqttSettings(**_section(raw, "mqtt", MqttSettings)),
@@ -395,10 +378,10 @@ def _sharding(controls: Controls) -> None:
         raise ConfigError("controls.sharding.replica_id must not contain '|'")
 
 
-def _loop(raw: dict[str, Any]) -> LoopControls:
+def _loop(raw: dict[str, Any]) -> LoopSettings:
     """``controls.loop`` typed; the headroom checked by the rule's own bounds, so the schema
     and the rule cannot disagree silently."""
-    loop = LoopControls(**raw)
+    loop = LoopSettings(**raw)
     for key in ("control_period_s", "kpi_max_age_s", "lease_s"):
         _positive(getattr(loop, key), f"loop.{key}")
     try:

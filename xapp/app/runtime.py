@@ -36,7 +36,6 @@ from xapp.app.config import (
     ConfigWatcher,
     Controls,
     LoadedConfig,
-    LoopControls,
     load_config,
 )
 from xapp.app.endpoints import (
@@ -317,7 +316,7 @@ class XappProcess:
         self.loop = ControlLoop(
             comp.kpis, comp.estimator, comp.publisher, comp.sink, self.book.resolver,
             self.state, model_version=comp.model_version, on_tick=self.metrics.record_tick,
-            publisher_connects=_connects(comp.mqtt_publisher), settings=_loop_settings(c),
+            publisher_connects=_connects(comp.mqtt_publisher), settings=c.loop,
             # Only the MQTT channel knows which agents apply rate caps; without it no set
             # carries caps.
             semantics=comp.subscriber)
@@ -640,7 +639,7 @@ class XappProcess:
         for warning in warnings:
             log.warning("%s", warning)
         if self.loop is not None:
-            self.loop.settings = _loop_settings(loop)
+            self.loop.settings = loop
         try:
             self.book.set_default(c.default_policy)
         except PolicyError as exc:
@@ -738,9 +737,9 @@ def timings_of(c: Controls) -> Timings:
     return derive_timings(c.loop.control_period_s, c.sharding.lease_s)
 
 
-def loop_on_reload(wanted: LoopControls, running: Timings, in_use: frozenset[str],
+def loop_on_reload(wanted: LoopSettings, running: Timings, in_use: frozenset[str],
                    shard_lease_setting: float, *, sharded: bool, lease_in_force_s: float
-                   ) -> tuple[LoopControls, Timings, list[str]]:
+                   ) -> tuple[LoopSettings, Timings, list[str]]:
     """What a running process makes of a reloaded ``controls.loop``: the loop settings it
     applies, the timings then in force, and a warning for each change it keeps back.
 
@@ -767,13 +766,6 @@ def loop_on_reload(wanted: LoopControls, running: Timings, in_use: frozenset[str
             f"shard lease ({timings.shard_lease_s:g} s); {lease_in_force_s:g} s stays")
         loop = replace(loop, lease_s=lease_in_force_s)
     return loop, timings, warnings
-
-
-def _loop_settings(c: Controls | LoopControls) -> LoopSettings:
-    loop = c.loop if isinstance(c, Controls) else c
-    return LoopSettings(control_period_s=loop.control_period_s, kpi_max_age_s=loop.kpi_max_age_s,
-                        lease_s=loop.lease_s, caps_headroom=loop.caps_headroom,
-                        forecast_history_s=loop.forecast_history_s)
 
 
 def _connects(publisher: MqttWeightPublisher | None) -> Callable[[], int] | None:

@@ -55,7 +55,8 @@ Policies that ask for a split (``fixed_split``, share limits) keep the rule abov
 
 Caps are bounded as the schema bounds them: above 0 (at least :data:`CAP_MIN_MBPS`, the agent's
 HTB floor, so what is sent is what is set) and at most :data:`CAP_MAX_MBPS`; rounded to 1 kbit/s
-so that messages stay short and equal caps encode equally.
+so that messages stay short and equal caps encode equally.  A set re-sent as it is keeps its
+caps only while its applier still reports ``rate-caps`` (:func:`caps_in_force`).
 
 Pure: arrays in, arrays out, no clock, no I/O.
 """
@@ -147,6 +148,16 @@ def balancing_caps(weights: NDArray[np.integer], present: Mask) -> Array:
     for every WAT with a weight above 0, NaN for the rest (see the module docstring)."""
     on = np.asarray(present, dtype=bool) & (np.asarray(weights) > 0)
     return np.where(on, CAP_MAX_MBPS, np.nan)
+
+
+def caps_in_force(caps: Array, rows: NDArray[np.intp], rate_capped: Mask | None
+                  ) -> Array | None:
+    """The caps in force (``caps``, by table row) at ``rows`` where the applier is still
+    rate-caps (``rate_capped``, by table row), NaN elsewhere; None when no row may carry caps
+    (``rate_capped`` None)."""
+    if rate_capped is None:
+        return None
+    return np.where(rate_capped[rows][:, None], caps[rows], np.nan)
 
 
 def caps_moved(old: Array, new: Array, headroom: float = DEFAULT_HEADROOM) -> Mask:

@@ -23,7 +23,7 @@ the real adapters, the twin, ``mcw demo`` and the benches with in-memory ones.  
    CPE with both sets: CPEs whose weights or mode changed in either direction, whose publish is
    owed, and every CPE whose weights in force are half a lease old (the agents revert to safe
    weights when the lease runs out).  The direction that did not change goes with its set in
-   force;
+   force (:func:`xapp.core.outgoing.message_sets` makes the messages);
 5. records what was published in the per-direction :class:`~xapp.core.fleet.FleetTable` and
    the :class:`~xapp.core.ports.StateStore`, and writes the weights to the sink.
 
@@ -66,6 +66,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -80,12 +81,12 @@ from xapp.core.forecast import (
     KpiFrame,
     expansion,
 )
+from xapp.core.outgoing import Outgoing, message_sets
 from xapp.core.ownership import Fenced
 from xapp.core.policy import KNOWN_WATS, Policy, SteeringMode
 from xapp.core.policy_book import PolicyResolver
 from xapp.core.ports import (
     BackendSemantics,
-    DirectionBatch,
     KpiSource,
     Published,
     PublishResult,
@@ -102,19 +103,27 @@ Array = NDArray[np.float64]
 Mask = NDArray[np.bool_]
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoopSettings:
-    """Knobs of the loop that a config reload may change between ticks."""
+    """The control loop's settings (``controls.loop``, the one place they are defined): a
+    config reload may change them between ticks."""
 
+    #: Seconds between two ticks (every CPE is looked at each tick).
     control_period_s: float = 1.0
+    #: KPIs older than this are not used.
     kpi_max_age_s: float = 5.0
+    #: Lease of published weights: an agent reverts to safe weights without a newer message.
     lease_s: float = 30.0
-    #: Re-send unchanged weights once this fraction of the lease has passed.
-    refresh_fraction: float = 0.5
-    #: Rate caps are this times a WAT's share of the forecast total (:mod:`xapp.core.caps`).
+    #: Rate caps for ``rate-caps`` appliers are this x a WAT's share of the forecast total
+    #: (:mod:`xapp.core.caps`, where the default is argued).
     caps_headroom: float = DEFAULT_HEADROOM
-    #: Each CPE's forecasts go to the sink once per this many seconds (at most every tick).
+    #: Each CPE's forecasts are written to the sink (InfluxDB) once per this many seconds, a
+    #: slice of the fleet each tick; at most the control period writes every tick's.
     forecast_history_s: float = 10.0
+
+
+#: Unchanged weights are sent again once this fraction of their lease has passed.
+REFRESH_FRACTION: Final = 0.5
 
 
 @dataclass
@@ -182,13 +191,13 @@ class _Inputs:
     rtt: Array
 
 
-
 def uncapped_balancing(policy: Policy) -> bool:
     """Whether a rate-caps agent gets this policy's sets uncapped: ``load_balancing`` with no
     share limits wants the largest aggregate, which mainline's scheduler reaches by itself
     (:mod:`xapp.core.caps`)."""
     return (policy.mode is SteeringMode.LOAD_BALANCING and not policy.min_share
             and not policy.max_share)
+
 
 class ControlLoop:
     """Runs ticks over injected ports; call :meth:`tick` from one thread at a time.
@@ -303,67 +312,41 @@ class ControlLoop:
     # --- one tick ---------------------------------------------------------------------------
 
     def _tick(self, now_s: float, report: TickReport) -> None:
-        s = self.settings
         if self._forget:
             self._apply_forget()
         self._check_reconnect()
-        frame = self._directed(self.kpis.latest(now_s, s.kpi_max_age_s))
+        # 1. The newest KPIs, a direction on every row.
+        frame = self._directed(self.kpis.latest(now_s, self.settings.kpi_max_age_s))
         report.rows = len(frame)
         version = self.model_version()
         report.model_version = version
         self.state.set_model_version(version)
         if len(frame) == 0:
             return
+        # 2. Forecasts for every row; a slice of the fleet's to the sink.
         forecast = self.estimator.step(frame)
         if len(forecast.median_mbps) != len(frame) or len(forecast.lower_mbps) != len(frame):
             raise WeightError("estimator returned forecasts not aligned with the KPI rows")
-        if self.sink is not None:
-            try:
-                rows, forecasts = self._forecast_history(frame, forecast, now_s)
-                if len(rows):
-                    self.sink.write_forecasts(rows, forecasts, version)
-            except Exception:
-                log.exception("writing forecasts failed")
+        self._write_forecasts(frame, forecast, now_s, version)
+        # 3. Every due (CPE, direction) decided.
         rm = self._row_map(frame)
         report.cpes = len(rm.cpe_ids)
-        median, lower = np.asarray(forecast.median_mbps), np.asarray(forecast.lower_mbps)
-        out = {d: _Outgoing() for d in DIRECTIONS}
-        #: Sets of a direction without rows, decided from the other direction's forecasts.
-        lent = {d: _Outgoing() for d in DIRECTIONS}
         caps = {d: self._rate_caps_rows(d) for d in DIRECTIONS}
-        inputs = {d: self._inputs(frame, rm, rm.dirs[d], median, lower, report)
-                  for d in DIRECTIONS if rm.dirs[d].seen.any()}
-        # Decisions on borrowed forecasts are not the direction's own: counted as followed.
-        scratch = TickReport(time_s=now_s)
-        for d, other in zip(DIRECTIONS, DIRECTIONS[::-1], strict=True):
-            seen = rm.dirs[d].seen
-            borrowed = ~seen & rm.dirs[other].seen if other in inputs else None
-            for group in self._policy_groups(rm):
-                policy = group.policy.for_direction(d)
-                positions = group.positions[seen[group.positions]]
-                if len(positions):
-                    self._decide_group(d, policy, group.source, positions, rm, now_s,
-                                       inputs[d], report, out[d], caps[d])
-                if borrowed is None:
-                    continue
-                positions = group.positions[borrowed[group.positions]]
-                if len(positions):
-                    self._decide_group(d, policy, group.source, positions, rm, now_s,
-                                       inputs[other], scratch, lent[d], None, follows=other)
+        out, lent = self._decide(frame, forecast, rm, now_s, report, caps)
+        # 4. and 5. One batch published, and what went recorded.
         if any(o.rows for o in (*out.values(), *lent.values())):
             self._publish(out, lent, rm, now_s, report, caps)
 
-    def _rate_caps_rows(self, direction: str) -> Mask | None:
-        """Fleet rows whose ``direction`` is applied with rate caps; None when no row is and
-        no caps are in force (the tick then does no caps work at all)."""
-        fleet = self.fleets[direction]
-        cpes = () if self.semantics is None else self.semantics.rate_caps(direction)
-        if not cpes and not np.isfinite(fleet.caps[:len(fleet)]).any():
-            return None
-        mask = np.zeros(len(fleet), dtype=bool)
-        at = [r for r in (fleet.index.get(c) for c in cpes) if r is not None]
-        mask[at] = True
-        return mask
+    def _check_reconnect(self) -> None:
+        if self.publisher_connects is None:
+            return
+        connects = self.publisher_connects()
+        seen, self._connects_seen = self._connects_seen, connects
+        if seen is not None and connects > seen and seen > 0:
+            n = len(self.fleet)
+            log.info("publisher reconnected; re-sending the weights of %d CPEs", n)
+            for fleet in self.fleets.values():
+                fleet.unpublished[:n] |= fleet.has[:n]
 
     def _directed(self, frame: KpiFrame) -> KpiFrame:
         """The frame with a direction on every row (cached while its row arrays persist)."""
@@ -381,6 +364,17 @@ class ControlLoop:
         return KpiFrame(time_s=frame.time_s, cpe=keys.cpe, wat=keys.wat,
                         values={k: np.asarray(v)[take] for k, v in frame.values.items()},
                         direction=keys.direction, series=keys.series)
+
+    def _write_forecasts(self, frame: KpiFrame, forecast: CapacityForecast, now_s: float,
+                         version: str) -> None:
+        if self.sink is None:
+            return
+        try:
+            rows, forecasts = self._forecast_history(frame, forecast, now_s)
+            if len(rows):
+                self.sink.write_forecasts(rows, forecasts, version)
+        except Exception:
+            log.exception("writing forecasts failed")
 
     def _forecast_history(self, frame: KpiFrame, forecast: CapacityForecast, now_s: float
                           ) -> tuple[KpiFrame, CapacityForecast]:
@@ -405,17 +399,6 @@ class ControlLoop:
                          series=frame.series[take]),
                 CapacityForecast(np.asarray(forecast.median_mbps)[take],
                                  np.asarray(forecast.lower_mbps)[take]))
-
-    def _check_reconnect(self) -> None:
-        if self.publisher_connects is None:
-            return
-        connects = self.publisher_connects()
-        seen, self._connects_seen = self._connects_seen, connects
-        if seen is not None and connects > seen and seen > 0:
-            n = len(self.fleet)
-            log.info("publisher reconnected; re-sending the weights of %d CPEs", n)
-            for fleet in self.fleets.values():
-                fleet.unpublished[:n] |= fleet.has[:n]
 
     def _row_map(self, frame: KpiFrame) -> _RowMap:
         cached = self._rowmap
@@ -447,6 +430,48 @@ class ControlLoop:
                      unknown=int((~ok).sum()), duplicates=duplicates)
         self._rowmap = (frame.cpe, frame.series, rm)
         return rm
+
+    def _rate_caps_rows(self, direction: str) -> Mask | None:
+        """Fleet rows whose ``direction`` is applied with rate caps; None when no row is and
+        no caps are in force (the tick then does no caps work at all)."""
+        fleet = self.fleets[direction]
+        cpes = () if self.semantics is None else self.semantics.rate_caps(direction)
+        if not cpes and not np.isfinite(fleet.caps[:len(fleet)]).any():
+            return None
+        mask = np.zeros(len(fleet), dtype=bool)
+        at = [r for r in (fleet.index.get(c) for c in cpes) if r is not None]
+        mask[at] = True
+        return mask
+
+    def _decide(self, frame: KpiFrame, forecast: CapacityForecast, rm: _RowMap, now_s: float,
+                report: TickReport, caps: dict[str, Mask | None]
+                ) -> tuple[dict[str, Outgoing], dict[str, Outgoing]]:
+        """The sets of every due (CPE, direction), policy group by policy group: decided from
+        the direction's own rows, and (the second dict) from the other direction's where it
+        has none."""
+        median, lower = np.asarray(forecast.median_mbps), np.asarray(forecast.lower_mbps)
+        out = {d: Outgoing() for d in DIRECTIONS}
+        lent = {d: Outgoing() for d in DIRECTIONS}
+        inputs = {d: self._inputs(frame, rm, rm.dirs[d], median, lower, report)
+                  for d in DIRECTIONS if rm.dirs[d].seen.any()}
+        # Decisions on borrowed forecasts are not the direction's own: counted as followed.
+        scratch = TickReport(time_s=now_s)
+        for d, other in zip(DIRECTIONS, DIRECTIONS[::-1], strict=True):
+            seen = rm.dirs[d].seen
+            borrowed = ~seen & rm.dirs[other].seen if other in inputs else None
+            for group in self._policy_groups(rm):
+                policy = group.policy.for_direction(d)
+                positions = group.positions[seen[group.positions]]
+                if len(positions):
+                    self._decide_group(d, policy, group.source, positions, rm, now_s,
+                                       inputs[d], report, out[d], caps[d])
+                if borrowed is None:
+                    continue
+                positions = group.positions[borrowed[group.positions]]
+                if len(positions):
+                    self._decide_group(d, policy, group.source, positions, rm, now_s,
+                                       inputs[other], scratch, lent[d], None, follows=other)
+        return out, lent
 
     def _inputs(self, frame: KpiFrame, rm: _RowMap, dr: _DirRows, median: Array, lower: Array,
                 report: TickReport) -> _Inputs:
@@ -502,7 +527,7 @@ class ControlLoop:
 
     def _decide_group(self, direction: str, policy: Policy, source: str,
                       positions: NDArray[np.intp], rm: _RowMap, now_s: float, x: _Inputs,
-                      report: TickReport, out: _Outgoing, rate_capped: Mask | None,
+                      report: TickReport, out: Outgoing, rate_capped: Mask | None,
                       follows: str | None = None) -> None:
         """Decide the due CPEs at ``positions`` from inputs ``x``: the direction's own rows,
         or, with ``follows`` (the other direction's name), that direction's rows."""
@@ -517,7 +542,7 @@ class ControlLoop:
                | (now_s - last >= policy.update_period_s - s.control_period_s / 2))
         if not lent:  # rows of its own after following: decide on them at once
             due |= fleet.follows[rows] & fleet.has[rows]
-        refresh_at = s.lease_s * s.refresh_fraction
+        refresh_at = s.lease_s * REFRESH_FRACTION
         # CPEs not due keep their weights; those half a lease old are re-sent as they are.
         out.in_force(fleet, rows[~due & fleet.has[rows] & (fleet.follows[rows] == lent)
                                  & (now_s - fleet.published_s[rows] >= refresh_at)],
@@ -579,80 +604,18 @@ class ControlLoop:
                                   & (fleet.follows[r_due] == lent) & (owed | stale)],
                      rate_capped)
 
-    def _message_sets(self, out: dict[str, _Outgoing], lent: dict[str, _Outgoing],
-                      rm: _RowMap, rate_capped: dict[str, Mask | None]
-                      ) -> tuple[NDArray[np.intp], dict[str, _Columns], dict[str, Mask]]:
-        """The fleet rows of the messages to send, each direction's set for them and whether
-        it follows the other direction (both sets go in every message)."""
-        # A mask over the fleet's rows rather than np.unique: no sort, the same sorted rows.
-        sending = np.zeros(len(self.fleet), dtype=bool)
-        for o in (*out.values(), *lent.values()):
-            for part in o.rows:
-                sending[part] = True
-        rows = np.flatnonzero(sending)
-        cols: dict[str, _Columns] = {}
-        own: dict[str, NDArray[np.bool_]] = {}
-        decided: dict[str, NDArray[np.bool_]] = {}
-        for d in DIRECTIONS:
-            fleet = self.fleets[d]
-            c = _Columns.in_force(fleet, rows, rate_capped[d])
-            fresh = {}
-            for name, o in (("own", out[d]), ("lent", lent[d])):
-                fresh[name] = np.zeros(len(rows), dtype=bool)
-                if o.rows:
-                    at = np.searchsorted(rows, np.concatenate(o.rows))
-                    c.put(at, o)
-                    fresh[name][at] = True
-            seen = np.zeros(len(fleet), dtype=bool)
-            seen[rm.fleet_rows[rm.dirs[d].seen]] = True
-            own[d] = fresh["own"] | (fleet.has[rows] & ~fleet.follows[rows] & seen[rows])
-            # A set decided under this direction's policy from the other's forecasts, now or
-            # in force: it goes as it is.
-            decided[d] = fresh["lent"] | (fleet.has[rows] & fleet.follows[rows])
-            cols[d] = c
-        follows: dict[str, NDArray[np.bool_]] = {}
-        for d, other in zip(DIRECTIONS, DIRECTIONS[::-1], strict=True):
-            follows[d] = ~own[d] & own[other]
-            # What is left has no decision under its own policy: none of its WATs usable (a
-            # floor no WAT meets, or the CPE has only WATs it excludes).  It goes as the
-            # other's set without the WATs its own policy excludes, or as it is when that
-            # leaves nothing: a message needs both sets, and holding it back would stop
-            # steering the other direction too (issue 33).
-            copied = follows[d] & ~decided[d]
-            cols[d].follow(copied, cols[other], other)
-            if copied.any():
-                cols[d].exclude(np.flatnonzero(copied), self._excluded(d, rows[copied]))
-        # Neither direction has a set of its own (cannot happen while every row sent comes
-        # from a decision of some direction): only what is in force in both may go again.
-        # A set left with no weight at all cannot go either.
-        orphan = (~own["dl"] & ~own["ul"]) | ~(cols["dl"].weights > 0).any(axis=1) \
-            | ~(cols["ul"].weights > 0).any(axis=1)
-        keep = ~orphan | (self.fleets["dl"].has[rows] & self.fleets["ul"].has[rows])
-        if not keep.all():
-            at = np.flatnonzero(keep)
-            rows = rows[at]
-            cols = {d: c.subset(at) for d, c in cols.items()}
-            follows = {d: f[at] for d, f in follows.items()}
-        return rows, cols, follows
-
-    def _excluded(self, direction: str, rows: NDArray[np.intp]) -> Mask:
-        """(rows, WAT) the effective policy of ``direction`` excludes, per fleet row."""
-        resolver, ids = self.policies(), self.fleets[direction].ids
-        out = np.zeros((len(rows), len(KNOWN_WATS)), dtype=bool)
-        for i, r in enumerate(rows.tolist()):
-            excluded = resolver.for_cpe(ids[r])[0].for_direction(direction).excluded
-            out[i] = [w in excluded for w in KNOWN_WATS]
-        return out
-
-    def _publish(self, out: dict[str, _Outgoing], lent: dict[str, _Outgoing], rm: _RowMap,
+    def _publish(self, out: dict[str, Outgoing], lent: dict[str, Outgoing], rm: _RowMap,
                  now_s: float, report: TickReport, rate_capped: dict[str, Mask | None]) -> None:
         ids = self.fleet.ids
-        rows, cols, follows = self._message_sets(out, lent, rm, rate_capped)
+        messages = message_sets(self.fleets, out, lent,
+                                {d: rm.fleet_rows[rm.dirs[d].seen] for d in DIRECTIONS},
+                                rate_capped, self.policies)
+        rows, follows = messages.rows, messages.follows
         if len(rows) == 0:
             return
         report.followed += sum(int(f.sum()) for f in follows.values())
-        batch = WeightBatch([ids[r] for r in rows.tolist()], cols["dl"].batch(),
-                            cols["ul"].batch(), self.settings.lease_s)
+        batch = WeightBatch([ids[r] for r in rows.tolist()], messages.sets["dl"].batch(),
+                            messages.sets["ul"].batch(), self.settings.lease_s)
         # One hand-over per tick: the publisher encodes and queues the whole batch at once.
         try:
             result = self.publisher.publish_many(batch)
@@ -689,133 +652,3 @@ class ControlLoop:
             except Exception:
                 log.exception("writing weights failed")
 
-
-class _Outgoing:
-    """The parts of one direction of one tick's publish, gathered group by group."""
-
-    def __init__(self) -> None:
-        self.rows: list[NDArray[np.intp]] = []
-        self.weights: list[NDArray[np.int64]] = []
-        self.present: list[NDArray[np.bool_]] = []
-        self.usable: list[NDArray[np.bool_]] = []
-        self.aggregate: list[Array] = []
-        self.modes: list[str] = []
-        self.reasons: list[str] = []
-        self.sources: list[str] = []
-        #: Per part: its caps (NaN: none), or None when the part has none at all.
-        self.caps: list[Array | None] = []
-
-    def add(self, rows: NDArray[np.intp], weights: NDArray[np.int64],
-            present: NDArray[np.bool_], usable: NDArray[np.bool_], aggregate: Array,
-            modes: list[str], reasons: list[str], sources: list[str],
-            caps: Array | None = None) -> None:
-        if len(rows) == 0:
-            return
-        self.caps.append(caps)
-        self.rows.append(rows)
-        self.weights.append(weights)
-        self.present.append(present)
-        self.usable.append(usable)
-        self.aggregate.append(aggregate)
-        self.modes += modes
-        self.reasons += reasons
-        self.sources += sources
-
-    def in_force(self, fleet: FleetTable, rows: NDArray[np.intp],
-                 rate_capped: Mask | None) -> None:
-        """Re-send the decisions in force at ``rows`` as they are (with their caps while the
-        applier is still rate-caps)."""
-        self.add(rows, fleet.weights[rows], fleet.present[rows], fleet.usable[rows],
-                 fleet.aggregate[rows], fleet.mode[rows].tolist(), fleet.reason[rows].tolist(),
-                 fleet.source[rows].tolist(), _caps_in_force(fleet, rows, rate_capped))
-
-    def all_caps(self, k: int) -> Array | None:
-        """The caps of every part in order, None when no part has any."""
-        if all(c is None for c in self.caps):
-            return None
-        return np.concatenate([np.full((len(r), k), np.nan) if c is None else c
-                               for r, c in zip(self.rows, self.caps, strict=True)])
-
-
-def _caps_in_force(fleet: FleetTable, rows: NDArray[np.intp], rate_capped: Mask | None
-                   ) -> Array | None:
-    """The caps in force at ``rows`` where the applier is still rate-caps; None when no row
-    may carry caps."""
-    if rate_capped is None:
-        return None
-    return np.where(rate_capped[rows][:, None], fleet.caps[rows], np.nan)
-
-
-@dataclass
-class _Columns:
-    """One direction's set for each message of a tick, as mutable columns."""
-
-    weights: NDArray[np.int64]
-    present: NDArray[np.bool_]
-    usable: NDArray[np.bool_]
-    aggregate: Array
-    modes: NDArray[np.object_]
-    reasons: NDArray[np.object_]
-    sources: NDArray[np.object_]
-    caps: Array  # NaN: no cap
-
-    @classmethod
-    def in_force(cls, fleet: FleetTable, rows: NDArray[np.intp], rate_capped: Mask | None
-                 ) -> _Columns:
-        caps = _caps_in_force(fleet, rows, rate_capped)
-        return cls(fleet.weights[rows], fleet.present[rows], fleet.usable[rows],
-                   fleet.aggregate[rows], fleet.mode[rows], fleet.reason[rows],
-                   fleet.source[rows],
-                   np.full(fleet.weights[rows].shape, np.nan) if caps is None else caps)
-
-    def put(self, at: NDArray[np.intp], o: _Outgoing) -> None:
-        """Positions ``at`` take the new sets of ``o`` (in the order ``o`` holds them)."""
-        self.weights[at] = np.concatenate(o.weights)
-        self.present[at] = np.concatenate(o.present)
-        self.usable[at] = np.concatenate(o.usable)
-        self.aggregate[at] = np.concatenate(o.aggregate)
-        self.modes[at] = o.modes
-        self.reasons[at] = o.reasons
-        self.sources[at] = o.sources
-        caps = o.all_caps(self.caps.shape[1])
-        self.caps[at] = np.nan if caps is None else caps
-
-    def follow(self, mask: NDArray[np.bool_], other: _Columns, other_name: str) -> None:
-        """Where ``mask``: the other direction's set (the reason says so)."""
-        if not mask.any():
-            return
-        self.weights[mask] = other.weights[mask]
-        self.present[mask] = other.present[mask]
-        self.usable[mask] = other.usable[mask]
-        self.aggregate[mask] = other.aggregate[mask]
-        self.modes[mask] = other.modes[mask]
-        self.sources[mask] = other.sources[mask]
-        self.reasons[mask] = [f"follows {other_name}: {r}" for r in other.reasons[mask].tolist()]
-        # Caps come from a direction's own forecasts; a set that follows has none.
-        self.caps[mask] = np.nan
-
-    def exclude(self, at: NDArray[np.intp], excluded: Mask) -> None:
-        """Positions ``at`` lose the WATs ``excluded`` marks (one row of it per position); a
-        position left with no weight keeps its set as it is, and its reason says why."""
-        if not excluded.any():
-            return
-        left = np.where(excluded, 0, self.weights[at])
-        empty: Mask = np.asarray(~(left > 0).any(axis=1), dtype=bool)
-        self.weights[at[~empty]] = left[~empty]
-        self.usable[at[~empty]] = self.usable[at[~empty]] & ~excluded[~empty]
-        for i, row, nothing in zip(at.tolist(), excluded, empty.tolist(), strict=True):
-            if row.any():
-                names = ", ".join(w for w, x in zip(KNOWN_WATS, row.tolist(), strict=True) if x)
-                self.reasons[i] = (f"{self.reasons[i]} (as it is: its own policy excludes "
-                                   f"all of it, {names})" if nothing
-                                   else f"{self.reasons[i]} (without excluded {names})")
-
-    def subset(self, at: NDArray[np.intp]) -> _Columns:
-        return _Columns(self.weights[at], self.present[at], self.usable[at], self.aggregate[at],
-                        self.modes[at], self.reasons[at], self.sources[at], self.caps[at])
-
-    def batch(self) -> DirectionBatch:
-        caps = self.caps if np.isfinite(self.caps).any() else None
-        return DirectionBatch(self.weights, self.present, self.usable, self.aggregate,
-                              self.modes.tolist(), self.reasons.tolist(),
-                              self.sources.tolist(), caps)

@@ -11,7 +11,8 @@ import pytest
 
 from tests.xapp.app.test_process import CONTROLS, lab_process, write_config
 from xapp.app import runtime as main
-from xapp.app.config import LoopControls, load_config, parse_controls
+from xapp.app.config import load_config, parse_controls
+from xapp.core.loop import LoopSettings
 from xapp.core.timings import LIVE, Timings, derive_timings
 
 EVERY_TIMING = frozenset(f.name for f in fields(Timings))
@@ -36,7 +37,7 @@ def test_one_function_derives_every_timing() -> None:
 def test_a_reload_from_10_to_1_s_that_components_hold_is_refused_with_a_warning() -> None:
     running = derive_timings(10.0)
     loop, timings, warnings = main.loop_on_reload(
-        LoopControls(control_period_s=1.0, lease_s=30.0), running, EVERY_TIMING, 0.0,
+        LoopSettings(control_period_s=1.0, lease_s=30.0), running, EVERY_TIMING, 0.0,
         sharded=True, lease_in_force_s=30.0)
     assert loop.control_period_s == 10.0 and timings == running
     (warning,) = warnings
@@ -48,14 +49,14 @@ def test_a_reload_from_10_to_1_s_that_components_hold_is_refused_with_a_warning(
 
 def test_a_reload_follows_when_nothing_running_holds_a_derived_timing() -> None:
     loop, timings, warnings = main.loop_on_reload(
-        LoopControls(control_period_s=1.0), derive_timings(10.0), LIVE, 0.0, sharded=False,
+        LoopSettings(control_period_s=1.0), derive_timings(10.0), LIVE, 0.0, sharded=False,
         lease_in_force_s=30.0)
     assert loop.control_period_s == 1.0 and timings == derive_timings(1.0) and warnings == []
     # A shard lease given explicitly does not move with the period.
     running = derive_timings(10.0, shard_lease_s=5.0)
     held = frozenset({"control_period_s", "shard_lease_s", "shard_redis_timeout_s"})
     loop, timings, warnings = main.loop_on_reload(
-        LoopControls(control_period_s=12.0), running, held, 5.0, sharded=True,
+        LoopSettings(control_period_s=12.0), running, held, 5.0, sharded=True,
         lease_in_force_s=30.0)
     assert loop.control_period_s == 12.0 and timings.shard_lease_s == 5.0 and warnings == []
 
@@ -66,7 +67,7 @@ def test_never_a_shard_lease_at_or_above_the_weights_lease(period: float) -> Non
     weights lease stays too."""
     running = derive_timings(10.0)
     loop, timings, warnings = main.loop_on_reload(
-        LoopControls(control_period_s=period, lease_s=10.0), running, EVERY_TIMING, 0.0,
+        LoopSettings(control_period_s=period, lease_s=10.0), running, EVERY_TIMING, 0.0,
         sharded=True, lease_in_force_s=30.0)
     assert timings.shard_lease_s == 15.0 < loop.lease_s == 30.0
     assert any("controls.loop.lease_s 10 s refused" in w for w in warnings)

@@ -18,6 +18,7 @@ from xapp.core.caps import (
     CAP_MIN_MBPS,
     DEFAULT_HEADROOM,
     balancing_caps,
+    caps_in_force,
     caps_moved,
     check_headroom,
     rate_caps,
@@ -116,6 +117,16 @@ def test_caps_moved() -> None:
     # Half the 15 % margin: 7.5 %.
     assert caps_moved(old, new).tolist() == [False, True, True, False, True]
     assert caps_moved(old, new, headroom=1.0).tolist() == [True, True, True, False, True]
+
+
+def test_caps_in_force_only_where_the_applier_is_still_rate_caps() -> None:
+    caps = np.array([[10.0, NAN], [20.0, 5.0], [30.0, NAN]])
+    rows = np.array([2, 1], dtype=np.intp)
+    got = caps_in_force(caps, rows, np.array([True, False, True]))
+    assert got is not None
+    np.testing.assert_array_equal(got, [[30.0, NAN], [NAN, NAN]])
+    # No applier is rate-caps and no caps are in force: no caps at all.
+    assert caps_in_force(caps, rows, None) is None
 
 
 # --- the loop -----------------------------------------------------------------------------

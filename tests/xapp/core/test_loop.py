@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -249,7 +250,7 @@ def test_restart_restores_hysteresis_from_state() -> None:
 def test_empty_frame_and_runner_ticks_until_stopped() -> None:
     loop, kpis, pub, _, _, _, _ = make()
     assert loop.tick(1.0).rows == 0
-    loop.settings.control_period_s = 0.02
+    loop.settings = replace(loop.settings, control_period_s=0.02)
     paper(kpis)
     runner = LoopRunner(loop)
     runner.start()
