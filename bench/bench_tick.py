@@ -245,7 +245,7 @@ def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0
              ) -> dict[str, Any]:
     """The fleet's agents publish their telemetry over MQTT (mTLS) from another process; the
     shipped subscriber and its batch worker put it into the intake and InfluxDB (as
-    ``mcw run`` wires them, :class:`xapp.app.runtime.AgentTelemetry`); the InfluxDB intake
+    ``mcw run`` wires them, :class:`xapp.app.wiring.telemetry.AgentTelemetry`); the InfluxDB intake
     polls as ``mcw run``'s does (it skips the points this process wrote); the loop writes its
     forecasts and weights to InfluxDB and publishes over MQTT."""
     import multiprocessing
@@ -260,7 +260,7 @@ def run_real(n: int, ticks: int, warm: int, work: Path, period_s: float = 1.0
         MqttSettings,
         MqttWeightPublisher,
     )
-    from xapp.app.runtime import AgentTelemetry
+    from xapp.app.wiring.telemetry import AgentTelemetry
 
     influx = start_influxd(work)
     pki = make_pki(work / "pki", n_cpes=1)

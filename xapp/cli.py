@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "telemetry": ("xapp.app.telemetry_cli", "import and load per-WAT KPI telemetry"),
     "cpe-registry": ("xapp.app.registry_cli", "provision the CPE registry (RAN UE ids and cell "
                      "per CPE) that maps E2 KPM reports"),
-    "run": ("xapp.app.runtime", "run the xApp in the near-RT RIC (RMR, A1, SDL, MQTT)"),
+    "run": ("xapp.app.run_cli", "run the xApp in the near-RT RIC (RMR, A1, SDL, MQTT)"),
 }
 
 

@@ -111,7 +111,7 @@ def test_the_check_sees_every_kind_of_import(tmp_path: Path, monkeypatch: pytest
                    "from ..model import online\n"
                    "def f():\n"
                    "    import twin.kpis\n"
-                   "    return importlib.import_module('xapp.app.runtime')\n")
+                   "    return importlib.import_module('xapp.app.process')\n")
     monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
     found = violations([bad])
     assert [v.split(": ", 1)[1] for v in found] == [
@@ -120,7 +120,7 @@ def test_the_check_sees_every_kind_of_import(tmp_path: Path, monkeypatch: pytest
         "xapp.core imports xapp.model (xapp.model)",
         "xapp.core imports xapp.model.online (xapp.model)",
         "xapp.core imports twin.kpis (twin)",
-        "xapp.core imports xapp.app.runtime (xapp.app)",
+        "xapp.core imports xapp.app.process (xapp.app)",
     ], found
 
 

@@ -1,6 +1,6 @@
 """``mcw run`` for the e2e run, with the A1 path RMR feeds reachable on loopback.
 
-The runtime is the one ``mcw run`` starts (:class:`xapp.app.runtime.XappProcess`, same
+The runtime is the one ``mcw run`` starts (:class:`xapp.app.process.XappProcess`, same
 arguments, same config, same signals).  RMR's C library is in no registry reachable here, so
 the A1 mediator's messages cannot arrive over RMR; instead a loopback HTTP listener hands each
 POSTed body to ``process.a1.handle`` -- the handler RMR's A1_POLICY_REQ callback calls -- and
@@ -17,9 +17,11 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from xapp.app import runtime
 from xapp.app.config import ConfigError, load_config
 from xapp.app.json_logs import setup_logging
+from xapp.app.process import XappProcess
+from xapp.app.run_cli import configure
+from xapp.app.run_options import RunOptions
 
 #: An A1 message larger than this is refused before parsing (the handler bounds it too).
 MAX_A1_BYTES = 64 * 1024
@@ -30,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--a1-port", type=int, required=True,
                         help="loopback port of the A1 listener (POST /a1)")
-    runtime.configure(parser)
+    configure(parser)
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, schemas=args.schemas_dir)
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    process = runtime.XappProcess(runtime.RunOptions.from_args(args), config)
+    process = XappProcess(RunOptions.from_args(args), config)
     process.start()
 
     class A1(BaseHTTPRequestHandler):

@@ -343,8 +343,10 @@ def test_restart_a1_in_process_and_versions_never_reused(
     policy survives in SDL and every CPE's versions keep growing across the three runs."""
     import argparse
 
-    from xapp.app import runtime as ric_main
     from xapp.app.config import load_config
+    from xapp.app.process import XappProcess
+    from xapp.app.run_cli import configure
+    from xapp.app.run_options import RunOptions
 
     clients = {c: Cpe(stack, c) for c in CPES}
     try:
@@ -356,10 +358,9 @@ def test_restart_a1_in_process_and_versions_never_reused(
             if key.startswith(("MCW_", "DBAAS_")):
                 monkeypatch.setenv(key, value)
         parser = argparse.ArgumentParser()
-        ric_main.configure(parser)
+        configure(parser)
         args = parser.parse_args(stack.xapp_cmd(free_port())[4:])
-        process = ric_main.XappProcess(ric_main.RunOptions.from_args(args),
-                                         load_config(stack.config_path))
+        process = XappProcess(RunOptions.from_args(args), load_config(stack.config_path))
         process.start()
         try:
             high = {c: cl.docs()[-1]["version"] for c, cl in clients.items()}

@@ -35,7 +35,7 @@ from tests.packaging.paths import (
     load_json,
 )
 from xapp.app import config
-from xapp.app import runtime as main
+from xapp.app.run_cli import configure
 from xapp.core.shards import DEFAULT_SHARDS, MAX_SHARDS, shard_of
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -618,7 +618,7 @@ def test_replicas_share_the_fleet(rendered: dict[str, cr.Rendered]) -> None:
     assert parsed.sharding.effective_replica_id({"MCW_REPLICA_ID": "mcw-xapp-7d9-abcde",
                                                  "HOSTNAME": XAPP_NAME}) == "mcw-xapp-7d9-abcde"
     assert parsed.e2.effective_client_host(True, {"MCW_POD_IP": "10.244.0.7"}) == "10.244.0.7"
-    # Readiness names the lease worker when sharding is on (runtime.XappProcess.health).
+    # Readiness names the lease worker when sharding is on (xapp.app.process.XappProcess.health).
     assert c_probe_paths(three) == c_probe_paths(one)
 
 
@@ -895,7 +895,7 @@ def test_container_arguments_are_ones_mcw_run_accepts(rendered: dict[str, cr.Ren
     container = _container(rendered["default"])
     assert container["command"][:2] == ["mcw", "run"]
     parser = argparse.ArgumentParser(prog="mcw run")
-    main.configure(parser)
+    configure(parser)
     args = parser.parse_args(container["args"])
     assert args.rmr == "on"
     # mcw run stops within --grace-s; the pod's grace period must leave room for it.

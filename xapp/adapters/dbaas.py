@@ -164,7 +164,7 @@ class RedisVersionStore:
     ``floor(cpe_id)`` is a lower bound for a ceiling, read whenever a block starts from the
     store (a start, a shard acquired): the runtime's is the last published version the state
     store remembers, the version the CPE's agent reports applied, and the issue clock in ms
-    (:meth:`xapp.app.runtime.Runtime.version_floor`), so a store that lost its data does not
+    (:meth:`xapp.app.process.XappProcess.version_floor`), so a store that lost its data does not
     start the versions again low.
     """
 

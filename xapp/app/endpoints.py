@@ -16,11 +16,14 @@
                               its semantics and the caps it applied
 ``GET /ric/v1/e2/subscriptions``  the E2 nodes, their KPM function and subscription (id, RIC
                               instance ids, state, last error, indications matched)
+``GET /ric/v1/shards``        the shards this replica targets, holds and may act for
 ``POST /ric/v1/subscriptions/response``  the Subscription Manager's answers (when E2 is on)
 ``GET /metrics``              Prometheus text exposition
 
-The server is a :class:`~http.server.ThreadingHTTPServer` (standard library): four read-only
-endpoints do not justify a web framework in the image.
+The server is a :class:`~http.server.ThreadingHTTPServer` (standard library): a few read-only
+endpoints do not justify a web framework in the image.  The documents the process serves are
+made here too (:func:`config_view`, :func:`cpes_view`, :func:`e2_view`, :func:`shards_view`),
+from the parts :class:`xapp.app.process.XappProcess` hands them.
 """
 
 from __future__ import annotations
@@ -30,16 +33,21 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from xapp.app.config import LoadedConfig
 from xapp.app.metrics import Metrics
+from xapp.app.sharding import ShardManager
+from xapp.app.wiring.e2 import E2Parts
+from xapp.core.ownership import ShardFence
 from xapp.core.ports import CpeRecord, DirectionRecord
+from xapp.core.timings import Timings
 from xapp.core.workers import Worker
 
 if TYPE_CHECKING:  # the MQTT adapter is optional at run time (lab mode)
-    from xapp.adapters.mqtt import CpeState, Downlink
+    from xapp.adapters.mqtt import ChannelSubscriber, CpeState, Downlink, MqttWeightPublisher
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +57,8 @@ CONFIG_PATH = "/ric/v1/config"
 METRICS_PATH = "/metrics"
 CPES_PATH = "/ric/v1/cpes"
 E2_SUBSCRIPTIONS_PATH = "/ric/v1/e2/subscriptions"
+#: Where a replica says which shards it holds (``controls.sharding``).
+SHARDS_PATH = "/ric/v1/shards"
 #: A POST body larger than this is refused unread (submgr's notifications are ~300 bytes).
 MAX_POST_BYTES = 64 * 1024
 
@@ -321,3 +331,58 @@ def _direction_view(d: DirectionRecord) -> dict[str, Any]:
     if d.caps_mbps:
         view["caps_mbps"] = dict(d.caps_mbps)
     return view
+
+
+def config_view(current: LoadedConfig, policy_type_id: int, timings: Timings,
+                e2: E2Parts | None) -> dict[str, Any]:
+    """``/ric/v1/config``: the configuration loaded last, the timings in force and E2 in
+    short."""
+    return {"path": None if current.path is None else str(current.path),
+            "descriptor": current.document, "controls": current.controls.to_dict(),
+            "policy_type_id": policy_type_id,
+            # In force: a period change that needs a restart is not here until then.
+            "timings": asdict(timings),
+            "e2": {"active": e2 is not None,
+                   "nodes": {} if e2 is None else e2.subscriber.states(),
+                   "active_subscriptions": 0 if e2 is None else len(e2.book.active()),
+                   "details": E2_SUBSCRIPTIONS_PATH}}
+
+
+def e2_view(e2: E2Parts | None) -> dict[str, Any]:
+    """``/ric/v1/e2/subscriptions``: nodes, KPM versions, styles, subscription and RIC
+    instance ids, states, last errors, indication counters."""
+    if e2 is None:
+        return {"active": False, "reason": "controls.e2.submgr_url is empty or "
+                "controls.e2.enabled is false"}
+    return {"active": True, **e2.subscriber.view(),
+            "indications": dict(e2.ingest.counters), "registry_cpes": len(e2.registry)}
+
+
+def cpes_view(records: Mapping[str, CpeRecord], subscriber: ChannelSubscriber | None,
+              fence: ShardFence, replica_id: str) -> dict[str, Any]:
+    """``/ric/v1/cpes`` (:func:`cpes_document`), each CPE with its shard and whether this
+    replica owns it now (``owner``: this replica's id, or null)."""
+    if subscriber is None:
+        doc = cpes_document(records, {}, {}, lambda _down: None)
+    else:
+        doc = cpes_document(records, subscriber.states(), subscriber.downlinks(),
+                            subscriber.downlink_semantics)
+    held = fence.held()
+    for cpe_id, entry in doc["cpes"].items():
+        shard = fence.shard(cpe_id)
+        entry["shard"] = shard
+        entry["owner"] = replica_id if shard in held else None
+    doc["replica_id"] = replica_id
+    return doc
+
+
+def shards_view(manager: ShardManager | None, fence: ShardFence, replica_id: str,
+                publisher: MqttWeightPublisher | None) -> dict[str, Any]:
+    """``/ric/v1/shards``: the shards this replica targets, holds and may act for."""
+    if manager is None:
+        return {"enabled": False, "replica_id": replica_id, "shards": fence.shards,
+                "held": "all"}
+    # On this host's monotonic clock (CLOCK_MONOTONIC): when weights last left, to set
+    # against a lease's end.
+    return {**manager.view(),
+            "last_publish_monotonic": None if publisher is None else publisher.last_sent_monotonic}

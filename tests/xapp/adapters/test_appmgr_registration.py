@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from xapp.adapters.rmr import appmgr_deregister_body, appmgr_register_body
-from xapp.app.runtime import appmgr_identity
+from xapp.app.wiring.rmr import appmgr_identity
 
 DESCRIPTOR = {"name": "mcw-xapp", "version": "0.1.0", "controls": {"sdl_namespace": "mcw"}}
 HTTP_SVC = "service-ricxapp-mcw-xapp-http.ricxapp:8080"

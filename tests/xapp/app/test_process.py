@@ -1,22 +1,21 @@
-"""``mcw run`` in-process and as a subprocess, lab mode (files for KPIs and weights), real Redis.
+"""The ``mcw run`` process in-process, lab mode (files for KPIs and weights), real Redis.
 
 HTTP endpoints on a free port, ``/ready`` following Redis going away and coming back, the loop
-carrying on meanwhile, hot reload of config-file.json, and SIGTERM.
+carrying on meanwhile, hot reload of config-file.json (a new control period included), and no
+worker left behind.  The command itself (SIGTERM, exit codes): ``test_run_cli.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import subprocess
-import sys
+import logging
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,12 @@ import pytest
 from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 from xapp.adapters.lab import read_published as published
-from xapp.app import runtime as main
 from xapp.app.config import load_config
+from xapp.app.process import XappProcess
+from xapp.app.run_cli import configure
+from xapp.app.run_options import RunOptions
+from xapp.app.wiring import rmr as wiring_rmr
+from xapp.core.timings import LIVE, Timings, derive_timings
 
 CONTROLS: dict[str, Any] = {
     "loop": {"control_period_s": 0.1, "kpi_max_age_s": 5.0}, "log_level": "INFO",
@@ -52,25 +55,26 @@ def get(port: int, path: str) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
-
-
-
-
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    main.configure(parser)
+    configure(parser)
     return parser.parse_args(argv)
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> dict[str, Path]:
+def lab_files(tmp_path: Path) -> dict[str, Path]:
+    """A config file, a KPI file and where the weights go."""
     kpi = tmp_path / "kpis.json"
     kpi.write_text(json.dumps(KPIS))
     return {"config": write_config(tmp_path / "config-file.json", CONTROLS), "kpis": kpi,
             "out": tmp_path / "weights.jsonl"}
 
 
-def lab_process(tmp_path: Path, control_period_s: float) -> main.XappProcess:
+@pytest.fixture
+def lab(tmp_path: Path) -> dict[str, Path]:
+    return lab_files(tmp_path)
+
+
+def lab_process(tmp_path: Path, control_period_s: float) -> XappProcess:
     """A started ``mcw run`` in lab mode (KPI file in, weights file out, SDL in memory) at
     ``control_period_s``; the caller stops it."""
     kpis = tmp_path / "kpis.json"
@@ -81,17 +85,17 @@ def lab_process(tmp_path: Path, control_period_s: float) -> main.XappProcess:
     args = parse(["--config", str(config), "--http-host", "127.0.0.1", "--http-port", "0",
                   "--rmr", "off", "--sdl", "memory", "--estimator", "ewma",
                   "--kpi-file", str(kpis), "--publish-file", str(tmp_path / "w.jsonl")])
-    proc = main.XappProcess(main.RunOptions.from_args(args), load_config(args.config))
+    proc = XappProcess(RunOptions.from_args(args), load_config(args.config))
     proc.start()
     return proc
 
 
 @pytest.fixture
-def process(lab: dict[str, Path], redis: RedisServer) -> Iterator[main.XappProcess]:
+def process(lab: dict[str, Path], redis: RedisServer) -> Iterator[XappProcess]:
     args = parse(["--config", str(lab["config"]), "--http-host", "127.0.0.1", "--http-port", "0",
                   "--rmr", "off", "--estimator", "ewma", "--kpi-file", str(lab["kpis"]),
                   "--publish-file", str(lab["out"]), "--config-poll-s", "0.1"])
-    proc = main.XappProcess(main.RunOptions.from_args(args), load_config(args.config))
+    proc = XappProcess(RunOptions.from_args(args), load_config(args.config))
     proc.start()
     try:
         yield proc
@@ -99,7 +103,7 @@ def process(lab: dict[str, Path], redis: RedisServer) -> Iterator[main.XappProce
         proc.stop(grace_s=10)
 
 
-def test_endpoints(process: main.XappProcess, lab: dict[str, Path]) -> None:
+def test_endpoints(process: XappProcess, lab: dict[str, Path]) -> None:
     assert process.http is not None
     port = process.http.port
     assert wait_until(lambda: len(published(lab["out"])) > 0)
@@ -126,7 +130,7 @@ def test_endpoints(process: main.XappProcess, lab: dict[str, Path]) -> None:
         assert first[direction]["weights"]["wifi"] > first[direction]["weights"]["nr"] > 0
 
 
-def test_ready_tells_the_truth_about_redis(process: main.XappProcess, lab: dict[str, Path],
+def test_ready_tells_the_truth_about_redis(process: XappProcess, lab: dict[str, Path],
                                            redis: RedisServer) -> None:
     assert process.http is not None
     port = process.http.port
@@ -155,7 +159,7 @@ def test_ready_tells_the_truth_about_redis(process: main.XappProcess, lab: dict[
     assert stored["version"] == process.state.cpe("cpe-1").version  # type: ignore[union-attr]
 
 
-def test_config_change_on_disk_is_applied(process: main.XappProcess, lab: dict[str, Path]) -> None:
+def test_config_change_on_disk_is_applied(process: XappProcess, lab: dict[str, Path]) -> None:
     assert wait_until(lambda: len(published(lab["out"])) > 0)
     assert published(lab["out"])[-1]["ul"]["weights"]["wifi"] > 10
     write_config(lab["config"], {**CONTROLS, "log_level": "DEBUG", "default_policy": {
@@ -168,77 +172,17 @@ def test_config_change_on_disk_is_applied(process: main.XappProcess, lab: dict[s
     assert process.watcher.current.controls.default_policy["max_weight"] == 10
 
 
-def test_sigterm_stops_cleanly_and_restart_keeps_versions(lab: dict[str, Path],
-                                                          redis: RedisServer) -> None:
-    # A restarted xApp restores the CPE's weights and does not resend them until half the
-    # lease has passed (the retained message is still with the broker); a short lease keeps
-    # the test short.  Also exercises an MCW_* override.
-    env = {**os.environ, **redis.dbaas_env(), "MCW_LOOP_LEASE_S": "2"}
-    cmd = [sys.executable, "-m", "xapp.cli", "run", "--config", str(lab["config"]),
-           "--http-host", "127.0.0.1", "--http-port", "0", "--rmr", "off",
-           "--estimator", "ewma", "--kpi-file", str(lab["kpis"]),
-           "--publish-file", str(lab["out"]), "--grace-s", "10"]
-    versions: list[int] = []
-    for _ in range(2):
-        seen = len(versions)
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        try:
-            assert wait_until(lambda: len(published(lab["out"])) > seen)  # noqa: B023
-            versions = [p["version"] for p in published(lab["out"])]
-            time.sleep(0.5)  # let the SDL flusher write the CPE record
-            started = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            out, _ = proc.communicate(timeout=15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        assert proc.returncode == 0, out.decode()[-3000:]
-        assert time.monotonic() - started < 10
-        lines = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
-        assert lines and all({"ts", "crit", "id", "msg"} <= set(line) for line in lines)
-        assert any("stopped" in line["msg"] for line in lines)
-    # Versions keep growing across the restart (ceilings in SDL).
-    assert versions == sorted(versions) and len(set(versions)) == len(versions)
-
-
-@pytest.mark.parametrize("extra_env, extra_args, code, words", [
-    ({"MCW_MODEL_PATH": "/nonexistent/model"}, ["--estimator", "model"], 1,
-     "capacity model not loadable"),
-    ({"MCW_LOOP_CONTROL_PERIOD_S": "-3"}, [], 2, "control_period_s"),
-])
-def test_start_up_errors_are_clear(lab: dict[str, Path], extra_env: dict[str, str],
-                                   extra_args: list[str], code: int, words: str) -> None:
-    cmd = [sys.executable, "-m", "xapp.cli", "run", "--config", str(lab["config"]),
-           "--http-host", "127.0.0.1", "--http-port", "0", "--rmr", "off", "--sdl", "memory",
-           "--kpi-file", str(lab["kpis"]), "--publish-file", str(lab["out"]), *extra_args]
-    done = subprocess.run(cmd, env={**os.environ, **extra_env}, capture_output=True,
-                          timeout=60, check=False)
-    assert done.returncode == code
-    assert words in done.stdout.decode() + done.stderr.decode()
-    assert not lab["out"].exists()
-
-
-def test_help_explains() -> None:
-    done = subprocess.run([sys.executable, "-m", "xapp.cli", "run", "--help"],
-                          capture_output=True, timeout=60, check=True)
-    text = done.stdout.decode()
-    assert "--kpi-file" in text and "CONFIG_FILE" in text and "/ric/v1/health/ready" in text
-
-
 def test_ready_says_rmr_is_off_in_auto_mode_without_the_library(
         lab: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 33: with ``--rmr auto`` and no librmr, /ready said ``"rmr": true`` while no A1
     request could arrive.  Now the check is false and ``disabled`` says why; the pod stays
     ready, which is what auto mode is for."""
-    import xapp.adapters.rmr as rmr
-
-    monkeypatch.setattr(rmr, "rmr_library_available",
+    monkeypatch.setattr(wiring_rmr, "rmr_library_available",
                         lambda: (False, "librmr_si.so: cannot open shared object file"))
     args = parse(["--config", str(lab["config"]), "--http-host", "127.0.0.1", "--http-port", "0",
                   "--rmr", "auto", "--sdl", "memory", "--estimator", "ewma",
                   "--kpi-file", str(lab["kpis"]), "--publish-file", str(lab["out"])])
-    proc = main.XappProcess(main.RunOptions.from_args(args), load_config(args.config))
+    proc = XappProcess(RunOptions.from_args(args), load_config(args.config))
     proc.start()
     try:
         assert proc.http is not None
@@ -262,10 +206,59 @@ def test_a_stopped_process_leaves_no_worker_behind(lab: dict[str, Path],
                   "--rmr", "off", "--estimator", "ewma", "--kpi-file", str(lab["kpis"]),
                   "--publish-file", str(lab["out"])])
     before = {t.ident for t in threading.enumerate()}
-    proc = main.XappProcess(main.RunOptions.from_args(args), load_config(args.config))
+    proc = XappProcess(RunOptions.from_args(args), load_config(args.config))
     proc.start()
-    assert proc.clock_worker is not None  # the Redis version store reads Redis' clock
+    assert proc.clock is not None  # the Redis version store reads Redis' clock
     proc.stop(grace_s=10)
     left = sorted(t.name for t in threading.enumerate()
                   if t.ident not in before and t.is_alive() and t.name.startswith("mcw-"))
     assert left == []
+
+
+@pytest.fixture
+def slow(tmp_path: Path) -> Iterator[tuple[XappProcess, Path]]:
+    """A lab process at a 10 s period, and its config file."""
+    proc = lab_process(tmp_path, 10.0)
+    try:
+        yield proc, tmp_path / "config-file.json"
+    finally:
+        proc.stop(5)
+
+
+def _reload(proc: XappProcess, config: Path, period: float) -> None:
+    old = proc.config
+    write_config(config, {**CONTROLS, "loop": {**CONTROLS["loop"], "control_period_s": period}})
+    proc._on_config(old, load_config(config))
+
+
+def test_a_lab_process_follows_a_new_period_whole(slow: tuple[XappProcess, Path]) -> None:
+    proc, config = slow
+    assert proc.timings_in_use() == LIVE  # no InfluxDB, Redis or shards: nothing else held
+    _reload(proc, config, 1.0)
+    assert proc.loop is not None and proc.loop.settings.control_period_s == 1.0
+    assert proc.timings == derive_timings(1.0)
+    assert proc.http is not None
+    doc = json.loads(get(proc.http.port, "/ric/v1/config")[1])
+    assert doc["timings"] == asdict(derive_timings(1.0))
+
+
+def test_a_process_holding_derived_timings_keeps_its_period_and_says_why(
+        slow: tuple[XappProcess, Path], caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before issue 33 the loop took 1 s while the InfluxDB timeout, flush and intake kept
+    10 s's values, and nothing was logged."""
+    proc, config = slow
+    every = frozenset(f.name for f in fields(Timings))
+    monkeypatch.setattr(proc, "timings_in_use", lambda: every - {"shard_lease_s"})
+    with caplog.at_level(logging.WARNING, logger="xapp.app.process"):
+        _reload(proc, config, 1.0)
+    assert proc.loop is not None and proc.loop.settings.control_period_s == 10.0
+    assert proc.timings == derive_timings(10.0)
+    assert any("needs a restart" in r.getMessage()
+               and "influx_timeout_ms 10000 -> 2000" in r.getMessage() for r in caplog.records)
+    # Other loop settings of the same reload still apply.
+    old = proc.config
+    write_config(config, {**CONTROLS, "loop": {**CONTROLS["loop"], "control_period_s": 10.0,
+                                               "kpi_max_age_s": 7.0}})
+    proc._on_config(old, load_config(config))
+    assert proc.loop.settings.kpi_max_age_s == 7.0

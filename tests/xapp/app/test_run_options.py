@@ -6,7 +6,8 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
-from xapp.app.runtime import RunOptions, configure
+from xapp.app.run_cli import configure
+from xapp.app.run_options import RunOptions
 
 
 def parser() -> argparse.ArgumentParser:

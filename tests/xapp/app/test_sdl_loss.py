@@ -10,7 +10,8 @@ from tests.support.redis_server import RedisServer
 from xapp.adapters.mqtt.versions import VersionAllocator
 from xapp.adapters.shard_leases import ShardLeases
 from xapp.app.config import load_config
-from xapp.app.runtime import RunOptions, XappProcess
+from xapp.app.process import XappProcess
+from xapp.app.run_options import RunOptions
 from xapp.app.sharding import ShardManager
 from xapp.core.ownership import ShardFence
 
@@ -132,22 +133,3 @@ def test_a_replica_30_s_slow_taking_over_issues_after_the_previous_owner(
                      lease_s=LEASE_S, clock=clock, issue_clock=later)
     b.step()
     assert later.now_ms() >= mark
-
-
-def test_a_slow_replica_reads_redis_clock_and_names_its_skew(redis: RedisServer) -> None:
-    import time
-
-    from xapp.core.issue_clock import IssueClock
-
-    p = XappProcess(RunOptions(sdl="redis", rmr="off"), load_config(None))
-    try:
-        p.issue_clock = IssueClock(lambda: time.time() - 30.0)
-        seconds, micros = client(redis).time()
-        before_ms = seconds * 1000 + micros // 1000
-        p._read_clock()
-        assert p.issue_clock.now_ms() >= before_ms
-        skew = p.metrics.clock_skew._value.get()
-        assert -31.0 < skew < -29.0
-        assert b"mcw_clock_skew_seconds" in p.metrics.exposition()
-    finally:
-        p.state.stop()

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.polling import wait_until
 from tests.xapp.app.test_process import get, lab_process
-from xapp.app import runtime as main
+from xapp.app.process import XappProcess
 from xapp.app.runner import TICK_DEADLINE_FLOOR_S, LoopRunner
 from xapp.core.loop import ControlLoop, TickReport
 from xapp.core.workers import Supervisor, Worker, WorkerState
@@ -97,7 +97,7 @@ def test_a_probe_that_fails_or_raises_is_dead() -> None:
 
 
 @pytest.fixture
-def process(tmp_path: Path) -> Iterator[main.XappProcess]:
+def process(tmp_path: Path) -> Iterator[XappProcess]:
     proc = lab_process(tmp_path, 0.5)
     try:
         yield proc
@@ -105,19 +105,19 @@ def process(tmp_path: Path) -> Iterator[main.XappProcess]:
         proc.stop(5)
 
 
-def alive(proc: main.XappProcess) -> tuple[int, dict[str, Any]]:
+def alive(proc: XappProcess) -> tuple[int, dict[str, Any]]:
     assert proc.http is not None
     code, body = get(proc.http.port, "/ric/v1/health/alive")
     return code, json.loads(body)
 
 
-def test_alive_names_every_worker(process: main.XappProcess) -> None:
+def test_alive_names_every_worker(process: XappProcess) -> None:
     code, body = alive(process)
     assert code == 200 and body["alive"] is True
     assert {"mcw-loop", "mcw-config"} <= set(body["workers"])
 
 
-def test_a_hung_tick_fails_alive_at_its_deadline(process: main.XappProcess) -> None:
+def test_a_hung_tick_fails_alive_at_its_deadline(process: XappProcess) -> None:
     assert process.loop is not None
     hang, hung = threading.Event(), threading.Event()
     real_tick = process.loop.tick
@@ -164,7 +164,7 @@ def test_a_hung_tick_is_stuck_exactly_past_its_deadline(period_s: float,
 
 
 @KILLS_THREADS
-def test_a_killed_loop_is_noticed_restarted_and_counted(process: main.XappProcess) -> None:
+def test_a_killed_loop_is_noticed_restarted_and_counted(process: XappProcess) -> None:
     assert process.loop is not None and process.runner is not None
     real_tick = process.loop.tick
     killed = threading.Event()

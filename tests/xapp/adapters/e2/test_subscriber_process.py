@@ -19,8 +19,10 @@ import pytest
 from tests.support.polling import free_port, wait_until
 from tests.support.redis_server import RedisServer
 from tests.xapp.adapters.e2.submgr_stand_in import MEID, StandInSubmgr
-from xapp.app import runtime
 from xapp.app.config import load_config
+from xapp.app.process import XappProcess
+from xapp.app.run_cli import configure
+from xapp.app.run_options import RunOptions
 
 
 def get(port: int, path: str) -> Any:
@@ -30,19 +32,19 @@ def get(port: int, path: str) -> Any:
 
 
 def start(tmp_path: Path, e2: dict[str, Any], http_port: int,
-          rmr: str = "off") -> runtime.XappProcess:
+          rmr: str = "off") -> XappProcess:
     kpis = tmp_path / "kpis.json"
     kpis.write_text(json.dumps({"cpes": {}}))
     config = tmp_path / "config-file.json"
     config.write_text(json.dumps({"name": "mcw-xapp", "controls": {
         "loop": {"control_period_s": 0.2}, "sdl_namespace": "mcw-e2proc", "e2": e2}}))
     parser = argparse.ArgumentParser()
-    runtime.configure(parser)
+    configure(parser)
     args = parser.parse_args([
         "--config", str(config), "--http-host", "127.0.0.1", "--http-port", str(http_port),
         "--rmr", rmr, "--estimator", "ewma", "--kpi-file", str(kpis),
         "--publish-file", str(tmp_path / "out.jsonl")])
-    proc = runtime.XappProcess(runtime.RunOptions.from_args(args), load_config(args.config))
+    proc = XappProcess(RunOptions.from_args(args), load_config(args.config))
     proc.start()
     return proc
 
@@ -99,8 +101,9 @@ def test_indications_go_through_the_decoder_process_into_the_intake(
     from xapp.adapters.e2 import e2ap, kpm_encode
     from xapp.adapters.e2.decoder import DecoderProcess
     from xapp.adapters.e2.records import KpmReport, RicIndication, RicRequestId
+    from xapp.app.wiring import rmr as rmr_wiring
 
-    monkeypatch.setattr(rmr, "rmr_library_available", lambda: (True, ""))
+    monkeypatch.setattr(rmr_wiring, "rmr_library_available", lambda: (True, ""))
     monkeypatch.setattr(rmr.RmrGlue, "start", rmr.RmrGlue.start_handlers)
     monkeypatch.setattr(rmr.RmrGlue, "rmr_healthy", lambda self: True)
     monkeypatch.setattr(rmr.RmrGlue, "_free", lambda self, sbuf: None)

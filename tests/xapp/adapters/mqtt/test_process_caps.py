@@ -20,8 +20,10 @@ from tests.support.polling import wait_until
 from tests.xapp.adapters.mqtt.test_subscriber import state_doc
 from tests.xapp.adapters.mqtt.test_subscriber_proxy import proxy_cpe_state, proxy_state
 from xapp.adapters.mqtt import shard_topic
-from xapp.app import runtime
 from xapp.app.config import load_config
+from xapp.app.process import XappProcess
+from xapp.app.run_cli import configure
+from xapp.app.run_options import RunOptions
 
 #: Equal forecasts on both WATs and a 70/30 split: nr sets the total (300 / 0.7) and stays
 #: uncapped; wifi carries 0.3 of it, under its own 300, so it is capped (xapp.core.caps).
@@ -101,12 +103,12 @@ def test_rate_caps_reach_the_agents_and_the_cpes_view(
     kpis.write_text(json.dumps(KPIS))
     config = _write(tmp_path / "config-file.json", _controls(proxy_broker, pki, 1.1))
     parser = argparse.ArgumentParser()
-    runtime.configure(parser)
+    configure(parser)
     args = parser.parse_args([
         "--config", str(config), "--http-host", "127.0.0.1", "--http-port", "0", "--rmr", "off",
         "--sdl", "memory", "--estimator", "ewma", "--kpi-file", str(kpis),
         "--config-poll-s", "0.1"])
-    proc = runtime.XappProcess(runtime.RunOptions.from_args(args), load_config(args.config))
+    proc = XappProcess(RunOptions.from_args(args), load_config(args.config))
     proc.start()
     c1, c2 = agents["cpe-0001"], agents["cpe-0002"]
     try:
