@@ -182,7 +182,7 @@ def telemetry_messages(frame: KpiFrame, interval_ms: int = 1000) -> list[tuple[s
     """The fleet's period as the agents send it: one ``mcw.telemetry.v2`` message per CPE on its
     telemetry topic (the uplink as the CPE agent measures it; the downlink beside it, as a
     CPE behind no proxy reports what it received), JSON as the agent writes it."""
-    from xapp.adapters.mqtt.payloads import shard_topic
+    from xapp.adapters.mqtt.topics import shard_topic
 
     time_ms = round(frame.time_s * 1000)
     delivered, saturated = frame.column("delivered_mbps"), frame.column("saturated")

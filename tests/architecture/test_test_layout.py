@@ -19,8 +19,6 @@ UNMIRRORED: dict[str, str] = {
     "xapp/adapters/lab.py": "the lab ports; tests/xapp/app/test_process.py runs mcw run on them",
     "xapp/adapters/mqtt/connection.py":
         "the MQTT 5 connection; tests/xapp/adapters/mqtt/test_reader.py, test_codec.py",
-    "xapp/adapters/mqtt/telemetry.py":
-        "telemetry rows; tests/xapp/adapters/mqtt/test_payloads.py, test_decode_fuzz.py",
     "xapp/app/collector.py": "Prometheus collectors; tests/xapp/app/test_endpoints.py (/metrics)",
     "xapp/app/json_logs.py": "tests/integration/test_full_stack.py reads mcw run's JSON logs",
     "xapp/app/metrics.py": "tests/xapp/app/test_endpoints.py (/metrics)",
@@ -28,7 +26,8 @@ UNMIRRORED: dict[str, str] = {
     "xapp/app/runner.py": "the loop's thread; tests/xapp/app/test_supervision.py",
     "xapp/app/sharding.py": "tests/sharding/ and tests/xapp/app/test_sdl_loss.py",
     "xapp/cli.py": "the command table; tests/twin/test_cli.py and every CLI test",
-    "xapp/core/forecast.py": "estimators; tests/xapp/core/test_ewma.py, tests/twin/test_policies.py",
+    "xapp/core/forecast.py":
+        "estimators; tests/xapp/core/test_ewma.py, tests/twin/test_policies.py",
     "xapp/core/intake.py": "the latest-KPI table; tests/xapp/core/test_loop.py",
     "xapp/core/kpis.py": "the KPI schema: names and ranges; tests/xapp/adapters/e2/test_mapping.py",
     "xapp/core/policy_book.py": "tests/xapp/core/test_policy.py, tests/xapp/adapters/test_a1.py",

@@ -52,7 +52,7 @@ from tests.support.mosquitto import MosquittoBroker, Pki, connect_client, make_p
 from tests.support.polling import free_port, stop_process
 from tests.support.redis_server import RedisServer
 from twin.path_traces import PathTrace
-from xapp.adapters.mqtt import payloads
+from xapp.adapters.mqtt import payloads, topics
 from xapp.core.caps import balancing_caps, rate_caps
 from xapp.core.weights import optimal_weights_batch
 
@@ -107,7 +107,7 @@ class Servers:
         """Remove the retained weights of the run before, so no run inherits another's."""
         c = connect_client(self.broker, "mcw-xapp", client_id="realstack-clear")
         try:
-            c.client.publish(payloads.weights_topic(CPE_ID), b"", qos=1, retain=True
+            c.client.publish(topics.weights_topic(CPE_ID), b"", qos=1, retain=True
                              ).wait_for_publish(5)
         finally:
             c.client.disconnect()
@@ -234,7 +234,7 @@ class Publisher:
                     part["caps_mbps"] = c
             doc[d] = part
         payloads.check("weights", doc)
-        self.client.client.publish(payloads.weights_topic(CPE_ID), payloads.encode(doc), qos=1,
+        self.client.client.publish(topics.weights_topic(CPE_ID), payloads.encode(doc), qos=1,
                                    retain=True).wait_for_publish(5)
 
     def close(self) -> None:

@@ -49,8 +49,8 @@ from tests.support.polling import free_port
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import CuttableProxy
 from xapp.adapters.mqtt.connection import MqttSettings
-from xapp.adapters.mqtt.payloads import shard_topic
 from xapp.adapters.mqtt.reader import MqttReader, ReceivedMessage
+from xapp.adapters.mqtt.topics import shard_topic
 
 REPO = Path(__file__).resolve().parents[2]
 #: The test PKI's CPE certificate the simulator and the observer use: one more than the agents

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from tests.support.mqtt_bulk import BulkPublisher, topic_header
-from xapp.adapters.mqtt.payloads import shard_topic
+from xapp.adapters.mqtt.topics import shard_topic
 
 #: One CPE's ``mcw.telemetry.v2`` message (compact JSON, as the agent writes it), its CPE and
 #: interval filled in once; per report: time_ms, then the two WATs' uplink Mb/s.

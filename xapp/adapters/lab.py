@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from xapp.adapters.mqtt.payloads import encode_weights_batch
 from xapp.adapters.mqtt.versions import MemoryVersionStore, VersionAllocator, VersionStore
+from xapp.adapters.mqtt.weights_encoder import encode_weights_batch
 from xapp.adapters.rmr import MS_MEID, MS_MSG_TYPE, MS_PAYLOAD, RmrGlue
 from xapp.core.forecast import DIRECTIONS, CapacityForecast, KpiFrame
 from xapp.core.ports import Published, PublishResult, WeightBatch
@@ -91,8 +91,8 @@ class MemoryPublisher:
     """:class:`~xapp.core.ports.WeightPublisher` that keeps the messages in memory.
 
     Each message is the ``mcw.weights.v2`` payload (both directions' sets) that
-    :func:`~xapp.adapters.mqtt.payloads.encode_weights_batch` validates and encodes for MQTT,
-    with versions from the same :class:`~xapp.adapters.mqtt.versions.VersionAllocator`; a
+    :func:`~xapp.adapters.mqtt.weights_encoder.encode_weights_batch` validates and encodes for
+    MQTT, with versions from the same :class:`~xapp.adapters.mqtt.versions.VersionAllocator`; a
     refused one is reported in the result's ``errors`` like the MQTT publisher does.
     :meth:`take` hands the messages published since the last call to the simulated agents.
     """

@@ -11,11 +11,13 @@ broker configuration and ACL in ``broker/``.
 
 from xapp.adapters.mqtt.agent_directory import AgentDirectory, CpeState, Downlink, ProxyState
 from xapp.adapters.mqtt.connection import MqttSettings
-from xapp.adapters.mqtt.payloads import (
-    DropCounter,
-    PayloadError,
-    build_weights,
-    decode,
+from xapp.adapters.mqtt.decoder import decode
+from xapp.adapters.mqtt.drops import DropCounter
+from xapp.adapters.mqtt.payloads import PayloadError
+from xapp.adapters.mqtt.publisher import MqttWeightPublisher, PublisherStats
+from xapp.adapters.mqtt.subscriber import ChannelSubscriber
+from xapp.adapters.mqtt.telemetry import telemetry_frame
+from xapp.adapters.mqtt.topics import (
     parse_channel_topic,
     parse_topic,
     proxy_topic,
@@ -23,15 +25,13 @@ from xapp.adapters.mqtt.payloads import (
     shard_topic,
     topic,
 )
-from xapp.adapters.mqtt.publisher import MqttWeightPublisher, PublisherStats
-from xapp.adapters.mqtt.subscriber import ChannelSubscriber
-from xapp.adapters.mqtt.telemetry import telemetry_frame
 from xapp.adapters.mqtt.versions import (
     FileVersionStore,
     MemoryVersionStore,
     VersionAllocator,
     VersionStore,
 )
+from xapp.adapters.mqtt.weights_encoder import build_weights
 from xapp.core.ports import PublishResult
 
 __all__ = [

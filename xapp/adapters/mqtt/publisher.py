@@ -5,7 +5,7 @@ Delivery rules, and why:
 * **One message in flight per CPE.** A CPE's next weights are sent only after the broker
   acknowledged the previous ones, so messages of one CPE can never overtake each other, not
   even across a reconnect. The broker's retained message therefore always ends at the newest
-  version.
+  version. The queues are :class:`~xapp.adapters.mqtt.outbox.Outbox`'s.
 * **Coalescing.** While a CPE has a message in flight, or the broker is unreachable, newer
   weights for it replace the queued ones: after an outage each CPE gets its latest weights
   once, not the backlog of every tick. A message that was in flight when the connection
@@ -41,9 +41,8 @@ import select
 import socket
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -62,14 +61,11 @@ from xapp.adapters.mqtt.connection import (
     parse_puback,
     publish_parts,
 )
-from xapp.adapters.mqtt.payloads import (
-    DropCounter,
-    EncodedWeights,
-    encode_weights_batch,
-    single_batch,
-    weights_topic,
-)
+from xapp.adapters.mqtt.drops import DropCounter
+from xapp.adapters.mqtt.outbox import Outbox, Outgoing
+from xapp.adapters.mqtt.topics import weights_topic
 from xapp.adapters.mqtt.versions import VersionAllocator, VersionStore
+from xapp.adapters.mqtt.weights_encoder import EncodedWeights, encode_weights_batch, single_batch
 from xapp.core.ownership import Fenced, ShardFence
 from xapp.core.ports import Choice, PublishResult, WeightBatch
 from xapp.core.weights import WeightDecision
@@ -103,37 +99,6 @@ class PublisherStats:
     resent: int = 0
     #: Weights not sent because this replica does not hold the CPE's shard (any more).
     fenced: int = 0
-
-
-@dataclass
-class _Outgoing:
-    cpe_id: str
-    version: int
-    #: The PUBLISH packet around its packet identifier (see ``publish_parts``).
-    head: bytes
-    tail: bytes
-    #: The CPE's shard (-1 without a fence).
-    shard: int = -1
-
-
-@dataclass
-class _State:
-    """Everything guarded by the publisher's lock."""
-
-    #: CPEs with nothing in flight whose latest message waits for a send slot (FIFO).
-    ready: OrderedDict[str, _Outgoing] = field(default_factory=OrderedDict)
-    #: CPEs with a message in flight: their newest message waits for the acknowledgement.
-    waiting: dict[str, _Outgoing] = field(default_factory=dict)
-    #: cpe_id -> message in flight.
-    inflight: dict[str, _Outgoing] = field(default_factory=dict)
-    #: packet identifier -> cpe_id of the message in flight under it.
-    pids: dict[int, str] = field(default_factory=dict)
-    #: cpe_id -> last version the broker acknowledged.
-    acked_version: dict[str, int] = field(default_factory=dict)
-    connected: bool = False
-    window: int = 1000
-    #: A wake-up byte is on its way to the network thread (one per batch, not per message).
-    wake_pending: bool = False
 
 
 class MqttWeightPublisher:
@@ -190,7 +155,11 @@ class MqttWeightPublisher:
         self._window = window
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._st = _State(window=window)
+        #: Guarded by the lock, as are the two flags below.
+        self._outbox = Outbox(window=window)
+        self._online = False
+        #: A wake-up byte is on its way to the network thread (one per batch, not per message).
+        self._wake_pending = False
         self._tls = settings.tls_context()
         self._client_id = f"{settings.client_id}-pub"
         # The network thread sleeps in select() on the socket and on this pair, made by
@@ -199,7 +168,6 @@ class MqttWeightPublisher:
         self._wake_w: socket.socket | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._next_pid = 1
         self._started = False
         #: Network threads started again after the previous one died.
         self.restarts = 0
@@ -277,12 +245,12 @@ class MqttWeightPublisher:
 
     def wait_connected(self, timeout_s: float) -> bool:
         with self._idle:
-            return self._idle.wait_for(lambda: self._st.connected, timeout=timeout_s)
+            return self._idle.wait_for(lambda: self._online, timeout=timeout_s)
 
     @property
     def connected(self) -> bool:
         with self._lock:
-            return self._st.connected
+            return self._online
 
     def answering(self, now: float | None = None) -> bool:
         """Connected, and the broker answered what it was sent within ``answer_timeout_s``
@@ -296,7 +264,7 @@ class MqttWeightPublisher:
         """Wait until every queued message was acknowledged; False on timeout."""
         with self._idle:
             return self._idle.wait_for(
-                lambda: not (self._st.ready or self._st.waiting or self._st.inflight),
+                lambda: self._outbox.pending() == 0,
                 timeout=timeout_s)
 
     def stop(self, flush_timeout_s: float = 5.0) -> None:
@@ -409,10 +377,7 @@ class MqttWeightPublisher:
         wanted = set(shards)
         with self._lock:
             self._versions.forget(lambda c: fence.shard(c) in wanted)
-            st = self._st
-            for queue in (st.ready, st.waiting):
-                for cpe_id in [c for c, m in queue.items() if m.shard in wanted]:
-                    del queue[cpe_id]
+            self._outbox.forget(wanted.__contains__)
 
     def _take_versions(self, cpe_ids: list[str]) -> list[int]:
         with self._lock:
@@ -420,25 +385,18 @@ class MqttWeightPublisher:
 
     def _queue(self, ids: Sequence[str], out: EncodedWeights, start: int, stop: int) -> None:
         with self._lock:
-            st = self._st
+            outbox = self._outbox
             for i, version, payload in zip(out.rows[start:stop], out.versions[start:stop],
                                            out.payloads[start:stop], strict=True):
                 cpe_id = ids[i]
                 head, tail = publish_parts(weights_topic(cpe_id), payload)
-                msg = _Outgoing(cpe_id, version, head, tail,
-                                -1 if self.fence is None else self.fence.shard(cpe_id))
-                if cpe_id in st.inflight:
-                    if cpe_id in st.waiting:
-                        self.stats.coalesced += 1
-                    st.waiting[cpe_id] = msg
-                else:
-                    if cpe_id in st.ready:
-                        self.stats.coalesced += 1
-                    st.ready[cpe_id] = msg
+                if outbox.put(Outgoing(cpe_id, version, head, tail,
+                                       -1 if self.fence is None else self.fence.shard(cpe_id))):
+                    self.stats.coalesced += 1
             self.stats.requested += min(stop, len(out.rows)) - start
-            wake = st.connected and bool(st.ready) and not st.wake_pending
+            wake = self._online and bool(outbox.ready) and not self._wake_pending
             if wake:
-                st.wake_pending = True
+                self._wake_pending = True
         if wake:
             self._wake()
 
@@ -450,12 +408,12 @@ class MqttWeightPublisher:
     def acked_version(self, cpe_id: str) -> int:
         """The newest version of ``cpe_id`` the broker acknowledged (0 if none)."""
         with self._lock:
-            return self._st.acked_version.get(cpe_id, 0)
+            return self._outbox.acked_version.get(cpe_id, 0)
 
     def pending(self) -> int:
         """Messages queued or in flight."""
         with self._lock:
-            return len(self._st.ready) + len(self._st.waiting) + len(self._st.inflight)
+            return self._outbox.pending()
 
     # --- the network thread ------------------------------------------------------------------
 
@@ -507,26 +465,12 @@ class MqttWeightPublisher:
 
     def _connected(self, receive_max: int) -> None:
         with self._lock:
-            st = self._st
-            st.connected = True
-            st.window = max(1, min(self._window, receive_max))
+            self._online = True
             self.stats.connects += 1
-            # Messages in flight when the last connection dropped go first, in their order,
-            # unless newer weights for their CPE are waiting (then only the newer ones go).
-            again: OrderedDict[str, _Outgoing] = OrderedDict()
-            for cpe_id, msg in st.inflight.items():
-                newer = st.waiting.pop(cpe_id, None)
-                if newer is not None:
-                    self.stats.coalesced += 1
-                    again[cpe_id] = newer
-                else:
-                    self.stats.resent += 1
-                    again[cpe_id] = msg
-            st.inflight.clear()
-            st.pids.clear()
-            again.update(st.ready)
-            st.ready = again
-            st.wake_pending = False
+            resent, coalesced = self._outbox.reconnected(max(1, min(self._window, receive_max)))
+            self.stats.resent += resent
+            self.stats.coalesced += coalesced
+            self._wake_pending = False
             self._idle.notify_all()
         log.info("publisher connected to %s:%d", self.settings.host, self.settings.port)
 
@@ -542,7 +486,7 @@ class MqttWeightPublisher:
         finally:
             stream.close()
         with self._lock:
-            self._st.connected = False
+            self._online = False
             self.stats.disconnects += 1
             self._idle.notify_all()
         if reason is None:
@@ -553,64 +497,32 @@ class MqttWeightPublisher:
     def _fill(self, out: bytearray) -> None:
         """Move ready messages into flight while the window allows; append their packets."""
         with self._lock:
-            st = self._st
-            st.wake_pending = False
-            ready, inflight, pids = st.ready, st.inflight, st.pids
-            free = st.window - len(inflight)
-            if free <= 0 or not ready:
-                return
-            pid = self._next_pid
-            sent = 0
+            self._wake_pending = False
             fence = self.fence
             now = time.monotonic()
-            while ready and free > 0:
-                cpe_id, msg = ready.popitem(last=False)
-                if fence is not None and not fence.allows_shard(msg.shard, now):
-                    # The last check before the wire: the lease lapsed while it waited.
-                    self._count_fenced(1)
-                    continue
-                while pid in pids:  # identifiers still in use (at most window of them)
-                    pid = pid % 65535 + 1
-                pids[pid] = cpe_id
-                inflight[cpe_id] = msg
-                out += msg.head
-                out += pid.to_bytes(2, "big")
-                out += msg.tail
-                pid = pid % 65535 + 1
-                free -= 1
-                sent += 1
-            self._next_pid = pid
+            sent, fenced = self._outbox.fill(
+                out, None if fence is None else lambda shard: fence.allows_shard(shard, now))
+            if fenced:
+                self._count_fenced(fenced)
             self.stats.sent += sent
             if sent:
                 self.last_sent_monotonic = now
 
     def _acknowledge(self, acks: list[tuple[int, int]]) -> None:
         with self._lock:
-            st = self._st
-            stats = self.stats
-            for pid, code in acks:
-                cpe_id = st.pids.pop(pid, None)
-                if cpe_id is None:
-                    continue  # not ours (e.g. from before a reconnect): nothing waits for it
-                msg = st.inflight.pop(cpe_id)
-                if code >= 0x80:
-                    stats.rejected += 1
-                    log.error("broker rejected weights v%d for %s: reason 0x%02x",
-                              msg.version, cpe_id, code)
-                else:
-                    stats.acked += 1
-                    if msg.version > st.acked_version.get(cpe_id, 0):
-                        st.acked_version[cpe_id] = msg.version
-                newer = st.waiting.pop(cpe_id, None)
-                if newer is not None:
-                    st.ready[cpe_id] = newer
+            acked, rejected = self._outbox.acknowledge(acks)
+            self.stats.acked += acked
+            self.stats.rejected += len(rejected)
+            for msg, code in rejected:
+                log.error("broker rejected weights v%d for %s: reason 0x%02x",
+                          msg.version, msg.cpe_id, code)
             self._idle.notify_all()
 
     def _heard(self, ping_pending: bool) -> None:
         """The broker answered: what still waits, waits from now."""
         now = self._last_heard = time.monotonic()
         with self._lock:
-            waiting = ping_pending or bool(self._st.inflight)
+            waiting = ping_pending or bool(self._outbox.inflight)
         self._awaiting_since = now if waiting else None
         if not self.answering(now):
             return

@@ -50,17 +50,17 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from xapp.adapters.mqtt.agent_directory import AgentDirectory, CpeState, Downlink, ProxyState
 from xapp.adapters.mqtt.connection import MqttSettings
-from xapp.adapters.mqtt.payloads import (
+from xapp.adapters.mqtt.decoder import decode
+from xapp.adapters.mqtt.drops import DropCounter
+from xapp.adapters.mqtt.reader import MqttReader, ReceivedMessage
+from xapp.adapters.mqtt.telemetry import telemetry_frame
+from xapp.adapters.mqtt.topics import (
     PROXY_PREFIX,
     TOPIC_PREFIX,
     ChannelTopic,
-    DropCounter,
-    decode,
     parse_channel_topic,
     shard_filter,
 )
-from xapp.adapters.mqtt.reader import MqttReader, ReceivedMessage
-from xapp.adapters.mqtt.telemetry import telemetry_frame
 from xapp.core.forecast import KpiFrame
 from xapp.core.shards import DEFAULT_SHARDS, MAX_SHARDS, shard_of
 from xapp.core.workers import Worker

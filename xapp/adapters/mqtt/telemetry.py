@@ -104,7 +104,7 @@ def _column(raw: list[object]) -> NDArray[np.float64]:
 def _measurement(v: object) -> float:
     """A KPI as a float; NaN (unknown) for what is not a finite number.
 
-    The schemas bound no magnitudes and :func:`~xapp.adapters.mqtt.payloads.decode` bounds
+    The schemas bound no magnitudes and :func:`~xapp.adapters.mqtt.decoder.decode` bounds
     them (integers of 20 digits, floats below 1e100), but this is public: an integer beyond
     float range or ``inf`` from elsewhere must not raise or reach the model as a measurement.
     """

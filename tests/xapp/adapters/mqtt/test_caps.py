@@ -17,7 +17,8 @@ from tests.support.mosquitto import MosquittoBroker, connect_client
 from tests.xapp.adapters.mqtt.test_subscriber import state_doc
 from tests.xapp.adapters.mqtt.test_subscriber_proxy import proxy_cpe_state, proxy_state
 from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, shard_topic
-from xapp.adapters.mqtt.payloads import check, encode, encode_weights_batch
+from xapp.adapters.mqtt.payloads import check, encode
+from xapp.adapters.mqtt.weights_encoder import encode_weights_batch
 from xapp.core.ports import DirectionBatch, WeightBatch
 
 NAN = math.nan

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from tests.xapp.adapters.mqtt.test_payloads import PROXY_CPE_STATE, STATE
 from xapp.adapters.mqtt import DropCounter, PayloadError, decode, shard_filter, shard_topic
-from xapp.adapters.mqtt.payloads import ChannelTopic, encode, parse_channel_topic
+from xapp.adapters.mqtt.payloads import encode
+from xapp.adapters.mqtt.topics import ChannelTopic, parse_channel_topic
 from xapp.core.shards import MAX_SHARDS, shard_of
 
 IDS = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z", fullmatch=True)

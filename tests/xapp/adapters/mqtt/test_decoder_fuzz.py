@@ -1,4 +1,4 @@
-"""Property-based tests of :func:`xapp.adapters.mqtt.payloads.decode`, the receive boundary.
+"""Property-based tests of :func:`xapp.adapters.mqtt.decoder.decode`, the receive boundary.
 
 Three properties, over the kinds the xApp receives (on the CPE and the proxy topics):
 
@@ -37,14 +37,10 @@ from tests.xapp.adapters.mqtt.test_payloads import (
 )
 from tests.xapp.adapters.mqtt.test_subscriber import AGENT_TELEMETRY
 from xapp.adapters.mqtt import CpeState, DropCounter, ProxyState, decode
-from xapp.adapters.mqtt.payloads import (
-    CPE_ID_RE,
-    RECEIVE_LIMITS,
-    Kind,
-    load_schema,
-    wat_address_problem,
-)
+from xapp.adapters.mqtt.decoder import RECEIVE_LIMITS, wat_address_problem
+from xapp.adapters.mqtt.payloads import Kind, load_schema
 from xapp.adapters.mqtt.telemetry import telemetry_frame
+from xapp.adapters.mqtt.topics import CPE_ID_RE
 
 RECEIVED: tuple[Kind, ...] = ("state", "telemetry", "proxy-state")
 #: Reasons decode() may give for bytes on a channel topic; "internal" would be a bug.
@@ -59,7 +55,7 @@ MUTATION_EXAMPLES = 1000
 @pytest.fixture(autouse=True, scope="module")
 def _quiet_drops() -> Iterator[None]:
     # Every example drops into a fresh counter, whose first line is always logged.
-    logger = logging.getLogger("xapp.adapters.mqtt.payloads")
+    logger = logging.getLogger("xapp.adapters.mqtt.drops")
     level = logger.level
     logger.setLevel(logging.ERROR)
     yield
