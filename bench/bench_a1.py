@@ -23,12 +23,12 @@ Then the ``small`` request's round trip while E2 indications arrive (issue 21): 
 dispatches RIC indications (12050) of ``bench_kpm``'s format 3 case, 100 UEs x 4 measurements,
 at ``--ue-rate`` UE measurements per second (default 10,000: 25 indications/s) through the same
 glue, into what ``mcw run`` puts behind it: the E2 decoder process
-(:class:`~xapp.adapters.e2.decoder.DecoderProcess`: E2AP + KPM decoded in a child process,
-``KpmIngest.apply`` mapping the answers into the sink on its ``mcw-e2-decoder`` thread), while
-A1 requests are answered; the idle figure is measured in the same run, just before, with the
-decoder process started and idle.  ``--in-thread`` puts ``KpmIngest.handle`` on a worker
-thread of this process instead (what the glue did before: the decoding holds the interpreter
-lock), for comparison.
+(:class:`~xapp.adapters.e2.decoder_process.DecoderProcess`: E2AP + KPM decoded in a child
+process, ``KpmIngest.apply`` mapping the answers into the sink on its ``mcw-e2-decoder``
+thread), while A1 requests are answered; the idle figure is measured in the same run, just
+before, with the decoder process started and idle.  ``--in-thread`` puts ``KpmIngest.handle``
+on a worker thread of this process instead (what the glue did before: the decoding holds the
+interpreter lock), for comparison.
 
     python bench/bench_a1.py [--runs 30] [--load-runs 1000] [--ue-rate 10000] [--in-thread]
                              [--json]
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from xapp.adapters.a1 import A1Handler, PolicyType
-from xapp.adapters.e2.decoder import DecoderProcess
+from xapp.adapters.e2.decoder_process import DecoderProcess
 from xapp.adapters.lab import LoopbackGlue
 from xapp.core.policy_book import PolicyBook
 

@@ -45,7 +45,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from tqdm import tqdm
 
 from xapp.adapters.e2 import aper, e2ap, kpm_decode, kpm_encode
-from xapp.adapters.e2.decoder import DecoderProcess, decode_decoded, encode_decoded
+from xapp.adapters.e2.decoded_wire import decode_decoded, encode_decoded
+from xapp.adapters.e2.decoder_process import DecoderProcess
 from xapp.adapters.e2.ingest import KpmIngest
 from xapp.adapters.e2.records import (
     ActiveSubscription,

@@ -20,9 +20,10 @@ What the frame gets wrong for us, and what is done about it:
 * The frame's one dispatch thread runs every handler in turn, so one slow message holds up all
   the others: here it only routes.  A1 requests go through a bounded queue to their own
   supervised worker (:class:`~xapp.core.workers.QueueWorker`); RIC indications through a
-  bounded queue to the E2 decoder process (:class:`~xapp.adapters.e2.decoder.DecoderProcess`,
-  what ``mcw run`` uses: decoding holds no lock of this interpreter) or, given a plain
-  callable, to a worker thread; health checks are answered on the dispatch thread at once.  A
+  bounded queue to the E2 decoder process
+  (:class:`~xapp.adapters.e2.decoder_process.DecoderProcess`, what ``mcw run`` uses: decoding
+  holds no lock of this interpreter) or, given a plain callable, to a worker thread; health
+  checks are answered on the dispatch thread at once.  A
   full queue drops the message and counts it (an A1 request dropped so is answered ERROR,
   naming its instance).
 * The frame's SDL client is the in-memory fake: the xApp's state goes through
@@ -77,7 +78,7 @@ E2_QUEUE = 1024
 
 class IndicationHandoff(Protocol):
     """Where RIC indications go from the dispatch thread: a bounded queue that never blocks
-    (:class:`~xapp.adapters.e2.decoder.DecoderProcess`, or a :class:`QueueWorker`)."""
+    (:class:`~xapp.adapters.e2.decoder_process.DecoderProcess`, or a :class:`QueueWorker`)."""
 
     maxsize: int
 
@@ -177,8 +178,8 @@ class RmrGlue:
     indications : IndicationHandoff, default=None
         Takes the payload and the sending E2 node's name (RMR meid, None when the message has
         none) of every ``RIC_INDICATION`` (12050): ``mcw run`` gives the E2 decoder process
-        (:class:`~xapp.adapters.e2.decoder.DecoderProcess`); started, stopped and supervised
-        with the glue's workers.
+        (:class:`~xapp.adapters.e2.decoder_process.DecoderProcess`); started, stopped and
+        supervised with the glue's workers.
     on_indication : callable, default=None
         Instead of ``indications``: called with the same in a worker thread of this process,
         ``mcw-e2-indications`` (tests; its decoding holds this interpreter's lock).  Neither

@@ -40,7 +40,7 @@ class E2Counters:
     indications: Callable[[], Mapping[str, int]]
     #: Indications that matched no confirmed subscription (the book's misses).
     unmatched: Callable[[], int]
-    #: Indications dropped before decoding, by reason (``xapp.adapters.e2.decoder``).
+    #: Indications dropped before decoding, by reason (``xapp.adapters.e2.decoder_process``).
     dropped: Callable[[], Mapping[str, int]] = dict
 
 

@@ -204,7 +204,7 @@ def test_golden_indication_over_rmr_reaches_the_intake(
     from tests.xapp.adapters.rmr_peer import RmrPeer
     from xapp.adapters.a1 import A1Handler
     from xapp.adapters.e2 import e2ap
-    from xapp.adapters.e2.decoder import DecoderProcess
+    from xapp.adapters.e2.decoder_process import DecoderProcess
     from xapp.adapters.e2.ingest import KpmIngest
     from xapp.adapters.e2.records import ActiveSubscription
     from xapp.adapters.e2.registry import CpeRegistry

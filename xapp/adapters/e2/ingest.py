@@ -6,10 +6,11 @@ One :class:`KpmIngest` sits behind :class:`~xapp.adapters.rmr.RmrGlue`, in two h
             --decode_kpm_indication(dialect, measIDs)--> KpmIndication      (decoding half)
             --book.lookup, map_indication(registry, names)--> one KpiFrame --> sink  (apply)
 
-The decoding half (:class:`~xapp.adapters.e2.decoder.IndicationDecoder`) runs in the decoder
-process that ``mcw run`` starts (:class:`~xapp.adapters.e2.decoder.DecoderProcess`), which
-hands each result to :meth:`KpmIngest.apply` in the main process; :meth:`KpmIngest.handle`
-runs both halves in the caller's thread (tests, tools, the in-process bench figures).
+The decoding half (:class:`~xapp.adapters.e2.indication_decoder.IndicationDecoder`) runs in
+the decoder process that ``mcw run`` starts
+(:class:`~xapp.adapters.e2.decoder_process.DecoderProcess`), which hands each result to
+:meth:`KpmIngest.apply` in the main process; :meth:`KpmIngest.handle` runs both halves in the
+caller's thread (tests, tools, the in-process bench figures).
 
 Neither raises: one malformed indication must not stop anything.  Every outcome is counted in
 :attr:`KpmIngest.counters` (fixed keys, read at scrape time) and every refusal is logged, at
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from xapp.adapters.e2 import aper
-from xapp.adapters.e2.decoder import MAX_PAYLOAD, Decoded, IndicationDecoder
+from xapp.adapters.e2.indication_decoder import MAX_PAYLOAD, Decoded, IndicationDecoder
 from xapp.adapters.e2.mapping import (
     DEFAULT_MAP,
     CpeLookup,

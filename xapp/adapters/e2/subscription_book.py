@@ -93,9 +93,9 @@ class SubscriptionBook:
 
     def decode_view(self) -> dict[str, Any]:
         """What decoding indications needs of the book, as plain JSON data (the decoder
-        process's copy, :class:`xapp.adapters.e2.decoder.BookCopy`): the subscriptions'
-        keys, nodes, KPM versions, dialects and measurement lists, the dialects remembered
-        per node and RAN function, and :attr:`version`."""
+        process's copy, :class:`xapp.adapters.e2.indication_decoder.BookCopy`): the
+        subscriptions' keys, nodes, KPM versions, dialects and measurement lists, the dialects
+        remembered per node and RAN function, and :attr:`version`."""
         with self._lock:
             return {
                 "version": self.version,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from xapp.adapters.dbaas import redis_from_env
 from xapp.adapters.e2 import kpm_decode
-from xapp.adapters.e2.decoder import DecoderProcess
+from xapp.adapters.e2.decoder_process import DecoderProcess
 from xapp.adapters.e2.ingest import KpmIngest
 from xapp.adapters.e2.nodes import (
     CombinedNodes,

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Mapping
 
 from xapp.adapters.a1 import A1Handler, A1Resync
-from xapp.adapters.e2.decoder import DecoderProcess
+from xapp.adapters.e2.decoder_process import DecoderProcess
 from xapp.adapters.rmr import RmrGlue, rmr_library_available
 from xapp.app.config import POD_IP_ENV
 from xapp.core.workers import Supervisor, Worker

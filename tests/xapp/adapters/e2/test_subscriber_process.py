@@ -99,7 +99,7 @@ def test_indications_go_through_the_decoder_process_into_the_intake(
     receive thread hands them over; from there on everything is what runs in a RIC."""
     from xapp.adapters import rmr
     from xapp.adapters.e2 import e2ap, kpm_encode
-    from xapp.adapters.e2.decoder import DecoderProcess
+    from xapp.adapters.e2.decoder_process import DecoderProcess
     from xapp.adapters.e2.records import KpmReport, RicIndication, RicRequestId
     from xapp.app.wiring import rmr as rmr_wiring
 

@@ -21,28 +21,18 @@ from typing import Any
 import pytest
 
 from tests.support.polling import wait_until
+from tests.xapp.adapters.e2.decoder_inputs import (
+    FUNCTION,
+    NODE,
+    REQUEST,
+    indication,
+    make_ingest,
+)
 from xapp.adapters.a1 import A1Handler, PolicyType
-from xapp.adapters.e2 import e2ap, kpm_encode
-from xapp.adapters.e2.decoder import (
-    BookCopy,
-    Decoded,
-    DecoderProcess,
-    IndicationDecoder,
-    WireError,
-    decode_decoded,
-    encode_decoded,
-)
+from xapp.adapters.e2 import e2ap
+from xapp.adapters.e2.decoder_process import DecoderProcess
 from xapp.adapters.e2.ingest import KpmIngest
-from xapp.adapters.e2.records import (
-    ActiveSubscription,
-    KpmIndication,
-    KpmReport,
-    RicIndication,
-    RicRequestId,
-    UeId,
-)
-from xapp.adapters.e2.registry import CpeRegistry
-from xapp.adapters.e2.subscription_book import SubscriptionBook
+from xapp.adapters.e2.records import ActiveSubscription, RicIndication, RicRequestId
 from xapp.adapters.lab import LoopbackGlue
 from xapp.app.collector import ComponentCollector, E2Counters
 from xapp.app.endpoints import READY_PATH, Health, HttpServer
@@ -51,49 +41,7 @@ from xapp.core.forecast import KpiFrame
 from xapp.core.policy_book import PolicyBook
 from xapp.core.workers import Supervisor, WorkerState
 
-NODE = "gnb_208_092_0000000a"
-CELL = "02f839-00000000a"
-REQUEST = RicRequestId(123, 7)
-FUNCTION = 2
 A1_POLICY_REQ, RIC_INDICATION = 20010, 12050
-
-
-def ue(i: int) -> UeId:
-    return UeId(amf_ue_ngap_id=100 + i, guami="02f839-1-2-3", gnb_cu_ue_f1ap_id=i,
-                ran_ue_id=f"{0xA000_0000 + i:016x}")
-
-
-def indication(ues: int = 3, *, dialect: str = "v3", request: RicRequestId = REQUEST) -> bytes:
-    reports = [KpmReport({"DRB.UEThpDl": 10_000.0 + i, "DRB.UEThpUl": 2_000.5,
-                          "RRU.PrbUsedDl": 20.0, "RRU.PrbAvailDl": 100.0}, ue=ue(i))
-               for i in range(ues)]
-    header = kpm_encode.encode_kpm_indication_header(1_700_000_000_000, 3, sender_name="gnb-t")
-    message = kpm_encode.encode_kpm_indication_message(reports, 3, granularity_ms=1000,
-                                                       dialect=dialect)
-    return e2ap.encode_ric_indication(RicIndication(request, FUNCTION, 1, 1, "report",
-                                                    header, message))
-
-
-class Frames:
-    def __init__(self) -> None:
-        self.frames: list[KpiFrame] = []
-
-    def __call__(self, frame: KpiFrame) -> None:
-        self.frames.append(frame)
-
-
-class Ingest(KpmIngest):
-    book: SubscriptionBook
-
-
-def make_ingest(ues: int = 3, dialect: str = "v3") -> tuple[Ingest, Frames]:
-    book = SubscriptionBook(REQUEST.requestor)
-    book.add(ActiveSubscription("sub-1", NODE, REQUEST, FUNCTION, 3, 4, dialect=dialect))
-    registry = CpeRegistry()
-    for i in range(ues):
-        registry.add(f"cpe-{i}", ue(i).keys()[:1], CELL)
-    sink = Frames()
-    return Ingest(book, registry, sink), sink
 
 
 @pytest.fixture
@@ -121,85 +69,6 @@ def rows(frames: list[KpiFrame]) -> list[tuple[str, str, dict[str, float]]]:
                         {k: float(v[i]) for k, v in sorted(f.values.items())
                          if not math.isnan(v[i])}))
     return out
-
-
-# --- the wire ------------------------------------------------------------------------------------
-
-
-def test_an_answer_crosses_the_wire_as_it_was() -> None:
-    ingest, _ = make_ingest()
-    d = ingest.decoder.decode(indication(), NODE)
-    assert d.outcome == "decoded" and d.kpm is not None and d.check == "checked"
-    assert decode_decoded(encode_decoded(d)) == d
-    for refused in (Decoded("refused_e2ap", "not APER", meid=None),
-                    Decoded("refused_kpm", "x", REQUEST, FUNCTION, NODE, NODE, None, "v3",
-                            "skipped")):
-        assert decode_decoded(encode_decoded(refused)) == refused
-    # Cell-level reports, values that are not integers, a UE with only some ids.
-    kpm = KpmIndication(3, 1, None, 1000, None, (
-        KpmReport({"RRU.PrbTotDl": 12.5}, cell=CELL),
-        KpmReport({"L1M.SS-RSRP": -101.25}, ue=UeId(gnb_cu_ue_f1ap_id=4))), "flexric-v2")
-    d = Decoded("decoded", "", REQUEST, FUNCTION, NODE, NODE, kpm, None, "")
-    assert decode_decoded(encode_decoded(d)) == d
-
-
-@pytest.mark.parametrize("doc", [
-    b"", b"[", b"{}", b'"decoded"',
-    b'["decoded","",[123,7],2,"n","n",null,"",null]',  # decoded without the indication
-    b'["pwned","",null,null,null,"",null,"",null]',  # an outcome nobody counts
-    b'["refused_kpm","",null,null,null,"","v9","",null]',  # a dialect that does not exist
-    b'["refused_kpm","",null,null,null,"",null,"maybe",null]',
-    b'["decoded","",[123,"7"],2,"n","n",null,"",[3,3,null,null,null,"v3",[]]]',
-    b'["decoded","",[123,7],2,"n","n",null,"",[3,3,null,null,null,"v3",'
-    b'[[{"a":NaN},null,null]]]]',
-    b'["decoded","",[123,7],2,"n","n",null,"",[3,3,null,null,null,"v3",'
-    b'[[{"a":Infinity},null,null]]]]',
-    b'["decoded","",[123,7],2,"n","n",null,"",[3,3,null,null,null,"v3",'
-    b'[[{"a":"1"},null,null]]]]',
-    b'["decoded","",[123,7],2,"n","n",null,"",[3,3,null,null,null,"v3",'
-    b'[[{"a":1},[1,2,3,4,5],null]]]]',  # a GUAMI that is a number
-    b'["decoded","",[123,7],2,"n","n",null,"",[3,3,null,null,null,"v3",'
-    b'[[{"a":1},[1,null,true,null,null],null]]]]',
-    b'["decoded","",[123,7],2,"n","n",null,"",[3,3,null,null,null,"v3",[[{"a":1},null]]]]',
-    b"[" * 100_000,
-])
-def test_a_malformed_answer_is_refused_as_such(doc: bytes) -> None:
-    with pytest.raises(WireError):
-        decode_decoded(doc)
-
-
-def test_the_book_copy_decides_as_the_book_does() -> None:
-    book = SubscriptionBook(REQUEST.requestor)
-    book.add(ActiveSubscription("sub-1", NODE, REQUEST, FUNCTION, 3, 4,
-                                measurement_ids={1: "DRB.UEThpDl"}, dialect="flexric-v3",
-                                measurements=("DRB.UEThpDl", "RRU.PrbTotDl")))
-    book.remember_dialect(NODE, FUNCTION, "flexric-v3")
-    copy = BookCopy()
-    copy.load(json.loads(json.dumps(book.decode_view())))
-    assert copy.version == book.version
-    for request in (REQUEST, RicRequestId(999, 7), RicRequestId(123, 8)):
-        want, got = book.peek(request, FUNCTION), copy.peek(request, FUNCTION)
-        assert (want is None) == (got is None)
-    sub = copy.peek(REQUEST, FUNCTION)
-    assert sub is not None
-    assert (sub.subscription_id, sub.node, sub.kpm_version, sub.dialect, sub.measurement_ids,
-            sub.measurements) == ("sub-1", NODE, 3, "flexric-v3", {1: "DRB.UEThpDl"},
-                                  ("DRB.UEThpDl", "RRU.PrbTotDl"))
-    assert copy.dialect(NODE, FUNCTION) == "flexric-v3"
-    # Every change of what decoding needs moves the version (the copy is sent again).
-    v = book.version
-    book.remember_dialect(NODE, FUNCTION, "flexric-v3")
-    assert book.version == v  # no change
-    book.remember_dialect(NODE, FUNCTION, "v3")
-    book.remove_subscription("sub-1")
-    assert book.version == v + 2
-    unmatched = SubscriptionBook(REQUEST.requestor, match_requestor=False)
-    unmatched.add(ActiveSubscription("sub-1", NODE, REQUEST, FUNCTION, 3, 1))
-    copy.load(unmatched.decode_view())
-    assert copy.peek(RicRequestId(999, 7), FUNCTION) is not None
-
-
-# --- the process ----------------------------------------------------------------------------------
 
 
 def test_the_process_gives_what_decoding_here_gives(started: list[DecoderProcess]) -> None:
@@ -441,24 +310,6 @@ def test_the_glue_hands_indications_to_the_process_and_answers_a1_meanwhile(
     with pytest.raises(ValueError):
         LoopbackGlue(A1Handler(PolicyBook(), policy_type, "t"), lambda: True,
                      indications=d, on_indication=ingest.handle)
-
-
-def test_the_decoding_half_never_raises() -> None:
-    class Broken:
-        def peek(self, request: RicRequestId, ran_function_id: int) -> ActiveSubscription:
-            raise RuntimeError("boom")
-
-        def dialect(self, node: str, ran_function_id: int) -> str | None:
-            return None
-
-        def remember_dialect(self, node: str, ran_function_id: int, dialect: str) -> None:
-            pass
-
-    d = IndicationDecoder(Broken()).decode(indication(), NODE)
-    assert (d.outcome, d.detail) == ("internal_errors", "RuntimeError: boom")
-    ingest, _ = make_ingest()
-    ingest.apply(d)
-    assert ingest.counters["internal_errors"] == 1 and ingest.counters["received"] == 1
 
 
 def test_a_book_larger_than_an_indication_reaches_the_process(

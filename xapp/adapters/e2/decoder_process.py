@@ -13,11 +13,11 @@ indications arrived at 10,000 UE measurements/s (issue 21).  So it runs in a chi
 The process knows nothing but bytes in and plain data out: the main process sends it, on one
 pipe, its copy of the subscription book (:meth:`SubscriptionBook.decode_view`, again whenever
 the book's version moved) and each indication (node name + payload, framed, never pickled);
-it answers each with one :class:`Decoded` as JSON, which the main process parses with
-``json`` (no ``pickle`` of anything a node sent) and checks field by field before building
-records.  Mapping to CPEs, counting and the intake stay in the main process (the registry and
-the measurement tables live there); that costs ~1 ms of the main interpreter per 100-UE
-indication.
+it answers each with one :class:`~xapp.adapters.e2.indication_decoder.Decoded` as JSON,
+which the main process parses with ``json`` (no ``pickle`` of anything a node sent) and checks
+field by field before building records.  Mapping to CPEs, counting and the intake stay in the
+main process (the registry and the measurement tables live there); that costs ~1 ms of the
+main interpreter per 100-UE indication.
 
 Supervision (:class:`DecoderProcess`, a :class:`~xapp.core.workers.Worker`):
 
@@ -37,9 +37,10 @@ Supervision (:class:`DecoderProcess`, a :class:`~xapp.core.workers.Worker`):
   answer to start-up within ``start_timeout_s``): state ``stuck``, then the process is killed
   (a process can be, a thread cannot) and is dead as above.
 
-:class:`IndicationDecoder` is the decoding half of :class:`~xapp.adapters.e2.ingest.KpmIngest`
-(which runs it in-process in :meth:`KpmIngest.handle`, for tests and tools): the same code
-runs in the child against :class:`BookCopy`.
+The decoding half is :class:`~xapp.adapters.e2.indication_decoder.IndicationDecoder` (run in
+the child against its :class:`~xapp.adapters.e2.indication_decoder.BookCopy`), the answer's
+JSON :mod:`xapp.adapters.e2.decoded_wire`; this module is the process around them: its pipes,
+its body (:func:`serve`) and its supervision in the main process.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import math
 import os
 import queue
 import select
@@ -57,26 +57,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from xapp.adapters.e2 import aper, e2ap, kpm_decode
-from xapp.adapters.e2.records import (
-    ActiveSubscription,
-    E2DecodeError,
-    KpmIndication,
-    KpmReport,
-    RicRequestId,
-    UeId,
-)
+from xapp.adapters.e2 import aper
+from xapp.adapters.e2.decoded_wire import WireError, decode_decoded, encode_decoded
+from xapp.adapters.e2.indication_decoder import BookCopy, Decoded, IndicationDecoder
 from xapp.core.workers import Worker, WorkerState, WorkerStatus
 
 log = logging.getLogger(__name__)
 
-#: An indication of 1,000 UEs with a dozen measurements each is some tens of KiB; RMR's own
-#: default maximum message is 4 KiB unless the route is configured larger.
-MAX_PAYLOAD: Final = 1 << 20
 #: Indications waiting for the decoder process (one granularity period of a few hundred nodes).
 QUEUE: Final = 1024
 #: Largest answer read from the decoder process (a 64 KiB indication gives at most a few MiB
@@ -84,19 +73,9 @@ QUEUE: Final = 1024
 MAX_RESULT_BYTES: Final = 16 << 20
 #: Reasons an indication is dropped before it is decoded.
 DROP_REASONS: Final = ("queue_full", "decoder_down", "decoder_lost")
-#: Outcomes the decoding half gives (the rest of :data:`~xapp.adapters.e2.ingest.OUTCOMES`
-#: are the main process's): "decoded", or the reason it was refused.
-DECODE_OUTCOMES: Final = ("decoded", "refused_empty", "refused_too_large", "refused_e2ap",
-                          "refused_insert", "refused_unknown_subscription",
-                          "refused_wrong_node", "refused_kpm", "internal_errors")
-#: Dialect detection: "" (the remembered dialect read it), "checked" (every dialect was
-#: tried), "skipped" (a recent check failed, so only the assumed one was).
-CHECKS: Final = ("", "checked", "skipped")
 #: Indications written to a process and not yet answered; the feeder waits beyond.  What a
 #: process that dies holds is sent again to the next, so this bounds what is kept to resend.
 MAX_IN_FLIGHT: Final = 32
-#: (node, RAN function) pairs whose failed dialect check is remembered; beyond, forgotten.
-MAX_TRACKED_FUNCTIONS: Final = 4096
 
 # Frames on the pipes: one kind byte, then the body.
 _JOB: Final = b"I"  # main -> child: !HI (meid length, payload length) + meid + payload
@@ -108,311 +87,6 @@ _MAX_MEID: Final = 1024
 #: Largest book copy the process accepts (the main process's own data: thousands of
 #: subscriptions with their measurement lists are a few MiB).
 MAX_BOOK_BYTES: Final = 64 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class Decoded:
-    """What decoding one RIC indication gave: plain data, the same in-process and across the
-    pipe.  ``outcome`` is one of :data:`DECODE_OUTCOMES`; ``kpm`` is set when "decoded"."""
-
-    outcome: str
-    detail: str = ""
-    request: RicRequestId | None = None
-    ran_function_id: int | None = None
-    #: The RMR meid the indication came with, and the node whose dialect was used.
-    meid: str | None = None
-    node: str = ""
-    kpm: KpmIndication | None = None
-    #: The dialect remembered for the node before this indication (None: none yet).
-    known: str | None = None
-    check: str = ""
-
-
-class DecodeBook(Protocol):
-    """What decoding needs of the subscription book (the book itself, or the process's copy)."""
-
-    def peek(self, request: RicRequestId, ran_function_id: int
-             ) -> ActiveSubscription | None: ...
-
-    def dialect(self, node: str, ran_function_id: int) -> str | None: ...
-
-    def remember_dialect(self, node: str, ran_function_id: int, dialect: str) -> None: ...
-
-
-class IndicationDecoder:
-    """An RMR payload of type 12050 to a :class:`Decoded`; never raises.
-
-    The subscription the indication names gives the KPM version, the dialect assumed and the
-    measurement names; the dialect its node's indications last decoded with is tried first,
-    and on the node's first indication (or when that one fails) every dialect is, the first
-    that reads header and message is remembered (in ``book``: the main process's answer
-    comes after, and the next indication must not be checked again).  A failed check is not
-    repeated for the same node and function within ``recheck_interval_s``: a node sending
-    bytes no dialect reads costs one decode per indication, not one per dialect.
-    """
-
-    def __init__(self, book: DecodeBook, *, max_payload: int = MAX_PAYLOAD,
-                 recheck_interval_s: float = 10.0,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.book = book
-        self.max_payload = max_payload
-        self.recheck_interval_s = recheck_interval_s
-        self.monotonic = monotonic
-        #: (node, RAN function) -> monotonic time of its last failed dialect check
-        self._failed_checks: dict[tuple[str, int], float] = {}
-
-    def decode(self, payload: bytes, meid: str | None = None, *,
-               size: int | None = None) -> Decoded:
-        """``payload`` from node ``meid`` (``size``: its length where only its first bytes
-        were shipped, see :meth:`DecoderProcess.offer`)."""
-        try:
-            return self._decode(payload, meid, len(payload) if size is None else size)
-        except Exception as exc:  # a bug, not bad input: reported, never raised
-            return Decoded("internal_errors", f"{type(exc).__name__}: {exc}"[:500], meid=meid)
-
-    def _decode(self, payload: bytes, meid: str | None, size: int) -> Decoded:
-        if not size:
-            return Decoded("refused_empty", "empty payload", meid=meid)
-        if size > self.max_payload:
-            return Decoded("refused_too_large", f"{size} bytes, more than {self.max_payload}",
-                           meid=meid)
-        try:
-            ind = e2ap.decode_ric_indication(bytes(payload))
-        except E2DecodeError as exc:
-            return Decoded("refused_e2ap", str(exc), meid=meid)
-        if ind.indication_type != "report":
-            return Decoded("refused_insert", f"indication type {ind.indication_type}",
-                           meid=meid)
-        fn = ind.ran_function_id
-        sub = self.book.peek(ind.request, fn)
-        if sub is None:
-            return Decoded("refused_unknown_subscription", "", ind.request, fn, meid)
-        if meid and sub.node and meid != sub.node:
-            return Decoded("refused_wrong_node", "", ind.request, fn, meid)
-        node = sub.node or meid or ""
-        known = self.book.dialect(node, fn)
-        key = (node, fn)
-        ids = sub.measurement_ids or None
-        names = sub.measurements or None
-        first = known or sub.dialect
-
-        def decoded(kpm: KpmIndication, check: str) -> Decoded:
-            return Decoded("decoded", "", ind.request, fn, meid, node, kpm, known, check)
-
-        def refused(exc: E2DecodeError, check: str) -> Decoded:
-            return Decoded("refused_kpm", str(exc), ind.request, fn, meid, node, None, known,
-                           check)
-
-        failed_at = self._failed_checks.get(key)
-        if failed_at is not None and self.monotonic() - failed_at < self.recheck_interval_s:
-            try:
-                return decoded(kpm_decode.decode_kpm_indication(
-                    ind.header, ind.message, sub.kpm_version, dialect=first,
-                    measurement_ids=ids, measurement_names=names), "skipped")
-            except E2DecodeError as exc:
-                return refused(exc, "skipped")
-        if known is not None:
-            try:
-                return decoded(kpm_decode.decode_kpm_indication(
-                    ind.header, ind.message, sub.kpm_version, dialect=known,
-                    measurement_ids=ids, measurement_names=names), "")
-            except E2DecodeError:
-                pass
-        try:
-            kpm = kpm_decode.detect_kpm_indication(ind.header, ind.message, sub.kpm_version,
-                                                   first=first, measurement_ids=ids,
-                                                   measurement_names=names)
-        except E2DecodeError as exc:
-            if len(self._failed_checks) >= MAX_TRACKED_FUNCTIONS:
-                self._failed_checks.clear()
-            self._failed_checks[key] = self.monotonic()
-            return refused(exc, "checked")
-        self._failed_checks.pop(key, None)
-        if kpm.dialect != known:
-            self.book.remember_dialect(node, fn, kpm.dialect)
-        return decoded(kpm, "checked")
-
-
-class BookCopy:
-    """The decoder process's copy of the subscription book: what :class:`IndicationDecoder`
-    needs, loaded from :meth:`SubscriptionBook.decode_view` (the main process's, trusted)."""
-
-    def __init__(self) -> None:
-        self.version = -1
-        self._requestor: int | None = None
-        self._subs: dict[tuple[int, int], ActiveSubscription] = {}
-        self._dialects: dict[tuple[str, int], str] = {}
-
-    def load(self, view: Mapping[str, Any]) -> None:
-        subs: dict[tuple[int, int], ActiveSubscription] = {}
-        requestor = view["requestor"]
-        for instance, fn, sid, node, version, dialect, ids, names in view["subscriptions"]:
-            subs[(int(instance), int(fn))] = ActiveSubscription(
-                str(sid), str(node), RicRequestId(-1 if requestor is None else int(requestor),
-                                                  int(instance)),
-                int(fn), int(version), 0, measurement_ids={int(i): str(n) for i, n in ids},
-                dialect=str(dialect), measurements=tuple(str(n) for n in names))
-        self._subs = subs
-        self._requestor = None if requestor is None else int(requestor)
-        self._dialects = {(str(n), int(f)): str(d) for n, f, d in view["dialects"]}
-        self.version = int(view["version"])
-
-    def peek(self, request: RicRequestId, ran_function_id: int) -> ActiveSubscription | None:
-        sub = self._subs.get((request.instance, ran_function_id))
-        if sub is None or (self._requestor is not None and request.requestor != self._requestor):
-            return None
-        return sub
-
-    def dialect(self, node: str, ran_function_id: int) -> str | None:
-        return self._dialects.get((node, ran_function_id))
-
-    def remember_dialect(self, node: str, ran_function_id: int, dialect: str) -> None:
-        self._dialects[(node, ran_function_id)] = dialect
-
-
-# --- the wire: Decoded as JSON ------------------------------------------------------------------
-
-
-def _ue_wire(ue: UeId | None) -> list[Any] | None:
-    if ue is None:
-        return None
-    return [ue.amf_ue_ngap_id, ue.guami, ue.gnb_cu_ue_f1ap_id, ue.ran_ue_id, ue.c_rnti]
-
-
-def encode_decoded(d: Decoded) -> bytes:
-    """``d`` as compact JSON (the decoder process's answer).  Reports are columnar: each
-    distinct list of measurement names once, each report ``[list index, values, UE, cell]``
-    (every UE of a format 3 indication has the same names)."""
-    kpm = d.kpm
-    wire_kpm = None
-    if kpm is not None:
-        tables: dict[tuple[str, ...], int] = {}
-        reports = []
-        for r in kpm.reports:
-            names = tuple(r.values)
-            index = tables.setdefault(names, len(tables))
-            reports.append([index, list(r.values.values()), _ue_wire(r.ue), r.cell])
-        wire_kpm = [kpm.kpm_version, kpm.format, kpm.collect_start_ms, kpm.granularity_ms,
-                    kpm.sender_name, kpm.dialect, list(tables), reports]
-    doc: list[Any] = [
-        d.outcome, d.detail,
-        None if d.request is None else [d.request.requestor, d.request.instance],
-        d.ran_function_id, d.meid, d.node, d.known, d.check, wire_kpm]
-    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
-
-
-class WireError(ValueError):
-    """An answer of the decoder process that is not a well-formed :class:`Decoded`."""
-
-
-def _reject_constant(name: str) -> Any:
-    raise WireError(f"{name} is not a number here")
-
-
-def _int(v: Any, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise WireError(f"{what}: expected an integer, got {type(v).__name__}")
-    return v
-
-
-def _opt_int(v: Any, what: str) -> int | None:
-    return None if v is None else _int(v, what)
-
-
-def _str(v: Any, what: str) -> str:
-    if not isinstance(v, str):
-        raise WireError(f"{what}: expected a string, got {type(v).__name__}")
-    return v
-
-
-def _opt_str(v: Any, what: str) -> str | None:
-    return None if v is None else _str(v, what)
-
-
-def _list(v: Any, what: str, n: int | None = None) -> list[Any]:
-    if not isinstance(v, list) or (n is not None and len(v) != n):
-        raise WireError(f"{what}: expected a list{'' if n is None else f' of {n}'}")
-    return v
-
-
-def _reports(tables: Any, items: Any) -> tuple[KpmReport, ...]:
-    """The reports of an answer (see :func:`encode_decoded`), one loop with the checks
-    inline: an indication of 100 UEs is read on the main interpreter."""
-    names = []
-    for table in _list(tables, "names"):
-        if not isinstance(table, list) or any(n.__class__ is not str for n in table):
-            raise WireError("names: expected lists of strings")
-        names.append(table)
-    out = []
-    isfinite = math.isfinite
-    for item in _list(items, "reports"):
-        if not isinstance(item, list) or len(item) != 4:
-            raise WireError("report: expected [names, values, UE, cell]")
-        index, values, ue, cell = item
-        if index.__class__ is not int or not 0 <= index < len(names):
-            raise WireError("report: names index out of range")
-        if not isinstance(values, list) or len(values) != len(names[index]):
-            raise WireError("report values: one per name expected")
-        for value in values:
-            if value.__class__ not in (int, float) or not isfinite(value):
-                raise WireError("report value: expected a finite number")
-        uid = None
-        if ue is not None:
-            if not isinstance(ue, list) or len(ue) != 5:
-                raise WireError("UE id: expected a list of 5")
-            amf, guami, f1ap, ran, crnti = ue
-            for v in (amf, f1ap, crnti):
-                if v is not None and v.__class__ is not int:
-                    raise WireError("UE id: expected integers")
-            for v in (guami, ran):
-                if v is not None and v.__class__ is not str:
-                    raise WireError("UE id: expected strings")
-            uid = UeId(amf, guami, f1ap, ran, crnti)
-        if cell is not None and cell.__class__ is not str:
-            raise WireError("cell: expected a string")
-        out.append(KpmReport(dict(zip(names[index], values, strict=True)), uid, cell))
-    return tuple(out)
-
-
-def decode_decoded(data: bytes) -> Decoded:
-    """The :class:`Decoded` the decoder process sent, every field's type checked; raises
-    :class:`WireError` (nothing else) when it is not one."""
-    try:
-        doc = json.loads(data, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        raise WireError(f"not JSON: {exc}"[:300]) from None
-    try:
-        outcome, detail, request, fn, meid, node, known, check, kpm = _list(doc, "answer", 9)
-        outcome = _str(outcome, "outcome")
-        if outcome not in DECODE_OUTCOMES or check not in CHECKS:
-            raise WireError(f"outcome {outcome!r} or check {check!r} unknown")
-        if known is not None and known not in aper.DIALECTS:
-            raise WireError(f"dialect {known!r} unknown")
-        req = None
-        if request is not None:
-            requestor, instance = _list(request, "request", 2)
-            req = RicRequestId(_int(requestor, "requestor"), _int(instance, "instance"))
-        ind = None
-        if kpm is not None:
-            version, fmt, start, period, sender, dialect, tables, reports = _list(
-                kpm, "KPM", 8)
-            if dialect not in aper.DIALECTS:
-                raise WireError(f"dialect {dialect!r} unknown")
-            ind = KpmIndication(
-                _int(version, "KPM version"), _int(fmt, "format"), _opt_int(start, "start"),
-                _opt_int(period, "granularity"), _opt_str(sender, "sender"),
-                _reports(tables, reports), dialect)
-        if outcome == "decoded" and (ind is None or req is None):
-            raise WireError("decoded without the indication")
-        return Decoded(outcome, _str(detail, "detail"), req, _opt_int(fn, "RAN function"),
-                       _opt_str(meid, "meid"), _str(node, "node"), ind, known, check)
-    except (TypeError, ValueError) as exc:  # WireError is a ValueError; bad unpacking too
-        if isinstance(exc, WireError):
-            raise
-        raise WireError(f"malformed answer: {exc}"[:300]) from None
-
-
-# --- the decoder process ----------------------------------------------------------------------
 
 
 class Frames:
@@ -521,7 +195,8 @@ class _Child:
                 os.pathsep) if p])
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", "from xapp.adapters.e2.decoder import main; main()",
+                [sys.executable, "-c",
+                 "from xapp.adapters.e2.decoder_process import main; main()",
                  str(jobs_r), str(results_w), str(max_payload), str(recheck_interval_s)],
                 pass_fds=(jobs_r, results_w), stdin=subprocess.DEVNULL, env=env)
         finally:
