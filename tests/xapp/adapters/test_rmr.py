@@ -163,26 +163,55 @@ def test_hostile_a1_requests_do_not_stop_a1_or_health_checks(rig: dict[str, Any]
     assert resp["status"] == "OK"
 
 
+def big_request(iid: str) -> bytes:
+    """Issue 22's request: ``scope.cpes = [0, "c0", ..., "c29999"]``, 282 KiB, refused."""
+    return json.dumps({"operation": "CREATE", "policy_type_id": 20100,
+                       "policy_instance_id": iid, "payload": {"scope": {
+                           "cpes": [0] + [f"c{i}" for i in range(30000)]}}}).encode()
+
+
 def test_the_282_kib_request_of_issue_22_and_a_health_check_during_it(
         rig: dict[str, Any]) -> None:
-    """Issue 22: answered after 50 s before, with the health check unanswered all along; now
-    under 100 ms, and the health check sent right after it under 10 ms."""
+    """Issue 22: answered after 50 s before, with the health check unanswered all along.  How
+    long the health check waits is not timed here (wall time on a shared machine says little):
+    what held it, the frame's copy of the payload, is counted in
+    ``test_a_282_kib_payload_is_copied_once_on_its_way_in``."""
     peer = rig["peer"]
     peer.receive(A1_POLICY_QUERY, timeout_s=20)
     peer.send(100, b"ping")
     assert peer.receive(101, timeout_s=20) == b"OK\n"  # warm: connections are up
-    raw = json.dumps({"operation": "CREATE", "policy_type_id": 20100,
-                      "policy_instance_id": "p-big", "payload": {"scope": {
-                          "cpes": [0] + [f"c{i}" for i in range(30000)]}}}).encode()
-    sent = time.monotonic()
-    peer.send(A1_POLICY_REQ, raw)
-    health_sent = time.monotonic()
+    peer.send(A1_POLICY_REQ, big_request("p-big"))
     peer.send(100, b"ping")
     assert peer.receive(101, timeout_s=20) == b"OK\n"
-    assert peer.arrived_at[101] - health_sent < 0.010
     resp = json.loads(peer.receive(A1_POLICY_RESP, timeout_s=20))
     assert (resp["status"], resp["policy_instance_id"]) == ("ERROR", "p-big")
-    assert peer.arrived_at[A1_POLICY_RESP] - sent < 0.100
+
+
+def test_a1_requests_and_health_checks_under_load_are_all_answered_in_order(
+        rig: dict[str, Any]) -> None:
+    """150 A1 requests, every 30th the 282 KiB one, with a health check after every third,
+    sent without waiting: each request is answered once, in the order sent (one A1 worker,
+    none dropped: fewer than its queue holds), and every health check OK."""
+    peer = rig["peer"]
+    peer.receive(A1_POLICY_QUERY, timeout_s=20)
+    expected, checks = [], 0
+    for i in range(150):
+        iid = f"load-{i}"
+        if i % 30 == 15:
+            peer.send(A1_POLICY_REQ, big_request(iid))
+            expected.append((iid, "ERROR"))
+        else:
+            peer.send(A1_POLICY_REQ, json.dumps({
+                "operation": "CREATE", "policy_type_id": 20100, "policy_instance_id": iid,
+                "payload": {"scope": {"cpes": [f"cpe-{i % 2 + 1}"]}}}).encode())
+            expected.append((iid, "OK"))
+        if i % 3 == 0:
+            peer.send(100, b"ping")
+            checks += 1
+    answers = [json.loads(peer.receive(A1_POLICY_RESP, timeout_s=30)) for _ in expected]
+    assert [(a["policy_instance_id"], a["status"]) for a in answers] == expected
+    assert [peer.receive(101, timeout_s=30) for _ in range(checks)] == [b"OK\n"] * checks
+    assert not peer.received  # nothing else, and nothing twice
 
 
 # --- RmrGlue in this process, on a static route table ----------------------------------------
