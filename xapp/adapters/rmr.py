@@ -17,6 +17,10 @@ What the frame gets wrong for us, and what is done about it:
 * ``rmr_wait_for_ready`` would block start-up until a route table arrives: we start at once and
   send ``A1_POLICY_QUERY`` from a thread as soon as RMR can route it.
 * mdclogpy starts at ERROR: the frame's own logger gets our level.
+* The frame's receive thread builds each payload from a tuple of one Python int per byte
+  (``rmr.get_payload``): 60-80 ms for a 282 KiB A1 request, the interpreter lock held, and
+  every message received behind it (a health check) waits for it.  :func:`_xapp_class` makes
+  it one ``memcpy`` (:func:`_copy_payload`), for RIC indications too.
 * The frame's one dispatch thread runs every handler in turn, so one slow message holds up all
   the others: here it only routes.  A1 requests go through a bounded queue to their own
   supervised worker (:class:`~xapp.core.workers.QueueWorker`); RIC indications through a
@@ -457,6 +461,12 @@ class RmrGlue:
             self.query_worker.stop()
 
 
+def _copy_payload(mbuf: Any) -> bytes:
+    """The payload of an RMR message buffer (``rmr_mbuf_t*``) as bytes, in one copy."""
+    length = int(mbuf.contents.len)
+    return ctypes.string_at(mbuf.contents.payload, length) if length > 0 else b""
+
+
 def _default_handler(xapp: Any, summary: dict[str, Any], sbuf: Any) -> None:
     log.warning("RMR message of unexpected type %s ignored", summary.get(MS_MSG_TYPE))
     xapp.rmr_free(sbuf)
@@ -472,8 +482,13 @@ def _xapp_class() -> type:
     """The frame's ``RMRXapp`` with the fixes listed in the module docstring (imports RMR)."""
     import requests
     from mdclogpy import Level
+    from ricxappframe.rmr import rmr
     from ricxappframe.util.constants import Constants
     from ricxappframe.xapp_frame import RMRXapp
+
+    # The frame's receive thread summarises every message with rmr.message_summary, which
+    # looks get_payload up in its module at each call: replaced before RmrLoop starts.
+    rmr.get_payload = _copy_payload
 
     class McwRmrXapp(RMRXapp):  # type: ignore[misc]
         def __init__(self, glue: RmrGlue, **kwargs: Any) -> None:

@@ -25,8 +25,6 @@ class RmrPeer:
                 raise TimeoutError("RMR peer not ready (route table?)")
             time.sleep(0.1)
         self.received: list[tuple[int, bytes]] = []
-        #: Message type -> when one of that type last arrived (time.monotonic()).
-        self.arrived_at: dict[int, float] = {}
 
     def send(self, mtype: int, payload: bytes, retries_s: float = 10.0) -> None:
         """Send until RMR accepts it (the xApp's listener may still be starting)."""
@@ -60,7 +58,6 @@ class RmrPeer:
             if summary[rmr.RMR_MS_MSG_STATE] != 0:
                 continue
             t, p = summary[rmr.RMR_MS_MSG_TYPE], summary[rmr.RMR_MS_PAYLOAD]
-            self.arrived_at[t] = time.monotonic()
             if t == mtype:
                 return bytes(p)
             self.received.append((t, bytes(p)))

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -162,31 +163,121 @@ def test_hostile_a1_requests_do_not_stop_a1_or_health_checks(rig: dict[str, Any]
     assert resp["status"] == "OK"
 
 
+def big_request(iid: str) -> bytes:
+    """Issue 22's request: ``scope.cpes = [0, "c0", ..., "c29999"]``, 282 KiB, refused."""
+    return json.dumps({"operation": "CREATE", "policy_type_id": 20100,
+                       "policy_instance_id": iid, "payload": {"scope": {
+                           "cpes": [0] + [f"c{i}" for i in range(30000)]}}}).encode()
+
+
 def test_the_282_kib_request_of_issue_22_and_a_health_check_during_it(
         rig: dict[str, Any]) -> None:
-    """Issue 22: answered after 50 s before, with the health check unanswered all along; now
-    under 100 ms, and the health check sent right after it under 10 ms."""
+    """Issue 22: answered after 50 s before, with the health check unanswered all along.  How
+    long the health check waits is not timed here (wall time on a shared machine says little):
+    what held it, the frame's copy of the payload, is counted in
+    ``test_a_282_kib_payload_is_copied_once_on_its_way_in``."""
     peer = rig["peer"]
     peer.receive(A1_POLICY_QUERY, timeout_s=20)
     peer.send(100, b"ping")
     assert peer.receive(101, timeout_s=20) == b"OK\n"  # warm: connections are up
-    raw = json.dumps({"operation": "CREATE", "policy_type_id": 20100,
-                      "policy_instance_id": "p-big", "payload": {"scope": {
-                          "cpes": [0] + [f"c{i}" for i in range(30000)]}}}).encode()
-    sent = time.monotonic()
-    peer.send(A1_POLICY_REQ, raw)
-    health_sent = time.monotonic()
+    peer.send(A1_POLICY_REQ, big_request("p-big"))
     peer.send(100, b"ping")
     assert peer.receive(101, timeout_s=20) == b"OK\n"
-    assert peer.arrived_at[101] - health_sent < 0.010
     resp = json.loads(peer.receive(A1_POLICY_RESP, timeout_s=20))
     assert (resp["status"], resp["policy_instance_id"]) == ("ERROR", "p-big")
-    assert peer.arrived_at[A1_POLICY_RESP] - sent < 0.100
+
+
+def test_a1_requests_and_health_checks_under_load_are_all_answered_in_order(
+        rig: dict[str, Any]) -> None:
+    """150 A1 requests, every 30th the 282 KiB one, with a health check after every third,
+    sent without waiting: each request is answered once, in the order sent (one A1 worker,
+    none dropped: fewer than its queue holds), and every health check OK."""
+    peer = rig["peer"]
+    peer.receive(A1_POLICY_QUERY, timeout_s=20)
+    expected, checks = [], 0
+    for i in range(150):
+        iid = f"load-{i}"
+        if i % 30 == 15:
+            peer.send(A1_POLICY_REQ, big_request(iid))
+            expected.append((iid, "ERROR"))
+        else:
+            peer.send(A1_POLICY_REQ, json.dumps({
+                "operation": "CREATE", "policy_type_id": 20100, "policy_instance_id": iid,
+                "payload": {"scope": {"cpes": [f"cpe-{i % 2 + 1}"]}}}).encode())
+            expected.append((iid, "OK"))
+        if i % 3 == 0:
+            peer.send(100, b"ping")
+            checks += 1
+    answers = [json.loads(peer.receive(A1_POLICY_RESP, timeout_s=30)) for _ in expected]
+    assert [(a["policy_instance_id"], a["status"]) for a in answers] == expected
+    assert [peer.receive(101, timeout_s=30) for _ in range(checks)] == [b"OK\n"] * checks
+    assert not peer.received  # nothing else, and nothing twice
+
+
+# --- RmrGlue in this process, on a static route table ----------------------------------------
+
+RIC_INDICATION = 12050
+
+
+def route_to_glue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, glue_port: int,
+                  peer_port: int) -> None:
+    """RIC indications and health checks to the glue; health answers and the A1 query to the
+    peer; no appmgr and no config file (registration is skipped)."""
+    routes = tmp_path / "routes.rt"
+    routes.write_text("newrt|start\n"
+                      f"rte|{RIC_INDICATION}|127.0.0.1:{glue_port}\n"
+                      f"rte|100|127.0.0.1:{glue_port}\n"
+                      f"rte|101|127.0.0.1:{peer_port}\n"
+                      f"rte|{A1_POLICY_QUERY}|127.0.0.1:{peer_port}\n"
+                      "newrt|end\n")
+    for k, v in {"RMR_SEED_RT": str(routes), "RMR_RTG_SVC": "-1",
+                 "RMR_SRC_ID": "127.0.0.1"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("HOSTNAME", raising=False)
+    monkeypatch.delenv("CONFIG_FILE", raising=False)
+
+
+def test_a_282_kib_payload_is_copied_once_on_its_way_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy_type: Any) -> None:
+    """Issue 33 item 8: the frame's receive thread built each payload from a tuple of one
+    Python int per byte (60-80 ms for 282 KiB, the interpreter lock held), and the health
+    check sent right after the 282 KiB request of issue 22 waited for it.  Counted, not
+    timed: while a message of that size and a health check behind it are received and
+    answered, Python allocates less than twice the payload (nine times before)."""
+    from tests.xapp.adapters.rmr_peer import RmrPeer
+    from xapp.adapters.a1 import A1Handler
+    from xapp.adapters.rmr import RmrGlue
+    from xapp.core.policy_book import PolicyBook
+
+    glue_port, peer_port = free_port(), free_port()
+    route_to_glue(tmp_path, monkeypatch, glue_port, peer_port)
+    received: list[bytes] = []
+    glue = RmrGlue(A1Handler(PolicyBook(), policy_type, "test"), lambda: True, port=glue_port,
+                   on_indication=lambda payload, _meid: received.append(payload))
+    glue.start()
+    peer = RmrPeer(peer_port)
+    try:
+        peer.send(100, b"ping")
+        assert peer.receive(101, timeout_s=20) == b"OK\n"  # connections up both ways
+        payload = bytes(range(256)) * 1129  # 282 KiB, every byte value
+        tracemalloc.start()
+        try:
+            peer.send(RIC_INDICATION, payload)
+            peer.send(100, b"ping")
+            assert peer.receive(101, timeout_s=20) == b"OK\n"
+            assert wait_until(lambda: len(received) == 1, timeout_s=20)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert received == [payload] and glue.callback_errors == 0
+        assert peak < 2 * len(payload)
+    finally:
+        glue.stop(timeout_s=8.0)
+        peer.close()
 
 
 # --- E2: a RIC Indication (12050) through RMR to the intake ----------------------------------
 
-RIC_INDICATION = 12050
 GOLDEN_INDICATION = (SHARED / "data" / "e2sim-kpm"
                      / "ind0.bin")
 E2_NODE = "gnb_001_001_0000000a"
@@ -214,18 +305,7 @@ def test_golden_indication_over_rmr_reaches_the_intake(
     from xapp.core.policy_book import PolicyBook
 
     glue_port, peer_port = free_port(), free_port()
-    routes = tmp_path / "routes.rt"
-    routes.write_text("newrt|start\n"
-                      f"rte|{RIC_INDICATION}|127.0.0.1:{glue_port}\n"
-                      f"rte|100|127.0.0.1:{glue_port}\n"
-                      f"rte|101|127.0.0.1:{peer_port}\n"
-                      f"rte|{A1_POLICY_QUERY}|127.0.0.1:{peer_port}\n"
-                      "newrt|end\n")
-    for k, v in {"RMR_SEED_RT": str(routes), "RMR_RTG_SVC": "-1",
-                 "RMR_SRC_ID": "127.0.0.1"}.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("HOSTNAME", raising=False)  # no appmgr: registration is skipped
-    monkeypatch.delenv("CONFIG_FILE", raising=False)
+    route_to_glue(tmp_path, monkeypatch, glue_port, peer_port)
 
     golden = GOLDEN_INDICATION.read_bytes()
     decoded = e2ap.decode_ric_indication(golden)
