@@ -102,7 +102,7 @@ class Cpe:
         docs = self.docs()
         return docs[-1] if docs else None
 
-    def wait(self, pred: Any, timeout_s: float = 20.0) -> dict[str, Any]:
+    def wait(self, pred: Any, timeout_s: float = 60.0) -> dict[str, Any]:
         ok = wait_until(lambda: any(pred(d) for d in self.docs()), timeout_s)
         assert ok, f"{self.cpe_id}: no weights matching; got {self.docs()[-3:]}"
         return [d for d in self.docs() if pred(d)][-1]
