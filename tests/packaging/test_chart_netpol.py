@@ -5,8 +5,10 @@ which pods each selector takes in. ``make e2e-k8s`` enforces the same policies f
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import subprocess
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -150,3 +152,38 @@ def test_documented_install_with_external_servers_lets_the_xapp_reach_them(
     assert can_connect(policies, xapp, DNS, 53, "UDP")
     assert can_connect(policies, xapp, SDL, 6379)
     assert not can_connect(policies, xapp, "192.0.2.40", influx.port or 80)
+
+
+def _fake_tools(bin_dir: Path, failures: int) -> Path:
+    """``wget`` that fails ``failures`` times then prints a ready document, and a ``sleep`` that
+    does not wait; the calls are counted in ``calls``."""
+    calls = bin_dir / "calls"
+    (bin_dir / "wget").write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        f'[ "$(wc -l < {calls})" -gt {failures} ] || exit 1\n'
+        "echo '{\"ready\": true}'\n")
+    (bin_dir / "sleep").write_text("#!/bin/sh\nexit 0\n")
+    for tool in ("wget", "sleep"):
+        (bin_dir / tool).chmod(0o755)
+    return calls
+
+
+@pytest.mark.parametrize("failures,passes", [(0, True), (3, True), (10, False)])
+def test_helm_test_pod_retries_until_the_policy_lets_it_through(
+        rendered: dict[str, cr.Rendered], tmp_path: Path, failures: int, passes: bool) -> None:
+    """An enforcing CNI applies a new pod's rules a moment after it starts (kube-router did in
+    make e2e-k8s): the test pod's first connections may be refused, so it tries again."""
+    [pod] = [p for p in rendered["default"].of_kind("Pod")
+             if p["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+    command = pod["spec"]["containers"][0]["command"]
+    calls = _fake_tools(tmp_path, failures)
+    res = subprocess.run(command, capture_output=True, text=True, timeout=30,
+                         env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    tries = calls.read_text().splitlines()
+    assert (res.returncode == 0) == passes, res
+    assert len(tries) == (failures + 1 if passes else 10)
+    assert all(t.endswith("http://service-ricxapp-mcw-xapp-http:8080/ric/v1/health/ready")
+               for t in tries)
+    if passes:
+        assert json.loads(res.stdout) == {"ready": True}
