@@ -80,6 +80,7 @@ PLT = "ricplt"
 BROKER_NODE_PORT = 30883
 #: The deployed broker's listener (broker/mosquitto.conf).
 BROKER_PORT = 8883
+HTTP_SERVICE = f"service-{NS}-{RELEASE}-http"
 SDL_NAMESPACE = "mcw"
 #: xApp pods the chart installs (replicaCount): above one, they share the CPEs by shards.
 REPLICAS = 2
@@ -707,17 +708,23 @@ def netpol_enforced(run: Run, st: Step) -> None:
     xapp, other = run.wait_xapp_ready()[:2]
     broker = run.pods(BROKER_SELECTOR)[0]
     http = f"{xapp['status']['podIP']}:8080"
+    # The Service `helm test` calls: kube-proxy's DNAT comes before kube-router's filter.
+    svc_ip = c.kubectl("-n", NS, "get", "service", HTTP_SERVICE, "-o",
+                       "jsonpath={.spec.clusterIP}").stdout.strip()
+    svc = f"{svc_ip}:8080"
     mqtt = f"{broker['status']['podIP']}:{BROKER_PORT}"
     seen = netpol.probe_pod(c, run.images.aux, NS, "netpol-stranger",
-                            {"app": "netpol-stranger"}, [http, mqtt])
-    st.checks.append(Check("a pod without the chart's labels: the xApp's HTTP port refused, the "
-                           "broker (open to every source) reached",
-                           seen.reached == {http: False, mqtt: True}, seen.describe()))
+                            {"app": "netpol-stranger"}, [http, svc, mqtt])
+    st.checks.append(Check("a pod without the chart's labels: the xApp's HTTP port refused (pod "
+                           "and Service address), the broker (open to every source) reached",
+                           seen.reached == {http: False, svc: False, mqtt: True},
+                           seen.describe()))
     seen = netpol.probe_pod(c, run.images.aux, NS, "netpol-as-helm-test", TEST_LABELS,
-                            [http, mqtt])
+                            [http, svc, mqtt])
     st.checks.append(Check("a pod with the helm test pod's labels (its own NetworkPolicy): the "
-                           "xApp's HTTP port reached, the broker refused",
-                           seen.reached == {http: True, mqtt: False}, seen.describe()))
+                           "xApp's HTTP port reached (pod and Service address), the broker "
+                           "refused", seen.reached == {http: True, svc: True, mqtt: False},
+                           seen.describe()))
     want = {f"{NODE_IP}:6379": True, f"{NODE_IP}:8086": True, mqtt: True,
             f"{NODE_IP}:6443": False, f"{other['status']['podIP']}:8080": False}
     seen = netpol.from_container(c, NS, xapp["metadata"]["name"], RELEASE, list(want))
