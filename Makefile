@@ -48,25 +48,35 @@ deps-e2e: deps-python deps-tools
 	@$(MAKE) --no-print-directory deps-system APT_NEEDS="$(APT_NEEDS) prometheus:prometheus"
 
 # Kubernetes v1.34 from the Go module proxy (tests/k8s/kube: a wrapper module), CoreDNS with the
-# plugins the cluster needs (tests/k8s/coredns), the pause binary from Kubernetes' pause.c; the
-# node's runtime from Debian. Compiling cold took 573 s + 69 s here
+# plugins the cluster needs (tests/k8s/coredns), the pause binary from Kubernetes' pause.c,
+# kube-router (NetworkPolicy enforced); the node's runtime from Debian. Compiling cold took 573 s + 69 s here
 # (2 shared cores, empty Go caches; docs/k8s.md), about 30 s with a warm Go build cache.
 K8S_BIN := $(CURDIR)/.tools/k8s/bin
-K8S_APT := etcd:etcd-server containerd:containerd ctr:containerd iptables:iptables \
+K8S_APT := etcd:etcd-server containerd:containerd ctr:containerd iptables:iptables ipset:ipset \
            /usr/lib/cni/bridge:containernetworking-plugins /usr/include/stdio.h:libc6-dev
+# The NetworkPolicy controller (its firewall alone, beside the bridge CNI): the only version the
+# module proxy serves here. Its advisory (GHSA-phqm-jgc3-qf8g) is in the service proxy, which
+# the cluster does not run.
+KUBE_ROUTER_VERSION := v2.1.0
 
 e2e-k8s: deps-k8s agent
 	$(PY) -m tests.k8s --out out/e2e-k8s
 
 deps-k8s: deps-python deps-tools
 	@$(MAKE) --no-print-directory deps-system APT_NEEDS="$(APT_NEEDS) $(K8S_APT)"
-	@$(MAKE) --no-print-directory $(K8S_BIN)/.version $(K8S_BIN)/coredns $(K8S_BIN)/pause
+	@$(MAKE) --no-print-directory $(K8S_BIN)/.version $(K8S_BIN)/coredns $(K8S_BIN)/pause \
+	  $(K8S_BIN)/kube-router
 
 $(K8S_BIN)/.version: tests/k8s/build.sh tests/k8s/kube/go.mod tests/k8s/kube/go.sum
 	tests/k8s/build.sh $(K8S_BIN)
 
 $(K8S_BIN)/coredns: tests/k8s/coredns/main.go tests/k8s/coredns/go.mod tests/k8s/coredns/go.sum
 	cd tests/k8s/coredns && CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags='-s -w' -o $@ .
+
+$(K8S_BIN)/kube-router:
+	GOBIN=$(K8S_BIN) CGO_ENABLED=0 nice -n 10 go install -trimpath \
+	  -ldflags '-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$(KUBE_ROUTER_VERSION)' \
+	  github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$(KUBE_ROUTER_VERSION)
 
 $(K8S_BIN)/pause: tests/k8s/kube/go.mod
 	cd tests/k8s/kube && go mod download k8s.io/kubernetes

@@ -5,10 +5,13 @@ enters it with ``setns``, so its children, kubectl and helm included, see the cl
 loopback and the node address): etcd (Debian ``etcd-server``), kube-apiserver,
 kube-controller-manager, kube-scheduler, containerd (Debian, with runc), the kubelet
 (cgroupfs driver, ``failCgroupV1: false`` on this cgroup v1 machine), kube-proxy (iptables mode,
-the rules live in the namespace) and CoreDNS (the cluster DNS, a process on the node address).
-Pods get their addresses from the CNI ``bridge`` plugin (``mcwk8s0``, 10.244.0.0/24,
-host-local IPAM): a CNI that does not enforce NetworkPolicy. Nothing touches the host's network:
-the bridge, the iptables rules and the node address vanish with the namespace.
+the rules live in the namespace), kube-router as the NetworkPolicy controller (its firewall
+alone: iptables rules and ipsets in the namespace) and CoreDNS (the cluster DNS, a process on
+the node address). Pods get their addresses from the CNI ``bridge`` plugin (``mcwk8s0``,
+10.244.0.0/24, host-local IPAM), which does not enforce NetworkPolicy itself: kube-router
+filters the bridge's traffic (``br_netfilter``) and the pods' traffic to the node. Nothing
+touches the host's network: the bridge, the iptables rules, the ipsets and the node address
+vanish with the namespace.
 
 File system and cgroups: every directory (etcd data, containerd root and state, runc root, the
 CNI's IPAM and the pods' network namespaces, kubelet root, pod logs) is under the run's scratch
@@ -56,6 +59,31 @@ CGROUP_ROOT = f"{CGROUP_PREFIX}{os.getpid()}"
 APISERVER_PORT = 6443
 CLUSTER_DOMAIN = "cluster.local"
 PAUSE_IMAGE = "localhost/mcw-pause:3.10.1"
+KUBE_ROUTER_HEALTH_PORT = 20244
+#: What kube-router's NetworkPolicy controller reads (its informers watch all of it); it
+#: writes nothing to the API when it neither routes nor proxies.
+KUBE_ROUTER_RBAC = """\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "mcw-e2e:kube-router"}
+rules:
+- apiGroups: [""]
+  resources: [pods, namespaces, nodes, services, endpoints]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "mcw-e2e:kube-router"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "mcw-e2e:kube-router"}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:kube-router"}
+"""
 CNI_BIN = Path("/usr/lib/cni")
 CGROUPFS = Path("/sys/fs/cgroup")
 CLONE_NEWNET = 0x40000000
@@ -473,6 +501,31 @@ conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeo
         self._wait("kube-proxy /healthz", lambda: bool(http_body("http://127.0.0.1:10256/healthz")),
                    p, 60)
 
+    def start_netpol(self) -> None:
+        """kube-router's NetworkPolicy controller, nothing else of it (no routing, no service
+        proxy: the bridge CNI and kube-proxy do those). It writes each pod's firewall chain,
+        jumped to from INPUT, FORWARD and OUTPUT, so traffic between pods on the bridge and
+        from pods to the node's address goes through the policies selecting either end."""
+        pki = self.pki
+        assert pki is not None
+        self.apply(KUBE_ROUTER_RBAC)
+        p = self._spawn("kube-router", [
+            self.bin("kube-router"), f"--kubeconfig={pki.kubeconfig('kube-router')}",
+            "--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
+            f"--hostname-override={NODE}", f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--health-port={KUBE_ROUTER_HEALTH_PORT}", "--metrics-port=0", "--v=1"])
+
+        def synced() -> bool:
+            # Healthy, and its first sync done: the default policy chain exists and FORWARD
+            # jumps to its chain.
+            if not http_body(f"http://127.0.0.1:{KUBE_ROUTER_HEALTH_PORT}/healthz"):
+                return False
+            rules = subprocess.run(["iptables", "-S"], capture_output=True, text=True,
+                                   timeout=10).stdout
+            return "-N KUBE-NWPLCY-DEFAULT" in rules and "-A FORWARD" in rules and \
+                "-j KUBE-ROUTER-FORWARD" in rules
+        self._wait("kube-router's first NetworkPolicy sync", synced, p, 90)
+
     def start_dns(self) -> None:
         corefile = self.root / "Corefile"
         corefile.write_text(f"""\
@@ -529,7 +582,7 @@ conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeo
                     "get", "pods", "-A", "-o", "name", check=False,
                     timeout=10).stdout.strip(), 90, 1.0):
                 problems.append("pods still present 90 s after their deletion")
-        for name in ("coredns", "kube-proxy", "kubelet"):
+        for name in ("coredns", "kube-router", "kube-proxy", "kubelet"):
             if name in self.procs:
                 self.procs[name].stop()
         if "containerd" in self.procs and self.procs["containerd"].running:

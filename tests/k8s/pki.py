@@ -3,7 +3,8 @@
 One CA signs everything, as kubeadm's does: the apiserver's serving certificate, one client
 certificate per component with the identity Kubernetes' bootstrap RBAC roles expect
 (``system:kube-controller-manager``, ``system:kube-scheduler``, ``system:node:<node>`` in
-``system:nodes`` for the Node authorizer, ``system:kube-proxy``), an administrator in
+``system:nodes`` for the Node authorizer, ``system:kube-proxy``; ``system:kube-router``, whose
+read-only role :mod:`tests.k8s.cluster` creates), an administrator in
 ``system:masters`` (kubectl, helm, CoreDNS), the apiserver's client certificate towards the
 kubelet and the kubelet's serving certificate; plus the service-account signing key pair.
 EC P-256 keys: fast to make on 2 cores.
@@ -97,6 +98,7 @@ def make_cluster_pki(root: Path, *, node: str, node_ip: str, service_ip: str,
         "scheduler": "/CN=system:kube-scheduler",
         "kubelet": f"/O=system:nodes/CN=system:node:{node}",
         "kube-proxy": "/CN=system:kube-proxy",
+        "kube-router": "/CN=system:kube-router",
     }
     for name, subject in clients.items():
         leaf(root, name, subject, ca=ca, ca_key=ca_key)

@@ -8,7 +8,7 @@ logs that explain it, and everything is torn down):
    a second model artifact (``mcw model train``, a new signing key) for the model upgrade;
 2. the cluster (:mod:`tests.k8s.cluster`): node namespace, certificates, etcd, kube-apiserver,
    kube-controller-manager, kube-scheduler, containerd with the images imported, the kubelet
-   (node Ready), kube-proxy, CoreDNS;
+   (node Ready), kube-proxy, kube-router (NetworkPolicy enforced), CoreDNS;
 3. the platform the chart expects in ``ricplt``: Redis (SDL) and InfluxDB 1.8 run as processes
    on the node's address, outside the cluster, behind Services of their O-RAN SC names
    (``service-ricplt-dbaas-tcp``, ``r4-influxdb-influxdb2``) with EndpointSlices naming that
@@ -18,11 +18,14 @@ logs that explain it, and everything is torn down):
    ``rmr.mode=auto``, the chart's Mosquitto with a NodePort and ``broker.proxies``); checks:
    admitted under ``restricted`` (and a pod without its security context refused), startup,
    liveness and readiness probes pass and the pods turn Ready, their shards are disjoint and
-   cover all, the NetworkPolicy objects exist;
+   cover all, the NetworkPolicy objects exist (their egress names the node's address, where the
+   platform's servers and CoreDNS run, as ipBlocks: the chart's external-server case);
 5. the sites (:mod:`tests.k8s.sites`): dry-run CPE agents and a proxy agent in network
    namespaces outside the cluster, a KPI feed into InfluxDB; every agent applies weights from
    the in-cluster xApp through the in-cluster broker;
-6. ``helm test --logs``; ``helm upgrade`` of a control (applied live: same pod, the new value in
+6. ``helm test --logs``; NetworkPolicy enforced: probe pods with and without the helm test
+   pod's labels, the xApp's own connections, the PodDisruptionBudget counting the xApp's pods
+   only; ``helm upgrade`` of a control (applied live: same pod, the new value in
    ``/ric/v1/config``); ``helm upgrade`` of the model (a new pod that runs the new artifact);
    ``helm rollback`` (the shipped model again, the control kept); one pod deleted with an A1
    policy in SDL: the survivor takes every shard, the replacement rejoins, both put the policy
@@ -56,6 +59,7 @@ from tests.e2e.feeder import ScenarioFeeder
 from tests.e2e.observer import Observer
 from tests.e2e.report import Check, versions_in_order
 from tests.integration.stack import AGENT_BINARY
+from tests.k8s import netpol
 from tests.k8s.cluster import NODE_IP, Cluster, leftovers_of_earlier_runs
 from tests.k8s.images import Images, build_images
 from tests.k8s.pki import leaf
@@ -74,14 +78,17 @@ RELEASE = "mcw-xapp"
 NS = "ricxapp"
 PLT = "ricplt"
 BROKER_NODE_PORT = 30883
+#: The deployed broker's listener (broker/mosquitto.conf).
+BROKER_PORT = 8883
+HTTP_SERVICE = f"service-{NS}-{RELEASE}-http"
 SDL_NAMESPACE = "mcw"
 #: xApp pods the chart installs (replicaCount): above one, they share the CPEs by shards.
 REPLICAS = 2
 SHARDS_PATH = "/ric/v1/shards"
 CPES_PATH = "/ric/v1/cpes"
-#: The xApp's pods; the helm test pod carries the same name and instance labels.
-XAPP_SELECTOR = (f"app.kubernetes.io/name=mcw-xapp,app.kubernetes.io/instance={RELEASE},"
-                 "app.kubernetes.io/component!=helm-test")
+XAPP_SELECTOR = f"app.kubernetes.io/name=mcw-xapp,app.kubernetes.io/instance={RELEASE}"
+#: The helm test pod's labels (the chart's mcw-xapp.testSelectorLabels).
+TEST_LABELS = {"app.kubernetes.io/name": "mcw-xapp-test", "app.kubernetes.io/instance": RELEASE}
 BROKER_SELECTOR = f"app.kubernetes.io/name=mcw-xapp-broker,app.kubernetes.io/instance={RELEASE}"
 #: The control the first upgrade changes, and its new value (applied live, no restart).
 CONTROL = ("loop.control_period_s", 0.5)
@@ -417,6 +424,7 @@ def prepare_namespace(run: Run, st: Step) -> None:
 def base_values(run: Run) -> dict[str, Any]:
     assert run.images is not None
     aux_repo, aux_tag = run.images.aux.split("/", 1)[1].split(":")
+    node = {"ipBlock": {"cidr": f"{NODE_IP}/32"}}
     return {
         "image": {"registry": "localhost", "repository": "mcw-xapp", "tag": "e2e-k8s",
                   "pullPolicy": "Never"},
@@ -431,6 +439,11 @@ def base_values(run: Run) -> dict[str, Any]:
                                         "tag": aux_tag, "pullPolicy": "Never"},
                               "service": {"type": "NodePort", "nodePort": BROKER_NODE_PORT}}},
         "helmTest": {"image": {"registry": "localhost", "repository": aux_repo, "tag": aux_tag}},
+        # SDL, InfluxDB and CoreDNS are processes on the node's address, outside the cluster:
+        # the egress names that address, as for an external InfluxDB (docs/install-ric.md).
+        "networkPolicy": {"egress": {"dns": {"to": [node]},
+                                     "sdl": {"to": [node], "ports": [6379]},
+                                     "influxdb": {"to": [node], "ports": [8086]}}},
     }
 
 
@@ -482,7 +495,8 @@ def install(run: Run, st: Step) -> None:
     nps = c.kubectl_json("-n", NS, "get", "networkpolicy")
     names = sorted(i["metadata"]["name"] for i in nps["items"])  # type: ignore[attr-defined]
     st.checks.append(Check("NetworkPolicy objects accepted by the API",
-                           names == sorted([RELEASE, f"{RELEASE}-broker"]), ", ".join(names)))
+                           names == sorted([RELEASE, f"{RELEASE}-broker", f"{RELEASE}-test"]),
+                           ", ".join(names)))
 
 
 def start_sites(run: Run, st: Step) -> None:
@@ -684,15 +698,53 @@ def reschedule(run: Run, st: Step) -> None:
                            owners_publish(run)[1]))
 
 
-def netpol_not_enforced(run: Run, st: Step) -> None:
-    """The xApp's egress rules allow SDL only to pods labelled app=ricplt-dbaas in ricplt; here
-    SDL is the node's address, which no rule names, yet the xApp reaches it: the bridge CNI does
-    not enforce NetworkPolicy."""
-    code, doc = run.xapp_get("/ric/v1/health/ready")
-    sdl_ok = isinstance(doc, dict) and bool(doc.get("checks", doc).get("sdl", False))
-    st.checks.append(Check("NetworkPolicy accepted but not enforced by the bridge CNI (the xApp "
-                           "reaches SDL at the node address, which its egress rules exclude)",
-                           code == 200 and sdl_ok, str(doc)[:200]))
+def netpol_enforced(run: Run, st: Step) -> None:
+    """Real connections against the chart's NetworkPolicies, which kube-router enforces: each
+    check has a connection that must pass and one that must be refused, so it fails both when
+    enforcement is off and when a policy is too tight."""
+    c = run.cluster
+    assert run.images is not None
+    c.procs["kube-router"].check()
+    xapp, other = run.wait_xapp_ready()[:2]
+    broker = run.pods(BROKER_SELECTOR)[0]
+    http = f"{xapp['status']['podIP']}:8080"
+    # The Service `helm test` calls: kube-proxy's DNAT comes before kube-router's filter.
+    svc_ip = c.kubectl("-n", NS, "get", "service", HTTP_SERVICE, "-o",
+                       "jsonpath={.spec.clusterIP}").stdout.strip()
+    svc = f"{svc_ip}:8080"
+    mqtt = f"{broker['status']['podIP']}:{BROKER_PORT}"
+    seen = netpol.probe_pod(c, run.images.aux, NS, "netpol-stranger",
+                            {"app": "netpol-stranger"}, [http, svc, mqtt])
+    st.checks.append(Check("a pod without the chart's labels: the xApp's HTTP port refused (pod "
+                           "and Service address), the broker (open to every source) reached",
+                           seen.reached == {http: False, svc: False, mqtt: True},
+                           seen.describe()))
+    seen = netpol.probe_pod(c, run.images.aux, NS, "netpol-as-helm-test", TEST_LABELS,
+                            [http, svc, mqtt])
+    st.checks.append(Check("a pod with the helm test pod's labels (its own NetworkPolicy): the "
+                           "xApp's HTTP port reached (pod and Service address), the broker "
+                           "refused", seen.reached == {http: True, svc: True, mqtt: False},
+                           seen.describe()))
+    want = {f"{NODE_IP}:6379": True, f"{NODE_IP}:8086": True, mqtt: True,
+            f"{NODE_IP}:6443": False, f"{other['status']['podIP']}:8080": False}
+    seen = netpol.from_container(c, NS, xapp["metadata"]["name"], RELEASE, list(want))
+    st.checks.append(Check("the xApp's egress: SDL and InfluxDB (node address, ipBlock) and the "
+                           "broker reached; the apiserver and the other xApp pod refused",
+                           seen.reached == want, seen.describe()))
+    # The helm test pod is still there (its hook-delete-policy keeps it for --logs).
+    test_pods = run.pods(",".join(f"{k}={v}" for k, v in TEST_LABELS.items()))
+    pdb = c.kubectl_json("-n", NS, "get", "poddisruptionbudget", RELEASE)
+    status: dict[str, Any] = pdb.get("status", {})  # type: ignore[assignment]
+    unmanaged = c.kubectl_json("-n", NS, "get", "events", "--field-selector",
+                               "involvedObject.kind=PodDisruptionBudget,reason=UnmanagedPods")
+    warned = [e["message"] for e in unmanaged["items"]]  # type: ignore[attr-defined]
+    st.checks.append(Check("the PodDisruptionBudget counts the xApp's pods only (the helm test "
+                           "pod present, no UnmanagedPods warning)",
+                           bool(test_pods) and status.get("expectedPods") == REPLICAS
+                           and status.get("disruptionsAllowed") == 1 and not warned,
+                           f"{len(test_pods)} test pod, expectedPods {status.get('expectedPods')}"
+                           f", disruptionsAllowed {status.get('disruptionsAllowed')}"
+                           + (f"; {warned[0]}" if warned else "")))
 
 
 def uninstall(run: Run, st: Step) -> None:
@@ -707,11 +759,11 @@ def uninstall(run: Run, st: Step) -> None:
 def missing_tools() -> list[str]:
     out = []
     for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
-                 "kube-proxy", "kubectl", "coredns", "pause"):
+                 "kube-proxy", "kubectl", "coredns", "pause", "kube-router"):
         if not (K8S_BIN / name).exists():
             out.append(f".tools/k8s/bin/{name} (make e2e-k8s builds it)")
     for cmd in ("etcd", "containerd", "ctr", "containerd-shim-runc-v2", "runc", "podman",
-                "iptables", "ip", "openssl"):
+                "iptables", "ipset", "ip", "openssl"):
         if shutil.which(cmd) is None and not Path("/usr/sbin", cmd).exists():
             out.append(f"{cmd} (make deps-system)")
     if not (Path("/usr/lib/cni") / "bridge").exists():
@@ -783,6 +835,7 @@ def main(argv: list[str] | None = None) -> int:
          lambda st: _containerd(run, st)),
         ("kubelet: node Ready", lambda st: cluster.start_kubelet()),
         ("kube-proxy (iptables)", lambda st: cluster.start_proxy()),
+        ("kube-router (NetworkPolicy controller)", lambda st: cluster.start_netpol()),
         ("CoreDNS (cluster DNS)", lambda st: cluster.start_dns()),
         ("platform: Redis and InfluxDB behind ricplt Services", lambda st: start_platform(run,
                                                                                            st)),
@@ -791,12 +844,13 @@ def main(argv: list[str] | None = None) -> int:
         ("helm install", lambda st: install(run, st)),
         ("sites: CPE and proxy agents outside the cluster", lambda st: start_sites(run, st)),
         ("helm test --logs", lambda st: helm_test(run, st)),
+        ("NetworkPolicy enforced (kube-router): probe pods, the xApp's connections, the PDB",
+         lambda st: netpol_enforced(run, st)),
         ("helm upgrade: a control", lambda st: upgrade_control(run, st)),
         ("helm upgrade: the model", lambda st: upgrade_model(run, st)),
         ("helm rollback", lambda st: rollback(run, st)),
         ("one pod deleted: the survivor takes every shard, the replacement rejoins, nothing "
          "lost", lambda st: reschedule(run, st)),
-        ("NetworkPolicy enforcement", lambda st: netpol_not_enforced(run, st)),
     ]
     try:
         for name, fn in steps:

@@ -73,10 +73,12 @@ def _set_args(values: Mapping[str, Any], tmp: Path) -> list[str]:
 
 
 def template(helm: str, tmp: Path, values: Mapping[str, Any] | None = None, *,
-             namespace: str | None = None, kube_version: str = KUBE_VERSIONS[-1]) -> Rendered:
-    """`helm template` the chart (hooks and test pods included) and parse every manifest."""
+             namespace: str | None = None, kube_version: str = KUBE_VERSIONS[-1],
+             set_args: Sequence[str] = ()) -> Rendered:
+    """`helm template` the chart (hooks and test pods included) and parse every manifest;
+    ``set_args`` are helm's own flags (``--set``, ``--set-json``), after ``values``."""
     args = ["template", RELEASE, str(CHART), "--kube-version", kube_version,
-            *_set_args(values or {}, tmp)]
+            *_set_args(values or {}, tmp), *set_args]
     if namespace:
         args += ["--namespace", namespace]
     out = run_helm(helm, args)

@@ -64,6 +64,28 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
+The `helm test` pod: a name label of its own, so that no selector of the xApp (Deployment,
+Services, PodDisruptionBudget, NetworkPolicy) matches it. Under the xApp's NetworkPolicy its
+egress would be the xApp's (which does not include the xApp itself) and the
+PodDisruptionBudget would count a pod no controller owns.
+*/}}
+{{- define "mcw-xapp.testSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "mcw-xapp.name" . }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "mcw-xapp.testLabels" -}}
+helm.sh/chart: {{ include "mcw-xapp.chart" . }}
+{{ include "mcw-xapp.testSelectorLabels" . }}
+app.kubernetes.io/component: helm-test
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: {{ include "mcw-xapp.name" . }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
 O-RAN SC xApp names. The frame registers with the appmgr using the environment variables
 Kubernetes derives from these service names (SERVICE_<NS>_<NAME>_HTTP_PORT, ..._RMR_PORT), so
 they follow the onboarder's pattern service-<namespace>-<name>-{rmr,http}.
