@@ -10,7 +10,6 @@ every CPE's latest weights at once.  Real broker, real publisher, the loop in-pr
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -31,7 +30,7 @@ from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPubli
 from xapp.adapters.sdl import SdlStateStore
 from xapp.app.runner import LoopRunner
 from xapp.core.ewma import EwmaEstimator
-from xapp.core.loop import ControlLoop, LoopSettings
+from xapp.core.loop import ControlLoop, LoopSettings, TickReport
 from xapp.core.policy_book import PolicyBook
 
 CPES = ("cpe-0001", "cpe-0002")
@@ -73,15 +72,20 @@ def test_weights_resent_after_broker_crash(pki: Pki, broker: MosquittoBroker,
     state = SdlStateStore("it", None)
     book = PolicyBook({"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
                        "capacity_floor_mbps": 1.0})
+    ticks: list[TickReport] = []
     loop = ControlLoop(FileKpiSource(kpis), EwmaEstimator(), publisher, None, book.resolver,
                        state, settings=LoopSettings(control_period_s=0.2, lease_s=60.0),
-                       publisher_connects=lambda: publisher.stats.connects)
+                       publisher_connects=lambda: publisher.stats.connects,
+                       on_tick=ticks.append)
     runner = LoopRunner(loop)
     runner.start()
     try:
         assert wait_until(lambda: all(publisher.acked_version(c) > 0 for c in CPES), 10)
-        time.sleep(0.5)  # a few more ticks: nothing changes, nothing is re-sent (lease 60 s)
         before = {c: publisher.last_version(c) for c in CPES}
+        # A few more ticks: nothing changes, nothing is re-sent (lease 60 s).
+        seen = len(ticks)
+        assert wait_until(lambda: len(ticks) >= seen + 3, 10)
+        assert {c: publisher.last_version(c) for c in CPES} == before
         broker.kill()  # retained weights not yet autosaved are gone
         broker.start()
         assert wait_until(lambda: publisher.connected, 10)

@@ -263,7 +263,7 @@ def test_broker_crash_latest_weights_arrive(stack: Stack) -> None:
     stack.broker.kill()
     assert wait_until(lambda: not stack.xapp.ready()[1].get("broker", True), 10)
     stack.feeder.set_wat("cpe-0002", "wifi", POOR_WIFI)  # new weights while the broker is down
-    time.sleep(2.0)
+    assert wait_until(lambda: published_versions(stack)["cpe-0002"] > before["cpe-0002"], 10)
     stack.broker.start()
     assert wait_until(lambda: stack.xapp.ready()[0], 20), stack.xapp.ready()
     clients = {c: Cpe(stack, c) for c in ("cpe-0001", "cpe-0002")}

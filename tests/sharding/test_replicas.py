@@ -131,7 +131,7 @@ def test_three_replicas_share_kill_join_and_partition(fleet: Fleet) -> None:
         # counted from the cut, so the end is, if anything, early.
         pttl = fleet.pttl(c_shards)
         expiry = cut + max(pttl.values()) / 1000.0
-        time.sleep(max(0.0, expiry + 1.0 - time.monotonic()))
+        time.sleep(max(0.0, expiry + 1.0 - time.monotonic()))  # the leases' end is the test
         # When r-c last put weights on the wire, on this host's monotonic clock.
         last_send = c.get_json("/ric/v1/shards")["last_publish_monotonic"]
         assert last_send is not None

@@ -16,13 +16,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tests.support.polling import free_port, stop_process
+from tests.support.polling import free_port, stop_process, wait_until
 
 DATABASE = "mcw"
 
@@ -115,18 +114,19 @@ class InfluxServer:
                                      stdout=log, stderr=subprocess.STDOUT,
                                      env={**os.environ, "INFLUXDB_REPORTING_DISABLED": "true"})
         log.close()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"influxd exited with {self.proc.returncode}; see "
+        proc = self.proc
+
+        def answering() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"influxd exited with {proc.returncode}; see "
                                    f"{self.root / 'influxd.log'}")
             try:
                 with urllib.request.urlopen(f"{self.url}/ping", timeout=1.0) as resp:
-                    if resp.status == 204:
-                        break
+                    return bool(resp.status == 204)
             except OSError:
-                time.sleep(0.1)
-        else:
+                return False
+
+        if not wait_until(answering, timeout_s, 0.1):
             self.stop()
             raise RuntimeError("influxd did not answer /ping in time")
         self.query(f"CREATE DATABASE {self.database}")

@@ -23,7 +23,6 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from tests.support.polling import free_port, stop_process
+from tests.support.polling import free_port, stop_process, wait_until
 from xapp.core.shards import DEFAULT_SHARDS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,15 +163,19 @@ class MosquittoBroker:
                         + self.extra_config)
         self.proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mosquitto exited with {self.proc.returncode}: {self.log()}")
+        proc = self.proc
+
+        def listening() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"mosquitto exited with {proc.returncode}: {self.log()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
+                    return True
             except OSError:
-                time.sleep(0.02)
+                return False
+
+        if wait_until(listening, timeout_s, 0.02):
+            return self
         self.stop()
         raise RuntimeError(f"mosquitto did not listen on {self.port}: {self.log()}")
 

@@ -17,11 +17,10 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 from types import TracebackType
 
-from tests.support.polling import free_port, stop_process
+from tests.support.polling import free_port, stop_process, wait_until
 
 
 def redis_binary() -> str | None:
@@ -71,13 +70,15 @@ class RedisServer:
                  "--protected-mode", "yes" if self.host == "127.0.0.1" else "no",
                  "--daemonize", "no"],
                 stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
+        proc = self._proc
+
+        def answering() -> bool:
+            if proc.poll() is not None:
                 raise RuntimeError(f"redis-server exited: {self._log.read_text()[-2000:]}")
-            if self.ping():
-                return self
-            time.sleep(0.05)
+            return self.ping()
+
+        if wait_until(answering, timeout_s):
+            return self
         self.stop()
         raise RuntimeError(f"redis-server did not answer on port {self.port}")
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, Status, mediator_lister
 from xapp.adapters.sdl import Restored, SdlStateStore, ricsdl_backend
@@ -59,7 +60,7 @@ class MediatorStandIn:
         """Resend every instance as CREATE, spaced out, no end marker (as the mediator does)."""
         def resend() -> None:
             for iid, payload in sorted(self.instances.items()):
-                time.sleep(gap_s)
+                time.sleep(gap_s)  # the gaps are the scenario: the quiet period outlasts them
                 doc = {"operation": "CREATE", "policy_type_id": "20100",
                        "policy_instance_id": iid, "payload": json.dumps(payload)}
                 assert handler.handle(json.dumps(doc).encode()).status is Status.OK
@@ -112,10 +113,7 @@ def in_force(handler: A1Handler) -> set[str]:
 
 
 def run_resync(resync: A1Resync, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not resync.step():
-        assert time.monotonic() < deadline, "resync did not finish"
-        time.sleep(0.05)
+    assert wait_until(resync.step, timeout_s), "resync did not finish"
 
 
 def saved_policies(store: SdlStateStore) -> set[str]:

@@ -125,6 +125,8 @@ def test_fuzz_schema_valid_payloads_are_applied_or_refused_with_a_reason(
 
 
 # --- issue 22: every check in bounded time, and the refusal names the instance ----------------
+# Bounded on this thread's CPU time (time.thread_time), which load elsewhere does not stretch:
+# the quadratic checks took tens of seconds.
 
 BIG_MIXED = {"scope": {"cpes": [0] + [f"c{i}" for i in range(30000)]}}
 
@@ -139,18 +141,18 @@ def test_large_arrays_are_refused_in_bounded_time(handler: A1Handler, payload: A
                                                   where: str) -> None:
     """50 s before for the first (jsonschema's uniqueItems compares every pair when an array
     mixes types)."""
-    started = time.perf_counter()
+    started = time.thread_time()
     resp = handler.handle(request(payload, iid="p-big"))
-    assert time.perf_counter() - started < 0.5
+    assert time.thread_time() - started < 0.5
     assert resp.status is Status.ERROR and resp.policy_instance_id == "p-big"
     assert f": {where}" in resp.reason
     assert handler.book.instances() == []
 
 
 def test_thirty_thousand_valid_cpes_are_accepted_quickly(handler: A1Handler) -> None:
-    started = time.perf_counter()
+    started = time.thread_time()
     resp = handler.handle(request({"scope": {"cpes": [f"c{i}" for i in range(30000)]}}))
-    assert time.perf_counter() - started < 0.5
+    assert time.thread_time() - started < 0.5
     assert resp.status is Status.OK
     assert handler.book.resolver().for_cpe("c29999")[1] == "p1"
 
@@ -170,9 +172,9 @@ def test_unique_items_keeps_json_schema_equality(policy_type: PolicyType, items:
 def test_unique_items_is_linear() -> None:
     validator = PolicyType(0, "t", "", {"uniqueItems": True}).validator()
     items: list[Any] = [0] + [f"c{i}" for i in range(100_000)]
-    started = time.perf_counter()
+    started = time.thread_time()
     assert validator.is_valid(items)
-    assert time.perf_counter() - started < 0.5
+    assert time.thread_time() - started < 0.5
 
 
 @pytest.mark.parametrize("raw, iid", [

@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.polling import wait_until
 from xapp.adapters.a1 import A1Handler, PolicyType
 from xapp.adapters.lab import LoopbackGlue
 from xapp.app.collector import ComponentCollector
 from xapp.core.policy_book import PolicyBook, PolicyInstance
-from xapp.core.workers import Supervisor
+from xapp.core.workers import Supervisor, WorkerState
 
 A1_POLICY_REQ, A1_POLICY_RESP, HEALTH_REQ, HEALTH_RESP, RIC_INDICATION = (
     20010, 20011, 100, 101, 12050)
@@ -44,8 +45,15 @@ class SlowStore:
 
 
 def send(glue: LoopbackGlue, mtype: int, payload: bytes, token: str,
-         meid: bytes = b"") -> float:
-    return glue.send(mtype, payload, token, meid)
+         meid: bytes = b"") -> None:
+    glue.send(mtype, payload, token, meid)
+
+
+def answered_at_once(glue: LoopbackGlue, token: str) -> tuple[int, bytes]:
+    """The answer to ``token``, already queued when :func:`send` returned: given in the
+    dispatch step itself, so nothing the workers do can delay it."""
+    _, mtype, body = glue.answer(token, timeout_s=0)
+    return mtype, body
 
 
 def a1_request(iid: str, payload: dict[str, Any]) -> bytes:
@@ -70,23 +78,21 @@ def make_glue(policy_type: PolicyType) -> Iterator[Callable[..., LoopbackGlue]]:
             worker.stop(timeout_s=2)
 
 
-def test_the_issue_request_is_answered_in_100ms_and_a_health_check_during_it_in_10ms(
+def test_the_issue_request_is_refused_and_a_health_check_after_it_answered_at_once(
         make_glue: Callable[..., LoopbackGlue]) -> None:
     """Issue 22: ``scope.cpes = [0, "c0", ..., "c29999"]`` (282 KiB) was answered after 50 s,
-    with the health check unanswered all along."""
+    with the health check unanswered all along.  How long its checks take is bounded in
+    ``test_a1_robust.py`` (CPU time); here, that they hold up no health check."""
     glue = make_glue()
     raw = a1_request("p-big", {"scope": {"cpes": [0] + [f"c{i}" for i in range(30000)]}})
     assert len(raw) > 280 * 1024
-    sent = send(glue, A1_POLICY_REQ, raw, "a1")
-    health_sent = send(glue, HEALTH_REQ, b"ping", "hc")
-    health_at, mtype, body = glue.answer("hc")
-    assert (mtype, body) == (HEALTH_RESP, b"OK\n")
-    assert health_at - health_sent < 0.010
-    a1_at, mtype, body = glue.answer("a1")
+    send(glue, A1_POLICY_REQ, raw, "a1")
+    send(glue, HEALTH_REQ, b"ping", "hc")
+    assert answered_at_once(glue, "hc") == (HEALTH_RESP, b"OK\n")
+    _, mtype, body = glue.answer("a1")
     assert mtype == A1_POLICY_RESP
     assert json.loads(body) == {"policy_type_id": 20100, "policy_instance_id": "p-big",
                                 "handler_id": "mcw-xapp-0", "status": "ERROR"}
-    assert a1_at - sent < 0.100
 
 
 def test_a_hung_a1_request_holds_up_neither_health_checks_nor_indications(
@@ -98,13 +104,10 @@ def test_a_hung_a1_request_holds_up_neither_health_checks_nor_indications(
     try:
         send(glue, A1_POLICY_REQ, a1_request("p1", {}), "a1")
         assert store.entered.wait(5)
-        started = send(glue, HEALTH_REQ, b"ping", "hc")
-        at, _, body = glue.answer("hc")
-        assert body == b"OK\n" and at - started < 0.010
+        send(glue, HEALTH_REQ, b"ping", "hc")
+        assert answered_at_once(glue, "hc") == (HEALTH_RESP, b"OK\n")
         send(glue, RIC_INDICATION, b"\x00\x01", "ind", meid=b"gnb-1")
-        deadline = time.monotonic() + 5
-        while not seen and time.monotonic() < deadline:
-            time.sleep(0.005)
+        assert wait_until(lambda: bool(seen), 5)  # decoded while the A1 request still hangs
         assert seen == [(b"\x00\x01", "gnb-1", "mcw-e2-indications")]
     finally:
         store.release.set()
@@ -119,9 +122,8 @@ def test_a1_requests_past_the_queue_are_refused_at_once_naming_the_instance(
         send(glue, A1_POLICY_REQ, a1_request("p1", {}), "first")  # taken by the worker
         assert store.entered.wait(5)
         send(glue, A1_POLICY_REQ, a1_request("p2", {}), "queued")
-        started = send(glue, A1_POLICY_REQ, a1_request("p3", {}), "dropped")
-        at, mtype, body = glue.answer("dropped")
-        assert at - started < 0.010
+        send(glue, A1_POLICY_REQ, a1_request("p3", {}), "dropped")
+        mtype, body = answered_at_once(glue, "dropped")
         assert (mtype, json.loads(body)["policy_instance_id"], json.loads(body)["status"]) == (
             A1_POLICY_RESP, "p3", "ERROR")
         status = glue.a1_worker.status()
@@ -148,9 +150,9 @@ def test_indications_past_the_queue_are_dropped_and_counted_without_delaying_a1(
         assert entered.wait(5)
         for i in range(1, 10):
             send(glue, RIC_INDICATION, bytes([i]), f"ind-{i}")
-        started = send(glue, A1_POLICY_REQ, a1_request("p1", {}), "a1")
-        at, _, body = glue.answer("a1")
-        assert json.loads(body)["status"] == "OK" and at - started < 0.100
+        send(glue, A1_POLICY_REQ, a1_request("p1", {}), "a1")
+        _, _, body = glue.answer("a1")  # while the indication worker is still held
+        assert json.loads(body)["status"] == "OK"
         assert glue.e2_worker is not None
         status = glue.e2_worker.status()
         # One being decoded, two waiting, seven dropped: in /alive and in the metrics.
@@ -167,9 +169,7 @@ def test_indications_past_the_queue_are_dropped_and_counted_without_delaying_a1(
         assert metrics[("mcw_worker_queue_depth", "mcw-e2-indications")] == 2
     finally:
         release.set()
-    deadline = time.monotonic() + 5
-    while len(decoded) < 3 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    assert wait_until(lambda: len(decoded) == 3, 5)
     assert decoded == [b"\x00", b"\x01", b"\x02"]
 
 
@@ -177,14 +177,18 @@ def test_a_stuck_a1_worker_fails_the_health_check_without_waiting(
         make_glue: Callable[..., LoopbackGlue]) -> None:
     store = SlowStore()
     glue = make_glue(store)
-    glue.a1_worker._deadline = lambda: 0.05  # a request held past its deadline is stuck
     try:
         send(glue, A1_POLICY_REQ, a1_request("p1", {}), "a1")
         assert store.entered.wait(5)
-        time.sleep(0.1)
-        started = send(glue, HEALTH_REQ, b"ping", "hc")
-        at, _, body = glue.answer("hc")
-        assert body.startswith(b"ERROR") and at - started < 0.010
+        send(glue, HEALTH_REQ, b"ping", "hc")
+        assert answered_at_once(glue, "hc") == (HEALTH_RESP, b"OK\n")
+        # The worker's clock a minute on: the request is held past its 10 s deadline.
+        later = time.monotonic() + 60
+        glue.a1_worker._clock = lambda: later
+        assert glue.a1_worker.status().state is WorkerState.STUCK
+        send(glue, HEALTH_REQ, b"ping", "hc")
+        mtype, body = answered_at_once(glue, "hc")
+        assert mtype == HEALTH_RESP and body.startswith(b"ERROR")
     finally:
         store.release.set()
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import fractions
 import json
 import shutil
-import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import numpy as np
 import pytest
 import skops.io as sio
 
+from tests.support.polling import wait_until
 from tests.xapp.model.conftest import KeyPair, write_signed
 from xapp.core.forecast import CapacityEstimator, KpiFrame
 from xapp.model import ArtifactError, ModelEstimator, ModelHolder, load, load_estimator
@@ -111,15 +110,6 @@ def test_hot_reload_swaps_good_and_refuses_damaged(model_dir: Path, tmp_path: Pa
     assert est.counters.as_dict()["model_reload_failures"] == 1
 
 
-def _wait(cond: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
-
-
 def test_reload_thread_survives_bad_artifacts(model_dir: Path, tmp_path: Path,
                                               signing_key: KeyPair, other_key: KeyPair,
                                               trained_models: dict[str, CapacityRegressor]
@@ -143,17 +133,17 @@ def test_reload_thread_survives_bad_artifacts(model_dir: Path, tmp_path: Path,
         ]
         for i, data in enumerate(bad, start=1):
             write_signed(d, data, signing_key.private, name=f"capacity-bad{i}.skops")
-            assert _wait(partial(lambda n: holder.reload_failures >= n, i)), holder.last_error
+            assert wait_until(partial(lambda n: holder.reload_failures >= n, i)), holder.last_error
             assert holder.alive and holder.current.version == first
         # Signed with another key: refused the same way.
         artifact.save(trained_models, d, {}, signing_key=other_key.private)
         # (A file written in steps may be polled, and refused, twice: wait for the reason.)
-        assert _wait(lambda: "signed by key" in holder.last_error), holder.last_error
+        assert wait_until(lambda: "signed by key" in holder.last_error), holder.last_error
         assert holder.current.version == first
         # A good one afterwards is loaded by the same thread.
         good = artifact.save(trained_models, d, {"training": {"note": "after"}},
                              signing_key=signing_key.private)
-        assert _wait(lambda: holder.current.path == good), holder.last_error
+        assert wait_until(lambda: holder.current.path == good), holder.last_error
         assert holder.alive and holder.reloads == 1
         counts = est.counters.as_dict()
         assert counts["model_reload_failures"] >= 4 and counts["model_reloads"] == 1

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import ssl
 import subprocess
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -15,17 +15,36 @@ from tests.support.mosquitto import (
     BROKER_DIR,
     MosquittoBroker,
     Pki,
+    Received,
+    TestClient,
     connect_client,
     make_acl,
     make_pki,
     mosquitto_binary,
 )
+from tests.support.polling import wait_until
 from tests.xapp.adapters.mqtt.conftest import SERVED
 from xapp.adapters.mqtt import shard_filter, shard_topic
 from xapp.core.shards import shard_of
 
 NOT_AUTHORISED = 0x87
-QUIET_S = 0.5  # how long "nothing arrives" is watched, after a positive control arrived
+_MARKS = itertools.count()
+
+
+def settle(reader: TestClient, writer: TestClient, topic: str) -> list[Received]:
+    """What ``reader`` received before a marker ``writer`` publishes to ``topic`` now.
+
+    Mosquitto handles one packet at a time and queues each subscriber's messages in that order:
+    a publish before it sends the PUBACK, retained messages before it sends the SUBACK.  So
+    once the marker has arrived, whatever an acknowledged publish or subscribe before it was
+    going to deliver to ``reader`` has arrived too, and "nothing else came" is a fact rather
+    than a quiet period waited out."""
+    mark = f"mark-{next(_MARKS)}".encode()
+    assert writer.publish(topic, mark) < 0x80
+    assert reader.wait_for(lambda: any(m.payload == mark for m in reader.messages))
+    with reader.cond:
+        received = list(reader.messages)
+    return received[:next(i for i, m in enumerate(received) if m.payload == mark)]
 
 
 def test_cpe_reads_its_own_weights_only(broker: MosquittoBroker) -> None:
@@ -38,18 +57,17 @@ def test_cpe_reads_its_own_weights_only(broker: MosquittoBroker) -> None:
         assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"for-0001", retain=True) < 0x80
         assert xapp.publish("mcw/v1/cpe/cpe-0002/weights", b"for-0002", retain=True) < 0x80
         # Positive control: its own weights do arrive, through the wildcard subscription.
-        assert spy.wait_for(lambda: bool(spy.on("mcw/v1/cpe/cpe-0002/weights")))
-        time.sleep(QUIET_S)
-        assert {m.topic for m in spy.messages} == {"mcw/v1/cpe/cpe-0002/weights"}
+        got = settle(spy, xapp, "mcw/v1/cpe/cpe-0002/weights")
+        assert {m.topic for m in got} == {"mcw/v1/cpe/cpe-0002/weights"}
         # Retained weights of another CPE are refused to a late subscriber too.
         late = connect_client(broker, "cpe-0003")
         try:
             late.subscribe("mcw/v1/cpe/cpe-0001/weights")
             late.subscribe("mcw/v1/cpe/cpe-0003/weights")
             assert xapp.publish("mcw/v1/cpe/cpe-0003/weights", b"for-0003") < 0x80
-            assert late.wait_for(lambda: bool(late.on("mcw/v1/cpe/cpe-0003/weights")))
-            time.sleep(QUIET_S)
-            assert [m.topic for m in late.messages] == ["mcw/v1/cpe/cpe-0003/weights"]
+            got = settle(late, xapp, "mcw/v1/cpe/cpe-0003/weights")
+            assert [(m.topic, m.payload) for m in got] == [
+                ("mcw/v1/cpe/cpe-0003/weights", b"for-0003")]
         finally:
             late.close()
     finally:
@@ -75,17 +93,15 @@ def test_cpe_cannot_publish_outside_its_grant(broker: MosquittoBroker, topic: st
         # Positive control on the same connections: legitimate traffic flows.
         assert evil.publish("mcw/v1/cpe/cpe-0002/state", b"legit") < 0x80
         assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"legit") < 0x80
-        assert xapp.wait_for(lambda: bool(xapp.on("mcw/v1/cpe/cpe-0002/state")))
-        assert victim.wait_for(lambda: bool(victim.messages))
-        time.sleep(QUIET_S)
-        everything = victim.messages + xapp.messages
-        assert all(m.payload != b"forged" for m in everything)
+        to_victim = settle(victim, xapp, "mcw/v1/cpe/cpe-0001/weights")
+        to_xapp = settle(xapp, evil, "mcw/v1/cpe/cpe-0002/state")
+        assert [m.payload for m in to_victim] == [b"legit"]
+        assert [(m.topic, m.payload) for m in to_xapp] == [("mcw/v1/cpe/cpe-0002/state", b"legit")]
         # And nothing forged was retained for a later reader either.
         reader = connect_client(broker, "mcw-xapp", client_id="late-reader")
         try:
             reader.subscribe("mcw/v1/cpe/+/state")
-            time.sleep(QUIET_S)
-            assert all(m.payload != b"forged" for m in reader.messages)
+            assert settle(reader, evil, "mcw/v1/cpe/cpe-0002/state") == []
         finally:
             reader.close()
     finally:
@@ -135,7 +151,8 @@ def cpe_traffic(broker: MosquittoBroker) -> None:
             agent = connect_client(broker, cpe, client_id=f"traffic-{cpe}")
             try:
                 assert agent.publish(f"mcw/v1/cpe/{cpe}/state", f"s-{cpe}", retain=True) < 0x80
-                agent.publish(f"mcw/v1/cpe/{cpe}/telemetry", f"t-{cpe}", qos=0)
+                # QoS 1, acknowledged: handled before what follows (see settle).
+                assert agent.publish(f"mcw/v1/cpe/{cpe}/telemetry", f"t-{cpe}") < 0x80
             finally:
                 agent.close()
     finally:
@@ -161,36 +178,32 @@ def test_proxy_reads_the_weights_and_state_of_its_cpes_only(
         proxy_broker: MosquittoBroker) -> None:
     live = connect_client(proxy_broker, "proxy-0001", client_id="proxy-live")
     other = connect_client(proxy_broker, "proxy-0002", client_id="proxy-other")
+    marker = connect_client(proxy_broker, "mcw-xapp", client_id="marker")
     try:
         for f in PROXY_SPY_FILTERS:
             live.subscribe(f)
         # Delivered while connected.
         cpe_traffic(proxy_broker)
         assert other.publish("mcw/v1/proxy/proxy-0002/cpe/cpe-0003/state", b"p2") < 0x80
-        assert live.wait_for(lambda: {m.topic for m in live.messages} >= expected_for("proxy-0001"))
-        time.sleep(QUIET_S)
-        assert {m.topic for m in live.messages} == expected_for("proxy-0001")
+        got = settle(live, marker, "mcw/v1/cpe/cpe-0001/weights")
+        assert {m.topic for m in got} == expected_for("proxy-0001")
         # Retained, to a proxy that subscribes after the fact (a proxy agent's restart).
         late = connect_client(proxy_broker, "proxy-0001", client_id="proxy-late")
         try:
             for f in PROXY_SPY_FILTERS:
                 late.subscribe(f)
-            assert late.wait_for(
-                lambda: {m.topic for m in late.messages} >= expected_for("proxy-0001"))
-            time.sleep(QUIET_S)
-            assert {m.topic for m in late.messages} == expected_for("proxy-0001")
-            assert all(m.retain for m in late.messages)
+            got = settle(late, marker, "mcw/v1/cpe/cpe-0001/weights")
+            assert {m.topic for m in got} == expected_for("proxy-0001")
+            assert all(m.retain for m in got)
         finally:
             late.close()
         # The other proxy gets its own CPE and nothing of proxy-0001's.
         other.subscribe("mcw/v1/cpe/#")
-        assert other.wait_for(
-            lambda: {m.topic for m in other.messages} >= expected_for("proxy-0002"))
-        time.sleep(QUIET_S)
-        assert {m.topic for m in other.messages} == expected_for("proxy-0002")
+        got = settle(other, marker, "mcw/v1/cpe/cpe-0003/weights")
+        assert {m.topic for m in got} == expected_for("proxy-0002")
     finally:
-        live.close()
-        other.close()
+        for c in (live, other, marker):
+            c.close()
 
 
 def test_proxy_writes_its_own_topics_and_the_xapp_reads_them(
@@ -214,9 +227,8 @@ def test_proxy_writes_its_own_topics_and_the_xapp_reads_them(
         try:
             replica.subscribe("mcw/v1/proxy/+/state")
             replica.subscribe("mcw/v1/proxy/+/cpe/+/state")
-            assert replica.wait_for(lambda: len(replica.messages) >= 2)
-            time.sleep(QUIET_S)
-            assert {m.topic for m in replica.messages} == {
+            got = settle(replica, proxy, "mcw/v1/proxy/proxy-0001/state")
+            assert {m.topic for m in got} == {
                 "mcw/v1/proxy/proxy-0001/state", "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"}
         finally:
             replica.close()
@@ -252,10 +264,10 @@ def test_proxy_cannot_publish_outside_its_grant(proxy_broker: MosquittoBroker,
         # Positive control on the same connections.
         assert proxy.publish("mcw/v1/proxy/proxy-0001/state", b"legit") < 0x80
         assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"legit") < 0x80
-        assert xapp.wait_for(lambda: bool(xapp.on("mcw/v1/proxy/proxy-0001/state")))
-        assert victim.wait_for(lambda: bool(victim.messages))
-        time.sleep(QUIET_S)
-        assert all(m.payload != b"forged" for m in xapp.messages + victim.messages)
+        assert [(m.topic, m.payload) for m in settle(xapp, proxy, "mcw/v1/proxy/proxy-0001/state")
+                ] == [("mcw/v1/proxy/proxy-0001/state", b"legit")]
+        assert [m.payload for m in settle(victim, xapp, "mcw/v1/cpe/cpe-0001/weights")] == [
+            b"legit"]
     finally:
         for c in (xapp, victim, proxy):
             c.close()
@@ -277,9 +289,8 @@ def test_proxy_cannot_publish_as_a_cpe(proxy_broker: MosquittoBroker, topic: str
         assert proxy.publish(topic, b"as-a-cpe") == NOT_AUTHORISED
         # Positive control on the same connections.
         assert proxy.publish("mcw/v1/proxy/proxy-0001/state", b"legit") < 0x80
-        assert xapp.wait_for(lambda: bool(xapp.on("mcw/v1/proxy/proxy-0001/state")))
-        time.sleep(QUIET_S)
-        assert xapp.on(topic) == []
+        assert [(m.topic, m.payload) for m in settle(xapp, proxy, "mcw/v1/proxy/proxy-0001/state")
+                ] == [("mcw/v1/proxy/proxy-0001/state", b"legit")]
     finally:
         proxy.close()
         xapp.close()
@@ -301,9 +312,8 @@ def test_cpe_cannot_act_as_a_proxy(proxy_broker: MosquittoBroker, topic: str) ->
         xapp.subscribe("mcw/v1/cpe/+/state")
         assert cpe.publish(topic, b"forged", retain=True) == NOT_AUTHORISED
         assert cpe.publish("mcw/v1/cpe/cpe-0001/state", b"legit") < 0x80
-        assert xapp.wait_for(lambda: bool(xapp.on("mcw/v1/cpe/cpe-0001/state")))
-        time.sleep(QUIET_S)
-        assert xapp.on(topic) == []
+        assert [(m.topic, m.payload) for m in settle(xapp, cpe, "mcw/v1/cpe/cpe-0001/state")] == [
+            ("mcw/v1/cpe/cpe-0001/state", b"legit")]
     finally:
         cpe.close()
         xapp.close()
@@ -312,6 +322,7 @@ def test_cpe_cannot_act_as_a_proxy(proxy_broker: MosquittoBroker, topic: str) ->
 def test_cpe_reads_no_proxy_topic_and_no_other_cpe_state(proxy_broker: MosquittoBroker) -> None:
     spy = connect_client(proxy_broker, "cpe-0002")
     proxy = connect_client(proxy_broker, "proxy-0001")
+    marker = connect_client(proxy_broker, "mcw-xapp", client_id="marker")
     try:
         for f in ("mcw/v1/proxy/#", "mcw/v1/cpe/+/state", "mcw/v1/cpe/cpe-0001/state", "#"):
             spy.subscribe(f)
@@ -322,12 +333,11 @@ def test_cpe_reads_no_proxy_topic_and_no_other_cpe_state(proxy_broker: Mosquitto
             assert proxy.publish(topic, b"report", retain=topic.endswith("state")) < 0x80
         # Positive control: its own weights arrive; nothing else does, not even the reports
         # of the proxy that serves it.
-        assert spy.wait_for(lambda: bool(spy.on("mcw/v1/cpe/cpe-0002/weights")))
-        time.sleep(QUIET_S)
-        assert {m.topic for m in spy.messages} == {"mcw/v1/cpe/cpe-0002/weights"}
+        got = settle(spy, marker, "mcw/v1/cpe/cpe-0002/weights")
+        assert {m.topic for m in got} == {"mcw/v1/cpe/cpe-0002/weights"}
     finally:
-        proxy.close()
-        spy.close()
+        for c in (spy, proxy, marker):
+            c.close()
 
 
 def test_changed_proxy_grants_apply_on_reload(pki: Pki, tmp_path: Path) -> None:
@@ -357,17 +367,14 @@ def test_changed_proxy_grants_apply_on_reload(pki: Pki, tmp_path: Path) -> None:
             write_acl("proxy-0001:cpe-0002")
             assert b.proc is not None
             b.proc.send_signal(signal.SIGHUP)
-            deadline = time.monotonic() + 5
-            while "Reloading config" not in b.log() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert "Reloading config" in b.log()
+            # Logged as the reload starts; the broker handles no packet until it has ended.
+            assert wait_until(lambda: "Reloading config" in b.log(), 5)
 
             # The connected proxy: cpe-0001 is no longer delivered, cpe-0002 now is.
             assert xapp.publish("mcw/v1/cpe/cpe-0001/weights", b"1-after") < 0x80
             assert xapp.publish("mcw/v1/cpe/cpe-0002/weights", b"2-after", retain=True) < 0x80
-            assert proxy.wait_for(lambda: any(m.payload == b"2-after" for m in proxy.messages))
-            time.sleep(QUIET_S)
-            assert [m.payload for m in proxy.messages] == [b"1-before", b"2-after"]
+            got = settle(proxy, xapp, "mcw/v1/cpe/cpe-0002/weights")
+            assert [m.payload for m in got] == [b"1-before", b"2-after"]
             assert proxy.publish("mcw/v1/proxy/proxy-0001/cpe/cpe-0002/state", b"x") < 0x80
             assert proxy.publish("mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state", b"x") == \
                 NOT_AUTHORISED
@@ -375,9 +382,8 @@ def test_changed_proxy_grants_apply_on_reload(pki: Pki, tmp_path: Path) -> None:
             late = connect_client(b, "proxy-0001", client_id="proxy-after-reload")
             try:
                 late.subscribe("mcw/v1/cpe/#")
-                assert late.wait_for(lambda: bool(late.messages))
-                time.sleep(QUIET_S)
-                assert [(m.topic, m.payload) for m in late.messages] == [
+                got = settle(late, xapp, "mcw/v1/cpe/cpe-0002/weights")
+                assert [(m.topic, m.payload) for m in got] == [
                     ("mcw/v1/cpe/cpe-0002/weights", b"2-after")]
             finally:
                 late.close()
@@ -419,9 +425,9 @@ def test_cpe_writes_its_own_sharded_topics_only(proxy_broker: MosquittoBroker, t
         rc = cpe.publish(topic, b"x")
         assert (rc < 0x80) if allowed else rc == NOT_AUTHORISED
         assert cpe.publish(sharded("cpe-0001"), b"legit") < 0x80  # positive control
-        assert xapp.wait_for(lambda: bool(xapp.on(sharded("cpe-0001"))))
-        time.sleep(QUIET_S)
-        assert bool(xapp.on(topic)) == allowed
+        got = [(m.topic, m.payload) for m in settle(xapp, cpe, sharded("cpe-0001"))]
+        assert (sharded("cpe-0001"), b"legit") in got
+        assert ((topic, b"x") in got) == allowed
     finally:
         cpe.close()
         xapp.close()
@@ -431,6 +437,7 @@ def test_one_shard_subscription_gets_that_shard_only(proxy_broker: MosquittoBrok
     shards = {cpe: shard_of(cpe) for cpe in ("cpe-0001", "cpe-0002", "cpe-0003", "cpe-0004")}
     assert len(set(shards.values())) == 4
     replica = connect_client(proxy_broker, "mcw-xapp")
+    marker = connect_client(proxy_broker, "cpe-0001", client_id="marker")
     try:
         mine = shards["cpe-0001"]
         replica.subscribe(shard_filter(mine, "state"))
@@ -451,20 +458,21 @@ def test_one_shard_subscription_gets_that_shard_only(proxy_broker: MosquittoBrok
                 agent.close()
         want = {sharded("cpe-0001"), sharded("cpe-0001", "telemetry"),
                 sharded("cpe-0001", proxy="proxy-0001")}
-        assert replica.wait_for(lambda: {m.topic for m in replica.messages} >= want)
-        time.sleep(QUIET_S)
-        assert {m.topic for m in replica.messages} == want
+        got = settle(replica, marker, sharded("cpe-0001", "telemetry"))
+        assert {m.topic for m in got} == want
     finally:
         replica.close()
+        marker.close()
     # Retained states of the shard arrive to a replica that takes it later.
     late = connect_client(proxy_broker, "mcw-xapp", client_id="late-replica")
+    marker = connect_client(proxy_broker, "cpe-0003", client_id="marker")
     try:
         late.subscribe(shard_filter(shards["cpe-0003"], "state"))
-        assert late.wait_for(lambda: bool(late.messages))
-        time.sleep(QUIET_S)
-        assert [(m.topic, m.retain) for m in late.messages] == [(sharded("cpe-0003"), True)]
+        got = settle(late, marker, sharded("cpe-0003"))
+        assert [(m.topic, m.retain) for m in got] == [(sharded("cpe-0003"), True)]
     finally:
         late.close()
+        marker.close()
 
 
 @pytest.mark.parametrize(("who", "topic"), [
@@ -487,11 +495,11 @@ def test_sharded_topics_refuse_impersonation(proxy_broker: MosquittoBroker, who:
         proxy = connect_client(proxy_broker, "proxy-0001", client_id="control")
         try:  # positive control: the proxy's own per-CPE report flows
             assert proxy.publish(sharded("cpe-0002", proxy="proxy-0001"), b"legit") < 0x80
+            got = settle(reader, proxy, sharded("cpe-0002", proxy="proxy-0001"))
         finally:
             proxy.close()
-        assert reader.wait_for(lambda: bool(reader.on(sharded("cpe-0002", proxy="proxy-0001"))))
-        time.sleep(QUIET_S)
-        assert reader.on(topic) == []
+        assert [(m.topic, m.payload) for m in got] == [
+            (sharded("cpe-0002", proxy="proxy-0001"), b"legit")]
     finally:
         speaker.close()
         reader.close()
@@ -500,6 +508,8 @@ def test_sharded_topics_refuse_impersonation(proxy_broker: MosquittoBroker, who:
 def test_sharded_states_reach_the_proxy_of_the_cpe_only(proxy_broker: MosquittoBroker) -> None:
     p1 = connect_client(proxy_broker, "proxy-0001", client_id="p1")
     spy = connect_client(proxy_broker, "cpe-0002", client_id="spy")
+    marker = connect_client(proxy_broker, "cpe-0001", client_id="marker")
+    xapp = connect_client(proxy_broker, "mcw-xapp", client_id="weights")
     try:
         for f in ("mcw/v1/s/+/cpe/+/state", "mcw/v1/s/#", "#", sharded("cpe-0003")):
             p1.subscribe(f)
@@ -511,13 +521,11 @@ def test_sharded_states_reach_the_proxy_of_the_cpe_only(proxy_broker: MosquittoB
                 assert agent.publish(sharded(cpe), b"s", retain=True) < 0x80
             finally:
                 agent.close()
-        assert p1.wait_for(lambda: bool(p1.on(sharded("cpe-0001"))))
-        time.sleep(QUIET_S)
-        assert {m.topic for m in p1.messages} == {sharded("cpe-0001")}
-        assert spy.messages == []
+        assert {m.topic for m in settle(p1, marker, sharded("cpe-0001"))} == {sharded("cpe-0001")}
+        assert settle(spy, xapp, "mcw/v1/cpe/cpe-0002/weights") == []
     finally:
-        p1.close()
-        spy.close()
+        for c in (p1, spy, marker, xapp):
+            c.close()
 
 
 def test_cpe_cannot_fill_the_broker_under_invented_shards(broker: MosquittoBroker) -> None:
@@ -537,13 +545,14 @@ def test_cpe_cannot_fill_the_broker_under_invented_shards(broker: MosquittoBroke
     finally:
         cpe.close()
     late = connect_client(broker, "mcw-xapp", client_id="late-subscriber")
+    cpe = connect_client(broker, "cpe-0001", client_id="marker")
     try:
         late.subscribe("mcw/v1/s/#")
-        assert late.wait_for(lambda: bool(late.messages))
-        time.sleep(QUIET_S)
-        assert [(m.topic, m.payload, m.retain) for m in late.messages] == [(own, b"legit", True)]
+        assert [(m.topic, m.payload, m.retain) for m in settle(late, cpe, own)] == [
+            (own, b"legit", True)]
     finally:
         late.close()
+        cpe.close()
 
 
 def test_cpe_without_a_grant_reports_nothing(pki: Pki, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 
 from tests.support.mosquitto import MosquittoBroker
+from tests.support.polling import wait_until
 from tests.xapp.adapters.mqtt.conftest import decision
 from xapp.adapters.mqtt import MemoryVersionStore, MqttSettings, MqttWeightPublisher
 from xapp.app.endpoints import READY_PATH, Health, HttpServer
@@ -33,10 +34,8 @@ def ready(port: int) -> tuple[int, dict[str, object]]:
 def wait_for(condition: Callable[[], bool], timeout_s: float) -> float:
     """Seconds until ``condition()`` held; fails the test past ``timeout_s``."""
     started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout_s:
-            pytest.fail(f"not within {timeout_s} s")
-        time.sleep(0.05)
+    if not wait_until(condition, timeout_s):
+        pytest.fail(f"not within {timeout_s} s")
     return time.monotonic() - started
 
 

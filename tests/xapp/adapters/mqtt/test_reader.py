@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 
 import pytest
 from hypothesis import given
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 from paho.mqtt.reasoncodes import ReasonCode
 
 from tests.support.mosquitto import MosquittoBroker, connect_client
+from tests.support.polling import wait_until
 from xapp.adapters.mqtt import MqttSettings
 from xapp.adapters.mqtt.connection import ProtocolError
 from xapp.adapters.mqtt.reader import (
@@ -103,26 +103,18 @@ def test_a_session_with_a_real_broker(broker: MosquittoBroker, settings: MqttSet
         reader.loop_start()
         assert ready.wait(10) and reader.is_connected()
         assert events[:2] == [("connect", 0), ("suback", [1, 0])]
-        deadline = time.monotonic() + 5
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert wait_until(lambda: bool(got), 5)
         assert got == [ReceivedMessage("mcw/v1/cpe/cpe-0001/state", b'{"v":1}', 1, True)]
         for i in range(200):  # many at once: one read brings several packets
             cpe.publish("mcw/v1/cpe/cpe-0001/telemetry", b"%d" % i, qos=0)
-        deadline = time.monotonic() + 5
-        while len(got) < 201 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert wait_until(lambda: len(got) >= 201, 5)
         assert [m.payload for m in got[1:]] == [b"%d" % i for i in range(200)]
         assert reader.unsubscribe("mcw/v1/cpe/+/telemetry")[0] == 0
-        deadline = time.monotonic() + 5
-        while ("unsuback", [0]) not in events and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert wait_until(lambda: ("unsuback", [0]) in events, 5)
         assert ("unsuback", [0]) in events
         cpe.publish("mcw/v1/cpe/cpe-0001/telemetry", b"late", qos=1)
         cpe.publish("mcw/v1/cpe/cpe-0001/state", b'{"v":2}', qos=1)
-        deadline = time.monotonic() + 5
-        while got[-1].payload != b'{"v":2}' and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert wait_until(lambda: got[-1].payload == b'{"v":2}', 5)
         assert b"late" not in [m.payload for m in got]
         # A broker restart: the reader reconnects and subscribes again (on_connect).
         broker.restart()

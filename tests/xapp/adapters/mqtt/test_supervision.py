@@ -28,10 +28,10 @@ def test_the_publishers_heartbeat_advances_while_connected(settings: MqttSetting
     pub.start()
     try:
         assert pub.wait_connected(10) and pub.thread_alive and pub.healthy()
-        first = pub.last_loop_monotonic
-        # Idle, the loop still goes round at least once a second (select's timeout).
-        assert wait_until(lambda: pub.last_loop_monotonic > first + 0.5, 5)
-        assert time.monotonic() - pub.last_loop_monotonic < 2.0
+        # Idle, the loop still goes round: select() wakes at least once a second.
+        for _ in range(3):
+            beat = pub.last_loop_monotonic
+            assert wait_until(lambda: pub.last_loop_monotonic > beat, 5)  # noqa: B023
     finally:
         pub.stop()
     assert pub.healthy() and not pub.thread_alive
