@@ -6,6 +6,8 @@
 # make realstack - every policy on a real MPTCP connection between namespaces, scenario by
 #              scenario, against the default scheduler alone (bench/bench_realstack.py;
 #              docs/realstack.md); REALSTACK_ARGS passes options, e.g. "--runs 1 --scenario lossy"
+# make soak  - mcw run's memory over an hour with faults, 200 CPEs, 10 Go agents
+#              (bench/soak.py; docs/guarantees.md); SOAK_ARGS passes options, e.g. "--minutes 10"
 # make e2e-k8s - the chart installed by helm into a real single-node Kubernetes built and started
 #              here (binaries in .tools/k8s), agents outside it in namespaces (docs/k8s.md)
 #
@@ -22,7 +24,7 @@ export GOFLAGS ?= -mod=mod
 INFLUXD_VERSION := v1.8.10
 HELM_VERSION    := v3.16.4
 
-.PHONY: demo e2e realstack deps-e2e e2e-k8s deps-k8s test lint test-python test-unit test-agent test-agent-packages test-agent-netns bench deps deps-python deps-system deps-tools agent clean
+.PHONY: demo e2e realstack soak deps-e2e e2e-k8s deps-k8s test lint test-python test-unit test-agent test-agent-packages test-agent-netns bench deps deps-python deps-system deps-tools agent clean
 
 demo: deps-python
 	$(VENV)/bin/mcw demo --out out/demo
@@ -43,6 +45,10 @@ e2e: deps-e2e agent
 REALSTACK_ARGS ?=
 realstack: deps agent
 	$(PY) bench/bench_realstack.py --out out/realstack $(REALSTACK_ARGS)
+
+SOAK_ARGS ?=
+soak: deps agent
+	$(PY) bench/soak.py --out out/soak $(SOAK_ARGS)
 
 deps-e2e: deps-python deps-tools
 	@$(MAKE) --no-print-directory deps-system APT_NEEDS="$(APT_NEEDS) prometheus:prometheus"

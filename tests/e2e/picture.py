@@ -100,6 +100,7 @@ def figure(run: Run, faults: list[FaultResult]) -> Figure:
     ax.bar(xs, [bins[x] for x in xs], width=1.0, color="tab:purple")
     ax.set_ylabel("state messages / s\n(all agents)")
     ax = axes[3]
+    assert run.prom is not None
     wall0 = time.time() - run.now()
     for expr, label in (("mcw_ready", "xApp ready"),
                         ('sum(up{job="mcw-agent"}) / count(up{job="mcw-agent"})',

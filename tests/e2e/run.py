@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,7 +85,8 @@ class Run:
     a1_port: int
     observer: Observer
     feeder: ScenarioFeeder
-    prom: Prometheus
+    #: None when started without ``scrape``.
+    prom: Prometheus | None
     t0: float
     timeline: list[tuple[float, str]]
     #: Values one step of the story leaves for its checks.
@@ -432,8 +433,14 @@ def missing_tools() -> list[str]:
     return out
 
 
-def start(root: Path, n_agents: int, n_cpes: int) -> Run:
-    """Every server, ``mcw run``, the agents, Prometheus and the feeder, ready to go."""
+def start(root: Path, n_agents: int, n_cpes: int, *, real_link: bool = True,
+          scrape: bool = True, host: Sequence[str] = ("-m", "tests.e2e.xapp_host")) -> Run:
+    """Every server, ``mcw run``, the agents, Prometheus and the feeder, ready to go.
+
+    Without ``real_link`` (no namespaces) every one of the ``n_agents`` is a dry-run agent;
+    without ``scrape`` no Prometheus runs (``bench/soak.py``: neither is what it measures).
+    ``host``: the interpreter's arguments that run :mod:`tests.e2e.xapp_host` (the soak's
+    tracemalloc wrapper takes its place)."""
     root.mkdir(parents=True, exist_ok=True)
     pki = make_pki(root / "pki", n_cpes=n_cpes, jobs=2)
     cpes = [cpe_name(i) for i in range(1, n_cpes + 1)]
@@ -457,38 +464,54 @@ def start(root: Path, n_agents: int, n_cpes: int) -> Run:
     env = {**operator_env(root, pki, broker, influx, redis), "CONFIG_FILE": str(config),
            "MCW_LOOP_LEASE_S": str(int(LEASE_S)), "MCW_LOG_LEVEL": "WARNING"}
     port, a1_port = free_port(), free_port()
-    # cpes[0] is the real connection's CPE; the others up to n_agents run dry-run agents.
-    agent_cpes = cpes[1:n_agents]
+    # With the real link cpes[0] is its CPE; the others up to n_agents run dry-run agents.
+    agent_cpes = cpes[1:n_agents] if real_link else cpes[:n_agents]
     # free_port never hands out a port twice in one process: the agents bind theirs later.
     free = [free_port() for _ in range(len(agent_cpes) + 2)]
     ports = dict(zip(agent_cpes, free[:-2], strict=True))
     # The real connection's two agents are scraped too, through the relay out of their netns.
     link = RealLink(root / "mptcp", pki, broker.port, cpes[0],
-                    metrics_ports={"cpe": free[-2], "proxy": free[-1]})
-    scenario_feeder = ScenarioFeeder(influx, cpes, real=(cpes[0], link.topo))
+                    metrics_ports={"cpe": free[-2], "proxy": free[-1]}) if real_link else None
+    scenario_feeder = ScenarioFeeder(influx, cpes,
+                                     real=None if link is None else (cpes[0], link.topo))
     feeder = scenario_feeder.start()
     stack = Stack(root=root, pki=pki, broker=broker, influx=influx, redis=redis,
                   config_path=config, env=env, xapp=XappRun([], env, port, root / "xapp.log"),
                   feeder=feeder)
-    stack.xapp.cmd = [sys.executable, "-m", "tests.e2e.xapp_host", "--a1-port", str(a1_port),
+    stack.xapp.cmd = [sys.executable, *host, "--a1-port", str(a1_port),
                       *stack.xapp_cmd(port)[4:]]
     stack.xapp.start()
     t0 = time.monotonic()
     observer = Observer(broker.pki, broker.port, t0).start()
+    prom = None
     try:
-        link.start()
+        if link is not None:
+            link.start()
         for c in tqdm(agent_cpes, desc="agents", unit="agent"):
             stack.start_agent(c, telemetry_ms=TELEMETRY_MS, metrics_port=ports[c])
-        prom = Prometheus(root / "prometheus", port,
-                          [*ports.values(), *link.metrics_ports.values()]).start()
+        if scrape:
+            prom = Prometheus(root / "prometheus", port,
+                              [*ports.values(),
+                               *([] if link is None else link.metrics_ports.values())]).start()
     except BaseException:
         observer.stop()
-        link.stop()
+        if link is not None:
+            link.stop()
         stack.stop()
         raise
     return Run(stack=stack, cpes=agent_cpes, agent_ports=ports, a1_port=a1_port,
                observer=observer, feeder=scenario_feeder, prom=prom, t0=t0, timeline=[],
                link=link)
+
+
+def wait_all_applied(run: Run, timeout_s: float = 180.0) -> list[str] | None:
+    """Wait until the xApp is ready and every agent applied weights; None then, else the
+    agents still without weights."""
+    if wait_until(lambda: run.ready()[0] and all(
+            v > 0 for v in run.observer.latest_versions().values())
+            and set(run.cpes) <= set(run.observer.latest_versions()), timeout_s, 0.5):
+        return None
+    return sorted(set(run.cpes) - set(run.observer.latest_versions()))
 
 
 def link_figures(run: Run, steady_wall: tuple[float, float]) -> dict[str, Any]:
@@ -608,11 +631,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(args.out)
     wall0 = time.monotonic()
     run = start(args.out / "run", args.agents, n_cpes)
+    assert run.prom is not None
     try:
-        if not wait_until(lambda: run.ready()[0] and all(
-                v > 0 for v in run.observer.latest_versions().values())
-                and set(run.cpes) <= set(run.observer.latest_versions()), 180, 0.5):
-            late = sorted(set(run.cpes) - set(run.observer.latest_versions()))
+        late = wait_all_applied(run)
+        if late is not None:
             print(f"e2e: the system never became ready: {run.ready()}; agents without "
                   f"weights: {late[:10]}", file=sys.stderr)
             return 1
