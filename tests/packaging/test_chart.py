@@ -31,7 +31,6 @@ from tests.packaging.paths import (
     ROOT,
     UID,
     XAPP_NAME,
-    helm_binary,
     load_json,
 )
 from xapp.app import config
@@ -95,14 +94,6 @@ VARIANTS: dict[str, tuple[dict[str, Any], str | None]] = {
     # Three replicas share the fleet (docs/replicas.md): sharding on by itself.
     "three-replicas": ({"replicaCount": 3}, "ricxapp"),
 }
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    found = helm_binary()
-    if found is None:
-        pytest.skip("helm is not installed (make deps-tools puts it in .tools/bin)")
-    return found
 
 
 @pytest.fixture(scope="module")

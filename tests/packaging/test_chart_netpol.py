@@ -17,7 +17,7 @@ import pytest
 
 from tests.packaging import chart_render as cr
 from tests.packaging.netpol import Pod, can_connect, selector_matches
-from tests.packaging.paths import ROOT, XAPP_NAME, helm_binary
+from tests.packaging.paths import ROOT, XAPP_NAME
 
 NS = "ricxapp"
 INSTALL_DOC = ROOT / "docs" / "install-ric.md"
@@ -36,14 +36,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "broker-deploy": {"broker": {"deploy": True}},
     "three-replicas": {"replicaCount": 3},
 }
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    found = helm_binary()
-    if found is None:
-        pytest.skip("helm is not installed (make deps-tools puts it in .tools/bin)")
-    return found
 
 
 @pytest.fixture(scope="module")

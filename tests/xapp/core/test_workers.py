@@ -21,6 +21,19 @@ KILLS_THREADS = pytest.mark.filterwarnings(
     "ignore::pytest.PytestUnhandledThreadExceptionWarning")
 
 
+class Mortal:
+    """A worker's step that dies (raises :class:`Die`) once for each ``may_die.release()``
+    and says so on ``died``."""
+
+    def __init__(self) -> None:
+        self.may_die, self.died = threading.Semaphore(0), threading.Semaphore(0)
+
+    def __call__(self) -> None:
+        if self.may_die.acquire(timeout=0.05):
+            self.died.release()
+            raise Die
+
+
 def test_a_failing_step_is_counted_and_the_worker_carries_on() -> None:
     calls: list[int] = []
 
@@ -41,12 +54,8 @@ def test_a_failing_step_is_counted_and_the_worker_carries_on() -> None:
 
 @KILLS_THREADS
 def test_a_dead_worker_is_restarted_until_the_budget_is_spent() -> None:
-    may_die, died = threading.Semaphore(0), threading.Semaphore(0)
-
-    def step() -> None:
-        if may_die.acquire(timeout=0.05):
-            died.release()
-            raise Die
+    step = Mortal()
+    may_die, died = step.may_die, step.died
 
     sup = Supervisor(max_restarts=2, restart_window_s=60)
     w = sup.add(Worker("fragile", step, 0.01)).start()
@@ -109,12 +118,8 @@ def test_a_dead_probe_is_restarted_within_the_same_budget() -> None:
 @KILLS_THREADS
 def test_the_supervisor_restarts_on_its_own_clock_without_a_probe() -> None:
     """Issue 33 item 3: nothing asks /alive or /metrics here; the supervisor's thread does."""
-    may_die, died = threading.Semaphore(0), threading.Semaphore(0)
-
-    def step() -> None:
-        if may_die.acquire(timeout=0.05):
-            died.release()
-            raise Die
+    step = Mortal()
+    may_die, died = step.may_die, step.died
 
     sup = Supervisor(max_restarts=2, restart_window_s=60)
     w = sup.add(Worker("fragile", step, 0.01)).start()
@@ -135,12 +140,8 @@ def test_a_worker_that_degrades_a_component_keeps_alive_ok_past_its_budget() -> 
     """Out of budget: a worker added with ``degrades`` costs its component, not the pod; when
     the window has room (the injected clock) it is tried again."""
     now = [50.0]
-    may_die, died = threading.Semaphore(0), threading.Semaphore(0)
-
-    def step() -> None:
-        if may_die.acquire(timeout=0.05):
-            died.release()
-            raise Die
+    step = Mortal()
+    may_die, died = step.may_die, step.died
 
     sup = Supervisor(max_restarts=1, restart_window_s=60, clock=lambda: now[0])
     w = sup.add(Worker("decoder", step, 0.01), degrades="e2").start()
