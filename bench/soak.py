@@ -351,6 +351,26 @@ def trace_report(dump: Path, labels: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def summary(doc: dict[str, Any]) -> str:
+    """The report's figures as the bench prints them."""
+    f = doc["faults"]
+    lines = [f"soak: {doc['minutes']:g} min, {doc['cpes']} CPEs, {doc['agents']} Go agents, "
+             f"seed {doc['seed']}, mean load {doc['load1_mean']}"]
+    for name, fig in doc["rss"].items():
+        lines.append(f"  RSS {name:5s}: start {fig['start_mib']:.1f} MiB, peak "
+                     f"{fig['peak_mib']:.1f}, end {fig['end_mib']:.1f}; last "
+                     f"{fig['last_half_min']:.1f} min: growth "
+                     f"{fig['last_half_growth_pct']:+.2f} % (raw "
+                     f"{fig['last_half_raw_growth_pct']:+.2f} %), slope "
+                     f"{fig['last_half_slope_mib_per_min']:+.3f} MiB/min")
+    lines.append(f"  faults: {f['injected']} injected, {f['recovered']} recovered, "
+                 f"{f['all_checks_passed']} with every check passed; {f['by_kind']}")
+    lines.append(f"  children: {', '.join(doc['children']) or 'none'}; restarts: "
+                 f"{doc['rss']['xapp']['restarts']}")
+    lines.append(f"  {doc['csv']}, {doc['png']}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="bench/soak.py", description=__doc__.split("\n\n")[0],
@@ -525,22 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         (out / "trace.txt").write_text(trace_report(dump, snaps))
         doc["trace_report"] = str(out / "trace.txt")
     (out / "soak.json").write_text(json.dumps(doc, indent=2) + "\n")
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        f = doc["faults"]
-        print(f"soak: {args.minutes:g} min, {args.cpes} CPEs, {args.agents} Go agents, "
-              f"seed {args.seed}, mean load {doc['load1_mean']}")
-        for name, fig in figures.items():
-            print(f"  RSS {name:5s}: start {fig['start_mib']:.1f} MiB, peak "
-                  f"{fig['peak_mib']:.1f}, end {fig['end_mib']:.1f}; last "
-                  f"{fig['last_half_min']:.1f} min: growth {fig['last_half_growth_pct']:+.2f} % "
-                  f"(raw {fig['last_half_raw_growth_pct']:+.2f} %), slope "
-                  f"{fig['last_half_slope_mib_per_min']:+.3f} MiB/min")
-        print(f"  faults: {f['injected']} injected, {f['recovered']} recovered, "
-              f"{f['all_checks_passed']} with every check passed; {f['by_kind']}")
-        print(f"  children: {', '.join(children) or 'none'}; restarts: {x['restarts']}")
-        print(f"  {doc['csv']}, {doc['png']}")
+    print(json.dumps(doc, indent=2) if args.json else summary(doc))
     ok = all(f.recovered for f in injected) and len(injected) == len(plan)
     return 0 if ok and math.isfinite(x["last_half_growth_pct"]) else 1
 

@@ -65,3 +65,14 @@ def test_children_count_in_the_total(soak: ModuleType) -> None:
                for i in range(6)]
     assert soak.memory_figures(samples, "total")["end_mib"] == 125.0
     assert soak.memory_figures(samples, "xapp")["end_mib"] == 100.0
+
+
+def test_summary_prints_the_figures(soak: ModuleType) -> None:
+    fig = soak.memory_figures(_samples(soak, [200.0 + m for m in range(11)]))
+    doc = {"minutes": 10.0, "cpes": 200, "agents": 10, "seed": 33, "load1_mean": 1.5,
+           "rss": {"xapp": fig, "total": fig}, "children": [], "csv": "a.csv", "png": "a.png",
+           "faults": {"injected": 12, "recovered": 12, "all_checks_passed": 12,
+                      "by_kind": {"broker-restart": 12}}}
+    text = soak.summary(doc)
+    assert "start 200.0 MiB, peak 210.0, end 210.0" in text
+    assert "slope +1.000 MiB/min" in text and "12 recovered" in text
