@@ -151,7 +151,7 @@ VERSION_PREFIX = "version/"
 
 
 class RedisVersionStore:
-    """Per-CPE weight-version ceilings (:class:`xapp.adapters.mqtt.versions.VersionStore`) in
+    """Per-CPE weight-version ceilings (:class:`xapp.core.ports.VersionStore`) in
     SDL's key layout, ``{<namespace>},version/<cpe id>`` holding the ceiling as JSON: the keys
     ricsdl wrote for the xApp before this store existed, so an upgrade keeps every ceiling.
 

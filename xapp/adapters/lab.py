@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from xapp.adapters.mqtt.versions import MemoryVersionStore, VersionAllocator, VersionStore
+from xapp.adapters.mqtt.versions import MemoryVersionStore, VersionAllocator
 from xapp.adapters.mqtt.weights_encoder import encode_weights_batch
 from xapp.adapters.rmr import MS_MEID, MS_MSG_TYPE, MS_PAYLOAD, RmrGlue
 from xapp.core.forecast import DIRECTIONS, CapacityForecast, KpiFrame
-from xapp.core.ports import Published, PublishResult, WeightBatch
+from xapp.core.ports import Published, PublishResult, VersionStore, WeightBatch
 
 
 class FileKpiSource:

@@ -27,7 +27,6 @@ from typing import Any
 
 from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, mediator_lister
 from xapp.adapters.e2.submgr_client import CALLBACK_PATH
-from xapp.adapters.mqtt.versions import VersionStore
 from xapp.adapters.rmr import RmrGlue
 from xapp.adapters.sdl import Restored, SdlStateStore, ricsdl_backend
 from xapp.app.collector import ComponentCollector, E2Counters, ShardCollector
@@ -59,6 +58,7 @@ from xapp.core.loop import ControlLoop
 from xapp.core.ownership import ShardFence
 from xapp.core.policy import PolicyError
 from xapp.core.policy_book import PolicyBook
+from xapp.core.ports import VersionStore
 from xapp.core.workers import Supervisor
 
 log = logging.getLogger(__name__)
@@ -336,7 +336,7 @@ class XappProcess:
     def timings_in_use(self) -> frozenset[str]:
         """The timings a running component holds (xapp.core.timings.Timings fields): those a
         reload cannot change without a restart."""
-        names = {"control_period_s"}
+        names = {"control_period_s", "tick_deadline_s"}  # the loop and its worker
         if self.sharing is not None:
             names |= {"shard_lease_s", "shard_redis_timeout_s"}
         if self.state.enabled:  # the weights version store is on Redis

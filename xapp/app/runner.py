@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from xapp.core.loop import ControlLoop
+from xapp.core.timings import derive_timings
 from xapp.core.workers import Worker
 
 log = logging.getLogger(__name__)
@@ -18,11 +19,6 @@ log = logging.getLogger(__name__)
 #: ``bench/bench_tick.py``.  The loop's data makes few reference cycles, so collecting the old
 #: generations rarely costs little memory.
 GC_THRESHOLDS = (100_000, 50, 100)
-
-
-#: The shortest deadline of one tick.  The slowest tick measured (10,000 CPEs, real InfluxDB
-#: and MQTT, ``bench/bench_tick.py``) has a p99 of 0.46 s; a tick of 2 s is not slow, it hangs.
-TICK_DEADLINE_FLOOR_S = 2.0
 
 
 def tune_gc() -> None:
@@ -38,7 +34,7 @@ class LoopRunner(Worker):
     Ticks are scheduled on the monotonic clock; a tick that overruns makes the next one start at
     once rather than queueing up missed ones.  A failing tick is logged and counted
     (``on_error``), the loop carries on.  A tick that runs longer than two periods (at least
-    :data:`TICK_DEADLINE_FLOOR_S`) makes the worker stuck, which fails
+    :data:`xapp.core.timings.TICK_DEADLINE_FLOOR_S`) makes the worker stuck, which fails
     ``/ric/v1/health/alive``.
     """
 
@@ -53,6 +49,6 @@ class LoopRunner(Worker):
             return float(loop.settings.control_period_s)
 
         super().__init__("mcw-loop", lambda: loop.tick(clock()), period,
-                         deadline_s=lambda: max(TICK_DEADLINE_FLOOR_S, 2 * period()),
+                         deadline_s=lambda: derive_timings(period()).tick_deadline_s,
                          on_error=None if on_error is None else (lambda _exc: on_error()),
                          clock=monotonic)

@@ -331,3 +331,19 @@ class StateStore(Protocol):
         ...
 
     def set_model_version(self, version: str) -> None: ...
+
+
+class VersionStore(Protocol):
+    """Durable per-CPE version ceilings.
+
+    Implementations must make ``set_ceilings`` durable before returning and must never lower a
+    stored ceiling (keep the maximum), so two racing writers cannot move a CPE backwards.
+    """
+
+    def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
+        """The stored ceiling of each requested CPE (0 when none is stored)."""
+        ...
+
+    def set_ceilings(self, ceilings: Mapping[str, int]) -> None:
+        """Raise the stored ceilings to at least the given values, durably."""
+        ...

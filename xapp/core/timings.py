@@ -2,7 +2,8 @@
 
 The period sets more than the loop's tick: the shard lease (when ``controls.sharding.lease_s``
 is 0), the Redis timeouts of the lease worker and of the weights version store, the InfluxDB
-request timeout, how often the InfluxDB writer flushes and how often the intake polls.  They
+request timeout, how often the InfluxDB writer flushes, how often the intake polls and how
+long a tick may run.  They
 were computed in six places, so a reload of the period changed the tick alone and left the
 rest at their start-up values without a word (issue 33).  Now each is a field of
 :class:`Timings`, made by :func:`derive_timings` only; what may change in a running process is
@@ -37,11 +38,19 @@ class Timings:
     #: that flush once per period, as this xApp's replicas do).
     intake_poll_s: float
     intake_overlap_s: float
+    #: A tick running longer than this makes the loop's worker stuck (``/alive`` fails): two
+    #: periods, at least :data:`TICK_DEADLINE_FLOOR_S`.
+    tick_deadline_s: float
 
 
-#: Fields a running process applies on a configuration reload (the loop reads its period at
-#: every tick); the others are fixed when their component starts.
-LIVE: frozenset[str] = frozenset({"control_period_s"})
+#: The shortest deadline of one tick.  The slowest tick measured (10,000 CPEs, real InfluxDB
+#: and MQTT, ``bench/bench_tick.py``) has a p99 of 0.46 s; a tick of 2 s is not slow, it hangs.
+TICK_DEADLINE_FLOOR_S = 2.0
+
+#: Fields a running process applies on a configuration reload (the loop reads its period, and
+#: its worker the tick deadline, at every tick); the others are fixed when their component
+#: starts.
+LIVE: frozenset[str] = frozenset({"control_period_s", "tick_deadline_s"})
 
 
 def derive_timings(control_period_s: float, shard_lease_s: float = 0.0) -> Timings:
@@ -67,6 +76,7 @@ def derive_timings(control_period_s: float, shard_lease_s: float = 0.0) -> Timin
         influx_flush_s=flush,
         intake_poll_s=flush,
         intake_overlap_s=2 * flush,
+        tick_deadline_s=max(TICK_DEADLINE_FLOOR_S, 2 * control_period_s),
     )
 
 

@@ -16,8 +16,9 @@ import pytest
 from tests.support.polling import wait_until
 from tests.xapp.app.test_process import get, lab_process
 from xapp.app.process import XappProcess
-from xapp.app.runner import TICK_DEADLINE_FLOOR_S, LoopRunner
+from xapp.app.runner import LoopRunner
 from xapp.core.loop import ControlLoop, TickReport
+from xapp.core.timings import TICK_DEADLINE_FLOOR_S
 from xapp.core.workers import WorkerState
 
 

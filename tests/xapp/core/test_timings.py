@@ -11,11 +11,11 @@ def test_one_function_derives_every_timing() -> None:
     assert asdict(derive_timings(10.0)) == {
         "control_period_s": 10.0, "shard_lease_s": 15.0, "shard_redis_timeout_s": 3.0,
         "version_redis_timeout_s": 1.0, "influx_timeout_ms": 10_000, "influx_flush_s": 1.0,
-        "intake_poll_s": 1.0, "intake_overlap_s": 2.0}
+        "intake_poll_s": 1.0, "intake_overlap_s": 2.0, "tick_deadline_s": 20.0}
     assert asdict(derive_timings(0.2)) == {
         "control_period_s": 0.2, "shard_lease_s": 1.0, "shard_redis_timeout_s": 0.2,
         "version_redis_timeout_s": 0.25, "influx_timeout_ms": 1_000, "influx_flush_s": 0.2,
-        "intake_poll_s": 0.2, "intake_overlap_s": 0.4}
+        "intake_poll_s": 0.2, "intake_overlap_s": 0.4, "tick_deadline_s": 2.0}
     assert derive_timings(1.0, shard_lease_s=4.0).shard_lease_s == 4.0
 
 

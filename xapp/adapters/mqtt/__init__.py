@@ -29,7 +29,6 @@ from xapp.adapters.mqtt.versions import (
     FileVersionStore,
     MemoryVersionStore,
     VersionAllocator,
-    VersionStore,
 )
 from xapp.adapters.mqtt.weights_encoder import build_weights
 from xapp.core.ports import PublishResult
@@ -49,7 +48,6 @@ __all__ = [
     "PublishResult",
     "PublisherStats",
     "VersionAllocator",
-    "VersionStore",
     "build_weights",
     "decode",
     "parse_channel_topic",

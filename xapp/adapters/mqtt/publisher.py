@@ -64,10 +64,10 @@ from xapp.adapters.mqtt.connection import (
 from xapp.adapters.mqtt.drops import DropCounter
 from xapp.adapters.mqtt.outbox import Outbox, Outgoing
 from xapp.adapters.mqtt.topics import weights_topic
-from xapp.adapters.mqtt.versions import VersionAllocator, VersionStore
+from xapp.adapters.mqtt.versions import VersionAllocator
 from xapp.adapters.mqtt.weights_encoder import EncodedWeights, encode_weights_batch, single_batch
 from xapp.core.ownership import Fenced, ShardFence
-from xapp.core.ports import Choice, PublishResult, WeightBatch
+from xapp.core.ports import Choice, PublishResult, VersionStore, WeightBatch
 from xapp.core.weights import WeightDecision
 
 log = logging.getLogger(__name__)

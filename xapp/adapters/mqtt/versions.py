@@ -4,8 +4,8 @@ The publisher never asks the store for every message. It reserves a *block* of v
 CPE: the store durably records the block's ceiling before any version of the block is sent.
 After a restart the publisher starts above the stored ceiling, so it may skip up to a block of
 numbers but can never reuse one. The SDL (Redis) store of the RIC glue implements the same
-protocol; :class:`MemoryVersionStore` and :class:`FileVersionStore` are for tests and
-single-node use.
+protocol (:class:`xapp.core.ports.VersionStore`); :class:`MemoryVersionStore` and
+:class:`FileVersionStore` are for tests and single-node use.
 """
 
 from __future__ import annotations
@@ -15,26 +15,9 @@ import os
 import threading
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
+from xapp.core.ports import VersionStore
 from xapp.files import atomic_write
-
-
-@runtime_checkable
-class VersionStore(Protocol):
-    """Durable per-CPE version ceilings.
-
-    Implementations must make ``set_ceilings`` durable before returning and must never lower a
-    stored ceiling (keep the maximum), so two racing writers cannot move a CPE backwards.
-    """
-
-    def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
-        """The stored ceiling of each requested CPE (0 when none is stored)."""
-        ...
-
-    def set_ceilings(self, ceilings: Mapping[str, int]) -> None:
-        """Raise the stored ceilings to at least the given values, durably."""
-        ...
 
 
 class MemoryVersionStore:

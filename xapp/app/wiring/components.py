@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from xapp.adapters.lab import FileKpiSource, JsonlPublisher, NullSink
 from xapp.adapters.mqtt import ChannelSubscriber, MqttWeightPublisher
-from xapp.adapters.mqtt.versions import VersionStore
 from xapp.app.config import Controls
 from xapp.app.run_options import RunOptions
 from xapp.app.wiring.estimator import build_estimator
@@ -19,7 +18,7 @@ from xapp.core.forecast import CapacityEstimator
 from xapp.core.intake import LatestKpis
 from xapp.core.issue_clock import IssueClock
 from xapp.core.ownership import ShardedKpis, ShardFence
-from xapp.core.ports import KpiSource, TelemetrySink, WeightPublisher
+from xapp.core.ports import KpiSource, TelemetrySink, VersionStore, WeightPublisher
 from xapp.core.timings import Timings
 from xapp.core.workers import Worker
 

@@ -14,13 +14,12 @@ from xapp.adapters.mqtt import (
     MqttWeightPublisher,
     ProxyState,
 )
-from xapp.adapters.mqtt.versions import VersionStore
 from xapp.app.config import Controls
 from xapp.app.wiring.telemetry import AgentTelemetry
 from xapp.core.intake import LatestKpis
 from xapp.core.issue_clock import IssueClock
 from xapp.core.ownership import ShardFence
-from xapp.core.ports import TelemetrySink
+from xapp.core.ports import TelemetrySink, VersionStore
 from xapp.core.workers import Worker
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,9 @@ import logging
 from collections.abc import Callable
 
 from xapp.adapters.dbaas import RedisLike, RedisVersionStore, redis_from_env, sample_redis_clock
-from xapp.adapters.mqtt.versions import MemoryVersionStore, VersionStore
+from xapp.adapters.mqtt.versions import MemoryVersionStore
 from xapp.core.issue_clock import IssueClock
+from xapp.core.ports import VersionStore
 from xapp.core.timings import Timings
 from xapp.core.workers import Worker
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from xapp.adapters.mqtt import FileVersionStore, MemoryVersionStore, VersionAllocator, VersionStore
+from xapp.adapters.mqtt import FileVersionStore, MemoryVersionStore, VersionAllocator
+from xapp.core.ports import VersionStore
 
 
 def test_versions_grow_per_cpe_and_blocks_batch_the_writes() -> None:
