@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import re
 from pathlib import Path
 
@@ -75,13 +76,22 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return {}
 
 
+def headings(text: str) -> list[tuple[int, str]]:
+    """(line index, title) of a Markdown text's headings; a ``#`` line inside a code block is
+    a comment, not a heading."""
+    out, fence = [], False
+    for i, line in enumerate(text.split("\n")):
+        fence ^= line.startswith("```")
+        heading = None if fence else re.match(r"#+ (.+)$", line)
+        if heading:
+            out.append((i, heading.group(1)))
+    return out
+
+
 def anchors(path: Path) -> set[str]:
     """GitHub's anchors of a Markdown file's headings."""
-    out = set()
-    for title in re.findall(r"(?m)^#+ (.+)$", path.read_text()):
-        slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
-        out.add(slug)
-    return out
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+            for _, title in headings(path.read_text())}
 
 
 @pytest.mark.parametrize("doc", [d for d in DOCS if d.name != "CHANGELOG.md"],
@@ -132,12 +142,8 @@ MAX_LINES_WITHOUT_HEADING = 80
 
 
 def longest_stretch_without_heading(text: str) -> int:
-    lines, last, longest, fence = text.split("\n"), 0, 0, False
-    for i, line in enumerate(lines):
-        fence ^= line.startswith("```")
-        if not fence and line.startswith("#"):
-            longest, last = max(longest, i - last), i
-    return max(longest, len(lines) - last)
+    starts = [0, *(i for i, _ in headings(text)), len(text.split("\n"))]
+    return max(b - a for a, b in itertools.pairwise(starts))
 
 
 @pytest.mark.parametrize("doc", [d for d in DOCS if d.name != "CHANGELOG.md"],
