@@ -167,7 +167,9 @@ def test_a_killed_or_hung_process_is_replaced_on_the_supervisors_clock_and_loses
             assert d.offer((payload, NODE))
         supervisor.start(interval_s=0.05)
         assert wait_until(lambda: d.processes_started == 2 and d.healthy(), timeout_s=30)
-        assert wait_until(lambda: ingest.counters["received"] + d.drops["decoder_lost"] == 20,
+        # The ingest counts an indication "received" before it maps and hands it on, and
+        # "accepted" after: wait for the outcome, not the arrival.
+        assert wait_until(lambda: ingest.counters["accepted"] + d.drops["decoder_lost"] == 20,
                           timeout_s=60), (ingest.counters, d.drops, d.pending())
     finally:
         with contextlib.suppress(ProcessLookupError):  # killed, and reaped
