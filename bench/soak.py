@@ -505,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if sampler is not None:
             sampler.stop.set()
+            # A sample being taken lands before the CSV and the figures read the list, so
+            # both see the same samples.
+            thread.join(timeout=30)
             # Written whatever happened: an hour's samples outlive a failed fault.
             write_csv(out / "soak.csv", sampler.samples)
         run.observer.stop()
