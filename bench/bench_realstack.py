@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tqdm import tqdm
 
+from tests.e2e.mptcp_bulk import CONGESTION_CONTROL
 from tests.realstack.harness import POLICIES, Run, RunResult, Servers
 from twin.path_traces import SCENARIOS, PathTrace, TraceError, build, load_csv, predict
 
@@ -66,7 +67,10 @@ def summarise(trace: PathTrace, results: dict[str, list[RunResult]]) -> dict[str
     out["spread"] = {d: {} for d in DIRECTIONS}
     out["twin"] = {d: {} for d in DIRECTIONS}
     out["rtt_ms"] = {}
+    out["retrans"] = {}
     for policy, runs in results.items():
+        out["retrans"][policy] = {d: int(statistics.median(r.retrans.get(d, 0) for r in runs))
+                                  for d in DIRECTIONS}
         for d in DIRECTIONS:
             rs = [ratio(r, trace, d) for r in runs]
             out[d][policy] = round(statistics.median(rs), 4)
@@ -90,7 +94,7 @@ def table(name: str, trace: PathTrace, s: dict[str, Any]) -> str:
              f"WATs {', '.join(trace.wats)})",
              f"{'policy':<11}" + "".join(f"{d + ' of sum':>12}{'x default':>10}{'x oracle':>9}"
                                          f"{'twin':>7}" for d in DIRECTIONS)
-             + f"{'RTT p50/p95 ms':>17}"]
+             + f"{'RTT p50/p95 ms':>17}{'retx dl/ul':>14}"]
     for p in s["dl"]:
         row = f"{p:<11}"
         for d in DIRECTIONS:
@@ -103,6 +107,8 @@ def table(name: str, trace: PathTrace, s: dict[str, Any]) -> str:
                     + f"{s['twin'][d][p]:>7.3f}")
         p50, p95 = s["rtt_ms"][p]
         row += f"{(f'{p50:.0f} / {p95:.0f}' if p50 is not None else '-'):>17}"
+        rx = s["retrans"][p]
+        row += f"{rx['dl']:>7}/{rx['ul']:<6}"
         lines.append(row)
     for n in s.get("notes", []):
         lines.append(f"  note: {n}")
@@ -164,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=8.0,
                     help="seconds before the trace starts, at its first period (default 8)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cc", default=CONGESTION_CONTROL,
+                    help="the congestion control of the bulk, small and probe flows (default "
+                    f"{CONGESTION_CONTROL}, mainline's default, whatever this host's is)")
     ap.add_argument("--out", type=Path, default=Path("out/realstack"),
                     help="PNGs and every run's raw files (default out/realstack)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -179,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = tuple(a.policy or POLICIES)
     a.out = a.out.resolve()
     servers = Servers.start(a.out / "servers")
-    doc: dict[str, Any] = {"scenarios": {}, "runs": a.runs}
+    doc: dict[str, Any] = {"scenarios": {}, "runs": a.runs, "cc": a.cc}
     texts = []
     bar = tqdm(total=len(traces) * a.runs * len(policies), unit="run", disable=a.json,
                file=sys.stderr)
@@ -192,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 for p in order:
                     bar.set_description(f"{trace.name} {p} run {i + 1}")
                     root = a.out / trace.name / f"run{i + 1}" / p
-                    results[p].append(Run(servers, trace, p, root, a.warmup).execute())
+                    results[p].append(Run(servers, trace, p, root, a.warmup, cc=a.cc).execute())
                     bar.update()
             s = summarise(trace, results)
             s["png"] = str(plot(trace.name, trace, results, a.out))

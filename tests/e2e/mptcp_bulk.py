@@ -65,8 +65,25 @@ def run(sock: socket.socket, out: Path, seconds: float) -> None:
     sock.close()
 
 
-def mptcp_socket() -> socket.socket:
-    return socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_MPTCP)
+#: The congestion control of every connection the e2e and real-stack runs open: mainline's
+#: default.  Set per socket because a host may default to another one, and the one this
+#: project is measured on defaults to BBR: with BBR, a connection over a 16 and a 40 Mbit/s
+#: path swung between 1 and 65 Mbit/s, second by second, for every scheduling policy (a
+#: subflow starved by the connection's shared send buffer sampled an app-limited bandwidth
+#: and paced itself at a quarter of its path for seconds); with CUBIC the same connection held
+#: 50-51 of 56 Mbit/s (docs/realstack.md).
+CONGESTION_CONTROL = "cubic"
+
+
+def congestion_control(sock: socket.socket, cc: str) -> socket.socket:
+    """``sock`` with ``cc`` as its congestion control (MPTCP passes it on to every subflow)."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+    return sock
+
+
+def mptcp_socket(cc: str = CONGESTION_CONTROL) -> socket.socket:
+    return congestion_control(
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_MPTCP), cc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,9 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seconds", type=float, default=3600)
+    ap.add_argument("--cc", default=CONGESTION_CONTROL,
+                    help=f"the subflows' congestion control (default {CONGESTION_CONTROL})")
     args = ap.parse_args(argv)
     if args.mode == "serve":
-        with mptcp_socket() as ls:
+        with mptcp_socket(args.cc) as ls:
             ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             ls.bind((args.addr, args.port))
             ls.listen(1)
@@ -88,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for _ in range(50):  # the server starts in parallel: retry for up to 5 s
         # A fresh socket each time: one whose connect failed may fall back to plain TCP.
-        sock = mptcp_socket()
+        sock = mptcp_socket(args.cc)
         try:
             sock.connect((args.addr, args.port))
             break

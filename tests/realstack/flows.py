@@ -25,12 +25,10 @@ import threading
 import time
 from pathlib import Path
 
+from tests.e2e.mptcp_bulk import CONGESTION_CONTROL, congestion_control, mptcp_socket
+
 SIOCOUTQ = 0x5411
 CHUNK = 64 * 1024
-
-
-def _mptcp() -> socket.socket:
-    return socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_MPTCP)
 
 
 def _read_exactly(sock: socket.socket, n: int) -> bytes:
@@ -43,8 +41,8 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
-def echo_serve(addr: str, port: int, size: int) -> int:
-    with _mptcp() as ls:
+def echo_serve(addr: str, port: int, size: int, cc: str) -> int:
+    with mptcp_socket(cc) as ls:
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         ls.bind((addr, port))
         ls.listen(1)
@@ -58,8 +56,8 @@ def echo_serve(addr: str, port: int, size: int) -> int:
 
 
 def echo_connect(addr: str, port: int, size: int, every_ms: float, out: Path,
-                 seconds: float) -> int:
-    sock = _connect(addr, port)
+                 seconds: float, cc: str) -> int:
+    sock = _connect(addr, port, cc)
     if sock is None:
         return 1
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -83,9 +81,9 @@ def echo_connect(addr: str, port: int, size: int, every_ms: float, out: Path,
     return 0
 
 
-def _connect(addr: str, port: int) -> socket.socket | None:
+def _connect(addr: str, port: int, cc: str) -> socket.socket | None:
     for _ in range(100):  # the server starts in parallel: retry for up to 10 s
-        sock = _mptcp()
+        sock = mptcp_socket(cc)
         try:
             sock.connect((addr, port))
             return sock
@@ -118,12 +116,12 @@ def probe_sink(addr: str, port: int) -> int:
                 s.close()
 
 
-def probe_send(src: str, dst: str, port: int, flows: int, seconds: float) -> int:
+def probe_send(src: str, dst: str, port: int, flows: int, seconds: float, cc: str) -> int:
     """``flows`` TCP connections from ``src``; prints the acknowledged Mbit/s of all."""
     written = [0] * flows
     socks: list[socket.socket] = []
     for _ in range(flows):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s = congestion_control(socket.socket(socket.AF_INET, socket.SOCK_STREAM), cc)
         s.bind((src, 0))
         s.settimeout(2.0)
         try:
@@ -173,18 +171,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flows", type=int, default=10, help="probe-send: parallel flows (10)")
     ap.add_argument("--seconds", type=float, default=3600.0)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--cc", default=CONGESTION_CONTROL,
+                    help=f"the connections' congestion control (default {CONGESTION_CONTROL})")
     a = ap.parse_args(argv)
     if a.mode == "echo-serve":
-        return echo_serve(a.addr, a.port, a.size)
+        return echo_serve(a.addr, a.port, a.size, a.cc)
     if a.mode == "echo-connect":
         if a.out is None:
             ap.error("echo-connect needs --out")
-        return echo_connect(a.addr, a.port, a.size, a.every_ms, a.out, a.seconds)
+        return echo_connect(a.addr, a.port, a.size, a.every_ms, a.out, a.seconds, a.cc)
     if a.mode == "probe-sink":
         return probe_sink(a.addr, a.port)
     if a.src is None:
         ap.error("probe-send needs --src")
-    return probe_send(a.src, a.addr, a.port, a.flows, a.seconds)
+    return probe_send(a.src, a.addr, a.port, a.flows, a.seconds, a.cc)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from tests.e2e.mptcp_bulk import CONGESTION_CONTROL
 from tests.e2e.netns import PROXY_ADDR, Path, Topology
 from tests.e2e.observer import Applied, Observer
 from tests.e2e.reallink import PROXY_ID, agent_config, proxy_acl
@@ -132,6 +133,7 @@ class ShapedTopology(Topology):
         self.trace = trace
         self.lock = threading.Lock()
         self._cut: dict[str, str] = {}
+        self._shaped: dict[str, tuple[str, int]] = {}
         self.period = 0
 
     def _create(self) -> None:
@@ -139,19 +141,35 @@ class ShapedTopology(Topology):
         self.apply(0)
 
     def _tc_lines(self, period: int) -> list[str]:
+        """The ``tc`` commands that bring every path to period ``period``'s rate and buffer:
+        only where they changed, and never by replacing a queue.  Replacing the root ``tbf``
+        every period (this bench's first form) flushed each path's queue once a second, a
+        burst loss on every path at once that no real link has: with constant rates the
+        connection ran at 0.9 of the sum through the warm-up and swung between 1 and 65 Mbit/s
+        once the periods started.  HTB's class change and bfifo's limit change keep what is
+        queued."""
         tr, out = self.trace, []
         for j, p in enumerate(self.paths):
             for dev, rate in ((f"r{p.wat}", tr.rate_dl[period, j]),
                               (f"q{p.wat}", tr.rate_ul[period, j])):
-                # One burst for every rate: tbf cuts a GRO packet larger than its burst into
-                # segments when it is queued, not when the burst shrinks later, so a change to
-                # a smaller burst strands a queued large packet at the head for good (seen:
-                # the path's uplink wedged with 42 packets queued after a rate step down).
                 # The queue as a byte limit, so the buffer is its time at the rate whatever
-                # the burst (tbf's "latency" would add the burst to it).
+                # the burst.  One burst for every rate, above the largest GRO packet.
                 limit = max(3028, int(rate * 1e6 / 8 * float(tr.buffer_ms[period, j]) / 1000))
-                out.append(f"qdisc replace dev {dev} root handle 1: tbf rate {rate:.4f}mbit "
-                           f"burst {TBF_BURST_BYTES} limit {limit}")
+                shape = (f"{rate:.4f}", limit)
+                before = self._shaped.get(dev)
+                if before == shape:
+                    continue
+                verb = "add" if before is None else "change"
+                if before is None:
+                    out.append(f"qdisc replace dev {dev} root handle 1: htb default 1")
+                if before is None or before[0] != shape[0]:
+                    out.append(f"class {verb} dev {dev} parent 1: classid 1:1 htb rate "
+                               f"{shape[0]}mbit ceil {shape[0]}mbit burst {TBF_BURST_BYTES} "
+                               f"cburst {TBF_BURST_BYTES} quantum 1514")
+                if before is None or before[1] != limit:
+                    out.append(f"qdisc {'add' if before is None else 'change'} dev {dev} "
+                               f"parent 1:1 handle 10: bfifo limit {limit}")
+                self._shaped[dev] = shape
         return out
 
     def _drop_rules(self, period: int) -> str:
@@ -173,7 +191,8 @@ class ShapedTopology(Topology):
         """The paths as period ``period`` of the trace has them (cuts in force stay)."""
         with self.lock:
             self.period = period
-            self._run(["tc", "-batch", "-"], "\n".join(self._tc_lines(period)))
+            if lines := self._tc_lines(period):
+                self._run(["tc", "-batch", "-"], "\n".join(lines))
             self._run(["iptables-restore"], self._drop_rules(period))
 
     def cut(self, wat: str, mode: str, on: bool) -> None:
@@ -207,6 +226,9 @@ class RunResult:
     weights: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
     caps: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: direction -> TCP segments its sender retransmitted during the trace (every connection
+    #: of the sender's namespace: the bulk's subflows carry nearly all of them).
+    retrans: dict[str, int] = field(default_factory=dict)
 
 
 class Publisher:
@@ -261,11 +283,12 @@ class Run:
     """One policy on one trace: build, warm up, play, measure, tear down."""
 
     def __init__(self, servers: Servers, trace: PathTrace, policy: str, root: FsPath,
-                 warmup_s: float = 8.0, progress: Callable[[str], None] | None = None) -> None:
+                 warmup_s: float = 8.0, progress: Callable[[str], None] | None = None,
+                 cc: str = CONGESTION_CONTROL) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; known: {list(POLICIES)}")
         self.servers, self.trace, self.policy, self.root = servers, trace, policy, root
-        self.warmup_s = warmup_s
+        self.warmup_s, self.cc = warmup_s, cc
         self.progress = progress or (lambda _s: None)
         self.topo = ShapedTopology(trace)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -397,16 +420,18 @@ class Run:
         f = "tests.realstack.flows"
         self._spawn("bulk-proxy", self.topo.proxy, [py, "-m", m, "serve", "--addr", PROXY_ADDR,
                                                      "--port", str(BULK_PORT), "--out",
-                                                     str(self.root / "ul.jsonl")])
+                                                     str(self.root / "ul.jsonl"), "--cc",
+                                                     self.cc])
         self._spawn("echo-proxy", self.topo.proxy, [py, "-m", f, "echo-serve", "--addr",
-                                                     PROXY_ADDR, "--port", str(ECHO_PORT)])
+                                                     PROXY_ADDR, "--port", str(ECHO_PORT), "--cc",
+                                                     self.cc])
         time.sleep(0.5)
         self._spawn("bulk-cpe", self.topo.cpe, [py, "-m", m, "connect", "--addr", PROXY_ADDR,
                                                  "--port", str(BULK_PORT), "--out",
-                                                 str(self.root / "dl.jsonl")])
+                                                 str(self.root / "dl.jsonl"), "--cc", self.cc])
         self._spawn("echo-cpe", self.topo.cpe, [py, "-m", f, "echo-connect", "--addr",
                                                  PROXY_ADDR, "--port", str(ECHO_PORT), "--out",
-                                                 str(self.root / "rtt.jsonl")])
+                                                 str(self.root / "rtt.jsonl"), "--cc", self.cc])
 
     def _events(self, t0: float) -> list[tuple[float, int, Callable[[], None]]]:
         tr, ev = self.trace, []
@@ -461,7 +486,8 @@ class Run:
             res = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m",
                                   "tests.realstack.flows", "probe-send", "--src", src, "--addr",
                                   dst, "--port", str(PROBE_PORT), "--flows", str(PROBE_FLOWS),
-                                  "--seconds", str(PROBE_S)], capture_output=True, cwd=REPO,
+                                  "--seconds", str(PROBE_S), "--cc", self.cc],
+                                 capture_output=True, cwd=REPO,
                                  timeout=PROBE_S + 30)
             try:
                 out[(d, p.wat)] = float(json.loads(res.stdout.decode().strip())["mbps"])
@@ -494,6 +520,9 @@ class Run:
         self.progress(f"{self.policy}: warm-up {self.warmup_s:.0f} s, trace "
                       f"{tr.duration_s:.0f} s")
         mono0 = time.monotonic() - time.time()
+        retrans0: dict[str, int] = {}
+        events.append((t0, -1, lambda: retrans0.update(self._retrans())))
+        events.sort(key=lambda e: (e[0], e[1]))
         for at, _, fn in events:
             delay = at - time.time()
             if delay > 0:
@@ -507,11 +536,22 @@ class Run:
                      for d in ("dl", "ul")}
         rtts = [float(r["rtt_ms"]) for r in _jsonl(self.root / "rtt.jsonl")
                 if t0 <= float(r["t"]) <= t0 + tr.duration_s]
+        retrans = {d: n - retrans0.get(d, n) for d, n in self._retrans().items()}
         res = RunResult(self.policy, delivered, rtts, math.ceil(t0) - t0,
-                        notes=self.notes)
+                        notes=self.notes, retrans=retrans)
         mono_t0 = t0 + mono0 - observer.t0
         res.weights, res.caps = self._applied(observer, mono_t0)
         return res
+
+    def _retrans(self) -> dict[str, int]:
+        """Segments retransmitted so far by each direction's sender (``nstat``'s absolute
+        TcpRetransSegs of its namespace)."""
+        out = {}
+        for d, ns in (("dl", self.topo.proxy), ("ul", self.topo.cpe)):
+            res = subprocess.run(["ip", "netns", "exec", ns, "nstat", "-asz", "TcpRetransSegs"],
+                                 capture_output=True, text=True, check=True)
+            out[d] = int(res.stdout.split()[-2]) if res.stdout.split() else 0
+        return out
 
     @staticmethod
     def _per_second(path: FsPath, t0: float, duration_s: float) -> list[float]:
