@@ -110,44 +110,52 @@ def _panels() -> list[_Panel | _Row]:
         # The agent's metrics carry no CPE label (one agent, one scrape target): the fleet view.
         _Panel("Weights the agents apply, fleet mean per WAT", _prom(
             ("avg by (wat) (mcw_agent_weight)", "{{wat}}"),), 12, 9),
-        _Row("Model", 17),
+        # What the steering rules' RTT and loss thresholds act on, as the agents measure it:
+        # the reporting end's smoothed RTT and the share of the sender's segments resent.
+        _Panel("RTT per WAT and direction", _influx(
+            (f"SELECT mean(rtt_ms) FROM wat_kpi WHERE {cpe} {GROUP}, wat, direction",
+             "$tag_wat $tag_direction"),), 0, 17, unit="ms"),
+        _Panel("Retransmissions per WAT and direction (% of data segments sent)", _influx(
+            (f"SELECT mean(retrans_pct) FROM wat_kpi WHERE {cpe} {GROUP}, wat, direction",
+             "$tag_wat $tag_direction"),), 12, 17, unit="percent"),
+        _Row("Model", 25),
         _Panel("Lower-bound coverage against its target", _prom(
             ("mcw_model_lower_coverage", "coverage {{family}}"),
-            ("mcw_model_lower_coverage_target", "target {{family}}")), 0, 18,
+            ("mcw_model_lower_coverage_target", "target {{family}}")), 0, 26,
             unit="percentunit"),
         _Panel("Lower-bound multiplier (model error correction)", _prom(
-            ("mcw_model_lower_multiplier", "{{family}}"),), 12, 18),
-        _Row("Fleet", 26),
+            ("mcw_model_lower_multiplier", "{{family}}"),), 12, 26),
+        _Row("Fleet", 34),
         _Panel("Agents online, lagging, in error", _prom(
             ("mcw_agents_known", "known"), ("mcw_agents_online", "online"),
-            ("mcw_agents_lagging", "lagging"), ("mcw_agents_with_error", "in error")), 0, 27),
+            ("mcw_agents_lagging", "lagging"), ("mcw_agents_with_error", "in error")), 0, 35),
         _Panel("Proxies and the CPEs whose downlink they apply", _prom(
             ("mcw_proxies_known", "proxies known"), ("mcw_proxies_online", "proxies online"),
-            ("mcw_cpes_downlink_applied", "CPEs with downlink applied")), 12, 27),
+            ("mcw_cpes_downlink_applied", "CPEs with downlink applied")), 12, 35),
         _Panel("Agents connected to the broker, lease expiries", _prom(
             ("sum(mcw_agent_mqtt_connected)", "connected"),
-            ("sum(rate(mcw_agent_lease_expiries_total[1m]))", "lease expiries / s")), 0, 35),
+            ("sum(rate(mcw_agent_lease_expiries_total[1m]))", "lease expiries / s")), 0, 43),
         _Panel("Agents scraped by Prometheus", _prom(
-            ('sum(up{job="mcw-agent"})', "up"),), 12, 35),
-        _Row("xApp", 43),
+            ('sum(up{job="mcw-agent"})', "up"),), 12, 43),
+        _Row("xApp", 51),
         _Panel("Tick duration (p50, p99)", _prom(
             ("histogram_quantile(0.5, sum by (le) (rate(mcw_tick_duration_seconds_bucket[1m])))",
              "p50"),
             ("histogram_quantile(0.99, sum by (le) "
-             "(rate(mcw_tick_duration_seconds_bucket[1m])))", "p99")), 0, 44, unit="s"),
+             "(rate(mcw_tick_duration_seconds_bucket[1m])))", "p99")), 0, 52, unit="s"),
         _Panel("E2 subscriptions and indications", _prom(
             ("sum by (event) (rate(mcw_e2_subscription_events_total[1m]))",
              "subscription {{event}}"),
             ("sum by (event) (rate(mcw_e2_indication_events_total[1m]))",
-             "indication {{event}}")), 12, 44),
+             "indication {{event}}")), 12, 52),
         _Panel("Drops by reason", _prom(
             ("sum by (kind, reason) (increase(mcw_mqtt_subscriber_dropped_payloads_total[5m]))",
              "received {{kind}} {{reason}}"),
             ("sum by (reason) (increase(mcw_kpi_rows_skipped_total[5m]))",
-             "KPI rows {{reason}}")), 0, 52),
+             "KPI rows {{reason}}")), 0, 60),
         _Panel("Worker restarts, readiness, dependencies", _prom(
             ("sum by (worker) (mcw_worker_restarts_total)", "restarts {{worker}}"),
-            ("mcw_ready", "ready"), ("mcw_dependency_up", "{{dependency}} up")), 12, 52),
+            ("mcw_ready", "ready"), ("mcw_dependency_up", "{{dependency}} up")), 12, 60),
     ]
 
 

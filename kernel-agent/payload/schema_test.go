@@ -172,7 +172,7 @@ func must(t *testing.T) func([]byte, error) []byte {
 // and what it accepts, against the schemas.
 func TestPayloadsMatchSchemas(t *testing.T) {
 	m := must(t)
-	sat, rate := 0.5, 12.5
+	sat, rate, retrans := 0.5, 12.5, 3.25
 	n := func(v int64) *int64 { return &v }
 	caps := CapabilitiesOf(BackendMPTCPUpstream, Capabilities{MaxWeight: 1, OnOffOnly: true})
 	if !caps.DirectionsCoupled {
@@ -202,10 +202,10 @@ func TestPayloadsMatchSchemas(t *testing.T) {
 		"proxy state rate-caps": {"mqtt-proxy-state.schema.json", m(ProxyState{ProxyID: "proxy-0001", Online: true, TimeMs: 1, Backend: BackendMPTCPShares,
 			Capabilities: CapabilitiesOf(BackendMPTCPShares, Capabilities{MaxWeight: 255, DirectionsCoupled: true}), CPEs: 1, CPEsApplied: 1}.Marshal())},
 		"cpe telemetry": {"mqtt-telemetry.schema.json", m(Telemetry{CPEID: "cpe-0001", TimeMs: 1, IntervalMs: 1000, WATs: map[string]WATTelemetry{
-			NR: {Up: true, Subflows: 1, RTTMs: 3.5, UL: &DirTelemetry{DeliveredMbps: 1, BytesAcked: n(5), Cwnd: n(10), Saturated: &sat, DeliveryRateMbps: &rate},
+			NR: {Up: true, Subflows: 1, RTTMs: 3.5, UL: &DirTelemetry{DeliveredMbps: 1, BytesAcked: n(5), Cwnd: n(10), Saturated: &sat, DeliveryRateMbps: &rate, RetransPct: &retrans},
 				DL: &DirTelemetry{DeliveredMbps: 2, BytesReceived: n(7)}}}}.Marshal())},
 		"proxy telemetry": {"mqtt-telemetry.schema.json", m(Telemetry{CPEID: "cpe-0001", ProxyID: "proxy-0001", TimeMs: 1, IntervalMs: 1000, WATs: map[string]WATTelemetry{
-			LiFi: {DL: &DirTelemetry{DeliveredMbps: 1, BytesAcked: n(5), Cwnd: n(10)}}}}.Marshal())},
+			LiFi: {DL: &DirTelemetry{DeliveredMbps: 1, BytesAcked: n(5), Cwnd: n(10), RetransPct: &retrans}}}}.Marshal())},
 		"weights the agent accepts":    {"mqtt-weights.schema.json", []byte(validWeights)},
 		"weights with caps it accepts": {"mqtt-weights.schema.json", []byte(validWeightsCaps)},
 		"telemetry golden file":        {"mqtt-telemetry.schema.json", m(os.ReadFile("../telemetry/testdata/telemetry.golden.json"))},

@@ -11,9 +11,9 @@ const TelemetrySchema = "mcw.telemetry.v2"
 
 // DirTelemetry is one direction of one WAT, summed over the WAT's
 // subflows. The sending end (CPE for ul, proxy for dl) fills
-// DeliveredMbps, BytesAcked, Cwnd, Saturated and DeliveryRateMbps; the
-// receiving end DeliveredMbps and BytesReceived. Nil fields are unknown to
-// the reporting end and absent from the JSON.
+// DeliveredMbps, BytesAcked, Cwnd, Saturated, DeliveryRateMbps and
+// RetransPct; the receiving end DeliveredMbps and BytesReceived. Nil fields
+// are unknown to the reporting end and absent from the JSON.
 type DirTelemetry struct {
 	DeliveredMbps float64 `json:"delivered_mbps"`
 	// BytesAcked is the sender's cumulative tcpi_bytes_acked.
@@ -32,6 +32,11 @@ type DirTelemetry struct {
 	// samples (tcpi_delivery_rate) of the subflows that delivered data in
 	// the interval; nil when none did.
 	DeliveryRateMbps *float64 `json:"delivery_rate_mbps,omitempty"`
+	// RetransPct is the percentage (0..100) of the data segments the
+	// WAT's subflows sent in the interval that were retransmissions
+	// (tcpi_total_retrans over tcpi_data_segs_out); nil when they sent
+	// none.
+	RetransPct *float64 `json:"retrans_pct,omitempty"`
 }
 
 // Validate checks the ranges of the schema's direction object.
@@ -55,6 +60,14 @@ func (d DirTelemetry) Validate() error {
 	if d.DeliveryRateMbps != nil {
 		if err := nonNeg("delivery_rate_mbps", *d.DeliveryRateMbps); err != nil {
 			return err
+		}
+	}
+	if d.RetransPct != nil {
+		if err := nonNeg("retrans_pct", *d.RetransPct); err != nil {
+			return err
+		}
+		if *d.RetransPct > 100 {
+			return fmt.Errorf("%w: retrans_pct %v: want 0..100", ErrInvalid, *d.RetransPct)
 		}
 	}
 	return nil

@@ -10,7 +10,7 @@ import (
 
 const validTelemetry = `{"schema":"mcw.telemetry.v2","cpe_id":"cpe-0001","time_ms":1763800000000,"interval_ms":1000,` +
 	`"wats":{"nr":{"up":true,"subflows":1,"rtt_ms":21,` +
-	`"ul":{"delivered_mbps":20.5,"bytes_acked":1000,"cwnd":10,"saturated":0.97,"delivery_rate_mbps":22.1},` +
+	`"ul":{"delivered_mbps":20.5,"bytes_acked":1000,"cwnd":10,"saturated":0.97,"delivery_rate_mbps":22.1,"retrans_pct":0.25},` +
 	`"dl":{"delivered_mbps":80.25,"bytes_received":4000}},` +
 	`"wifi":{"up":false,"subflows":0,"rtt_ms":0}}}`
 
@@ -19,13 +19,13 @@ func TestParseTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sat, rate := 0.97, 22.1
+	sat, rate, retrans := 0.97, 22.1, 0.25
 	acked, recv, cwnd := int64(1000), int64(4000), int64(10)
 	want := Telemetry{
 		Schema: TelemetrySchema, CPEID: "cpe-0001", TimeMs: 1763800000000, IntervalMs: 1000,
 		WATs: map[string]WATTelemetry{
 			"nr": {Up: true, Subflows: 1, RTTMs: 21,
-				UL: &DirTelemetry{DeliveredMbps: 20.5, BytesAcked: &acked, Cwnd: &cwnd, Saturated: &sat, DeliveryRateMbps: &rate},
+				UL: &DirTelemetry{DeliveredMbps: 20.5, BytesAcked: &acked, Cwnd: &cwnd, Saturated: &sat, DeliveryRateMbps: &rate, RetransPct: &retrans},
 				DL: &DirTelemetry{DeliveredMbps: 80.25, BytesReceived: &recv}},
 			"wifi": {},
 		},
@@ -38,7 +38,7 @@ func TestParseTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Count(string(b), "saturated") != 1 || strings.Count(string(b), "bytes_received") != 1 || strings.Count(string(b), `"dl"`) != 1 {
+	if strings.Count(string(b), "saturated") != 1 || strings.Count(string(b), "retrans_pct") != 1 || strings.Count(string(b), "bytes_received") != 1 || strings.Count(string(b), `"dl"`) != 1 {
 		t.Fatalf("absent fields must stay absent: %s", b)
 	}
 	again, err := ParseTelemetry(b)
@@ -75,6 +75,9 @@ func TestParseTelemetryRejects(t *testing.T) {
 		"negative time":           `{"schema":"mcw.telemetry.v2","cpe_id":"c","time_ms":-1,"wats":{}}`,
 		"trailing data":           validTelemetry + `{}`,
 		"saturated overflows":     nr(`"saturated":1e999`),
+		"retrans_pct above 100":   nr(`"retrans_pct":100.5`),
+		"retrans_pct negative":    nr(`"retrans_pct":-1`),
+		"retrans_pct a string":    nr(`"retrans_pct":"1%"`),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := ParseTelemetry([]byte(doc)); !errors.Is(err, ErrInvalid) {
@@ -87,6 +90,11 @@ func TestParseTelemetryRejects(t *testing.T) {
 			t.Errorf("saturated %s rejected: %v", sat, err)
 		}
 	}
+	for _, pct := range []string{"0", "100", "2.5"} {
+		if _, err := ParseTelemetry([]byte(nr(`"retrans_pct":` + pct))); err != nil {
+			t.Errorf("retrans_pct %s rejected: %v", pct, err)
+		}
+	}
 }
 
 // FuzzParseTelemetry checks that ParseTelemetry never panics and that what
@@ -95,6 +103,7 @@ func FuzzParseTelemetry(f *testing.F) {
 	f.Add([]byte(validTelemetry))
 	f.Add([]byte(`{"schema":"mcw.telemetry.v2","cpe_id":"c","time_ms":1,"wats":{"nr":{"saturated":1}}}`))
 	f.Add([]byte(`{"wats":{"nr":{"ul":{"saturated":-0}}}}`))
+	f.Add([]byte(`{"schema":"mcw.telemetry.v2","cpe_id":"c","time_ms":1,"wats":{"wifi":{"ul":{"retrans_pct":100}}}}`))
 	f.Add([]byte(`{"schema":"mcw.telemetry.v2","cpe_id":"c","proxy_id":"p","time_ms":1,"wats":{"lifi":{"dl":{"bytes_acked":5,"cwnd":0}}}}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, data []byte) {

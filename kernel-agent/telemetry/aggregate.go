@@ -46,6 +46,18 @@ import (
 // watcher's business), and so does a WAT without subflows: nothing waited
 // for it.
 //
+// Retransmissions (retrans_pct) are the share of the WAT's data segments
+// sent in the interval that were retransmissions: the growth of
+// tcpi_total_retrans over the growth of tcpi_data_segs_out, summed over the
+// subflows. A retransmitted segment is also a data segment sent, so the
+// figure is at most 100 (100: nothing but retransmissions, an RTO backing
+// off on a dead path). Retransmissions beyond a subflow's data segments in
+// the interval are of segments without data (a SYN or SYN-ACK of a subflow
+// born during it) and are not counted. Absent when the WAT sent no data
+// segment. The share counts what the sender resent, not what the path
+// lost: spurious retransmissions count, and losses repaired by a tail loss
+// probe (which tcpi_total_retrans leaves out) do not.
+//
 // Known limit: a long-lived application-limited sender whose congestion
 // window has decayed to the window it uses (Linux shrinks an unused window
 // towards the used one after an RTO without being window-limited) fills its
@@ -86,6 +98,8 @@ type sockState struct {
 	chrono          bool
 	cwnd, rttMicros uint32
 	queued          bool // a full segment written but not sent
+	dataSegs        uint32
+	retrans         uint32
 }
 
 // WATInfo is what the aggregator needs per WAT.
@@ -103,13 +117,15 @@ type watSums struct {
 	satBytes       float64 // sum of fraction x bytes delivered
 	freshRate      uint64  // bytes/s, subflows that delivered in the interval
 	fresh          int
+	dataSegs       uint64 // data segments sent in the interval
+	retrans        uint64 // of which retransmissions
 }
 
 // Sample folds one dump taken at now into per-WAT telemetry: the sending
 // direction (ul, or dl with Remote) with every sender figure, and on a CPE
 // the receiving direction (dl) with delivered_mbps and bytes_received. The
-// first call only sets the baseline (delivered_mbps 0, saturated and
-// delivery_rate_mbps absent, i.e. unknown).
+// first call only sets the baseline (delivered_mbps 0, saturated,
+// delivery_rate_mbps and retrans_pct absent, i.e. unknown).
 func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]WATInfo) map[string]payload.WATTelemetry {
 	byAddr := make(map[netip.Addr]string, len(wats))
 	// dirs sums one WAT's counters over its subflows.
@@ -141,10 +157,11 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			continue
 		}
 		cur := sockState{acked: s.BytesAcked, received: s.BytesRecv, pathLimited: s.PathLimitedMicros(), chrono: s.HasChrono, cwnd: s.Cwnd, rttMicros: s.RTTMicros,
-			queued: s.SndMSS > 0 && s.NotsentBytes >= s.SndMSS}
+			queued: s.SndMSS > 0 && s.NotsentBytes >= s.SndMSS, dataSegs: s.DataSegsOut, retrans: s.TotalRetrans}
 		next[s.Cookie] = cur
 		prev, seen := a.last[s.Cookie]
 		var bytes, recv, pathMicros uint64
+		var segs, retrans uint32
 		switch {
 		case seen:
 			if cur.acked >= prev.acked {
@@ -156,8 +173,14 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			if cur.received >= prev.received {
 				recv = cur.received - prev.received
 			}
+			// The segment counters are 32 bits wide and wrap (2^32
+			// segments: about 14 hours at 1 Gbit/s); a socket's counters
+			// never go back otherwise (its cookie is never reused), so the
+			// modular difference is their growth.
+			segs, retrans = cur.dataSegs-prev.dataSegs, cur.retrans-prev.retrans
 		case !first: // born during the interval: everything is new
 			bytes, recv, pathMicros = cur.acked, cur.received, cur.pathLimited
+			segs, retrans = cur.dataSegs, cur.retrans
 		}
 		w := sums[name]
 		if w == nil {
@@ -166,6 +189,8 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		}
 		w.delivered += bytes
 		w.received += recv
+		w.dataSegs += uint64(segs)
+		w.retrans += uint64(min(retrans, segs)) // the rest carried no data
 		w.rttMs += float64(s.RTTMicros) / 1000
 		if bytes > 0 {
 			w.freshRate += s.DeliveryRate
@@ -228,6 +253,9 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			}
 			if w.fresh > 0 {
 				send.DeliveryRateMbps = ptr(round3(float64(w.freshRate) * 8 / 1e6))
+			}
+			if w.dataSegs > 0 {
+				send.RetransPct = ptr(round3(float64(w.retrans) * 100 / float64(w.dataSegs)))
 			}
 		}
 		if a.Remote {

@@ -27,16 +27,18 @@ func TestTelemetryGolden(t *testing.T) {
 	recv := func(s Subflow, n uint64) Subflow { s.BytesRecv = n; return s }
 	t0 := time.UnixMilli(1763800000000)
 	a.Sample(t0, []Subflow{
-		recv(window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 60, 1448, 25_000), 1_000),
-		window(chronoSF(wifi, 2, 0, 0, 0, 0, 0), 14, 1448, 30_000),
+		segments(recv(window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 60, 1448, 25_000), 1_000), 10, 0),
+		segments(window(chronoSF(wifi, 2, 0, 0, 0, 0, 0), 14, 1448, 30_000), 10, 0),
 	}, wats)
 	t1 := t0.Add(time.Second)
 	got := a.Sample(t1, []Subflow{
-		// nr: path-limited, 4.5 MB in the second, a standing queue.
+		// nr: path-limited, 4.5 MB in the second, a standing queue, 32
+		// of its 3200 data segments retransmitted.
 		// dl as the receiver: 10 MB arrived on nr in the second.
-		recv(queued(window(chronoSF(nr, 1, 4_500_000, 1_000_000, 0, 0, 4_400_000), 60, 1448, 25_000), 1<<20), 10_001_000),
-		// wifi: the trickle of a low WRR weight, busy but window barely used.
-		window(chronoSF(wifi, 2, 100_000, 1_000_000, 0, 0, 100_000), 14, 1448, 30_000),
+		segments(recv(queued(window(chronoSF(nr, 1, 4_500_000, 1_000_000, 0, 0, 4_400_000), 60, 1448, 25_000), 1<<20), 10_001_000), 3_210, 32),
+		// wifi: the trickle of a low WRR weight, busy but window barely
+		// used, no loss.
+		segments(window(chronoSF(wifi, 2, 100_000, 1_000_000, 0, 0, 100_000), 14, 1448, 30_000), 80, 0),
 	}, wats)
 	b, err := payload.Telemetry{CPEID: "cpe-0001", TimeMs: t1.UnixMilli(), IntervalMs: 1000, WATs: got}.Marshal()
 	if err != nil {

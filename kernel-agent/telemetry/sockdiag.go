@@ -30,6 +30,14 @@ type Subflow struct {
 	Unacked                uint32 // segments in flight (tcpi_unacked, packets_out)
 	NotsentBytes           uint32 // written by the sender, not yet sent
 
+	// DataSegsOut counts the segments with data the socket sent,
+	// retransmissions included (tcpi_data_segs_out); TotalRetrans the
+	// segments it retransmitted (tcpi_total_retrans), which also counts
+	// segments without data (a retransmitted SYN or SYN-ACK). Both are
+	// cumulative over the socket's life and wrap at 2^32.
+	DataSegsOut  uint32
+	TotalRetrans uint32
+
 	// Chrono statistics (tcp_info since Linux 4.10), cumulative over the
 	// socket's life in microseconds at jiffy resolution. BusyMicros is the
 	// whole time the socket had data queued or in flight and includes the
@@ -78,9 +86,11 @@ const (
 	offUnacked       = 24
 	offRTT           = 68
 	offSndCwnd       = 80
+	offTotalRetrans  = 100
 	offBytesAcked    = 120
 	offBytesRecv     = 128
 	offNotsentBytes  = 144
+	offDataSegsOut   = 156
 	offDeliveryRate  = 160
 	offBusyTime      = 168
 	offRwndLimited   = 176
@@ -163,6 +173,8 @@ func parseMessage(b []byte) (Subflow, error) {
 			s.SndMSS = binary.NativeEndian.Uint32(data[offSndMSS:])
 			s.Unacked = binary.NativeEndian.Uint32(data[offUnacked:])
 			s.NotsentBytes = binary.NativeEndian.Uint32(data[offNotsentBytes:])
+			s.DataSegsOut = binary.NativeEndian.Uint32(data[offDataSegsOut:])
+			s.TotalRetrans = binary.NativeEndian.Uint32(data[offTotalRetrans:])
 			if len(data) >= chronoTCPInfoLen {
 				s.HasChrono = true
 				s.BusyMicros = binary.NativeEndian.Uint64(data[offBusyTime:])

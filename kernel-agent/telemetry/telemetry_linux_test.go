@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -252,6 +253,129 @@ func TestSaturationInNetns(t *testing.T) {
 		}
 		if median(wifi) > 0.4 {
 			t.Errorf("the application-limited sender reports saturated %v, want near 0", wifi)
+		}
+	})
+}
+
+// TestRetransmissionsInNetns runs two MPTCP senders on the loopback of a
+// private namespace, each writing 16 kB every 10 ms: one from 127.0.0.1
+// ("nr") over a clean path, one from 127.0.0.2 ("wifi") over a path that
+// drops a tenth of its data packets at random (iptables' statistic match at
+// the receiver), and reads retrans_pct of both through sock_diag: it checks
+// the tcp_info offsets against the running kernel as well as the sums.
+func TestRetransmissionsInNetns(t *testing.T) {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("needs iptables for the lossy path")
+	}
+	nstest.Do(t, func(netns.NsHandle) {
+		lo, _ := netlink.LinkByName("lo")
+		if err := netlink.LinkSetUp(lo); err != nil {
+			t.Fatal(err)
+		}
+		// Ethernet-sized segments: some 1100 a second per sender to count.
+		if err := netlink.LinkSetMTU(lo, 1500); err != nil {
+			t.Fatal(err)
+		}
+		var lc net.ListenConfig
+		lc.SetMultipathTCP(true)
+		ln, err := lc.Listen(t.Context(), "tcp4", "127.0.0.3:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go nstest.ServeDiscard(ln)
+		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+		// Data and pure ACKs from wifi, not its SYN: the connection is made
+		// at once, and the losses are those of a path carrying data. The
+		// child inherits the namespace of this locked thread.
+		if out, err := exec.Command("iptables", "-A", "INPUT", "-s", "127.0.0.2", "-d", "127.0.0.3", "-p", "tcp", "--dport", port, "!", "--syn",
+			"-m", "statistic", "--mode", "random", "--probability", "0.1", "-j", "DROP").CombinedOutput(); err != nil {
+			t.Skipf("cannot add the dropping rule: %v: %s", err, out)
+		}
+		dial := func(src string) net.Conn {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+			d.SetMultipathTCP(true)
+			c, err := d.Dial("tcp4", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mp, _ := c.(*net.TCPConn).MultipathTCP(); !mp {
+				c.Close()
+				t.Skip("MPTCP not available in this kernel/namespace")
+			}
+			return c
+		}
+		conns := []net.Conn{dial("127.0.0.1"), dial("127.0.0.2")}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, c := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tick := time.NewTicker(10 * time.Millisecond)
+				defer tick.Stop()
+				buf := make([]byte, 16<<10)
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+						c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+						if _, err := c.Write(buf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+							return
+						}
+					}
+				}
+			}()
+		}
+		defer func() {
+			close(stop)
+			for _, c := range conns {
+				c.Close()
+			}
+			wg.Wait()
+		}()
+
+		conn, err := Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		wats := map[string]WATInfo{
+			"nr":   {Addr: netip.MustParseAddr("127.0.0.1"), Up: true},
+			"wifi": {Addr: netip.MustParseAddr("127.0.0.2"), Up: true},
+		}
+		a := Aggregator{MPTCPOnly: true}
+		sample := func() map[string]payload.WATTelemetry {
+			subs, err := conn.Subflows()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a.Sample(time.Now(), subs, wats)
+		}
+		time.Sleep(500 * time.Millisecond)
+		sample()
+		pct := map[string][]float64{}
+		for range 3 {
+			time.Sleep(time.Second)
+			got := sample()
+			for _, w := range []string{"nr", "wifi"} {
+				ul := got[w].UL
+				if ul == nil || ul.RetransPct == nil {
+					t.Fatalf("%s: retrans_pct missing while sending: %+v", w, got[w])
+				}
+				pct[w] = append(pct[w], *ul.RetransPct)
+			}
+			t.Logf("retrans_pct: nr %.3f%%, wifi %.3f%%", pct["nr"][len(pct["nr"])-1], pct["wifi"][len(pct["wifi"])-1])
+		}
+		if median(pct["nr"]) > 1 {
+			t.Errorf("the clean path reports retrans_pct %v, want near 0", pct["nr"])
+		}
+		// About the drop rate: each lost segment is resent once, and a
+		// tenth of the resent ones are lost again; pure ACKs dropped cost
+		// nothing, tail loss probes are not counted.
+		if m := median(pct["wifi"]); m < 3 || m > 30 {
+			t.Errorf("the path dropping 10%% of its packets reports retrans_pct %v, want about 10", pct["wifi"])
 		}
 	})
 }

@@ -17,6 +17,7 @@ type tcpInfo struct {
 	acked, rate               uint64
 	appLimited                bool
 	busy, rwnd, sndbuf        uint64
+	dataSegsOut, retrans      uint32
 }
 
 // tcpInfoBytes lays out a tcp_info of size bytes as the kernel does.
@@ -37,6 +38,8 @@ func tcpInfoBytes(size int, ti tcpInfo) []byte {
 	put32(offSndCwnd, ti.cwnd)
 	put64(offBytesAcked, ti.acked)
 	put32(offNotsentBytes, ti.notsent)
+	put32(offDataSegsOut, ti.dataSegsOut)
+	put32(offTotalRetrans, ti.retrans)
 	put64(offDeliveryRate, ti.rate)
 	put64(offBusyTime, ti.busy)
 	put64(offRwndLimited, ti.rwnd)
@@ -95,12 +98,14 @@ func TestParseMessage(t *testing.T) {
 	ti := tcpInfo{
 		rttUs: 20100, cwnd: 100, mss: 1448, notsent: 65536, acked: 12345, rate: 4_200_000,
 		appLimited: true, busy: 900_000, rwnd: 100_000, sndbuf: 50_000,
+		dataSegsOut: 4_000_000_001, retrans: 70_001,
 	}
 	base := Subflow{
 		Src: netip.MustParseAddr("10.31.1.1"), Dst: netip.MustParseAddr("10.31.1.2"),
 		SrcPort: 40000, DstPort: 5201, Cookie: 1<<40 | 7, MPTCP: true,
 		RTTMicros: 20100, Cwnd: 100, BytesAcked: 12345, DeliveryRate: 4_200_000,
 		DeliveryRateAppLimited: true, SndMSS: 1448, NotsentBytes: 65536,
+		DataSegsOut: 4_000_000_001, TotalRetrans: 70_001,
 	}
 	withChrono := base
 	withChrono.HasChrono = true
@@ -224,6 +229,117 @@ func TestAggregatorRemote(t *testing.T) {
 		if g.UL != nil || g.DL == nil || g.DL.DeliveredMbps != mbps || g.DL.BytesReceived != nil || g.Subflows != 1 {
 			t.Errorf("%s: %+v (dl %+v), want dl %v Mbit/s only", w, g, g.DL, mbps)
 		}
+	}
+}
+
+// segments sets a subflow's cumulative data segments sent and
+// retransmissions.
+func segments(s Subflow, dataSegsOut, retrans uint32) Subflow {
+	s.DataSegsOut, s.TotalRetrans = dataSegsOut, retrans
+	return s
+}
+
+// TestAggregatorRetrans runs two samples one second apart per case and
+// checks the WAT's retrans_pct after the second.
+func TestAggregatorRetrans(t *testing.T) {
+	nr := netip.MustParseAddr("10.31.1.1")
+	wats := map[string]WATInfo{"nr": {Addr: nr, Up: true}}
+	sf := func(cookie uint64, dataSegsOut, retrans uint32) Subflow {
+		return segments(Subflow{Src: nr, Cookie: cookie, MPTCP: true}, dataSegsOut, retrans)
+	}
+	for _, tc := range []struct {
+		name          string
+		before, after []Subflow
+		pct           *float64
+	}{{
+		name:   "share of the interval's data segments, not of the socket's life",
+		before: []Subflow{sf(1, 100_000, 5_000)},
+		after:  []Subflow{sf(1, 102_000, 5_030)},
+		pct:    f64(1.5),
+	}, {
+		name:   "no loss",
+		before: []Subflow{sf(1, 100_000, 5_000)},
+		after:  []Subflow{sf(1, 101_000, 5_000)},
+		pct:    f64(0),
+	}, {
+		name:   "nothing sent: absent, not 0",
+		before: []Subflow{sf(1, 100_000, 5_000)},
+		after:  []Subflow{sf(1, 100_000, 5_000)},
+	}, {
+		name:   "no subflow: absent",
+		before: nil,
+		after:  nil,
+	}, {
+		name:   "a dead path: an RTO backing off resends and sends nothing else",
+		before: []Subflow{sf(1, 100_000, 5_000)},
+		after:  []Subflow{sf(1, 100_003, 5_003)},
+		pct:    f64(100),
+	}, {
+		// 30 of 1000 and 10 of 3000: 40 of 4000, not the mean of 3% and
+		// 0.33%.
+		name:   "weighted by the segments each subflow sent",
+		before: []Subflow{sf(1, 0, 0), sf(2, 0, 0)},
+		after:  []Subflow{sf(1, 1_000, 30), sf(2, 3_000, 10)},
+		pct:    f64(1),
+	}, {
+		name:   "subflow born during the interval counts from zero",
+		before: []Subflow{sf(1, 1_000, 0)},
+		after:  []Subflow{sf(1, 2_000, 0), sf(2, 1_000, 20)},
+		pct:    f64(1),
+	}, {
+		name:   "subflow closed during the interval drops out",
+		before: []Subflow{sf(1, 1_000, 0), sf(2, 1_000, 0)},
+		after:  []Subflow{sf(1, 2_000, 50)},
+		pct:    f64(5),
+	}, {
+		// 2^32 - 100 + 1000 segments wrap to 900; 2^32 - 1 + 20
+		// retransmissions to 19.
+		name:   "32-bit counters wrap: their growth still counts",
+		before: []Subflow{sf(1, 1<<32-100, 1<<32-1)},
+		after:  []Subflow{sf(1, 900, 19)},
+		pct:    f64(2),
+	}, {
+		// Born with two SYN retransmissions and one data segment: at most
+		// that segment was a retransmission (the SYNs carry no data).
+		name:   "retransmissions of segments without data are not counted",
+		before: []Subflow{sf(1, 1_000, 0)},
+		after:  []Subflow{sf(1, 1_099, 0), sf(2, 1, 2)},
+		pct:    f64(1),
+	}, {
+		name:   "plain TCP from the WAT's address is not counted",
+		before: []Subflow{sf(1, 0, 0), {Src: nr, Cookie: 2}},
+		after:  []Subflow{sf(1, 1_000, 10), segments(Subflow{Src: nr, Cookie: 2}, 1_000, 1_000)},
+		pct:    f64(1),
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := Aggregator{MPTCPOnly: true}
+			t0 := time.Unix(100, 0)
+			if first := a.Sample(t0, tc.before, wats)["nr"]; first.UL.RetransPct != nil {
+				t.Errorf("first sample: retrans_pct %v, want absent", *first.UL.RetransPct)
+			}
+			got := a.Sample(t0.Add(time.Second), tc.after, wats)["nr"]
+			if diff := cmp.Diff(tc.pct, got.UL.RetransPct); diff != "" {
+				t.Errorf("retrans_pct (-want +got):\n%s", diff)
+			}
+			if got.DL.RetransPct != nil {
+				t.Errorf("the receiving direction reports retrans_pct %v", *got.DL.RetransPct)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("aggregated telemetry does not validate: %v", err)
+			}
+		})
+	}
+	// The proxy sends the downlink: its retransmissions are dl's.
+	cpeNR := netip.MustParseAddr("10.31.1.2")
+	remote := func(dataSegsOut, retrans uint32) []Subflow {
+		return []Subflow{segments(Subflow{Src: netip.MustParseAddr("10.31.0.1"), Dst: cpeNR, Cookie: 1, MPTCP: true}, dataSegsOut, retrans)}
+	}
+	a := Aggregator{MPTCPOnly: true, Remote: true}
+	proxyWATs := map[string]WATInfo{"nr": {Addr: cpeNR, Up: true}}
+	a.Sample(time.Unix(100, 0), remote(0, 0), proxyWATs)
+	got := a.Sample(time.Unix(101, 0), remote(400, 10), proxyWATs)["nr"]
+	if got.UL != nil || got.DL == nil || got.DL.RetransPct == nil || *got.DL.RetransPct != 2.5 {
+		t.Errorf("proxy: %+v (dl %+v), want dl retrans_pct 2.5 only", got, got.DL)
 	}
 }
 

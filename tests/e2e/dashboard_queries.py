@@ -26,7 +26,7 @@ def influx_results(influx: InfluxServer, q: str, cpe: str, time_filter: str, int
     ``$timeFilter``, ``$__interval`` and the ``cpe`` variable (raises on a query error)."""
     text = (q.replace("$timeFilter", time_filter).replace("$__interval", interval)
              .replace("$cpe", cpe))
-    params = {"db": "mcw", "q": text, **({"epoch": epoch} if epoch else {})}
+    params = {"db": influx.database, "q": text, **({"epoch": epoch} if epoch else {})}
     with urllib.request.urlopen(f"{influx.url}/query?" + urllib.parse.urlencode(params),
                                 timeout=30) as r:
         results: list[dict[str, Any]] = json.loads(r.read()).get("results", [])

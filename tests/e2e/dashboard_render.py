@@ -88,8 +88,8 @@ def render(doc: dict[str, Any], prom: Prometheus, influx: InfluxServer, cpe: str
                     label=label)
         unit = p.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
         ax.set_title(p["title"].replace("$cpe", cpe), fontsize=9, loc="left")
-        ax.set_ylabel({"Mbits": "Mbit/s", "percentunit": "fraction", "s": "s"}.get(unit, ""),
-                      fontsize=8)
+        ax.set_ylabel({"Mbits": "Mbit/s", "percentunit": "fraction", "percent": "%", "s": "s",
+                       "ms": "ms"}.get(unit, ""), fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
         if series:

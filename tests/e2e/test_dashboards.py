@@ -1,7 +1,8 @@
 """The dashboard code, its committed JSON and the chart's ConfigMap agree; the JSON is sound.
 
 Whether every query returns data is checked by ``make e2e`` against its real Prometheus and
-InfluxDB (:mod:`tests.e2e.dashboard_queries`); here the model itself.
+InfluxDB (:mod:`tests.e2e.dashboard_queries`); here the model itself, and the panels of what the
+steering thresholds act on against an InfluxDB fed as the agents' telemetry feeds it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,10 @@ import yaml
 
 from dashboards import DASHBOARDS, dashboard_json, queries
 from dashboards.__main__ import OUT, main
+from tests.e2e.dashboard_queries import influx_results
+from tests.support.influxd import InfluxServer
+from xapp.adapters.influx.store import InfluxConfig, InfluxStore
+from xapp.adapters.mqtt.telemetry import telemetry_frame
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,6 +53,32 @@ def test_dashboard_model_is_sound(name: str) -> None:
     assert {q.source for q in qs} == {"prometheus", "influxdb"}
     variables = {v["name"] for v in doc["templating"]["list"]}
     assert {"prometheus", "influxdb", "cpe"} <= variables
+
+
+def test_per_cpe_panels_show_what_the_steering_thresholds_act_on(influx_db: InfluxServer
+                                                                 ) -> None:
+    """RTT and retransmissions per WAT and direction, as the agents report them: the Go
+    agent's golden telemetry through the MQTT intake into ``wat_kpi``, then the dashboard's own
+    queries, with Grafana's substitutions, find one series per (WAT, direction) with the
+    message's values (none for a direction that sent nothing: the receiver's)."""
+    store = InfluxStore(InfluxConfig(url=influx_db.url, bucket=influx_db.bucket))
+    doc = json.loads((REPO / "kernel-agent" / "telemetry" / "testdata"
+                      / "telemetry.golden.json").read_text())
+    doc["time_ms"] = round((time.time() - 5) * 1000)
+    store.write_kpis(telemetry_frame([doc]))
+    assert store.flush()
+    store.close()
+    panels = {q.text: q.panel for q in queries(dashboard_json(DASHBOARDS["mcw-xapp.json"]()))}
+    for field in ("rtt_ms", "retrans_pct"):
+        [text] = [t for t in panels if f"mean({field})" in t and "FROM wat_kpi" in t]
+        results = influx_results(influx_db, text, doc["cpe_id"], "time > now() - 15m", "10s")
+        got = {(s["tags"]["wat"], s["tags"]["direction"]): v
+               for res in results for s in res.get("series", [])
+               for _, v in s["values"] if v is not None}
+        want = {(w, d): (stats["rtt_ms"] if field == "rtt_ms" else stats[d][field])
+                for w, stats in doc["wats"].items() for d in ("dl", "ul")
+                if field == "rtt_ms" or field in stats[d]}
+        assert got == want, (panels[text], got)
 
 
 GO = shutil.which("go") or "/usr/local/go/bin/go"

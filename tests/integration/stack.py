@@ -35,23 +35,24 @@ REPO = Path(__file__).resolve().parents[2]
 AGENT_BINARY = REPO / "kernel-agent" / "bin" / "mcw-agent"
 
 #: Radio KPIs and delivered throughput per WAT, roughly the paper's testbed (5G 342 Mbps,
-#: Wi-Fi 1.19 Gbps, LiFi 12 Mbps); ``saturated`` 1 marks the throughput as a capacity sample.
+#: Wi-Fi 1.19 Gbps, LiFi 12 Mbps); ``saturated`` 1 marks the throughput as a capacity sample;
+#: ``rtt_ms`` and ``retrans_pct`` are what the steering thresholds and the dashboard read.
 BASE_KPIS: dict[str, dict[str, float]] = {
     "nr": {"rsrp_dbm": -85.0, "rsrq_db": -10.0, "sinr_db": 20.0, "cqi": 12.0, "mcs": 22.0,
            "prb_util": 0.3, "bler": 0.02, "delivered_mbps": 342.0, "rtt_ms": 18.0,
-           "saturated": 1.0},
+           "saturated": 1.0, "retrans_pct": 0.1},
     "wifi": {"rssi_dbm": -50.0, "snr_db": 40.0, "mcs": 9.0, "nss": 2.0, "channel_busy": 0.2,
              "retries": 0.05, "phy_rate_mbps": 1800.0, "delivered_mbps": 1190.0,
-             "rtt_ms": 6.0, "saturated": 1.0},
+             "rtt_ms": 6.0, "saturated": 1.0, "retrans_pct": 0.3},
     "lifi": {"snr_db": 25.0, "rx_optical_dbm": -20.0, "delivered_mbps": 12.0, "rtt_ms": 4.0,
-             "saturated": 1.0},
+             "saturated": 1.0, "retrans_pct": 0.2},
 }
 
 #: Wi-Fi after the AP got busy and the station moved away.
 POOR_WIFI: dict[str, float] = {
     "rssi_dbm": -78.0, "snr_db": 12.0, "mcs": 2.0, "nss": 1.0, "channel_busy": 0.85,
     "retries": 0.4, "phy_rate_mbps": 150.0, "delivered_mbps": 60.0, "rtt_ms": 40.0,
-    "saturated": 1.0}
+    "saturated": 1.0, "retrans_pct": 4.0}
 
 
 def http_get(port: int, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:

@@ -52,11 +52,16 @@ LIFI_FIELDS: tuple[str, ...] = ("snr_db", "rx_optical_dbm")
 #: The agent reads about 0.93-1.0 for a bulk subflow and 0.2-0.4 for a weight-starved one.
 SATURATED_MIN = 0.5
 
-COMMON_FIELDS: tuple[str, ...] = ("delivered_mbps", "rtt_ms", "loss", "saturated")
+#: ``retrans_pct`` is the agents' loss figure: the percentage of the data segments the sending
+#: end's subflows sent in the period that were retransmissions (what steering thresholds act
+#: on).  ``loss`` (a fraction) is another one, the model's input, which traces and the twin
+#: carry; the agents do not report it.
+COMMON_FIELDS: tuple[str, ...] = ("delivered_mbps", "rtt_ms", "loss", "saturated",
+                                  "retrans_pct")
 
 #: What a CPE agent reports per WAT in its MQTT telemetry (``schemas/mqtt-telemetry.schema.json``).
 AGENT_FIELDS: tuple[str, ...] = ("delivered_mbps", "rtt_ms", "cwnd", "bytes_acked", "subflows",
-                                 "up", "saturated", "delivery_rate_mbps")
+                                 "up", "saturated", "delivery_rate_mbps", "retrans_pct")
 
 FIELDS_BY_FAMILY: dict[str, tuple[str, ...]] = {
     "cellular": CELLULAR_FIELDS + COMMON_FIELDS,
@@ -92,6 +97,7 @@ FIELD_RANGES: dict[str, tuple[float, float]] = {
     "rtt_ms": (0.0, 60_000.0),
     "loss": (0.0, 1.0),
     "saturated": (0.0, 1.0),
+    "retrans_pct": (0.0, 100.0),
 }
 
 #: Fields of the write-back measurements.

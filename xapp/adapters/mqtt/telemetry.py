@@ -19,8 +19,9 @@ from xapp.core.kpis import AGENT_FIELDS
 #: KpiFrame columns made from a telemetry message (``up`` as 1.0 / 0.0). ``saturated`` is the
 #: fraction (0..1) of the interval the WAT's subflows were limited by the path (cwnd-limited,
 #: tcp_info chrono times), so ``delivered_mbps`` measures capacity only when it is near 1;
-#: ``delivery_rate_mbps`` is the kernel's own rate sample. Both are NaN (unknown) when the
-#: agent did not report them (first sample, old kernel, receiving end).
+#: ``delivery_rate_mbps`` is the kernel's own rate sample; ``retrans_pct`` the percentage of
+#: the data segments sent in the interval that were retransmissions.  Each is NaN (unknown)
+#: when the agent did not report it (first sample, old kernel, receiving end, nothing sent).
 TELEMETRY_FIELDS: Final = AGENT_FIELDS
 #: Fields of a WAT as a whole (the reporting end's view of its subflows); the others come
 #: from the WAT's ``dl`` and ``ul`` objects.

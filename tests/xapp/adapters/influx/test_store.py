@@ -4,6 +4,7 @@ is retried, and the bounded buffer drops the oldest."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
 
@@ -11,13 +12,19 @@ import numpy as np
 import pandas as pd
 
 from tests.support.influxd import InfluxServer
+from tests.support.paths import REPO
 from tests.xapp.adapters.influx.points import kpi_frame, open_store, raw_write
 from xapp.adapters.influx.intake import InfluxIntake
 from xapp.adapters.influx.store import InfluxConfig, InfluxStore
+from xapp.adapters.mqtt.telemetry import telemetry_frame
 from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.intake import LatestKpis
 from xapp.core.ports import Published, WeightBatch
 from xapp.core.weights import WeightDecision
+
+#: The agent's telemetry JSON for one aggregated sample, pinned by the Go test
+#: ``TestTelemetryGolden`` (kernel-agent/telemetry).
+AGENT_TELEMETRY = REPO / "kernel-agent" / "telemetry" / "testdata" / "telemetry.golden.json"
 
 
 def _kpis(t: float, cpes: list[str], mbps: float = 10.0) -> KpiFrame:
@@ -119,6 +126,38 @@ def test_direction_tag_round_trips_and_old_points_read_as_both(influx_db: Influx
     assert list(frame.direction) == ["dl", "ul"]  # type: ignore[arg-type]
     np.testing.assert_allclose(frame.column("delivered_mbps"), [400.0, 90.0])
     np.testing.assert_allclose(frame.column("sinr_db"), [18.0, 18.0])
+    store.close()
+
+
+def test_agent_telemetry_lands_per_direction(influx_db: InfluxServer) -> None:
+    """What the MQTT intake maps from an agent's telemetry (the Go agent's golden message)
+    reads back from ``wat_kpi`` per (CPE, WAT, direction), retransmissions included: the
+    sender's direction carries them, the receiver's does not; a percentage above 100 is
+    refused and counted."""
+    store = open_store(influx_db)
+    now = time.time()
+    doc = json.loads(AGENT_TELEMETRY.read_text())
+    doc["time_ms"] = round((now - 3) * 1000)
+    store.write_kpis(telemetry_frame([doc]))
+    store.write_kpis(KpiFrame(time_s=now - 2, cpe=np.array(["cpe-0001"]), wat=np.array(["nr"]),
+                              values={"rtt_ms": np.array([30.0]),
+                                      "retrans_pct": np.array([250.0])},
+                              direction=np.array(["ul"])))
+    assert store.flush()
+    assert store.counters.rejected_values == 1
+    table = store.read_table("-1h")
+    got = {(r["wat"], r["direction"], r["time_s"] < now - 2.5): r
+           for r in table.to_dict("records")}
+    for wat, stats in doc["wats"].items():
+        for direction in ("dl", "ul"):
+            row = got[(wat, direction, True)]
+            assert row["rtt_ms"] == stats["rtt_ms"]
+            want = stats[direction].get("retrans_pct")
+            assert (np.isnan(row["retrans_pct"]) if want is None
+                    else row["retrans_pct"] == want), (wat, direction, row)
+    assert got[("nr", "ul", True)]["retrans_pct"] > 0  # the golden message has some
+    late = got[("nr", "ul", False)]
+    assert late["rtt_ms"] == 30.0 and np.isnan(late["retrans_pct"])
     store.close()
 
 

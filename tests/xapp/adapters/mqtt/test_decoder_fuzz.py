@@ -232,7 +232,8 @@ def test_the_longest_state_fits_however_it_is_escaped() -> None:
 
 def test_the_longest_telemetry_fits() -> None:
     side = {"delivered_mbps": 1e99, "bytes_acked": 10**20 - 1, "bytes_received": 10**20 - 1,
-            "cwnd": 10**20 - 1, "saturated": 0.123456789012345, "delivery_rate_mbps": 1e99}
+            "cwnd": 10**20 - 1, "saturated": 0.123456789012345, "delivery_rate_mbps": 1e99,
+            "retrans_pct": 99.12345678901234}
     doc = {"schema": "mcw.telemetry.v2", "cpe_id": "c" * 64, "proxy_id": "p" * 64,
            "time_ms": 2**53 - 1, "interval_ms": 3600000,
            "wats": {w: {"up": True, "subflows": 10**20 - 1, "rtt_ms": 1e99, "dl": side,

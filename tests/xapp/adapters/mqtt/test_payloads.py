@@ -48,7 +48,7 @@ TELEMETRY: dict[str, Any] = {
     "interval_ms": 1000,
     "wats": {"nr": {"rtt_ms": 20.1, "subflows": 1, "up": True,
                     "ul": {"delivered_mbps": 80.5, "cwnd": 100, "bytes_acked": 12345,
-                           "saturated": 0.9, "delivery_rate_mbps": 85.0},
+                           "saturated": 0.9, "delivery_rate_mbps": 85.0, "retrans_pct": 1.5},
                     "dl": {"delivered_mbps": 300.1, "bytes_received": 99999}},
              "wifi": {"up": False}},
 }
@@ -57,7 +57,8 @@ PROXY_TELEMETRY: dict[str, Any] = {
     "time_ms": 1763800001000, "interval_ms": 1000,
     "wats": {"nr": {"rtt_ms": 19.0, "subflows": 1, "up": True,
                     "dl": {"delivered_mbps": 301.0, "bytes_acked": 5, "cwnd": 40,
-                           "saturated": 1.0, "delivery_rate_mbps": 310.0}}},
+                           "saturated": 1.0, "delivery_rate_mbps": 310.0,
+                           "retrans_pct": 0.25}}},
 }
 
 
@@ -145,6 +146,9 @@ def test_invalid_weights_are_refused(bad: dict[str, Any]) -> None:
     ("proxy-state", with_(PROXY_STATE, rules={"used": -1})),
     ("telemetry", with_(TELEMETRY, wats={"nr": {"dl": {"delivered_mbps": -1}}})),
     ("telemetry", with_(TELEMETRY, wats={"nr": {"ul": {"saturated": 1.5}}})),
+    ("telemetry", with_(TELEMETRY, wats={"nr": {"ul": {"retrans_pct": 100.5}}})),  # a percentage
+    ("telemetry", with_(TELEMETRY, wats={"nr": {"dl": {"retrans_pct": -1}}})),
+    ("telemetry", with_(TELEMETRY, wats={"nr": {"retrans_pct": 1}})),  # per direction
     ("telemetry", with_(TELEMETRY, wats={"nr": {"delivered_mbps": 3.0}})),  # v1's place
     ("telemetry", with_(TELEMETRY, wats={"wimax": {}})),
     ("telemetry", with_(TELEMETRY, time_ms=...)),
@@ -181,6 +185,8 @@ AGREEMENT_CASES: list[tuple[str, Any]] = [
     ("telemetry", with_(TELEMETRY, wats={})),
     ("telemetry", with_(TELEMETRY, interval_ms=0)),
     ("telemetry", with_(TELEMETRY, wats={"nr": {"ul": {"cwnd": 1.5}}})),
+    ("telemetry", with_(TELEMETRY, wats={"nr": {"ul": {"retrans_pct": 100}}})),
+    ("telemetry", with_(TELEMETRY, wats={"nr": {"ul": {"retrans_pct": 100.000001}}})),
 ]
 
 

@@ -276,7 +276,7 @@ def test_the_agents_telemetry_validates_and_maps(broker: MosquittoBroker,
         assert frame.direction is not None
         assert len(frame) == 2 * len(doc["wats"])
         for i, (wat, direction) in enumerate(zip(frame.wat, frame.direction, strict=True)):
-            for f in ("saturated", "delivery_rate_mbps", "delivered_mbps"):
+            for f in ("saturated", "delivery_rate_mbps", "delivered_mbps", "retrans_pct"):
                 want = doc["wats"][str(wat)][str(direction)].get(f)
                 got = frame.column(f)[i]
                 assert (np.isnan(got) if want is None else got == want), (wat, f, got, want)
@@ -286,6 +286,11 @@ def test_the_agents_telemetry_validates_and_maps(broker: MosquittoBroker,
                                             frame.column("saturated"), strict=True)
                if d == "ul"}
         assert sat["nr"] == 1.0 and 0.0 < sat["wifi"] < 0.5
+        # ... and a WAT that retransmitted beside one that did not (0, not unknown).
+        retrans = {str(w): v for w, d, v in zip(frame.wat, frame.direction,
+                                                frame.column("retrans_pct"), strict=True)
+                   if d == "ul"}
+        assert retrans["nr"] > 0.0 and retrans["wifi"] == 0.0 and np.isnan(retrans["lifi"])
     finally:
         cpe.close()
         sub.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from tests.xapp.adapters.mqtt.test_payloads import PROXY_TELEMETRY, TELEMETRY, with_
@@ -29,4 +30,8 @@ def test_telemetry_becomes_kpi_rows_per_direction() -> None:
     assert list(frame.column("rtt_ms")[:2]) == [20.1, 20.1]
     assert list(frame.column("up")[:3]) == [1.0, 1.0, 0.0] and math.isnan(frame.column("up")[3])
     assert frame.column("delivery_rate_mbps")[1] == 85.0
+    # Retransmissions are the sender's: the CPE's ul, the proxy's dl; unknown elsewhere.
+    retrans = frame.column("retrans_pct")
+    assert retrans[1] == 1.5 and retrans[4] == 0.25
+    assert np.isnan(retrans[[0, 2, 3]]).all()
     assert len(telemetry_frame([])) == 0
