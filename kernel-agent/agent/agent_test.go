@@ -388,7 +388,8 @@ func TestCPETelemetry(t *testing.T) {
 
 // TestMissingInterfaceKeepsItsName: a WAT whose interface does not exist
 // at start is handed to the backend under its configured interface (weight
-// 0, no address), so a backend that works per interface knows which one.
+// 0, no address, its link lost), so a backend that works per interface
+// knows which one.
 func TestMissingInterfaceKeepsItsName(t *testing.T) {
 	links := newFakeLinks()
 	delete(links.initial, "wlan0")
@@ -408,7 +409,7 @@ func TestMissingInterfaceKeepsItsName(t *testing.T) {
 	}
 	want := []backend.Path{
 		{WAT: "nr", Interface: "nr0", Index: 2, Addr: netip.MustParseAddr("10.31.1.1"), Weight: 1},
-		{WAT: "wifi", Interface: "wlan0", Weight: 0},
+		{WAT: "wifi", Interface: "wlan0", Weight: 0, Down: true},
 	}
 	if diff := cmp.Diff(want, all[0], cmp.Comparer(func(x, y netip.Addr) bool { return x == y })); diff != "" {
 		t.Fatalf("paths (-want +got):\n%s", diff)

@@ -159,7 +159,7 @@ func (d *device) paths() ([]backend.Path, error) {
 			if !sl.usable {
 				weight = 0
 			}
-			out = append(out, backend.Path{WAT: wat, Interface: sl.iface, Index: sl.index, Addr: sl.addr, Weight: weight, CapMbps: caps[wat]})
+			out = append(out, backend.Path{WAT: wat, Interface: sl.iface, Index: sl.index, Addr: sl.addr, Weight: weight, CapMbps: caps[wat], Down: !sl.usable})
 		}
 		return out
 	}

@@ -21,7 +21,10 @@ import (
 // WAT's address (the CPE's own: the local address of its subflows on the
 // CPE, the remote one at a proxy; invalid when it has none) and the weight
 // to apply. CapMbps is the weights message's caps_mbps for the WAT (0: the
-// message has none); only rate-caps backends read it.
+// message has none); only rate-caps backends read it. Down says the WAT's
+// link is lost (the CPE's link watch): its Weight is 0, and a backend that
+// can also hand the path's unacknowledged data to the other paths at once
+// does (mptcp-upstream and mptcp-shares close its subflows).
 type Path struct {
 	WAT       string
 	Interface string
@@ -29,6 +32,7 @@ type Path struct {
 	Addr      netip.Addr
 	Weight    int
 	CapMbps   float64
+	Down      bool
 }
 
 // Device is one CPE's paths: the CPE role's own uplink, or one served

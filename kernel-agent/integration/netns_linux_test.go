@@ -536,7 +536,10 @@ log_level: info
 		}
 	}
 
-	// Link down: the agent flags nr's endpoint backup by itself.
+	// Link down: the agent removes nr's endpoint by itself, which closes
+	// nr's subflow so that what it had not delivered goes out on wifi at
+	// once (a backup flag would leave it to nr's retransmission timeout).
+	nrID := endpoint(t, tp, nrCPE).ID
 	latency := linkDownLatency(t, tp)
 	s, n = x.waitState(t, "link-down", n, 5*time.Second, func(s payload.State) bool {
 		return s.Event == payload.EventLinkDown
@@ -544,7 +547,7 @@ log_level: info
 	if s.Links["nr"] != "down" || s.AppliedWeights["nr"] != 0 || s.AppliedWeights["wifi"] != 1 {
 		t.Fatalf("link-down state: %+v", s)
 	}
-	t.Logf("interface down -> nr endpoint backup: %v (target <= 50 ms)", latency)
+	t.Logf("interface down -> nr endpoint removed: %v (target <= 50 ms)", latency)
 	if latency > 50*time.Millisecond {
 		t.Errorf("link-down reaction took %v, target 50 ms", latency)
 	}
@@ -560,8 +563,13 @@ log_level: info
 	if s.Links["nr"] != "up" || s.AppliedWeights["nr"] != 1 {
 		t.Fatalf("link-up state: %+v", s)
 	}
-	if f := endpointFlags(t, tp, nrCPE); f&mptcppm.FlagBackup != 0 {
-		t.Fatalf("nr endpoint still backup after link up: %s", f)
+	if e := endpoint(t, tp, nrCPE); e.ID != nrID || e.Flags&mptcppm.FlagBackup != 0 || e.Flags&mptcppm.FlagSubflow == 0 {
+		t.Fatalf("nr endpoint after link up: %+v, want id %d with its subflow flag, not backup", e, nrID)
+	}
+	time.Sleep(time.Second) // the path manager joins nr again; slow start
+	nr, wifi = measure("link back (nr endpoint restored)")
+	if nr < 2 {
+		t.Fatalf("after the link returned nr should carry data again on a new subflow (nr %.1f, wifi %.1f Mbit/s)", nr, wifi)
 	}
 
 	// Prometheus metrics and the health endpoint on the loopback of the
@@ -601,7 +609,7 @@ log_level: info
 }
 
 // linkDownLatency sets nr0 down through netlink (what `ip link set down`
-// does) and polls the nr endpoint until the agent has flagged it backup.
+// does) and polls the endpoints until the agent has removed nr's.
 func linkDownLatency(t *testing.T, tp *topology) time.Duration {
 	var latency time.Duration
 	err := nstest.In(tp.cpeNS, func() error {
@@ -623,15 +631,13 @@ func linkDownLatency(t *testing.T, tp *topology) time.Duration {
 			if err != nil {
 				return err
 			}
-			for _, e := range eps {
-				if e.Addr == nrCPE && e.Flags&mptcppm.FlagBackup != 0 {
-					latency = time.Since(t0)
-					return nil
-				}
+			if !slices.ContainsFunc(eps, func(e mptcppm.Endpoint) bool { return e.Addr == nrCPE }) {
+				latency = time.Since(t0)
+				return nil
 			}
 			time.Sleep(200 * time.Microsecond)
 		}
-		return errors.New("nr endpoint not flagged backup within 2 s of link down")
+		return errors.New("nr endpoint not removed within 2 s of link down")
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -639,8 +645,8 @@ func linkDownLatency(t *testing.T, tp *topology) time.Duration {
 	return latency
 }
 
-func endpointFlags(t *testing.T, tp *topology, a netip.Addr) mptcppm.Flags {
-	var f mptcppm.Flags
+func endpoint(t *testing.T, tp *topology, a netip.Addr) mptcppm.Endpoint {
+	var found mptcppm.Endpoint
 	err := nstest.In(tp.cpeNS, func() error {
 		pm, err := mptcppm.Dial()
 		if err != nil {
@@ -650,7 +656,7 @@ func endpointFlags(t *testing.T, tp *topology, a netip.Addr) mptcppm.Flags {
 		eps, err := pm.Endpoints()
 		for _, e := range eps {
 			if e.Addr == a {
-				f = e.Flags
+				found = e
 			}
 		}
 		return err
@@ -658,7 +664,7 @@ func endpointFlags(t *testing.T, tp *topology, a netip.Addr) mptcppm.Flags {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f
+	return found
 }
 
 // procStatus returns a field of /proc/PID/status.

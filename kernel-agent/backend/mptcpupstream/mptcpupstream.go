@@ -10,6 +10,25 @@
 // on every WAT; the path manager's limits (`ip mptcp limits`) stay the
 // operator's choice.
 //
+// # A lost link (Path.Down)
+//
+// A backup flag stops new data on a subflow, not the data already sent on
+// it: when a WAT's link is lost, that data waits for the subflow's
+// retransmission timeout, and mainline's connection-level retransmission
+// then resends it a segment per timeout, so the whole connection stalls.
+// Closing the subflow hands everything it had not delivered back to the
+// connection, which sends it on the other subflows at once. So a Down path's
+// endpoint is removed (which closes its subflows on every connection and
+// tells the peer, REMOVE_ADDR) and put back, with its id, flags and
+// interface, once the link returns; the path manager then opens its
+// subflows again. Measured (real-stack bench topology, the default
+// scheduler, one bulk connection both ways over nr 12, wifi 8 and lifi 24
+// Mbit/s, lifi's carrier cut 4 times for 0.7-2.5 s in 28 s): goodput over
+// 25 s 655-704 Mbit without the removal, 843-855 with it; the stall of about
+// a second at each cut disappears. An agent that dies while an endpoint is
+// removed leaves it removed; the next Apply after the link returns creates
+// it again (with the "subflow" flag, as for any missing endpoint).
+//
 // # The proxy's downlink on mainline (measured on Linux 6.18)
 //
 // The scheduler decides at the sender, so the downlink is the proxy's to
@@ -69,6 +88,7 @@ import (
 type PM interface {
 	Endpoints() ([]mptcppm.Endpoint, error)
 	Add(mptcppm.Endpoint) error
+	Delete(mptcppm.Endpoint) error
 	SetFlags(mptcppm.Endpoint) error
 	Close() error
 }
@@ -77,11 +97,13 @@ type PM interface {
 // concurrent use.
 type Backend struct {
 	pm PM
+	// removed holds the endpoints of lost links, to put back as they were.
+	removed map[netip.Addr]mptcppm.Endpoint
 }
 
 // New returns a Backend using pm (normally from mptcppm.Dial in the
 // namespace whose connections are steered).
-func New(pm PM) *Backend { return &Backend{pm: pm} }
+func New(pm PM) *Backend { return &Backend{pm: pm, removed: map[netip.Addr]mptcppm.Endpoint{}} }
 
 // Name implements backend.Local.
 func (*Backend) Name() string { return payload.BackendMPTCPUpstream }
@@ -103,37 +125,48 @@ func want(current mptcppm.Flags, weight int) mptcppm.Flags {
 	return current &^ mptcppm.FlagBackup
 }
 
-// Apply sets the backup flag of each path's endpoint and verifies by
-// listing the endpoints again.
+// Apply sets the backup flag of each path's endpoint, removes the endpoint
+// of a path whose link is lost and puts it back when the link returns, and
+// verifies by listing the endpoints again.
 func (b *Backend) Apply(_ context.Context, paths []backend.Path) error {
 	eps, err := b.pm.Endpoints()
 	if err != nil {
 		return fmt.Errorf("mptcp-upstream: %w", err)
 	}
-	byAddr := make(map[netip.Addr]mptcppm.Endpoint, len(eps))
-	for _, e := range eps {
-		byAddr[e.Addr] = e
-	}
+	byAddr := endpointsByAddr(eps)
 	changed := false
 	for _, p := range paths {
 		if !p.Addr.IsValid() {
 			continue
 		}
 		e, ok := byAddr[p.Addr]
-		if !ok {
-			n := mptcppm.Endpoint{Addr: p.Addr, Flags: want(mptcppm.FlagSubflow, p.Weight), IfIndex: int32(p.Index)}
+		switch {
+		case p.Down && ok:
+			if err := b.pm.Delete(e); err != nil {
+				return fmt.Errorf("mptcp-upstream: %s (%s) lost: %w", p.WAT, p.Addr, err)
+			}
+			b.removed[p.Addr] = e
+			changed = true
+		case p.Down:
+		case !ok:
+			n, was := b.removed[p.Addr]
+			if !was {
+				n = mptcppm.Endpoint{Addr: p.Addr, Flags: mptcppm.FlagSubflow, IfIndex: int32(p.Index)}
+			}
+			n.Flags = want(n.Flags, p.Weight)
 			if err := b.pm.Add(n); err != nil {
 				return fmt.Errorf("mptcp-upstream: %s (%s): %w", p.WAT, p.Addr, err)
 			}
+			delete(b.removed, p.Addr)
 			changed = true
-			continue
-		}
-		if f := want(e.Flags, p.Weight); f != e.Flags {
-			e.Flags = f
-			if err := b.pm.SetFlags(e); err != nil {
-				return fmt.Errorf("mptcp-upstream: %s (%s): %w", p.WAT, p.Addr, err)
+		default:
+			if f := want(e.Flags, p.Weight); f != e.Flags {
+				e.Flags = f
+				if err := b.pm.SetFlags(e); err != nil {
+					return fmt.Errorf("mptcp-upstream: %s (%s): %w", p.WAT, p.Addr, err)
+				}
+				changed = true
 			}
-			changed = true
 		}
 	}
 	if !changed {
@@ -143,18 +176,27 @@ func (b *Backend) Apply(_ context.Context, paths []backend.Path) error {
 	if err != nil {
 		return fmt.Errorf("mptcp-upstream: verify: %w", err)
 	}
-	byAddr = make(map[netip.Addr]mptcppm.Endpoint, len(eps))
-	for _, e := range eps {
-		byAddr[e.Addr] = e
-	}
+	byAddr = endpointsByAddr(eps)
 	for _, p := range paths {
 		if !p.Addr.IsValid() {
 			continue
 		}
 		e, ok := byAddr[p.Addr]
-		if !ok || (e.Flags&mptcppm.FlagBackup != 0) != (p.Weight == 0) {
+		switch {
+		case p.Down && ok:
+			return fmt.Errorf("mptcp-upstream: verify %s (%s): link lost, endpoint still there", p.WAT, p.Addr)
+		case p.Down:
+		case !ok || (e.Flags&mptcppm.FlagBackup != 0) != (p.Weight == 0):
 			return fmt.Errorf("mptcp-upstream: verify %s (%s): endpoint flags %q after apply", p.WAT, p.Addr, e.Flags)
 		}
 	}
 	return nil
+}
+
+func endpointsByAddr(eps []mptcppm.Endpoint) map[netip.Addr]mptcppm.Endpoint {
+	byAddr := make(map[netip.Addr]mptcppm.Endpoint, len(eps))
+	for _, e := range eps {
+		byAddr[e.Addr] = e
+	}
+	return byAddr
 }

@@ -28,9 +28,22 @@ func (f *fakePM) Endpoints() ([]mptcppm.Endpoint, error) {
 
 func (f *fakePM) Add(e mptcppm.Endpoint) error {
 	f.calls = append(f.calls, "add "+e.Addr.String()+" "+e.Flags.String())
-	e.ID = uint8(len(f.eps) + 1)
+	if e.ID == 0 { // the kernel picks a free id
+		e.ID = uint8(len(f.eps) + 1)
+	}
 	f.eps = append(f.eps, e)
 	return nil
+}
+
+func (f *fakePM) Delete(e mptcppm.Endpoint) error {
+	f.calls = append(f.calls, "delete "+e.Addr.String())
+	for i := range f.eps {
+		if f.eps[i].ID == e.ID {
+			f.eps = append(f.eps[:i], f.eps[i+1:]...)
+			return nil
+		}
+	}
+	return errors.New("no such endpoint")
 }
 
 func (f *fakePM) SetFlags(e mptcppm.Endpoint) error {
@@ -111,6 +124,57 @@ func TestApply(t *testing.T) {
 				t.Errorf("flags (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A lost link's endpoint is removed (its subflows close, their data goes
+// out on the others at once) and comes back as it was when the link does.
+func TestApplyLostLink(t *testing.T) {
+	pm := &fakePM{eps: []mptcppm.Endpoint{
+		{ID: 1, Addr: nrAddr, Flags: mptcppm.FlagSubflow, IfIndex: 3},
+		{ID: 7, Addr: wifiAddr, Flags: mptcppm.FlagSubflow | mptcppm.FlagSignal, IfIndex: 4},
+	}}
+	b := New(pm)
+	steps := []struct {
+		name      string
+		wifi      backend.Path
+		wantCalls []string
+		want      []mptcppm.Endpoint
+	}{
+		{
+			name:      "link lost: removed",
+			wifi:      backend.Path{WAT: "wifi", Addr: wifiAddr, Index: 4, Down: true},
+			wantCalls: []string{"list", "delete 10.31.2.1", "list"},
+			want:      []mptcppm.Endpoint{{ID: 1, Addr: nrAddr, Flags: mptcppm.FlagSubflow, IfIndex: 3}},
+		},
+		{
+			name:      "still lost: nothing to do",
+			wifi:      backend.Path{WAT: "wifi", Addr: wifiAddr, Index: 4, Down: true},
+			wantCalls: []string{"list"},
+			want:      []mptcppm.Endpoint{{ID: 1, Addr: nrAddr, Flags: mptcppm.FlagSubflow, IfIndex: 3}},
+		},
+		{
+			name:      "back at weight 0: its id, flags and interface, flagged backup",
+			wifi:      backend.Path{WAT: "wifi", Addr: wifiAddr, Index: 4},
+			wantCalls: []string{"list", "add 10.31.2.1 signal subflow backup", "list"},
+			want: []mptcppm.Endpoint{
+				{ID: 1, Addr: nrAddr, Flags: mptcppm.FlagSubflow, IfIndex: 3},
+				{ID: 7, Addr: wifiAddr, Flags: mptcppm.FlagSubflow | mptcppm.FlagSignal | mptcppm.FlagBackup, IfIndex: 4},
+			},
+		},
+	}
+	for _, st := range steps {
+		pm.calls = nil
+		nr := backend.Path{WAT: "nr", Addr: nrAddr, Index: 3, Weight: 5}
+		if err := b.Apply(context.Background(), []backend.Path{nr, st.wifi}); err != nil {
+			t.Fatalf("%s: Apply: %v", st.name, err)
+		}
+		if diff := cmp.Diff(st.wantCalls, pm.calls); diff != "" {
+			t.Errorf("%s: calls (-want +got):\n%s", st.name, diff)
+		}
+		if diff := cmp.Diff(st.want, pm.eps, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+			t.Errorf("%s: endpoints (-want +got):\n%s", st.name, diff)
+		}
 	}
 }
 
