@@ -24,6 +24,9 @@ func FuzzParseWeights(f *testing.F) {
 	f.Add([]byte(strings.Replace(validWeights, `"reason":"tick"`, `"reason":null`, 1)))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
+	f.Add([]byte(validWeightsClasses))
+	f.Add([]byte(strings.Replace(validWeightsClasses, `[5000,5010]`, `[5010,5000]`, 1)))
+	f.Add([]byte(strings.Replace(validWeightsClasses, `"10.20.0.0/16"`, `"10.20.0.1/16"`, 1)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		u, err := ParseWeights(data, "cpe-0001")
 		if err != nil {
@@ -47,6 +50,15 @@ func FuzzParseWeights(f *testing.F) {
 					t.Fatalf("accepted cap %s=%v with weight %d", k, v, d.Weights[k])
 				}
 			}
+			if d.Classes != nil && len(d.Classes) == 0 {
+				t.Fatalf("accepted an empty class list as classes")
+			}
+		}
+		if err := ValidateClasses(UL, u.UL.Classes); err != nil {
+			t.Fatalf("accepted ul classes fail ValidateClasses: %v", err)
+		}
+		if err := ValidateClasses(DL, u.DL.Classes); err != nil {
+			t.Fatalf("accepted dl classes fail ValidateClasses: %v", err)
 		}
 		if u.Version < 1 || u.LeaseS < MinLeaseSeconds || u.LeaseS > MaxLeaseSeconds || u.CPEID != "cpe-0001" {
 			t.Fatalf("accepted out-of-contract payload %+v", u)
@@ -56,6 +68,9 @@ func FuzzParseWeights(f *testing.F) {
 			m := map[string]any{"mode": d.Mode, "reason": d.Reason, "weights": d.Weights}
 			if d.CapsMbps != nil {
 				m["caps_mbps"] = d.CapsMbps
+			}
+			if d.Classes != nil {
+				m["classes"] = d.Classes
 			}
 			return m
 		}
@@ -113,13 +128,13 @@ func FuzzParseState(f *testing.F) {
 }
 
 func TestBounds(t *testing.T) {
-	deep := `{"schema":"mcw.state.v2","links":{"nr":[[[[[]]]]]}}`
+	deep := `{"schema":"mcw.state.v2","links":{"nr":[[[[[[]]]]]]}}`
 	tests := []struct {
 		name, data, wantErr string
 	}{
-		{"too deep", deep, "nested 7 levels deep"},
+		{"too deep", deep, "nested 8 levels deep"},
 		{"brackets in strings do not count", `{"schema":"mcw.state.v2","cpe_id":"c","online":true,"last_error":"[[[[[[\"{{{{"}`, ""},
-		{"too large", `{"schema":"mcw.state.v2","last_error":"` + strings.Repeat("x", MaxPayloadBytes) + `"}`, "at most 4096"},
+		{"too large", `{"schema":"mcw.state.v2","last_error":"` + strings.Repeat("x", MaxPayloadBytes) + `"}`, "at most 16384"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

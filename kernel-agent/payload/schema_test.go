@@ -16,8 +16,10 @@ import (
 // The agent's payloads are checked against the JSON schemas the xApp
 // validates them with (schemas/mqtt-*.schema.json). validate implements
 // the part of JSON Schema 2020-12 those files use (type, const, enum,
-// required, properties, additionalProperties false, minProperties, anyOf,
-// minimum, exclusiveMinimum, maximum, minLength, maxLength, pattern, local $ref); a keyword
+// required, properties, additionalProperties (false or a schema),
+// minProperties, maxProperties, propertyNames, items, minItems, maxItems,
+// uniqueItems, anyOf, minimum, exclusiveMinimum, maximum, minLength,
+// maxLength, pattern, local $ref); a keyword
 // outside that set fails the test, so a schema growing a new keyword
 // cannot pass unchecked.
 
@@ -35,8 +37,8 @@ func loadSchema(t *testing.T, name string) map[string]any {
 }
 
 var knownKeywords = []string{"$schema", "$id", "$defs", "$ref", "title", "description", "type", "const", "enum",
-	"required", "properties", "additionalProperties", "minProperties", "anyOf", "minimum", "exclusiveMinimum", "maximum",
-	"minLength", "maxLength", "pattern"}
+	"required", "properties", "additionalProperties", "minProperties", "maxProperties", "propertyNames", "items",
+	"minItems", "maxItems", "uniqueItems", "anyOf", "minimum", "exclusiveMinimum", "maximum", "minLength", "maxLength", "pattern"}
 
 func validate(root, s map[string]any, v any, path string) error {
 	for k := range s {
@@ -72,6 +74,8 @@ func validate(root, s map[string]any, v any, path string) error {
 			okType = ty == "string"
 		case bool:
 			okType = ty == "boolean"
+		case []any:
+			okType = ty == "array"
 		case float64:
 			okType = ty == "number" || (ty == "integer" && x == math.Trunc(x))
 		}
@@ -112,16 +116,53 @@ func validate(root, s map[string]any, v any, path string) error {
 		if lo, ok := s["minProperties"].(float64); ok && float64(len(obj)) < lo {
 			return fmt.Errorf("%s: fewer than %v properties", path, lo)
 		}
+		if hi, ok := s["maxProperties"].(float64); ok && float64(len(obj)) > hi {
+			return fmt.Errorf("%s: more than %v properties", path, hi)
+		}
 		for k, val := range obj {
+			if pn, ok := s["propertyNames"].(map[string]any); ok {
+				if err := validate(root, pn, k, path+".<name>"); err != nil {
+					return err
+				}
+			}
 			ps, known := props[k].(map[string]any)
 			if !known {
-				if ap, ok := s["additionalProperties"].(bool); ok && !ap {
-					return fmt.Errorf("%s: property %q not allowed", path, k)
+				switch ap := s["additionalProperties"].(type) {
+				case bool:
+					if !ap {
+						return fmt.Errorf("%s: property %q not allowed", path, k)
+					}
+				case map[string]any:
+					if err := validate(root, ap, val, path+"."+k); err != nil {
+						return err
+					}
 				}
 				continue
 			}
 			if err := validate(root, ps, val, path+"."+k); err != nil {
 				return err
+			}
+		}
+	}
+	if arr, ok := v.([]any); ok {
+		if lo, ok := s["minItems"].(float64); ok && float64(len(arr)) < lo {
+			return fmt.Errorf("%s: fewer than %v items", path, lo)
+		}
+		if hi, ok := s["maxItems"].(float64); ok && float64(len(arr)) > hi {
+			return fmt.Errorf("%s: more than %v items", path, hi)
+		}
+		for i, x := range arr {
+			if u, _ := s["uniqueItems"].(bool); u {
+				for _, y := range arr[:i] {
+					if fmt.Sprint(x) == fmt.Sprint(y) {
+						return fmt.Errorf("%s: %v twice", path, x)
+					}
+				}
+			}
+			if it, ok := s["items"].(map[string]any); ok {
+				if err := validate(root, it, x, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+					return err
+				}
 			}
 		}
 	}

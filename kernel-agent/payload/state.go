@@ -85,6 +85,10 @@ type Capabilities struct {
 	// the Semantics* constants): the xApp sends caps_mbps only to
 	// rate-caps backends.
 	Semantics string `json:"semantics,omitempty"`
+	// MaxClasses is how many traffic classes per direction the backend
+	// applies (0..MaxClasses); the agent refuses a message whose
+	// direction carries more, and the xApp sends none to an agent at 0.
+	MaxClasses int `json:"max_classes,omitempty"`
 }
 
 // Semantics a backend reports in capabilities.semantics.
@@ -155,15 +159,27 @@ type State struct {
 	// AppliedCapsMbps: with semantics rate-caps, the egress cap set per
 	// WAT (a WAT absent is uncapped).
 	AppliedCapsMbps map[string]float64 `json:"applied_caps_mbps,omitempty"`
-	Addresses       map[string]string  `json:"addresses,omitempty"`
-	Backend         string             `json:"backend,omitempty"`
-	Capabilities    *Capabilities      `json:"capabilities,omitempty"`
-	Links           map[string]string  `json:"links"`
-	Event           string             `json:"event,omitempty"`
+	// AppliedClasses: what the backend set per traffic class of the
+	// applied version, by class name (absent: no classes).
+	AppliedClasses map[string]AppliedClass `json:"applied_classes,omitempty"`
+	Addresses      map[string]string       `json:"addresses,omitempty"`
+	Backend        string                  `json:"backend,omitempty"`
+	Capabilities   *Capabilities           `json:"capabilities,omitempty"`
+	Links          map[string]string       `json:"links"`
+	Event          string                  `json:"event,omitempty"`
 	// Alarm is a standing condition the operator must resolve (role
 	// proxy: AlarmAddressConflict); empty when none.
 	Alarm     string `json:"alarm,omitempty"`
 	LastError string `json:"last_error"`
+}
+
+// AppliedClass is what a backend set for one traffic class: its egress
+// ceiling in Mbit/s per WAT (its own cap, the WAT's cap it borrows up
+// to, or MinCapMbps on a WAT it does not use; a WAT absent is unlimited)
+// and whether its packets leave each WAT's queue first.
+type AppliedClass struct {
+	CapsMbps map[string]float64 `json:"caps_mbps,omitempty"`
+	Urgent   bool               `json:"urgent,omitempty"`
 }
 
 // Marshal encodes s with its schema set.
@@ -248,8 +264,22 @@ func ParseState(data []byte) (State, error) {
 	if c := w.Capabilities; c != nil && !knownSemantics(c.Semantics) {
 		return State{}, fmt.Errorf("%w: capabilities.semantics %q: want wrr, rate-caps or on-off", ErrInvalid, c.Semantics)
 	}
+	if c := w.Capabilities; c != nil && (c.MaxClasses < 0 || c.MaxClasses > MaxClasses) {
+		return State{}, fmt.Errorf("%w: capabilities.max_classes %d: want 0..%d", ErrInvalid, c.MaxClasses, MaxClasses)
+	}
 	if err := checkCaps("applied_caps_mbps", w.AppliedCapsMbps); err != nil {
 		return State{}, err
+	}
+	if len(w.AppliedClasses) > MaxClasses {
+		return State{}, fmt.Errorf("%w: applied_classes: %d classes, at most %d", ErrInvalid, len(w.AppliedClasses), MaxClasses)
+	}
+	for name, c := range w.AppliedClasses {
+		if !ValidClassName(name) {
+			return State{}, fmt.Errorf("%w: applied_classes: %q is not a class name", ErrInvalid, name)
+		}
+		if err := checkCaps("applied_classes."+name+".caps_mbps", c.CapsMbps); err != nil {
+			return State{}, err
+		}
 	}
 	for k, v := range w.AppliedWeights {
 		if !KnownWAT(k) || v < 0 || v > MaxWeight {
@@ -350,6 +380,9 @@ func ParseProxyState(data []byte) (ProxyState, error) {
 	}
 	if !knownSemantics(p.Capabilities.Semantics) {
 		return ProxyState{}, fmt.Errorf("%w: capabilities.semantics %q: want wrr, rate-caps or on-off", ErrInvalid, p.Capabilities.Semantics)
+	}
+	if c := p.Capabilities.MaxClasses; c < 0 || c > MaxClasses {
+		return ProxyState{}, fmt.Errorf("%w: capabilities.max_classes %d: want 0..%d", ErrInvalid, c, MaxClasses)
 	}
 	if p.CPEs < 0 || p.CPEsApplied < 0 || p.Rules.Used < 0 || p.Rules.Limit < 0 || p.Rules.OverflowCPEs < 0 || p.TimeMs < 0 {
 		return ProxyState{}, fmt.Errorf("%w: negative count", ErrInvalid)

@@ -29,12 +29,15 @@ const (
 
 // Limits of a weights payload; they match schemas/mqtt-weights.schema.json.
 const (
-	// MaxPayloadBytes bounds every payload the agent reads: weights are a
-	// few hundred bytes, anything larger is a bug or an attack.
-	MaxPayloadBytes = 4096
+	// MaxPayloadBytes bounds every payload the agent reads: the broker's
+	// max_packet_size (broker/mosquitto.conf), which no message it
+	// delivers passes. Weights without classes are a few hundred bytes,
+	// with eight classes a side a few KiB.
+	MaxPayloadBytes = 16384
 	// MaxDepth bounds the nesting of objects and arrays in a payload; the
-	// deepest schema (state, telemetry) nests 3 levels.
-	MaxDepth = 4
+	// deepest schema (weights: a port range of a class's match) nests 7
+	// levels.
+	MaxDepth = 7
 	// MinLeaseSeconds and MaxLeaseSeconds bound lease_s.
 	MinLeaseSeconds = 1
 	MaxLeaseSeconds = 3600
@@ -52,10 +55,11 @@ const (
 )
 
 // KnownMode reports whether mode is a steering mode a weights payload may
-// carry (3GPP ATSSS spirit); the agent does not act on the mode, it records it.
+// carry (3GPP ATSSS spirit), for a direction or a class; the agent does not
+// act on the mode (the xApp turned it into weights and caps), it records it.
 func KnownMode(mode string) bool {
 	switch mode {
-	case "load_balancing", "fixed_split", "active_standby", "latency_bound":
+	case "load_balancing", "fixed_split", "active_standby", "latency_bound", "priority", "smallest_delay":
 		return true
 	}
 	return false
@@ -160,6 +164,11 @@ type DirWeights struct {
 	// backends (share x forecast total x headroom); nil when the message
 	// has none. Every value is in (0, MaxCapMbps].
 	CapsMbps map[WAT]float64
+	// Classes are the direction's traffic classes in the order a packet
+	// meets them (ValidateClasses holds); nil when the message has none:
+	// the weights above then steer all traffic, as they steer the traffic
+	// no class takes.
+	Classes []Class
 }
 
 // WeightsUpdate is a validated weights payload: one version, issue time and
@@ -197,6 +206,7 @@ type wireDir struct {
 	Reason  *string           `json:"reason"`
 	Weights map[string]number `json:"weights"`
 	Caps    map[string]number `json:"caps_mbps"`
+	Classes []wireClass       `json:"classes"`
 }
 
 // number is a JSON number kept as its literal text. Unlike json.Number it
@@ -304,19 +314,9 @@ func parseDir(name string, d *wireDir) (DirWeights, error) {
 	if d.Weights == nil {
 		return DirWeights{}, fmt.Errorf("%w: %s.weights: missing", ErrInvalid, name)
 	}
-	weights := make(Weights, len(d.Weights))
-	for k, v := range d.Weights {
-		if !KnownWAT(k) {
-			return DirWeights{}, fmt.Errorf("%w: %s.weights: unknown WAT %q", ErrInvalid, name, k)
-		}
-		n, err := v.Int64()
-		if err != nil || n < 0 || n > MaxWeight {
-			return DirWeights{}, fmt.Errorf("%w: %s.weights: %s=%s is not an integer in [0, %d]", ErrInvalid, name, k, v.String(), MaxWeight)
-		}
-		weights[k] = int(n)
-	}
-	if err := weights.Validate(); err != nil {
-		return DirWeights{}, fmt.Errorf("%s: %w", name, err)
+	weights, err := parseWeightsMap(name, d.Weights)
+	if err != nil {
+		return DirWeights{}, err
 	}
 	if d.Caps != nil && len(d.Caps) == 0 {
 		return DirWeights{}, fmt.Errorf("%w: %s.caps_mbps: empty (omit the key instead)", ErrInvalid, name)
@@ -325,17 +325,37 @@ func parseDir(name string, d *wireDir) (DirWeights, error) {
 	if err != nil {
 		return DirWeights{}, err
 	}
-	for k, c := range caps {
-		// A WAT at weight 0 is off, not capped; a cap below the backends'
-		// resolution would be a cap of another size.
-		if weights[k] == 0 {
-			return DirWeights{}, fmt.Errorf("%w: %s.caps_mbps: %s has weight 0 or is not in the set", ErrInvalid, name, k)
-		}
-		if c < MinCapMbps {
-			return DirWeights{}, fmt.Errorf("%w: %s.caps_mbps: %s=%g below %g", ErrInvalid, name, k, c, MinCapMbps)
-		}
+	// A WAT at weight 0 is off, not capped; a cap below the backends'
+	// resolution would be a cap of another size.
+	if err := checkWeightsCaps(name, weights, caps); err != nil {
+		return DirWeights{}, err
 	}
-	return DirWeights{Mode: *d.Mode, Reason: reason, Weights: weights, CapsMbps: caps}, nil
+	classes, err := parseClasses(name, d.Classes)
+	if err != nil {
+		return DirWeights{}, err
+	}
+	if err := ValidateClasses(name, classes); err != nil {
+		return DirWeights{}, err
+	}
+	return DirWeights{Mode: *d.Mode, Reason: reason, Weights: weights, CapsMbps: caps, Classes: classes}, nil
+}
+
+// parseWeightsMap reads a set's weights: known WATs, integers in
+// [0, MaxWeight] (Weights.Validate, by checkWeightsCaps, refuses a set
+// that is all zero).
+func parseWeightsMap(name string, in map[string]number) (Weights, error) {
+	weights := make(Weights, len(in))
+	for k, v := range in {
+		if !KnownWAT(k) {
+			return nil, fmt.Errorf("%w: %s.weights: unknown WAT %q", ErrInvalid, name, k)
+		}
+		n, err := v.Int64()
+		if err != nil || n < 0 || n > MaxWeight {
+			return nil, fmt.Errorf("%w: %s.weights: %s=%s is not an integer in [0, %d]", ErrInvalid, name, k, v.String(), MaxWeight)
+		}
+		weights[k] = int(n)
+	}
+	return weights, nil
 }
 
 // parseCaps reads a per-WAT cap object and checks it (checkCaps). A nil
