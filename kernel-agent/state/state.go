@@ -34,22 +34,27 @@ type Record struct {
 	// CapsMbps are the caps_mbps of Version's set (rate-caps backends), so
 	// that a restart restores the caps with the weights; nil when none.
 	CapsMbps map[string]float64 `json:"caps_mbps,omitempty"`
+	// Classes are the traffic classes of Version's set, in the message's
+	// form; nil when none.
+	Classes []payload.Class `json:"classes,omitempty"`
 	// LeaseUntilMs is the lease's end in Unix milliseconds; 0 when none.
 	LeaseUntilMs int64 `json:"lease_until_ms"`
 	// SavedAtMs is when the record was written.
 	SavedAtMs int64 `json:"saved_at_ms"`
 }
 
-// MaxFileBytes bounds the state file: a record is about 200 bytes, so a
-// larger file is not one the agent wrote.
-const MaxFileBytes = 4096
+// MaxFileBytes bounds the state file: a record is about 200 bytes, with
+// traffic classes at most one direction's set of a payload (bounded by
+// payload.MaxPayloadBytes) re-encoded, so a larger file is not one the
+// agent wrote.
+const MaxFileBytes = 4 * payload.MaxPayloadBytes
 
 // maxSafeInt is the largest integer a JSON number carries exactly.
 const maxSafeInt = 1<<53 - 1
 
 // Decode parses a state file's content: one JSON object with the Record's
-// keys only, numbers in [0, 2^53-1], valid weights and a known mode. It
-// checks the size before parsing.
+// keys only, numbers in [0, 2^53-1], valid weights, a known mode and valid
+// classes. It checks the size before parsing.
 func Decode(b []byte) (Record, error) {
 	if len(b) > MaxFileBytes {
 		return Record{}, fmt.Errorf("%d bytes, at most %d", len(b), MaxFileBytes)
@@ -81,16 +86,24 @@ func Decode(b []byte) (Record, error) {
 			return Record{}, fmt.Errorf("caps_mbps: %s=%v: want a known WAT and (0, %d]", wat, c, payload.MaxCapMbps)
 		}
 	}
+	if r.Classes != nil && (len(r.Classes) == 0 || r.Weights == nil) {
+		return Record{}, errors.New("classes: empty, or without the weights of their set")
+	}
+	// The record does not say its direction: a class with a cgroup (the
+	// uplink's only) was checked against its direction when received.
+	if err := payload.ValidateClasses(payload.UL, r.Classes); err != nil {
+		return Record{}, err
+	}
 	return r, nil
 }
 
 // Snapshot is the record of tr with the requested set in force; nil
 // weights mean the safe weights are in force (no set, no lease saved).
-func Snapshot(tr *lease.Tracker, weights payload.Weights, mode string, caps map[string]float64, now time.Time) Record {
+func Snapshot(tr *lease.Tracker, weights payload.Weights, mode string, caps map[string]float64, classes []payload.Class, now time.Time) Record {
 	m := tr.Mark()
 	r := Record{Version: m.Version, IssuedAtMs: m.IssuedMs, SavedAtMs: now.UnixMilli()}
 	if weights != nil {
-		r.Weights, r.Mode, r.CapsMbps = weights, mode, caps
+		r.Weights, r.Mode, r.CapsMbps, r.Classes = weights, mode, caps, classes
 		r.LeaseUntilMs = tr.Until().UnixMilli()
 	}
 	return r

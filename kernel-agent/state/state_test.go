@@ -1,6 +1,7 @@
 package state
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,7 +21,11 @@ func TestSaveLoad(t *testing.T) {
 		t.Fatalf("empty store: ok=%v err=%v", ok, err)
 	}
 	want := Record{Version: 42, Weights: payload.Weights{"nr": 30, "wifi": 100}, Mode: "load_balancing",
-		CapsMbps: map[string]float64{"nr": 6.5, "wifi": 21}, LeaseUntilMs: 123, SavedAtMs: 100}
+		CapsMbps: map[string]float64{"nr": 6.5, "wifi": 21}, LeaseUntilMs: 123, SavedAtMs: 100,
+		Classes: []payload.Class{{Name: "control", Mode: "priority", Weights: payload.Weights{"nr": 1, "wifi": 0},
+			CapsMbps: map[string]float64{"nr": 2}, Urgent: true, Match: payload.Match{DSCP: []int{46}, Protocols: []int{17},
+				RemotePorts: []payload.PortRange{{5000, 5010}}, RemotePrefixes: []netip.Prefix{netip.MustParsePrefix("fd00::/8")},
+				Cgroup: "/robot.slice"}}}}
 	for i := 0; i < 3; i++ { // overwrite works and leaves no temp files
 		if err := s.Save(want); err != nil {
 			t.Fatal(err)
@@ -30,7 +35,7 @@ func TestSaveLoad(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("Load: ok=%v err=%v", ok, err)
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, prefixes); diff != "" {
 		t.Fatalf("Load (-want +got):\n%s", diff)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -41,14 +46,17 @@ func TestSaveLoad(t *testing.T) {
 
 func TestLoadRejects(t *testing.T) {
 	for name, content := range map[string]string{
-		"corrupt":      `{"version":`,
-		"all-zero":     `{"version":3,"weights":{"nr":0}}`,
-		"out of range": `{"version":3,"weights":{"nr":300}}`,
-		"negative":     `{"version":-1}`,
-		"unknown WAT":  `{"version":3,"weights":{"5g":1}}`,
-		"cap zero":     `{"version":3,"weights":{"nr":1},"caps_mbps":{"nr":0}}`,
-		"cap too big":  `{"version":3,"weights":{"nr":1},"caps_mbps":{"nr":100001}}`,
-		"cap unknown":  `{"version":3,"weights":{"nr":1},"caps_mbps":{"5g":1}}`,
+		"corrupt":       `{"version":`,
+		"all-zero":      `{"version":3,"weights":{"nr":0}}`,
+		"out of range":  `{"version":3,"weights":{"nr":300}}`,
+		"negative":      `{"version":-1}`,
+		"unknown WAT":   `{"version":3,"weights":{"5g":1}}`,
+		"cap zero":      `{"version":3,"weights":{"nr":1},"caps_mbps":{"nr":0}}`,
+		"cap too big":   `{"version":3,"weights":{"nr":1},"caps_mbps":{"nr":100001}}`,
+		"cap unknown":   `{"version":3,"weights":{"nr":1},"caps_mbps":{"5g":1}}`,
+		"class invalid": `{"version":3,"weights":{"nr":1},"classes":[{"name":"a","match":{"dscp":[64]},"mode":"priority","weights":{"nr":1}}]}`,
+		"classes empty": `{"version":3,"weights":{"nr":1},"classes":[]}`,
+		"classes alone": `{"version":3,"classes":[{"name":"a","match":{"dscp":[6]},"mode":"priority","weights":{"nr":1}}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, _ := New(t.TempDir())
@@ -61,3 +69,7 @@ func TestLoadRejects(t *testing.T) {
 		})
 	}
 }
+
+// prefixes compares netip.Prefix values by value (cmp cannot see their
+// unexported fields).
+var prefixes = cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })
