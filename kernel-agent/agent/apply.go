@@ -43,19 +43,19 @@ func (a *Agent) apply(ctx context.Context) {
 	a.dirty, a.force, a.cause = false, false, ""
 	m := a.deps.Metrics
 	set := make([]backend.Device, 0, len(a.order))
-	want := map[string][]backend.Path{}
+	want := map[string]backend.Device{}
 	conflicts := a.conflicts()
 	for _, id := range a.order {
 		d := a.devs[id]
 		if d.changed {
-			d.want, d.wantErr = d.paths()
+			d.want, d.wantErr = d.plan()
 			d.changed = false
 		}
 		ps, err := d.want, d.wantErr
 		if cerr, clash := conflicts[id]; clash {
 			// Neither claimant is steered: whichever is lying, a rule for
 			// that address would act on the other's traffic.
-			ps, err = nil, cerr
+			ps, err = backend.Device{}, cerr
 			if d.alarm == "" {
 				d.setEvent(payload.EventRejected, cerr)
 			}
@@ -68,11 +68,11 @@ func (a *Agent) apply(ctx context.Context) {
 		if err != nil && d.alarm == "" {
 			ps = d.applied // keep what is in force: never all zero
 		}
-		if ps == nil {
+		if ps.Paths == nil {
 			continue
 		}
 		want[id] = ps
-		set = append(set, backend.Device{CPEID: id, Paths: ps})
+		set = append(set, ps)
 	}
 	var notApplied map[string]error
 	if !force && a.lastOK && sameSet(set, a.lastSet) {
@@ -92,17 +92,17 @@ func (a *Agent) apply(ctx context.Context) {
 	for _, id := range a.order {
 		d := a.devs[id]
 		ps, sent := want[id]
-		wasIn := d.applied != nil && d.unexpr == nil
+		wasIn := d.applied.Paths != nil && d.unexpr == nil
 		if nerr, refused := notApplied[id]; refused {
-			d.applied, d.unexpr = nil, fmt.Errorf("not applied by %s: %w", a.deps.Backend.Name(), nerr)
+			d.applied, d.unexpr = backend.Device{}, fmt.Errorf("not applied by %s: %w", a.deps.Backend.Name(), nerr)
 		} else if sent {
 			d.applied = ps
 		} else if d.alarm != "" {
-			d.applied = nil // left out of the set: its rules are gone
+			d.applied = backend.Device{} // left out of the set: its rules are gone
 		}
 		// A device can enter or leave the kernel without news of its own
 		// (room under the rule bound, a retry after a failure): say so.
-		if isIn := d.applied != nil && d.unexpr == nil; isIn != wasIn && d.event == "" {
+		if isIn := d.applied.Paths != nil && d.unexpr == nil; isIn != wasIn && d.event == "" {
 			if isIn {
 				d.setEvent(payload.EventApplied, nil)
 			} else {
@@ -113,10 +113,15 @@ func (a *Agent) apply(ctx context.Context) {
 	}
 	if a.local {
 		d := a.devs[a.order[0]]
-		for _, p := range d.applied {
+		for _, p := range d.applied.Paths {
 			m.Weight.WithLabelValues(p.WAT).Set(float64(p.Weight))
 		}
 		m.AppliedVersion.Set(float64(d.appliedVersion()))
+		var wats []string
+		for _, p := range d.applied.Paths {
+			wats = append(wats, p.WAT)
+		}
+		m.SetClasses(a.appliedClasses(d), wats)
 		return
 	}
 	if rc, ok := a.deps.Backend.(backend.RuleCounter); ok {
@@ -140,7 +145,7 @@ func (a *Agent) failed(err error, n int, retry bool) {
 	a.deps.Log.Error("apply failed", "devices", n, "err", err)
 	for _, id := range a.order {
 		d := a.devs[id]
-		d.applied = nil
+		d.applied = backend.Device{}
 		if d.pending != nil {
 			a.settle(d, err)
 			continue
@@ -154,15 +159,13 @@ func (a *Agent) failed(err error, n int, retry bool) {
 	}
 }
 
-// sameSet reports whether two sets hand the backend the same paths.
+// sameSet reports whether two sets hand the backend the same things.
 func sameSet(x, y []backend.Device) bool {
-	return slices.EqualFunc(x, y, func(a, b backend.Device) bool {
-		return a.CPEID == b.CPEID && slices.Equal(a.Paths, b.Paths)
-	})
+	return slices.EqualFunc(x, y, backend.Device.Equal)
 }
 
 func (d *device) appliedVersion() int64 {
-	if d.safe || d.applied == nil {
+	if d.safe || d.applied.Paths == nil {
 		return 0
 	}
 	return d.tracker.Version()
@@ -194,14 +197,27 @@ func (a *Agent) conflicts() map[string]error {
 	return out
 }
 
+// appliedClasses is what the backend set per class of d while d's set
+// is in the kernel as requested (nil otherwise, or without classes).
+func (a *Agent) appliedClasses(d *device) map[string]payload.AppliedClass {
+	cr, ok := a.deps.Backend.(backend.ClassReporter)
+	if !ok || d.applied.Paths == nil || d.unexpr != nil || len(d.applied.Classes) == 0 {
+		return nil
+	}
+	return cr.AppliedClasses(d.id)
+}
+
 func (a *Agent) updateGauges() {
-	var applied, safe, unexpr, conflict float64
+	var applied, safe, unexpr, conflict, classes float64
 	for _, d := range a.devs {
 		if d.alarm == payload.AlarmAddressConflict {
 			conflict++
 		}
+		if len(a.appliedClasses(d)) > 0 {
+			classes++
+		}
 		switch {
-		case d.applied == nil || d.unexpr != nil:
+		case d.applied.Paths == nil || d.unexpr != nil:
 			unexpr++
 		case d.safe:
 			safe++
@@ -215,6 +231,7 @@ func (a *Agent) updateGauges() {
 	g.WithLabelValues("safe").Set(safe)
 	g.WithLabelValues("unexpressed").Set(unexpr)
 	g.WithLabelValues("address_conflict").Set(conflict)
+	g.WithLabelValues("classes").Set(classes)
 	a.deps.Metrics.ProxyRules.WithLabelValues("used").Set(float64(a.rules.Used))
 	a.deps.Metrics.ProxyRules.WithLabelValues("limit").Set(float64(a.rules.Limit))
 }
@@ -245,13 +262,16 @@ func (a *Agent) report(d *device) {
 	if !a.local {
 		s.Role, s.ProxyID = payload.RoleProxy, a.cfg.ProxyID
 	}
-	for _, p := range d.applied {
+	for _, p := range d.applied.Paths {
 		s.AppliedWeights[p.WAT] = p.Weight
 	}
-	if cr, ok := a.deps.Backend.(backend.CapsReporter); ok && d.applied != nil && d.unexpr == nil {
+	if cr, ok := a.deps.Backend.(backend.CapsReporter); ok && d.applied.Paths != nil && d.unexpr == nil {
 		if caps := cr.AppliedCaps(d.id); len(caps) > 0 {
 			s.AppliedCapsMbps = caps
 		}
+	}
+	if cs := a.appliedClasses(d); len(cs) > 0 {
+		s.AppliedClasses = cs
 	}
 	for w, l := range d.links {
 		if payload.KnownWAT(w) {
@@ -282,7 +302,7 @@ func (a *Agent) report(d *device) {
 func (a *Agent) reportProxy() {
 	applied := 0
 	for _, d := range a.devs {
-		if d.applied != nil && d.unexpr == nil && !d.safe {
+		if d.applied.Paths != nil && d.unexpr == nil && !d.safe {
 			applied++
 		}
 	}

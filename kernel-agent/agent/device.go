@@ -26,7 +26,9 @@ type device struct {
 	requested payload.Weights // the set in force (or the safe weights) before link masking
 	// caps are the set's caps_mbps (nil: none, or safe weights); a
 	// rate-caps backend uses them instead of its link rates.
-	caps    map[string]float64
+	caps map[string]float64
+	// classes are the set's traffic classes (nil: none, or safe weights).
+	classes []payload.Class
 	safe    bool // requested are the safe weights
 	mode    string
 	pending *pending // accepted, being applied with the next set
@@ -41,10 +43,10 @@ type device struct {
 	// comes on its legacy topic is ignored (role proxy).
 	sharded bool
 
-	applied []backend.Path // in the kernel (nil: nothing for this device)
-	// want and wantErr cache paths() until the device changes: a proxy
+	applied backend.Device // in the kernel (Paths nil: nothing for this device)
+	// want and wantErr cache plan() until the device changes: a proxy
 	// serving a thousand CPEs recomputes only the one that changed.
-	want      []backend.Path
+	want      backend.Device
 	wantErr   error
 	changed   bool
 	unexpr    error  // why the device is not in the kernel as requested
@@ -79,6 +81,7 @@ type pending struct {
 type weightsInForce struct {
 	requested payload.Weights
 	caps      map[string]float64
+	classes   []payload.Class
 	safe      bool
 	mode      string
 }
@@ -95,11 +98,11 @@ func newDevice(id, dir string, skew time.Duration, safe payload.Weights) (*devic
 }
 
 func (d *device) inForce() weightsInForce {
-	return weightsInForce{requested: d.requested, caps: d.caps, safe: d.safe, mode: d.mode}
+	return weightsInForce{requested: d.requested, caps: d.caps, classes: d.classes, safe: d.safe, mode: d.mode}
 }
 
 func (d *device) set(w weightsInForce) {
-	d.requested, d.caps, d.safe, d.mode = w.requested, w.caps, w.safe, w.mode
+	d.requested, d.caps, d.classes, d.safe, d.mode = w.requested, w.caps, w.classes, w.safe, w.mode
 }
 
 func (d *device) useSafe() {
@@ -123,7 +126,7 @@ func (d *device) record(now time.Time) state.Record {
 	if !d.safe {
 		requested = d.requested
 	}
-	return state.Snapshot(d.tracker, requested, d.mode, d.caps, now)
+	return state.Snapshot(d.tracker, requested, d.mode, d.caps, d.classes, now)
 }
 
 // setEvent records what to report for d after the next apply; a weights
@@ -138,6 +141,57 @@ func (d *device) setEvent(ev string, err error) {
 
 // errNoAddress: the CPE agent has not (yet) reported any WAT address.
 var errNoAddress = errors.New("no WAT address of this CPE known (its agent's state has none yet): not steered")
+
+// plan returns what the backend is handed for d: its paths and its
+// classes on them.
+func (d *device) plan() (backend.Device, error) {
+	ps, err := d.paths()
+	if err != nil {
+		return backend.Device{}, err
+	}
+	return backend.Device{CPEID: d.id, Paths: ps, Classes: d.classesOn(ps)}, nil
+}
+
+// classesOn resolves d's classes on its paths ps: each class's weights
+// masked by the links as the direction's are (a WAT not usable gets 0),
+// with its caps on the WATs it still uses. A class left without a usable
+// WAT of its own takes the default rule's weights on ps (the direction's,
+// as masked), without caps of its own: its traffic then fares as traffic
+// no class takes, rather than being held at a backend's floor on the
+// WATs that are up. Urgent stays: it is the class's, not a WAT's.
+func (d *device) classesOn(ps []backend.Path) []backend.Class {
+	if len(d.classes) == 0 {
+		return nil
+	}
+	out := make([]backend.Class, 0, len(d.classes))
+	for _, c := range d.classes {
+		w, caps, used := payload.Weights{}, map[string]float64{}, false
+		for _, p := range ps {
+			v := c.Weights[p.WAT]
+			if !d.slots[p.WAT].usable {
+				v = 0
+			}
+			w[p.WAT] = v
+			if v > 0 {
+				used = true
+				if cp, ok := c.CapsMbps[p.WAT]; ok {
+					caps[p.WAT] = cp
+				}
+			}
+		}
+		if !used {
+			for _, p := range ps {
+				w[p.WAT] = p.Weight
+			}
+			clear(caps)
+		}
+		if len(caps) == 0 {
+			caps = nil
+		}
+		out = append(out, backend.Class{Name: c.Name, Match: c.Match, Urgent: c.Urgent, Weights: w, CapsMbps: caps})
+	}
+	return out
+}
 
 // paths returns d's paths in canonical WAT order, masked by the links: a
 // WAT that is not usable gets 0; when that leaves nothing, the safe
@@ -231,15 +285,55 @@ func (a *Agent) onWeights(d *device, data []byte, at time.Time) {
 			return
 		}
 	}
+	classes, err := a.acceptClasses(d, set.Classes)
+	if err != nil {
+		m.Updates.WithLabelValues("invalid").Inc()
+		a.deps.Log.Warn("weights rejected", "cpe_id", d.id, "reason", err.Error())
+		d.setEvent(payload.EventRejected, fmt.Errorf("version %d: %w", u.Version, err))
+		return
+	}
 	if d.pending == nil {
 		d.pending = &pending{prev: d.inForce()}
 	}
 	d.pending.mark, d.pending.until, d.pending.at = lu.Mark(), until, at
 	d.pending.version, d.pending.note = u.Version, set.Reason
 	d.tracker.Stage(lu.Mark())
-	d.set(weightsInForce{requested: req, caps: set.CapsMbps, mode: set.Mode})
+	d.set(weightsInForce{requested: req, caps: set.CapsMbps, classes: classes, mode: set.Mode})
 	a.touch(d, "update", true)
 	d.setEvent(payload.EventApplied, nil)
+}
+
+// acceptClasses judges a direction's classes for d: no more than the
+// backend's capabilities.max_classes, weights restricted to the WATs d is
+// configured with (role cpe) with one of them positive, and nothing the
+// backend says it cannot express. It returns the classes to apply.
+func (a *Agent) acceptClasses(d *device, classes []payload.Class) ([]payload.Class, error) {
+	if len(classes) == 0 {
+		return nil, nil
+	}
+	if n, most := len(classes), a.caps.MaxClasses; n > most {
+		return nil, fmt.Errorf("%w: %s.classes: %d traffic classes, but this agent's capabilities.max_classes is %d (backend %s)",
+			payload.ErrInvalid, a.dir, n, most, a.deps.Backend.Name())
+	}
+	out := slices.Clone(classes)
+	if d.configured != nil {
+		for i, c := range out {
+			w := payload.Weights{}
+			for _, wat := range d.configured {
+				w[wat] = c.Weights[wat]
+			}
+			if w.AllZero() {
+				return nil, fmt.Errorf("%w: %s.classes[%s]: no configured WAT (%v) has a positive weight", payload.ErrInvalid, a.dir, c.Name, d.configured)
+			}
+			out[i].Weights = w
+		}
+	}
+	if cc, ok := a.deps.Backend.(backend.ClassChecker); ok {
+		if err := cc.CheckClasses(out); err != nil {
+			return nil, fmt.Errorf("%s.classes: %w", a.dir, err)
+		}
+	}
+	return out, nil
 }
 
 // settle ends d's pending update by the backend's result: granted (its
@@ -271,7 +365,7 @@ func (a *Agent) settle(d *device, applyErr error) {
 	// applied once more after restart.
 	a.save(d, a.deps.Now())
 	a.deps.Log.Info("weights applied", "cpe_id", d.id, "version", pu.version, "direction", a.dir,
-		"weights", d.requested.String(), "mode", d.mode, "lease_until_ms", pu.until.UnixMilli(),
+		"weights", d.requested.String(), "mode", d.mode, "classes", len(d.classes), "lease_until_ms", pu.until.UnixMilli(),
 		"reason", pu.note, "in_kernel", d.unexpr == nil)
 }
 
@@ -309,7 +403,7 @@ func (a *Agent) restore(d *device, now time.Time) bool {
 	if !inForce {
 		return false
 	}
-	d.set(weightsInForce{requested: rec.Weights.Clone(), caps: rec.CapsMbps, mode: rec.Mode})
+	d.set(weightsInForce{requested: rec.Weights.Clone(), caps: rec.CapsMbps, classes: rec.Classes, mode: rec.Mode})
 	d.event = payload.EventRestored
 	return true
 }

@@ -11,7 +11,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 
 	"github.com/mcw-xapp/kernel-agent/payload"
 )
@@ -36,10 +38,42 @@ type Path struct {
 }
 
 // Device is one CPE's paths: the CPE role's own uplink, or one served
-// CPE's downlink at a proxy.
+// CPE's downlink at a proxy; Classes are its traffic classes, in the order
+// a packet meets them (nil: the paths' weights steer all traffic). Only a
+// backend whose Capabilities().MaxClasses is at least len(Classes) is
+// handed classes.
 type Device struct {
-	CPEID string
-	Paths []Path
+	CPEID   string
+	Paths   []Path
+	Classes []Class
+}
+
+// Equal reports whether d and o hand a backend the same things.
+func (d Device) Equal(o Device) bool {
+	return d.CPEID == o.CPEID && slices.Equal(d.Paths, o.Paths) && slices.EqualFunc(d.Classes, o.Classes, Class.Equal)
+}
+
+// Class is one traffic class as a backend applies it on a device's paths.
+// Weights holds a weight for every WAT of the paths, after the agent's
+// link reactions: > 0, the class uses the WAT (up to its CapsMbps there,
+// or the WAT's own cap when it has none); 0, it does not (a backend
+// throttles it there to its floor). When none of the WATs the class
+// weighted is usable, the agent hands the default rule's weights instead,
+// so the class follows the default rule's treatment on each WAT.
+type Class struct {
+	Name     string
+	Match    payload.Match
+	Urgent   bool
+	Weights  payload.Weights
+	CapsMbps map[string]float64
+}
+
+// Equal reports whether c and o are the same class.
+func (c Class) Equal(o Class) bool {
+	m, n := c.Match, o.Match
+	return c.Name == o.Name && c.Urgent == o.Urgent && c.Weights.Equal(o.Weights) && maps.Equal(c.CapsMbps, o.CapsMbps) &&
+		slices.Equal(m.DSCP, n.DSCP) && slices.Equal(m.Protocols, n.Protocols) && slices.Equal(m.RemotePorts, n.RemotePorts) &&
+		slices.Equal(m.RemotePrefixes, n.RemotePrefixes) && m.Cgroup == n.Cgroup
 }
 
 // Backend applies the weights of a set of devices. The kernels' rules are
@@ -72,6 +106,22 @@ type CapsReporter interface {
 	AppliedCaps(cpeID string) map[string]float64
 }
 
+// ClassReporter is implemented by backends that apply traffic classes:
+// what the last successful ApplyAll set per class of one device, by class
+// name (nil when the device has none). The agent reports it as
+// applied_classes.
+type ClassReporter interface {
+	AppliedClasses(cpeID string) map[string]payload.AppliedClass
+}
+
+// ClassChecker is implemented by backends that can tell, before anything
+// is written, that they cannot apply a direction's classes (a match they
+// cannot express here); the agent then refuses the message with the
+// reason.
+type ClassChecker interface {
+	CheckClasses(classes []payload.Class) error
+}
+
 // RuleCounter is implemented by backends that write a bounded list of
 // rules for all devices (wrr-sysctl: tuples): how many the last successful
 // ApplyAll wrote and the bound. The proxy reports them in its state.
@@ -95,6 +145,18 @@ type LocalCapsReporter interface {
 	AppliedCaps() map[string]float64
 }
 
+// LocalClasses is a Local backend that also applies traffic classes: Own
+// hands it every set through ApplyClasses (classes nil when there are
+// none, so that it removes what it set before).
+type LocalClasses interface {
+	ApplyClasses(ctx context.Context, paths []Path, classes []Class) error
+	AppliedClasses() map[string]payload.AppliedClass
+}
+
+// ErrNoClasses: a backend that applies no traffic classes was handed some
+// (the agent refuses such messages first).
+var ErrNoClasses = errors.New("backend: this backend applies no traffic classes")
+
 // Own adapts l to Backend: a set holds at most one device, this host's
 // own; an empty set leaves the kernel as it is (a host never stops steering
 // itself).
@@ -110,9 +172,30 @@ func (o own) ApplyAll(ctx context.Context, devices []Device) (map[string]error, 
 	case 0:
 		return nil, nil
 	case 1:
-		return nil, o.Apply(ctx, devices[0].Paths)
+		d := devices[0]
+		if lc, ok := o.Local.(LocalClasses); ok {
+			return nil, lc.ApplyClasses(ctx, d.Paths, d.Classes)
+		}
+		if len(d.Classes) > 0 {
+			return nil, fmt.Errorf("%s: %w", o.Name(), ErrNoClasses)
+		}
+		return nil, o.Apply(ctx, d.Paths)
 	}
 	return nil, fmt.Errorf("%w, not %d", ErrOneDevice, len(devices))
+}
+
+func (o own) AppliedClasses(string) map[string]payload.AppliedClass {
+	if lc, ok := o.Local.(LocalClasses); ok {
+		return lc.AppliedClasses()
+	}
+	return nil
+}
+
+func (o own) CheckClasses(classes []payload.Class) error {
+	if cc, ok := o.Local.(ClassChecker); ok {
+		return cc.CheckClasses(classes)
+	}
+	return nil
 }
 
 func (o own) AppliedCaps(string) map[string]float64 {

@@ -4,12 +4,15 @@
 package metrics
 
 import (
+	"math"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
 // Metrics are the agent's collectors.
@@ -22,11 +25,13 @@ type Metrics struct {
 	LinkEvents     *prometheus.CounterVec // wat, state
 	LeaseExpiries  prometheus.Counter     // leases that ran out
 	Weight         *prometheus.GaugeVec   // wat: weight in force
+	ClassCeil      *prometheus.GaugeVec   // role cpe; class, wat: the class's egress ceiling in Mbit/s (+Inf unlimited)
+	ClassUrgent    *prometheus.GaugeVec   // role cpe; class: 1 when urgent
 	AppliedVersion prometheus.Gauge       // version in force (0: safe weights)
 	PublishErrors  *prometheus.CounterVec // topic kind
 	Connected      prometheus.Gauge       // MQTT connection up
 	WorkerUp       *prometheus.GaugeVec   // worker: 1 while running, 0 once dead, stalled or stopped
-	ProxyCPEs      *prometheus.GaugeVec   // role proxy; state: served, applied, safe, unexpressed, address_conflict
+	ProxyCPEs      *prometheus.GaugeVec   // role proxy; state: served, applied, safe, unexpressed, address_conflict, classes
 	ProxyRules     *prometheus.GaugeVec   // role proxy; kind: used, limit
 	ProxyStates    *prometheus.CounterVec // role proxy; CPE state payloads by result: accepted, invalid
 	registry       *prometheus.Registry
@@ -63,6 +68,12 @@ func New() *Metrics {
 		Weight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mcw_agent_weight", Help: "Weight in force per WAT (after link reactions).",
 		}, []string{"wat"}),
+		ClassCeil: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mcw_agent_class_ceil_mbps", Help: "Role cpe: egress ceiling per traffic class in force and WAT, Mbit/s (0.064: the class does not use the WAT; +Inf: unlimited).",
+		}, []string{"class", "wat"}),
+		ClassUrgent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mcw_agent_class_urgent", Help: "Role cpe: 1 when the traffic class in force leaves each WAT's egress queue first.",
+		}, []string{"class"}),
 		AppliedVersion: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "mcw_agent_applied_version", Help: "Weights version in force; 0 while safe weights are in force.",
 		}),
@@ -76,7 +87,7 @@ func New() *Metrics {
 			Name: "mcw_agent_worker_up", Help: "1 while the worker runs and beats; 0 once it died, stalled or stopped.",
 		}, []string{"worker"}),
 		ProxyCPEs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "mcw_agent_proxy_cpes", Help: "Role proxy: CPEs served, with downlink weights applied, on safe weights, not expressible (no address or beyond the rule bound).",
+			Name: "mcw_agent_proxy_cpes", Help: "Role proxy: CPEs served, with downlink weights applied, on safe weights, not expressible (no address or beyond the rule bound), in an address conflict, with traffic classes applied.",
 		}, []string{"state"}),
 		ProxyRules: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mcw_agent_proxy_rules", Help: "Role proxy: kernel rules written for all CPEs (used) and their bound (limit; 0: none).",
@@ -87,10 +98,31 @@ func New() *Metrics {
 		registry: r,
 	}
 	r.MustRegister(m.Updates, m.Applies, m.ApplyErrors, m.ApplySeconds, m.UpdateSeconds,
-		m.LinkEvents, m.LeaseExpiries, m.Weight, m.AppliedVersion, m.PublishErrors, m.Connected, m.WorkerUp,
+		m.LinkEvents, m.LeaseExpiries, m.Weight, m.ClassCeil, m.ClassUrgent, m.AppliedVersion, m.PublishErrors, m.Connected, m.WorkerUp,
 		m.ProxyCPEs, m.ProxyRules, m.ProxyStates,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// SetClasses replaces the class gauges with classes, the applied classes
+// on the WATs wats (nil: none in force).
+func (m *Metrics) SetClasses(classes map[string]payload.AppliedClass, wats []string) {
+	m.ClassCeil.Reset()
+	m.ClassUrgent.Reset()
+	for name, c := range classes {
+		for _, w := range wats {
+			ceil, ok := c.CapsMbps[w]
+			if !ok {
+				ceil = math.Inf(1)
+			}
+			m.ClassCeil.WithLabelValues(name, w).Set(ceil)
+		}
+		u := 0.0
+		if c.Urgent {
+			u = 1
+		}
+		m.ClassUrgent.WithLabelValues(name).Set(u)
+	}
 }
 
 // SetWorkerUp sets WorkerUp of worker (a supervisor.Config.OnChange).
