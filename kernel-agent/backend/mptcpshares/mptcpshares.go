@@ -100,8 +100,10 @@ import (
 	"math"
 
 	vnl "github.com/vishvananda/netlink"
+	"golang.org/x/net/bpf"
 
 	"github.com/mcw-xapp/kernel-agent/backend"
+	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares/classify"
 	"github.com/mcw-xapp/kernel-agent/backend/mptcpupstream"
 	"github.com/mcw-xapp/kernel-agent/payload"
 )
@@ -126,11 +128,18 @@ type Netlink interface {
 	QdiscDel(qdisc vnl.Qdisc) error
 	QdiscList(link vnl.Link) ([]vnl.Qdisc, error)
 	ClassReplace(class vnl.Class) error
+	ClassDel(class vnl.Class) error
 	ClassList(link vnl.Link, parent uint32) ([]vnl.Class, error)
 	// BfifoReplace and BfifoList write and read the bounded leaf queue
 	// of each class (see Handle; the library has no bfifo).
 	BfifoReplace(linkIndex int, parent, handle, limitBytes uint32) error
 	BfifoList(linkIndex int) ([]Bfifo, error)
+	// ClassifierReplace, ClassifierDel and ClassifierList write, remove
+	// and read the traffic classes' classifier (see Handle; the library
+	// writes no classic BPF filter).
+	ClassifierReplace(linkIndex int, parent uint32, prio uint16, ops []bpf.RawInstruction) error
+	ClassifierDel(linkIndex int, parent uint32, prio uint16) error
+	ClassifierList(linkIndex int, parent uint32) ([]Classifier, error)
 }
 
 // Backend caps each WAT's egress rate at its share of the total and flags
@@ -139,17 +148,20 @@ type Netlink interface {
 // the sockets on each WAT address (NewPaced). It is not safe for
 // concurrent use.
 type Backend struct {
-	onoff    *mptcpupstream.Backend
-	linkMbps map[string]float64
-	enf      enforcer
-	applied  map[string]float64 // Mbit/s per capped WAT after the last Apply
+	onoff      *mptcpupstream.Backend
+	linkMbps   map[string]float64
+	enf        enforcer
+	applied    map[string]float64 // Mbit/s per capped WAT after the last Apply
+	appliedCls map[string]payload.AppliedClass
 }
 
-// enforcer sets per-WAT caps (bit/s, 0 = uncapped) computed by CapsBps
-// and reads them back: it returns the caps in force, in Mbit/s per
-// capped WAT, or an error when they are not what was asked.
+// enforcer sets per-WAT caps (bit/s, 0 = uncapped) computed by CapsBps,
+// and the traffic classes when it has any (maxClasses > 0), and reads
+// them back: it returns the caps in force, in Mbit/s per capped WAT, and
+// what it set per class, or an error when they are not what was asked.
 type enforcer interface {
-	enforce(ctx context.Context, paths []backend.Path, caps map[string]uint64) (map[string]float64, error)
+	enforce(ctx context.Context, paths []backend.Path, caps map[string]uint64, classes []backend.Class) (map[string]float64, map[string]payload.AppliedClass, error)
+	maxClasses() int
 	close() error
 }
 
@@ -185,9 +197,17 @@ func (*Backend) Name() string { return payload.BackendMPTCPShares }
 
 // Capabilities implements backend.Local: integer weights, enforced as
 // rate caps; directions coupled because weight 0 is the backup flag, as on
-// mptcp-upstream.
-func (*Backend) Capabilities() payload.Capabilities {
-	return payload.Capabilities{MaxWeight: payload.MaxWeight, DirectionsCoupled: true, Semantics: payload.SemanticsRateCaps}
+// mptcp-upstream; traffic classes with HTB (pacing caps a WAT's sockets
+// together, so it has no per-class lever).
+func (b *Backend) Capabilities() payload.Capabilities {
+	return payload.Capabilities{MaxWeight: payload.MaxWeight, DirectionsCoupled: true, Semantics: payload.SemanticsRateCaps,
+		MaxClasses: b.enf.maxClasses()}
+}
+
+// CheckClasses implements backend.ClassChecker: the classifier must be
+// able to express the classes (no cgroup, a bounded program).
+func (b *Backend) CheckClasses(classes []payload.Class) error {
+	return checkClasses(classify.Uplink, classes)
 }
 
 // Close releases the path-manager handle and the enforcer's (the netlink
@@ -279,22 +299,34 @@ func capsMbps(caps map[string]uint64) map[string]float64 {
 // AppliedCaps implements backend.LocalCapsReporter.
 func (b *Backend) AppliedCaps() map[string]float64 { return b.applied }
 
-// Apply sets the backup flags, then each WAT's cap through the enforcer,
-// which reads them back.
+// AppliedClasses implements backend.LocalClasses.
+func (b *Backend) AppliedClasses() map[string]payload.AppliedClass { return b.appliedCls }
+
+// Apply implements backend.Local: ApplyClasses without classes.
 func (b *Backend) Apply(ctx context.Context, paths []backend.Path) error {
+	return b.ApplyClasses(ctx, paths, nil)
+}
+
+// ApplyClasses implements backend.LocalClasses: it sets the backup flags
+// (a WAT no rule uses), then each WAT's cap and the classes through the
+// enforcer, which reads them back.
+func (b *Backend) ApplyClasses(ctx context.Context, paths []backend.Path, classes []backend.Class) error {
+	if n := b.enf.maxClasses(); len(classes) > n {
+		return fmt.Errorf("mptcp-shares: %d traffic classes, this enforcer applies %d", len(classes), n)
+	}
 	caps, err := b.Caps(paths)
 	if err != nil {
 		return err
 	}
-	if err := b.onoff.Apply(ctx, paths); err != nil {
+	if err := b.onoff.Apply(ctx, onOffPaths(paths, classes)); err != nil {
 		return fmt.Errorf("mptcp-shares: %w", err)
 	}
-	b.applied = nil // unknown until every cap reads back
-	applied, err := b.enf.enforce(ctx, paths, caps)
+	b.applied, b.appliedCls = nil, nil // unknown until every cap reads back
+	applied, cls, err := b.enf.enforce(ctx, paths, caps, classes)
 	if err != nil {
 		return fmt.Errorf("mptcp-shares: %w", err)
 	}
-	b.applied = applied
+	b.applied, b.appliedCls = applied, cls
 	return nil
 }
 
@@ -306,17 +338,43 @@ type htbEnforcer struct {
 
 func (e *htbEnforcer) close() error { return e.closeNL() }
 
-func (e *htbEnforcer) enforce(ctx context.Context, paths []backend.Path, caps map[string]uint64) (map[string]float64, error) {
-	for _, p := range paths {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if err := e.setCap(p, caps[p.WAT]); err != nil {
-			return nil, fmt.Errorf("%s (%s): %w", p.WAT, p.Interface, err)
+func (e *htbEnforcer) maxClasses() int { return payload.MaxClasses }
+
+func (e *htbEnforcer) enforce(ctx context.Context, paths []backend.Path, caps map[string]uint64, classes []backend.Class) (map[string]float64, map[string]payload.AppliedClass, error) {
+	var prog []bpf.RawInstruction
+	minors := classMinors(len(classes))
+	if len(classes) > 0 {
+		var err error
+		if prog, err = classifierOf(classify.Uplink, classes, defaultMinor, minors); err != nil {
+			return nil, nil, err
 		}
 	}
-	return capsMbps(caps), nil
+	plans := map[string]watPlan{}
+	for _, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		var err error
+		if len(classes) == 0 {
+			err = e.setCap(p, caps[p.WAT])
+		} else {
+			plans[p.WAT] = planWAT(p, caps[p.WAT], classes, defaultMinor, minors)
+			err = e.setClasses(p, plans[p.WAT], prog)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s (%s): %w", p.WAT, p.Interface, err)
+		}
+	}
+	return capsMbps(caps), reportClasses(classes, plans), nil
 }
+
+// Root HTBs of the backend on a CPE's WAT interface, told apart by their
+// default class: one capped class (flat), or a parent with leaves per
+// traffic class (classes; the default class is the default rule's leaf).
+const (
+	flatDefcls    = 1
+	classesDefcls = defaultMinor
+)
 
 // setCap caps the path's interface at bps, or removes the backend's HTB
 // when bps is 0 (the kernel's default root qdisc comes back; a root qdisc
@@ -328,20 +386,20 @@ func (b *htbEnforcer) setCap(p backend.Path, bps uint64) error {
 	}
 	idx := link.Attrs().Index
 	if bps == 0 {
-		if !b.hasRoot(link) {
+		if b.ownRoot(link) == 0 {
 			return nil
 		}
-		if err := b.nl.QdiscDel(vnl.NewHtb(vnl.QdiscAttrs{LinkIndex: idx, Handle: rootHandle, Parent: vnl.HANDLE_ROOT})); err != nil {
-			return fmt.Errorf("remove root htb: %w", err)
+		return b.removeRoot(link)
+	}
+	if b.ownRoot(link) == classesDefcls {
+		// HTB cannot change its default class: the classes' tree goes.
+		if err := b.removeRoot(link); err != nil {
+			return err
 		}
-		if b.hasRoot(link) {
-			return errors.New("verify: root htb still present after removal")
-		}
-		return nil
 	}
 	if !b.hasRoot(link) {
 		q := vnl.NewHtb(vnl.QdiscAttrs{LinkIndex: idx, Handle: rootHandle, Parent: vnl.HANDLE_ROOT})
-		q.Defcls = 1
+		q.Defcls = flatDefcls
 		if err := b.nl.QdiscReplace(q); err != nil {
 			return fmt.Errorf("root htb: %w", err)
 		}
@@ -386,21 +444,115 @@ const minBurstBytes = 3200
 // htbClass is an HTB class capped at bps (rate = ceil: no borrowing) with
 // a burst of burstTime of its rate.
 func htbClass(attrs vnl.ClassAttrs, bps uint64) *vnl.HtbClass {
-	burst := max(uint32(float64(bps)/8*burstTime), minBurstBytes)
+	burst := burstBytes(bps)
 	return vnl.NewHtbClass(attrs, vnl.HtbClassAttrs{Rate: bps, Ceil: bps, Buffer: burst, Cbuffer: burst})
 }
 
-// hasRoot tells whether the backend's HTB (default class 1) is the root
-// qdisc of link; replacing it again would drop its queue.
-func (b *htbEnforcer) hasRoot(link vnl.Link) bool {
+// hasRoot tells whether the backend's flat HTB (default class 1) is the
+// root qdisc of link; replacing it again would drop its queue.
+func (b *htbEnforcer) hasRoot(link vnl.Link) bool { return b.ownRoot(link) == flatDefcls }
+
+// ownRoot returns the default class of the backend's root HTB on link
+// (flatDefcls or classesDefcls), 0 when the root is not the backend's.
+func (b *htbEnforcer) ownRoot(link vnl.Link) uint32 {
 	qs, err := b.nl.QdiscList(link)
 	if err != nil {
-		return false
+		return 0
 	}
 	for _, q := range qs {
-		if h, ok := q.(*vnl.Htb); ok && h.Parent == vnl.HANDLE_ROOT && h.Handle == rootHandle && h.Defcls == 1 {
-			return true
+		if h, ok := q.(*vnl.Htb); ok && h.Parent == vnl.HANDLE_ROOT && h.Handle == rootHandle &&
+			(h.Defcls == flatDefcls || h.Defcls == classesDefcls) {
+			return h.Defcls
 		}
 	}
-	return false
+	return 0
+}
+
+// removeRoot deletes the backend's root HTB of link (the kernel's
+// default root qdisc comes back) and checks that it is gone.
+func (b *htbEnforcer) removeRoot(link vnl.Link) error {
+	idx := link.Attrs().Index
+	if err := b.nl.QdiscDel(vnl.NewHtb(vnl.QdiscAttrs{LinkIndex: idx, Handle: rootHandle, Parent: vnl.HANDLE_ROOT})); err != nil {
+		return fmt.Errorf("remove root htb: %w", err)
+	}
+	if b.ownRoot(link) != 0 {
+		return errors.New("verify: root htb still present after removal")
+	}
+	return nil
+}
+
+// setClasses gives the path's interface plan: the classes' root HTB
+// (made afresh where the flat one or another root qdisc is), the parent
+// class, the leaves with their bfifos, leaves of classes no longer there
+// removed, and the classifier; then reads them back.
+func (b *htbEnforcer) setClasses(p backend.Path, plan watPlan, prog []bpf.RawInstruction) error {
+	link, err := b.nl.LinkByIndex(p.Index)
+	if err != nil {
+		return fmt.Errorf("link %d: %w", p.Index, err)
+	}
+	idx := link.Attrs().Index
+	switch b.ownRoot(link) {
+	case classesDefcls:
+	case flatDefcls:
+		if err := b.removeRoot(link); err != nil {
+			return err
+		}
+		fallthrough
+	default:
+		q := vnl.NewHtb(vnl.QdiscAttrs{LinkIndex: idx, Handle: rootHandle, Parent: vnl.HANDLE_ROOT})
+		q.Defcls = classesDefcls
+		if err := b.nl.QdiscReplace(q); err != nil {
+			return fmt.Errorf("root htb: %w", err)
+		}
+	}
+	parent := vnl.MakeHandle(1, parentMinor)
+	if err := b.nl.ClassReplace(htbParentClass(idx, parent, rootHandle, plan.parent)); err != nil {
+		return fmt.Errorf("class 1:%x at %d bit/s: %w", parentMinor, plan.parent, err)
+	}
+	want := map[uint32]bool{parent: true}
+	for _, l := range plan.leaves {
+		if err := b.nl.ClassReplace(htbLeafClass(idx, parent, l)); err != nil {
+			return fmt.Errorf("class 1:%x up to %d bit/s: %w", l.minor, l.ceil, err)
+		}
+		want[vnl.MakeHandle(1, l.minor)] = true
+	}
+	have, err := b.nl.ClassList(link, rootHandle)
+	if err != nil {
+		return fmt.Errorf("list classes: %w", err)
+	}
+	for _, c := range have {
+		if h := c.Attrs().Handle; !want[h] {
+			if err := b.nl.ClassDel(c); err != nil && !isNotFound(err) {
+				return fmt.Errorf("remove class %x:%x: %w", h>>16, h&0xffff, err)
+			}
+		}
+	}
+	for _, l := range plan.leaves {
+		if err := setLeaf(b.nl, idx, l.minor, l.ceil); err != nil {
+			return err
+		}
+	}
+	if err := setClassifier(b.nl, idx, rootHandle, prog); err != nil {
+		return err
+	}
+	got, err := b.nl.ClassList(link, rootHandle)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	// A class at the top of the tree reads back with parent TC_H_ROOT.
+	if !hasHTB(got, parent, vnl.HANDLE_ROOT, plan.parent, plan.parent, 0) {
+		return fmt.Errorf("verify: class 1:%x at %d bit/s missing", parentMinor, plan.parent)
+	}
+	for _, l := range plan.leaves {
+		if !hasHTB(got, vnl.MakeHandle(1, l.minor), parent, l.rate(), l.ceil, l.prio()) {
+			return fmt.Errorf("verify: class 1:%x up to %d bit/s, priority %d, missing", l.minor, l.ceil, l.prio())
+		}
+	}
+	if len(got) != len(want) {
+		return fmt.Errorf("verify: %d classes, want %d", len(got), len(want))
+	}
+	if b.ownRoot(link) != classesDefcls {
+		return errors.New("verify: root qdisc is not the classes' htb 1:")
+	}
+	return nil
 }

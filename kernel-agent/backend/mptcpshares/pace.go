@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcw-xapp/kernel-agent/backend"
 	"github.com/mcw-xapp/kernel-agent/backend/mptcpupstream"
+	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
 // Pacer is what the pacing enforcer needs of a pacing.Pacer: a cap in
@@ -42,10 +43,20 @@ type paceEnforcer struct {
 
 func (e *paceEnforcer) close() error { return e.p.Close() }
 
-// enforce caps the addresses of the capped WATs and clears the others
+// maxClasses is 0: a cap paces every socket on a WAT's address alike.
+func (e *paceEnforcer) maxClasses() int { return 0 }
+
+// enforce sets the caps (setCaps); it has no classes (Backend refuses
+// them beyond maxClasses).
+func (e *paceEnforcer) enforce(ctx context.Context, paths []backend.Path, caps map[string]uint64, _ []backend.Class) (map[string]float64, map[string]payload.AppliedClass, error) {
+	applied, err := e.setCaps(ctx, paths, caps)
+	return applied, nil, err
+}
+
+// setCaps caps the addresses of the capped WATs and clears the others
 // (uncapped WATs, addresses a WAT no longer has), then reads the map
 // back. A WAT without an address has no socket to pace and is skipped.
-func (e *paceEnforcer) enforce(ctx context.Context, paths []backend.Path, caps map[string]uint64) (map[string]float64, error) {
+func (e *paceEnforcer) setCaps(ctx context.Context, paths []backend.Path, caps map[string]uint64) (map[string]float64, error) {
 	want := map[netip.Addr]uint64{}
 	wat := map[netip.Addr]string{}
 	for _, p := range paths {
