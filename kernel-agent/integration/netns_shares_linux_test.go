@@ -279,11 +279,13 @@ func (tp *sharesTopology) settle(t *testing.T, downlink bool) {
 }
 
 // sets is one weights message's two direction sets: weights and, for a
-// rate-caps agent, caps_mbps (nil: none).
+// rate-caps agent, caps_mbps (nil: none); ulClasses are the ul set's
+// traffic classes (nil: none).
 type sets struct {
 	mode           string
 	dl, ul         payload.Weights
 	dlCaps, ulCaps map[string]float64
+	ulClasses      []payload.Class
 }
 
 // publishSets sends the next version with both sets.
@@ -296,10 +298,14 @@ func publishSets(t *testing.T, w *watcher, s sets) int64 {
 		}
 		return m
 	}
+	ul := dir(s.ul, s.ulCaps)
+	if s.ulClasses != nil {
+		ul["classes"] = s.ulClasses
+	}
 	b, _ := json.Marshal(map[string]any{
 		"schema": payload.WeightsSchema, "cpe_id": cpeID, "version": w.version,
 		"issued_at_ms": time.Now().UnixMilli(), "lease_s": 120,
-		"dl": dir(s.dl, s.dlCaps), "ul": dir(s.ul, s.ulCaps),
+		"dl": dir(s.dl, s.dlCaps), "ul": ul,
 	})
 	if code := w.tryPublish(t, "mcw/v1/cpe/"+cpeID+"/weights", b); code >= 0x80 {
 		t.Fatalf("publish weights: reason 0x%02x", code)
