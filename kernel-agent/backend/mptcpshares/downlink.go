@@ -6,22 +6,27 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
 
 	vnl "github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/mcw-xapp/kernel-agent/backend"
+	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares/classify"
 	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
 // DefaultMaxClasses bounds the rate classes a proxy's Downlink writes (one
-// per capped WAT of each served CPE): HTB walks its classes per dequeue
-// and u32 its filters per packet, so the bound keeps both linear costs
-// known. A CPE whose classes would pass the bound is not applied.
+// per capped WAT of each served CPE; with traffic classes, one per WAT
+// with an address and under it one leaf for the default rule and one per
+// class): HTB walks its classes per dequeue and u32 its filters per
+// packet, so the bound keeps both linear costs known. A CPE whose classes
+// would pass the bound is not applied.
 const DefaultMaxClasses = 4096
 
 // maxMinor is the largest class minor (and filter preference) a handle
@@ -80,6 +85,12 @@ type DownlinkConfig struct {
 // default class), so other CPEs and other traffic are not shaped. A WAT at
 // weight 0 is uncapped and flagged backup by OnOff. It is safe for one
 // ApplyAll caller and one Watch goroutine at a time (Watch is OnOff's).
+//
+// A CPE with traffic classes gets a (CPE, WAT) class on every WAT with an
+// address (at the WAT's cap, or unlimitedBps), holding the leaves of the
+// CPE's default rule and classes as on a CPE (see classes.go), and a
+// classifier on that class that matches the classes on the packets the
+// u32 filter sent there (the remote end is the packet's source).
 type Downlink struct {
 	nl       DownlinkNetlink
 	onoff    OnOff
@@ -97,21 +108,56 @@ type Downlink struct {
 	// overflow counts CPEs left out for the class bound.
 	overflow int
 
+	// appliedCls are what the last ApplyAll set per class of each CPE.
+	appliedCls map[string]map[string]payload.AppliedClass
+
 	// pacer enforces the caps when set (then nl is unused); paced are
 	// the addresses it capped.
 	pacer Pacer
 	paced map[netip.Addr]bool
 }
 
-type classKey struct{ cpe, wat string }
+// classKey names a rate class: a (CPE, WAT) class (rule ""), or a leaf
+// under it: the default rule's (ruleDefault) or a traffic class's (its
+// name).
+type classKey struct{ cpe, wat, rule string }
 
-// class is one (CPE, WAT) rate class: its minor (also its filter's
-// preference), interface, the CPE address it matches and the cap.
+// ruleDefault names the default rule's leaf (no class name starts with a
+// dot).
+const ruleDefault = "."
+
+// class is one rate class: its minor (for a (CPE, WAT) class also its
+// filter's preference) and interface. A (CPE, WAT) class has the CPE
+// address it matches and its cap (rate = ceil), and when the CPE has
+// traffic classes (inner) the classifier of its leaves; a leaf has its
+// ceiling, its parent's minor and its urgency.
 type class struct {
 	minor   uint16
 	ifindex int
 	addr    netip.Addr
 	bps     uint64
+
+	inner bool
+	prog  []bpf.RawInstruction
+
+	leaf        bool
+	parentMinor uint16
+	urgent      bool
+}
+
+// sameSlot tells whether b can be a rewrite of a in place: the same
+// interface and place in the tree (HTB does not move a class).
+func sameSlot(a, b class) bool {
+	return a.ifindex == b.ifindex && a.leaf == b.leaf && a.parentMinor == b.parentMinor
+}
+
+// parentKey is the (CPE, WAT) class of k.
+func (k classKey) parentKey() classKey { return classKey{k.cpe, k.wat, ""} }
+
+// cmpKeys orders keys by CPE, WAT, then the (CPE, WAT) class before its
+// leaves.
+func cmpKeys(a, b classKey) int {
+	return cmp.Or(cmp.Compare(a.cpe, b.cpe), cmp.Compare(a.wat, b.wat), cmp.Compare(a.rule, b.rule))
 }
 
 var _ backend.Backend = (*Downlink)(nil)
@@ -139,16 +185,32 @@ func NewDownlink(cfg DownlinkConfig) (*Downlink, error) {
 	}
 	return &Downlink{nl: cfg.NL, onoff: cfg.OnOff, linkMbps: cfg.LinkMbps, max: max, close: closeNL,
 		classes: map[classKey]class{}, roots: map[int]bool{}, applied: map[string]map[string]float64{},
-		pacer: cfg.Pacer, paced: map[netip.Addr]bool{}}, nil
+		appliedCls: map[string]map[string]payload.AppliedClass{}, pacer: cfg.Pacer, paced: map[netip.Addr]bool{}}, nil
 }
 
 // Name implements backend.Backend.
 func (*Downlink) Name() string { return payload.BackendMPTCPShares }
 
 // Capabilities implements backend.Backend: integer weights enforced as
-// rate caps, coupled to the uplink through the backup flag of weight 0.
-func (*Downlink) Capabilities() payload.Capabilities {
-	return payload.Capabilities{MaxWeight: payload.MaxWeight, DirectionsCoupled: true, Semantics: payload.SemanticsRateCaps}
+// rate caps, coupled to the uplink through the backup flag of weight 0;
+// traffic classes with HTB (a pacing cap is per address).
+func (d *Downlink) Capabilities() payload.Capabilities {
+	c := payload.Capabilities{MaxWeight: payload.MaxWeight, DirectionsCoupled: true, Semantics: payload.SemanticsRateCaps}
+	if d.pacer == nil {
+		c.MaxClasses = payload.MaxClasses
+	}
+	return c
+}
+
+// CheckClasses implements backend.ClassChecker: the classifier must be
+// able to express the classes.
+func (*Downlink) CheckClasses(classes []payload.Class) error {
+	return checkClasses(classify.Downlink, classes)
+}
+
+// AppliedClasses implements backend.ClassReporter.
+func (d *Downlink) AppliedClasses(cpeID string) map[string]payload.AppliedClass {
+	return d.appliedCls[cpeID]
 }
 
 // Watch flags new subflows of WATs at weight 0 (OnOff's watcher).
@@ -174,14 +236,20 @@ func (d *Downlink) Rules() (used, limit int) { return len(d.classes), d.max }
 // OverflowCPEs counts the CPEs the last ApplyAll left out for the bound.
 func (d *Downlink) OverflowCPEs() int { return d.overflow }
 
-// ApplyAll implements backend.Backend: backup flags first (OnOff), then
-// per CPE in id order its caps (CapsBps of its dl paths), classes for the
-// capped WATs, removal of the classes no CPE wants any more, and a read
-// back of every class and filter. A CPE is not applied when OnOff could
-// not flag it, its caps cannot be computed, its address has no route, its
-// classes would pass the bound or do not read back.
+// ApplyAll implements backend.Backend: backup flags first (OnOff; a WAT
+// a traffic class uses is not backup), then per CPE in id order its caps
+// (CapsBps of its dl paths), classes for the capped WATs (every WAT with
+// an address for a CPE with traffic classes, with their leaves and
+// classifier), removal of the classes no CPE wants any more, and a read
+// back of every class, filter and classifier. A CPE is not applied when
+// OnOff could not flag it, its caps cannot be computed, its address has
+// no route, its classes would pass the bound or do not read back.
 func (d *Downlink) ApplyAll(ctx context.Context, cpes []backend.Device) (map[string]error, error) {
-	notApplied, err := d.onoff.ApplyAll(ctx, cpes)
+	flags := make([]backend.Device, len(cpes))
+	for i, c := range cpes {
+		flags[i] = backend.Device{CPEID: c.CPEID, Paths: onOffPaths(c.Paths, c.Classes)}
+	}
+	notApplied, err := d.onoff.ApplyAll(ctx, flags)
 	if err != nil {
 		return nil, fmt.Errorf("mptcp-shares downlink: %w", err)
 	}
@@ -191,6 +259,7 @@ func (d *Downlink) ApplyAll(ctx context.Context, cpes []backend.Device) (map[str
 	sorted := slices.SortedFunc(slices.Values(cpes), func(a, b backend.Device) int { return cmp.Compare(a.CPEID, b.CPEID) })
 	want := map[classKey]class{}
 	caps := map[string]map[string]float64{}
+	withClasses := map[string][]backend.Class{}
 	routes := map[netip.Addr]int{}
 	overflow := 0
 	for _, c := range sorted {
@@ -210,9 +279,14 @@ func (d *Downlink) ApplyAll(ctx context.Context, cpes []backend.Device) (map[str
 		byWAT := map[string]float64{}
 		for k, cl := range mine {
 			want[k] = cl
-			byWAT[k.wat] = float64(cl.bps) / 1e6
+			if k.rule == "" && cl.bps < unlimitedBps {
+				byWAT[k.wat] = float64(cl.bps) / 1e6
+			}
 		}
 		caps[c.CPEID] = byWAT
+		if len(c.Classes) > 0 {
+			withClasses[c.CPEID] = c.Classes
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("mptcp-shares downlink: %w", err)
@@ -225,20 +299,28 @@ func (d *Downlink) ApplyAll(ctx context.Context, cpes []backend.Device) (map[str
 		for k, mbps := range read {
 			caps[k.cpe][k.wat] = mbps // what the pacer's map holds
 		}
-		d.finish(want, caps, failed, notApplied, overflow)
+		d.finish(want, caps, nil, failed, notApplied, overflow)
 		return notApplied, nil
 	}
 	d.number(want)
+	failed := d.program(want, withClasses)
 	if err := d.removeStale(want); err != nil {
 		return nil, fmt.Errorf("mptcp-shares downlink: %w", err)
 	}
-	d.finish(want, caps, d.write(want), notApplied, overflow)
+	for cpe, err := range d.write(want) {
+		if _, dup := failed[cpe]; !dup {
+			failed[cpe] = err
+		}
+	}
+	d.finish(want, caps, withClasses, failed, notApplied, overflow)
 	return notApplied, nil
 }
 
 // finish records what an ApplyAll left in force: the classes, the
-// failures among the CPEs not applied, the caps of the others.
-func (d *Downlink) finish(want map[classKey]class, caps map[string]map[string]float64, failed, notApplied map[string]error, overflow int) {
+// failures among the CPEs not applied, the caps and traffic classes of
+// the others.
+func (d *Downlink) finish(want map[classKey]class, caps map[string]map[string]float64, withClasses map[string][]backend.Class,
+	failed, notApplied map[string]error, overflow int) {
 	d.classes = want
 	for cpe, err := range failed {
 		notApplied[cpe] = err
@@ -249,25 +331,56 @@ func (d *Downlink) finish(want map[classKey]class, caps map[string]map[string]fl
 			d.applied[cpe] = byWAT
 		}
 	}
+	d.appliedCls = map[string]map[string]payload.AppliedClass{}
+	for cpe, cls := range withClasses {
+		if _, refused := notApplied[cpe]; refused {
+			continue
+		}
+		out := map[string]payload.AppliedClass{}
+		for _, c := range cls {
+			ac := payload.AppliedClass{Urgent: c.Urgent}
+			for k, l := range want {
+				if k.cpe == cpe && k.rule == c.Name && l.bps < unlimitedBps {
+					if ac.CapsMbps == nil {
+						ac.CapsMbps = map[string]float64{}
+					}
+					ac.CapsMbps[k.wat] = float64(l.bps) / 1e6
+				}
+			}
+			out[c.Name] = ac
+		}
+		d.appliedCls[cpe] = out
+	}
 	d.overflow = overflow
 }
 
-// classesOf returns the classes CPE c needs (minors not yet assigned).
+// classesOf returns the classes CPE c needs (minors not yet assigned): a
+// (CPE, WAT) class per capped WAT, or with traffic classes per WAT with an
+// address, with its leaves.
 func (d *Downlink) classesOf(c backend.Device, routes map[netip.Addr]int) (map[classKey]class, error) {
 	caps, err := CapsBps(c.Paths, d.linkMbps)
 	if err != nil {
 		return nil, err
 	}
+	if len(c.Classes) > 0 {
+		if d.pacer != nil {
+			return nil, fmt.Errorf("%d traffic classes: %w", len(c.Classes), backend.ErrNoClasses)
+		}
+		// The program's length and keys do not depend on the minors.
+		if _, err := classifierOf(classify.Downlink, c.Classes, defaultMinor, classMinors(len(c.Classes))); err != nil {
+			return nil, err
+		}
+	}
 	out := map[classKey]class{}
 	for _, p := range c.Paths {
 		bps := caps[p.WAT]
-		if bps == 0 || !p.Addr.IsValid() {
+		if (bps == 0 && len(c.Classes) == 0) || !p.Addr.IsValid() {
 			continue
 		}
 		a := p.Addr.Unmap()
 		if d.pacer != nil {
 			// Pacing keys on the address alone: no interface to find.
-			out[classKey{c.CPEID, p.WAT}] = class{addr: a, bps: bps}
+			out[classKey{c.CPEID, p.WAT, ""}] = class{addr: a, bps: bps}
 			continue
 		}
 		idx, ok := routes[a]
@@ -279,29 +392,69 @@ func (d *Downlink) classesOf(c backend.Device, routes map[netip.Addr]int) (map[c
 			idx = rs[0].LinkIndex
 			routes[a] = idx
 		}
-		out[classKey{c.CPEID, p.WAT}] = class{ifindex: idx, addr: a, bps: bps}
+		top := class{ifindex: idx, addr: a, bps: bps}
+		if len(c.Classes) > 0 {
+			plan := planWAT(p, bps, c.Classes, 0, make([]uint16, len(c.Classes)))
+			top.bps, top.inner = plan.parent, true
+			out[classKey{c.CPEID, p.WAT, ruleDefault}] = class{ifindex: idx, bps: plan.leaves[0].ceil, leaf: true}
+			for i, cl := range c.Classes {
+				l := plan.leaves[i+1]
+				out[classKey{c.CPEID, p.WAT, cl.Name}] = class{ifindex: idx, bps: l.ceil, leaf: true, urgent: l.urgent}
+			}
+		}
+		out[classKey{c.CPEID, p.WAT, ""}] = top
 	}
 	return out, nil
 }
 
+// program sets the leaves' parent minors and writes the classifier of
+// every inner (CPE, WAT) class; it returns per CPE a failure.
+func (d *Downlink) program(want map[classKey]class, withClasses map[string][]backend.Class) map[string]error {
+	failed := map[string]error{}
+	for k, cl := range want {
+		if cl.leaf {
+			cl.parentMinor = want[k.parentKey()].minor
+			want[k] = cl
+		}
+	}
+	for k, cl := range want {
+		if !cl.inner {
+			continue
+		}
+		cls := withClasses[k.cpe]
+		minors := make([]uint16, len(cls))
+		for i, c := range cls {
+			minors[i] = want[classKey{k.cpe, k.wat, c.Name}].minor
+		}
+		prog, err := classifierOf(classify.Downlink, cls, want[classKey{k.cpe, k.wat, ruleDefault}].minor, minors)
+		if err != nil {
+			failed[k.cpe] = fmt.Errorf("%s: %w", k.wat, err)
+			continue
+		}
+		cl.prog = prog
+		want[k] = cl
+	}
+	return failed
+}
+
 // number gives every wanted class a minor: the one it had when its
-// interface is the same (no churn of filters), else the lowest free one.
+// interface is the same (no churn of filters) and, for a leaf, its
+// (CPE, WAT) class kept its minor too, else the lowest free one.
 func (d *Downlink) number(want map[classKey]class) {
 	used := map[uint16]bool{}
-	keys := slices.SortedFunc(func(yield func(classKey) bool) {
-		for k := range want {
-			if !yield(k) {
-				return
-			}
-		}
-	}, func(a, b classKey) int { return cmp.Or(cmp.Compare(a.cpe, b.cpe), cmp.Compare(a.wat, b.wat)) })
+	keys := slices.SortedFunc(maps.Keys(want), cmpKeys)
 	for _, k := range keys {
-		if old, ok := d.classes[k]; ok && old.ifindex == want[k].ifindex && !used[old.minor] {
-			cl := want[k]
-			cl.minor = old.minor
-			want[k] = cl
-			used[old.minor] = true
+		cl := want[k]
+		old, ok := d.classes[k]
+		if !ok || old.ifindex != cl.ifindex || old.leaf != cl.leaf || used[old.minor] {
+			continue
 		}
+		if cl.leaf && want[k.parentKey()].minor != old.parentMinor {
+			continue // keys sort the (CPE, WAT) class before its leaves
+		}
+		cl.minor = old.minor
+		want[k] = cl
+		used[old.minor] = true
 	}
 	next := uint16(2)
 	for _, k := range keys {
@@ -318,9 +471,12 @@ func (d *Downlink) number(want map[classKey]class) {
 	}
 }
 
-// removeStale deletes the filters and classes of the last apply that are
-// not wanted as they were (gone, moved or renumbered, or with another
-// address), and the root HTB of interfaces left without classes.
+// removeStale deletes what the last apply wrote and is not wanted as it
+// was: classifiers of (CPE, WAT) classes that no longer hold leaves, then
+// leaves, then the filters and classes of (CPE, WAT) classes (gone,
+// moved or renumbered, or with another address), and the root HTB of
+// interfaces left without classes. Leaves go first: HTB refuses to delete
+// a class that has children.
 func (d *Downlink) removeStale(want map[classKey]class) error {
 	keep := map[int]bool{}
 	for _, cl := range want {
@@ -328,18 +484,33 @@ func (d *Downlink) removeStale(want map[classKey]class) error {
 	}
 	var errs []error
 	for k, old := range d.classes {
-		if cl, ok := want[k]; ok && cl.minor == old.minor && cl.ifindex == old.ifindex && cl.addr == old.addr {
-			continue
+		if cl, ok := want[k]; old.inner && (!ok || !cl.inner || cl.minor != old.minor || cl.ifindex != old.ifindex) {
+			if err := d.nl.ClassifierDel(old.ifindex, vnl.MakeHandle(1, old.minor), classifierPrio); err != nil && !isNotFound(err) {
+				errs = append(errs, fmt.Errorf("remove classifier of %s/%s: %w", k.cpe, k.wat, err))
+			}
 		}
-		if err := d.nl.FilterDel(filterDelFor(old)); err != nil && !isNotFound(err) {
-			errs = append(errs, fmt.Errorf("remove filter %d of %s/%s: %w", old.minor, k.cpe, k.wat, err))
-		}
-		if cl, ok := want[k]; ok && cl.minor == old.minor && cl.ifindex == old.ifindex {
-			continue // the class itself is replaced in place
-		}
-		if !minorWanted(want, old) {
-			if err := d.nl.ClassDel(classFor(old)); err != nil && !isNotFound(err) {
-				errs = append(errs, fmt.Errorf("remove class 1:%x of %s/%s: %w", old.minor, k.cpe, k.wat, err))
+	}
+	for _, leaves := range []bool{true, false} {
+		for k, old := range d.classes {
+			if old.leaf != leaves {
+				continue
+			}
+			cl, ok := want[k]
+			if ok && cl.minor == old.minor && sameSlot(cl, old) && cl.addr == old.addr {
+				continue
+			}
+			if !old.leaf {
+				if err := d.nl.FilterDel(filterDelFor(old)); err != nil && !isNotFound(err) {
+					errs = append(errs, fmt.Errorf("remove filter %d of %s/%s: %w", old.minor, k.cpe, k.wat, err))
+				}
+				if ok && cl.minor == old.minor && sameSlot(cl, old) {
+					continue // the class itself is replaced in place
+				}
+			}
+			if !minorWanted(want, old) {
+				if err := d.nl.ClassDel(classFor(old)); err != nil && !isNotFound(err) {
+					errs = append(errs, fmt.Errorf("remove class 1:%x of %s/%s%s: %w", old.minor, k.cpe, k.wat, ruleSuffix(k), err))
+				}
 			}
 		}
 	}
@@ -363,11 +534,22 @@ func (d *Downlink) removeStale(want map[classKey]class) error {
 	return errors.Join(errs...)
 }
 
-// minorWanted tells whether another wanted class reuses old's minor on
-// old's interface (then ClassReplace rewrites it; deleting would race).
+// ruleSuffix names a leaf's rule in messages.
+func ruleSuffix(k classKey) string {
+	switch k.rule {
+	case "":
+		return ""
+	case ruleDefault:
+		return " (default rule)"
+	}
+	return " (class " + k.rule + ")"
+}
+
+// minorWanted tells whether another wanted class reuses old's minor in
+// old's place (then ClassReplace rewrites it; deleting would race).
 func minorWanted(want map[classKey]class, old class) bool {
 	for _, cl := range want {
-		if cl.minor == old.minor && cl.ifindex == old.ifindex {
+		if cl.minor == old.minor && sameSlot(cl, old) {
 			return true
 		}
 	}
@@ -375,12 +557,13 @@ func minorWanted(want map[classKey]class, old class) bool {
 }
 
 // write installs the root HTB where needed, every wanted class and
-// filter, and reads them back; it returns per CPE the first failure.
+// filter ((CPE, WAT) classes before their leaves, classifiers after
+// them), and reads them back; it returns per CPE the first failure.
 func (d *Downlink) write(want map[classKey]class) map[string]error {
 	failed := map[string]error{}
 	fail := func(k classKey, err error) {
 		if _, dup := failed[k.cpe]; !dup {
-			failed[k.cpe] = fmt.Errorf("%s: %w", k.wat, err)
+			failed[k.cpe] = fmt.Errorf("%s%s: %w", k.wat, ruleSuffix(k), err)
 		}
 	}
 	byIf := map[int][]classKey{}
@@ -388,6 +571,9 @@ func (d *Downlink) write(want map[classKey]class) map[string]error {
 		byIf[cl.ifindex] = append(byIf[cl.ifindex], k)
 	}
 	for idx, keys := range byIf {
+		slices.SortFunc(keys, func(a, b classKey) int {
+			return cmp.Or(cmp.Compare(boolInt(want[a].leaf), boolInt(want[b].leaf)), cmpKeys(a, b))
+		})
 		failAll := func(err error) {
 			for _, k := range keys {
 				fail(k, err)
@@ -412,13 +598,25 @@ func (d *Downlink) write(want map[classKey]class) map[string]error {
 		}
 		for _, k := range keys {
 			cl := want[k]
+			if cl.leaf {
+				if err := d.nl.ClassReplace(leafClassFor(cl)); err != nil {
+					fail(k, fmt.Errorf("class 1:%x up to %d bit/s on %s: %w", cl.minor, cl.bps, link.Attrs().Name, err))
+					continue
+				}
+				if err := d.nl.BfifoReplace(cl.ifindex, vnl.MakeHandle(1, cl.minor), leafHandle(cl.minor), queueBytes(cl.bps)); err != nil {
+					fail(k, fmt.Errorf("leaf queue of 1:%x on %s: %w", cl.minor, link.Attrs().Name, err))
+				}
+				continue
+			}
 			if err := d.nl.ClassReplace(classFor(cl)); err != nil {
 				fail(k, fmt.Errorf("class 1:%x at %d bit/s on %s: %w", cl.minor, cl.bps, link.Attrs().Name, err))
 				continue
 			}
-			if err := d.nl.BfifoReplace(cl.ifindex, vnl.MakeHandle(1, cl.minor), leafHandle(cl.minor), queueBytes(cl.bps)); err != nil {
-				fail(k, fmt.Errorf("leaf queue of 1:%x on %s: %w", cl.minor, link.Attrs().Name, err))
-				continue
+			if !cl.inner {
+				if err := d.nl.BfifoReplace(cl.ifindex, vnl.MakeHandle(1, cl.minor), leafHandle(cl.minor), queueBytes(cl.bps)); err != nil {
+					fail(k, fmt.Errorf("leaf queue of 1:%x on %s: %w", cl.minor, link.Attrs().Name, err))
+					continue
+				}
 			}
 			if hasFilter(have, cl) {
 				continue
@@ -433,12 +631,27 @@ func (d *Downlink) write(want map[classKey]class) map[string]error {
 				fail(k, fmt.Errorf("filter dst %s -> 1:%x on %s: %w", cl.addr, cl.minor, link.Attrs().Name, err))
 			}
 		}
+		for _, k := range keys {
+			if cl := want[k]; cl.inner {
+				if err := setClassifier(d.nl, idx, vnl.MakeHandle(1, cl.minor), cl.prog); err != nil {
+					fail(k, fmt.Errorf("on %s: %w", link.Attrs().Name, err))
+				}
+			}
+		}
 		d.verify(link, keys, want, fail)
 	}
 	return failed
 }
 
-// verify reads the classes and filters of one interface back.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// verify reads the classes, filters and leaf queues of one interface
+// back (classifiers are read back by setClassifier).
 func (d *Downlink) verify(link vnl.Link, keys []classKey, want map[classKey]class, fail func(classKey, error)) {
 	classes, cerr := d.nl.ClassList(link, rootHandle)
 	filters, ferr := d.nl.FilterList(link, rootHandle)
@@ -450,11 +663,18 @@ func (d *Downlink) verify(link vnl.Link, keys []classKey, want map[classKey]clas
 			fail(k, fmt.Errorf("verify: %w", errors.Join(cerr, ferr)))
 		case !root:
 			fail(k, fmt.Errorf("verify: root qdisc of %s is not the downlink's htb 1:", link.Attrs().Name))
+		case cl.leaf:
+			l := leaf{minor: cl.minor, ceil: cl.bps, urgent: cl.urgent}
+			if !hasHTB(classes, vnl.MakeHandle(1, cl.minor), vnl.MakeHandle(1, cl.parentMinor), l.rate(), l.ceil, l.prio()) {
+				fail(k, fmt.Errorf("verify: class 1:%x up to %d bit/s missing on %s", cl.minor, cl.bps, link.Attrs().Name))
+			} else if err := checkLeaf(d.nl, cl.ifindex, cl.minor, cl.bps); err != nil {
+				fail(k, err)
+			}
 		case !hasClass(classes, cl):
 			fail(k, fmt.Errorf("verify: class 1:%x at %d bit/s missing on %s", cl.minor, cl.bps, link.Attrs().Name))
 		case !hasFilter(filters, cl):
 			fail(k, fmt.Errorf("verify: filter dst %s -> 1:%x missing on %s", cl.addr, cl.minor, link.Attrs().Name))
-		default:
+		case !cl.inner:
 			if err := checkLeaf(d.nl, cl.ifindex, cl.minor, cl.bps); err != nil {
 				fail(k, err)
 			}
@@ -486,9 +706,21 @@ func rootFor(idx int) *vnl.Htb {
 }
 
 // classFor is cl's HTB class: rate and ceil at the cap, so it never
-// borrows (there is no parent class to borrow from).
+// borrows (there is no parent class to borrow from); a leaf's under its
+// (CPE, WAT) class (leafClassFor).
 func classFor(cl class) *vnl.HtbClass {
+	if cl.leaf {
+		return leafClassFor(cl)
+	}
+	if cl.inner {
+		return htbParentClass(cl.ifindex, vnl.MakeHandle(1, cl.minor), rootHandle, cl.bps)
+	}
 	return htbClass(vnl.ClassAttrs{LinkIndex: cl.ifindex, Handle: vnl.MakeHandle(1, cl.minor), Parent: rootHandle}, cl.bps)
+}
+
+// leafClassFor is a leaf's HTB class (see htbLeafClass).
+func leafClassFor(cl class) *vnl.HtbClass {
+	return htbLeafClass(cl.ifindex, vnl.MakeHandle(1, cl.parentMinor), leaf{minor: cl.minor, ceil: cl.bps, urgent: cl.urgent})
 }
 
 // ethProto is the filter protocol for addr's family.

@@ -74,23 +74,55 @@ func TestSharesDownlinkMessages(t *testing.T) {
 // new classes take the lowest free minor from 2, a moved class a new one.
 func TestSharesNumber(t *testing.T) {
 	d := &Downlink{classes: map[classKey]class{
-		{"a", "nr"}:   {minor: 2, ifindex: 1},
-		{"a", "wifi"}: {minor: 3, ifindex: 2},
-		{"b", "nr"}:   {minor: 5, ifindex: 1},
+		{"a", "nr", ""}:   {minor: 2, ifindex: 1},
+		{"a", "wifi", ""}: {minor: 3, ifindex: 2},
+		{"b", "nr", ""}:   {minor: 5, ifindex: 1},
 	}}
 	want := map[classKey]class{
-		{"a", "nr"}:   {ifindex: 1},
-		{"a", "wifi"}: {ifindex: 1}, // moved: minor 3 is not kept
-		{"b", "nr"}:   {ifindex: 1},
-		{"c", "lte"}:  {ifindex: 2},
+		{"a", "nr", ""}:   {ifindex: 1},
+		{"a", "wifi", ""}: {ifindex: 1}, // moved: minor 3 is not kept
+		{"b", "nr", ""}:   {ifindex: 1},
+		{"c", "lte", ""}:  {ifindex: 2},
 	}
 	d.number(want)
 	got := map[classKey]uint16{}
 	for k, cl := range want {
 		got[k] = cl.minor
 	}
-	if diff := cmp.Diff(map[classKey]uint16{{"a", "nr"}: 2, {"a", "wifi"}: 3, {"b", "nr"}: 5, {"c", "lte"}: 4}, got,
+	if diff := cmp.Diff(map[classKey]uint16{{"a", "nr", ""}: 2, {"a", "wifi", ""}: 3, {"b", "nr", ""}: 5, {"c", "lte", ""}: 4}, got,
 		cmp.AllowUnexported(classKey{})); diff != "" {
+		t.Errorf("minors (-want +got):\n%s", diff)
+	}
+}
+
+// TestSharesNumberLeaves: a leaf keeps its minor while its (CPE, WAT)
+// class keeps its own; under a renumbered (CPE, WAT) class it takes a
+// new one (HTB does not move a class to another parent).
+func TestSharesNumberLeaves(t *testing.T) {
+	d := &Downlink{classes: map[classKey]class{
+		{"a", "nr", ""}:         {minor: 2, ifindex: 1, inner: true},
+		{"a", "nr", "."}:        {minor: 3, ifindex: 1, leaf: true, parentMinor: 2},
+		{"a", "nr", "video"}:    {minor: 4, ifindex: 1, leaf: true, parentMinor: 2},
+		{"a", "wifi", ""}:       {minor: 9, ifindex: 2, inner: true},
+		{"a", "wifi", "."}:      {minor: 10, ifindex: 1, leaf: true, parentMinor: 9},
+		{"b", "nr", ""}:         {minor: 7, ifindex: 1},
+		{"b", "nr", "obsolete"}: {minor: 8, ifindex: 1, leaf: true, parentMinor: 7},
+	}}
+	want := map[classKey]class{
+		{"a", "nr", ""}:      {ifindex: 1, inner: true},
+		{"a", "nr", "."}:     {ifindex: 1, leaf: true},
+		{"a", "nr", "video"}: {ifindex: 1, leaf: true},
+		{"a", "wifi", ""}:    {ifindex: 1, inner: true}, // moved: a new minor, and its leaf (on ifindex 1 before and after) too
+		{"a", "wifi", "."}:   {ifindex: 1, leaf: true},
+		{"b", "nr", ""}:      {ifindex: 1},
+	}
+	d.number(want)
+	got := map[classKey]uint16{}
+	for k, cl := range want {
+		got[k] = cl.minor
+	}
+	if diff := cmp.Diff(map[classKey]uint16{{"a", "nr", ""}: 2, {"a", "nr", "."}: 3, {"a", "nr", "video"}: 4,
+		{"a", "wifi", ""}: 5, {"a", "wifi", "."}: 6, {"b", "nr", ""}: 7}, got, cmp.AllowUnexported(classKey{})); diff != "" {
 		t.Errorf("minors (-want +got):\n%s", diff)
 	}
 }

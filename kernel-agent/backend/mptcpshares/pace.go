@@ -1,7 +1,6 @@
 package mptcpshares
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -125,7 +124,7 @@ func (d *Downlink) pace(want map[classKey]class) (map[string]error, map[classKey
 				return
 			}
 		}
-	}, func(a, b classKey) int { return cmp.Or(cmp.Compare(a.cpe, b.cpe), cmp.Compare(a.wat, b.wat)) })
+	}, cmpKeys)
 	owner := map[netip.Addr]classKey{}
 	for _, k := range keys {
 		a := want[k].addr
