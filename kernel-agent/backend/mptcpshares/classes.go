@@ -1,6 +1,7 @@
 package mptcpshares
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -153,21 +154,65 @@ func reportClasses(classes []backend.Class, plans map[string]watPlan) map[string
 }
 
 // classifierOf is the program that sends a packet to the leaf of the
-// first class it matches (class i to minors[i]), else to defMinor.
+// first class it matches (class i to minors[i]), else to defMinor; class
+// i's cgroup is the mark bit markBit(i).
 func classifierOf(side classify.Side, classes []backend.Class, defMinor uint16, minors []uint16) ([]bpf.RawInstruction, error) {
 	rules := make([]classify.Rule, len(classes))
 	for i, c := range classes {
 		rules[i] = classify.Rule{Match: c.Match, ClassID: vnl.MakeHandle(1, minors[i])}
+		if c.Match.Cgroup != "" {
+			rules[i].Mark = markBit(i)
+		}
 	}
 	return classify.Program(side, rules, vnl.MakeHandle(1, defMinor))
 }
 
-// checkClasses tells whether classes can be applied on side: a classic
-// classifier cannot match a cgroup, and its length is bounded.
-func checkClasses(side classify.Side, classes []payload.Class) error {
+// markBit is the bit of skb->mark that stands for class i's cgroup: the
+// top byte, one bit per class (the packets of a cgroup two classes name
+// carry both bits).
+func markBit(i int) uint32 { return 1 << (24 + i) }
+
+// cgroupMarks are the marks of classes' cgroups: bits by cgroup.
+func cgroupMarks(classes []backend.Class) map[string]uint32 {
+	marks := map[string]uint32{}
+	for i, c := range classes {
+		if c.Match.Cgroup != "" {
+			marks[c.Match.Cgroup] |= markBit(i)
+		}
+	}
+	return marks
+}
+
+// CgroupMarker marks the packets of a cgroup's sockets with bits of
+// skb->mark (package cgroupmark).
+type CgroupMarker interface {
+	// Check tells whether a cgroup path (from the hierarchy's root) is a
+	// cgroup here.
+	Check(cgroup string) error
+	// Set makes marks (bits by cgroup) the marks in force, read back.
+	Set(marks map[string]uint32) error
+	Close() error
+}
+
+// errNoMarker: the agent has no program on cgroups (no CAP_BPF).
+var errNoMarker = errors.New("matching a cgroup needs a program on the cgroup that marks its packets, which needs CAP_BPF besides CAP_NET_ADMIN and the bpf() system call: this agent runs without (see deploy/mcw-agent.service and its log at start)")
+
+// checkClasses tells whether classes can be applied on side: the
+// classifier's length is bounded, and a cgroup needs marker (nil: none)
+// and to exist.
+func checkClasses(side classify.Side, classes []payload.Class, marker CgroupMarker) error {
 	bc := make([]backend.Class, len(classes))
 	for i, c := range classes {
 		bc[i] = backend.Class{Name: c.Name, Match: c.Match}
+		if c.Match.Cgroup == "" {
+			continue
+		}
+		if marker == nil {
+			return fmt.Errorf("mptcp-shares: class %s: %w", c.Name, errNoMarker)
+		}
+		if err := marker.Check(c.Match.Cgroup); err != nil {
+			return fmt.Errorf("mptcp-shares: class %s: %w", c.Name, err)
+		}
 	}
 	if _, err := classifierOf(side, bc, defaultMinor, classMinors(len(classes))); err != nil {
 		return fmt.Errorf("mptcp-shares: %w", err)

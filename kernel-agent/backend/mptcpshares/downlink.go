@@ -205,7 +205,7 @@ func (d *Downlink) Capabilities() payload.Capabilities {
 // CheckClasses implements backend.ClassChecker: the classifier must be
 // able to express the classes.
 func (*Downlink) CheckClasses(classes []payload.Class) error {
-	return checkClasses(classify.Downlink, classes)
+	return checkClasses(classify.Downlink, classes, nil)
 }
 
 // AppliedClasses implements backend.ClassReporter.

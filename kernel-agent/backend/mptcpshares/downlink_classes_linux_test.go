@@ -140,7 +140,9 @@ func TestSharesDownlinkClassesInNetns(t *testing.T) {
 		sendFrom(t, 7000, a("10.64.1.7"), 9)
 		after := viewHTB(t, h, links["xnr"])
 		for minor, n := range map[uint16]uint64{4: 2, 3: 1, 5: 1, 10: 1} {
-			if got := after.classes[minor].packets - before.classes[minor].packets; got != n {
+			// The default leaf also carries what the kernel sends by
+			// itself (IPv6 router solicitations...).
+			if got := after.classes[minor].packets - before.classes[minor].packets; got != n && (minor != 3 || got < n) {
 				t.Errorf("xnr class 1:%x sent %d packets, want %d", minor, got, n)
 			}
 		}

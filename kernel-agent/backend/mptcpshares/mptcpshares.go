@@ -151,6 +151,7 @@ type Backend struct {
 	onoff      *mptcpupstream.Backend
 	linkMbps   map[string]float64
 	enf        enforcer
+	marker     CgroupMarker       // nil: classes cannot match a cgroup
 	applied    map[string]float64 // Mbit/s per capped WAT after the last Apply
 	appliedCls map[string]payload.AppliedClass
 }
@@ -168,12 +169,18 @@ type enforcer interface {
 // New returns a Backend that caps with HTB. nl manages qdiscs in the
 // namespace whose interfaces are shaped, pm the MPTCP endpoints there;
 // linkMbps is the link rate per WAT (every WAT the agent steers must
-// have one > 0).
-func New(nl Netlink, pm mptcpupstream.PM, linkMbps map[string]float64, closeNL func() error) (*Backend, error) {
+// have one > 0); marker, when not nil, lets traffic classes match a
+// cgroup (the Backend closes it).
+func New(nl Netlink, pm mptcpupstream.PM, linkMbps map[string]float64, closeNL func() error, marker CgroupMarker) (*Backend, error) {
 	if closeNL == nil {
 		closeNL = func() error { return nil }
 	}
-	return newBackend(pm, linkMbps, &htbEnforcer{nl: nl, closeNL: closeNL})
+	b, err := newBackend(pm, linkMbps, &htbEnforcer{nl: nl, closeNL: closeNL})
+	if err != nil {
+		return nil, err
+	}
+	b.marker = marker
+	return b, nil
 }
 
 func newBackend(pm mptcpupstream.PM, linkMbps map[string]float64, enf enforcer) (*Backend, error) {
@@ -205,15 +212,21 @@ func (b *Backend) Capabilities() payload.Capabilities {
 }
 
 // CheckClasses implements backend.ClassChecker: the classifier must be
-// able to express the classes (no cgroup, a bounded program).
+// able to express the classes (a bounded program; a cgroup needs the
+// marker and must exist).
 func (b *Backend) CheckClasses(classes []payload.Class) error {
-	return checkClasses(classify.Uplink, classes)
+	return checkClasses(classify.Uplink, classes, b.marker)
 }
 
 // Close releases the path-manager handle and the enforcer's (the netlink
-// handle, or the pacing program, which is detached).
+// handle, or the pacing program, which is detached), and detaches the
+// cgroups' marking programs.
 func (b *Backend) Close() error {
-	return errors.Join(b.onoff.Close(), b.enf.close())
+	var merr error
+	if b.marker != nil {
+		merr = b.marker.Close()
+	}
+	return errors.Join(b.onoff.Close(), b.enf.close(), merr)
 }
 
 // Caps returns the egress cap in bits per second per WAT for paths (see
@@ -321,10 +334,19 @@ func (b *Backend) ApplyClasses(ctx context.Context, paths []backend.Path, classe
 	if err := b.onoff.Apply(ctx, onOffPaths(paths, classes)); err != nil {
 		return fmt.Errorf("mptcp-shares: %w", err)
 	}
+	marks := cgroupMarks(classes)
+	if len(marks) > 0 && b.marker == nil {
+		return fmt.Errorf("mptcp-shares: %w", errNoMarker)
+	}
 	b.applied, b.appliedCls = nil, nil // unknown until every cap reads back
 	applied, cls, err := b.enf.enforce(ctx, paths, caps, classes)
 	if err != nil {
 		return fmt.Errorf("mptcp-shares: %w", err)
+	}
+	if b.marker != nil {
+		if err := b.marker.Set(marks); err != nil {
+			return fmt.Errorf("mptcp-shares: %w", err)
+		}
 	}
 	b.applied, b.appliedCls = applied, cls
 	return nil

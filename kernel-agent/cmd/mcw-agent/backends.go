@@ -9,6 +9,7 @@ import (
 	"github.com/mcw-xapp/kernel-agent/backend"
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
 	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares"
+	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares/cgroupmark"
 	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares/pacing"
 	"github.com/mcw-xapp/kernel-agent/backend/mptcpupstream"
 	"github.com/mcw-xapp/kernel-agent/backend/wrrsysctl"
@@ -38,7 +39,7 @@ type openers struct{ cpe, proxy opener }
 var backends = map[string]openers{
 	payload.BackendWRRSysctl:     {cpe: own(openWRRSysctl), proxy: openWRRSysctlDownlink},
 	payload.BackendMPTCPUpstream: {cpe: own(openMPTCPUpstream), proxy: openMPTCPUpstreamDownlink},
-	payload.BackendMPTCPShares:   {cpe: own(openMPTCPShares), proxy: openMPTCPSharesDownlink},
+	payload.BackendMPTCPShares:   {cpe: openMPTCPShares, proxy: openMPTCPSharesDownlink},
 	payload.BackendDryRun:        {cpe: own(openDryRun), proxy: openDryRunDownlink},
 }
 
@@ -113,7 +114,10 @@ func openMPTCPUpstreamDownlink(_ context.Context, cfg config.Config, log *slog.L
 	return mptcpupstream.DialDownlink(log)
 }
 
-func openMPTCPShares(ctx context.Context, cfg config.Config) (backend.Local, error) {
+// openMPTCPShares: the caps by HTB (traffic classes, whose cgroups need a
+// marking program: without CAP_BPF classes match no cgroup, and the
+// reason is logged here) or by pacing (no classes).
+func openMPTCPShares(ctx context.Context, cfg config.Config, log *slog.Logger) (backend.Backend, error) {
 	pm, err := mptcppm.Dial()
 	if err != nil {
 		return nil, err
@@ -133,20 +137,29 @@ func openMPTCPShares(ctx context.Context, cfg config.Config) (backend.Local, err
 			p.Close()
 			return nil, err
 		}
-		return b, nil
+		return backend.Own(b), nil
 	}
 	h, err := mptcpshares.NewHandle()
 	if err != nil {
 		pm.Close()
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
-	b, err := mptcpshares.New(h, pm, cfg.MPTCPShares.LinkMbps, func() error { h.Close(); return nil })
+	var marker mptcpshares.CgroupMarker
+	if m, err := cgroupmark.New(); err != nil {
+		log.Warn("traffic classes will not match cgroups", "reason", err.Error())
+	} else {
+		marker = m
+	}
+	b, err := mptcpshares.New(h, pm, cfg.MPTCPShares.LinkMbps, func() error { h.Close(); return nil }, marker)
 	if err != nil {
 		pm.Close()
 		h.Close()
+		if marker != nil {
+			marker.Close()
+		}
 		return nil, err
 	}
-	return b, nil
+	return backend.Own(b), nil
 }
 
 // openMPTCPSharesDownlink: weight 0 is the backup flag as on

@@ -19,7 +19,8 @@
 // headers are not walked, and the protocol is the fixed header's next
 // header); a packet without ports meets no port list. Non-IP packets
 // take the default. A cgroup cannot be seen by a classic program: a
-// class that matches one is refused (Program's error).
+// class that matches one names a bit of skb->mark that a program on the
+// cgroup sets (package cgroupmark), and the classifier tests the bit.
 package classify
 
 import (
@@ -44,10 +45,12 @@ const (
 )
 
 // Rule is one class as the program checks it: its match and the class
-// id (TC handle) the program returns for its packets.
+// id (TC handle) the program returns for its packets; Mark is the bit of
+// skb->mark that stands for its cgroup (needed when it matches one).
 type Rule struct {
 	Match   payload.Match
 	ClassID uint32
+	Mark    uint32
 }
 
 // MaxInstructions is the kernel's bound on a classic program
@@ -58,12 +61,13 @@ const MaxInstructions = 4096
 // header.
 const netOff = 0xfff00000 // -0x100000
 
-// ErrCgroup: a classic program cannot see a packet's cgroup.
-var ErrCgroup = errors.New("matching a cgroup needs the socket's cgroup, which the classic BPF classifier (CAP_NET_ADMIN only) cannot read")
+// ErrCgroup: a rule matches a cgroup without the mark that stands for it.
+var ErrCgroup = errors.New("matching a cgroup needs its packets marked by a program on the cgroup, and this rule has no mark")
 
 // Program returns the classifier of rules for side: the class id of the
 // first rule a packet matches, else defaultID. It fails for a rule that
-// matches a cgroup and when the program would pass MaxInstructions.
+// matches a cgroup without a mark and when the program would pass
+// MaxInstructions.
 func Program(side Side, rules []Rule, defaultID uint32) ([]bpf.RawInstruction, error) {
 	return program(side, rules, defaultID, netOff)
 }
@@ -73,7 +77,7 @@ func Program(side Side, rules []Rule, defaultID uint32) ([]bpf.RawInstruction, e
 // starts packets at the IP header).
 func program(side Side, rules []Rule, defaultID uint32, base uint32) ([]bpf.RawInstruction, error) {
 	for i, r := range rules {
-		if r.Match.Cgroup != "" {
+		if r.Match.Cgroup != "" && r.Mark == 0 {
 			return nil, fmt.Errorf("class %d: %w", i, ErrCgroup)
 		}
 		if r.ClassID == 0 || r.ClassID == ^uint32(0) {
@@ -251,6 +255,10 @@ func (a *asm) class(fam int, name string, r Rule) {
 		}
 		a.ja(fail)
 		a.label(ok)
+	}
+	if m.Cgroup != "" {
+		a.op(bpf.LoadExtension{Num: bpf.ExtMark})
+		a.jset(r.Mark, "", fail)
 	}
 	a.ret(r.ClassID)
 	a.label(fail)

@@ -181,7 +181,10 @@ func TestClassifyPrefixZeroAndNoRules(t *testing.T) {
 
 func TestProgramRefuses(t *testing.T) {
 	if _, err := Program(Uplink, []Rule{{Match: payload.Match{Cgroup: "/app"}, ClassID: 0x10010}}, def); !errors.Is(err, ErrCgroup) {
-		t.Fatalf("cgroup: %v", err)
+		t.Fatalf("cgroup without a mark: %v", err)
+	}
+	if _, err := Program(Uplink, []Rule{{Match: payload.Match{Cgroup: "/app"}, ClassID: 0x10010, Mark: 1 << 24}}, def); err != nil {
+		t.Fatalf("cgroup with a mark: %v", err)
 	}
 	if _, err := Program(Uplink, []Rule{{Match: payload.Match{DSCP: []int{1}}}}, def); err == nil {
 		t.Fatal("class id 0 accepted")
