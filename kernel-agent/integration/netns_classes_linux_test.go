@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcw-xapp/kernel-agent/backend/mptcpshares/pacing"
 	"github.com/mcw-xapp/kernel-agent/internal/nstest"
 	"github.com/mcw-xapp/kernel-agent/payload"
 	"github.com/mcw-xapp/kernel-agent/telemetry"
@@ -165,6 +166,53 @@ func rttStats(d []time.Duration) string {
 		pct(d, 95).Round(100*time.Microsecond), pct(d, 99).Round(100*time.Microsecond), len(d))
 }
 
+// classOffWiFi applies class c (weight 0 on wifi), which takes the bulk
+// flow to portA and not the one to portB, on top of the default weights
+// lb, and checks that A leaves wifi within one control period while B
+// keeps using it.
+func (tp *sharesTopology) classOffWiFi(t *testing.T, w *watcher, lb payload.Weights, c payload.Class) {
+	const window = 3 * time.Second
+	time.Sleep(time.Second)
+	before := tp.measureFlows(t, window, portA, portB)
+	_, ifBefore := tp.measure(t, window)
+	t.Logf("no class: A %s | B %s | interfaces %s", before[portA], before[portB], tp.fmt(ifBefore))
+	prev, last := tp.flowBytes(t, portA, portB), time.Now()
+	t0 := last
+	v := publishSets(t, w, sets{mode: "load_balancing", dl: allOn(lb), ul: lb, ulClasses: []payload.Class{c}})
+	var took time.Duration = -1
+	for time.Since(t0) < 3*time.Second {
+		time.Sleep(100 * time.Millisecond)
+		cur, now := tp.flowBytes(t, portA, portB), time.Now()
+		if r := flowRates(prev, cur, now.Sub(last)); took < 0 && r[portA].total() > 0 && r[portA].share("wifi") < 0.02 {
+			took = now.Sub(t0)
+		}
+		prev, last = cur, now
+	}
+	st := w.wait(t, cpeStateTopic(), fmt.Sprintf("applied v%d", v), 5*time.Second, func(s payload.State) bool {
+		return s.AppliedVersion == v && s.Event == payload.EventApplied
+	})
+	after := tp.measureFlows(t, window, portA, portB)
+	_, ifAfter := tp.measure(t, window)
+	t.Logf("class %s {nr 1, wifi 0}: A %s | B %s | interfaces %s; A under 2 %% on wifi %v after the publish; applied_classes %+v",
+		c.Name, after[portA], after[portB], tp.fmt(ifAfter), took, st.AppliedClasses)
+	t.Logf("wifi0 classes: %s", tcClass(t, tp.cpe, "wifi0"))
+	if got := st.AppliedClasses[c.Name]; len(st.AppliedClasses) != 1 || got.CapsMbps["wifi"] != payload.MinCapMbps || got.Urgent {
+		t.Errorf("applied_classes %+v, want %s at the floor on wifi", st.AppliedClasses, c.Name)
+	}
+	// The class's traffic left wifi, within one control period.
+	if s := after[portA].share("wifi"); s >= 0.02 || after[portA].total() == 0 {
+		t.Errorf("A carries %.2f %% of its bytes on wifi (%.1f Mbit/s in all), want under 2 %%", 100*s, after[portA].total())
+	}
+	if took < 0 || took > controlPeriod {
+		t.Errorf("A's wifi share took %v to fall under 2 %% after the weights message, want within one control period (%v)", took, controlPeriod)
+	}
+	// Only that traffic: B still uses wifi as before (its wifi bytes may
+	// grow into what A left; they must not fall).
+	if after[portB]["wifi"] < 0.8*before[portB]["wifi"] {
+		t.Errorf("B on wifi fell from %.1f to %.1f Mbit/s: the class took traffic it does not match", before[portB]["wifi"], after[portB]["wifi"])
+	}
+}
+
 // TestNetnsClasses: through the real CPE agent,
 //
 //   - a class for port A with weight 0 on wifi moves A's bytes off wifi
@@ -172,7 +220,9 @@ func rttStats(d []time.Duration) string {
 //     using wifi (its wifi bytes do not fall; it takes what A left);
 //   - on WATs capped below their links (the queue forms at the agent's
 //     HTB), a 200-byte request/response flow beside bulk has a lower
-//     round trip time in an urgent class than in none.
+//     round trip time in an urgent class than in none;
+//   - a class matching a cgroup moves the flow made in it off a WAT as
+//     the port's class did.
 func TestNetnsClasses(t *testing.T) {
 	requireTools(t)
 	if testing.Short() {
@@ -190,51 +240,11 @@ func TestNetnsClasses(t *testing.T) {
 	if st.Capabilities == nil || st.Capabilities.MaxClasses != payload.MaxClasses {
 		t.Fatalf("capabilities %+v: want max_classes %d (mptcp-shares, HTB, CAP_NET_ADMIN only)", st.Capabilities, payload.MaxClasses)
 	}
-	const window = 3 * time.Second
 
 	t.Run("class off a WAT", func(t *testing.T) {
-		time.Sleep(time.Second)
-		before := tp.measureFlows(t, window, portA, portB)
-		_, ifBefore := tp.measure(t, window)
-		t.Logf("no class: A %s | B %s | interfaces %s", before[portA], before[portB], tp.fmt(ifBefore))
-
 		classA := payload.Class{Name: "port-a", Mode: "fixed_split", Match: payload.Match{RemotePorts: []payload.PortRange{{portA, portA}}},
 			Weights: payload.Weights{"nr": 1, "wifi": 0}}
-		prev, last := tp.flowBytes(t, portA, portB), time.Now()
-		t0 := last
-		v := publishSets(t, w, sets{mode: "load_balancing", dl: allOn(lb), ul: lb, ulClasses: []payload.Class{classA}})
-		var took time.Duration = -1
-		for time.Since(t0) < 3*time.Second {
-			time.Sleep(100 * time.Millisecond)
-			cur, now := tp.flowBytes(t, portA, portB), time.Now()
-			if r := flowRates(prev, cur, now.Sub(last)); took < 0 && r[portA].total() > 0 && r[portA].share("wifi") < 0.02 {
-				took = now.Sub(t0)
-			}
-			prev, last = cur, now
-		}
-		st := w.wait(t, cpeStateTopic(), fmt.Sprintf("applied v%d", v), 5*time.Second, func(s payload.State) bool {
-			return s.AppliedVersion == v && s.Event == payload.EventApplied
-		})
-		after := tp.measureFlows(t, window, portA, portB)
-		_, ifAfter := tp.measure(t, window)
-		t.Logf("class port-a {nr 1, wifi 0}: A %s | B %s | interfaces %s; A under 2 %% on wifi %v after the publish; applied_classes %+v",
-			after[portA], after[portB], tp.fmt(ifAfter), took, st.AppliedClasses)
-		t.Logf("wifi0 classes: %s", tcClass(t, tp.cpe, "wifi0"))
-		if got := st.AppliedClasses["port-a"]; len(st.AppliedClasses) != 1 || got.CapsMbps["wifi"] != payload.MinCapMbps || got.Urgent {
-			t.Errorf("applied_classes %+v, want port-a at the floor on wifi", st.AppliedClasses)
-		}
-		// The class's traffic left wifi, within one control period.
-		if s := after[portA].share("wifi"); s >= 0.02 || after[portA].total() == 0 {
-			t.Errorf("A carries %.2f %% of its bytes on wifi (%.1f Mbit/s in all), want under 2 %%", 100*s, after[portA].total())
-		}
-		if took < 0 || took > controlPeriod {
-			t.Errorf("A's wifi share took %v to fall under 2 %% after the weights message, want within one control period (%v)", took, controlPeriod)
-		}
-		// Only that traffic: B still uses wifi as before (its wifi bytes
-		// may grow into what A left; they must not fall).
-		if after[portB]["wifi"] < 0.8*before[portB]["wifi"] {
-			t.Errorf("B on wifi fell from %.1f to %.1f Mbit/s: the class took traffic it does not match", before[portB]["wifi"], after[portB]["wifi"])
-		}
+		tp.classOffWiFi(t, w, lb, classA)
 	})
 
 	t.Run("urgent", func(t *testing.T) {
@@ -267,5 +277,34 @@ func TestNetnsClasses(t *testing.T) {
 		if u, n := p50["class, urgent"], p50["no class"]; u >= n/2 {
 			t.Errorf("urgent class: RTT p50 %v, want under half of %v without a class", u, n)
 		}
+	})
+
+	// The same move off wifi by the flow's cgroup: the agent (with
+	// CAP_BPF, which the marking program needs) on a topology of its own,
+	// the bulk flow to port A made in the cgroup.
+	t.Run("class by cgroup", func(t *testing.T) {
+		cg := pacingCgroup(t)
+		mount, err := pacing.CgroupV2Mount()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, err := filepath.Rel(mount, cg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agentCgroupPath(t, cg) // the hierarchy, where the agent sees it
+		tpg := newSharesTopology(t, "g", []sharesPath{{"nr", 20, 50}, {"wifi", 20, 50}})
+		wg, _ := startSharesAgentWith(t, tpg, filepath.Join(dir, "cgroup"), bin, "", "+net_admin,+bpf")
+		if err := pacing.WithProcessIn(cg, func() error {
+			bulk(t, tpg.bidirTopology, portA, false)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		bulk(t, tpg.bidirTopology, portB, false)
+		tpg.settle(t, false)
+		tpg.applySets(t, wg, sets{mode: "load_balancing", dl: allOn(lb), ul: lb}, false, func(rates) bool { return true })
+		tpg.classOffWiFi(t, wg, lb, payload.Class{Name: "app", Mode: "fixed_split", Match: payload.Match{Cgroup: "/" + rel},
+			Weights: payload.Weights{"nr": 1, "wifi": 0}})
 	})
 }

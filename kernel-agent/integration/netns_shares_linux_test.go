@@ -349,6 +349,17 @@ func startSharesAgentPKI(t *testing.T, tp *sharesTopology, dir, bin string) (*wa
 // enforces the caps by pacing the sockets of that cgroup (mptcp_shares
 // enforce: pacing) and runs with CAP_BPF besides CAP_NET_ADMIN.
 func startSharesAgentPaced(t *testing.T, tp *sharesTopology, dir, bin, cgroup string) (*watcher, string) {
+	enforce, caps := "", "+net_admin"
+	if cgroup != "" {
+		enforce, caps = fmt.Sprintf("  enforce: pacing\n  pacing_cgroup: %s\n", cgroup), "+net_admin,+bpf"
+	}
+	return startSharesAgentWith(t, tp, dir, bin, enforce, caps)
+}
+
+// startSharesAgentWith is startSharesAgentPKI with enforce, the config's
+// mptcp_shares lines besides link_mbps, and caps, the capabilities the
+// agent keeps (setpriv's syntax).
+func startSharesAgentWith(t *testing.T, tp *sharesTopology, dir, bin, enforce, caps string) (*watcher, string) {
 	pki := startBidirBroker(t, tp.bidirTopology, dir)
 	w := newWatcher(t, tp.bidirTopology, pki, cpeStateTopic(), proxyStateTopic())
 	var wats, links, safe strings.Builder
@@ -356,10 +367,6 @@ func startSharesAgentPaced(t *testing.T, tp *sharesTopology, dir, bin, cgroup st
 		fmt.Fprintf(&wats, "  %s: {interface: %s}\n", p.wat, p.ifc())
 		fmt.Fprintf(&links, "    %s: %g\n", p.wat, float64(p.mbit))
 		fmt.Fprintf(&safe, "%s: 1, ", p.wat)
-	}
-	enforce, caps := "", "+net_admin"
-	if cgroup != "" {
-		enforce, caps = fmt.Sprintf("  enforce: pacing\n  pacing_cgroup: %s\n", cgroup), "+net_admin,+bpf"
 	}
 	startAgentCaps(t, "shares-agent", tp.cpe, bin, fmt.Sprintf(`cpe_id: %s
 mqtt: {broker_url: %q, ca_file: @DIR@/ca.crt, cert_file: @DIR@/%s.crt, key_file: @DIR@/%s.key}
