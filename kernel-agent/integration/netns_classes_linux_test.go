@@ -277,6 +277,9 @@ func TestNetnsClasses(t *testing.T) {
 		if u, n := p50["class, urgent"], p50["no class"]; u >= n/2 {
 			t.Errorf("urgent class: RTT p50 %v, want under half of %v without a class", u, n)
 		}
+		if u, c := p50["class, urgent"], p50["class, not urgent"]; u >= c {
+			t.Errorf("urgent class: RTT p50 %v, want under %v of the same class not urgent", u, c)
+		}
 	})
 
 	// The same move off wifi by the flow's cgroup: the agent (with

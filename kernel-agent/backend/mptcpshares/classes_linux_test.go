@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -170,6 +171,23 @@ func TestSharesClassesInNetns(t *testing.T) {
 		}
 		if diff := cmp.Diff(wantWiFi, viewHTB(t, h, links["wifi0"]), cmp.AllowUnexported(htbView{}, htbClassView{}), noPackets); diff != "" {
 			t.Errorf("wifi0 (-want +got):\n%s", diff)
+		}
+		// The urgent leaf is guaranteed a tenth of its ceiling (it sends
+		// that without waiting for its parent), the others the floor.
+		cs, err := h.ClassList(links["nr0"], rootHandle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []struct {
+			minor uint16
+			rate  uint64
+		}{{0x10, 200_000}, {0x11, minCapBps}, {2, minCapBps}} {
+			if !slices.ContainsFunc(cs, func(c vnl.Class) bool {
+				hc, ok := c.(*vnl.HtbClass)
+				return ok && hc.Handle == vnl.MakeHandle(1, want.minor) && hc.Rate*8 == want.rate
+			}) {
+				t.Errorf("nr0: class 1:%x is not guaranteed %d bit/s", want.minor, want.rate)
+			}
 		}
 		for _, ifc := range []string{"nr0", "wifi0"} {
 			for minor, bps := range map[uint16]uint64{2: map[string]uint64{"nr0": unlimited, "wifi0": minCapBps}[ifc], 0x10: map[string]uint64{"nr0": 2e6, "wifi0": minCapBps}[ifc]} {
