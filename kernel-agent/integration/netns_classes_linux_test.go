@@ -79,12 +79,17 @@ func flowRates(a, b map[int]map[string]uint64, d time.Duration) map[int]rates {
 	return out
 }
 
-// measureFlows measures per-flow rates over d.
-func (tp *sharesTopology) measureFlows(t *testing.T, d time.Duration, ports ...int) map[int]rates {
+// measureFlows measures per-flow rates over d, and the CPE's uplink per
+// WAT over the same window.
+func (tp *sharesTopology) measureFlows(t *testing.T, d time.Duration, ports ...int) (map[int]rates, rates) {
 	a := tp.flowBytes(t, ports...)
+	_, ta := tp.counters(t)
 	t0 := time.Now()
 	time.Sleep(d)
-	return flowRates(a, tp.flowBytes(t, ports...), time.Since(t0))
+	b := tp.flowBytes(t, ports...)
+	_, tb := tp.counters(t)
+	el := time.Since(t0)
+	return flowRates(a, b, el), diffRates(ta, tb, el)
 }
 
 // echoServer answers every request on port at the proxy with itself.
@@ -173,8 +178,7 @@ func rttStats(d []time.Duration) string {
 func (tp *sharesTopology) classOffWiFi(t *testing.T, w *watcher, lb payload.Weights, c payload.Class) {
 	const window = 3 * time.Second
 	time.Sleep(time.Second)
-	before := tp.measureFlows(t, window, portA, portB)
-	_, ifBefore := tp.measure(t, window)
+	before, ifBefore := tp.measureFlows(t, window, portA, portB)
 	t.Logf("no class: A %s | B %s | interfaces %s", before[portA], before[portB], tp.fmt(ifBefore))
 	prev, last := tp.flowBytes(t, portA, portB), time.Now()
 	t0 := last
@@ -191,8 +195,7 @@ func (tp *sharesTopology) classOffWiFi(t *testing.T, w *watcher, lb payload.Weig
 	st := w.wait(t, cpeStateTopic(), fmt.Sprintf("applied v%d", v), 5*time.Second, func(s payload.State) bool {
 		return s.AppliedVersion == v && s.Event == payload.EventApplied
 	})
-	after := tp.measureFlows(t, window, portA, portB)
-	_, ifAfter := tp.measure(t, window)
+	after, ifAfter := tp.measureFlows(t, window, portA, portB)
 	t.Logf("class %s {nr 1, wifi 0}: A %s | B %s | interfaces %s; A under 2 %% on wifi %v after the publish; applied_classes %+v",
 		c.Name, after[portA], after[portB], tp.fmt(ifAfter), took, st.AppliedClasses)
 	t.Logf("wifi0 classes: %s", tcClass(t, tp.cpe, "wifi0"))
@@ -206,10 +209,13 @@ func (tp *sharesTopology) classOffWiFi(t *testing.T, w *watcher, lb payload.Weig
 	if took < 0 || took > controlPeriod {
 		t.Errorf("A's wifi share took %v to fall under 2 %% after the weights message, want within one control period (%v)", took, controlPeriod)
 	}
-	// Only that traffic: B still uses wifi as before (its wifi bytes may
-	// grow into what A left; they must not fall).
-	if after[portB]["wifi"] < 0.8*before[portB]["wifi"] {
-		t.Errorf("B on wifi fell from %.1f to %.1f Mbit/s: the class took traffic it does not match", before[portB]["wifi"], after[portB]["wifi"])
+	// Only that traffic: B still uses wifi (its wifi rate may grow into
+	// what A left, or swing with the default scheduler's split, which
+	// moved B's wifi rate from 7.9-15.4 Mbit/s to 11.9-18.8 here; a class
+	// that took B would hold it at the floor, under 0.1).
+	if after[portB]["wifi"] < 0.5*before[portB]["wifi"] || after[portB].share("wifi") < 0.25 {
+		t.Errorf("B on wifi fell from %.1f to %.1f Mbit/s (%.0f %% of its bytes): the class took traffic it does not match",
+			before[portB]["wifi"], after[portB]["wifi"], 100*after[portB].share("wifi"))
 	}
 }
 

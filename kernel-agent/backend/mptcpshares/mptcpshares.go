@@ -59,16 +59,17 @@
 // the packets' source.
 //
 // Measured through the real CPE agent (integration.TestNetnsClasses; two
-// 20 Mbit/s paths, two bulk MPTCP uplinks to two ports; 4 runs, load
-// average 1.6-2.6): a class for port A at weight 0 on wifi took A's wifi
-// rate from 3.4-10.9 Mbit/s to 0.0 % of A's bytes 103-208 ms after the
-// weights message, while the other flow's wifi rate held or rose into
-// what A left (10.4-15.4 -> 16.3-18.8); the same by the flow's cgroup
-// (4.7-10.9 -> 0.0-0.1, 205-211 ms). A 200-byte request/response every
-// 10 ms beside bulk on both WATs capped at 8 Mbit/s: RTT p50 40-75 ms in
-// the default leaf, 7-11 ms in a class of its own, 0.2 ms in an urgent
-// class (p95 97-105, 26-37 and 0.5-2 ms; 3.7-7.7 ms p50 before urgent
-// leaves were guaranteed a tenth of their ceiling, see classes.go).
+// 20 Mbit/s paths, two bulk MPTCP uplinks to two ports; 6 runs, load
+// average 1.5-3.2 from other work): a class for port A at weight 0 on
+// wifi took A off wifi (from 3.4-7.0 Mbit/s to 0.0, under 2 % of A's
+// bytes 103-239 ms after the weights message) while the other flow kept
+// wifi (10.4-15.4 Mbit/s before, 15.4-18.8 after: it takes what A left);
+// the same by the flow's cgroup (4.0-10.9 to 0.0-0.1 Mbit/s, 205-310 ms).
+// A 200-byte request/response every 10 ms beside bulk on both WATs capped
+// at 8 Mbit/s: RTT p50 40-75 ms in the default leaf, 7-11 ms in a class
+// of its own, 0.2 ms in an urgent class (p95 97-107, 26-37 and 0.5-2 ms;
+// 3.7-7.7 ms p50 before urgent leaves were guaranteed a tenth of their
+// ceiling, see classes.go).
 //
 // # Measured on Linux 6.18 (integration.TestNetnsShares)
 //
