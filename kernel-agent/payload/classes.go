@@ -12,16 +12,15 @@ import (
 // match the class and match definitions of schemas/mqtt-weights.schema.json.
 const (
 	// MaxClasses bounds the classes of one direction.
-	MaxClasses      = 8
-	maxDSCPs        = 64
-	maxProtocols    = 8
-	maxPortRanges   = 16
-	maxPrefixes     = 16
-	maxPrefixLen    = 43
-	maxDSCP         = 63
-	maxProtocol     = 255
-	maxCgroupLen    = 256
-	classNameMaxLen = 32
+	MaxClasses    = 8
+	maxDSCPs      = 64
+	maxProtocols  = 8
+	maxPortRanges = 16
+	maxPrefixes   = 16
+	maxPrefixLen  = 43
+	maxDSCP       = 63
+	maxProtocol   = 255
+	maxCgroupLen  = 256
 )
 
 // PortRange is an inclusive range of ports [first, last], 1 <= first <=

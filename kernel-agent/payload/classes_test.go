@@ -190,3 +190,47 @@ func TestStateAppliedClasses(t *testing.T) {
 		}
 	}
 }
+
+// TestClassBoundsMatchSchemas: the bounds payload declares are the
+// schemas' (weights' classes and match, the states' max_classes and
+// applied_classes).
+func TestClassBoundsMatchSchemas(t *testing.T) {
+	w := loadSchema(t, "mqtt-weights.schema.json")
+	defs := w["$defs"].(map[string]any)
+	dir := defs["direction"].(map[string]any)["properties"].(map[string]any)
+	class := defs["class"].(map[string]any)["properties"].(map[string]any)
+	match := defs["match"].(map[string]any)["properties"].(map[string]any)
+	for name, tc := range map[string]struct {
+		got  any
+		want float64
+	}{
+		"classes maxItems":         {dir["classes"].(map[string]any)["maxItems"], MaxClasses},
+		"dscp maxItems":            {match["dscp"].(map[string]any)["maxItems"], maxDSCPs},
+		"dscp maximum":             {match["dscp"].(map[string]any)["items"].(map[string]any)["maximum"], maxDSCP},
+		"protocols maxItems":       {match["protocols"].(map[string]any)["maxItems"], maxProtocols},
+		"protocols maximum":        {match["protocols"].(map[string]any)["items"].(map[string]any)["maximum"], maxProtocol},
+		"remote_ports maxItems":    {match["remote_ports"].(map[string]any)["maxItems"], maxPortRanges},
+		"remote_prefixes maxItems": {match["remote_prefixes"].(map[string]any)["maxItems"], maxPrefixes},
+		"prefix maxLength":         {match["remote_prefixes"].(map[string]any)["items"].(map[string]any)["maxLength"], maxPrefixLen},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: schema %v, payload %v", name, tc.got, tc.want)
+		}
+	}
+	if p := class["name"].(map[string]any)["pattern"]; p != classNameRE.String() {
+		t.Errorf("class name pattern: schema %v, payload %s", p, classNameRE)
+	}
+	if p := match["cgroup"].(map[string]any)["pattern"]; p != cgroupRE.String() {
+		t.Errorf("cgroup pattern: schema %v, payload %s", p, cgroupRE)
+	}
+	for _, schema := range []string{"mqtt-state.schema.json", "mqtt-proxy-state.schema.json"} {
+		caps := loadSchema(t, schema)["properties"].(map[string]any)["capabilities"].(map[string]any)["properties"].(map[string]any)
+		if got := caps["max_classes"].(map[string]any)["maximum"]; got != float64(MaxClasses) {
+			t.Errorf("%s: max_classes maximum %v, want %d", schema, got, MaxClasses)
+		}
+	}
+	ac := loadSchema(t, "mqtt-state.schema.json")["properties"].(map[string]any)["applied_classes"].(map[string]any)
+	if ac["maxProperties"] != float64(MaxClasses) || ac["propertyNames"].(map[string]any)["pattern"] != classNameRE.String() {
+		t.Errorf("applied_classes: %v", ac)
+	}
+}
