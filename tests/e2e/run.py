@@ -77,7 +77,7 @@ def steady(run: Run, seconds: float) -> dict[str, float]:
     pid = run.stack.xapp.proc.pid
     cpu0, _ = proc_usage(pid)
     n0 = ticks(run)
-    time.sleep(seconds)
+    time.sleep(seconds)  # the steady phase is a span of real time: CPU per tick over it
     cpu1, rss = proc_usage(pid)
     n = ticks(run) - n0
     return {"steady_s": seconds, "ticks": n, "cpu_ms_per_tick": round(1000 * (cpu1 - cpu0)

@@ -60,7 +60,7 @@ def run_fault(run: Run, f: Fault) -> FaultResult:
             if how is not None:
                 res.detect_s, res.detected_by = round(time.monotonic() - t_inj, 2), how
                 run.mark(f"detected {f.name} by {how}")
-        time.sleep(0.2)
+        time.sleep(0.2)  # the fault is held hold_s of real time; detection polled meanwhile
     run.mark(f"restore {f.name}")
     f.restore(run)
     res.restored_s = round(run.now(), 2)

@@ -25,12 +25,10 @@ import threading
 import time
 from pathlib import Path
 
+from tests.e2e.mptcp_bulk import connect, mptcp_socket
+
 SIOCOUTQ = 0x5411
 CHUNK = 64 * 1024
-
-
-def _mptcp() -> socket.socket:
-    return socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_MPTCP)
 
 
 def _read_exactly(sock: socket.socket, n: int) -> bytes:
@@ -44,7 +42,7 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
 
 
 def echo_serve(addr: str, port: int, size: int) -> int:
-    with _mptcp() as ls:
+    with mptcp_socket() as ls:
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         ls.bind((addr, port))
         ls.listen(1)
@@ -59,7 +57,7 @@ def echo_serve(addr: str, port: int, size: int) -> int:
 
 def echo_connect(addr: str, port: int, size: int, every_ms: float, out: Path,
                  seconds: float) -> int:
-    sock = _connect(addr, port)
+    sock = connect(addr, port, 10.0)
     if sock is None:
         return 1
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -79,20 +77,8 @@ def echo_connect(addr: str, port: int, size: int, every_ms: float, out: Path,
                                 "rtt_ms": round((time.monotonic() - t0) * 1000, 3)}) + "\n")
             f.flush()
             nxt = max(nxt + every_ms / 1000, time.monotonic())
-            time.sleep(max(0.0, nxt - time.monotonic()))
+            time.sleep(max(0.0, nxt - time.monotonic()))  # the flow's pace: one every every_ms
     return 0
-
-
-def _connect(addr: str, port: int) -> socket.socket | None:
-    for _ in range(100):  # the server starts in parallel: retry for up to 10 s
-        sock = _mptcp()
-        try:
-            sock.connect((addr, port))
-            return sock
-        except OSError:
-            sock.close()
-            time.sleep(0.1)
-    return None
 
 
 def probe_sink(addr: str, port: int) -> int:

@@ -122,7 +122,7 @@ def test_invalid_payloads_are_dropped_and_counted(broker: MosquittoBroker,
 
 
 AGENT = textwrap.dedent("""
-    import json, ssl, sys, time
+    import json, ssl, sys
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
     port, ca, cert, key, cpe, topic = sys.argv[1:7]
@@ -138,7 +138,7 @@ AGENT = textwrap.dedent("""
     info = c.publish(topic, sys.stdin.readline().strip(), qos=1, retain=True)
     info.wait_for_publish(5)
     print("ready", flush=True)
-    time.sleep(60)
+    sys.stdin.read()  # connected until the test kills it (or its end closes the pipe)
 """)
 
 
