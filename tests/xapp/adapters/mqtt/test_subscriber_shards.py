@@ -60,7 +60,7 @@ def settle(broker: MosquittoBroker, sub: ChannelSubscriber, cpe: str) -> None:
         assert agent.publish(shard_topic(cpe, "state"), state_doc(cpe, mark)) < 0x80
     finally:
         agent.close()
-    assert sub.wait_for(lambda s: (st := s.state(cpe)) is not None
+    assert sub.wait_for(lambda s: (st := s.directory.state(cpe)) is not None
                         and st.applied_version == mark, 5)
 
 
@@ -84,7 +84,7 @@ def test_all_shards_by_default(proxy_broker: MosquittoBroker,
     try:
         assert sub.wait_subscribed(10) and sub.shards() is None
         publish_states(proxy_broker)
-        assert sub.wait_for(lambda s: set(s.states()) == set(CPES), 5)
+        assert sub.wait_for(lambda s: set(s.directory.states()) == set(CPES), 5)
         assert sub.wait_for(lambda s: s.received >= 2 * len(CPES), 5)
         assert telemetry_cpes(sub) == set(CPES)
         assert sub.drops.total() == 0 and sub.legacy_received == 0
@@ -100,10 +100,10 @@ def test_one_shard_and_a_live_move(proxy_broker: MosquittoBroker,
     try:
         assert sub.wait_subscribed(10)
         publish_states(proxy_broker)
-        assert sub.wait_for(lambda s: s.state("cpe-0001") is not None, 5)
+        assert sub.wait_for(lambda s: s.directory.state("cpe-0001") is not None, 5)
         assert sub.wait_for(lambda s: s.received >= 2, 5)
         settle(proxy_broker, sub, "cpe-0001")
-        assert set(sub.states()) == {"cpe-0001"}
+        assert set(sub.directory.states()) == {"cpe-0001"}
         assert telemetry_cpes(sub) == {"cpe-0001"}
         assert sub.unheld == 0  # the broker sent nothing of other shards
 
@@ -111,22 +111,22 @@ def test_one_shard_and_a_live_move(proxy_broker: MosquittoBroker,
         # their retained states arrive, cpe-0001's state is forgotten.
         sub.set_shards(frozenset({SHARD["cpe-0002"], SHARD["cpe-0003"]}))
         assert sub.shards() == frozenset({SHARD["cpe-0002"], SHARD["cpe-0003"]})
-        assert sub.state("cpe-0001") is None
-        assert sub.wait_for(lambda s: set(s.states()) == {"cpe-0002", "cpe-0003"}, 5)
+        assert sub.directory.state("cpe-0001") is None
+        assert sub.wait_for(lambda s: set(s.directory.states()) == {"cpe-0002", "cpe-0003"}, 5)
         assert sub.wait_subscribed(5) and sub.healthy()
         received = sub.received
         publish_states(proxy_broker, version=2)
         assert sub.wait_for(lambda s: all(
-            st.applied_version == 2 for st in s.states().values()), 5)
+            st.applied_version == 2 for st in s.directory.states().values()), 5)
         settle(proxy_broker, sub, "cpe-0002")
-        assert set(sub.states()) == {"cpe-0002", "cpe-0003"}
+        assert set(sub.directory.states()) == {"cpe-0002", "cpe-0003"}
         assert telemetry_cpes(sub) == {"cpe-0002", "cpe-0003"}
         # Unsubscribed: nothing of shard 47 or 49 came (2 states, 2 telemetry and the marker
         # did).
         assert sub.received - received == 5
         # Back to every shard.
         sub.set_shards(None)
-        assert sub.wait_for(lambda s: set(s.states()) == set(CPES), 5)
+        assert sub.wait_for(lambda s: set(s.directory.states()) == set(CPES), 5)
         assert sub.drops.total() == 0
     finally:
         sub.stop()
@@ -173,11 +173,11 @@ def test_a_cpe_naming_another_shard_is_dropped_and_counted(
         assert cpe.publish("mcw/v1/s/2/cpe/cpe-0001/telemetry",
                            telemetry_doc("cpe-0001", 1.0)) < 0x80
         assert sub.wait_for(lambda s: s.received >= 2, 5)
-        assert sub.state("cpe-0001") is None and telemetry_cpes(sub) == set()
+        assert sub.directory.state("cpe-0001") is None and telemetry_cpes(sub) == set()
         assert sub.drops.snapshot() == {"state/shard-mismatch": 1,
                                         "telemetry/shard-mismatch": 1}
         assert cpe.publish(shard_topic("cpe-0001", "state"), state_doc("cpe-0001", 2)) < 0x80
-        assert sub.wait_for(lambda s: s.state("cpe-0001") is not None, 5)
+        assert sub.wait_for(lambda s: s.directory.state("cpe-0001") is not None, 5)
     finally:
         cpe.close()
         sub.stop()
@@ -202,9 +202,9 @@ def test_legacy_topics_accepted_filtered_and_counted(
         assert proxy.publish(f"{base}/cpe-0002/state",
                              proxy_cpe_state("proxy-0001", "cpe-0002", 1), retain=True) < 0x80
         assert sub.wait_for(lambda s: s.received >= 4, 5)
-        assert set(sub.states()) == {"cpe-0001"}
+        assert set(sub.directory.states()) == {"cpe-0001"}
         assert telemetry_cpes(sub) == {"cpe-0001"}
-        assert set(sub.proxy_cpe_states()) == {("proxy-0001", "cpe-0002")}
+        assert set(sub.directory.proxy_cpe_states()) == {("proxy-0001", "cpe-0002")}
         assert sub.legacy_received == 4 and sub.unheld == 1
 
         # The agents are upgraded: the sharded topic from then on, a cleared legacy state
@@ -217,9 +217,9 @@ def test_legacy_topics_accepted_filtered_and_counted(
                              retain=True) < 0x80
         assert proxy.publish(f"{base}/cpe-0002/state", b"", retain=True) < 0x80
         assert sub.wait_for(lambda s: s.received >= 9, 5)
-        st = sub.state("cpe-0001")
+        st = sub.directory.state("cpe-0001")
         assert st is not None and st.applied_version == 2
-        down = sub.proxy_cpe_states().get(("proxy-0001", "cpe-0002"))
+        down = sub.directory.proxy_cpe_states().get(("proxy-0001", "cpe-0002"))
         assert down is not None and down.applied_version == 2
         assert sub.drops.total() == 0 and sub.legacy_received == 7
         exported = exposition(sub)
@@ -240,9 +240,9 @@ def test_without_legacy_topics_old_agents_are_not_heard(
         assert old.publish("mcw/v1/cpe/cpe-0001/state", state_doc("cpe-0001", 1)) < 0x80
         assert old.publish(shard_topic("cpe-0002", "state"), b"x") == 0x87  # control: ACL
         publish_states(proxy_broker, cpes=("cpe-0002",))
-        assert sub.wait_for(lambda s: s.state("cpe-0002") is not None, 5)
+        assert sub.wait_for(lambda s: s.directory.state("cpe-0002") is not None, 5)
         settle(proxy_broker, sub, "cpe-0002")
-        assert set(sub.states()) == {"cpe-0002"} and sub.legacy_received == 0
+        assert set(sub.directory.states()) == {"cpe-0002"} and sub.legacy_received == 0
     finally:
         old.close()
         sub.stop()
@@ -279,9 +279,9 @@ def test_shards_change_while_messages_flow(proxy_broker: MosquittoBroker,
         stop.set()
         t.join()
         assert sub.wait_subscribed(5) and sub.healthy()
-        assert sub.wait_for(lambda s: set(s.states()) == {"cpe-0003"}, 5)
+        assert sub.wait_for(lambda s: set(s.directory.states()) == {"cpe-0003"}, 5)
         settle(proxy_broker, sub, "cpe-0003")
-        assert set(sub.states()) == {"cpe-0003"}
+        assert set(sub.directory.states()) == {"cpe-0003"}
         assert sub.drops.total() == 0 and sub.callback_errors == 0
     finally:
         stop.set()
