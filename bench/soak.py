@@ -1,10 +1,10 @@
 """Memory over time: ``mcw run``'s RSS through a long run with faults (issue 33 item 10).
 
-Starts ``make e2e``'s stack (:func:`tests.e2e.run.start`: Redis, InfluxDB 1.8, Mosquitto with
+Starts ``make e2e``'s stack (:func:`tests.e2e.system.start`: Redis, InfluxDB 1.8, Mosquitto with
 mTLS and the shipped ACL, ``mcw run`` through ``tests/e2e/xapp_host.py``, one dry-run Go agent
 per agent CPE, the twin's KPIs for every CPE) without the real MPTCP connection and without
 Prometheus (neither is what this measures), waits until every agent applied weights, then for
-``--minutes`` injects faults of the e2e story (:data:`tests.e2e.run.STORY`, each detected and
+``--minutes`` injects faults of the e2e story (:data:`tests.e2e.story.STORY`, each detected and
 recovered as ``make e2e`` checks it) at a seeded random schedule and samples the VmRSS of the
 xApp's process and of each of its children every ``--sample-s`` seconds.
 
@@ -48,16 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tqdm import tqdm
 
 from tests.e2e.report import Check, FaultResult
-from tests.e2e.run import (
-    STORY,
-    Fault,
-    Run,
-    missing_tools,
-    proc_usage,
-    run_fault,
-    start,
-    wait_all_applied,
-)
+from tests.e2e.story import STORY, Fault, run_fault
+from tests.e2e.system import Run, missing_tools, proc_usage, start, wait_all_applied
 from tests.integration.stack import REPO
 from tests.support.polling import wait_until
 

@@ -24,9 +24,10 @@ TIERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("server", ("MosquittoBroker", "InfluxServer", "start_influxd", "RedisServer",
                 "XappProcess", "subprocess", "Popen", "helm_binary", "mosquitto_binary")),
 )
-#: Fixtures (of the conftests) that start a server.
+#: Fixtures (of the conftests) that start a server, or a tool (``helm``: every test rendering the
+#: chart, whether or not its module names a process).
 SERVER_FIXTURES = frozenset({"broker", "proxy_broker", "pre_deny_broker", "influx", "influx_db",
-                             "redis", "stack", "process", "xapp", "submgr", "mediator"})
+                             "redis", "stack", "process", "xapp", "submgr", "mediator", "helm"})
 
 
 @cache

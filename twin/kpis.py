@@ -35,7 +35,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from twin.scenarios import HE160_2SS_MBPS, HE_MCS_SNR_DB, Scenario
+from twin.link_models import HE160_2SS_MBPS, HE_MCS_SNR_DB
+from twin.scenarios import Scenario
 from xapp.core.forecast import KpiFrame
 
 Array = NDArray[np.float64]

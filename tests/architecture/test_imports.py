@@ -52,6 +52,12 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def is_module(dotted: str) -> bool:
+    """Whether ``dotted`` names a module or package of ours (a file under the repository)."""
+    path = REPO.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def imports(path: Path) -> Iterator[tuple[int, str]]:
     """(line, module) of every import in ``path``, relative ones resolved."""
     package = module_name(path).split(".")
@@ -63,9 +69,12 @@ def imports(path: Path) -> Iterator[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom):
             base = package[:len(package) - node.level + 1] if node.level else []
             name = ".".join([*base, node.module] if node.module else base)
-            yield node.lineno, name
-            # `from xapp import model` imports the module xapp.model.
-            yield from ((node.lineno, f"{name}.{a.name}") for a in node.names)
+            # `from xapp import bounded_json` imports the module xapp.bounded_json, as
+            # `from xapp.bounded_json import loads` does; `from xapp.adapters.mqtt import
+            # ChannelSubscriber` takes a name of the package itself.
+            found = {f"{name}.{a.name}" if is_module(f"{name}.{a.name}") else name
+                     for a in node.names}
+            yield from ((node.lineno, m) for m in sorted(found))
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
               and node.func.attr == "import_module" and node.args
               and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
@@ -103,9 +112,8 @@ def test_every_arrow_points_inward() -> None:
 def test_the_check_sees_every_kind_of_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                               ) -> None:
     """A core module that reaches out in each way an import can be written is caught."""
-    pkg = tmp_path / "xapp" / "core"
-    pkg.mkdir(parents=True)
-    bad = pkg / "bad.py"
+    tree(tmp_path, "xapp/core/__init__.py", "xapp/adapters/sdl.py", "xapp/model/online.py")
+    bad = tmp_path / "xapp" / "core" / "bad.py"
     bad.write_text("import importlib\n"
                    "from xapp.adapters import sdl\n"
                    "from ..model import online\n"
@@ -115,13 +123,47 @@ def test_the_check_sees_every_kind_of_import(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
     found = violations([bad])
     assert [v.split(": ", 1)[1] for v in found] == [
-        "xapp.core imports xapp.adapters (xapp.adapters)",
         "xapp.core imports xapp.adapters.sdl (xapp.adapters)",
-        "xapp.core imports xapp.model (xapp.model)",
         "xapp.core imports xapp.model.online (xapp.model)",
         "xapp.core imports twin.kpis (twin)",
         "xapp.core imports xapp.app.process (xapp.app)",
     ], found
+
+
+def test_from_a_package_import_a_module_is_that_module(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``from xapp import bounded_json`` imports the leaf, not the package ``xapp`` (which the
+    model may not import); a name the package itself defines is the package's."""
+    tree(tmp_path, "xapp/__init__.py", "xapp/bounded_json.py", "xapp/model/__init__.py",
+         "xapp/adapters/sdl.py", "xapp/adapters/mqtt/__init__.py")
+    (tmp_path / "xapp" / "__init__.py").write_text("VERSION = '1'\n")
+    uses = tmp_path / "xapp" / "model" / "uses.py"
+    uses.write_text("from xapp import bounded_json\n"
+                    "from xapp import VERSION\n"
+                    "from xapp.adapters import sdl, mqtt\n"
+                    "from xapp.adapters.mqtt import ChannelSubscriber\n"
+                    "from . import *\n")
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    assert list(imports(uses)) == [
+        (1, "xapp.bounded_json"), (2, "xapp"), (3, "xapp.adapters.mqtt"),
+        (3, "xapp.adapters.sdl"), (4, "xapp.adapters.mqtt"), (5, "xapp.model")]
+    assert [v.split(": ", 1)[1] for v in violations([uses])] == [
+        "xapp.model imports xapp (xapp)",
+        "xapp.model imports xapp.adapters.mqtt (xapp.adapters)",
+        "xapp.model imports xapp.adapters.sdl (xapp.adapters)",
+        "xapp.model imports xapp.adapters.mqtt (xapp.adapters)"]
+
+
+def tree(root: Path, *files: str) -> None:
+    """Empty modules at ``files`` under ``root``, with their packages' ``__init__.py``."""
+    for name in files:
+        path = root / name
+        for pkg in path.parents:
+            if pkg == root:
+                break
+            pkg.mkdir(parents=True, exist_ok=True)
+            (pkg / "__init__.py").touch()
+        path.touch()
 
 
 def test_no_module_of_ours_outside_the_layers() -> None:

@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+from tests.support.polling import wait_until
+
 CHUNK = 64 * 1024
 
 
@@ -86,6 +88,26 @@ def mptcp_socket(cc: str = CONGESTION_CONTROL) -> socket.socket:
         socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_MPTCP), cc)
 
 
+def connect(addr: str, port: int, timeout_s: float,
+            cc: str = CONGESTION_CONTROL) -> socket.socket | None:
+    """An MPTCP connection to ``addr:port`` once its server listens (it starts in parallel),
+    within ``timeout_s``; None if it never did."""
+    socks: list[socket.socket] = []
+
+    def connected() -> bool:
+        # A fresh socket each time: one whose connect failed may fall back to plain TCP.
+        sock = mptcp_socket(cc)
+        try:
+            sock.connect((addr, port))
+        except OSError:
+            sock.close()
+            return False
+        socks.append(sock)
+        return True
+
+    return socks[0] if wait_until(connected, timeout_s, 0.1) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("mode", choices=["serve", "connect"])
@@ -105,16 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             # The listener stays open: the CPE's joins (one per further WAT) arrive on it.
             run(conn, args.out, args.seconds)
         return 0
-    for _ in range(50):  # the server starts in parallel: retry for up to 5 s
-        # A fresh socket each time: one whose connect failed may fall back to plain TCP.
-        sock = mptcp_socket(args.cc)
-        try:
-            sock.connect((args.addr, args.port))
-            break
-        except ConnectionRefusedError:
-            sock.close()
-            time.sleep(0.1)
-    else:
+    sock = connect(args.addr, args.port, 5.0, args.cc)
+    if sock is None:
         return 1
     run(sock, args.out, args.seconds)
     return 0

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from tests.e2e.run import Run
+    from tests.e2e.system import Run
 
 COLOURS = {"nr": "tab:blue", "wifi": "tab:orange", "lifi": "tab:green"}
 

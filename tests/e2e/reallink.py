@@ -19,7 +19,7 @@ from pathlib import Path as FsPath
 from tests.e2e.netns import PROXY_ADDR, Path, Topology
 from tests.integration.stack import AGENT_BINARY
 from tests.support.mosquitto import REPO, Pki
-from tests.support.polling import stop_process
+from tests.support.polling import stop_process, wait_until
 
 PROXY_ID = "proxy-0001"
 BULK_PORT = 5301
@@ -112,12 +112,17 @@ class RealLink:
             # which must happen before the connection exists.
             self.start_agent("proxy")
             self.start_agent("cpe")
-            time.sleep(3)
+            # Connected through the relay: their backends are set up (the proxy's path
+            # manager selected) and the CPE's state, with its addresses, is on its way to the
+            # proxy, which matches the downlink's subflows by them.
+            if not wait_until(lambda: all(self.logged(f"agent-{role}", "mqtt connected")
+                                          for role in ("proxy", "cpe")), 30, 0.1):
+                raise RuntimeError(f"the agents did not connect: see {self.root}/agent-*.log")
             bulk = [sys.executable, "-m", "tests.e2e.mptcp_bulk"]
             self._spawn("bulk-proxy", self.topo.proxy, [*bulk, "serve", "--addr", PROXY_ADDR,
                                                          "--port", str(BULK_PORT),
                                                          "--out", str(self.ul_file)])
-            time.sleep(0.5)
+            # The client retries its connect until the server listens.
             self._spawn("bulk-cpe", self.topo.cpe, [*bulk, "connect", "--addr", PROXY_ADDR,
                                                      "--port", str(BULK_PORT),
                                                      "--out", str(self.dl_file)])
@@ -125,6 +130,11 @@ class RealLink:
             self.stop()
             raise
         return self
+
+    def logged(self, name: str, msg: str) -> bool:
+        """Whether process ``name``'s JSON log has a line whose message is ``msg``."""
+        path = self.root / f"{name}.log"
+        return path.exists() and f'"msg":"{msg}"' in path.read_text(errors="replace")
 
     def delivered(self, direction: str) -> list[tuple[float, float]]:
         """(wall clock s, Mbit/s delivered in the second ending then) for ``ul`` or ``dl``."""
@@ -147,32 +157,25 @@ class RealLink:
         One fixed window is not enough: per-second deliveries on a multipath connection swing
         by a factor of three (reordering across paths of different delay), so a window that
         happens to hold the ramp-up or one stall says nothing about whether both WATs carry."""
-        deadline = time.time() + timeout
-        best: float | None = None
-        while True:
+        def means() -> list[float]:
             xs = [m for _, m in self.delivered(direction)]
-            for i in range(len(xs) - window + 1):
-                m = sum(xs[i:i + window]) / window
-                best = m if best is None else max(best, m)
-                if m > above:
-                    return m
-            if time.time() > deadline:
-                return best
-            time.sleep(1)
+            return [sum(xs[i:i + window]) / window for i in range(len(xs) - window + 1)]
+
+        wait_until(lambda: any(m > above for m in means()), timeout, 1.0)
+        seen = means()  # the windows only grow: the first above stays the first
+        return next((m for m in seen if m > above), max(seen, default=None))
 
     def recovered_at(self, since: float, above: float, timeout: float) -> float | None:
         """The first second after ``since`` in which both directions delivered more than
         ``above`` Mbit/s, waiting up to ``timeout`` s for it; None if it never came."""
-        deadline = since + timeout
-        while True:
+        def first() -> float | None:
             ul = {t: m for t, m in self.delivered("ul") if t > since + 1}
             dl = {t: m for t, m in self.delivered("dl") if t > since + 1}
-            both = sorted(t for t in ul if t in dl and ul[t] > above and dl[t] > above)
-            if both:
-                return both[0]
-            if time.time() > deadline:
-                return None
-            time.sleep(0.5)
+            return min((t for t in ul if t in dl and ul[t] > above and dl[t] > above),
+                       default=None)
+
+        wait_until(lambda: first() is not None, max(0.0, since + timeout - time.time()), 0.5)
+        return first()
 
     @property
     def sum_mbit(self) -> float:

@@ -14,7 +14,8 @@ from matplotlib.transforms import Bbox
 from tests.e2e.observer import Applied
 from tests.e2e.picture import figure, plot
 from tests.e2e.report import FaultResult
-from tests.e2e.run import Run, write_outputs
+from tests.e2e.run import write_outputs
+from tests.e2e.system import Run
 from tests.integration.stack import REPO
 
 #: Readiness as Prometheus saw it: ready, a dip at 20-23 s, ready again.

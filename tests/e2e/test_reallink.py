@@ -18,6 +18,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from tests.e2e.reallink import RealLink, proxy_acl
 from tests.integration.stack import AGENT_BINARY
 from tests.support.mosquitto import MosquittoBroker, make_pki, mosquitto_binary
+from tests.support.polling import wait_until
 from xapp.adapters.mqtt import shard_topic
 
 pytestmark = pytest.mark.skipif(
@@ -59,12 +60,15 @@ def test_both_directions_use_both_wats_and_a_wat_down_is_seen(
     assert ul is not None and ul > best, (ul, rl.delivered("ul"))
     assert dl is not None and dl > best, (dl, rl.delivered("dl"))
     assert ul <= rl.sum_mbit * 1.05 and dl <= rl.sum_mbit * 1.05
+    down = time.time()
     rl.topo.set_link("wifi", False)
-    time.sleep(6)
-    t2 = time.time()
-    ul_down = rl.mean("ul", t2 - 4, t2)
+    # The uplink once the queued second drained (2 s after the link went down): three whole
+    # seconds of it.
+    assert wait_until(lambda: sum(t >= down + 3 for t, _ in rl.delivered("ul")) >= 3, 20, 0.5)
+    ul_down = rl.mean("ul", down + 2, time.time())
     assert ul_down is not None and 0 < ul_down <= rl.topo.paths[0].mbit * 1.05, ul_down
-    assert any(s.get("event") == "link-down" for s in states), states[-3:]
+    assert wait_until(lambda: any(s.get("event") == "link-down" for s in states), 10), \
+        states[-3:]
     rl.topo.set_link("wifi", True)
     # Back above the fastest path alone within 30 s in both directions: the subflow that stood
     # through the outage waits out its backed-off retransmission timer first.

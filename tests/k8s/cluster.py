@@ -34,7 +34,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -610,12 +609,20 @@ conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeo
                 subprocess.run(["ctr", "--address", str(self.containerd_sock), "-n", "k8s.io",
                                 "tasks", "kill", "-s", "SIGKILL", t], capture_output=True,
                                timeout=30)
-            time.sleep(1)
+            wait_until(lambda: not set(tasks) & self._running_tasks(), 10, 0.2)
             for t in tasks:
                 subprocess.run(["ctr", "--address", str(self.containerd_sock), "-n", "k8s.io",
                                 "tasks", "delete", "-f", t], capture_output=True, timeout=30)
         except (RuntimeError, subprocess.TimeoutExpired):
             pass
+
+    def _running_tasks(self) -> set[str]:
+        """The tasks ``ctr tasks ls`` (TASK PID STATUS) lists as RUNNING; none when it fails."""
+        try:
+            rows = [line.split() for line in self.ctr("tasks", "ls", timeout=30).splitlines()[1:]]
+        except (RuntimeError, subprocess.TimeoutExpired):
+            return set()
+        return {r[0] for r in rows if len(r) >= 3 and r[2] == "RUNNING"}
 
     def _kill_shims(self) -> None:
         """containerd's shims outlive containerd; only ours (they name our socket)."""
@@ -659,15 +666,7 @@ conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeo
             dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts),
                           reverse=True)
             for d in [*dirs, top]:
-                for _ in range(20):
-                    try:
-                        d.rmdir()
-                        break
-                    except FileNotFoundError:
-                        break
-                    except OSError:
-                        time.sleep(0.25)
-                else:
+                if not wait_until(lambda: _removed(d), 5.0, 0.25):  # noqa: B023
                     left.append(f"cgroup {d} still busy")
         return left
 
@@ -698,3 +697,15 @@ def leftovers_of_earlier_runs() -> list[str]:
             if top.exists():
                 left.append(str(top))
     return left
+
+
+def _removed(d: Path) -> bool:
+    """Remove the cgroup ``d``: True once it is gone, False while the kernel still counts a
+    process in it (a killed one is released a moment later)."""
+    try:
+        d.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True

@@ -11,11 +11,11 @@ target took is kept (:func:`tries_taken`): more than one shows that window.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tests.k8s.cluster import Cluster
+from tests.support.polling import wait_until
 
 TRIES = 4
 
@@ -90,17 +90,14 @@ def probe_pod(cluster: Cluster, image: str, namespace: str, name: str,
                                             "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}}]}}
     cluster.apply(json.dumps(pod))
+
+    def phase() -> str:
+        return cluster.kubectl("-n", namespace, "get", "pod", name, "-o",
+                               "jsonpath={.status.phase}").stdout
+
     try:
-        deadline = time.monotonic() + timeout_s
-        phase = ""
-        while time.monotonic() < deadline:
-            phase = cluster.kubectl("-n", namespace, "get", "pod", name, "-o",
-                                    "jsonpath={.status.phase}").stdout
-            if phase in ("Succeeded", "Failed"):
-                break
-            time.sleep(1)
-        else:
-            raise RuntimeError(f"probe pod {name} not done within {timeout_s:.0f} s ({phase})")
+        if not wait_until(lambda: phase() in ("Succeeded", "Failed"), timeout_s, 1.0):
+            raise RuntimeError(f"probe pod {name} not done within {timeout_s:.0f} s ({phase()})")
         return Seen.of(cluster.kubectl("-n", namespace, "logs", name).stdout, targets)
     finally:
         cluster.kubectl("-n", namespace, "delete", "pod", name, "--wait=false", check=False)

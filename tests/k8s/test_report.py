@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.report import Check
-from tests.k8s.run import Report, StepFailed
+from tests.k8s.report import Report, StepFailed
 
 
 def test_all_steps_and_checks_ok() -> None:

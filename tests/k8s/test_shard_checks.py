@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from tests.k8s.run import CPES_PATH, SHARDS_PATH, Run, owners_publish, shard_split
+from tests.k8s.context import CPES_PATH, SHARDS_PATH, Run, owners_publish, shard_split
 from xapp.core.shards import shard_of
 
 

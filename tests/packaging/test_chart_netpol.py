@@ -39,7 +39,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture(scope="module")
-def rendered(helm: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, cr.Rendered]:
+def netpol_rendered(helm: str, tmp_path_factory: pytest.TempPathFactory
+                    ) -> dict[str, cr.Rendered]:
     tmp = tmp_path_factory.mktemp("values")
     return {name: cr.template(helm, tmp, values, namespace=NS)
             for name, values in VARIANTS.items()}
@@ -63,11 +64,11 @@ def _policies(r: cr.Rendered) -> list[dict[str, Any]]:
 
 
 def test_no_selector_of_the_xapp_takes_in_the_helm_test_pod(
-        rendered: dict[str, cr.Rendered]) -> None:
+        netpol_rendered: dict[str, cr.Rendered]) -> None:
     """The xApp's NetworkPolicy would impose its egress on the test pod (not the xApp's own
     port: `helm test` fails), and its PodDisruptionBudget would count a pod no controller owns
     (the disruption controller then allows no eviction)."""
-    for name, r in rendered.items():
+    for name, r in netpol_rendered.items():
         xapp, test_pod = _xapp(r), _helm_test_pod(r)
         selectors = {
             "Deployment": r.get("Deployment", XAPP_NAME)["spec"]["selector"],
@@ -83,8 +84,8 @@ def test_no_selector_of_the_xapp_takes_in_the_helm_test_pod(
 
 @pytest.mark.parametrize("hardened", [False, True], ids=["namespace-open", "default-deny"])
 def test_helm_test_pod_reaches_the_xapp_http_port_and_nothing_else(
-        rendered: dict[str, cr.Rendered], hardened: bool) -> None:
-    for name, r in rendered.items():
+        netpol_rendered: dict[str, cr.Rendered], hardened: bool) -> None:
+    for name, r in netpol_rendered.items():
         policies = _policies(r) + ([DEFAULT_DENY] if hardened else [])
         xapp, test_pod = _xapp(r), _helm_test_pod(r)
         assert can_connect(policies, test_pod, DNS, 53, "UDP"), name
@@ -94,8 +95,9 @@ def test_helm_test_pod_reaches_the_xapp_http_port_and_nothing_else(
         assert not can_connect(policies, test_pod, SDL, 6379), name
 
 
-def test_only_named_peers_reach_the_xapp_http_port(rendered: dict[str, cr.Rendered]) -> None:
-    r = rendered["default"]
+def test_only_named_peers_reach_the_xapp_http_port(
+        netpol_rendered: dict[str, cr.Rendered]) -> None:
+    r = netpol_rendered["default"]
     policies, xapp = _policies(r), _xapp(r)
     assert can_connect(policies, PROMETHEUS, xapp, 8080)
     # A pod of the namespace with the test pod's name but another release's instance label.
@@ -163,10 +165,11 @@ def _fake_tools(bin_dir: Path, failures: int) -> Path:
 
 @pytest.mark.parametrize("failures,passes", [(0, True), (3, True), (10, False)])
 def test_helm_test_pod_retries_until_the_policy_lets_it_through(
-        rendered: dict[str, cr.Rendered], tmp_path: Path, failures: int, passes: bool) -> None:
+        netpol_rendered: dict[str, cr.Rendered], tmp_path: Path, failures: int,
+        passes: bool) -> None:
     """An enforcing CNI applies a new pod's rules a moment after it starts (kube-router did in
     make e2e-k8s): the test pod's first connections may be refused, so it tries again."""
-    [pod] = [p for p in rendered["default"].of_kind("Pod")
+    [pod] = [p for p in netpol_rendered["default"].of_kind("Pod")
              if p["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
     command = pod["spec"]["containers"][0]["command"]
     calls = _fake_tools(tmp_path, failures)

@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.e2e.mptcp_bulk import CONGESTION_CONTROL, congestion_control, mptcp_socket
+from tests.e2e.mptcp_bulk import CONGESTION_CONTROL, congestion_control, connect, mptcp_socket
 
 SIOCOUTQ = 0x5411
 CHUNK = 64 * 1024
@@ -57,7 +57,7 @@ def echo_serve(addr: str, port: int, size: int, cc: str) -> int:
 
 def echo_connect(addr: str, port: int, size: int, every_ms: float, out: Path,
                  seconds: float, cc: str) -> int:
-    sock = _connect(addr, port, cc)
+    sock = connect(addr, port, 10.0, cc)
     if sock is None:
         return 1
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -77,20 +77,8 @@ def echo_connect(addr: str, port: int, size: int, every_ms: float, out: Path,
                                 "rtt_ms": round((time.monotonic() - t0) * 1000, 3)}) + "\n")
             f.flush()
             nxt = max(nxt + every_ms / 1000, time.monotonic())
-            time.sleep(max(0.0, nxt - time.monotonic()))
+            time.sleep(max(0.0, nxt - time.monotonic()))  # the flow's pace: one every every_ms
     return 0
-
-
-def _connect(addr: str, port: int, cc: str) -> socket.socket | None:
-    for _ in range(100):  # the server starts in parallel: retry for up to 10 s
-        sock = mptcp_socket(cc)
-        try:
-            sock.connect((addr, port))
-            return sock
-        except OSError:
-            sock.close()
-            time.sleep(0.1)
-    return None
 
 
 def probe_sink(addr: str, port: int) -> int:

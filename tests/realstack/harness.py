@@ -50,7 +50,7 @@ from tests.e2e.reallink import PROXY_ID, agent_config, proxy_acl
 from tests.integration.stack import AGENT_BINARY, REPO, XappRun, influx_write, operator_env
 from tests.support.influxd import InfluxServer, start_influxd
 from tests.support.mosquitto import MosquittoBroker, Pki, connect_client, make_pki
-from tests.support.polling import free_port, stop_process
+from tests.support.polling import free_port, stop_process, wait_until
 from tests.support.redis_server import RedisServer
 from twin.path_traces import PathTrace
 from xapp.adapters.mqtt import payloads, topics
@@ -408,12 +408,9 @@ class Run:
             stop.wait(self.trace.period_s)
 
     def _wait_for_xapp(self, observer: Observer) -> None:
-        deadline = time.monotonic() + XAPP_READY_S
-        while time.monotonic() < deadline:
-            if any(r.version > 0 for r in observer.snapshot()):
-                return
-            time.sleep(0.5)
-        self.notes.append(f"no weights from the xApp within {XAPP_READY_S:.0f} s")
+        if not wait_until(lambda: any(r.version > 0 for r in observer.snapshot()),
+                          XAPP_READY_S, 0.5):
+            self.notes.append(f"no weights from the xApp within {XAPP_READY_S:.0f} s")
 
     def _traffic(self) -> None:
         py, m = sys.executable, "tests.e2e.mptcp_bulk"
@@ -425,7 +422,7 @@ class Run:
         self._spawn("echo-proxy", self.topo.proxy, [py, "-m", f, "echo-serve", "--addr",
                                                      PROXY_ADDR, "--port", str(ECHO_PORT), "--cc",
                                                      self.cc])
-        time.sleep(0.5)
+        # The clients retry their connects until the servers listen.
         self._spawn("bulk-cpe", self.topo.cpe, [py, "-m", m, "connect", "--addr", PROXY_ADDR,
                                                  "--port", str(BULK_PORT), "--out",
                                                  str(self.root / "dl.jsonl"), "--cc", self.cc])
@@ -526,11 +523,12 @@ class Run:
         for at, _, fn in events:
             delay = at - time.time()
             if delay > 0:
-                time.sleep(delay)
+                time.sleep(delay)  # the trace plays in real time: its schedule is the run
             try:
                 fn()
             except Exception as exc:  # a failed tc or publish is a note, not a dead run
                 self.notes.append(f"{at - t0:.2f} s: {exc}")
+        # To the trace's end, and the last second's deliveries logged.
         time.sleep(max(0.0, t0 + tr.duration_s + 1.2 - time.time()))
         delivered = {d: self._per_second(self.root / f"{d}.jsonl", t0, tr.duration_s)
                      for d in ("dl", "ul")}

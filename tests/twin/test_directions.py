@@ -11,19 +11,11 @@ import numpy as np
 import pytest
 
 from twin.fluid import IntArray, Observation, SimResult, simulate_duplex
+from twin.link_models import NR_DL_SYMBOLS, NR_UL_PEAK_MBPS, NR_UL_SYMBOLS
 from twin.loop_driver import LoopDriver
 from twin.policies import TwinOptions, loop_policy, run_policy, run_with_oracle
 from twin.policies import summary as summarise
-from twin.scenarios import (
-    DIRECTIONS,
-    NR_DL_SYMBOLS,
-    NR_UL_PEAK_MBPS,
-    NR_UL_SYMBOLS,
-    SCENARIOS,
-    Scenario,
-    ScenarioError,
-    build,
-)
+from twin.scenarios import DIRECTIONS, SCENARIOS, Scenario, ScenarioError, build
 from xapp.cli import main
 from xapp.core.ewma import EwmaEstimator
 from xapp.core.forecast import CapacityForecast, KpiFrame

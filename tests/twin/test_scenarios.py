@@ -7,17 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from twin.scenarios import (
-    HE160_2SS_MBPS,
-    HE_MCS_SNR_DB,
-    MCS_SWITCH_DB,
-    SCENARIOS,
-    ScenarioError,
-    build,
-    rate_adaptation,
-    walk_distance,
-    wifi_per,
-)
+from twin.scenarios import SCENARIOS, ScenarioError, build, walk_distance
 
 CONTEXT_KEYS = {"wifi_distance_m", "wifi_stations", "wifi_snr_db", "wifi_mcs", "nr_distance_m",
                 "nr_sinr_db", "lifi_blocked", "lifi_snr_db"}
@@ -83,30 +73,6 @@ def test_wifi_walk_follows_the_route() -> None:
 def test_bad_input(args: tuple[Any, ...], msg: str) -> None:
     with pytest.raises(ScenarioError, match=msg):
         build(*args)
-
-
-def test_wifi_goodput_is_continuous_in_snr() -> None:
-    """Best goodput over the MCS set: no step of a whole MCS between nearby SNRs."""
-    snr = np.arange(0.0, 45.0, 0.05)
-    best = np.stack([HE160_2SS_MBPS[m] * (1.0 - wifi_per(np.full(len(snr), m), snr))
-                     for m in range(12)]).max(axis=0)
-    assert np.all(np.diff(best) >= -1e-9)  # more SNR never delivers less
-    rel = np.diff(best) / best[1:]
-    assert np.max(rel[snr[1:] >= 5.0]) < 0.03  # < 3 % per 0.05 dB; an MCS step is 10-100 %
-    per = wifi_per(np.arange(12), HE_MCS_SNR_DB)
-    assert per == pytest.approx(np.full(12, 0.1))  # thresholds are the 10 % PER points
-
-
-def test_rate_adaptation_follows_the_trend_not_the_jitter() -> None:
-    rng = np.random.default_rng(0)
-    trend = np.linspace(5.0, 40.0, 3000)[:, None]
-    snr = trend + 0.5 * rng.standard_normal((3000, 1))
-    mcs = rate_adaptation(snr)[:, 0]
-    instant = np.searchsorted(MCS_SWITCH_DB, snr[:, 0], side="right") - 1
-    assert np.all(np.diff(mcs) >= -1)  # no wild swings on a rising channel
-    assert np.count_nonzero(np.diff(mcs)) < np.count_nonzero(np.diff(instant)) / 2
-    assert mcs[0] >= 0 and mcs[-1] == 11
-    assert (rate_adaptation(np.full((20, 1), -10.0)) == -1).all()  # out of range
 
 
 def test_wifi_walk_is_predictable_at_100_ms() -> None:

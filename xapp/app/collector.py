@@ -203,7 +203,7 @@ class ComponentCollector(Collector):
         yield GaugeMetricFamily("mcw_mqtt_subscriber_shards",
                                 "Shards whose agent topics this replica subscribes to.",
                                 value=sub.shard_count if held is None else len(held))
-        known = sub.states()
+        known = sub.directory.states()
         online = [s for s in known.values() if s.online]
         yield GaugeMetricFamily("mcw_agents_known", "CPE agents that reported a state.",
                                 value=len(known))
@@ -218,14 +218,14 @@ class ComponentCollector(Collector):
         yield GaugeMetricFamily("mcw_agents_with_error",
                                 "Online agents reporting a last_error.",
                                 value=sum(1 for s in online if s.last_error))
-        proxies = sub.proxies()
+        proxies = sub.directory.proxies()
         yield GaugeMetricFamily("mcw_proxies_known", "Proxy agents that reported a state.",
                                 value=len(proxies))
         yield GaugeMetricFamily("mcw_proxies_online", "Proxy agents whose last state is online.",
                                 value=sum(1 for p in proxies.values() if p.online))
         yield GaugeMetricFamily("mcw_cpes_downlink_applied",
                                 "CPEs whose downlink an online proxy reports applying.",
-                                value=len(sub.downlinks()))
+                                value=len(sub.directory.downlinks()))
 
     def _estimator(self) -> Iterable[Metric]:
         if self.estimator_counters is None:

@@ -33,7 +33,7 @@ from typing import Any
 
 import jsonschema
 
-import xapp.bounded_json as bounded_json
+from xapp import bounded_json
 from xapp.adapters.e2.mapping import DEFAULT_MAP, MeasurementMap, MeasurementMapError
 from xapp.core.caps import check_headroom
 from xapp.core.loop import LoopSettings

@@ -47,7 +47,7 @@ from xapp.core.timings import Timings
 from xapp.core.workers import Worker
 
 if TYPE_CHECKING:  # the MQTT adapter is optional at run time (lab mode)
-    from xapp.adapters.mqtt import ChannelSubscriber, CpeState, Downlink, MqttWeightPublisher
+    from xapp.adapters.mqtt import AgentDirectory, CpeState, Downlink, MqttWeightPublisher
 
 log = logging.getLogger(__name__)
 
@@ -282,9 +282,9 @@ def cpes_document(records: Mapping[str, CpeRecord], agents: Mapping[str, CpeStat
     CPE the proxy serves claims one of this CPE's addresses).  ``agent`` is the CPE agent's last
     state in full.
 
-    ``downlink_semantics`` is :meth:`ChannelSubscriber.downlink_semantics
-    <xapp.adapters.mqtt.ChannelSubscriber.downlink_semantics>`: a proxy may report its
-    semantics in its own state only, and the view must say what the loop decided caps by."""
+    ``downlink_semantics`` is :meth:`AgentDirectory.downlink_semantics
+    <xapp.adapters.mqtt.AgentDirectory.downlink_semantics>`: a proxy may report its semantics
+    in its own state only, and the view must say what the loop decided caps by."""
     out: dict[str, Any] = {}
     for cpe_id in sorted(set(records) | set(agents) | set(downlinks)):
         record = records.get(cpe_id)
@@ -358,15 +358,16 @@ def e2_view(e2: E2Parts | None) -> dict[str, Any]:
             "indications": dict(e2.ingest.counters), "registry_cpes": len(e2.registry)}
 
 
-def cpes_view(records: Mapping[str, CpeRecord], subscriber: ChannelSubscriber | None,
+def cpes_view(records: Mapping[str, CpeRecord], agents: AgentDirectory | None,
               fence: ShardFence, replica_id: str) -> dict[str, Any]:
     """``/ric/v1/cpes`` (:func:`cpes_document`), each CPE with its shard and whether this
-    replica owns it now (``owner``: this replica's id, or null)."""
-    if subscriber is None:
+    replica owns it now (``owner``: this replica's id, or null); ``agents`` is the MQTT
+    channel's directory (None without the channel)."""
+    if agents is None:
         doc = cpes_document(records, {}, {}, lambda _down: None)
     else:
-        doc = cpes_document(records, subscriber.states(), subscriber.downlinks(),
-                            subscriber.downlink_semantics)
+        doc = cpes_document(records, agents.states(), agents.downlinks(),
+                            agents.downlink_semantics)
     held = fence.held()
     for cpe_id, entry in doc["cpes"].items():
         shard = fence.shard(cpe_id)

@@ -145,6 +145,7 @@ class XappProcess:
             self.e2 = build_e2(self.opts, c, comp.intake, comp.sink, self.fence,
                                self.replica_id)
         e2 = self.e2
+        agents = None if comp.subscriber is None else comp.subscriber.directory
         self.metrics.registry.register(ComponentCollector(
             publisher=comp.mqtt_publisher, subscriber=comp.subscriber,
             estimator_counters=comp.estimator_counters,
@@ -162,7 +163,7 @@ class XappProcess:
             publisher_connects=comp.publisher_connects(), settings=c.loop,
             # Only the MQTT channel knows which agents apply rate caps; without it no set
             # carries caps.
-            semantics=comp.subscriber)
+            semantics=agents)
         self._start_sharing(c, comp, self.loop)
         self.runner = LoopRunner(self.loop, on_error=self.metrics.tick_errors.inc)
         self.runner.start()
@@ -174,8 +175,7 @@ class XappProcess:
             self.supervisor.watch(name, healthy, restart)
         sharing = self.sharing
         views: dict[str, Callable[[], Any]] = {
-            CPES_PATH: lambda: cpes_view(self.state.cpes(), comp.subscriber, self.fence,
-                                         self.replica_id),
+            CPES_PATH: lambda: cpes_view(self.state.cpes(), agents, self.fence, self.replica_id),
             E2_SUBSCRIPTIONS_PATH: lambda: e2_view(e2),
             SHARDS_PATH: lambda: shards_view(None if sharing is None else sharing.manager,
                                              self.fence, self.replica_id, comp.mqtt_publisher)}
@@ -373,6 +373,6 @@ class XappProcess:
         issue_ms = self.issue_clock.now_ms()
         comp = self.components
         subscriber = None if comp is None else comp.subscriber
-        agent = None if subscriber is None else subscriber.state(cpe_id)
+        agent = None if subscriber is None else subscriber.directory.state(cpe_id)
         return version_floor(published, issue_ms,
                              None if agent is None else agent.applied_version)

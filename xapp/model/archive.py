@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib import format as npy_format
 
-import xapp.bounded_json as bounded_json
+from xapp import bounded_json
 from xapp.bounded_json import BoundedJsonError, JsonLimits
 from xapp.model.errors import ArtifactError
 

@@ -44,7 +44,7 @@ import numpy as np
 import skops.io as sio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-import xapp.bounded_json as bounded_json
+from xapp import bounded_json
 from xapp.bounded_json import BoundedJsonError, JsonLimits
 from xapp.files import atomic_write
 from xapp.model import payload as payload_mod

@@ -36,7 +36,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-import xapp.bounded_json as bounded_json
+from xapp import bounded_json
 from xapp.bounded_json import BoundedJsonError, JsonLimits
 from xapp.files import atomic_write
 from xapp.model.errors import ArtifactError

@@ -10,6 +10,8 @@ import json
 import time
 from typing import Any
 
+from tests.support.polling import wait_until
+
 
 class RmrPeer:
     """An RMR context on ``port``; routes come from ``RMR_SEED_RT`` (set it before creating)."""
@@ -19,28 +21,28 @@ class RmrPeer:
 
         self.rmr = rmr
         self.mrc = rmr.rmr_init(str(port).encode(), rmr.RMR_MAX_RCV_BYTES, 0x00)
-        deadline = time.monotonic() + ready_timeout_s
-        while rmr.rmr_ready(self.mrc) == 0:
-            if time.monotonic() > deadline:
-                raise TimeoutError("RMR peer not ready (route table?)")
-            time.sleep(0.1)
+        if not wait_until(lambda: rmr.rmr_ready(self.mrc) != 0, ready_timeout_s, 0.1):
+            raise TimeoutError("RMR peer not ready (route table?)")
         self.received: list[tuple[int, bytes]] = []
 
-    def send(self, mtype: int, payload: bytes, retries_s: float = 10.0) -> None:
-        """Send until RMR accepts it (the xApp's listener may still be starting)."""
+    def send(self, mtype: int, payload: bytes, retries_s: float = 10.0,
+             meid: str | None = None) -> None:
+        """Send until RMR accepts it (the xApp's listener may still be starting); ``meid``
+        names the E2 node, as the E2 termination does on a RIC Indication."""
         rmr = self.rmr
-        deadline = time.monotonic() + retries_s
-        while True:
+        states: list[int] = []
+
+        def accepted() -> bool:
             sbuf = rmr.rmr_alloc_msg(self.mrc, len(payload), payload=payload,
-                                     gen_transaction_id=True, mtype=mtype)
+                                     gen_transaction_id=True, mtype=mtype,
+                                     meid=None if meid is None else meid.encode())
             sbuf = rmr.rmr_send_msg(self.mrc, sbuf)
-            state = sbuf.contents.state
+            states.append(sbuf.contents.state)
             rmr.rmr_free_msg(sbuf)
-            if state == 0:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"RMR send of type {mtype} failed with state {state}")
-            time.sleep(0.2)
+            return states[-1] == 0
+
+        if not wait_until(accepted, retries_s, 0.2):
+            raise TimeoutError(f"RMR send of type {mtype} failed with state {states[-1]}")
 
     def receive(self, mtype: int, timeout_s: float = 10.0) -> bytes:
         """The payload of the next message of ``mtype`` (others are kept in ``received``)."""

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from tests.integration.stack import http_get
 from tests.support.paths import SHARED
 from tests.support.polling import free_port, wait_until
 from tests.support.redis_server import RedisServer
@@ -37,8 +39,13 @@ KPIS = {"cpes": {"cpe-1": {"nr": {"delivered_mbps": 342, "saturated": 1},
                            "wifi": {"delivered_mbps": 600, "saturated": 1}}}}
 
 
-
-
+def ticks(http_port: int) -> float:
+    """The control loop's ticks so far (``mcw_ticks_total`` of /metrics; 0 while unreachable)."""
+    code, body = http_get(http_port, "/metrics")
+    if code != 200:
+        return 0.0
+    return sum(s.value for fam in text_string_to_metric_families(body.decode())
+               for s in fam.samples if s.name == "mcw_ticks_total")
 
 
 @pytest.fixture
@@ -113,7 +120,9 @@ def test_a1_policy_round_trip_changes_published_weights(rig: dict[str, Any]) -> 
         "operation": "UPDATE", "policy_type_id": 20100, "policy_instance_id": "no-wifi",
         "payload": {"max_weight": 999}}, A1_POLICY_RESP)
     assert resp["status"] == "ERROR"
-    time.sleep(0.5)
+    refused_at = ticks(rig["http_port"])
+    # Two ticks on the book as the refusal left it: a changed policy would have republished.
+    assert wait_until(lambda: ticks(rig["http_port"]) >= refused_at + 2)
     assert last("cpe-1")["wifi"] == 0
 
     resp = peer.request(A1_POLICY_REQ, {"operation": "DELETE", "policy_type_id": 20100,
@@ -323,24 +332,8 @@ def test_golden_indication_over_rmr_reaches_the_intake(
     glue.start()
     peer = RmrPeer(peer_port)
     try:
-        rmr = peer.rmr
-
-        def send(payload: bytes) -> None:
-            deadline = time.monotonic() + 10
-            while True:
-                sbuf = rmr.rmr_alloc_msg(peer.mrc, len(payload), payload=payload,
-                                         gen_transaction_id=True, mtype=RIC_INDICATION,
-                                         meid=E2_NODE.encode())
-                sbuf = rmr.rmr_send_msg(peer.mrc, sbuf)
-                state = sbuf.contents.state
-                rmr.rmr_free_msg(sbuf)
-                if state == 0:
-                    return
-                assert time.monotonic() < deadline, f"RMR send failed with state {state}"
-                time.sleep(0.2)
-
-        send(b"\x00not an indication")
-        send(golden)
+        peer.send(RIC_INDICATION, b"\x00not an indication", meid=E2_NODE)
+        peer.send(RIC_INDICATION, golden, meid=E2_NODE)
         assert wait_until(lambda: ingest.counters["accepted"] == 1, timeout_s=20)
         assert ingest.counters["refused_e2ap"] == 1 and glue.callback_errors == 0
         snap = intake.latest(time.time(), 60.0)

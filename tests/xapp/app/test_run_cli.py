@@ -15,13 +15,24 @@ import pytest
 
 from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
-from tests.xapp.app.test_process import lab_files
+from tests.xapp.app.test_process import CONTROLS, lab_files
 from xapp.adapters.lab import read_published as published
+from xapp.adapters.sdl import ricsdl_backend
 
 
 @pytest.fixture
 def lab(tmp_path: Path) -> dict[str, Path]:
     return lab_files(tmp_path)
+
+
+def stored_version(cpe: str) -> int:
+    """The version of ``cpe``'s record in SDL (0 before the flusher wrote one)."""
+    sdl = ricsdl_backend()
+    try:
+        raw = sdl.get(CONTROLS["sdl_namespace"], {f"cpe/{cpe}"}).get(f"cpe/{cpe}")
+    finally:
+        sdl.close()
+    return int(json.loads(raw)["version"]) if raw else 0
 
 
 def test_sigterm_stops_cleanly_and_restart_keeps_versions(lab: dict[str, Path],
@@ -41,7 +52,7 @@ def test_sigterm_stops_cleanly_and_restart_keeps_versions(lab: dict[str, Path],
         try:
             assert wait_until(lambda: len(published(lab["out"])) > seen)  # noqa: B023
             versions = [p["version"] for p in published(lab["out"])]
-            time.sleep(0.5)  # let the SDL flusher write the CPE record
+            assert wait_until(lambda: stored_version("cpe-1") >= versions[-1])  # noqa: B023
             started = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             out, _ = proc.communicate(timeout=15)

@@ -57,6 +57,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from xapp.adapters.e2 import aper
@@ -186,7 +187,7 @@ class _Child:
     spawn re-runs the main script), importing the same ``xapp`` as this one (its ``sys.path``
     goes first in ``PYTHONPATH``)."""
 
-    def __init__(self, max_payload: int, recheck_interval_s: float) -> None:
+    def __init__(self, max_payload: int, recheck_interval_s: float, started_at: float) -> None:
         jobs_r, jobs_w = os.pipe()
         results_r, results_w = os.pipe()
         env = dict(os.environ)
@@ -205,7 +206,8 @@ class _Child:
             os.close(results_w)
         self.jobs, self.results = Frames(jobs_w), Frames(results_r)
         self.pid = self.process.pid
-        self.started_at = time.monotonic()
+        #: On the supervising :class:`DecoderProcess`'s clock.
+        self.started_at = started_at
         self.ready = False
         #: When the process last showed progress (ready, an answer, or work after none).
         self.progress_at = self.started_at
@@ -268,10 +270,14 @@ class DecoderProcess(Worker):
         as stuck and is killed (a 64 KiB indication takes about 0.3 s).
     start_timeout_s : float, default=60.0
         How long a new process may take to load its codecs before it counts as stuck.
+    clock : callable, default=time.monotonic
+        Seconds on a monotonic clock: what the deadlines above, and both threads' own, are
+        measured on (tests pass a fake one and move it).
     """
 
     def __init__(self, ingest: Any, *, maxsize: int = QUEUE, decode_deadline_s: float = 10.0,
-                 start_timeout_s: float = 60.0, name: str = "mcw-e2-decoder") -> None:
+                 start_timeout_s: float = 60.0, name: str = "mcw-e2-decoder",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if maxsize < 1:
             raise ValueError(f"the decoder's queue needs room for at least one item, "
                              f"got {maxsize}")
@@ -298,8 +304,9 @@ class DecoderProcess(Worker):
         #: Decoder processes started, and killed because they were stuck.
         self.processes_started = 0
         self.processes_killed = 0
-        super().__init__(name, self._read_step, 0.0, deadline_s=30.0)
-        self.feeder = Worker(f"{name}-feed", self._feed_step, 0.0, deadline_s=30.0)
+        # Worker keeps the clock (self._clock): the process's deadlines are read on it too.
+        super().__init__(name, self._read_step, 0.0, deadline_s=30.0, clock=clock)
+        self.feeder = Worker(f"{name}-feed", self._feed_step, 0.0, deadline_s=30.0, clock=clock)
 
     # --- what RMR's thread calls ----------------------------------------------------------
 
@@ -345,7 +352,8 @@ class DecoderProcess(Worker):
                 if child is not None:
                     self._lost(child)
                 self._ready.clear()
-                self._child = _Child(self.ingest.max_payload, self.ingest.recheck_interval_s)
+                self._child = _Child(self.ingest.max_payload, self.ingest.recheck_interval_s,
+                                     self._clock())
                 self.processes_started += 1
                 log.info("E2 decoder process started (pid %d)", self._child.pid)
         super().start()
@@ -354,6 +362,7 @@ class DecoderProcess(Worker):
 
     def stop(self, timeout_s: float = 5.0) -> bool:
         """Stop both threads and the process; True if all ended within ``timeout_s``."""
+        # Real time: it bounds waits for threads and a process, not a supervision deadline.
         deadline = time.monotonic() + timeout_s
         stopped = self.feeder.stop(timeout_s=min(1.0, timeout_s))
         stopped &= super().stop(timeout_s=max(0.0, min(1.0, deadline - time.monotonic())))
@@ -373,7 +382,7 @@ class DecoderProcess(Worker):
         """Readiness: a process runs, has loaded its codecs and is not stuck."""
         child = self._child
         return (child is not None and child.alive() and child.ready
-                and self._stuck(child, time.monotonic()) is None)
+                and self._stuck(child, self._clock()) is None)
 
     def status(self) -> WorkerStatus:
         st = super().status()
@@ -384,7 +393,7 @@ class DecoderProcess(Worker):
             if child is None or not child.alive():
                 state = WorkerState.DEAD
                 error = "decoder process not running"
-            elif (why := self._stuck(child, time.monotonic())) is not None:
+            elif (why := self._stuck(child, self._clock())) is not None:
                 state, error = WorkerState.STUCK, why
         return WorkerStatus(st.name, state, st.restarts, st.failures, st.idle_s, error,
                             queued=self.pending(), dropped=self.dropped)
@@ -473,7 +482,7 @@ class DecoderProcess(Worker):
                 child.send(_BOOK + json.dumps(view, separators=(",", ":")).encode())
                 child.book_version = view["version"]
             if not child.in_flight():
-                child.progress_at = time.monotonic()  # the deadline runs from now
+                child.progress_at = self._clock()  # the deadline runs from now
             child.send(b"".join((_JOB, _JOB_HEAD.pack(len(raw_meid), len(payload)), raw_meid,
                                  body)))
         except OSError:  # the process died (EPIPE) or was retired meanwhile: for the next
@@ -499,7 +508,7 @@ class DecoderProcess(Worker):
         if child is None or child.closed:
             self._stop.wait(0.5)
             return
-        if (why := self._stuck(child, time.monotonic())) is not None:
+        if (why := self._stuck(child, self._clock())) is not None:
             self.processes_killed += 1
             log.error("E2 decoder process (pid %d) killed: %s", child.pid, why)
             child.process.kill()
@@ -515,7 +524,7 @@ class DecoderProcess(Worker):
             child.process.kill()  # EOF: it ended; OSError: an oversized frame, out of step
             self._lost(child)
             return
-        child.progress_at = time.monotonic()
+        child.progress_at = self._clock()
         kind = frame[:1]
         if kind == _READY:
             child.ready = True

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import xapp.bounded_json as bounded_json
+from xapp import bounded_json
 from xapp.adapters.sdl import LazySdlClient, SdlBackend
 from xapp.core.ids import is_cpe_id
 from xapp.core.workers import Worker

@@ -71,7 +71,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-import xapp.bounded_json as bounded_json
+from xapp import bounded_json
 
 SUBSCRIPTIONS_PATH = "/ric/v1/subscriptions"
 #: Where submgr posts its answers (xapp-frame ``Subscriber.clientUrl``).

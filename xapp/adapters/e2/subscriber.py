@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import xapp.bounded_json as bounded_json
+from xapp import bounded_json
 from xapp.adapters.e2.mapping import family_of
 from xapp.adapters.e2.nodes import NodeSource
 from xapp.adapters.e2.records import ActiveSubscription, E2Node, RicRequestId

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import xapp.bounded_json as bounded_json
+from xapp import bounded_json
 from xapp.adapters.dbaas import RedisLike, sdl_key
 from xapp.adapters.sdl import LazySdlClient, SdlBackend
 

@@ -5,8 +5,8 @@ Subscribes to the CPE agents' ``mcw/v1/s/{shard}/cpe/+/state`` (retained, last w
 they serve, the downlink) and ``mcw/v1/proxy/+/state`` (each proxy's own state), for every shard
 or for the shards this replica holds (:meth:`ChannelSubscriber.set_shards`), drops what does
 not validate (counted), feeds the states to its
-:class:`~xapp.adapters.mqtt.agent_directory.AgentDirectory` (which agent applies which
-direction; its queries are the subscriber's: :meth:`ChannelSubscriber.downlink`, ...), and
+:class:`~xapp.adapters.mqtt.agent_directory.AgentDirectory`
+(:attr:`ChannelSubscriber.directory`: which agent applies which direction, queried there), and
 turns telemetry into :class:`xapp.core.forecast.KpiFrame` rows with a direction
 (:func:`~xapp.adapters.mqtt.telemetry.telemetry_frame`).  It does not write to InfluxDB
 itself: the xApp passes a callback, which gets a frame per batch of messages, or drains a batch
@@ -48,7 +48,7 @@ from typing import Any, Final
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from xapp.adapters.mqtt.agent_directory import AgentDirectory, CpeState, Downlink, ProxyState
+from xapp.adapters.mqtt.agent_directory import AgentDirectory, CpeState, ProxyState
 from xapp.adapters.mqtt.connection import MqttSettings
 from xapp.adapters.mqtt.decoder import decode
 from xapp.adapters.mqtt.drops import DropCounter
@@ -145,7 +145,10 @@ class ChannelSubscriber:
         # between the check that it is held and the store cannot keep it.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._directory = AgentDirectory()
+        #: What the agents reported and who applies which direction (the runtime, the metrics,
+        #: the endpoints and the loop's rate caps query it directly); fed by the network
+        #: thread.
+        self.directory = AgentDirectory()
         self._buffer: deque[dict[str, Any]] = deque()
         self.telemetry_batch_max = telemetry_batch_max
         #: Hands batches of telemetry to ``on_telemetry`` (supervise it with the others).
@@ -238,7 +241,7 @@ class ChannelSubscriber:
         """Drop what is known of the CPEs of shards not in ``held`` (under the lock)."""
         def mine(cpe: str) -> bool:
             return _shard(cpe, self.shard_count) in held
-        self._directory.keep_only(mine)
+        self.directory.keep_only(mine)
         self._sharded_cpes = {c for c in self._sharded_cpes if mine(c)}
         self._sharded_proxy_cpes = {k for k in self._sharded_proxy_cpes if mine(k[1])}
         self._buffer = deque(d for d in self._buffer if mine(str(d["cpe_id"])))
@@ -321,39 +324,6 @@ class ChannelSubscriber:
         """Wait until ``predicate(self)`` holds (re-checked after every message)."""
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self), timeout=timeout_s)
-
-    # --- what the agents reported (the directory's, for the runtime, metrics and tests) -------
-
-    def state(self, cpe_id: str) -> CpeState | None:
-        return self._directory.state(cpe_id)
-
-    def states(self) -> dict[str, CpeState]:
-        return self._directory.states()
-
-    def online(self) -> list[str]:
-        return self._directory.online()
-
-    def proxy(self, proxy_id: str) -> ProxyState | None:
-        return self._directory.proxy(proxy_id)
-
-    def proxies(self) -> dict[str, ProxyState]:
-        return self._directory.proxies()
-
-    def proxy_cpe_states(self) -> dict[tuple[str, str], CpeState]:
-        return self._directory.proxy_cpe_states()
-
-    def downlink(self, cpe_id: str) -> Downlink | None:
-        return self._directory.downlink(cpe_id)
-
-    def downlinks(self) -> dict[str, Downlink]:
-        return self._directory.downlinks()
-
-    def rate_caps(self, direction: str) -> frozenset[str]:
-        """:class:`xapp.core.ports.BackendSemantics` (:meth:`AgentDirectory.rate_caps`)."""
-        return self._directory.rate_caps(direction)
-
-    def downlink_semantics(self, down: Downlink) -> str | None:
-        return self._directory.downlink_semantics(down)
 
     # --- telemetry -----------------------------------------------------------------------------
 
@@ -498,7 +468,7 @@ class ChannelSubscriber:
                     and topic.cpe_id is not None:
                 # An empty retained message: the proxy stopped serving the CPE.
                 with self._cond:
-                    self._directory.stop_serving(topic.proxy_id, topic.cpe_id)
+                    self.directory.stop_serving(topic.proxy_id, topic.cpe_id)
                     self._cond.notify_all()
                 return
             if topic is not None and topic.legacy and topic.kind == "state":
@@ -515,7 +485,7 @@ class ChannelSubscriber:
                 else:
                     self._sharded_proxy_cpes.add((topic.proxy_id, topic.cpe_id))
         if kind in ("state", "telemetry") and "proxy_id" not in doc \
-                and self._directory.is_proxy(str(doc["cpe_id"])):
+                and self.directory.is_proxy(str(doc["cpe_id"])):
             # A CPE topic named after a proxy: only a proxy's certificate (CN = proxy id) could
             # have written it, through an ACL from before the proxies' deny line.
             self.drops.drop(kind, "role-mismatch", "a CPE topic named after a known proxy", name)
@@ -526,11 +496,11 @@ class ChannelSubscriber:
             with self._cond:
                 if not self._holds(str(doc["cpe_id"])):
                     return  # the shard was given up while this message was decoded
-                state = self._directory.report_state(doc, time.monotonic())
+                state = self.directory.report_state(doc, time.monotonic())
                 self._cond.notify_all()
         elif kind == "proxy-state":
             with self._cond:
-                proxy = self._directory.report_proxy(doc, time.monotonic())
+                proxy = self.directory.report_proxy(doc, time.monotonic())
                 self._cond.notify_all()
         elif kind == "telemetry":
             with self._cond:

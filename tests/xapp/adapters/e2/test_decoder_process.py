@@ -150,8 +150,9 @@ def test_a_killed_or_hung_process_is_replaced_on_the_supervisors_clock_and_loses
     """Issue 33 item 3: nothing polls /alive or /metrics here; the supervisor's own thread
     replaces the process, and what arrived meanwhile waited in the queue for it."""
     ingest, _ = make_ingest(100)
-    # SIGSTOP hangs it as an endless decode would: stuck after the deadline, then killed.
-    d = start(started, ingest, decode_deadline_s=0.5)
+    now = [0.0]
+    # SIGSTOP hangs it as an endless decode would: stuck past the deadline, then killed.
+    d = start(started, ingest, decode_deadline_s=10.0, clock=lambda: now[0])
     supervisor = Supervisor()
     for worker in d.workers():
         supervisor.add(worker, degrades="e2")
@@ -165,6 +166,9 @@ def test_a_killed_or_hung_process_is_replaced_on_the_supervisors_clock_and_loses
     try:
         for _ in range(10):  # while it is dead or hung: they wait, none is dropped
             assert d.offer((payload, NODE))
+        # The hung one holds what it was sent; past the deadline it is stuck.
+        assert wait_until(lambda: child.in_flight() > 0 or not child.alive(), timeout_s=30)
+        now[0] += 10.5
         supervisor.start(interval_s=0.05)
         assert wait_until(lambda: d.processes_started == 2 and d.healthy(), timeout_s=30)
         # The ingest counts an indication "received" before it maps and hands it on, and
@@ -244,7 +248,8 @@ def test_a_spent_restart_budget_degrades_e2_only_and_says_so(
 def test_a_hung_process_is_stuck_then_killed_and_replaced(
         started: list[DecoderProcess]) -> None:
     ingest, _ = make_ingest()
-    d = start(started, ingest, decode_deadline_s=0.5)
+    now = [0.0]
+    d = start(started, ingest, decode_deadline_s=10.0, clock=lambda: now[0])
     supervisor = Supervisor()
     for worker in d.workers():
         supervisor.add(worker)
@@ -253,6 +258,11 @@ def test_a_hung_process_is_stuck_then_killed_and_replaced(
     os.kill(child.pid, signal.SIGSTOP)  # hangs as an endless decode would
     try:
         d.offer((indication(), NODE))
+        assert wait_until(lambda: child.in_flight() == 1, timeout_s=30)
+        now[0] += 9.9  # within the deadline: holding work is not being stuck
+        assert d.status().state is WorkerState.OK and d.healthy()
+        assert d.processes_killed == 0
+        now[0] += 0.2
         seen: list[WorkerState] = []
 
         def stuck_then_dead() -> bool:
@@ -260,6 +270,8 @@ def test_a_hung_process_is_stuck_then_killed_and_replaced(
             return seen[-1] is WorkerState.DEAD
 
         assert wait_until(stuck_then_dead, timeout_s=10, step_s=0.02)
+        # The reading thread kills it on its next round (at most its 0.5 s poll): the
+        # status may or may not have been read in between.
         assert WorkerState.STUCK in seen or d.processes_killed == 1
         assert d.processes_killed == 1 and d.drops["decoder_lost"] == 1
     finally:
@@ -269,6 +281,30 @@ def test_a_hung_process_is_stuck_then_killed_and_replaced(
     assert wait_until(d.healthy, timeout_s=30)
     d.offer((indication(), NODE))
     assert wait_until(lambda: ingest.counters["accepted"] == 1, timeout_s=30)
+
+
+def test_a_process_that_never_gets_ready_is_stuck_after_the_start_timeout(
+        started: list[DecoderProcess]) -> None:
+    ingest, _ = make_ingest()
+    now = [0.0]
+    # The jumps stay below the threads' own 30 s deadline, on the same clock: a step in
+    # progress across a longer jump would count as stuck itself.
+    d = DecoderProcess(ingest, start_timeout_s=5.0, clock=lambda: now[0])
+    started.append(d)
+    d.start()
+    child = d._child
+    assert child is not None
+    os.kill(child.pid, signal.SIGSTOP)  # long before its codecs are loaded (about 0.3 s)
+    try:
+        now[0] += 4.9
+        assert d.status().state is WorkerState.OK and not d.healthy()
+        now[0] += 0.2
+        assert wait_until(lambda: d.processes_killed == 1, timeout_s=10)
+        assert d.status().state is WorkerState.DEAD
+        assert d.drops["decoder_lost"] == 0  # it was sent nothing
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGCONT)
 
 
 def test_stop_ends_the_process_and_both_threads(started: list[DecoderProcess]) -> None:

@@ -13,6 +13,7 @@ import pandas as pd
 
 from tests.support.influxd import InfluxServer
 from tests.support.paths import REPO
+from tests.support.polling import wait_until
 from tests.xapp.adapters.influx.points import kpi_frame, open_store, raw_write
 from xapp.adapters.influx.intake import InfluxIntake
 from xapp.adapters.influx.store import InfluxConfig, InfluxStore
@@ -327,10 +328,7 @@ def test_outage_with_a_bad_batch_queued_loses_nothing_good(influx: InfluxServer)
     assert c.dropped_points == 0 and c.rejected_points == 0
     store.start(interval_s=0.05)
     influx.start()
-    deadline = time.monotonic() + 30
-    while store.buffered and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert store.buffered == 0
+    assert wait_until(lambda: store.buffered == 0, 30)
     assert c.written_points == 17 and c.rejected_points_parse == 1
     assert c.dropped_points == 0
     assert len(store.read_table("-1h")) == 17

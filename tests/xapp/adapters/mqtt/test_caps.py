@@ -108,28 +108,28 @@ def test_subscriber_knows_the_rate_caps_appliers(proxy_broker: MosquittoBroker,
                           retain=True) < 0x80
         assert c2.publish(shard_topic("cpe-0002", "state"), state_doc("cpe-0002", 1),
                           retain=True) < 0x80
-        assert sub.wait_for(lambda s: len(s.states()) == 2, 5)
-        assert sub.rate_caps("ul") == {"cpe-0001"}
-        assert sub.rate_caps("dl") == frozenset()
+        assert sub.wait_for(lambda s: len(s.directory.states()) == 2, 5)
+        assert sub.directory.rate_caps("ul") == {"cpe-0001"}
+        assert sub.directory.rate_caps("dl") == frozenset()
         # The proxy reports rate-caps in its own state; its per-CPE states say nothing.
         assert p1.publish(f"{base}/state", proxy_state(
             "proxy-0001", capabilities={"semantics": "rate-caps"}), retain=True) < 0x80
         assert p1.publish(shard_topic("cpe-0002", "state", proxy_id="proxy-0001"),
                           proxy_cpe_state("proxy-0001", "cpe-0002", 3), retain=True) < 0x80
-        assert sub.wait_for(lambda s: s.downlink("cpe-0002") is not None
-                            and s.proxy("proxy-0001") is not None, 5)
-        assert sub.rate_caps("dl") == {"cpe-0002"}
+        assert sub.wait_for(lambda s: s.directory.downlink("cpe-0002") is not None
+                            and s.directory.proxy("proxy-0001") is not None, 5)
+        assert sub.directory.rate_caps("dl") == {"cpe-0002"}
         # A per-CPE state's own semantics wins over the proxy's.
         assert p1.publish(shard_topic("cpe-0002", "state", proxy_id="proxy-0001"), proxy_cpe_state(
             "proxy-0001", "cpe-0002", 4, capabilities={"semantics": "on-off"}),
             retain=True) < 0x80
-        assert sub.wait_for(lambda s: s.rate_caps("dl") == frozenset(), 5)
+        assert sub.wait_for(lambda s: s.directory.rate_caps("dl") == frozenset(), 5)
         # The CPE agent goes offline: its uplink is nobody's to cap.
         assert c1.publish(shard_topic("cpe-0001", "state"),
                           state_doc("cpe-0001", 1, online=False, **shares), retain=True) < 0x80
-        assert sub.wait_for(lambda s: s.rate_caps("ul") == frozenset(), 5)
+        assert sub.wait_for(lambda s: s.directory.rate_caps("ul") == frozenset(), 5)
         with pytest.raises(ValueError, match="direction"):
-            sub.rate_caps("up")
+            sub.directory.rate_caps("up")
     finally:
         sub.stop()
         for c in (c1, c2, p1):

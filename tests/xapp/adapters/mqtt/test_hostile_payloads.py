@@ -92,7 +92,7 @@ def assert_still_listening(sub: ChannelSubscriber, other: TestClient, frames: li
     assert sub.thread_alive and sub.healthy()
     other.publish(shard_topic(OTHER, "telemetry"), telemetry_doc(OTHER, 42.5))
     other.publish(shard_topic(OTHER, "state"), state_doc(OTHER, version))
-    assert sub.wait_for(lambda s: (st := s.state(OTHER)) is not None
+    assert sub.wait_for(lambda s: (st := s.directory.state(OTHER)) is not None
                         and st.applied_version == version, 5), "state did not arrive"
     assert sub.wait_for(lambda _s: any(OTHER in f.cpe for f in frames), 5)
     assert states[-1].cpe_id == OTHER and states[-1].applied_version == version
@@ -116,7 +116,7 @@ def test_a_hostile_message_is_dropped_and_the_xapp_keeps_listening(
         assert sub.callback_errors == 0
         assert_still_listening(sub, other, frames, states, version=5)
         # Nothing of the attacker's reached the state or the callbacks.
-        assert sub.state(ATTACKER) is None
+        assert sub.directory.state(ATTACKER) is None
         assert {c for f in frames for c in f.cpe} == {OTHER}
         assert all(np.isfinite(f.column("delivered_mbps")).all() for f in frames)
     finally:
@@ -193,7 +193,7 @@ def test_a_dead_network_thread_is_restarted_by_the_health_probe(
         assert sub.thread_alive and sub.restarts == 1
         assert sub.wait_subscribed(10)
         other.publish(shard_topic(OTHER, "state"), state_doc(OTHER, 2))
-        assert sub.wait_for(lambda s: (st := s.state(OTHER)) is not None
+        assert sub.wait_for(lambda s: (st := s.directory.state(OTHER)) is not None
                             and st.applied_version == 2, 5)
         assert not sub.restart()  # alive: nothing to restart
     finally:

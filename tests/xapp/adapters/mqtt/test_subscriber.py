@@ -67,14 +67,14 @@ def test_state_and_telemetry_reach_the_xapp(broker: MosquittoBroker,
                            retain=True) < 0x80
         sub.start()
         assert sub.wait_subscribed(10)
-        assert sub.wait_for(lambda s: s.state("cpe-0001") is not None, 5)
-        st = sub.state("cpe-0001")
+        assert sub.wait_for(lambda s: s.directory.state("cpe-0001") is not None, 5)
+        st = sub.directory.state("cpe-0001")
         assert st is not None and st.online and st.applied_version == 7
         assert st.on_off_only and st.max_weight == 1 and st.backend == "mptcp-upstream"
         assert st.links == {"nr": "down", "wifi": "up"} and st.event == "applied"
         assert st.role == "cpe" and st.direction == "ul" and st.directions_coupled
         assert st.addresses == {"nr": "10.1.0.2", "wifi": "10.2.0.2"}
-        assert sub.online() == ["cpe-0001"] and states[-1] == st
+        assert sub.directory.online() == ["cpe-0001"] and states[-1] == st
 
         cpe.publish(shard_topic("cpe-0001", "telemetry"), telemetry_doc("cpe-0001", 250.5), qos=0)
         cpe.publish(shard_topic("cpe-0001", "telemetry"), telemetry_doc("cpe-0001", 99.0), qos=0)
@@ -114,7 +114,7 @@ def test_invalid_payloads_are_dropped_and_counted(broker: MosquittoBroker,
             "telemetry/schema": 1,
         }
         assert [s.applied_version for s in states] == [3]
-        assert sub.state("cpe-0002") is None
+        assert sub.directory.state("cpe-0002") is None
         assert len(sub.drain_telemetry()) == 0
     finally:
         cpe.close()
@@ -122,7 +122,7 @@ def test_invalid_payloads_are_dropped_and_counted(broker: MosquittoBroker,
 
 
 AGENT = textwrap.dedent("""
-    import json, ssl, sys, time
+    import json, ssl, sys
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
     port, ca, cert, key, cpe, topic = sys.argv[1:7]
@@ -138,7 +138,7 @@ AGENT = textwrap.dedent("""
     info = c.publish(topic, sys.stdin.readline().strip(), qos=1, retain=True)
     info.wait_for_publish(5)
     print("ready", flush=True)
-    time.sleep(60)
+    sys.stdin.read()  # connected until the test kills it (or its end closes the pipe)
 """)
 
 
@@ -156,14 +156,15 @@ def test_last_will_marks_a_dropped_cpe_offline(broker: MosquittoBroker,
         agent.stdin.write(state_doc("cpe-0002", 12).decode() + "\n")
         agent.stdin.flush()
         assert agent.stdout.readline().strip() == "ready"
-        assert sub.wait_for(lambda s: (st := s.state("cpe-0002")) is not None and st.online, 5)
+        assert sub.wait_for(lambda s: (st := s.directory.state("cpe-0002")) is not None
+                            and st.online, 5)
         agent.send_signal(signal.SIGKILL)  # no DISCONNECT: the broker must send the will
         agent.wait()
-        assert sub.wait_for(lambda s: (st := s.state("cpe-0002")) is not None
+        assert sub.wait_for(lambda s: (st := s.directory.state("cpe-0002")) is not None
                             and not st.online, 10)
-        st = sub.state("cpe-0002")
+        st = sub.directory.state("cpe-0002")
         assert st is not None and st.applied_version == 12 and st.event is None
-        assert sub.online() == []
+        assert sub.directory.online() == []
     finally:
         if agent.poll() is None:
             agent.kill()

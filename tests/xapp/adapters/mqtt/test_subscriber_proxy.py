@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,15 @@ from xapp.adapters.mqtt import ChannelSubscriber, MqttSettings, ProxyState, shar
 from xapp.app.endpoints import cpes_document
 from xapp.core.forecast import KpiFrame
 from xapp.core.ports import CpeRecord, DirectionRecord
+
+
+def cpes(sub: ChannelSubscriber, records: Mapping[str, CpeRecord] | None = None
+         ) -> dict[str, Any]:
+    """``/ric/v1/cpes``'s CPEs: ``records`` as published, who applies them as ``sub``'s
+    directory knows."""
+    agents = sub.directory
+    return dict(cpes_document(records or {}, agents.states(), agents.downlinks(),
+                              agents.downlink_semantics)["cpes"])
 
 
 def proxy_state(proxy: str, online: bool = True, **extra: Any) -> bytes:
@@ -77,16 +86,17 @@ def test_downlink_is_known_per_cpe_from_the_proxys_reports(
                           proxy_cpe_state("proxy-0001", "cpe-0001", 9), retain=True) < 0x80
         sub.start()
         assert sub.wait_subscribed(10)
-        assert sub.wait_for(lambda s: s.downlink("cpe-0001") is not None
-                            and s.state("cpe-0001") is not None, 5)
-        down = sub.downlink("cpe-0001")
+        assert sub.wait_for(lambda s: s.directory.downlink("cpe-0001") is not None
+                            and s.directory.state("cpe-0001") is not None, 5)
+        down = sub.directory.downlink("cpe-0001")
         assert down is not None and down.proxy_id == "proxy-0001"
         assert down.state.applied_version == 9 and down.state.direction == "dl"
-        assert sub.downlink("cpe-0002") is None  # served, but no state yet: nobody applies
-        proxy = sub.proxy("proxy-0001")
+        # Served, but no state yet: nobody applies it.
+        assert sub.directory.downlink("cpe-0002") is None
+        proxy = sub.directory.proxy("proxy-0001")
         assert proxy is not None and proxy.online and proxy.directions_coupled
         assert proxy.cpes == 2 and proxies[-1] == proxy
-        up = sub.state("cpe-0001")
+        up = sub.directory.state("cpe-0001")
         assert up is not None and up.direction == "ul" and up.applied_version == 3
 
         # /ric/v1/cpes: both directions as published, and who applies each.
@@ -94,9 +104,8 @@ def test_downlink_is_known_per_cpe_from_the_proxys_reports(
                                            mode="load_balancing", policy_source="default")
         ul = DirectionRecord.from_decision(decision({"nr": 2, "wifi": 0}, "hysteresis"),
                                            mode="load_balancing", policy_source="ul-policy")
-        doc = cpes_document({"cpe-0001": CpeRecord(9, 100.0, dl, ul),
-                             "cpe-0004": CpeRecord(1, 100.0, ul, ul)},
-                            sub.states(), sub.downlinks(), sub.downlink_semantics)["cpes"]
+        doc = cpes(sub, {"cpe-0001": CpeRecord(9, 100.0, dl, ul),
+                         "cpe-0004": CpeRecord(1, 100.0, ul, ul)})
         assert set(doc) == {"cpe-0001", "cpe-0004"}
         one = doc["cpe-0001"]
         assert one["published"]["version"] == 9
@@ -129,20 +138,20 @@ def test_downlink_is_known_per_cpe_from_the_proxys_reports(
 
         # The proxy goes offline (its last will): it applies nothing.
         p1.publish(f"{base}/state", proxy_state("proxy-0001", online=False), retain=True)
-        assert sub.wait_for(lambda s: s.downlink("cpe-0001") is None, 5)
+        assert sub.wait_for(lambda s: s.directory.downlink("cpe-0001") is None, 5)
         p1.publish(f"{base}/state", proxy_state("proxy-0001"), retain=True)
-        assert sub.wait_for(lambda s: s.downlink("cpe-0001") is not None, 5)
+        assert sub.wait_for(lambda s: s.directory.downlink("cpe-0001") is not None, 5)
         # The per-CPE state says offline (lease ran out, CPE unknown): nobody applies it.
         p1.publish(shard_topic("cpe-0001", "state", proxy_id="proxy-0001"),
                    proxy_cpe_state("proxy-0001", "cpe-0001", 9, online=False), retain=True)
-        assert sub.wait_for(lambda s: s.downlink("cpe-0001") is None, 5)
+        assert sub.wait_for(lambda s: s.directory.downlink("cpe-0001") is None, 5)
         p1.publish(shard_topic("cpe-0001", "state", proxy_id="proxy-0001"),
                    proxy_cpe_state("proxy-0001", "cpe-0001", 10), retain=True)
-        assert sub.wait_for(lambda s: s.downlink("cpe-0001") is not None, 5)
+        assert sub.wait_for(lambda s: s.directory.downlink("cpe-0001") is not None, 5)
         # An empty retained message: the proxy stopped serving the CPE.
         p1.publish(shard_topic("cpe-0001", "state", proxy_id="proxy-0001"), b"", retain=True)
-        assert sub.wait_for(lambda s: s.downlink("cpe-0001") is None
-                            and ("proxy-0001", "cpe-0001") not in s.proxy_cpe_states(), 5)
+        assert sub.wait_for(lambda s: s.directory.downlink("cpe-0001") is None
+                            and ("proxy-0001", "cpe-0001") not in s.directory.proxy_cpe_states(), 5)
         assert sub.drops.total() == 0
     finally:
         p1.close()
@@ -175,7 +184,8 @@ def test_a_proxy_speaking_for_another_is_dropped_and_counted(
             "state/cpe-id-mismatch": 1, "state/role-mismatch": 1, "state/schema": 1,
             "telemetry/bad-json": 1,
         }
-        assert sub.proxy_cpe_states() == {} and set(sub.proxies()) == {"proxy-0001"}
+        assert sub.directory.proxy_cpe_states() == {}
+        assert set(sub.directory.proxies()) == {"proxy-0001"}
         # A CPE certificate cannot write proxy topics: the broker never forwards it.
         cpe = connect_client(proxy_broker, "cpe-0001", client_id="cpe1")
         try:
@@ -185,9 +195,9 @@ def test_a_proxy_speaking_for_another_is_dropped_and_counted(
         finally:
             cpe.close()
         p1.publish(f"{base}/state", proxy_state("proxy-0001", cpes=5))
-        assert sub.wait_for(lambda s: (p := s.proxy("proxy-0001")) is not None and p.cpes == 5,
-                            5)
-        assert sub.received == 8 and sub.proxy_cpe_states() == {}
+        assert sub.wait_for(lambda s: (p := s.directory.proxy("proxy-0001")) is not None
+                            and p.cpes == 5, 5)
+        assert sub.received == 8 and sub.directory.proxy_cpe_states() == {}
     finally:
         p1.close()
         sub.stop()
@@ -223,17 +233,17 @@ def test_a_proxy_certificate_is_not_taken_for_a_cpe(
         assert sub.wait_subscribed(10)
         # Before the xApp knows proxy-0001 is a proxy, its forged CPE state looks like a CPE's.
         assert p1.publish("mcw/v1/cpe/proxy-0001/state", state_doc("proxy-0001", 1)) < 0x80
-        assert sub.wait_for(lambda s: "proxy-0001" in s.states(), 5)
+        assert sub.wait_for(lambda s: "proxy-0001" in s.directory.states(), 5)
         # Its own proxy state tells the xApp what that certificate is: the "CPE" goes...
         assert p1.publish("mcw/v1/proxy/proxy-0001/state", proxy_state("proxy-0001")) < 0x80
-        assert sub.wait_for(lambda s: s.proxy("proxy-0001") is not None, 5)
-        assert "proxy-0001" not in sub.states()
+        assert sub.wait_for(lambda s: s.directory.proxy("proxy-0001") is not None, 5)
+        assert "proxy-0001" not in sub.directory.states()
         # ...and whatever it writes on CPE topics from now on is refused and counted.
         assert p1.publish("mcw/v1/cpe/proxy-0001/state", state_doc("proxy-0001", 2)) < 0x80
         assert p1.publish("mcw/v1/cpe/proxy-0001/telemetry",
                           telemetry_doc("proxy-0001", 5.0)) < 0x80
         assert sub.wait_for(lambda s: s.received == 4, 5)
-        assert "proxy-0001" not in sub.states()
+        assert "proxy-0001" not in sub.directory.states()
         assert sub.drops.snapshot() == {"state/role-mismatch": 1, "telemetry/role-mismatch": 1}
     finally:
         p1.close()
@@ -256,9 +266,9 @@ def test_an_address_conflict_shows_in_ric_v1_cpes(
                 "proxy-0001", cpe, 0, event="rejected", alarm="address-conflict",
                 applied_weights={}, last_error=error.format(other)), retain=True) < 0x80
         assert sub.wait_for(lambda s: all(
-            (d := s.downlink(c)) is not None and d.state.alarm == "address-conflict"
+            (d := s.directory.downlink(c)) is not None and d.state.alarm == "address-conflict"
             for c in ("cpe-0001", "cpe-0002")), 5)
-        doc = cpes_document({}, sub.states(), sub.downlinks(), sub.downlink_semantics)["cpes"]
+        doc = cpes(sub)
         for cpe, other in (("cpe-0001", "cpe-0002"), ("cpe-0002", "cpe-0001")):
             dl = doc[cpe]["applied_by"]["dl"]
             assert dl["alarm"] == "address-conflict" and other in dl["last_error"]
@@ -266,9 +276,9 @@ def test_an_address_conflict_shows_in_ric_v1_cpes(
         # The claim withdrawn: the proxy's next state has no alarm.
         assert p1.publish(shard_topic("cpe-0001", "state", proxy_id="proxy-0001"),
                           proxy_cpe_state("proxy-0001", "cpe-0001", 4), retain=True) < 0x80
-        assert sub.wait_for(lambda s: (d := s.downlink("cpe-0001")) is not None
+        assert sub.wait_for(lambda s: (d := s.directory.downlink("cpe-0001")) is not None
                             and d.state.alarm is None, 5)
-        doc = cpes_document({}, sub.states(), sub.downlinks(), sub.downlink_semantics)["cpes"]
+        doc = cpes(sub)
         assert doc["cpe-0001"]["applied_by"]["dl"]["alarm"] is None
         assert sub.drops.total() == 0
     finally:
@@ -288,12 +298,12 @@ def test_a_cpe_claiming_a_wildcard_address_is_dropped(
     try:
         assert sub.wait_subscribed(10)
         assert cpe.publish(shard_topic("cpe-0001", "state"), state_doc("cpe-0001", 3)) < 0x80
-        assert sub.wait_for(lambda s: s.state("cpe-0001") is not None, 5)
+        assert sub.wait_for(lambda s: s.directory.state("cpe-0001") is not None, 5)
         bad = state_doc("cpe-0001", 4, addresses={"nr": "10.1.0.2", "wifi": address})
         assert cpe.publish(shard_topic("cpe-0001", "state"), bad) < 0x80
         assert sub.wait_for(lambda s: s.received == 2, 5)
         assert sub.drops.snapshot() == {"state/bad-address": 1}
-        st = sub.state("cpe-0001")
+        st = sub.directory.state("cpe-0001")
         assert st is not None and st.applied_version == 3
         assert st.addresses == {"nr": "10.1.0.2", "wifi": "10.2.0.2"}
     finally:
