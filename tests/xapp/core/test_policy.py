@@ -54,6 +54,18 @@ def test_round_trip() -> None:
     ({"mode": "active_standby", "priority": ["nr"],
       "directions": {"dl": {"excluded_wats": ["nr"]}}},
      "directions.dl: active_standby: every WAT of the priority list is in excluded_wats"),
+    # Issue 35: the new modes, thresholds and the knob of urgent classes.
+    ({"mode": "priority"}, "priority needs a priority list"),
+    ({"mode": "priority", "priority": ["lte"], "excluded_wats": ["lte"]},
+     "priority: every WAT of the priority list is in excluded_wats"),
+    ({"mode": "redundant"}, "redundant is refused: mainline Linux MPTCP has no scheduler"),
+    ({"rtt_max_ms": 0}, "rtt_max_ms must be > 0"),
+    ({"loss_max_pct": 101}, r"loss_max_pct must be in \[0, 100\]"),
+    ({"wats": {"nr": {"rtt_max_ms": -1}}}, "wats.nr.rtt_max_ms must be > 0"),
+    ({"wats": {"nr": {"loss_max_pct": -0.5}}}, "wats.nr.loss_max_pct must be in"),
+    ({"directions": {"dl": {"loss_max_pct": 200}}}, "directions.dl: loss_max_pct"),
+    ({"urgent_cap_fraction": 0.2}, "urgent_cap_fraction must be in"),
+    ({"directions": {"ul": {"urgent_cap_fraction": 0.8}}}, "cannot be set per direction"),
 ])
 def test_bad_policies_are_refused(doc: dict[str, Any], error: str) -> None:
     with pytest.raises(PolicyError, match=error):
@@ -82,3 +94,25 @@ def test_direction_overrides_merge_over_the_policy_and_round_trip() -> None:
     assert back == p and back.for_direction("ul") == ul and back.for_direction("dl") == dl
     # Policies with different overrides differ (a change of overrides is a policy change).
     assert p != Policy.from_dict({**doc, "directions": {"dl": {"excluded_wats": []}}})
+
+
+def test_thresholds_and_new_modes_round_trip() -> None:
+    doc = {"mode": "priority", "priority": ["wifi", "nr"], "demand_mbps": 20.0,
+           "rtt_max_ms": 50.0, "loss_max_pct": 2.0, "urgent_cap_fraction": 0.8,
+           "wats": {"nr": {"rtt_max_ms": 80.0, "loss_max_pct": 5.0, "min_share": 0.1}},
+           "directions": {"dl": {"mode": "smallest_delay", "rtt_max_ms": 30.0}}}
+    p = Policy.from_dict(doc)
+    assert p.mode is SteeringMode.PRIORITY and p.urgent_cap_fraction == 0.8
+    assert (p.rtt_threshold("nr"), p.rtt_threshold("wifi")) == (80.0, 50.0)
+    assert (p.loss_threshold("nr"), p.loss_threshold("lte")) == (5.0, 2.0)
+    dl = p.for_direction("dl")
+    assert dl.mode is SteeringMode.SMALLEST_DELAY and dl.rtt_threshold("wifi") == 30.0
+    assert dl.rtt_threshold("nr") == 80.0  # the per-WAT value stays over the direction's
+    assert Policy.from_dict(p.to_dict()) == p
+    assert not Policy().has_thresholds and p.has_thresholds
+
+
+def test_a_policy_without_the_new_keys_writes_none_of_them() -> None:
+    # A 20100 policy's document stays a 20100 document (the chart and SDL keep it as it was).
+    assert not {"rules", "rtt_max_ms", "loss_max_pct", "urgent_cap_fraction"} & set(
+        Policy.from_dict({"mode": "latency_bound", "rtt_bound_ms": 5.0}).to_dict())
