@@ -39,7 +39,8 @@ def _decide_ms(caps: np.ndarray, calls: int, max_weight: int, repeat: int = 5) -
         t0 = time.perf_counter()
         for p, m in zip(parts, ok, strict=True):
             decide_batch(("nr", "wifi", "lifi"), p, p * 0.9, m, m, np.full(p.shape, np.nan),
-                         policy, np.ones(p.shape, dtype=np.int64), m, m, m[:, 0])
+                         np.full(p.shape, np.nan), policy, np.ones(p.shape, dtype=np.int64), m,
+                         m, m[:, 0])
         best = min(best, time.perf_counter() - t0)
     return best * 1e3
 

@@ -3,12 +3,12 @@
 :func:`xapp.core.weights.decide` is the readable reference for one CPE; :func:`decide_batch`
 gives the same weights, usability, aggregate, ``changed`` flag and reason for an array of CPEs
 that share one policy (the property tests in ``tests/xapp/core/test_decisions.py`` compare the two
-row by row).  Load balancing without share limits, ``fixed_split`` and ``active_standby`` are
-vectorised; a policy with share limits or ``latency_bound`` (per-CPE candidate sets) runs the
-reference per CPE, which is exact and fast enough for the few CPEs operators scope such policies
-to.  Columns are the WATs of ``wats`` (normally :data:`~xapp.core.policy.KNOWN_WATS`); a WAT a CPE
-does not report is not ``present`` and is not part of its decision, as a missing key is not part
-of ``decide``'s ``states``.
+row by row).  Load balancing and ``smallest_delay`` without share limits, ``fixed_split``,
+``active_standby`` and ``priority`` are vectorised, thresholds too; a policy with share limits or
+``latency_bound`` (per-CPE candidate sets) runs the reference per CPE, which is exact and fast
+enough for the few CPEs operators scope such policies to.  Columns are the WATs of ``wats``
+(normally :data:`~xapp.core.policy.KNOWN_WATS`); a WAT a CPE does not report is not ``present``
+and is not part of its decision, as a missing key is not part of ``decide``'s ``states``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from xapp.core import thresholds
 from xapp.core.policy import Policy, SteeringMode
 from xapp.core.weights import (
     NoUsableWatError,
@@ -50,25 +51,37 @@ class BatchDecision:
     reason: NDArray[np.object_]  # (n,) str: decide()'s reason, or why nothing was decided
 
 
-def policy_is_plain(p: Policy) -> bool:
-    """True for load balancing without share limits: the engine's unconstrained optimum."""
-    return (p.mode is SteeringMode.LOAD_BALANCING and not p.min_share
+def policy_is_plain(p: Policy, smallest: bool = False) -> bool:
+    """True for load balancing without share limits: the engine's unconstrained optimum
+    (``smallest``: for smallest_delay, whose fallback is that)."""
+    mode = SteeringMode.SMALLEST_DELAY if smallest else SteeringMode.LOAD_BALANCING
+    return (p.mode is mode and not p.min_share
             and all(v >= 1.0 for v in p.max_share.values()))
 
 
 def decide_batch(wats: tuple[str, ...], capacity: Array, lower: Array, present: Mask, up: Mask,
-                 rtt: Array, policy: Policy, prev_weights: IntArray, prev_present: Mask,
-                 prev_usable: Mask, has_prev: Mask) -> BatchDecision:
+                 rtt: Array, loss: Array, policy: Policy, prev_weights: IntArray,
+                 prev_present: Mask, prev_usable: Mask, has_prev: Mask) -> BatchDecision:
     """:func:`decide` for every row, under one policy.
 
     ``capacity`` and ``lower`` (n, k) are finite and ``0 <= lower <= capacity`` where
-    ``present``; ``rtt`` is NaN where unknown.  ``has_prev`` marks rows with a decision in force
-    (``prev_*``, pass False after a policy change), whose hysteresis then applies.
+    ``present``; ``rtt`` and ``loss`` (retransmitted %) are NaN where unknown.  ``has_prev``
+    marks rows with a decision in force (``prev_*``, pass False after a policy change), whose
+    hysteresis then applies.
     """
     n, k = capacity.shape
     cons = np.where(present, lower, 0.0)
     allowed = np.array([w not in policy.excluded for w in wats])
     usable = present & up & allowed & (cons > 0) & (cons >= policy.capacity_floor_mbps)
+    suffix = np.full(n, "", dtype=object)
+    if policy.has_thresholds:
+        crossed = usable & thresholds.over(policy, wats, rtt, loss)
+        kept = thresholds.within(usable, crossed)
+        for i in np.flatnonzero(crossed.any(axis=1)).tolist():
+            suffix[i] = thresholds.reason_suffix(dict(zip(wats, crossed[i].tolist(),
+                                                          strict=True)),
+                                                 bool((usable[i] & ~crossed[i]).any()))
+        usable = kept
     out = BatchDecision(weights=prev_weights.astype(np.int64, copy=True), usable=usable,
                         aggregate=np.zeros(n), changed=np.zeros(n, dtype=bool),
                         status=np.full(n, OK, dtype=np.int8),
@@ -86,27 +99,101 @@ def decide_batch(wats: tuple[str, ...], capacity: Array, lower: Array, present: 
     elif mode is SteeringMode.FIXED_SPLIT:
         pct = np.array([policy.split_pct.get(w, 0.0) for w in wats])
         p = np.where(usable[rows], pct, 0.0)
-        top = p.max(axis=1, keepdims=True)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            scaled = np.where(p > 0, np.maximum(1.0, np.round(p / top * policy.max_weight)), 0.0)
-        ok = np.asarray(top[:, 0] > 0, dtype=bool)
-        _finish(out, rows, scaled.astype(np.int64), ok, "fixed_split", prev, policy)
+        _finish(out, rows, _scaled(p, policy.max_weight), p.max(axis=1) > 0, "fixed_split",
+                prev, policy)
     elif mode is SteeringMode.ACTIVE_STANDBY:
-        new = np.zeros((len(rows), k), dtype=np.int64)
-        chosen = np.full(len(rows), -1)
-        for wat in reversed(policy.priority):  # the first usable WAT of the list wins
-            if wat in wats:
-                j = wats.index(wat)
-                chosen = np.where(usable[rows, j], j, chosen)
+        chosen = _first_of(policy.priority, wats, usable[rows])
         ok = chosen >= 0
-        new[np.flatnonzero(ok), chosen[ok]] = policy.max_weight
         names = np.array([f"active_standby:{w}" for w in wats] + [""], dtype=object)
-        _finish(out, rows, new, ok, names[chosen], prev, policy)
+        _finish(out, rows, _alone(chosen, k, policy.max_weight), ok, names[chosen], prev,
+                policy)
         out.reason[rows[~ok]] = f"active_standby: none of {list(policy.priority)} is usable"
+    elif mode is SteeringMode.PRIORITY:
+        _priority(out, rows, wats, prev, policy)
+    elif mode is SteeringMode.SMALLEST_DELAY and policy_is_plain(policy, smallest=True):
+        _smallest_delay(out, rows, wats, rtt, loss, prev, policy)
     else:
-        _reference(out, rows, wats, capacity, lower, present, up, rtt, policy, prev_weights,
-                   prev_present, prev_usable, has_prev)
+        _reference(out, rows, wats, capacity, lower, present, up, rtt, loss, policy,
+                   prev_weights, prev_present, prev_usable, has_prev)
+        return out  # decide() wrote its reasons, suffixes included
+    done = rows[(out.status[rows] == OK) & out.changed[rows]]
+    out.reason[done] = out.reason[done] + suffix[done]
     return out
+
+
+def _scaled(p: Array, max_weight: int) -> IntArray:
+    """Weights in proportion to ``p`` per row, the largest at ``max_weight``, at least 1 where
+    ``p > 0`` (:func:`decide`'s rounding: half to even)."""
+    top = p.max(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scaled = np.where(p > 0, np.maximum(1.0, np.round(p / top * max_weight)), 0.0)
+    return scaled.astype(np.int64)
+
+
+def _first_of(order: tuple[str, ...], wats: tuple[str, ...], usable: Mask) -> IntArray:
+    """Per row: the column of the first WAT of ``order`` that is usable, -1 when none is."""
+    chosen = np.full(len(usable), -1)
+    for wat in reversed(order):  # the first usable WAT of the list wins
+        if wat in wats:
+            j = wats.index(wat)
+            chosen = np.where(usable[:, j], j, chosen)
+    return chosen
+
+
+def _alone(chosen: IntArray, k: int, max_weight: int) -> IntArray:
+    """Weights with ``max_weight`` on column ``chosen`` of each row (none where it is -1)."""
+    new = np.zeros((len(chosen), k), dtype=np.int64)
+    ok = chosen >= 0
+    new[np.flatnonzero(ok), chosen[ok]] = max_weight
+    return new
+
+
+def _priority(out: BatchDecision, rows: IntArray, wats: tuple[str, ...], prev: _Previous,
+              policy: Policy) -> None:
+    """:func:`~xapp.core.weights.priority_fill` for every row."""
+    k = len(wats)
+    listed = [w for w in policy.priority if w in wats]
+    cols = [wats.index(w) for w in listed]
+    use = prev.now_usable[rows][:, cols]
+    cap = np.where(use, prev.cons[rows][:, cols], 0.0)
+    before = np.cumsum(cap, axis=1) - cap  # what the listed WATs ahead carry
+    demand = policy.demand_mbps
+    # Taken: usable, and the ones ahead do not carry the demand yet (the first always).
+    first = use & (np.cumsum(use, axis=1) == 1)
+    taken = use & ((before < demand) | first)
+    fill = np.where(taken, np.minimum(cap, np.maximum(demand - before, 0.0)), 0.0)
+    fill_all = np.zeros((len(rows), k))
+    fill_all[:, cols] = fill
+    new = _scaled(fill_all, policy.max_weight)
+    chosen = _first_of(policy.priority, wats, prev.now_usable[rows])
+    alone = ~(fill_all > 0).any(axis=1)
+    new[alone] = _alone(chosen[alone], k, policy.max_weight)
+    ok = chosen >= 0
+    names = np.array(["priority:" + "+".join(w for w, t in zip(listed, row, strict=True) if t)
+                      for row in (taken & (fill > 0)).tolist()], dtype=object)
+    single = np.array([f"priority:{w}" for w in wats] + [""], dtype=object)
+    names = np.where(alone, single[chosen], names)
+    _finish(out, rows, new, ok, names, prev, policy)
+    out.reason[rows[~ok]] = f"priority: none of {list(policy.priority)} is usable"
+
+
+def _smallest_delay(out: BatchDecision, rows: IntArray, wats: tuple[str, ...], rtt: Array,
+                    loss: Array, prev: _Previous, policy: Policy) -> None:
+    """:func:`~xapp.core.weights.smallest_delay` for every row; rows with no WAT to pick are
+    balanced as in load balancing."""
+    k = len(wats)
+    use = prev.now_usable[rows]
+    r = np.where(use & np.isfinite(rtt[rows]), rtt[rows], np.inf)
+    best = r.argmin(axis=1)  # ties: the first column, as decide()
+    has = np.isfinite(r[np.arange(len(rows)), best])
+    crossed = thresholds.over(policy, wats, rtt[rows], loss[rows])
+    has &= ~crossed[np.arange(len(rows)), best]
+    names = np.array([f"smallest_delay:{w}" for w in wats], dtype=object)
+    _finish(out, rows[has], _alone(best[has], k, policy.max_weight), np.ones(int(has.sum()),
+            dtype=bool), names[best[has]], prev, policy)
+    rest = rows[~has]
+    if len(rest):
+        _balanced(out, rest, prev, policy, "smallest_delay:balanced")
 
 
 @dataclass(frozen=True)
@@ -131,7 +218,8 @@ class _Previous:
         return ok, fluid_aggregate_batch(self.cons[rows], pw)
 
 
-def _balanced(out: BatchDecision, rows: IntArray, prev: _Previous, policy: Policy) -> None:
+def _balanced(out: BatchDecision, rows: IntArray, prev: _Previous, policy: Policy,
+              reason: str = "load_balancing") -> None:
     c = np.where(prev.now_usable, prev.cons, 0.0)
     held_ok, t_old = prev.held(rows, policy)
     # No weights beat the sum of the usable capacities: where the weights in force are within
@@ -144,7 +232,7 @@ def _balanced(out: BatchDecision, rows: IntArray, prev: _Previous, policy: Polic
     out.reason[rows[skip]] = "hysteresis"
     todo = rows[~skip]
     new = optimal_weights_batch(c[todo], policy.max_weight)
-    _finish(out, todo, new, np.asarray(new.any(axis=1), dtype=bool), "load_balancing", prev,
+    _finish(out, todo, new, np.asarray(new.any(axis=1), dtype=bool), reason, prev,
             policy, (held_ok[~skip], t_old[~skip]))
 
 
@@ -172,7 +260,7 @@ def _finish(out: BatchDecision, rows: IntArray, new: IntArray, ok: Mask,
 
 
 def _reference(out: BatchDecision, rows: IntArray, wats: tuple[str, ...], capacity: Array,
-               lower: Array, present: Mask, up: Mask, rtt: Array, policy: Policy,
+               lower: Array, present: Mask, up: Mask, rtt: Array, loss: Array, policy: Policy,
                prev_weights: IntArray, prev_present: Mask, prev_usable: Mask,
                has_prev: Mask) -> None:
     """decide() per CPE: policies with share limits or a latency bound."""
@@ -180,7 +268,7 @@ def _reference(out: BatchDecision, rows: IntArray, wats: tuple[str, ...], capaci
         cols = np.flatnonzero(present[i])
         states = {wats[j]: WatState(capacity_mbps=float(capacity[i, j]),
                                     lower_mbps=float(lower[i, j]), up=bool(up[i, j]),
-                                    rtt_ms=float(rtt[i, j]) if np.isfinite(rtt[i, j]) else None)
+                                    rtt_ms=_known(rtt[i, j]), loss_pct=_known(loss[i, j]))
                   for j in cols.tolist()}
         previous = None
         if has_prev[i] and (prev_present[i] == present[i]).all():
@@ -206,8 +294,12 @@ def _reference(out: BatchDecision, rows: IntArray, wats: tuple[str, ...], capaci
         out.reason[i] = d.reason
 
 
+def _known(value: np.float64) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
 def decide_per_cpe(wats: tuple[str, ...], capacity: Array, lower: Array, present: Mask,
-                   up: Mask, rtt: Array, policy: Policy, prev_weights: IntArray,
+                   up: Mask, rtt: Array, loss: Array, policy: Policy, prev_weights: IntArray,
                    prev_present: Mask, prev_usable: Mask, has_prev: Mask) -> BatchDecision:
     """:func:`decide_batch`'s answer with every row through the per-CPE :func:`decide`: the
     reference, and the baseline the benches measure the batch path against."""
@@ -216,11 +308,11 @@ def decide_per_cpe(wats: tuple[str, ...], capacity: Array, lower: Array, present
                         usable=np.zeros_like(present), aggregate=np.zeros(n),
                         changed=np.zeros(n, dtype=bool), status=np.full(n, OK, dtype=np.int8),
                         reason=np.full(n, "", dtype=object))
-    _reference(out, np.arange(n), wats, capacity, lower, present, up, rtt, policy,
+    _reference(out, np.arange(n), wats, capacity, lower, present, up, rtt, loss, policy,
                prev_weights, prev_present, prev_usable, has_prev)
     return out
 
 
 #: The signature of :func:`decide_batch` and :func:`decide_per_cpe`.
-DecideBatch = Callable[[tuple[str, ...], Array, Array, Mask, Mask, Array, Policy, IntArray, Mask,
-                        Mask, Mask], BatchDecision]
+DecideBatch = Callable[[tuple[str, ...], Array, Array, Mask, Mask, Array, Array, Policy, IntArray,
+                        Mask, Mask, Mask], BatchDecision]

@@ -95,6 +95,7 @@ from xapp.core.ports import (
     WeightBatch,
     WeightPublisher,
 )
+from xapp.core.thresholds import LOSS_COLUMN
 from xapp.core.weights import WeightError
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,8 @@ class _Inputs:
     present: NDArray[np.bool_]
     up: NDArray[np.bool_]
     rtt: Array
+    #: Retransmitted share of segments, % (:data:`xapp.core.thresholds.LOSS_COLUMN`).
+    loss: Array
 
 
 def uncapped_balancing(policy: Policy) -> bool:
@@ -475,19 +478,21 @@ class ControlLoop:
 
     def _inputs(self, frame: KpiFrame, rm: _RowMap, dr: _DirRows, median: Array, lower: Array,
                 report: TickReport) -> _Inputs:
-        """Dense (CPE, WAT) arrays of capacity, lower bound, presence, up and RTT of the rows
-        of one direction."""
+        """Dense (CPE, WAT) arrays of capacity, lower bound, presence, up, RTT and loss of the
+        rows of one direction."""
         m, k = len(rm.cpe_ids), len(KNOWN_WATS)
         ok = dr.col >= 0
         fr, p, c = dr.rows[ok], dr.pos[ok], dr.col[ok]
         cap = np.full((m, k), np.nan)
         low = np.full((m, k), np.nan)
         rtt = np.full((m, k), np.nan)
+        loss = np.full((m, k), np.nan)
         up_col = np.full((m, k), np.nan)
         present = np.zeros((m, k), dtype=bool)
         cap[p, c] = median[fr]
         low[p, c] = lower[fr]
         rtt[p, c] = frame.column("rtt_ms")[fr]
+        loss[p, c] = frame.column(LOSS_COLUMN)[fr]
         up_col[p, c] = frame.column("up")[fr]
         present[p, c] = True
         skipped = report.skipped_rows
@@ -509,7 +514,8 @@ class ControlLoop:
         cap = np.where(present, cap, 0.0)
         low = np.where(present, low, 0.0)
         rtt = np.where(np.isfinite(rtt) & (rtt >= 0), rtt, np.nan)
-        return _Inputs(cap, low, present, up, rtt)
+        loss = np.where(np.isfinite(loss) & (loss >= 0) & (loss <= 100), loss, np.nan)
+        return _Inputs(cap, low, present, up, rtt, loss)
 
     def _policy_groups(self, rm: _RowMap) -> list[_Group]:
         resolver = self.policies()
@@ -552,7 +558,7 @@ class ControlLoop:
             return
         r_due = rows[due]
         d = self.decide(KNOWN_WATS, x.cap[idx], x.low[idx], x.present[idx], x.up[idx],
-                        x.rtt[idx], policy, fleet.weights[r_due], fleet.present[r_due],
+                        x.rtt[idx], x.loss[idx], policy, fleet.weights[r_due], fleet.present[r_due],
                         fleet.usable[r_due],
                         # Hysteresis holds against a set of the same kind: own rows against
                         # own, a followed direction against what it followed last.

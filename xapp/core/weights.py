@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from xapp.core.policy import KNOWN_WATS, Policy, SteeringMode
+from xapp.core.thresholds import over_one, reason_suffix
 
 _EPS = 1e-9
 #: Work-array size (elements) of one block of rows: 512 KB of float64; with the product the
@@ -48,6 +49,8 @@ class WatState:
     lower_mbps: float | None = None
     up: bool = True
     rtt_ms: float | None = None
+    #: Share of segments retransmitted in the last interval, percent (None: unknown).
+    loss_pct: float | None = None
 
     @property
     def conservative_mbps(self) -> float:
@@ -222,10 +225,16 @@ def decide(states: Mapping[str, WatState], policy: Policy | None = None,
         raise NoUsableWatError(
             "no usable WAT: every WAT is down, excluded, or below the capacity floor "
             f"({policy.capacity_floor_mbps} Mbps)")
+    crossed = {w: over_one(policy, w, states[w].rtt_ms, states[w].loss_pct)
+               for w in wats if w in usable}
+    within = frozenset(w for w in usable if not crossed[w])
+    suffix = reason_suffix(crossed, bool(within))
+    usable = within or usable
 
     weights, reason = _weights_for_mode(wats, cons, states, usable, policy)
     if not any(weights.values()):
         raise NoUsableWatError(f"policy mode {policy.mode.value} leaves no WAT to use")
+    reason += suffix
     aggregate = fluid_aggregate(cons, weights)
 
     if previous is not None and previous.usable == usable and _fits(previous.weights, wats, policy):
@@ -253,11 +262,58 @@ def _weights_for_mode(wats: list[str], cons: Mapping[str, float],
                   for w, p in pct.items()}
         return {**zero, **scaled}, "fixed_split"
 
+    if policy.mode is SteeringMode.PRIORITY:
+        return priority_fill(wats, cons, usable, policy)
     candidates = usable
     reason = "load_balancing"
     if policy.mode is SteeringMode.LATENCY_BOUND:
         candidates, reason = _latency_candidates(usable, cons, states, policy)
+    if policy.mode is SteeringMode.SMALLEST_DELAY:
+        best = smallest_delay(wats, states, usable, policy)
+        if best is not None:
+            return {**zero, best: policy.max_weight}, f"smallest_delay:{best}"
+        reason = "smallest_delay:balanced"
     return _balanced(wats, cons, candidates, policy, reason)
+
+
+def priority_fill(wats: list[str], cons: Mapping[str, float], usable: frozenset[str],
+                  policy: Policy) -> tuple[dict[str, int], str]:
+    """``priority``: the usable WATs of the list in order, each filled to its capacity until
+    they carry ``demand_mbps`` (the first alone without a demand); weights in proportion to
+    what each carries (the last the rest of the demand, all at capacity when the list cannot
+    carry it)."""
+    order = [w for w in policy.priority if w in usable]
+    if not order:
+        raise NoUsableWatError(f"priority: none of {list(policy.priority)} is usable")
+    fill: dict[str, float] = {}
+    before = 0.0
+    for wat in order:
+        fill[wat] = min(cons[wat], max(policy.demand_mbps - before, 0.0))
+        before += cons[wat]
+        if before >= policy.demand_mbps:
+            break
+    top = max(fill.values())
+    weights = dict.fromkeys(wats, 0)
+    for wat, f in fill.items():
+        weights[wat] = max(1, round(f / top * policy.max_weight)) if top > 0 else 0
+    if top <= 0:  # no demand: the first WAT alone
+        weights[order[0]] = policy.max_weight
+        return weights, f"priority:{order[0]}"
+    return weights, "priority:" + "+".join(w for w in fill)
+
+
+def smallest_delay(wats: list[str], states: Mapping[str, WatState], usable: frozenset[str],
+                   policy: Policy) -> str | None:
+    """``smallest_delay``: the usable WAT with the smallest measured RTT (ties: the first in
+    column order); None when no usable WAT has an RTT, or the best is over its threshold (the
+    thresholds then left every usable WAT in: none is within)."""
+    known = [w for w in wats if w in usable and states[w].rtt_ms is not None]
+    if not known:
+        return None
+    best = min(known, key=lambda w: (states[w].rtt_ms, wats.index(w)))
+    if over_one(policy, best, states[best].rtt_ms, states[best].loss_pct):
+        return None
+    return best
 
 
 def _latency_candidates(usable: frozenset[str], cons: Mapping[str, float],
@@ -326,7 +382,7 @@ def _check_states(states: Mapping[str, WatState]) -> None:
         if wat not in KNOWN_WATS:
             raise WeightError(f"unknown WAT {wat!r}; known: {list(KNOWN_WATS)}")
         for name, value in (("capacity", s.capacity_mbps), ("lower bound", s.lower_mbps),
-                            ("RTT", s.rtt_ms)):
+                            ("RTT", s.rtt_ms), ("loss", s.loss_pct)):
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):

@@ -20,6 +20,21 @@ POLICIES = [
     Policy(mode="active_standby", priority=("wifi", "nr")),  # type: ignore[arg-type]
     Policy(min_share={"nr": 0.2}, max_share={"wifi": 0.6}),
     Policy(mode="latency_bound", rtt_bound_ms=20.0, demand_mbps=300.0),  # type: ignore[arg-type]
+    # Issue 35: the two new modes, and thresholds on every mode.
+    Policy(mode="priority", priority=("wifi", "lte", "nr")),  # type: ignore[arg-type]
+    Policy(mode="priority", priority=("lifi", "nr", "wifi"),  # type: ignore[arg-type]
+           demand_mbps=400.0, hysteresis_pct=2.0),
+    Policy(mode="smallest_delay", rtt_max_ms=30.0),  # type: ignore[arg-type]
+    Policy(mode="smallest_delay", wat_rtt_max_ms={"nr": 10.0},  # type: ignore[arg-type]
+           loss_max_pct=2.0, hysteresis_pct=1.0),
+    Policy(rtt_max_ms=25.0, loss_max_pct=3.0, hysteresis_pct=2.0),
+    Policy(mode="fixed_split", split_pct={"nr": 30.0, "wifi": 70.0},  # type: ignore[arg-type]
+           wat_loss_max_pct={"wifi": 1.0}),
+    Policy(mode="active_standby", priority=("wifi", "nr"),  # type: ignore[arg-type]
+           wat_rtt_max_ms={"wifi": 20.0}),
+    Policy(mode="priority", priority=("nr", "wifi"), demand_mbps=50.0,  # type: ignore[arg-type]
+           rtt_max_ms=40.0, loss_max_pct=5.0),
+    Policy(min_share={"nr": 0.2}, rtt_max_ms=30.0),
 ]
 
 capacity = st.one_of(st.just(0.0), st.floats(0.5, 2000.0))
@@ -34,20 +49,27 @@ def fleet(draw: st.DrawFn) -> dict[str, np.ndarray]:
                        ).reshape(n, K)
     present[:, 0] = True  # every CPE reports at least one WAT
     up = np.array(draw(st.lists(st.booleans(), min_size=n * K, max_size=n * K))).reshape(n, K)
-    rtt = np.array(draw(st.lists(st.floats(1.0, 60.0), min_size=n * K, max_size=n * K))
-                   ).reshape(n, K)
+    unknown = st.just(float("nan"))
+    rtt = np.array(draw(st.lists(st.one_of(unknown, st.floats(1.0, 60.0)), min_size=n * K,
+                                 max_size=n * K))).reshape(n, K)
+    loss = np.array(draw(st.lists(st.one_of(unknown, st.floats(0.0, 10.0)), min_size=n * K,
+                                  max_size=n * K))).reshape(n, K)
     prev = np.array(draw(st.lists(st.integers(0, 100), min_size=n * K, max_size=n * K))
                     ).reshape(n, K)
     has = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
     return {"cap": cap, "low": cap * frac.reshape(n, K), "present": present, "up": up,
-            "rtt": rtt, "prev": prev, "has": has}
+            "rtt": rtt, "loss": loss, "prev": prev, "has": has}
 
 
 def _reference(f: dict[str, np.ndarray], i: int, policy: Policy, prev_usable: np.ndarray
                ) -> WeightDecision | None:
     cols = np.flatnonzero(f["present"][i])
+    def known(x: float) -> float | None:
+        return None if np.isnan(x) else float(x)
+
     states = {KNOWN_WATS[j]: WatState(float(f["cap"][i, j]), float(f["low"][i, j]),
-                                      up=bool(f["up"][i, j]), rtt_ms=float(f["rtt"][i, j]))
+                                      up=bool(f["up"][i, j]), rtt_ms=known(f["rtt"][i, j]),
+                                      loss_pct=known(f["loss"][i, j]))
               for j in cols}
     previous = None
     if f["has"][i]:
@@ -60,14 +82,14 @@ def _reference(f: dict[str, np.ndarray], i: int, policy: Policy, prev_usable: np
         return None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(f=fleet(), which=st.integers(0, len(POLICIES) - 1))
 def test_batch_matches_decide(f: dict[str, np.ndarray], which: int) -> None:
     policy = POLICIES[which]
     # The previous usability: what the current inputs make usable, so hysteresis can apply.
     prev_usable = f["present"] & f["up"] & (f["low"] > 0) & (f["low"] >= policy.capacity_floor_mbps)
-    out = decide_batch(KNOWN_WATS, f["cap"], f["low"], f["present"], f["up"], f["rtt"], policy,
-                       f["prev"], f["present"], prev_usable, f["has"])
+    out = decide_batch(KNOWN_WATS, f["cap"], f["low"], f["present"], f["up"], f["rtt"],
+                       f["loss"], policy, f["prev"], f["present"], prev_usable, f["has"])
     for i in range(len(f["cap"])):
         ref = _reference(f, i, policy, prev_usable)
         if ref is None:

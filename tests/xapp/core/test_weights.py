@@ -152,6 +152,69 @@ def test_modes_and_limits(name: str, caps: dict[str, float], policy: Policy,
     assert d.aggregate_mbps >= 0.98 * sum(used.values()), name
 
 
+RTTS = {"rtt_ms": {"nr": 20.0, "wifi": 2.6, "lifi": 2.2}}
+
+
+@pytest.mark.parametrize(("name", "caps", "policy", "kw", "weights", "reason"), [
+    # Issue 35: priority with overflow, smallest delay, thresholds in every mode.
+    ("priority without a demand: the first usable WAT alone",
+     PAPER, Policy(mode=SteeringMode.PRIORITY, priority=("wifi", "nr")), {},
+     {"nr": 0, "wifi": 100, "lifi": 0}, "priority:wifi"),
+    ("priority: a demand the first carries stays on it",
+     PAPER, Policy(mode=SteeringMode.PRIORITY, priority=("wifi", "nr"), demand_mbps=800), {},
+     {"nr": 0, "wifi": 100, "lifi": 0}, "priority:wifi"),
+    ("priority: the rest of the demand overflows to the next",
+     PAPER, Policy(mode=SteeringMode.PRIORITY, priority=("nr", "wifi"), demand_mbps=442), {},
+     {"nr": 100, "wifi": 29, "lifi": 0}, "priority:nr+wifi"),
+    ("priority: more demand than the list carries fills every WAT of it",
+     PAPER, Policy(mode=SteeringMode.PRIORITY, priority=("lifi", "nr"), demand_mbps=5000), {},
+     {"nr": 100, "wifi": 0, "lifi": 4}, "priority:lifi+nr"),
+    ("priority skips a WAT that is down",
+     PAPER, Policy(mode=SteeringMode.PRIORITY, priority=("wifi", "nr")), {"up": {"wifi": False}},
+     {"nr": 100, "wifi": 0, "lifi": 0}, "priority:nr"),
+    ("priority skips a WAT over its RTT threshold",
+     PAPER, Policy(mode=SteeringMode.PRIORITY, priority=("nr", "wifi"), rtt_max_ms=10), RTTS,
+     {"nr": 0, "wifi": 100, "lifi": 0}, "priority:wifi+over_threshold:nr"),
+    ("smallest delay: the WAT with the lowest RTT alone",
+     PAPER, Policy(mode=SteeringMode.SMALLEST_DELAY), RTTS,
+     {"nr": 0, "wifi": 0, "lifi": 100}, "smallest_delay:lifi"),
+    ("smallest delay: the lowest within its threshold",
+     PAPER, Policy(mode=SteeringMode.SMALLEST_DELAY, wat_rtt_max_ms={"lifi": 2.0}), RTTS,
+     {"nr": 0, "wifi": 100, "lifi": 0}, "smallest_delay:wifi+over_threshold:lifi"),
+    ("smallest delay: every WAT over its threshold uses them all",
+     PAPER, Policy(mode=SteeringMode.SMALLEST_DELAY, rtt_max_ms=1.0), RTTS,
+     {"nr": 28, "wifi": 99, "lifi": 1}, "smallest_delay:balanced+all_over_threshold"),
+    ("smallest delay without any RTT balances",
+     PAPER, Policy(mode=SteeringMode.SMALLEST_DELAY), {},
+     {"nr": 28, "wifi": 99, "lifi": 1}, "smallest_delay:balanced"),
+    ("a loss threshold takes a lossy WAT out of load balancing",
+     PAPER, Policy(loss_max_pct=2.0), {"loss_pct": {"wifi": 4.0, "nr": 0.5}},
+     {"nr": 57, "wifi": 0, "lifi": 2}, "load_balancing+over_threshold:wifi"),
+    ("an unknown loss crosses no threshold",
+     PAPER, Policy(loss_max_pct=2.0), {"loss_pct": {"nr": 0.5}},
+     {"nr": 28, "wifi": 99, "lifi": 1}, "load_balancing"),
+    ("a per-WAT threshold in fixed_split",
+     PAPER, Policy(mode=SteeringMode.FIXED_SPLIT, split_pct={"nr": 25, "wifi": 75},
+                   wat_rtt_max_ms={"nr": 10}), RTTS,
+     {"nr": 0, "wifi": 100, "lifi": 0}, "fixed_split+over_threshold:nr"),
+    ("active_standby leaves a WAT over its threshold",
+     PAPER, Policy(mode=SteeringMode.ACTIVE_STANDBY, priority=("nr", "wifi"), rtt_max_ms=10),
+     RTTS, {"nr": 0, "wifi": 100, "lifi": 0}, "active_standby:wifi+over_threshold:nr"),
+])
+def test_new_modes_and_thresholds(name: str, caps: dict[str, float], policy: Policy,
+                                  kw: dict[str, dict[str, object]], weights: dict[str, int],
+                                  reason: str) -> None:
+    d = decide(states(caps, **kw), policy)
+    assert (d.weights, d.reason) == (weights, reason), name
+
+
+def test_threshold_crossing_bypasses_hysteresis() -> None:
+    policy = Policy(rtt_max_ms=10.0, hysteresis_pct=50.0)
+    first = decide(states(PAPER, rtt_ms={"nr": 5.0}), policy)
+    crossed = decide(states(PAPER, rtt_ms={"nr": 15.0}), policy, previous=first)
+    assert crossed.changed and crossed.weights["nr"] == 0 and "nr" not in crossed.usable
+
+
 def test_min_and_max_share_hold() -> None:
     policy = Policy(min_share={"lifi": 0.1}, max_share={"wifi": 0.6})
     d = decide(states(PAPER), policy)
@@ -192,6 +255,7 @@ def test_hysteresis_never_holds_across_a_usability_change() -> None:
     ({"wimax": 10.0}, {}, "unknown WAT"),
     ({"nr": 10.0}, {"lower_mbps": {"nr": 20.0}}, "exceeds capacity"),
     ({"nr": 10.0}, {"rtt_ms": {"nr": -3.0}}, "RTT"),
+    ({"nr": 10.0}, {"loss_pct": {"nr": math.nan}}, "loss"),
     ({}, {}, "no WATs"),
 ])
 def test_bad_input_is_refused(caps: dict[str, float], kw: dict[str, dict[str, object]],
@@ -206,6 +270,7 @@ def test_bad_input_is_refused(caps: dict[str, float], kw: dict[str, dict[str, ob
     (PAPER, Policy(excluded=frozenset(PAPER)), {}),
     (PAPER, Policy(capacity_floor_mbps=5000), {}),
     (PAPER, Policy(mode=SteeringMode.ACTIVE_STANDBY, priority=("lte",)), {}),
+    (PAPER, Policy(mode=SteeringMode.PRIORITY, priority=("lte",)), {}),
 ])
 def test_no_usable_wat_is_an_error_not_zero_weights(
         caps: dict[str, float], policy: Policy, kw: dict[str, dict[str, object]]) -> None:
