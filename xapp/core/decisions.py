@@ -51,6 +51,25 @@ class BatchDecision:
     reason: NDArray[np.object_]  # (n,) str: decide()'s reason, or why nothing was decided
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """Dense (CPE, WAT) inputs of :func:`decide_batch` for one direction: the central and
+    conservative capacity forecasts, which WATs are reported and up, RTT (ms) and loss
+    (retransmitted %, :data:`~xapp.core.thresholds.LOSS_COLUMN`), NaN where unknown."""
+
+    cap: Array
+    low: Array
+    present: Mask
+    up: Mask
+    rtt: Array
+    loss: Array
+
+    def take(self, idx: NDArray[np.intp]) -> Inputs:
+        """Rows ``idx``."""
+        return Inputs(self.cap[idx], self.low[idx], self.present[idx], self.up[idx],
+                      self.rtt[idx], self.loss[idx])
+
+
 def policy_is_plain(p: Policy, smallest: bool = False) -> bool:
     """True for load balancing without share limits: the engine's unconstrained optimum
     (``smallest``: for smallest_delay, whose fallback is that)."""
@@ -173,7 +192,7 @@ def _priority(out: BatchDecision, rows: IntArray, wats: tuple[str, ...], prev: _
                       for row in (taken & (fill > 0)).tolist()], dtype=object)
     single = np.array([f"priority:{w}" for w in wats] + [""], dtype=object)
     names = np.where(alone, single[chosen], names)
-    _finish(out, rows, new, ok, names, prev, policy)
+    _finish(out, rows, new, ok, names, prev, policy, same_wats=True)
     out.reason[rows[~ok]] = f"priority: none of {list(policy.priority)} is usable"
 
 
@@ -189,11 +208,19 @@ def _smallest_delay(out: BatchDecision, rows: IntArray, wats: tuple[str, ...], r
     crossed = thresholds.over(policy, wats, rtt[rows], loss[rows])
     has &= ~crossed[np.arange(len(rows)), best]
     names = np.array([f"smallest_delay:{w}" for w in wats], dtype=object)
-    _finish(out, rows[has], _alone(best[has], k, policy.max_weight), np.ones(int(has.sum()),
-            dtype=bool), names[best[has]], prev, policy)
+    # decide()'s hysteresis of the mode: the WAT in force stays unless the best one's RTT is
+    # lower by more than hysteresis_pct.
+    one = has.nonzero()[0]
+    used = prev.used(rows[one])
+    was = used.argmax(axis=1)
+    r_was = rtt[rows[one], was]
+    stays = ((used.sum(axis=1) == 1) & np.isfinite(r_was)
+             & (r_was <= rtt[rows[one], best[one]] * (1.0 + policy.hysteresis_pct / 100.0)))
+    _finish(out, rows[one], _alone(best[one], k, policy.max_weight),
+            np.ones(len(one), dtype=bool), names[best[one]], prev, policy, stays=stays)
     rest = rows[~has]
     if len(rest):
-        _balanced(out, rest, prev, policy, "smallest_delay:balanced")
+        _balanced(out, rest, prev, policy, "smallest_delay:balanced", same_wats=True)
 
 
 @dataclass(frozen=True)
@@ -217,30 +244,39 @@ class _Previous:
               & (pw <= policy.max_weight).all(axis=1) & (pw >= 0).all(axis=1))
         return ok, fluid_aggregate_batch(self.cons[rows], pw)
 
+    def used(self, rows: IntArray) -> Mask:
+        """The WATs the decisions in force use (weight above 0, among those reported now)."""
+        return np.asarray(np.where(self.now_present[rows], self.weights[rows], 0) > 0,
+                          dtype=bool)
+
 
 def _balanced(out: BatchDecision, rows: IntArray, prev: _Previous, policy: Policy,
-              reason: str = "load_balancing") -> None:
+              reason: str = "load_balancing", same_wats: bool = False) -> None:
     c = np.where(prev.now_usable, prev.cons, 0.0)
     held_ok, t_old = prev.held(rows, policy)
     # No weights beat the sum of the usable capacities: where the weights in force are within
     # the hysteresis of it, the exact search cannot change the outcome and is skipped.
     # Strictly below, with a margin: T(w) is computed as C_i * sum(w) / w_i, which can exceed
-    # the plain sum by an ulp, and a tie must be settled by decide()'s own comparison.
+    # the plain sum by an ulp, and a tie must be settled by decide()'s own comparison.  Not
+    # when the WATs used must stay the same to hold: the search may choose others.
     skip = held_ok & (c[rows].sum(axis=1) * (1.0 + 1e-12)
-                      < t_old * (1.0 + policy.hysteresis_pct / 100.0))
+                      < t_old * (1.0 + policy.hysteresis_pct / 100.0)) & (not same_wats)
     out.aggregate[rows[skip]] = t_old[skip]
     out.reason[rows[skip]] = "hysteresis"
     todo = rows[~skip]
     new = optimal_weights_batch(c[todo], policy.max_weight)
     _finish(out, todo, new, np.asarray(new.any(axis=1), dtype=bool), reason, prev,
-            policy, (held_ok[~skip], t_old[~skip]))
+            policy, (held_ok[~skip], t_old[~skip]), same_wats)
 
 
 def _finish(out: BatchDecision, rows: IntArray, new: IntArray, ok: Mask,
             reason: str | NDArray[np.object_], prev: _Previous, policy: Policy,
-            held: tuple[Mask, Array] | None = None) -> None:
+            held: tuple[Mask, Array] | None = None, same_wats: bool = False,
+            stays: Mask | None = None) -> None:
     """Apply hysteresis to the new weights of ``rows`` and write them into ``out``;
-    ``held`` is ``prev.held(rows, policy)`` when the caller has it already."""
+    ``held`` is ``prev.held(rows, policy)`` when the caller has it already.  The rule is
+    decide()'s: the aggregate's, and with ``same_wats`` only where the new weights use the
+    WATs in force; ``stays`` (per row) replaces the aggregate's rule (smallest_delay's)."""
     bad = rows[~ok]
     out.status[bad] = NO_USABLE
     out.reason[bad] = f"policy mode {policy.mode.value} leaves no WAT to use"
@@ -250,7 +286,12 @@ def _finish(out: BatchDecision, rows: IntArray, new: IntArray, ok: Mask,
         return
     t_new = fluid_aggregate_batch(prev.cons[rows], new)
     held_ok, t_old = prev.held(rows, policy) if held is None else (held[0][ok], held[1][ok])
-    hold = held_ok & (t_new <= t_old * (1.0 + policy.hysteresis_pct / 100.0))
+    if stays is not None:
+        hold = held_ok & stays[ok]
+    else:
+        hold = held_ok & (t_new <= t_old * (1.0 + policy.hysteresis_pct / 100.0))
+        if same_wats:
+            hold &= (prev.used(rows) == (new > 0)).all(axis=1)
     change = ~hold
     out.weights[rows[change]] = new[change]
     out.aggregate[rows] = np.where(hold, t_old, t_new)

@@ -239,9 +239,29 @@ def decide(states: Mapping[str, WatState], policy: Policy | None = None,
 
     if previous is not None and previous.usable == usable and _fits(previous.weights, wats, policy):
         held = fluid_aggregate(cons, previous.weights)
-        if aggregate <= held * (1.0 + policy.hysteresis_pct / 100.0):
+        if _holds(policy, previous.weights, weights, states, aggregate, held):
             return _decision(previous.weights, wats, held, usable, False, "hysteresis")
     return _decision(weights, wats, aggregate, usable, True, reason)
+
+
+def _holds(policy: Policy, old: Mapping[str, int], new: Mapping[str, int],
+           states: Mapping[str, WatState], aggregate: float, held: float) -> bool:
+    """Whether the weights in force hold against new ones (hysteresis).  The rule is the
+    aggregate's: new weights must raise it by more than ``hysteresis_pct``.  Modes that do not
+    aim at the aggregate move when they choose other WATs: ``priority`` (the WATs its fill
+    needs) and ``smallest_delay``, which stays on its WAT unless another's RTT is lower by
+    more than ``hysteresis_pct`` (so two WATs of about the same RTT do not take turns)."""
+    margin = 1.0 + policy.hysteresis_pct / 100.0
+    used_old = {w for w, v in old.items() if v > 0}
+    used_new = {w for w, v in new.items() if v > 0}
+    if policy.mode is SteeringMode.SMALLEST_DELAY and len(used_old) == len(used_new) == 1:
+        (was,), (best,) = used_old, used_new
+        r_was, r_best = states[was].rtt_ms, states[best].rtt_ms
+        return r_was is not None and r_best is not None and r_was <= r_best * margin
+    if policy.mode in (SteeringMode.SMALLEST_DELAY, SteeringMode.PRIORITY) \
+            and used_old != used_new:
+        return False
+    return aggregate <= held * margin
 
 
 def _weights_for_mode(wats: list[str], cons: Mapping[str, float],

@@ -35,6 +35,10 @@ POLICIES = [
     Policy(mode="priority", priority=("nr", "wifi"), demand_mbps=50.0,  # type: ignore[arg-type]
            rtt_max_ms=40.0, loss_max_pct=5.0),
     Policy(min_share={"nr": 0.2}, rtt_max_ms=30.0),
+    # Their own hysteresis: smallest_delay by RTT, priority by the WATs its fill uses.
+    Policy(mode="smallest_delay", hysteresis_pct=20.0),  # type: ignore[arg-type]
+    Policy(mode="priority", priority=("nr", "wifi", "lifi"),  # type: ignore[arg-type]
+           demand_mbps=300.0, hysteresis_pct=10.0),
 ]
 
 capacity = st.one_of(st.just(0.0), st.floats(0.5, 2000.0))
@@ -56,6 +60,9 @@ def fleet(draw: st.DrawFn) -> dict[str, np.ndarray]:
                                   max_size=n * K))).reshape(n, K)
     prev = np.array(draw(st.lists(st.integers(0, 100), min_size=n * K, max_size=n * K))
                     ).reshape(n, K)
+    # Sets in force on one WAT, as single-WAT modes leave them.
+    alone = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    prev[alone] = np.where(np.arange(K)[None, :] == prev[alone].argmax(axis=1)[:, None], 100, 0)
     has = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
     return {"cap": cap, "low": cap * frac.reshape(n, K), "present": present, "up": up,
             "rtt": rtt, "loss": loss, "prev": prev, "has": has}

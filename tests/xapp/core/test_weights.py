@@ -208,6 +208,27 @@ def test_new_modes_and_thresholds(name: str, caps: dict[str, float], policy: Pol
     assert (d.weights, d.reason) == (weights, reason), name
 
 
+def test_smallest_delay_holds_its_wat_unless_another_is_clearly_faster() -> None:
+    policy = Policy(mode=SteeringMode.SMALLEST_DELAY, hysteresis_pct=20.0)
+    first = decide(states(PAPER, rtt_ms={"nr": 10.0, "wifi": 12.0}), policy)
+    assert first.weights == {"nr": 100, "wifi": 0, "lifi": 0}
+    # wifi 10 % faster than nr: within the 20 %, nr stays (the aggregate is no measure here).
+    close = decide(states(PAPER, rtt_ms={"nr": 10.0, "wifi": 9.1}), policy, previous=first)
+    assert not close.changed and close.weights == first.weights
+    clear = decide(states(PAPER, rtt_ms={"nr": 10.0, "wifi": 8.0}), policy, previous=first)
+    assert clear.changed and clear.weights == {"nr": 0, "wifi": 100, "lifi": 0}
+
+
+def test_priority_moves_when_its_fill_needs_other_wats() -> None:
+    policy = Policy(mode=SteeringMode.PRIORITY, priority=("nr", "wifi"), demand_mbps=400,
+                    hysteresis_pct=50.0)
+    first = decide(states(PAPER), policy)
+    assert first.weights == {"nr": 100, "wifi": 17, "lifi": 0}
+    # nr alone carries the demand now: wifi is left, although the aggregate falls.
+    alone = decide(states({**PAPER, "nr": 500.0}), policy, previous=first)
+    assert alone.changed and alone.weights == {"nr": 100, "wifi": 0, "lifi": 0}
+
+
 def test_threshold_crossing_bypasses_hysteresis() -> None:
     policy = Policy(rtt_max_ms=10.0, hysteresis_pct=50.0)
     first = decide(states(PAPER, rtt_ms={"nr": 5.0}), policy)
