@@ -68,6 +68,9 @@ class _Semantics:
     def rate_caps(self, direction: str) -> frozenset[str]:
         return self.cpes if direction in self.directions else frozenset()
 
+    def max_classes(self, direction: str) -> dict[str, int]:
+        return {}  # the simulated agents apply no traffic classes
+
 
 class LoopDriver:
     """Runs the shipped :class:`ControlLoop` once per control period of a twin simulation.

@@ -14,8 +14,10 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from xapp.core.class_columns import ClassColumns
 from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.policy import KNOWN_WATS
+from xapp.core.traffic import ClassSet
 from xapp.core.weights import WeightDecision
 
 
@@ -54,7 +56,8 @@ class DirectionBatch:
     Row ``i`` names WAT ``wats[j]`` in its set iff ``present[i, j]``; ``sources[i]`` is the
     A1 instance whose policy produced it ("default" without one).  ``caps_mbps`` (n, k) are the
     rate caps sent with the set (:mod:`xapp.core.caps`), NaN where a WAT has none; None: no
-    row has any (every applier is WRR or on/off, and the message is as before).
+    row has any (every applier is WRR or on/off, and the message is as before).  ``classes``
+    are the traffic classes sent with the set (:mod:`xapp.core.classes`); None: no row has any.
     """
 
     weights: NDArray[np.int64]  # (n, k)
@@ -65,6 +68,7 @@ class DirectionBatch:
     reasons: Sequence[str]
     sources: Sequence[str]
     caps_mbps: NDArray[np.float64] | None = None  # (n, k)
+    classes: ClassColumns | None = None
 
     def __len__(self) -> int:
         return len(self.modes)
@@ -96,7 +100,8 @@ class DirectionBatch:
         return DirectionBatch(self.weights[idx], self.present[idx], self.usable[idx],
                               self.aggregate_mbps[idx], [self.modes[i] for i in pick],
                               [self.reasons[i] for i in pick], [self.sources[i] for i in pick],
-                              None if self.caps_mbps is None else self.caps_mbps[idx])
+                              None if self.caps_mbps is None else self.caps_mbps[idx],
+                              None if self.classes is None else self.classes.subset(idx))
 
     def caps(self, i: int, wats: tuple[str, ...]) -> dict[str, float]:
         """Row ``i``'s caps by WAT (empty: none)."""
@@ -104,6 +109,12 @@ class DirectionBatch:
             return {}
         row = self.caps_mbps[i]
         return {w: float(c) for w, c in zip(wats, row.tolist(), strict=True) if np.isfinite(c)}
+
+    def class_sets(self, i: int, wats: tuple[str, ...]) -> tuple[ClassSet, ...]:
+        """Row ``i``'s classes (empty: none)."""
+        if self.classes is None:
+            return ()
+        return self.classes.sets(i, wats, self.present[i])
 
 
 @dataclass(frozen=True)
@@ -181,7 +192,8 @@ class Published:
         return CpeRecord(int(self.versions[i]), self.time_s, *(
             DirectionRecord.from_decision(b.decision(i, name), mode=d.modes[i],
                                           policy_source=d.sources[i],
-                                          caps_mbps=d.caps(i, b.wats))
+                                          caps_mbps=d.caps(i, b.wats),
+                                          classes=d.class_sets(i, b.wats))
             for name, d in (("dl", b.dl), ("ul", b.ul))))
 
 
@@ -193,6 +205,12 @@ class BackendSemantics(Protocol):
     def rate_caps(self, direction: str) -> Collection[str]:
         """The CPE ids whose ``direction`` (``ul``: the CPE agent; ``dl``: the proxy serving
         the CPE) is applied by a backend that reports ``rate-caps``; asked once per tick."""
+        ...
+
+    def max_classes(self, direction: str) -> Mapping[str, int]:
+        """CPE id -> how many traffic classes the applier of its ``direction`` applies
+        (``capabilities.max_classes``); a CPE not named applies none (its sets go without
+        classes).  Asked once per tick."""
         ...
 
 
@@ -244,13 +262,16 @@ class DirectionRecord:
     policy_source: str
     #: Rate caps sent with the weights (empty: none; the applier is not rate-caps).
     caps_mbps: Mapping[str, float] = field(default_factory=dict)
+    #: Traffic classes sent with the weights (empty: none).
+    classes: tuple[ClassSet, ...] = ()
 
     @classmethod
     def from_decision(cls, decision: WeightDecision, *, mode: str, policy_source: str,
-                      caps_mbps: Mapping[str, float] | None = None) -> DirectionRecord:
+                      caps_mbps: Mapping[str, float] | None = None,
+                      classes: tuple[ClassSet, ...] = ()) -> DirectionRecord:
         return cls(dict(decision.weights), dict(decision.shares),
                    float(decision.aggregate_mbps), tuple(sorted(decision.usable)),
-                   decision.reason, mode, policy_source, dict(caps_mbps or {}))
+                   decision.reason, mode, policy_source, dict(caps_mbps or {}), classes)
 
     def decision(self) -> WeightDecision:
         """The decision in force, as the engine's ``previous`` argument."""
@@ -262,11 +283,16 @@ class DirectionRecord:
         doc = asdict(self)
         doc["weights"], doc["shares"] = dict(self.weights), dict(self.shares)
         doc["usable"] = list(self.usable)
-        # Only with caps: records of WRR and on/off appliers stay as they were.
+        # Only with caps (classes): records of WRR and on/off appliers (without rules) stay as
+        # they were.
         if self.caps_mbps:
             doc["caps_mbps"] = dict(self.caps_mbps)
         else:
             doc.pop("caps_mbps", None)
+        if self.classes:
+            doc["classes"] = [c.to_dict() for c in self.classes]
+        else:
+            doc.pop("classes", None)
         return doc
 
     @classmethod
@@ -276,7 +302,8 @@ class DirectionRecord:
                    float(doc.get("aggregate_mbps", 0.0)), tuple(doc.get("usable", ())),
                    str(doc.get("reason", "")), str(doc.get("mode", "")),
                    str(doc.get("policy_source", "")),
-                   {str(k): float(v) for k, v in doc.get("caps_mbps", {}).items()})
+                   {str(k): float(v) for k, v in doc.get("caps_mbps", {}).items()},
+                   tuple(ClassSet.from_dict(c) for c in doc.get("classes", [])))
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,9 @@ class Semantics:
         self.asked += 1
         return self.ul if direction == "ul" else self.dl
 
+    def max_classes(self, direction: str) -> dict[str, int]:
+        return {}
+
 
 def _loop(kpis: Kpis, pub: MemoryPublisher, semantics: Semantics | None,
           policy: dict[str, object], state: SdlStateStore | None = None) -> ControlLoop:

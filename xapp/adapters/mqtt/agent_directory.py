@@ -61,6 +61,9 @@ class CpeState:
     #: A standing condition the applier reports (a proxy: ``address-conflict``, another CPE it
     #: serves claims one of this CPE's WAT addresses, so neither is steered); None: none.
     alarm: str | None = None
+    #: ``capabilities.max_classes``: traffic classes per direction the backend applies; None:
+    #: not reported (an agent from before classes, which takes none).
+    max_classes: int | None = None
 
     @property
     def rate_caps(self) -> bool:
@@ -107,6 +110,7 @@ class CpeState:
                 {} if "applied_weights" in doc else base.applied_caps_mbps).items()},
             # Reported with every state while it stands; a last will keeps what was known.
             alarm=doc.get("alarm") if "applied_weights" in doc else base.alarm,
+            max_classes=_max_classes(doc, base.max_classes),
         )
 
 
@@ -123,6 +127,8 @@ class ProxyState:
     directions_coupled: bool | None = None
     #: ``capabilities.semantics`` of the proxy's downlink backend; None: not reported.
     semantics: str | None = None
+    #: ``capabilities.max_classes`` of the proxy's downlink backend; None: not reported.
+    max_classes: int | None = None
     cpes: int = 0
     cpes_applied: int = 0
     rules: Mapping[str, int] = field(default_factory=dict)
@@ -144,10 +150,22 @@ class ProxyState:
             on_off_only=caps.get("on_off_only", base.on_off_only),
             directions_coupled=caps.get("directions_coupled", base.directions_coupled),
             semantics=caps.get("semantics", base.semantics),
+            max_classes=_max_classes(doc, base.max_classes),
             cpes=int(doc.get("cpes", base.cpes)),
             cpes_applied=int(doc.get("cpes_applied", base.cpes_applied)),
             rules={k: int(v) for k, v in doc.get("rules", base.rules).items()},
             last_error=doc.get("last_error", base.last_error), received_s=received_s)
+
+
+def _max_classes(doc: Mapping[str, Any], known: int | None) -> int | None:
+    """``capabilities.max_classes``: a state with capabilities says it (absent: none, an agent
+    from before classes, perhaps after a downgrade, that would refuse them); one without (a
+    last will) keeps what was known."""
+    if "capabilities" not in doc:
+        return known
+    value = doc["capabilities"].get("max_classes")
+    # JSON Schema's "integer" admits 5.0: int() keeps the field what its type says.
+    return None if value is None else int(value)
 
 
 @dataclass(frozen=True)
@@ -176,6 +194,7 @@ class AgentDirectory:
         #: Grows with every change; :meth:`rate_caps` recomputes only when it moved.
         self._generation = 0
         self._rate_caps: dict[str, tuple[int, frozenset[str]]] = {}
+        self._max_classes: dict[str, tuple[int, dict[str, int]]] = {}
 
     # --- what the agents report ----------------------------------------------------------------
 
@@ -293,6 +312,33 @@ class AgentDirectory:
                                 if self._downlink_semantics(down) == RATE_CAPS)
             self._rate_caps[direction] = (gen, out)
             return out
+
+    def max_classes(self, direction: str) -> dict[str, int]:
+        """:class:`xapp.core.ports.BackendSemantics`: CPE -> the traffic classes its
+        ``direction``'s applier takes (``capabilities.max_classes``), for the appliers that take
+        some: ``ul`` the CPE agents online, ``dl`` the CPEs' :meth:`downlink` proxies (their
+        per-CPE state's, else their own state's).  Recomputed only after a state changed."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"unknown direction {direction!r}")
+        with self._lock:
+            gen = self._generation
+            cached = self._max_classes.get(direction)
+            if cached is not None and cached[0] == gen:
+                return dict(cached[1])
+            if direction == "ul":
+                out = {c: st.max_classes for c, st in self._states.items()
+                       if st.online and st.max_classes}
+            else:
+                out = {}
+                for c, down in self.downlinks().items():
+                    n = down.state.max_classes
+                    if n is None:
+                        proxy = self._proxies.get(down.proxy_id)
+                        n = None if proxy is None else proxy.max_classes
+                    if n:
+                        out[c] = n
+            self._max_classes[direction] = (gen, out)
+            return dict(out)
 
     def downlink_semantics(self, down: Downlink) -> str | None:
         """The ``capabilities.semantics`` ``down``'s proxy applies the CPE's downlink with (as

@@ -27,7 +27,8 @@ from jsonschema import Draft202012Validator
 from xapp.schemas import schemas_dir
 
 WATS: Final = ("nr", "lte", "wifi", "lifi")
-MODES: Final = ("load_balancing", "fixed_split", "active_standby", "latency_bound")
+MODES: Final = ("load_balancing", "fixed_split", "active_standby", "latency_bound", "priority",
+                 "smallest_delay")
 MAX_WEIGHT: Final = 255
 #: ``$defs/cap`` of the weights schema: a rate cap is in [CAP_MIN_MBPS, CAP_MAX_MBPS] Mbit/s
 #: (the floor is the shares backend's, to which :mod:`xapp.core.caps` clips).
