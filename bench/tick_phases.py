@@ -35,7 +35,8 @@ PHASES = (
     ("xapp.core.loop", "ControlLoop.tick", "tick"),
     ("xapp.core.intake", "LatestKpis.latest", "  intake: latest rows"),
     ("xapp.core.ewma", "EwmaEstimator.step", "  forecasts: EWMA step"),
-    ("xapp.core.loop", "ControlLoop._inputs", "  decision inputs"),
+    # The name the loop calls (xapp.core.rowmap.inputs is bound there at import).
+    ("xapp.core.loop", "inputs", "  decision inputs"),
     ("xapp.core.loop", "ControlLoop._decide_group", "  decisions"),
     ("xapp.core.decisions", "optimal_weights_batch", "    exact weights search"),
     ("xapp.core.decisions", "_Previous.held", "    hysteresis: weights in force"),
@@ -51,6 +52,8 @@ PHASES = (
     # The same, at commits from before the store left xapp/adapters/influx.py (issue 34).
     ("xapp.adapters.influx", "InfluxStore.write_forecasts", "  write-back: forecasts"),
     ("xapp.adapters.influx", "InfluxStore.write_weights", "    write-back: weights"),
+    # At commits from before the inputs left the loop (issue 35).
+    ("xapp.core.loop", "ControlLoop._inputs", "  decision inputs"),
 )
 
 

@@ -68,6 +68,8 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from xapp.core.policy import Policy, SteeringMode
+
 Array = NDArray[np.float64]
 Mask = NDArray[np.bool_]
 
@@ -141,6 +143,15 @@ def rate_caps(weights: NDArray[np.integer], present: Mask, forecast: Array,
     out = np.full(w.shape, np.nan)
     out[capped] = np.clip(np.round(raw[capped], 3), CAP_MIN_MBPS, CAP_MAX_MBPS)
     return out
+
+
+def uncapped_balancing(policy: Policy) -> bool:
+    """Whether a rate-caps agent gets this policy's sets uncapped (:func:`balancing_caps`):
+    ``load_balancing`` with no share limits wants the largest aggregate, which mainline's
+    scheduler reaches by itself; so does ``smallest_delay`` when it balances (the one WAT it
+    picks otherwise is its own limit)."""
+    return (policy.mode in (SteeringMode.LOAD_BALANCING, SteeringMode.SMALLEST_DELAY)
+            and not policy.min_share and not policy.max_share)
 
 
 def balancing_caps(weights: NDArray[np.integer], present: Mask) -> Array:

@@ -5,6 +5,8 @@ as the sets in force (:meth:`Columns.in_force`), take the sets decided this tick
 (:meth:`Columns.put`), where the direction has no set of its own take the other direction's
 (:meth:`Columns.follow`) without the WATs its own policy excludes (:meth:`Columns.exclude`),
 and go to the publisher as a :class:`~xapp.core.ports.DirectionBatch` (:meth:`Columns.batch`).
+What a set in force may carry again depends on its applier now (:class:`Appliers`): caps while
+it is rate-caps, classes while it takes as many.
 """
 
 from __future__ import annotations
@@ -15,12 +17,37 @@ import numpy as np
 from numpy.typing import NDArray
 
 from xapp.core.caps import caps_in_force
+from xapp.core.class_columns import ClassColumns
 from xapp.core.fleet import FleetTable
 from xapp.core.policy import KNOWN_WATS
 from xapp.core.ports import DirectionBatch
 
 Array = NDArray[np.float64]
 Mask = NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Appliers:
+    """What the appliers of one direction take this tick, by fleet row."""
+
+    #: Rows whose applier is rate-caps; None: none is and no caps are in force.
+    rate_capped: Mask | None = None
+    #: How many classes each row's applier takes; None: none takes any and none is in force.
+    room: NDArray[np.int64] | None = None
+
+    def classes_in_force(self, classes: ClassColumns, rows: NDArray[np.intp]) -> ClassColumns:
+        """The classes in force at ``rows`` where their applier still takes them (their caps
+        while it is still rate-caps)."""
+        out = classes.subset(rows)
+        if self.room is None:
+            out.clear(np.arange(len(out)))
+            return out
+        out.clear(self.room[rows] < out.counts())
+        if self.rate_capped is None:
+            out.caps[:] = np.nan
+        else:
+            out.caps[~self.rate_capped[rows]] = np.nan
+        return out
 
 
 @dataclass
@@ -35,17 +62,18 @@ class Columns:
     reasons: NDArray[np.object_]
     sources: NDArray[np.object_]
     caps: Array  # NaN: no cap
+    classes: ClassColumns
 
     @classmethod
-    def in_force(cls, fleet: FleetTable, rows: NDArray[np.intp], rate_capped: Mask | None
-                 ) -> Columns:
-        """The sets in force at ``rows``, with their caps while the applier is still
-        rate-caps."""
-        caps = caps_in_force(fleet.caps, rows, rate_capped)
+    def in_force(cls, fleet: FleetTable, rows: NDArray[np.intp], appliers: Appliers) -> Columns:
+        """The sets in force at ``rows``, with their caps and classes while the applier still
+        takes them."""
+        caps = caps_in_force(fleet.caps, rows, appliers.rate_capped)
         return cls(fleet.weights[rows], fleet.present[rows], fleet.usable[rows],
                    fleet.aggregate[rows], fleet.mode[rows], fleet.reason[rows],
                    fleet.source[rows],
-                   np.full(fleet.weights[rows].shape, np.nan) if caps is None else caps)
+                   np.full(fleet.weights[rows].shape, np.nan) if caps is None else caps,
+                   appliers.classes_in_force(fleet.classes, rows))
 
     def put(self, at: NDArray[np.intp], new: Columns) -> None:
         """Positions ``at`` take the sets of ``new`` (its row ``i`` goes to ``at[i]``)."""
@@ -57,6 +85,7 @@ class Columns:
         self.reasons[at] = new.reasons
         self.sources[at] = new.sources
         self.caps[at] = new.caps
+        self.classes.put(at, new.classes)
 
     def follow(self, mask: NDArray[np.bool_], other: Columns, other_name: str) -> None:
         """Where ``mask``: the other direction's set (the reason says so)."""
@@ -69,8 +98,10 @@ class Columns:
         self.modes[mask] = other.modes[mask]
         self.sources[mask] = other.sources[mask]
         self.reasons[mask] = [f"follows {other_name}: {r}" for r in other.reasons[mask].tolist()]
-        # Caps come from a direction's own forecasts; a set that follows has none.
+        # Caps come from a direction's own forecasts, classes from its own rules (a cgroup
+        # means nothing on the downlink): a set that follows has neither.
         self.caps[mask] = np.nan
+        self.classes.clear(mask)
 
     def exclude(self, at: NDArray[np.intp], excluded: Mask) -> None:
         """Positions ``at`` lose the WATs ``excluded`` marks (one row of it per position); a
@@ -91,11 +122,13 @@ class Columns:
     def subset(self, at: NDArray[np.intp]) -> Columns:
         """The sets at positions ``at`` (copies)."""
         return Columns(self.weights[at], self.present[at], self.usable[at], self.aggregate[at],
-                       self.modes[at], self.reasons[at], self.sources[at], self.caps[at])
+                       self.modes[at], self.reasons[at], self.sources[at], self.caps[at],
+                       self.classes.subset(at))
 
     def batch(self) -> DirectionBatch:
-        """The sets as the publisher takes them: no caps at all when none is set."""
+        """The sets as the publisher takes them: no caps (classes) at all when none is set."""
         caps = self.caps if np.isfinite(self.caps).any() else None
         return DirectionBatch(self.weights, self.present, self.usable, self.aggregate,
                               self.modes.tolist(), self.reasons.tolist(),
-                              self.sources.tolist(), caps)
+                              self.sources.tolist(), caps,
+                              self.classes if self.classes.any() else None)

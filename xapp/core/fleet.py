@@ -18,6 +18,7 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from xapp.core.class_columns import ClassColumns
 from xapp.core.policy import KNOWN_WATS, Policy
 from xapp.core.ports import CpeRecord, DirectionBatch, row_decision
 from xapp.core.weights import WeightDecision
@@ -52,6 +53,8 @@ class FleetTable:
         self.usable: NDArray[np.bool_] = np.zeros((0, k), dtype=bool)
         #: Rate caps sent with the set in force, NaN where none (:mod:`xapp.core.caps`).
         self.caps: NDArray[np.float64] = np.zeros((0, k))
+        #: Traffic classes sent with the set in force (:mod:`xapp.core.classes`).
+        self.classes = ClassColumns.empty(0, k)
         #: A decision is in force (published, or restored from the state store).
         self.has: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         self.version: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
@@ -83,6 +86,7 @@ class FleetTable:
         self.present = more(self.present, False)
         self.usable = more(self.usable, False)
         self.caps = more(self.caps, np.nan)
+        self.classes = self.classes.grown(size)
         self.has = more(self.has, False)
         self.version = more(self.version, 0)
         self.published_s = more(self.published_s, -np.inf)
@@ -121,6 +125,7 @@ class FleetTable:
                 self.usable[r, j] = wat in record.usable
                 if wat in record.caps_mbps:
                     self.caps[r, j] = float(record.caps_mbps[wat])
+            self.classes.restore(r, record.classes, self.wats)
             self.has[r] = True
             self.version[r] = stored.version
             self.published_s[r] = stored.time_s
@@ -136,6 +141,7 @@ class FleetTable:
         self.present[rows] = False
         self.usable[rows] = False
         self.caps[rows] = np.nan
+        self.classes.clear(rows)
         self.has[rows] = False
         self.version[rows] = 0
         self.published_s[rows] = -np.inf
@@ -161,6 +167,10 @@ class FleetTable:
         self.weights[rows] = np.where(batch.present, batch.weights, 0)
         self.usable[rows] = batch.usable & batch.present
         self.caps[rows] = np.nan if batch.caps_mbps is None else batch.caps_mbps
+        if batch.classes is None:
+            self.classes.clear(rows)
+        else:
+            self.classes.put(rows, batch.classes)
         self.has[rows] = True
         self.version[rows] = versions
         self.published_s[rows] = time_s

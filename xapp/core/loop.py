@@ -71,8 +71,12 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from xapp.core.caps import DEFAULT_HEADROOM, balancing_caps, caps_moved, rate_caps
-from xapp.core.decisions import ERROR, NO_USABLE, OK, DecideBatch, decide_batch
+from xapp.core.caps import DEFAULT_HEADROOM
+from xapp.core.class_columns import ClassSpec
+from xapp.core.classes import specs_of
+from xapp.core.columns import Appliers
+from xapp.core.decisions import ERROR, NO_USABLE, OK, DecideBatch, Inputs, decide_batch
+from xapp.core.extras import extras, withheld_reason
 from xapp.core.fleet import FleetTable
 from xapp.core.forecast import (
     DIRECTIONS,
@@ -83,7 +87,7 @@ from xapp.core.forecast import (
 )
 from xapp.core.outgoing import Outgoing, message_sets
 from xapp.core.ownership import Fenced
-from xapp.core.policy import KNOWN_WATS, Policy, SteeringMode
+from xapp.core.policy import KNOWN_WATS, Policy
 from xapp.core.policy_book import PolicyResolver
 from xapp.core.ports import (
     BackendSemantics,
@@ -95,7 +99,8 @@ from xapp.core.ports import (
     WeightBatch,
     WeightPublisher,
 )
-from xapp.core.thresholds import LOSS_COLUMN
+from xapp.core.rowmap import RowMap, inputs, row_map
+from xapp.core.rules import ClassRule
 from xapp.core.weights import WeightError
 
 log = logging.getLogger(__name__)
@@ -147,31 +152,11 @@ class TickReport:
     publish_errors: int = 0
     #: CPEs whose weights the publisher fenced (their shard's lease lapsed during the tick).
     fenced: int = 0
+    #: Sets sent without their policy's traffic classes: the applier takes fewer.
+    classes_withheld: int = 0
     skipped_rows: dict[str, int] = field(default_factory=dict)
     model_version: str = ""
     duration_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class _DirRows:
-    """The frame rows of one direction and where they go."""
-
-    rows: NDArray[np.intp]  # frame rows of this direction
-    pos: NDArray[np.intp]  # -> position among cpe_ids
-    col: NDArray[np.intp]  # -> WAT column, -1 for an unknown WAT
-    seen: NDArray[np.bool_]  # position -> the CPE has rows of this direction
-
-
-@dataclass(frozen=True)
-class _RowMap:
-    """How the rows of a frame map onto CPEs, directions and WAT columns (cached while rows
-    persist)."""
-
-    cpe_ids: list[str]
-    fleet_rows: NDArray[np.intp]  # position -> FleetTable row (the same in both tables)
-    dirs: dict[str, _DirRows]
-    unknown: int
-    duplicates: int
 
 
 @dataclass(frozen=True)
@@ -179,27 +164,6 @@ class _Group:
     policy: Policy
     source: str
     positions: NDArray[np.intp]
-
-
-@dataclass(frozen=True)
-class _Inputs:
-    """Dense (CPE, WAT) inputs of one direction."""
-
-    cap: Array
-    low: Array
-    present: NDArray[np.bool_]
-    up: NDArray[np.bool_]
-    rtt: Array
-    #: Retransmitted share of segments, % (:data:`xapp.core.thresholds.LOSS_COLUMN`).
-    loss: Array
-
-
-def uncapped_balancing(policy: Policy) -> bool:
-    """Whether a rate-caps agent gets this policy's sets uncapped: ``load_balancing`` with no
-    share limits wants the largest aggregate, which mainline's scheduler reaches by itself
-    (:mod:`xapp.core.caps`)."""
-    return (policy.mode is SteeringMode.LOAD_BALANCING and not policy.min_share
-            and not policy.max_share)
 
 
 class ControlLoop:
@@ -255,10 +219,11 @@ class ControlLoop:
         #: One table per direction; a CPE has the same row in both.
         self.fleets = {d: FleetTable(state.cpe, d) for d in DIRECTIONS}
         self._connects_seen: int | None = None
-        self._rowmap: tuple[object, object, _RowMap] | None = None
+        self._rowmap: tuple[object, object, RowMap] | None = None
         self._expanded: tuple[object, object, object, NDArray[np.intp], KpiFrame] | None = None
         self._history_hash: tuple[object, NDArray[np.int64]] | None = None
         self._groups: tuple[PolicyResolver, NDArray[np.intp], list[_Group]] | None = None
+        self._specs_cache: dict[int, tuple[tuple[ClassRule, ...], tuple[ClassSpec, ...]]] = {}
         self._last_tick_monotonic: float | None = None
         self._lock = threading.Lock()
         self._forget: list[Callable[[str], bool]] = []
@@ -334,11 +299,12 @@ class ControlLoop:
         # 3. Every due (CPE, direction) decided.
         rm = self._row_map(frame)
         report.cpes = len(rm.cpe_ids)
-        caps = {d: self._rate_caps_rows(d) for d in DIRECTIONS}
-        out, lent = self._decide(frame, forecast, rm, now_s, report, caps)
+        appliers = {d: Appliers(self._rate_caps_rows(d), self._class_room(d))
+                    for d in DIRECTIONS}
+        out, lent = self._decide(frame, forecast, rm, now_s, report, appliers)
         # 4. and 5. One batch published, and what went recorded.
         if any(o.rows for o in (*out.values(), *lent.values())):
-            self._publish(out, lent, rm, now_s, report, caps)
+            self._publish(out, lent, rm, now_s, report, appliers)
 
     def _check_reconnect(self) -> None:
         if self.publisher_connects is None:
@@ -403,34 +369,11 @@ class ControlLoop:
                 CapacityForecast(np.asarray(forecast.median_mbps)[take],
                                  np.asarray(forecast.lower_mbps)[take]))
 
-    def _row_map(self, frame: KpiFrame) -> _RowMap:
+    def _row_map(self, frame: KpiFrame) -> RowMap:
         cached = self._rowmap
         if cached is not None and cached[0] is frame.cpe and cached[1] is frame.series:
             return cached[2]
-        ids, pos = np.unique(frame.cpe.astype(str), return_inverse=True)
-        pos = pos.astype(np.intp)
-        wat_names, wat_pos = np.unique(frame.wat.astype(str), return_inverse=True)
-        known = {w: j for j, w in enumerate(KNOWN_WATS)}
-        col = np.array([known.get(w, -1) for w in wat_names.tolist()], dtype=np.intp)[wat_pos]
-        ok = col >= 0
-        k = len(KNOWN_WATS)
-        direction = (frame.direction if frame.direction is not None
-                     else np.full(len(frame), "", dtype="<U2"))
-        dcode = np.searchsorted(np.array(DIRECTIONS), direction)
-        pairs = (pos[ok] * len(DIRECTIONS) + dcode[ok]) * k + col[ok]
-        duplicates = int(len(pairs) - len(np.unique(pairs)))
-        cpe_ids = ids.tolist()
-        fleet_rows = [fleet.rows(cpe_ids) for fleet in self.fleets.values()]
-        if any(not np.array_equal(fleet_rows[0], r) for r in fleet_rows[1:]):
-            raise WeightError("the per-direction fleet tables disagree on CPE rows")
-        dirs = {}
-        for d in DIRECTIONS:
-            rows = np.flatnonzero(direction == d).astype(np.intp)
-            seen = np.zeros(len(cpe_ids), dtype=bool)
-            seen[pos[rows]] = True
-            dirs[d] = _DirRows(rows, pos[rows], col[rows], seen)
-        rm = _RowMap(cpe_ids=cpe_ids, fleet_rows=fleet_rows[0], dirs=dirs,
-                     unknown=int((~ok).sum()), duplicates=duplicates)
+        rm = row_map(frame, self.fleets.values())
         self._rowmap = (frame.cpe, frame.series, rm)
         return rm
 
@@ -446,8 +389,30 @@ class ControlLoop:
         mask[at] = True
         return mask
 
-    def _decide(self, frame: KpiFrame, forecast: CapacityForecast, rm: _RowMap, now_s: float,
-                report: TickReport, caps: dict[str, Mask | None]
+    def _class_room(self, direction: str) -> NDArray[np.int64] | None:
+        """How many classes the applier of each fleet row's ``direction`` takes; None when none
+        takes any and none is in force (the tick then does no class work at all)."""
+        fleet = self.fleets[direction]
+        room = {} if self.semantics is None else self.semantics.max_classes(direction)
+        if not room and not fleet.classes.subset(np.arange(len(fleet))).any():
+            return None
+        out = np.zeros(len(fleet), dtype=np.int64)
+        for cpe_id, n in room.items():
+            r = fleet.index.get(cpe_id)
+            if r is not None:
+                out[r] = n
+        return out
+
+    def _specs(self, rules: tuple[ClassRule, ...]) -> tuple[ClassSpec, ...]:
+        """The specs of a direction's classes, the same object while the rules are (rows
+        compare theirs by identity first)."""
+        cached = self._specs_cache.get(id(rules))
+        if cached is None or cached[0] is not rules:
+            cached = self._specs_cache[id(rules)] = (rules, specs_of(rules))
+        return cached[1]
+
+    def _decide(self, frame: KpiFrame, forecast: CapacityForecast, rm: RowMap, now_s: float,
+                report: TickReport, appliers: dict[str, Appliers]
                 ) -> tuple[dict[str, Outgoing], dict[str, Outgoing]]:
         """The sets of every due (CPE, direction), policy group by policy group: decided from
         the direction's own rows, and (the second dict) from the other direction's where it
@@ -455,69 +420,32 @@ class ControlLoop:
         median, lower = np.asarray(forecast.median_mbps), np.asarray(forecast.lower_mbps)
         out = {d: Outgoing() for d in DIRECTIONS}
         lent = {d: Outgoing() for d in DIRECTIONS}
-        inputs = {d: self._inputs(frame, rm, rm.dirs[d], median, lower, report)
-                  for d in DIRECTIONS if rm.dirs[d].seen.any()}
+        given = {d: inputs(frame, rm, rm.dirs[d], median, lower, report.skipped_rows)
+                 for d in DIRECTIONS if rm.dirs[d].seen.any()}
         # Decisions on borrowed forecasts are not the direction's own: counted as followed.
         scratch = TickReport(time_s=now_s)
         for d, other in zip(DIRECTIONS, DIRECTIONS[::-1], strict=True):
             seen = rm.dirs[d].seen
-            borrowed = ~seen & rm.dirs[other].seen if other in inputs else None
+            borrowed = ~seen & rm.dirs[other].seen if other in given else None
             for group in self._policy_groups(rm):
                 policy = group.policy.for_direction(d)
+                rules = group.policy.classes_for(d)
                 positions = group.positions[seen[group.positions]]
                 if len(positions):
-                    self._decide_group(d, policy, group.source, positions, rm, now_s,
-                                       inputs[d], report, out[d], caps[d])
+                    self._decide_group(d, policy, rules, group.source, positions, rm, now_s,
+                                       given[d], report, out[d], appliers[d])
                 if borrowed is None:
                     continue
                 positions = group.positions[borrowed[group.positions]]
                 if len(positions):
-                    self._decide_group(d, policy, group.source, positions, rm, now_s,
-                                       inputs[other], scratch, lent[d], None, follows=other)
+                    # Decided from the other direction's forecasts: no caps (they would be
+                    # the other direction's), classes as the applier takes them.
+                    self._decide_group(d, policy, rules, group.source, positions, rm, now_s,
+                                       given[other], scratch, lent[d],
+                                       Appliers(None, appliers[d].room), follows=other)
         return out, lent
 
-    def _inputs(self, frame: KpiFrame, rm: _RowMap, dr: _DirRows, median: Array, lower: Array,
-                report: TickReport) -> _Inputs:
-        """Dense (CPE, WAT) arrays of capacity, lower bound, presence, up, RTT and loss of the
-        rows of one direction."""
-        m, k = len(rm.cpe_ids), len(KNOWN_WATS)
-        ok = dr.col >= 0
-        fr, p, c = dr.rows[ok], dr.pos[ok], dr.col[ok]
-        cap = np.full((m, k), np.nan)
-        low = np.full((m, k), np.nan)
-        rtt = np.full((m, k), np.nan)
-        loss = np.full((m, k), np.nan)
-        up_col = np.full((m, k), np.nan)
-        present = np.zeros((m, k), dtype=bool)
-        cap[p, c] = median[fr]
-        low[p, c] = lower[fr]
-        rtt[p, c] = frame.column("rtt_ms")[fr]
-        loss[p, c] = frame.column(LOSS_COLUMN)[fr]
-        up_col[p, c] = frame.column("up")[fr]
-        present[p, c] = True
-        skipped = report.skipped_rows
-        if rm.unknown:
-            skipped["unknown_wat"] = rm.unknown
-        if rm.duplicates:
-            skipped["duplicate"] = rm.duplicates
-        up = present & (up_col != 0)
-        good = np.isfinite(cap) & (cap >= 0)
-        missing = present & ~good
-        if missing.any():
-            skipped["no_forecast"] = skipped.get("no_forecast", 0) + int(missing.sum())
-            # Tried at the CPE's smallest forecast (1 Mbps when it has none), so it is measured.
-            known = np.where(good & (cap > 0), cap, np.inf).min(axis=1, keepdims=True)
-            trial = np.where(np.isfinite(known), known, 1.0)
-            cap = np.where(missing, np.where(up, trial, 0.0), cap)
-            low = np.where(missing, cap, low)
-        low = np.where(np.isfinite(low), np.clip(low, 0.0, cap), cap)
-        cap = np.where(present, cap, 0.0)
-        low = np.where(present, low, 0.0)
-        rtt = np.where(np.isfinite(rtt) & (rtt >= 0), rtt, np.nan)
-        loss = np.where(np.isfinite(loss) & (loss >= 0) & (loss <= 100), loss, np.nan)
-        return _Inputs(cap, low, present, up, rtt, loss)
-
-    def _policy_groups(self, rm: _RowMap) -> list[_Group]:
+    def _policy_groups(self, rm: RowMap) -> list[_Group]:
         resolver = self.policies()
         cached = self._groups
         if cached is not None and cached[0] is resolver and cached[1] is rm.fleet_rows:
@@ -531,12 +459,13 @@ class ControlLoop:
         self._groups = (resolver, rm.fleet_rows, groups)
         return groups
 
-    def _decide_group(self, direction: str, policy: Policy, source: str,
-                      positions: NDArray[np.intp], rm: _RowMap, now_s: float, x: _Inputs,
-                      report: TickReport, out: Outgoing, rate_capped: Mask | None,
+    def _decide_group(self, direction: str, policy: Policy, rules: tuple[ClassRule, ...],
+                      source: str, positions: NDArray[np.intp], rm: RowMap, now_s: float,
+                      x: Inputs, report: TickReport, out: Outgoing, appliers: Appliers,
                       follows: str | None = None) -> None:
         """Decide the due CPEs at ``positions`` from inputs ``x``: the direction's own rows,
-        or, with ``follows`` (the other direction's name), that direction's rows."""
+        or, with ``follows`` (the other direction's name), that direction's rows; ``rules``
+        are the direction's traffic classes."""
         s, fleet = self.settings, self.fleets[direction]
         lent = follows is not None
         rows = rm.fleet_rows[positions]
@@ -552,18 +481,17 @@ class ControlLoop:
         # CPEs not due keep their weights; those half a lease old are re-sent as they are.
         out.in_force(fleet, rows[~due & fleet.has[rows] & (fleet.follows[rows] == lent)
                                  & (now_s - fleet.published_s[rows] >= refresh_at)],
-                     rate_capped)
+                     appliers)
         idx = positions[due]
         if len(idx) == 0:
             return
         r_due = rows[due]
-        d = self.decide(KNOWN_WATS, x.cap[idx], x.low[idx], x.present[idx], x.up[idx],
-                        x.rtt[idx], x.loss[idx], policy, fleet.weights[r_due], fleet.present[r_due],
-                        fleet.usable[r_due],
-                        # Hysteresis holds against a set of the same kind: own rows against
-                        # own, a followed direction against what it followed last.
-                        fleet.has[r_due] & (fleet.follows[r_due] == lent)
-                        & ~changed_policy[due])
+        xd = x.take(idx)
+        # Hysteresis holds against a set of the same kind: own rows against own, a followed
+        # direction against what it followed last.
+        held = fleet.has[r_due] & (fleet.follows[r_due] == lent) & ~changed_policy[due]
+        d = self.decide(KNOWN_WATS, xd.cap, xd.low, xd.present, xd.up, xd.rtt, xd.loss, policy,
+                        fleet.weights[r_due], fleet.present[r_due], fleet.usable[r_due], held)
         ok, no_usable, error = d.status == OK, d.status == NO_USABLE, d.status == ERROR
         fleet.decided_s[r_due[ok | no_usable]] = now_s
         fleet.applied[r_due[ok]] = policy
@@ -582,40 +510,36 @@ class ControlLoop:
         owed = fleet.unpublished[r_due]
         stale = now_s - fleet.published_s[r_due] >= refresh_at
         mode = policy.mode.value
-        balancing = rate_capped is not None and uncapped_balancing(policy)
         # Going from a followed set to an own one, or back, is a change.
-        differs = ((d.weights != fleet.weights[r_due]) | (x.present[idx] != fleet.present[r_due])
+        differs = ((d.weights != fleet.weights[r_due]) | (xd.present != fleet.present[r_due])
                    ).any(axis=1) | (fleet.mode[r_due] != mode) | (fleet.follows[r_due] != lent)
-        caps = None
-        if rate_capped is not None:
-            # Caps of the weights being decided, from the forecasts they were decided with;
-            # a WAT without a usable forecast has its trial value here, as in the decision.
-            caps = np.full(d.weights.shape, np.nan)
-            on = ok & rate_capped[r_due]
-            if on.any() and balancing:
-                caps[on] = balancing_caps(d.weights[on], x.present[idx[on]])
-            elif on.any():
-                caps[on] = rate_caps(d.weights[on], x.present[idx[on]], x.cap[idx[on]],
-                                     self.settings.caps_headroom)
-            differs |= caps_moved(fleet.caps[r_due], caps, self.settings.caps_headroom)
+        more = extras(KNOWN_WATS, policy, rules, self._specs(rules), self.decide, xd, d, fleet,
+                      r_due, held, appliers, s.caps_headroom)
+        differs |= more.differs
         send = np.flatnonzero(ok & (d.changed | ~fleet.has[r_due] | owed | differs | stale))
         reasons = d.reason[send].tolist()
+        withheld = more.withheld[send]
+        if withheld.any():
+            report.classes_withheld += int(withheld.sum())
+            for i in np.flatnonzero(withheld).tolist():
+                reasons[i] = withheld_reason(reasons[i], int(more.room[send[i]]), len(rules))
         if lent:
             reasons = [f"follows {follows}: {r}" for r in reasons]
-        out.add(r_due[send], d.weights[send], x.present[idx[send]], d.usable[send],
+        out.add(r_due[send], d.weights[send], xd.present[send], d.usable[send],
                 d.aggregate[send], [mode] * len(send), reasons,
-                [source] * len(send), None if caps is None else caps[send])
+                [source] * len(send), None if more.caps is None else more.caps[send],
+                None if more.classes is None else more.classes.subset(send))
         # No usable WAT: the weights in force stay; re-send them if owed or half a lease old.
         out.in_force(fleet, r_due[no_usable & fleet.has[r_due]
                                   & (fleet.follows[r_due] == lent) & (owed | stale)],
-                     rate_capped)
+                     appliers)
 
-    def _publish(self, out: dict[str, Outgoing], lent: dict[str, Outgoing], rm: _RowMap,
-                 now_s: float, report: TickReport, rate_capped: dict[str, Mask | None]) -> None:
+    def _publish(self, out: dict[str, Outgoing], lent: dict[str, Outgoing], rm: RowMap,
+                 now_s: float, report: TickReport, appliers: dict[str, Appliers]) -> None:
         ids = self.fleet.ids
         messages = message_sets(self.fleets, out, lent,
                                 {d: rm.fleet_rows[rm.dirs[d].seen] for d in DIRECTIONS},
-                                rate_capped, self.policies)
+                                appliers, self.policies)
         rows, follows = messages.rows, messages.follows
         if len(rows) == 0:
             return

@@ -15,7 +15,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from xapp.core.caps import caps_in_force
-from xapp.core.columns import Columns
+from xapp.core.class_columns import ClassColumns
+from xapp.core.columns import Appliers, Columns
 from xapp.core.fleet import FleetTable
 from xapp.core.forecast import DIRECTIONS
 from xapp.core.policy import KNOWN_WATS
@@ -40,15 +41,18 @@ class Outgoing:
     sources: list[str] = field(default_factory=list)
     #: Per part: its caps (NaN: none), or None when the part has none at all.
     caps: list[Array | None] = field(default_factory=list)
+    #: Per part: its classes, or None when the part has none at all.
+    classes: list[ClassColumns | None] = field(default_factory=list)
 
     def add(self, rows: NDArray[np.intp], weights: NDArray[np.int64],
             present: NDArray[np.bool_], usable: NDArray[np.bool_], aggregate: Array,
             modes: list[str], reasons: list[str], sources: list[str],
-            caps: Array | None = None) -> None:
+            caps: Array | None = None, classes: ClassColumns | None = None) -> None:
         """The sets of fleet rows ``rows`` (nothing when there are none)."""
         if len(rows) == 0:
             return
         self.caps.append(caps)
+        self.classes.append(classes)
         self.rows.append(rows)
         self.weights.append(weights)
         self.present.append(present)
@@ -58,23 +62,29 @@ class Outgoing:
         self.reasons += reasons
         self.sources += sources
 
-    def in_force(self, fleet: FleetTable, rows: NDArray[np.intp],
-                 rate_capped: Mask | None) -> None:
-        """Re-send the decisions in force at ``rows`` as they are (with their caps while the
-        applier is still rate-caps)."""
+    def in_force(self, fleet: FleetTable, rows: NDArray[np.intp], appliers: Appliers) -> None:
+        """Re-send the decisions in force at ``rows`` as they are (with their caps and classes
+        while the applier still takes them)."""
+        if len(rows) == 0:
+            return
         self.add(rows, fleet.weights[rows], fleet.present[rows], fleet.usable[rows],
                  fleet.aggregate[rows], fleet.mode[rows].tolist(), fleet.reason[rows].tolist(),
-                 fleet.source[rows].tolist(), caps_in_force(fleet.caps, rows, rate_capped))
+                 fleet.source[rows].tolist(),
+                 caps_in_force(fleet.caps, rows, appliers.rate_capped),
+                 appliers.classes_in_force(fleet.classes, rows))
 
     def columns(self) -> Columns:
-        """Every part in order as one block (at least one part); a part without caps has NaN
-        caps."""
+        """Every part in order as one block (at least one part); a part without caps
+        (classes) has NaN caps (no classes)."""
         return Columns(np.concatenate(self.weights), np.concatenate(self.present),
                        np.concatenate(self.usable), np.concatenate(self.aggregate),
                        np.array(self.modes, dtype=object), np.array(self.reasons, dtype=object),
                        np.array(self.sources, dtype=object),
                        np.concatenate([np.full(w.shape, np.nan) if c is None else c
-                                       for w, c in zip(self.weights, self.caps, strict=True)]))
+                                       for w, c in zip(self.weights, self.caps, strict=True)]),
+                       ClassColumns.concat([
+                           ClassColumns.empty(*w.shape) if c is None else c
+                           for w, c in zip(self.weights, self.classes, strict=True)]))
 
 
 @dataclass(frozen=True)
@@ -89,16 +99,15 @@ class MessageSets:
 
 def message_sets(fleets: Mapping[str, FleetTable], out: Mapping[str, Outgoing],
                  lent: Mapping[str, Outgoing], seen: Mapping[str, NDArray[np.intp]],
-                 rate_capped: Mapping[str, Mask | None],
+                 appliers: Mapping[str, Appliers],
                  policies: Callable[[], PolicyResolver]) -> MessageSets:
     """The fleet rows of the messages to send, each direction's set for them and whether it
     follows the other direction (both sets go in every message).
 
     Per direction: ``out`` holds the sets decided from its own KPI rows, ``lent`` those decided
     from the other direction's; ``seen`` the fleet rows of the CPEs with KPI rows of it this
-    tick; ``rate_capped`` the fleet rows whose applier is rate-caps (None: none is and no caps
-    are in force).  ``policies`` gives the policies in force (asked only when a set is copied
-    from the other direction)."""
+    tick; ``appliers`` what each fleet row's applier takes (caps, classes).  ``policies`` gives
+    the policies in force (asked only when a set is copied from the other direction)."""
     # A mask over the fleet's rows rather than np.unique: no sort, the same sorted rows.
     sending = np.zeros(len(fleets["ul"]), dtype=bool)
     for o in (*out.values(), *lent.values()):
@@ -110,7 +119,7 @@ def message_sets(fleets: Mapping[str, FleetTable], out: Mapping[str, Outgoing],
     decided: dict[str, NDArray[np.bool_]] = {}
     for d in DIRECTIONS:
         fleet = fleets[d]
-        c = Columns.in_force(fleet, rows, rate_capped[d])
+        c = Columns.in_force(fleet, rows, appliers[d])
         fresh = {}
         for name, o in (("own", out[d]), ("lent", lent[d])):
             fresh[name] = np.zeros(len(rows), dtype=bool)

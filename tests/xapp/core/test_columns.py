@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 
-from xapp.core.columns import Columns
+from xapp.core.class_columns import ClassColumns
+from xapp.core.columns import Appliers, Columns
 from xapp.core.fleet import FleetTable
 from xapp.core.ports import DirectionBatch
 
@@ -22,7 +23,8 @@ def columns(weights: list[list[int]], reasons: list[str] | None = None,
                    np.array(["load_balancing"] * n, dtype=object),
                    np.array(reasons or [f"r{i}" for i in range(n)], dtype=object),
                    np.array(["default"] * n, dtype=object),
-                   np.full(w.shape, np.nan) if caps is None else np.array(caps))
+                   np.full(w.shape, np.nan) if caps is None else np.array(caps),
+                   ClassColumns.empty(n, w.shape[1]))
 
 
 def fleet_in_force() -> FleetTable:
@@ -40,13 +42,14 @@ def fleet_in_force() -> FleetTable:
 def test_in_force_takes_the_sets_with_caps_only_where_still_rate_capped() -> None:
     fleet = fleet_in_force()
     rows = np.array([1, 2], dtype=np.intp)
-    c = Columns.in_force(fleet, rows, np.array([True, True, False]))
+    c = Columns.in_force(fleet, rows, Appliers(np.array([True, True, False])))
     assert c.weights.tolist() == [[2, 0, 2, 0], [3, 0, 0, 3]]
     assert c.reasons.tolist() == ["rb", "rc"] and c.aggregate.tolist() == [2.0, 3.0]
     np.testing.assert_array_equal(c.caps, [[4.0, NAN, 5.0, NAN], [NAN] * 4])
     # The applier of b no longer rate-caps: its caps do not go again.
-    assert np.isnan(Columns.in_force(fleet, rows, np.array([False, False, False])).caps).all()
-    assert np.isnan(Columns.in_force(fleet, rows, None).caps).all()
+    assert np.isnan(Columns.in_force(fleet, rows,
+                                     Appliers(np.array([False, False, False]))).caps).all()
+    assert np.isnan(Columns.in_force(fleet, rows, Appliers()).caps).all()
     # Copies: changing the columns leaves the table alone.
     c.weights[0] = 9
     assert fleet.weights[1].tolist() == [2, 0, 2, 0]

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from xapp.core.columns import Appliers
 from xapp.core.fleet import FleetTable
 from xapp.core.forecast import DIRECTIONS
 from xapp.core.outgoing import Outgoing, excluded_wats, message_sets
@@ -67,13 +68,13 @@ def test_outgoing_in_force_resends_sets_with_caps_while_rate_capped() -> None:
                                         np.array([[4.0, NAN, 5.0, NAN]] * 2)),
              np.array([1, 1], dtype=np.int64), 100.0)
     o = Outgoing()
-    o.in_force(fl, rows(1, 0), np.array([False, True]))  # by fleet row: b is rate-capped
+    o.in_force(fl, rows(1, 0), Appliers(np.array([False, True])))  # by fleet row: b is capped
     c = o.columns()
     assert c.weights.tolist() == [[2, 0, 2, 0], [1, 0, 1, 0]]
     assert c.reasons.tolist() == ["rb", "ra"]
     np.testing.assert_array_equal(c.caps, [[4.0, NAN, 5.0, NAN], [NAN] * 4])
     none = Outgoing()
-    none.in_force(fl, rows(0), None)
+    none.in_force(fl, rows(0), Appliers())
     assert none.caps == [None]
 
 
@@ -85,7 +86,7 @@ def sets(fl: dict[str, FleetTable], out: dict[str, Outgoing],
     lent = lent or {d: Outgoing() for d in DIRECTIONS}
     seen = seen or {d: [] for d in DIRECTIONS}
     m = message_sets(fl, out, lent, {d: rows(*s) for d, s in seen.items()},
-                     {d: None for d in DIRECTIONS}, (book or PolicyBook(DEFAULTS)).resolver)
+                     {d: Appliers() for d in DIRECTIONS}, (book or PolicyBook(DEFAULTS)).resolver)
     return (m.rows.tolist(), {d: c.weights.tolist() for d, c in m.sets.items()},
             {d: c.reasons.tolist() for d, c in m.sets.items()},
             {d: f.tolist() for d, f in m.follows.items()})
