@@ -26,12 +26,18 @@ UNMIRRORED: dict[str, str] = {
     "xapp/app/runner.py": "the loop's thread; tests/xapp/app/test_supervision.py",
     "xapp/app/sharding.py": "tests/sharding/ and tests/xapp/app/test_sdl_loss.py",
     "xapp/cli.py": "the command table; tests/twin/test_cli.py and every CLI test",
+    "xapp/core/class_columns.py":
+        "the classes' columns; tests/xapp/core/test_classes.py, adapters/mqtt/test_classes.py",
+    "xapp/core/extras.py": "a set's caps and classes; tests/xapp/core/test_classes.py, test_caps",
     "xapp/core/forecast.py":
         "estimators; tests/xapp/core/test_ewma.py, tests/twin/test_policies.py",
     "xapp/core/intake.py": "the latest-KPI table; tests/xapp/core/test_loop.py",
     "xapp/core/kpis.py": "the KPI schema: names and ranges; tests/xapp/adapters/e2/test_mapping.py",
     "xapp/core/policy_book.py": "tests/xapp/core/test_policy.py, tests/xapp/adapters/test_a1.py",
     "xapp/core/ports.py": "interfaces and records; every adapter's tests implement them",
+    "xapp/core/rowmap.py": "the loop's row map and decision inputs; tests/xapp/core/test_loop.py",
+    "xapp/core/thresholds.py": "tests/xapp/core/test_weights.py, test_decisions, test_classes",
+    "xapp/core/traffic.py": "traffic descriptors and class records; tests/xapp/core/test_rules.py",
     "xapp/model/archive.py": "tests/xapp/model/test_artifact_bounds.py",
     "xapp/model/errors.py": "one exception class",
     "xapp/model/files.py": "read_bounded; tests/xapp/model/test_artifact_bounds.py",

@@ -274,7 +274,8 @@ def cpes_document(records: Mapping[str, CpeRecord], agents: Mapping[str, CpeStat
                   downlinks: Mapping[str, Downlink],
                   downlink_semantics: Callable[[Downlink], str | None]) -> dict[str, Any]:
     """``/ric/v1/cpes``: per CPE, what the xApp last published (one version, both directions'
-    weights, shares, mode, reason, policy and, for a ``rate-caps`` applier, ``caps_mbps``) and
+    weights, shares, mode, reason, policy and, for a ``rate-caps`` applier, ``caps_mbps``, for an
+    applier that takes them the traffic ``classes``) and
     who applies each direction: ``ul`` the CPE agent as it last reported (online or not; null
     before any report), ``dl`` the proxy whose report says it applies the CPE's downlink (null:
     nobody does, the proxy or the CPE runs its defaults), each with its ``semantics`` and the
@@ -327,9 +328,12 @@ def _direction_view(d: DirectionRecord) -> dict[str, Any]:
     view = {"weights": dict(d.weights), "shares": {w: round(v, 4) for w, v in d.shares.items()},
             "mode": d.mode, "reason": d.reason, "policy": d.policy_source,
             "aggregate_mbps": round(d.aggregate_mbps, 3)}
-    # As on the wire: only a rate-caps applier's set carries caps.
+    # As on the wire: only a rate-caps applier's set carries caps, only an applier that takes
+    # them classes (the reason says when the policy's were withheld).
     if d.caps_mbps:
         view["caps_mbps"] = dict(d.caps_mbps)
+    if d.classes:
+        view["classes"] = [c.to_dict() for c in d.classes]
     return view
 
 

@@ -33,6 +33,11 @@ class Metrics:
         self.decisions = Counter("mcw_decisions_total",
                                  "Per-CPE weight decisions by result (changed, held, "
                                  "no_usable_wat, error).", ["result"], registry=r)
+        self.classes_withheld = Counter(
+            "mcw_classes_withheld_total",
+            "Sets published without their policy's traffic classes because the applier takes "
+            "fewer (capabilities.max_classes): the default rule alone, for all its traffic.",
+            registry=r)
         self.publishes = Counter("mcw_publishes_total",
                                  "Weight messages handed to the publisher by result.",
                                  ["result"], registry=r)
@@ -66,6 +71,8 @@ class Metrics:
                           ("no_usable_wat", report.no_usable), ("error", report.errors)):
             if n:
                 self.decisions.labels(result=result).inc(n)
+        if report.classes_withheld:
+            self.classes_withheld.inc(report.classes_withheld)
         if report.published:
             self.publishes.labels(result="ok").inc(len(report.published))
         if report.publish_errors:

@@ -12,6 +12,8 @@ import pytest
 from xapp.adapters.lab import MemoryPublisher, NullSink
 from xapp.adapters.mqtt.payloads import check
 from xapp.adapters.sdl import SdlStateStore
+from xapp.app.endpoints import cpes_document
+from xapp.app.metrics import Metrics
 from xapp.core.caps import CAP_MAX_MBPS
 from xapp.core.class_columns import ClassColumns
 from xapp.core.classes import FALLBACK, decide_classes, specs_of, urgent_caps
@@ -118,6 +120,15 @@ def test_classes_go_to_appliers_that_take_them_and_are_withheld_from_the_others(
     # c's agent takes none (from before classes): the message is as it always was.
     assert "classes" not in docs["c"]["ul"] and "classes" not in docs["c"]["dl"]
     assert reports[-1].classes_withheld == 4  # b ul, b dl, c ul, c dl
+    # Visible to the operator: the counter, and the reason in /ric/v1/cpes.
+    metrics = Metrics()
+    metrics.record_tick(reports[-1])
+    assert b"mcw_classes_withheld_total 4.0" in metrics.exposition()
+    view = cpes_document(loop.state.cpes(), {}, {}, lambda _d: None)["cpes"]
+    assert "classes withheld" in view["b"]["published"]["ul"]["reason"]
+    assert [c["name"] for c in view["a"]["published"]["ul"]["classes"]] == ["voice", "video",
+                                                                            "app"]
+    assert "classes" not in view["b"]["published"]["ul"]
     # No caps: nobody is rate-caps.
     assert all("caps_mbps" not in c for c in a["ul"]["classes"])
 
