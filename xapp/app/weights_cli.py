@@ -44,6 +44,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lower", action="append", metavar="WAT=MBPS",
                         help="lower bound of a WAT's capacity; the engine uses it when given")
     parser.add_argument("--rtt", action="append", metavar="WAT=MS", help="RTT of a WAT in ms")
+    parser.add_argument("--loss", action="append", metavar="WAT=PCT",
+                        help="share of a WAT's segments retransmitted, in percent (what the "
+                             "agents report as retrans_pct)")
     parser.add_argument("--down", action="append", default=[], metavar="WAT",
                         help="mark a WAT as down")
     parser.add_argument("--policy", type=Path, metavar="FILE",
@@ -55,11 +58,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-share", action="append", metavar="WAT=FRACTION")
     parser.add_argument("--split", action="append", metavar="WAT=PERCENT",
                         help="fixed_split percentages")
-    parser.add_argument("--priority", metavar="WAT,WAT,...", help="active_standby order")
+    parser.add_argument("--priority", metavar="WAT,WAT,...",
+                        help="active_standby and priority order")
     parser.add_argument("--exclude", action="append", default=[], metavar="WAT")
     parser.add_argument("--rtt-bound", type=float, metavar="MS", help="latency_bound RTT bound")
     parser.add_argument("--demand", type=float, metavar="MBPS",
-                        help="latency_bound: rate the low-latency WATs must carry")
+                        help="latency_bound: rate the low-latency WATs must carry; priority: "
+                             "rate the listed WATs carry in order")
+    parser.add_argument("--rtt-max", type=float, metavar="MS",
+                        help="RTT threshold for every WAT (any mode)")
+    parser.add_argument("--loss-max", type=float, metavar="PCT",
+                        help="retransmission threshold for every WAT, percent (any mode)")
     parser.add_argument("--floor", type=float, metavar="MBPS",
                         help="capacity floor below which a WAT gets 0")
     parser.add_argument("--direction", choices=["dl", "ul"],
@@ -82,7 +91,8 @@ def _policy(args: argparse.Namespace) -> Policy:
         "mode": args.mode, "max_weight": args.max_weight, "rtt_bound_ms": args.rtt_bound,
         "demand_mbps": args.demand, "capacity_floor_mbps": args.floor,
         "priority": args.priority.split(",") if args.priority else None,
-        "excluded_wats": args.exclude or None,
+        "excluded_wats": args.exclude or None, "rtt_max_ms": args.rtt_max,
+        "loss_max_pct": args.loss_max,
     }
     doc.update({k: v for k, v in overrides.items() if v is not None})
     policy = Policy.from_dict(doc)
@@ -94,12 +104,15 @@ def run(args: argparse.Namespace) -> int:
         capacity = _pairs(args.capacity, "--capacity")
         lower = _pairs(args.lower, "--lower")
         rtt = _pairs(args.rtt, "--rtt")
-        for name, table in (("--lower", lower), ("--rtt", rtt), ("--down", args.down)):
+        loss = _pairs(args.loss, "--loss")
+        for name, table in (("--lower", lower), ("--rtt", rtt), ("--loss", loss),
+                            ("--down", args.down)):
             stray = set(table) - set(capacity)
             if stray:
                 raise WeightError(f"{name} names {sorted(stray)} without a --capacity")
         states = {w: WatState(capacity_mbps=c, lower_mbps=lower.get(w), up=w not in args.down,
-                              rtt_ms=rtt.get(w)) for w, c in capacity.items()}
+                              rtt_ms=rtt.get(w), loss_pct=loss.get(w))
+                  for w, c in capacity.items()}
         decision = decide(states, _policy(args))
     except (argparse.ArgumentTypeError, PolicyError, WeightError, OSError,
             json.JSONDecodeError) as exc:

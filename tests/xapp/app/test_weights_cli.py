@@ -32,6 +32,16 @@ def test_mode_and_limits_from_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(capsys.readouterr().out)["weights"] == {"nr": 100, "wifi": 0, "lifi": 0}
 
 
+def test_smallest_delay_and_a_loss_threshold_from_flags(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 35: lifi has the smallest RTT but retransmits 4 % of its segments, over the 2 %.
+    assert main([*PAPER_ARGS, "--mode", "smallest_delay", "--rtt", "nr=20", "--rtt", "wifi=3",
+                 "--rtt", "lifi=2", "--loss", "lifi=4", "--loss-max", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["weights"] == {"nr": 0, "wifi": 100, "lifi": 0}
+    assert out["reason"] == "smallest_delay:wifi+over_threshold:lifi"
+
+
 def test_direction_applies_the_policys_override(capsys: pytest.CaptureFixture[str],
                                                 tmp_path: Path) -> None:
     policy = tmp_path / "policy.json"
