@@ -46,7 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xapp.adapters.a1 import A1Handler, PolicyType
+from xapp.adapters.a1 import A1Handler
+from xapp.adapters.a1_types import load_policy_types
 from xapp.adapters.e2.decoder_process import DecoderProcess
 from xapp.adapters.lab import LoopbackGlue
 from xapp.core.policy_book import PolicyBook
@@ -77,7 +78,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run(runs: int) -> dict[str, dict[str, float]]:
-    handler = A1Handler(PolicyBook(DEFAULTS), PolicyType.load(), "bench")
+    handler = A1Handler(PolicyBook(DEFAULTS), load_policy_types(), "bench")
     glue = LoopbackGlue(handler, lambda: True)
     glue.start_handlers()
     out: dict[str, dict[str, float]] = {}
@@ -128,7 +129,7 @@ def under_indications(runs: int, ue_rate: float, in_thread: bool = False,
     both sides share whatever else the machine is doing."""
     case = make_case(100)
     ingest, sink = make_ingest(case)
-    handler = A1Handler(PolicyBook(DEFAULTS), PolicyType.load(), "bench")
+    handler = A1Handler(PolicyBook(DEFAULTS), load_policy_types(), "bench")
     if in_thread:
         glue = LoopbackGlue(handler, lambda: True, on_indication=ingest.handle)
     else:

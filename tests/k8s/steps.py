@@ -372,7 +372,8 @@ def seed_policy(run: Run) -> None:
     delivers a CREATE over RMR (its handler and SDL store, from the xApp's package)."""
     from ricsdl.syncstorage import SyncStorage
 
-    from xapp.adapters.a1 import A1Handler, PolicyType
+    from xapp.adapters.a1 import A1Handler
+    from xapp.adapters.a1_types import load_policy_types
     from xapp.adapters.sdl import SdlStateStore
     from xapp.core.policy_book import PolicyBook
 
@@ -380,7 +381,7 @@ def seed_policy(run: Run) -> None:
     os.environ["DBAAS_SERVICE_HOST"] = "127.0.0.1"
     os.environ["DBAAS_SERVICE_PORT"] = str(run.redis.port)
     store = SdlStateStore(SDL_NAMESPACE, SyncStorage)
-    handler = A1Handler(PolicyBook(), PolicyType.load(None), "mcw-xapp", persistence=store)
+    handler = A1Handler(PolicyBook(), load_policy_types(None), "mcw-xapp", persistence=store)
     resp = handler.handle({"operation": "CREATE", "policy_type_id": "20100",
                            "policy_instance_id": SPLIT_ID, "payload": json.dumps(SPLIT)})
     if not store.sync():

@@ -12,7 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTOR = ROOT / "config-file.json"
 SCHEMAS = ROOT / "schemas"
 CONTROLS_SCHEMA = SCHEMAS / "controls.schema.json"
-POLICY_TYPE = SCHEMAS / "a1-policy-type-20100.json"
+#: The A1 policy types the xApp registers, oldest first; the newest is the default policy's.
+POLICY_TYPE_IDS = [20100, 20101]
+POLICY_TYPES = {t: SCHEMAS / f"a1-policy-type-{t}.json" for t in POLICY_TYPE_IDS}
+POLICY_TYPE = POLICY_TYPES[POLICY_TYPE_IDS[-1]]
 CHART = ROOT / "charts" / "mcw-xapp"
 DOCKERFILE = ROOT / "Dockerfile"
 HERE = Path(__file__).resolve().parent
@@ -24,7 +27,6 @@ ONBOARDER_SCHEMA = ROOT.parent / "shared" / "ref" / "xapp-descriptor.schema.json
 XAPP_NAME = "mcw-xapp"
 PORTS = {"rmrdata": 4560, "rmrroute": 4561, "http": 8080}
 UID = GID = 10001
-POLICY_TYPE_ID = 20100
 
 
 def load_json(path: Path) -> Any:

@@ -14,7 +14,7 @@ from tests.packaging.paths import (
     DESCRIPTOR,
     DESCRIPTOR_RULES,
     ONBOARDER_SCHEMA,
-    POLICY_TYPE_ID,
+    POLICY_TYPE_IDS,
     PORTS,
     XAPP_NAME,
     load_json,
@@ -141,7 +141,7 @@ def test_messages_and_policy_type(descriptor: dict[str, Any]) -> None:
     rmr = descriptor["rmr"]
     assert set(data["rxMessages"]) == set(rmr["rxMessages"]) == RX
     assert set(data["txMessages"]) == set(rmr["txMessages"]) == TX
-    assert data["policies"] == rmr["policies"] == [POLICY_TYPE_ID]
+    assert data["policies"] == rmr["policies"] == POLICY_TYPE_IDS
     assert rmr["protPort"] == f"tcp:{PORTS['rmrdata']}"
     assert isinstance(rmr["maxSize"], int) and rmr["maxSize"] >= 2072
     assert isinstance(rmr["numWorkers"], int) and rmr["numWorkers"] >= 1

@@ -13,13 +13,15 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_jsonschema import from_schema
 
 from tests.packaging.paths import (
     CHART,
     CONTROLS_SCHEMA,
     DESCRIPTOR,
     POLICY_TYPE,
-    POLICY_TYPE_ID,
+    POLICY_TYPE_IDS,
+    POLICY_TYPES,
     SCHEMAS,
     load_json,
 )
@@ -29,14 +31,19 @@ from xapp.core.policy import KNOWN_WATS, Policy, PolicyError, SteeringMode
 #: Policy rules that span several fields: JSON Schema cannot state them (and with
 #: default_policy merging they depend on the xApp's configuration), so the xApp checks them.
 CROSS_FIELD = ("exceeds max_share", "add up to more than 1", "fixed_split needs",
-               "active_standby needs", "latency_bound needs",
+               "active_standby needs", "latency_bound needs", "priority needs",
                # Issue 33: no WAT left to carry traffic.
                "excludes every WAT", "split_pct > 0 is in excluded_wats",
-               "priority list is in excluded_wats")
+               "priority list is in excluded_wats",
+               # Issue 35: a mode no mainline data path can carry out.
+               "mode redundant is refused")
+#: What 20101 adds to 20100's keys.
+NEW_KEYS = {"rules", "rtt_max_ms", "loss_max_pct", "urgent_cap_fraction"}
 
 
 @pytest.fixture(scope="module")
 def policy_type() -> dict[str, Any]:
+    """The newest type (20101): the one the default policy follows."""
     doc: dict[str, Any] = load_json(POLICY_TYPE)
     return doc
 
@@ -47,22 +54,51 @@ def a1_validator(policy_type: dict[str, Any]) -> jsonschema.Draft7Validator:
     return jsonschema.Draft7Validator(policy_type["create_schema"])
 
 
-def test_registration_body(policy_type: dict[str, Any]) -> None:
+@pytest.mark.parametrize("type_id", POLICY_TYPE_IDS)
+def test_registration_body(type_id: int) -> None:
     # Exactly what PUT /A1-P/v2/policytypes/{id} takes.
+    policy_type = load_json(POLICY_TYPES[type_id])
     assert set(policy_type) == {"name", "description", "policy_type_id", "create_schema"}
-    assert policy_type["policy_type_id"] == POLICY_TYPE_ID
+    assert policy_type["policy_type_id"] == type_id
     assert policy_type["name"] == "mcw_steering"
     assert policy_type["create_schema"]["additionalProperties"] is False
+    jsonschema.Draft7Validator.check_schema(policy_type["create_schema"])
 
 
 def test_policy_keys_match_the_policy_record(policy_type: dict[str, Any]) -> None:
     props = set(policy_type["create_schema"]["properties"])
-    record_keys = set(Policy(rtt_bound_ms=10.0, overrides={"dl": {}}).to_dict())
+    record_keys = set(Policy.from_dict({
+        "rtt_bound_ms": 10.0, "rtt_max_ms": 20.0, "loss_max_pct": 1.0,
+        "urgent_cap_fraction": 0.8, "directions": {"dl": {}},
+        "rules": [{"name": "r", "match": {"dscp": [1]}}]}).to_dict())
     assert props == record_keys | {"scope"}
+    # redundant is in the enum so that the xApp, not the mediator, answers it with the reason.
     assert set(policy_type["create_schema"]["properties"]["mode"]["enum"]) == {
-        m.value for m in SteeringMode}
+        m.value for m in SteeringMode} | {"redundant"}
     wats = policy_type["create_schema"]["properties"]["wats"]["propertyNames"]["enum"]
     assert tuple(wats) == KNOWN_WATS
+    # 20100: the same keys without what 20101 added, and the four modes of its time.
+    older = load_json(POLICY_TYPES[20100])["create_schema"]["properties"]
+    assert set(older) == props - NEW_KEYS
+    assert set(older["mode"]["enum"]) == {"load_balancing", "fixed_split", "active_standby",
+                                          "latency_bound"}
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_everything_20100_accepts_20101_accepts_with_the_same_meaning(
+        data: st.DataObject) -> None:
+    doc = data.draw(from_schema(load_json(POLICY_TYPES[20100])["create_schema"]))
+    assert isinstance(doc, dict) and a1_create_schema().is_valid(doc)
+    # One record for both types: the same document is the same policy (or the same refusal).
+    body = {k: v for k, v in doc.items() if k != "scope"}
+    try:
+        policy = Policy.from_dict(body)
+    except PolicyError as exc:
+        assert any(rule in str(exc) for rule in CROSS_FIELD), str(exc)
+        return
+    assert not policy.rules and not policy.has_thresholds
 
 
 @pytest.mark.parametrize("doc", [
@@ -74,6 +110,19 @@ def test_policy_keys_match_the_policy_record(policy_type: dict[str, Any]) -> Non
     {"mode": "latency_bound", "rtt_bound_ms": 20, "demand_mbps": 100},
     {"wats": {"lifi": {"min_share": 0.1, "max_share": 0.5}}, "hysteresis_pct": 5,
      "capacity_floor_mbps": 2, "update_period_s": 0.5},
+    # 20101 (issue 35)
+    {"mode": "priority", "priority": ["wifi", "nr"], "demand_mbps": 40, "rtt_max_ms": 80,
+     "wats": {"lte": {"loss_max_pct": 2}}},
+    {"mode": "smallest_delay", "rtt_max_ms": 30, "directions": {"dl": {"loss_max_pct": 1}}},
+    {"urgent_cap_fraction": 0.85, "rules": [
+        {"name": "voice", "match": {"protocols": ["udp", 132], "dscp": [46],
+                                    "destination_ports": [5060, [10000, 20000]]},
+         "mode": "smallest_delay", "rtt_max_ms": 60, "urgent": True},
+        {"name": "robot", "match": {"cgroup": "/system.slice/robot.service"},
+         "mode": "active_standby", "priority": ["nr", "wifi"],
+         "directions": {"dl": {"match": {"destination_prefixes": ["10.20.0.0/16"]}}}},
+        {"name": "bulk", "match": {"destination_prefixes": ["2001:db8::/32"]},
+         "mode": "load_balancing", "excluded_wats": ["lte"]}]},
 ])
 def test_examples_accepted_by_schema_and_xapp(a1_validator: jsonschema.Draft7Validator,
                                               doc: dict[str, Any]) -> None:
@@ -98,6 +147,16 @@ def test_examples_accepted_by_schema_and_xapp(a1_validator: jsonschema.Draft7Val
     {"scope": {"cpes": "cpe-1"}},
     {"scope": {"cells": ["c1"]}},
     {"colour": "blue"},
+    {"rules": [{"name": "x"}]},
+    {"rules": [{"name": "x", "match": {}}]},
+    {"rules": [{"name": "X", "match": {"dscp": [1]}}]},
+    {"rules": [{"name": "x", "match": {"protocols": ["quic"]}}]},
+    {"rules": [{"name": "x", "match": {"destination_ports": [0]}}]},
+    {"rules": [{"name": "x", "match": {"dscp": [1]}, "update_period_s": 1}]},
+    {"rules": [{"name": f"r{i}", "match": {"dscp": [i]}} for i in range(9)]},
+    {"rtt_max_ms": 0},
+    {"loss_max_pct": 101},
+    {"urgent_cap_fraction": 1.5},
 ])
 def test_schema_rejects(a1_validator: jsonschema.Draft7Validator, doc: dict[str, Any]) -> None:
     assert not a1_validator.is_valid(doc)
@@ -109,7 +168,7 @@ _limits = st.fixed_dictionaries({}, optional={
     "min_share": _share, "max_share": _share,
     "split_pct": st.floats(min_value=-5, max_value=99, allow_nan=False)})
 _policy_docs = st.fixed_dictionaries({}, optional={
-    "mode": st.sampled_from([*(m.value for m in SteeringMode), "bogus"]),
+    "mode": st.sampled_from([*(m.value for m in SteeringMode), "redundant", "bogus"]),
     "max_weight": st.integers(min_value=-1, max_value=300),
     "wats": st.dictionaries(_wat, _limits, max_size=4),
     "excluded_wats": st.lists(_wat, max_size=3),
@@ -119,6 +178,9 @@ _policy_docs = st.fixed_dictionaries({}, optional={
     "capacity_floor_mbps": st.floats(min_value=-1, max_value=10, allow_nan=False),
     "hysteresis_pct": st.floats(min_value=-1, max_value=10, allow_nan=False),
     "update_period_s": st.floats(min_value=-1, max_value=10, allow_nan=False),
+    "rtt_max_ms": st.floats(min_value=-1, max_value=100, allow_nan=False),
+    "loss_max_pct": st.floats(min_value=-1, max_value=101, allow_nan=False),
+    "urgent_cap_fraction": st.floats(min_value=0.3, max_value=1.1, allow_nan=False),
 })
 
 
@@ -223,7 +285,8 @@ def test_policy_examples_in_the_install_guide_are_valid() -> None:
     for body in bodies:
         assert a1_create_schema().is_valid(body), body
         Policy.from_dict({k: v for k, v in body.items() if k != "scope"})
-    assert "A1-P/v2/policytypes/20100\" -d @schemas/a1-policy-type-20100.json" in guide
+    for t in POLICY_TYPE_IDS:
+        assert f"A1-P/v2/policytypes/{t}\" -d @schemas/a1-policy-type-{t}.json" in guide
 
 
 def test_the_install_guide_creates_the_influxdb_the_chart_names() -> None:

@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-import jsonschema
-
+from xapp.adapters.a1_types import POLICY_TYPE_IDS, PolicyType, excerpt
 from xapp.bounded_json import BoundedJsonError, JsonLimits
 from xapp.bounded_json import loads as bounded_loads
 from xapp.core.ids import TYPE_ID_RE, is_cpe_id, is_instance_id
@@ -38,7 +37,6 @@ from xapp.core.policy_book import (
     PolicyBook,
     PolicyInstance,
 )
-from xapp.schemas import schemas_dir
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +45,6 @@ A1_POLICY_REQ = 20010
 A1_POLICY_RESP = 20011
 A1_POLICY_QUERY = 20012
 
-#: The policy type this xApp owns.
-POLICY_TYPE_ID = 20100
-POLICY_TYPE_NAME = "mcw_steering"
-POLICY_TYPE_FILE = f"a1-policy-type-{POLICY_TYPE_ID}.json"
 #: What one A1 request may hold.  A policy with a scope of 10,000 CPE ids is about 300 KiB;
 #: the deepest valid document (request > payload > limits > wat) has four levels.
 A1_LIMITS = JsonLimits(max_bytes=1024 * 1024, max_depth=16, max_int_digits=20)
@@ -71,69 +65,6 @@ class Status(StrEnum):
 
 class A1Error(ValueError):
     """A request that cannot be applied; the message is the reason that goes to the log."""
-
-
-@dataclass(frozen=True)
-class PolicyType:
-    """The registration body of the policy type (what ``PUT /A1-P/v2/policytypes/{id}`` takes)."""
-
-    policy_type_id: int
-    name: str
-    description: str
-    create_schema: Mapping[str, Any]
-
-    @classmethod
-    def load(cls, directory: str | os.PathLike[str] | None = None) -> PolicyType:
-        path = schemas_dir(directory) / POLICY_TYPE_FILE
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise A1Error(f"cannot read the A1 policy type {path}: {exc}") from exc
-        missing = {"policy_type_id", "name", "description", "create_schema"} - set(doc)
-        if missing:
-            raise A1Error(f"{path}: missing keys {sorted(missing)}")
-        jsonschema.Draft7Validator.check_schema(doc["create_schema"])
-        return cls(int(doc["policy_type_id"]), str(doc["name"]), str(doc["description"]),
-                   doc["create_schema"])
-
-    def validator(self) -> jsonschema.Draft7Validator:
-        validator: jsonschema.Draft7Validator = _LinearValidator(self.create_schema)
-        return validator
-
-
-def _canonical(value: Any) -> Any:
-    """A hashable key equal for exactly the values JSON Schema calls equal: ``1 == 1.0``, but
-    ``true`` is not ``1``, and objects compare regardless of key order."""
-    if isinstance(value, bool) or value is None:
-        return ("c", value)
-    if isinstance(value, int | float):
-        return ("n", value)
-    if isinstance(value, str):
-        return ("s", value)
-    if isinstance(value, list | tuple):
-        return ("a", tuple(_canonical(v) for v in value))
-    if isinstance(value, Mapping):
-        return ("o", frozenset((k, _canonical(v)) for k, v in value.items()))
-    return ("?", repr(value))
-
-
-def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Any:
-    """``uniqueItems`` in linear time.  jsonschema's own falls back to comparing every pair
-    when an array mixes types: 30,000 items took 50 s on the RMR dispatch thread (issue 22)."""
-    if not unique or not validator.is_type(instance, "array"):
-        return
-    seen: set[Any] = set()
-    for item in instance:
-        key = _canonical(item)
-        if key in seen:
-            yield jsonschema.ValidationError(
-                f"has non-unique elements (first repeated: {_excerpt(item)})")
-            return
-        seen.add(key)
-
-
-_LinearValidator = jsonschema.validators.extend(jsonschema.Draft7Validator,
-                                                {"uniqueItems": _unique_items})
 
 
 @dataclass(frozen=True)
@@ -193,7 +124,7 @@ def parse_request(raw: bytes | str | Mapping[str, Any]) -> A1Request:
         instance_id = str(instance_id)
     if not is_instance_id(instance_id):
         raise A1Error(f"policy_instance_id must be 1-128 of A-Z a-z 0-9 _ . : ~ -, "
-                      f"got {_excerpt(instance_id)}")
+                      f"got {excerpt(instance_id)}")
     payload = doc.get("payload")
     if operation is Operation.DELETE:
         return A1Request(operation, type_id, str(instance_id), None)
@@ -213,13 +144,7 @@ def _type_id(value: Any) -> int:
     if isinstance(value, str) and TYPE_ID_RE.fullmatch(value):
         return int(value)
     raise A1Error(f"policy_type_id must be an integer of at most 9 digits or such a decimal "
-                  f"string, got {_excerpt(value)}")
-
-
-def _excerpt(value: Any) -> str:
-    """A log-safe, bounded rendering of a value taken from a request."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+                  f"string, got {excerpt(value)}")
 
 
 def _excerpt_message(message: str) -> str:
@@ -330,22 +255,35 @@ class A1Handler:
     changes nothing: the book and the persisted instances keep their previous content.
     """
 
-    def __init__(self, book: PolicyBook, policy_type: PolicyType, handler_id: str,
+    def __init__(self, book: PolicyBook, policy_types: Sequence[PolicyType], handler_id: str,
                  persistence: PolicyPersistence | None = None,
                  observe: Callable[[str, str], None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
+        if not policy_types:
+            raise ValueError("A1Handler needs at least one policy type")
         self.book = book
-        self.policy_type = policy_type
+        self.policy_types = {t.policy_type_id: t for t in policy_types}
         self.handler_id = handler_id
         self._persistence = persistence
         self._observe = observe
         self._clock = clock
-        self._validator = policy_type.validator()
+        self._validators = {t.policy_type_id: t.validator() for t in policy_types}
         #: Instance id -> monotonic time of its last applied request.
         self._seen: dict[str, float] = {}
         # Serialises requests: the RMR dispatch thread is the only caller in production, but
         # tests and a future REST path may call concurrently.
         self._lock = threading.Lock()
+
+    @property
+    def type_ids(self) -> tuple[int, ...]:
+        """The policy types handled, oldest first."""
+        return tuple(sorted(self.policy_types))
+
+    @property
+    def default_type_id(self) -> int:
+        """The type an answer names when the request named none that could be read: the
+        newest."""
+        return max(self.policy_types)
 
     def handle(self, raw: bytes | str | Mapping[str, Any]) -> A1Response:
         """Apply one request and return the response to send back by RTS; never raises."""
@@ -383,7 +321,7 @@ class A1Handler:
             type_id, iid = _ids_best_effort(raw)
         except Exception:
             type_id, iid = 0, ""
-        return self._done(operation, A1Response(type_id or self.policy_type.policy_type_id,
+        return self._done(operation, A1Response(type_id or self.default_type_id,
                                                 iid, self.handler_id, Status.ERROR,
                                                 _reason(exc)))
 
@@ -410,38 +348,49 @@ class A1Handler:
         return removed
 
     def _apply(self, req: A1Request) -> Status:
-        if req.policy_type_id != self.policy_type.policy_type_id:
+        ptype = self.policy_types.get(req.policy_type_id)
+        if ptype is None:
             raise A1Error(f"policy type {req.policy_type_id} is not handled here "
-                          f"(this xApp handles {self.policy_type.policy_type_id})")
+                          f"(this xApp handles {list(self.type_ids)})")
+        previous = self.book.get(req.policy_instance_id)
+        if previous is not None and previous.policy_type_id != req.policy_type_id:
+            # The mediator keeps instance ids per type; this xApp combines all its instances
+            # by id, so one id stands for one instance whatever its type.
+            raise A1Error(f"policy instance {req.policy_instance_id!r} is in force under "
+                          f"policy type {previous.policy_type_id}, not {req.policy_type_id}: "
+                          "nothing changed (instance ids are one namespace here: delete it "
+                          "under its type first, or use another id)")
         if req.operation is Operation.DELETE:
             self.book.remove(req.policy_instance_id)
             if self._persistence is not None:
                 self._persistence.delete_policy(req.policy_instance_id)
             return Status.DELETED
         assert req.payload is not None
-        cpes, payload = self._scope(req.payload)
+        where_type = f"policy type {ptype.name} ({ptype.policy_type_id})"
+        cpes, payload = self._scope(req.payload, where_type)
         # The first error only: looking for more would check every item of a long array
         # after a bound on its length already failed.
-        first = next(iter(self._validator.iter_errors(payload)), None)
+        first = next(iter(self._validators[ptype.policy_type_id].iter_errors(payload)), None)
         if first is not None:
             where = "/".join(str(p) for p in first.absolute_path) or "(payload)"
-            raise A1Error(f"payload does not match policy type {self.policy_type.name}: "
+            raise A1Error(f"payload does not match {where_type}: "
                           f"{where}: {_excerpt_message(first.message)}")
         body = {k: v for k, v in req.payload.items() if k != "scope"}
         try:
             policy = self.book.check(body)
         except PolicyError as exc:
             raise A1Error(f"policy rejected: {exc}") from exc
-        previous = self.book.get(req.policy_instance_id)
         # An UPDATE (or a CREATE the mediator resends after our restart) keeps the rank.
         created = previous.created_s if previous is not None else self._clock()
-        instance = PolicyInstance(req.policy_instance_id, body, cpes, created)
+        instance = PolicyInstance(req.policy_instance_id, body, cpes, created,
+                                  ptype.policy_type_id)
         self.book.put(instance, policy)
         if self._persistence is not None:
             self._persistence.save_policy(instance)
         return Status.OK
 
-    def _scope(self, payload: Mapping[str, Any]) -> tuple[frozenset[str], Mapping[str, Any]]:
+    def _scope(self, payload: Mapping[str, Any], where_type: str
+               ) -> tuple[frozenset[str], Mapping[str, Any]]:
         """``scope.cpes`` checked in one linear pass (the one array a policy may fill with
         tens of thousands of items), and the payload with that list emptied for the schema.
 
@@ -455,10 +404,10 @@ class A1Handler:
         cpes: set[str] = set()
         for index, cpe in enumerate(scope["cpes"]):
             if not is_cpe_id(cpe):
-                raise A1Error(f"payload does not match policy type {self.policy_type.name}: "
-                              f"scope/cpes/{index}: {_excerpt(cpe)} is not a CPE id")
+                raise A1Error(f"payload does not match {where_type}: "
+                              f"scope/cpes/{index}: {excerpt(cpe)} is not a CPE id")
             if cpe in cpes:
-                raise A1Error(f"payload does not match policy type {self.policy_type.name}: "
+                raise A1Error(f"payload does not match {where_type}: "
                               f"scope/cpes/{index}: {cpe!r} is repeated")
             cpes.add(cpe)
         return frozenset(cpes), {**payload, "scope": {**scope, "cpes": []}}
@@ -481,7 +430,7 @@ def _reason(exc: BaseException) -> str:
     return f"internal error ({type(exc).__name__}); the request changed nothing"
 
 
-def query_message(policy_type_id: int = POLICY_TYPE_ID) -> bytes:
+def query_message(policy_type_id: int) -> bytes:
     """Payload of ``A1_POLICY_QUERY``: asks the mediator to resend this type's instances."""
     return json.dumps({"policy_type_id": policy_type_id}).encode()
 
@@ -588,22 +537,33 @@ class A1Resync:
 _LIST_LIMITS = JsonLimits(max_bytes=4 * 1024 * 1024, max_depth=2, max_int_digits=20)
 
 
-def mediator_lister(base_url: str, policy_type_id: int = POLICY_TYPE_ID,
+def mediator_lister(base_url: str, policy_type_ids: Sequence[int] = POLICY_TYPE_IDS,
                     timeout_s: float = 5.0) -> Callable[[], list[str]]:
     """``list_instances`` for :class:`A1Resync` from the mediator's northbound API
-    (``base_url`` like ``http://service-ricplt-a1mediator-http.ricplt:10000``)."""
-    url = f"{base_url.rstrip('/')}/A1-P/v2/policytypes/{policy_type_id}/policies"
+    (``base_url`` like ``http://service-ricplt-a1mediator-http.ricplt:10000``): the instances
+    of every type in ``policy_type_ids``.  A type the mediator does not know (404: not
+    registered there yet) has none."""
+    base = base_url.rstrip("/")
 
-    def list_instances() -> list[str]:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            body = resp.read(_LIST_LIMITS.max_bytes + 1)
+    def list_type(type_id: int) -> list[str]:
+        url = f"{base}/A1-P/v2/policytypes/{type_id}/policies"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+                body = resp.read(_LIST_LIMITS.max_bytes + 1)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return []
+            raise
         doc = bounded_loads(body, _LIST_LIMITS)
         if not isinstance(doc, list):
             raise A1Error(f"{url} did not answer a JSON list")
         ids = [str(i) if isinstance(i, int) and not isinstance(i, bool) else i for i in doc]
         bad = [i for i in ids if not is_instance_id(i)]
         if bad:
-            raise A1Error(f"{url} listed invalid instance ids {_excerpt(bad[:3])}")
+            raise A1Error(f"{url} listed invalid instance ids {excerpt(bad[:3])}")
         return ids
+
+    def list_instances() -> list[str]:
+        return [i for t in policy_type_ids for i in list_type(t)]
 
     return list_instances

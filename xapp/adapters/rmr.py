@@ -227,6 +227,8 @@ class RmrGlue:
         self.query_worker = Worker("mcw-a1-query", self._send_query, query_retry_s,
                                    deadline_s=60.0)
         self.query_sent = threading.Event()
+        #: The policy types whose A1_POLICY_QUERY went out.
+        self._queried: set[int] = set()
         #: Applies A1 requests and answers them by RTS, off the dispatch thread.
         self.a1_worker: QueueWorker[tuple[bytes, Any]] = QueueWorker(
             "mcw-a1", self._answer_a1, maxsize=a1_queue, deadline_s=10.0)
@@ -348,7 +350,7 @@ class RmrGlue:
             type_id, iid = scan_ids(payload)
             log.error("A1 request for policy instance %r dropped: %d requests waiting",
                       iid, self.a1_worker.maxsize)
-            busy = A1Response(type_id or self.a1.policy_type.policy_type_id, iid,
+            busy = A1Response(type_id or self.a1.default_type_id, iid,
                               self.a1.handler_id, Status.ERROR)
             self._rts(sbuf, busy.encode(), A1_POLICY_RESP)
         except Exception:
@@ -443,19 +445,23 @@ class RmrGlue:
         return bool(ok)
 
     def _send_query(self) -> None:
-        """Send ``A1_POLICY_QUERY`` once RMR can route it, so the mediator resends instances
-        (one attempt per step of :attr:`query_worker`, which stops once it is sent)."""
+        """Send ``A1_POLICY_QUERY`` for each policy type once RMR can route it, so the mediator
+        resends the instances (one attempt per type and step of :attr:`query_worker`, which
+        stops once every type's is sent)."""
         from ricxappframe.rmr import rmr
 
         if self.query_sent.is_set() or self._stop.is_set():
             self.query_worker.stop()
             return
         x = self._xapp
-        message = query_message(self.a1.policy_type.policy_type_id)
-        if rmr.rmr_ready(x._mrc) and x.rmr_send(message, A1_POLICY_QUERY, retries=5):
+        for type_id in self.a1.type_ids:
+            if type_id in self._queried or not rmr.rmr_ready(x._mrc):
+                continue
+            if x.rmr_send(query_message(type_id), A1_POLICY_QUERY, retries=5):
+                self._queried.add(type_id)
+                log.info("A1_POLICY_QUERY sent for policy type %d", type_id)
+        if self._queried >= set(self.a1.type_ids):
             self.query_sent.set()
-            log.info("A1_POLICY_QUERY sent for policy type %d",
-                     self.a1.policy_type.policy_type_id)
             if self._on_query_sent is not None:
                 self._on_query_sent()
             self.query_worker.stop()

@@ -32,7 +32,7 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -337,13 +337,13 @@ def _direction_view(d: DirectionRecord) -> dict[str, Any]:
     return view
 
 
-def config_view(current: LoadedConfig, policy_type_id: int, timings: Timings,
+def config_view(current: LoadedConfig, policy_type_ids: Sequence[int], timings: Timings,
                 e2: E2Parts | None) -> dict[str, Any]:
     """``/ric/v1/config``: the configuration loaded last, the timings in force and E2 in
     short."""
     return {"path": None if current.path is None else str(current.path),
             "descriptor": current.document, "controls": current.controls.to_dict(),
-            "policy_type_id": policy_type_id,
+            "policy_type_ids": list(policy_type_ids),
             # In force: a period change that needs a restart is not here until then.
             "timings": asdict(timings),
             "e2": {"active": e2 is not None,

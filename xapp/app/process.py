@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, mediator_lister
+from xapp.adapters.a1 import A1Handler, A1Resync, mediator_lister
+from xapp.adapters.a1_types import load_policy_types
 from xapp.adapters.e2.submgr_client import CALLBACK_PATH
 from xapp.adapters.rmr import RmrGlue
 from xapp.adapters.sdl import Restored, SdlStateStore, ricsdl_backend
@@ -97,7 +98,7 @@ class XappProcess:
                                    on_error=self.metrics.sdl_errors.inc,
                                    on_restore=self._restore)
         self.book = PolicyBook(controls.default_policy)
-        self.a1 = A1Handler(self.book, PolicyType.load(opts.schemas_dir),
+        self.a1 = A1Handler(self.book, load_policy_types(opts.schemas_dir),
                             os.environ.get("HOSTNAME") or config.name,
                             persistence=self.state, observe=self.metrics.observe_a1)
         # Restored instances stay provisional until the mediator confirms them (A1Resync).
@@ -184,7 +185,7 @@ class XappProcess:
             posts[CALLBACK_PATH] = e2.subscriber.on_response
         self.http = HttpServer(self.health(),
                                lambda: config_view(self.watcher.current,
-                                                   self.a1.policy_type.policy_type_id,
+                                                   self.a1.type_ids,
                                                    self.timings, e2),
                                self.metrics, host=self.opts.http_host, port=self.opts.http_port,
                                views=views, posts=posts)
@@ -199,10 +200,10 @@ class XappProcess:
         self.watcher.start()
         # Dead workers are replaced on the supervisor's own clock, not when a probe asks.
         self.supervisor.start()
-        log.info("mcw xApp running: HTTP port %d, RMR %s, SDL %s, policy type %d",
+        log.info("mcw xApp running: HTTP port %d, RMR %s, SDL %s, policy types %s",
                  self.http.port, "on" if self.rmr is not None else "off",
                  "redis" if self.state.enabled else "memory",
-                 self.a1.policy_type.policy_type_id)
+                 ", ".join(map(str, self.a1.type_ids)))
 
     def _start_sharing(self, c: Controls, comp: Components, loop: ControlLoop) -> None:
         """The lease worker (sharding on), and the shard metrics either way."""

@@ -39,7 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="config-file.json (default: $CONFIG_FILE; built-in defaults if "
                              "neither is set)")
     parser.add_argument("--schemas-dir", default=None,
-                        help="directory with a1-policy-type-20100.json and controls.schema.json "
+                        help="directory with a1-policy-type-20100.json, a1-policy-type-20101.json "
+                             "and controls.schema.json "
                              "(default: $MCW_SCHEMAS_DIR, /opt/mcw/schemas, the repo's schemas/)")
     parser.add_argument("--http-host", default="0.0.0.0", help="HTTP bind address")
     parser.add_argument("--http-port", type=int, default=8080, help="HTTP port (0: any free)")

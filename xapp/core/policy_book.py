@@ -45,6 +45,8 @@ class PolicyInstance:
     #: Empty: every CPE.
     cpes: frozenset[str]
     created_s: float
+    #: The A1 policy type it was created under (records from before 20101 are 20100's).
+    policy_type_id: int = 20100
 
     @property
     def all_cpes(self) -> bool:
@@ -55,12 +57,14 @@ class PolicyInstance:
 
     def to_dict(self) -> dict[str, Any]:
         return {"instance_id": self.instance_id, "payload": dict(self.payload),
-                "cpes": sorted(self.cpes), "created_s": self.created_s}
+                "cpes": sorted(self.cpes), "created_s": self.created_s,
+                "policy_type_id": self.policy_type_id}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> PolicyInstance:
         return cls(str(doc["instance_id"]), dict(doc["payload"]),
-                   frozenset(str(c) for c in doc.get("cpes", [])), float(doc["created_s"]))
+                   frozenset(str(c) for c in doc.get("cpes", [])), float(doc["created_s"]),
+                   int(doc.get("policy_type_id", 20100)))
 
 
 def build_policy(payload: Mapping[str, Any], default_policy: Mapping[str, Any]) -> Policy:

@@ -181,10 +181,10 @@ def _protocols(value: Any) -> tuple[int, ...]:
     out = []
     for v in _list(value, "protocols", MAX_PROTOCOLS):
         if isinstance(v, str):
-            if v.lower() not in PROTOCOL_NUMBERS:
+            if v not in PROTOCOL_NUMBERS:
                 raise MatchError(f"match.protocols: unknown protocol {v!r}; names: "
                                  f"{sorted(PROTOCOL_NUMBERS)}, or a number 0..255")
-            out.append(PROTOCOL_NUMBERS[v.lower()])
+            out.append(PROTOCOL_NUMBERS[v])
         else:
             out.append(_int(v, "protocols", 0, 255))
     _unique(out, "protocols")

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from xapp.adapters.a1 import A1Handler, PolicyType, Status, parse_request, query_message
+from xapp.adapters.a1 import A1Handler, Status, parse_request, query_message
+from xapp.adapters.a1_types import PolicyType
 from xapp.core.policy import SteeringMode
 from xapp.core.policy_book import PolicyBook, PolicyInstance
 
@@ -55,19 +56,22 @@ def py_style(op: str, iid: str, payload: dict[str, Any] | None, type_id: int = 2
 
 
 @pytest.fixture
-def setup(policy_type: PolicyType) -> tuple[A1Handler, PolicyBook, Recorder, list[tuple[str, str]]]:
+def setup(policy_types: tuple[PolicyType, ...]
+          ) -> tuple[A1Handler, PolicyBook, Recorder, list[tuple[str, str]]]:
     book = PolicyBook(DEFAULTS)
     rec = Recorder()
     seen: list[tuple[str, str]] = []
-    handler = A1Handler(book, policy_type, "mcw-xapp-0", persistence=rec,
+    handler = A1Handler(book, policy_types, "mcw-xapp-0", persistence=rec,
                         observe=lambda op, st: seen.append((op, st)), clock=Clock())
     return handler, book, rec, seen
 
 
-def test_policy_type_file_is_the_registration_body(policy_type: PolicyType) -> None:
-    assert policy_type.policy_type_id == 20100
-    assert policy_type.name == "mcw_steering"
-    assert policy_type.create_schema["type"] == "object"
+def test_policy_type_files_are_the_registration_bodies(
+        policy_types: tuple[PolicyType, ...]) -> None:
+    assert [t.policy_type_id for t in policy_types] == [20100, 20101]
+    for t in policy_types:
+        assert t.name == "mcw_steering"
+        assert t.create_schema["type"] == "object"
 
 
 @pytest.mark.parametrize("encode", [go_style, py_style], ids=["go", "python"])
@@ -99,7 +103,7 @@ def test_create_update_delete_in_both_encodings(setup: Any, encode: Any) -> None
     assert seen == [("CREATE", "OK"), ("UPDATE", "OK"), ("DELETE", "DELETED")]
 
 
-@pytest.mark.parametrize("payload, reason", [
+INVALID = [
     ({"mode": "warp_drive"}, "mode"),
     ({"max_weight": 0}, "max_weight"),
     ({"max_weight": 300}, "max_weight"),
@@ -120,14 +124,57 @@ def test_create_update_delete_in_both_encodings(setup: Any, encode: Any) -> None
     # Issue 33: answered OK before, then the CPE got nothing in either direction.
     ({"directions": {"dl": {"excluded_wats": ["nr", "lte", "wifi", "lifi"]}}},
      "directions.dl: excluded_wats excludes every WAT"),
+]
+VOICE = {"name": "voice", "match": {"protocols": ["udp"], "destination_ports": [[5060, 5061]]},
+         "mode": "smallest_delay", "rtt_max_ms": 60, "urgent": True}
+VIDEO = {"name": "video", "match": {"dscp": [34]}, "mode": "priority",
+         "priority": ["wifi", "nr"], "demand_mbps": 8}
+#: Issue 35: rules and the keys of 20101, refused by the schema or the xApp's own checks.
+INVALID_20101 = [
+    ({"mode": "redundant"}, "redundant is refused: mainline Linux MPTCP has no scheduler that "
+                            "sends a TCP flow's data on two paths at once"),
+    ({"rules": [{**VIDEO, "mode": "redundant"}]}, "rules[0] (video): dl: mode redundant is "
+                                                  "refused"),
+    ({"rules": [VOICE, {**VIDEO, "name": "voice"}]}, "the name 'voice' is used twice"),
+    ({"rules": [{**VOICE, "match": {}}]}, "rules/0/match"),  # the schema's minProperties
+    ({"rules": [{**VOICE, "match": {"dscp": []}}]}, "rules/0/match/dscp"),
+    ({"rules": [{**VOICE, "name": f"r{i}"} for i in range(9)]}, "rules: "),  # maxItems 8
+    ({"rules": [{**VOICE, "match": {"destination_ports": [[9000, 8000]]}}]},
+     "range [9000, 8000] runs backwards"),
+    ({"rules": [{**VOICE, "match": {"destination_prefixes": ["10.0.0.1/8"]}}]},
+     "'10.0.0.1/8' is not a CIDR prefix"),
+    ({"rules": [{**VOICE, "match": {"destination_prefixes": ["not-a-prefix"]}}]},
+     "not a CIDR prefix"),
+    ({"rules": [{**VIDEO, "priority": ["wifi", "satellite"]}]}, "rules/0/priority/1"),
+    ({"rules": [{**VIDEO, "directions": {"dl": {"match": {"cgroup": "/app.slice"}}}}]},
+     "directions.dl: match.cgroup cannot apply to the downlink"),
+    ({"rules": [{**VIDEO, "directions": {"ul": {"mode": "active_standby", "priority": []}}}]},
+     "rules[0] (video): ul: active_standby needs a priority list"),
+    ({"rules": [{**VIDEO, "update_period_s": 2}]}, "rules/0"),
+    ({"rules": [{"name": "x", "mode": "load_balancing"}]}, "'match' is a required property"),
+    ({"rtt_max_ms": 0}, "rtt_max_ms"),
+    ({"wats": {"nr": {"loss_max_pct": 120}}}, "loss_max_pct"),
+    ({"urgent_cap_fraction": 0.1}, "urgent_cap_fraction"),
+]
+#: What 20101 adds is not 20100's: the older type's schema refuses it.
+INVALID_20100 = [({"rules": [VOICE]}, "Additional properties are not allowed ('rules'"),
+                 ({"mode": "priority", "priority": ["nr"]}, "mode"),
+                 ({"rtt_max_ms": 20}, "rtt_max_ms")]
+
+
+@pytest.mark.parametrize("type_id, payload, reason", [
+    *((t, p, r) for t in (20100, 20101) for p, r in INVALID),
+    *((20101, p, r) for p, r in INVALID_20101),
+    *((20100, p, r) for p, r in INVALID_20100),
 ])
-def test_invalid_policy_is_refused_and_the_previous_stays(setup: Any, payload: dict[str, Any],
-                                                          reason: str,
+def test_invalid_policy_is_refused_and_the_previous_stays(setup: Any, type_id: int,
+                                                          payload: dict[str, Any], reason: str,
                                                           caplog: pytest.LogCaptureFixture) -> None:
     handler, book, rec, seen = setup
-    assert handler.handle(go_style("CREATE", "p1", {"max_weight": 40})).status is Status.OK
+    assert handler.handle(go_style("CREATE", "p1", {"max_weight": 40}, type_id)
+                          ).status is Status.OK
     before = book.resolver().for_cpe("c")
-    resp = handler.handle(go_style("UPDATE", "p1", payload))
+    resp = handler.handle(go_style("UPDATE", "p1", payload, type_id))
     assert resp.status is Status.ERROR
     assert resp.to_dict()["policy_instance_id"] == "p1"
     assert book.resolver().for_cpe("c") == before
@@ -177,6 +224,62 @@ def test_other_policy_type_is_refused(setup: Any) -> None:
     resp = handler.handle(go_style("CREATE", "p9", {"max_weight": 10}, type_id=20008))
     assert resp.status is Status.ERROR and resp.policy_type_id == 20008
     assert book.instances() == []
+
+
+@pytest.mark.parametrize("encode", [go_style, py_style], ids=["go", "python"])
+def test_a_20101_policy_with_rules(setup: Any, encode: Any) -> None:
+    handler, book, rec, _ = setup
+    payload = {"scope": {"cpes": ["cpe-7"]}, "mode": "load_balancing", "rtt_max_ms": 200,
+               "urgent_cap_fraction": 0.85,
+               "rules": [VOICE, VIDEO, {"name": "robot", "match": {"cgroup": "/robot.slice"},
+                                        "mode": "active_standby", "priority": ["nr", "wifi"],
+                                        "urgent": True}]}
+    resp = handler.handle(encode("CREATE", "rules-1", payload, 20101))
+    assert resp.status is Status.OK and resp.to_dict()["policy_type_id"] == 20101
+    policy, source = book.resolver().for_cpe("cpe-7")
+    assert source == "rules-1" and policy.urgent_cap_fraction == 0.85
+    assert [c.name for c in policy.classes_for("ul")] == ["voice", "video", "robot"]
+    assert [c.name for c in policy.classes_for("dl")] == ["voice", "video"]
+    assert policy.classes_for("ul")[0].policy.rtt_max_ms == 60.0  # the rule's own
+    assert policy.classes_for("ul")[1].policy.rtt_max_ms == 200.0  # the policy's
+    # Stored with its type, so a restart and a resync know it.
+    assert rec.saved["rules-1"].policy_type_id == 20101
+    assert PolicyInstance.from_dict(rec.saved["rules-1"].to_dict()) == rec.saved["rules-1"]
+
+
+@pytest.mark.parametrize("payload", [
+    {}, {"max_weight": 40, "hysteresis_pct": 5},
+    {"mode": "fixed_split", "wats": {"nr": {"split_pct": 30}, "wifi": {"split_pct": 70}}},
+    {"mode": "active_standby", "priority": ["wifi", "nr"], "excluded_wats": ["lifi"]},
+    {"mode": "latency_bound", "rtt_bound_ms": 20, "demand_mbps": 100,
+     "directions": {"dl": {"excluded_wats": ["lte"], "capacity_floor_mbps": 3}}},
+    {"scope": {"cpes": ["cpe-7"]}, "wats": {"lifi": {"min_share": 0.1, "max_share": 0.5}},
+     "update_period_s": 0.5},
+])
+def test_a_20100_policy_means_the_same_under_20101(setup: Any, payload: dict[str, Any]) -> None:
+    handler, book, _, _ = setup
+    built = []
+    for type_id in (20100, 20101):
+        assert handler.handle(go_style("CREATE", f"p{type_id}", payload, type_id)
+                              ).status is Status.OK
+        built.append(book.resolver().for_cpe("cpe-7")[0])
+        handler.handle(go_style("DELETE", f"p{type_id}", None, type_id))
+    assert built[0] == built[1] and not built[1].rules
+
+
+def test_an_instance_id_is_one_instance_whatever_its_type(setup: Any) -> None:
+    handler, book, rec, _ = setup
+    assert handler.handle(go_style("CREATE", "p1", {"max_weight": 40}, 20100)).status is Status.OK
+    before = book.resolver().for_cpe("c")
+    for op, payload in (("CREATE", {"rules": [VOICE]}), ("UPDATE", {"max_weight": 9}),
+                        ("DELETE", None)):
+        resp = handler.handle(go_style(op, "p1", payload, 20101))
+        assert resp.status is Status.ERROR and "in force under policy type 20100" in resp.reason
+    assert book.resolver().for_cpe("c") == before and rec.saved["p1"].policy_type_id == 20100
+    # Under its own type it goes as before.
+    assert handler.handle(go_style("DELETE", "p1", None, 20100)).status is Status.DELETED
+    assert handler.handle(go_style("CREATE", "p1", {"rules": [VOICE]}, 20101)
+                          ).status is Status.OK
 
 
 def test_delete_of_unknown_instance_is_idempotent(setup: Any) -> None:
@@ -240,4 +343,4 @@ def test_parse_request_accepts_integer_instance_ids_and_lower_case_operations() 
 
 
 def test_query_message() -> None:
-    assert json.loads(query_message()) == {"policy_type_id": 20100}
+    assert json.loads(query_message(20101)) == {"policy_type_id": 20101}

@@ -19,13 +19,16 @@ import pytest
 
 from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
-from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType, Status, mediator_lister
+from xapp.adapters.a1 import A1Handler, A1Resync, Status, mediator_lister
+from xapp.adapters.a1_types import load_policy_types
 from xapp.adapters.sdl import Restored, SdlStateStore, ricsdl_backend
 from xapp.core.policy_book import PolicyBook
 
 NS = "mcw-resync-test"
 DEFAULTS = {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
             "capacity_floor_mbps": 1.0}
+#: The policy type of each instance: p3 has rules (issue 35), the others are of the first type.
+TYPES = {"p1": 20100, "p2": 20100, "p3": 20101}
 
 
 class MediatorStandIn:
@@ -38,11 +41,14 @@ class MediatorStandIn:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if mediator.down or self.path != "/A1-P/v2/policytypes/20100/policies":
+                # One list per registered type; another type is not known here (404).
+                wanted = {f"/A1-P/v2/policytypes/{t}/policies": t for t in (20100, 20101)}
+                if mediator.down or self.path not in wanted:
                     self.send_response(503 if mediator.down else 404)
                     self.end_headers()
                     return
-                body = json.dumps(sorted(mediator.instances)).encode()
+                body = json.dumps(sorted(i for i in mediator.instances
+                                         if TYPES[i] == wanted[self.path])).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -61,7 +67,7 @@ class MediatorStandIn:
         def resend() -> None:
             for iid, payload in sorted(self.instances.items()):
                 time.sleep(gap_s)  # the gaps are the scenario: the quiet period outlasts them
-                doc = {"operation": "CREATE", "policy_type_id": "20100",
+                doc = {"operation": "CREATE", "policy_type_id": str(TYPES[iid]),
                        "policy_instance_id": iid, "payload": json.dumps(payload)}
                 assert handler.handle(json.dumps(doc).encode()).status is Status.OK
 
@@ -78,11 +84,12 @@ class MediatorStandIn:
 def before_restart(redis: RedisServer) -> dict[str, dict[str, Any]]:
     """The xApp ran with three instances, saved in SDL; then it stopped."""
     payloads: dict[str, dict[str, Any]] = {"p1": {"max_weight": 10}, "p2": {"max_weight": 20},
-                "p3": {"max_weight": 30, "scope": {"cpes": ["cpe-3"]}}}
+                "p3": {"max_weight": 30, "scope": {"cpes": ["cpe-3"]}, "rules": [
+                    {"name": "voice", "match": {"dscp": [46]}, "mode": "smallest_delay"}]}}
     store = SdlStateStore(NS, ricsdl_backend)
-    handler = A1Handler(PolicyBook(DEFAULTS), PolicyType.load(), "x", persistence=store)
+    handler = A1Handler(PolicyBook(DEFAULTS), load_policy_types(), "x", persistence=store)
     for iid, payload in payloads.items():
-        doc = {"operation": "CREATE", "policy_type_id": 20100, "policy_instance_id": iid,
+        doc = {"operation": "CREATE", "policy_type_id": TYPES[iid], "policy_instance_id": iid,
                "payload": payload}
         assert handler.handle(json.dumps(doc).encode()).status is Status.OK
     assert store.sync()
@@ -105,7 +112,7 @@ def restart(redis: RedisServer) -> tuple[A1Handler, SdlStateStore]:
     assert store.sync()
     for inst in restored[0].policies:
         book.put(inst)
-    return A1Handler(book, PolicyType.load(), "x", persistence=store), store
+    return A1Handler(book, load_policy_types(), "x", persistence=store), store
 
 
 def in_force(handler: A1Handler) -> set[str]:
@@ -136,6 +143,19 @@ def test_quiet_period_removes_an_instance_deleted_while_down(
     assert store.sync() and saved_policies(store) == {"p1", "p3"}
     # A late SDL restore (Redis came back after the resync) cannot bring p2 back.
     assert not resync.admits("p2") and resync.admits("p1")
+
+
+def test_the_northbound_list_covers_every_policy_type(
+        redis: RedisServer, mediator: MediatorStandIn) -> None:
+    handler, _ = restart(redis)
+    p3 = handler.book.get("p3")
+    assert p3 is not None and p3.policy_type_id == 20101  # restored with its type
+    resync = A1Resync(handler, mediator_lister(mediator.url), quiet_s=0.5)
+    resync.query_sent()
+    run_resync(resync)
+    # p1 is listed under 20100, p3 under 20101; p2 under neither.
+    assert resync.outcome == "list" and resync.removed == ["p2"]
+    assert in_force(handler) == {"p1", "p3"}
 
 
 def test_the_northbound_list_is_exact_even_when_the_mediator_has_nothing(

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
-from xapp.adapters.a1 import A1Handler, PolicyType, Status
+from xapp.adapters.a1 import A1Handler, Status
+from xapp.adapters.a1_types import PolicyType
 from xapp.core.policy_book import PolicyBook
 
 DEFAULTS = {"mode": "load_balancing", "max_weight": 100, "hysteresis_pct": 2.0,
@@ -56,8 +57,8 @@ HOSTILE = {
 
 
 @pytest.fixture
-def handler(policy_type: PolicyType) -> A1Handler:
-    return A1Handler(PolicyBook(DEFAULTS), policy_type, "mcw-xapp-0")
+def handler(policy_types: tuple[PolicyType, ...]) -> A1Handler:
+    return A1Handler(PolicyBook(DEFAULTS), policy_types, "mcw-xapp-0")
 
 
 @pytest.mark.parametrize("raw", HOSTILE.values(), ids=HOSTILE.keys())
@@ -100,23 +101,25 @@ def test_scope_ids_are_matched_whole(handler: A1Handler) -> None:
                                                            max_size=3), max_leaves=10),
                    type_id=st.integers() | st.text(max_size=6), iid=st.text(max_size=8)
                    | st.integers()))
-def test_fuzz_any_request_gets_an_answer_and_never_raises(policy_type: PolicyType,
+def test_fuzz_any_request_gets_an_answer_and_never_raises(policy_types: tuple[PolicyType, ...],
                                                            raw: bytes) -> None:
-    handler = A1Handler(PolicyBook(DEFAULTS), policy_type, "mcw-xapp-0")
+    handler = A1Handler(PolicyBook(DEFAULTS), policy_types, "mcw-xapp-0")
     resp = handler.handle(raw)
     json.loads(resp.encode())  # the answer is always sendable
     assert "internal error" not in resp.reason
     assert handler.responsive()
 
 
+@pytest.mark.parametrize("which", [0, 1], ids=["20100", "20101"])
 @settings(max_examples=200, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_fuzz_schema_valid_payloads_are_applied_or_refused_with_a_reason(
-        policy_type: PolicyType, data: st.DataObject) -> None:
-    payload = data.draw(from_schema(dict(policy_type.create_schema)))
-    handler = A1Handler(PolicyBook(DEFAULTS), policy_type, "mcw-xapp-0")
-    resp = handler.handle(request(payload))
+        policy_types: tuple[PolicyType, ...], which: int, data: st.DataObject) -> None:
+    ptype = policy_types[which]
+    payload = data.draw(from_schema(dict(ptype.create_schema)))
+    handler = A1Handler(PolicyBook(DEFAULTS), policy_types, "mcw-xapp-0")
+    resp = handler.handle(request(payload, type_id=ptype.policy_type_id))
     # Valid by the schema: accepted, or refused by a rule the schema cannot express (with a
     # reason), never by an internal error.
     assert resp.status is Status.OK or (resp.reason and "internal error" not in resp.reason)
@@ -162,8 +165,7 @@ def test_thirty_thousand_valid_cpes_are_accepted_quickly(handler: A1Handler) -> 
     ([{"a": 1, "b": [2]}, {"b": [2.0], "a": 1}], False), ([[1, "1"], [1, 1]], True),
     (["a", "b", 0, "a"], False),
 ])
-def test_unique_items_keeps_json_schema_equality(policy_type: PolicyType, items: list[Any],
-                                                 unique: bool) -> None:
+def test_unique_items_keeps_json_schema_equality(items: list[Any], unique: bool) -> None:
     validator = PolicyType(0, "t", "", {"uniqueItems": True}).validator()
     assert validator.is_valid(items) is unique
     assert jsonschema.Draft7Validator({"uniqueItems": True}).is_valid(items) is unique

@@ -92,10 +92,15 @@ def rig(tmp_path: Path, redis: RedisServer, monkeypatch: pytest.MonkeyPatch
         peer.close()
 
 
+def queries(peer: Any) -> list[dict[str, Any]]:
+    """The A1_POLICY_QUERY the xApp sends at start: one per policy type it handles."""
+    return [json.loads(peer.receive(A1_POLICY_QUERY, timeout_s=20)) for _ in range(2)]
+
+
 def test_a1_policy_round_trip_changes_published_weights(rig: dict[str, Any]) -> None:
     peer, out = rig["peer"], rig["out"]
-    # At start the xApp asks the mediator to resend the instances of its type.
-    assert json.loads(peer.receive(A1_POLICY_QUERY, timeout_s=20)) == {"policy_type_id": 20100}
+    # At start the xApp asks the mediator to resend the instances of its types.
+    assert queries(peer) == [{"policy_type_id": 20100}, {"policy_type_id": 20101}]
     assert wait_until(lambda: any(p["cpe_id"] == "cpe-1" for p in published(out)))
     assert [p for p in published(out) if p["cpe_id"] == "cpe-1"][-1]["ul"]["weights"]["wifi"] > 0
 
@@ -139,7 +144,7 @@ def test_health_check_is_answered(rig: dict[str, Any]) -> None:
 
 def test_sigterm_with_rmr_stops_within_grace(rig: dict[str, Any]) -> None:
     peer, proc = rig["peer"], rig["proc"]
-    peer.receive(A1_POLICY_QUERY, timeout_s=20)
+    queries(peer)
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=20)
@@ -151,7 +156,7 @@ def test_hostile_a1_requests_do_not_stop_a1_or_health_checks(rig: dict[str, Any]
     """Issue 9: before, a deep or non-ASCII-digit request raised out of the handler and killed
     the frame's dispatch thread; nothing was answered again."""
     peer = rig["peer"]
-    peer.receive(A1_POLICY_QUERY, timeout_s=20)
+    queries(peer)
     hostile = [
         b'{"operation":"CREATE","policy_type_id":20100,"policy_instance_id":"p",'
         b'"payload":' + b"[" * 5000 + b"]" * 5000 + b"}",
@@ -186,7 +191,7 @@ def test_the_282_kib_request_of_issue_22_and_a_health_check_during_it(
     what held it, the frame's copy of the payload, is counted in
     ``test_a_282_kib_payload_is_copied_once_on_its_way_in``."""
     peer = rig["peer"]
-    peer.receive(A1_POLICY_QUERY, timeout_s=20)
+    queries(peer)
     peer.send(100, b"ping")
     assert peer.receive(101, timeout_s=20) == b"OK\n"  # warm: connections are up
     peer.send(A1_POLICY_REQ, big_request("p-big"))
@@ -202,7 +207,7 @@ def test_a1_requests_and_health_checks_under_load_are_all_answered_in_order(
     sent without waiting: each request is answered once, in the order sent (one A1 worker,
     none dropped: fewer than its queue holds), and every health check OK."""
     peer = rig["peer"]
-    peer.receive(A1_POLICY_QUERY, timeout_s=20)
+    queries(peer)
     expected, checks = [], 0
     for i in range(150):
         iid = f"load-{i}"
@@ -247,7 +252,7 @@ def route_to_glue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, glue_port: in
 
 
 def test_a_282_kib_payload_is_copied_once_on_its_way_in(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy_type: Any) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy_types: Any) -> None:
     """Issue 33 item 8: the frame's receive thread built each payload from a tuple of one
     Python int per byte (60-80 ms for 282 KiB, the interpreter lock held), and the health
     check sent right after the 282 KiB request of issue 22 waited for it.  Counted, not
@@ -261,7 +266,7 @@ def test_a_282_kib_payload_is_copied_once_on_its_way_in(
     glue_port, peer_port = free_port(), free_port()
     route_to_glue(tmp_path, monkeypatch, glue_port, peer_port)
     received: list[bytes] = []
-    glue = RmrGlue(A1Handler(PolicyBook(), policy_type, "test"), lambda: True, port=glue_port,
+    glue = RmrGlue(A1Handler(PolicyBook(), policy_types, "test"), lambda: True, port=glue_port,
                    on_indication=lambda payload, _meid: received.append(payload))
     glue.start()
     peer = RmrPeer(peer_port)
@@ -296,7 +301,7 @@ E2_CELL = "00f110-00000000a"
 @pytest.mark.skipif(not GOLDEN_INDICATION.exists(),
                     reason=f"golden indication {GOLDEN_INDICATION} absent")
 def test_golden_indication_over_rmr_reaches_the_intake(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy_type: Any) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy_types: Any) -> None:
     """The E2 termination's 12050, routed by a static table to RmrGlue, goes through the E2
     decoder process and KpmIngest into the intake (as ``mcw run`` wires it); a garbage 12050
     before it is counted and changes nothing, and the dispatch thread still answers health
@@ -327,7 +332,7 @@ def test_golden_indication_over_rmr_reaches_the_intake(
     registry.add("cpe-1", ["crnti:1"], E2_CELL)
     intake = LatestKpis()
     ingest = KpmIngest(book, registry, intake.update)
-    glue = RmrGlue(A1Handler(PolicyBook(), policy_type, "test"), lambda: True, port=glue_port,
+    glue = RmrGlue(A1Handler(PolicyBook(), policy_types, "test"), lambda: True, port=glue_port,
                    indications=DecoderProcess(ingest))
     glue.start()
     peer = RmrPeer(peer_port)

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from tests.support.polling import wait_until
-from xapp.adapters.a1 import A1Handler, PolicyType
+from xapp.adapters.a1 import A1Handler
+from xapp.adapters.a1_types import PolicyType
 from xapp.adapters.lab import LoopbackGlue
 from xapp.app.collector import ComponentCollector
 from xapp.core.policy_book import PolicyBook, PolicyInstance
@@ -62,11 +63,11 @@ def a1_request(iid: str, payload: dict[str, Any]) -> bytes:
 
 
 @pytest.fixture
-def make_glue(policy_type: PolicyType) -> Iterator[Callable[..., LoopbackGlue]]:
+def make_glue(policy_types: tuple[PolicyType, ...]) -> Iterator[Callable[..., LoopbackGlue]]:
     made: list[LoopbackGlue] = []
 
     def make(store: SlowStore | None = None, **kwargs: Any) -> LoopbackGlue:
-        handler = A1Handler(PolicyBook(DEFAULTS), policy_type, "mcw-xapp-0", persistence=store)
+        handler = A1Handler(PolicyBook(DEFAULTS), policy_types, "mcw-xapp-0", persistence=store)
         glue = LoopbackGlue(handler, lambda: True, **kwargs)
         glue.start_handlers()
         made.append(glue)

@@ -83,8 +83,8 @@ def test_e2_and_shards_say_when_they_are_off() -> None:
 
 def test_the_config_view_has_the_timings_in_force() -> None:
     loaded = load_config(None)
-    doc = config_view(loaded, 20100, derive_timings(2.0), None)
-    assert doc["path"] is None and doc["policy_type_id"] == 20100
+    doc = config_view(loaded, (20100, 20101), derive_timings(2.0), None)
+    assert doc["path"] is None and doc["policy_type_ids"] == [20100, 20101]
     assert doc["controls"] == loaded.controls.to_dict()
     assert doc["timings"]["shard_lease_s"] == 3.0 and doc["timings"]["control_period_s"] == 2.0
     assert doc["e2"] == {"active": False, "nodes": {}, "active_subscriptions": 0,

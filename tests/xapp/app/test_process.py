@@ -113,7 +113,7 @@ def test_endpoints(process: XappProcess, lab: dict[str, Path]) -> None:
     code, body = get(port, "/ric/v1/config")
     doc = json.loads(body)
     assert code == 200 and doc["controls"]["loop"]["control_period_s"] == 0.1
-    assert doc["descriptor"]["name"] == "mcw-xapp" and doc["policy_type_id"] == 20100
+    assert doc["descriptor"]["name"] == "mcw-xapp" and doc["policy_type_ids"] == [20100, 20101]
     code, body = get(port, "/metrics")
     text = body.decode()
     assert code == 200

@@ -20,7 +20,7 @@ APP = {"name": "robot-ctl", "match": {"cgroup": "/system.slice/robot.service"},
 
 
 def test_a_match_in_a1_form_and_on_the_wire() -> None:
-    m = TrafficMatch.from_dict({"dscp": [46, 34], "protocols": ["TCP", 17, "sctp"],
+    m = TrafficMatch.from_dict({"dscp": [46, 34], "protocols": ["tcp", 17, "sctp"],
                                 "destination_ports": [443, [8000, 8080]],
                                 "destination_prefixes": ["10.1.0.0/16", "2001:DB8::/32"],
                                 "cgroup": "/app.slice"})
@@ -43,6 +43,7 @@ def test_a_match_in_a1_form_and_on_the_wire() -> None:
     ({"dscp": [10, 10]}, "twice"),
     ({"dscp": []}, "match is empty"),
     ({"protocols": ["quic"]}, "unknown protocol 'quic'"),
+    ({"protocols": ["UDP"]}, "unknown protocol 'UDP'"),  # as the schema: names in lower case
     ({"protocols": [256]}, "0..255"),
     ({"protocols": ["tcp", 6]}, "twice"),
     ({"destination_ports": [[2000, 1000]]}, r"range \[2000, 1000\] runs backwards"),

@@ -28,7 +28,8 @@ from tests.xapp.adapters.e2.decoder_inputs import (
     indication,
     make_ingest,
 )
-from xapp.adapters.a1 import A1Handler, PolicyType
+from xapp.adapters.a1 import A1Handler
+from xapp.adapters.a1_types import load_policy_types
 from xapp.adapters.e2 import e2ap
 from xapp.adapters.e2.decoder_process import DecoderProcess
 from xapp.adapters.e2.ingest import KpmIngest
@@ -320,11 +321,11 @@ def test_stop_ends_the_process_and_both_threads(started: list[DecoderProcess]) -
 
 def test_the_glue_hands_indications_to_the_process_and_answers_a1_meanwhile(
         started: list[DecoderProcess]) -> None:
-    policy_type = PolicyType.load()
+    policy_types = load_policy_types()
     ingest, sink = make_ingest(100)
     d = DecoderProcess(ingest)
     started.append(d)
-    glue = LoopbackGlue(A1Handler(PolicyBook(), policy_type, "t"), lambda: True,
+    glue = LoopbackGlue(A1Handler(PolicyBook(), policy_types, "t"), lambda: True,
                         indications=d)
     glue.start_handlers()
     try:
@@ -354,7 +355,7 @@ def test_the_glue_hands_indications_to_the_process_and_answers_a1_meanwhile(
         for worker in glue.workers():
             worker.stop(timeout_s=2)
     with pytest.raises(ValueError):
-        LoopbackGlue(A1Handler(PolicyBook(), policy_type, "t"), lambda: True,
+        LoopbackGlue(A1Handler(PolicyBook(), policy_types, "t"), lambda: True,
                      indications=d, on_indication=ingest.handle)
 
 

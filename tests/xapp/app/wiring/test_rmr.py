@@ -9,7 +9,8 @@ import re
 import pytest
 
 from tests.support.polling import wait_until
-from xapp.adapters.a1 import A1Handler, A1Resync, PolicyType
+from xapp.adapters.a1 import A1Handler, A1Resync
+from xapp.adapters.a1_types import load_policy_types
 from xapp.adapters.rmr import RmrGlue
 from xapp.app.config import parse_controls
 from xapp.app.wiring import rmr as wiring
@@ -20,7 +21,7 @@ MISSING = "librmr_si.so: cannot open shared object file"
 
 
 def a1() -> tuple[A1Handler, A1Resync]:
-    handler = A1Handler(PolicyBook(parse_controls({}).default_policy), PolicyType.load(),
+    handler = A1Handler(PolicyBook(parse_controls({}).default_policy), load_policy_types(),
                         "mcw-xapp-0")
     return handler, A1Resync(handler)
 
