@@ -48,8 +48,8 @@ def extras(wats: tuple[str, ...], policy: Policy, rules: Sequence[ClassRule],
            fleet: FleetTable, rows: NDArray[np.intp], held: Mask, appliers: Appliers,
            headroom: float) -> Extras:
     """The caps and classes of decision ``d`` of fleet rows ``rows`` (inputs ``x``), against
-    those in force; ``held``: rows whose hysteresis may hold (the decision in force is of the
-    same kind and policy)."""
+    those in force; ``held``: rows whose classes' hysteresis may hold (the decision in force is
+    of the same kind, policy and rules)."""
     m = len(rows)
     ok = d.status == OK
     differs = np.zeros(m, dtype=bool)

@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from xapp.core.class_columns import ClassColumns
 from xapp.core.policy import KNOWN_WATS, Policy
 from xapp.core.ports import CpeRecord, DirectionBatch, row_decision
+from xapp.core.rules import ClassRule
 from xapp.core.weights import WeightDecision
 
 _T = TypeVar("_T", bound=np.generic)
@@ -66,6 +67,9 @@ class FleetTable:
         self.unpublished: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         #: The policy the decision in force was made under (None: unknown, e.g. restored).
         self.applied: NDArray[np.object_] = np.zeros(0, dtype=object)
+        #: The rules its classes were decided under (a tuple of ClassRule; None: unknown).  Not
+        #: part of ``applied``: a direction's own policy leaves the rules out.
+        self.rules_applied: NDArray[np.object_] = np.zeros(0, dtype=object)
         self.mode: NDArray[np.object_] = np.zeros(0, dtype=object)
         self.source: NDArray[np.object_] = np.zeros(0, dtype=object)
         self.reason: NDArray[np.object_] = np.zeros(0, dtype=object)
@@ -94,6 +98,7 @@ class FleetTable:
         self.decided_s = more(self.decided_s, np.nan)
         self.unpublished = more(self.unpublished, False)
         self.applied = more(self.applied, None)
+        self.rules_applied = more(self.rules_applied, None)
         self.mode = more(self.mode, "")
         self.source = more(self.source, "")
         self.reason = more(self.reason, "")
@@ -149,6 +154,7 @@ class FleetTable:
         self.decided_s[rows] = np.nan
         self.unpublished[rows] = False
         self.applied[rows] = None
+        self.rules_applied[rows] = None
         self.mode[rows] = ""
         self.source[rows] = ""
         self.reason[rows] = ""
@@ -186,3 +192,18 @@ class FleetTable:
         with no known policy, e.g. restored after a restart, have not changed)."""
         return np.array([a is not None and a is not policy and a != policy
                          for a in self.applied[rows].tolist()], dtype=bool)
+
+    def apply(self, rows: NDArray[np.intp], policy: Policy, rules: tuple[ClassRule, ...]
+              ) -> None:
+        """Rows ``rows`` were decided under ``policy`` and, for their classes, ``rules``."""
+        self.applied[rows] = policy
+        # One object per element: a tuple given as it is would be taken for a sequence.
+        same = np.empty(len(rows), dtype=object)
+        same.fill(rules)
+        self.rules_applied[rows] = same
+
+    def rules_changed(self, rows: NDArray[np.intp], rules: tuple[ClassRule, ...]
+                      ) -> NDArray[np.bool_]:
+        """Rows whose classes in force were decided under other rules (unknown: not)."""
+        return np.array([a is not None and a is not rules and a != rules
+                         for a in self.rules_applied[rows].tolist()], dtype=bool)

@@ -490,11 +490,14 @@ class ControlLoop:
         # Hysteresis holds against a set of the same kind: own rows against own, a followed
         # direction against what it followed last.
         held = fleet.has[r_due] & (fleet.follows[r_due] == lent) & ~changed_policy[due]
+        # Classes hold against classes of the same rules only (a direction's own policy leaves
+        # them out).
+        classes_held = held & ~fleet.rules_changed(r_due, rules)
         d = self.decide(KNOWN_WATS, xd.cap, xd.low, xd.present, xd.up, xd.rtt, xd.loss, policy,
                         fleet.weights[r_due], fleet.present[r_due], fleet.usable[r_due], held)
         ok, no_usable, error = d.status == OK, d.status == NO_USABLE, d.status == ERROR
         fleet.decided_s[r_due[ok | no_usable]] = now_s
-        fleet.applied[r_due[ok]] = policy
+        fleet.apply(r_due[ok], policy, rules)
         decided = int(ok.sum())
         report.decided += decided
         report.decided_by_direction[direction] = (
@@ -514,7 +517,7 @@ class ControlLoop:
         differs = ((d.weights != fleet.weights[r_due]) | (xd.present != fleet.present[r_due])
                    ).any(axis=1) | (fleet.mode[r_due] != mode) | (fleet.follows[r_due] != lent)
         more = extras(KNOWN_WATS, policy, rules, self._specs(rules), self.decide, xd, d, fleet,
-                      r_due, held, appliers, s.caps_headroom)
+                      r_due, classes_held, appliers, s.caps_headroom)
         differs |= more.differs
         send = np.flatnonzero(ok & (d.changed | ~fleet.has[r_due] | owed | differs | stale))
         reasons = d.reason[send].tolist()

@@ -240,3 +240,27 @@ def test_classes_leave_with_the_rules_or_the_capability_and_survive_a_restart() 
     book.set_default({k: v for k, v in RULES.items() if k != "rules"})
     doc = _tick(loop, pub, 120.0)["a"]
     assert "classes" not in doc["ul"] and "withheld" not in doc["ul"]["reason"]
+
+
+def test_a_changed_rule_is_decided_afresh_even_where_the_direction_has_an_override() -> None:
+    """A direction's own policy (with an override) leaves the rules out: a rule that changes
+    is still a change for its classes, not held by hysteresis against the old rule's weights."""
+    def policy(split: float) -> dict[str, Any]:
+        return {"mode": "load_balancing", "hysteresis_pct": 50.0,
+                "directions": {"ul": {"capacity_floor_mbps": 0.5}},
+                "rules": [{"name": "cam", "match": {"dscp": [34]}, "mode": "fixed_split",
+                           "wats": {"nr": {"split_pct": split}, "wifi": {"split_pct": 100}}}]}
+    sem = Semantics()
+    sem.room = {"ul": {"a": 8}, "dl": {"a": 8}}
+    kpis = Kpis(_rows(["a"]))
+    book = PolicyBook(policy(10.0))
+    pub = MemoryPublisher(clock=lambda: 0.0)
+    loop = _loop(kpis, pub, sem, policy(10.0), book=book)
+    first = _tick(loop, pub, 100.0)["a"]
+    assert first["ul"]["classes"][0]["weights"] == {"nr": 10, "wifi": 100}
+    # The operator moves the camera's split to 30/100: the aggregate would hardly move (it is
+    # no measure of a fixed split), so only the change of rule can send the new weights.
+    book.set_default(policy(30.0))
+    doc = _tick(loop, pub, 101.0)["a"]
+    assert doc["ul"]["classes"][0]["weights"] == {"nr": 30, "wifi": 100}
+    assert doc["dl"]["classes"][0]["weights"] == {"nr": 30, "wifi": 100}

@@ -90,3 +90,18 @@ def test_a_decision_made_under_another_policy_has_changed() -> None:
     table.applied[0] = old  # "restored" keeps None: unknown, so not a change
     assert table.policy_changed(rows, old).tolist() == [False, False]
     assert table.policy_changed(rows, new).tolist() == [True, False]
+
+
+def test_rules_applied_per_row() -> None:
+    table = FleetTable(lambda cpe_id: None)
+    rows = table.rows(["a", "b", "c"])
+    p = Policy.from_dict({"rules": [{"name": "v", "match": {"dscp": [46]}}]})
+    rules = p.classes_for("ul")
+    table.apply(rows[:2], p, rules)
+    assert table.rules_applied[0] is rules and table.rules_applied[1] is rules
+    # The same rules (equal, or the same object) are no change; other rules are; unknown is not.
+    again = Policy.from_dict(p.to_dict()).classes_for("ul")
+    assert table.rules_changed(rows, again).tolist() == [False, False, False]
+    assert table.rules_changed(rows, ()).tolist() == [True, True, False]
+    table.reset(rows[:1])
+    assert table.rules_applied[0] is None
