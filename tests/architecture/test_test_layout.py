@@ -13,6 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: module -> where it is tested instead, or why it has no test of its own.
 UNMIRRORED: dict[str, str] = {
+    "xapp/adapters/a1_types.py": "the A1 policy types; tests/xapp/adapters/test_a1.py",
     "xapp/adapters/e2/records.py": "plain records; built and read by every e2 test",
     "xapp/adapters/e2/subscription_state.py":
         "the subscriber's per-node state; tests/xapp/adapters/e2/test_subscriber.py (view())",

@@ -39,7 +39,7 @@ class Appliers:
         """The classes in force at ``rows`` where their applier still takes them (their caps
         while it is still rate-caps)."""
         out = classes.subset(rows)
-        if self.room is None:
+        if self.room is None or not out.any():
             out.clear(np.arange(len(out)))
             return out
         out.clear(self.room[rows] < out.counts())

@@ -83,7 +83,7 @@ def extras(wats: tuple[str, ...], policy: Policy, rules: Sequence[ClassRule],
         differs |= classes_moved(in_force, classes, headroom)
     elif appliers.room is not None:
         # Rules gone: classes in force must go too.
-        differs |= fleet.classes.subset(rows).counts() > 0
+        differs |= fleet.classes.counts(rows) > 0
     if caps is not None:
         differs |= caps_moved(fleet.caps[rows], caps, headroom)
     return Extras(caps, classes, differs, withheld, room)

@@ -394,7 +394,7 @@ class ControlLoop:
         takes any and none is in force (the tick then does no class work at all)."""
         fleet = self.fleets[direction]
         room = {} if self.semantics is None else self.semantics.max_classes(direction)
-        if not room and not fleet.classes.subset(np.arange(len(fleet))).any():
+        if not room and not fleet.classes.any(len(fleet)):
             return None
         out = np.zeros(len(fleet), dtype=np.int64)
         for cpe_id, n in room.items():
@@ -492,7 +492,7 @@ class ControlLoop:
         held = fleet.has[r_due] & (fleet.follows[r_due] == lent) & ~changed_policy[due]
         # Classes hold against classes of the same rules only (a direction's own policy leaves
         # them out).
-        classes_held = held & ~fleet.rules_changed(r_due, rules)
+        classes_held = held & ~fleet.rules_changed(r_due, rules) if rules else held
         d = self.decide(KNOWN_WATS, xd.cap, xd.low, xd.present, xd.up, xd.rtt, xd.loss, policy,
                         fleet.weights[r_due], fleet.present[r_due], fleet.usable[r_due], held)
         ok, no_usable, error = d.status == OK, d.status == NO_USABLE, d.status == ERROR

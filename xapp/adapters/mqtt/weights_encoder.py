@@ -10,6 +10,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from xapp.adapters.mqtt.classes_encoder import check_classes, classes_objects
 from xapp.adapters.mqtt.payloads import (
     CAP_MAX_MBPS,
     MAX_WEIGHT,
@@ -21,10 +22,8 @@ from xapp.adapters.mqtt.payloads import (
 )
 from xapp.adapters.mqtt.topics import weights_topic
 from xapp.core.caps import CAP_MIN_MBPS
-from xapp.core.class_columns import MAX_CLASSES
 from xapp.core.forecast import DIRECTIONS
 from xapp.core.ports import Choice, DirectionBatch, PublishResult, WeightBatch
-from xapp.core.traffic import RULE_NAME_RE
 from xapp.core.weights import WeightDecision
 
 
@@ -202,7 +201,7 @@ def _check_direction(d: DirectionBatch, name: str, refused: dict[int, PayloadErr
         if mode not in MODES:
             refused.setdefault(i, PayloadError("schema", f"{name}.mode: {mode!r} is not one "
                                                f"of {list(MODES)}"))
-    _check_classes(d, name, refused)
+    check_classes(d, name, refused)
     if d.caps_mbps is None:
         return
     caps = np.asarray(d.caps_mbps, dtype=np.float64)
@@ -218,45 +217,6 @@ def _check_direction(d: DirectionBatch, name: str, refused: dict[int, PayloadErr
     for i in np.flatnonzero((has & ~(present & (w > 0))).any(axis=1)).tolist():
         refused.setdefault(i, PayloadError("schema", f"{name}.caps_mbps: a cap on a WAT "
                                            "that is not in the set or has weight 0"))
-
-
-def _check_classes(d: DirectionBatch, name: str, refused: dict[int, PayloadError]) -> None:
-    """Refuse the rows whose classes of direction ``name`` may not be sent: the schema's
-    ``$defs/class`` on what the arrays hold (the matches were checked when the policy was)."""
-    c = d.classes
-    if c is None:
-        return
-    counts = c.counts()
-    used = np.arange(MAX_CLASSES)[None, :] < counts[:, None]  # (n, classes)
-    present = d.present[:, None, :]
-    w = c.weights
-    problems: list[tuple[NDArray[np.bool_], str]] = [
-        (used & ~(present & (w > 0)).any(axis=2), "a class has no WAT with a weight above 0"),
-        (used[:, :, None] & present & ((w < 0) | (w > MAX_WEIGHT)),
-         f"class weights are not all within 0..{MAX_WEIGHT}"),
-    ]
-    with np.errstate(invalid="ignore"):
-        has = used[:, :, None] & ~np.isnan(c.caps)
-        problems += [
-            (has & ~((c.caps >= CAP_MIN_MBPS) & (c.caps <= CAP_MAX_MBPS)),
-             f"class caps are not all within [{CAP_MIN_MBPS:g}, {CAP_MAX_MBPS:g}]"),
-            (has & ~(present & (w > 0)), "a class caps a WAT that is not in the set or has "
-                                         "weight 0"),
-        ]
-    for bad, why in problems:
-        flat = bad.reshape(len(bad), -1).any(axis=1)
-        for i in np.flatnonzero(flat).tolist():
-            refused.setdefault(i, PayloadError("schema", f"{name}.classes: {why}"))
-    for i in np.flatnonzero(counts > 0).tolist():
-        specs = c.specs[i]
-        names = [s.name for s in specs]
-        if len(specs) > MAX_CLASSES or len(set(names)) != len(names):
-            refused.setdefault(i, PayloadError("schema", f"{name}.classes: more than "
-                                               f"{MAX_CLASSES}, or a name twice"))
-        elif not all(RULE_NAME_RE.fullmatch(n) and s.mode in MODES and not s.match.empty
-                     for n, s in zip(names, specs, strict=True)):
-            refused.setdefault(i, PayloadError("schema", f"{name}.classes: a name, mode or "
-                                               "match the schema refuses"))
 
 
 def _direction_objects(d: DirectionBatch, wats: tuple[str, ...], sel: NDArray[np.intp]
@@ -276,7 +236,7 @@ def _direction_objects(d: DirectionBatch, wats: tuple[str, ...], sel: NDArray[np
     heads: dict[tuple[str, str], str] = {}
     modes, texts = d.modes, d.reasons
     caps = _caps_objects(d, wats, sel, order)
-    classes = _classes_objects(d, wats, sel)
+    classes = classes_objects(d, wats, sel)
     out = []
     for a, i in enumerate(sel.tolist()):
         key = (modes[i], texts[i])
@@ -286,21 +246,6 @@ def _direction_objects(d: DirectionBatch, wats: tuple[str, ...], sel: NDArray[np
                                  '"weights":{')
         out.append("{" + (caps[a] if caps else "") + (classes[a] if classes else "")
                    + head + inner[a] + "}}")
-    return out
-
-
-def _classes_objects(d: DirectionBatch, wats: tuple[str, ...], sel: NDArray[np.intp]
-                     ) -> list[str]:
-    """Per row of ``sel``: ``"classes":[..],`` (sorted keys; after ``caps_mbps``, before
-    ``mode``) or "" for a row without classes; an empty list when no row has any."""
-    if d.classes is None:
-        return []
-    out = [""] * len(sel)
-    for a, i in enumerate(sel.tolist()):
-        sets = d.class_sets(i, wats)
-        if sets:
-            out[a] = '"classes":' + json.dumps([s.to_dict() for s in sets],
-                                               separators=(",", ":"), sort_keys=True) + ","
     return out
 
 

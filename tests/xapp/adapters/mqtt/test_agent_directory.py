@@ -1,7 +1,8 @@
 """The agent directory without a broker: the agents' states, who applies which direction of a
-CPE, rate caps and downlink semantics, what is forgotten when shards go, and the records built
-from the documents.  Fed the documents the subscriber's tests publish, checked against the
-schemas first: what the subscriber hands over has validated."""
+CPE, rate caps, downlink semantics and how many traffic classes each applier takes, what is
+forgotten when shards go, and the records built from the documents.  Fed the documents the
+subscriber's tests publish, checked against the schemas first: what the subscriber hands over
+has validated."""
 
 from __future__ import annotations
 
@@ -276,3 +277,28 @@ def test_state_semantics_and_applied_caps() -> None:
     old = CpeState.from_doc(json.loads(state_doc("cpe-1", 1, backend="mptcp-shares")),
                             None, 1.0)
     assert old.semantics is None and not old.rate_caps
+
+
+def test_the_directory_reads_max_classes_per_direction() -> None:
+    d = AgentDirectory()
+    caps = {"max_weight": 255, "on_off_only": False, "directions_coupled": True}
+    d.report_state(valid("state", state_doc("cpe-a", 1,
+                                            capabilities={**caps, "max_classes": 8})), 1.0)
+    d.report_state(valid("state", state_doc("cpe-b", 1, capabilities=caps)), 1.0)
+    d.report_state(valid("state", state_doc("cpe-c", 1, online=False,
+                                  capabilities={**caps, "max_classes": 4})), 1.0)
+    assert d.max_classes("ul") == {"cpe-a": 8}  # b from before classes, c offline
+    # The downlink: the proxy's per-CPE state, else its own state.
+    d.report_proxy(valid("proxy-state", proxy_state(
+        "px-1", capabilities={**caps, "max_classes": 3})), 1.0)
+    d.report_state(valid("state", proxy_cpe_state("px-1", "cpe-a", 1)), 2.0)
+    d.report_state(valid("state", proxy_cpe_state("px-1", "cpe-b", 1,
+                                        capabilities={**caps, "max_classes": 2})), 2.0)
+    assert d.max_classes("dl") == {"cpe-a": 3, "cpe-b": 2}
+    # A last will keeps what was known; capabilities without it (a downgrade) say none.
+    d.report_state({"schema": "mcw.state.v2", "cpe_id": "cpe-a", "online": True}, 3.0)
+    assert d.max_classes("ul") == {"cpe-a": 8}
+    d.report_state(valid("state", state_doc("cpe-a", 2, capabilities=caps)), 4.0)
+    assert d.max_classes("ul") == {}
+    with pytest.raises(ValueError):
+        d.max_classes("up")

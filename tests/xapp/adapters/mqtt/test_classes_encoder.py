@@ -1,7 +1,6 @@
 """Traffic classes on the channel (issue 35): ``classes`` in the weights, encoded byte-identically
 to the reference encoder and valid against ``schemas/mqtt-weights.schema.json`` (refused when
-the schema forbids them), and the agents' ``capabilities.max_classes`` as the directory reads
-them."""
+the schema forbids them)."""
 
 from __future__ import annotations
 
@@ -15,9 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.xapp.adapters.mqtt.test_payloads import reference_valid
-from tests.xapp.adapters.mqtt.test_subscriber import state_doc
-from tests.xapp.adapters.mqtt.test_subscriber_proxy import proxy_cpe_state, proxy_state
-from xapp.adapters.mqtt.agent_directory import AgentDirectory
 from xapp.adapters.mqtt.payloads import check, encode
 from xapp.adapters.mqtt.weights_encoder import encode_weights_batch
 from xapp.core.class_columns import ClassColumns, ClassSpec
@@ -151,33 +147,3 @@ def test_classes_sent_exactly_when_the_schema_accepts_them(
         assert out.payloads[0] == encode(doc)
     else:
         assert not valid, (doc, out.refused)
-
-
-def _doc(raw: bytes, kind: str = "state") -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(raw)
-    check(kind, doc)  # type: ignore[arg-type]
-    return doc
-
-
-def test_the_directory_reads_max_classes_per_direction() -> None:
-    d = AgentDirectory()
-    caps = {"max_weight": 255, "on_off_only": False, "directions_coupled": True}
-    d.report_state(_doc(state_doc("cpe-a", 1, capabilities={**caps, "max_classes": 8})), 1.0)
-    d.report_state(_doc(state_doc("cpe-b", 1, capabilities=caps)), 1.0)
-    d.report_state(_doc(state_doc("cpe-c", 1, online=False,
-                                  capabilities={**caps, "max_classes": 4})), 1.0)
-    assert d.max_classes("ul") == {"cpe-a": 8}  # b from before classes, c offline
-    # The downlink: the proxy's per-CPE state, else its own state.
-    d.report_proxy(_doc(proxy_state("px-1", capabilities={**caps, "max_classes": 3}),
-                        "proxy-state"), 1.0)
-    d.report_state(_doc(proxy_cpe_state("px-1", "cpe-a", 1)), 2.0)
-    d.report_state(_doc(proxy_cpe_state("px-1", "cpe-b", 1,
-                                        capabilities={**caps, "max_classes": 2})), 2.0)
-    assert d.max_classes("dl") == {"cpe-a": 3, "cpe-b": 2}
-    # A last will keeps what was known; capabilities without it (a downgrade) say none.
-    d.report_state({"schema": "mcw.state.v2", "cpe_id": "cpe-a", "online": True}, 3.0)
-    assert d.max_classes("ul") == {"cpe-a": 8}
-    d.report_state(_doc(state_doc("cpe-a", 2, capabilities=caps)), 4.0)
-    assert d.max_classes("ul") == {}
-    with pytest.raises(ValueError):
-        d.max_classes("up")
