@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from xapp.core.rules import ClassRule, Rule, RuleError, parse_rules
+from xapp.core.traffic import MESSAGE_BASE_BYTES, MESSAGE_BYTES_MAX, class_bytes_max
 
 #: Technologies the product knows.  Order is the canonical order of columns everywhere
 #: (CLI tables, twin arrays, sysctl tuples).
@@ -148,6 +149,7 @@ class Policy:
         object.__setattr__(self, "directions", built)
         object.__setattr__(self, "classes", {d: self._classes(d) for d in POLICY_DIRECTIONS}
                            if self.rules else {})
+        _check_message_size(self.classes)
 
     def for_direction(self, direction: str) -> Policy:
         """The policy of one direction: this one with that direction's overrides, if any."""
@@ -386,6 +388,16 @@ def _check_something_allowed(p: Policy) -> None:
         if p.mode is mode and not any(w in allowed for w in p.priority):
             raise PolicyError(f"{mode.value}: every WAT of the priority list is in "
                               "excluded_wats")
+
+
+def _check_message_size(classes: Mapping[str, tuple[ClassRule, ...]]) -> None:
+    """Refuse rules whose classes could not go in one weights message (the channel's bound)."""
+    size = MESSAGE_BASE_BYTES + sum(class_bytes_max(c.name, c.match, c.policy.mode.value)
+                                    for rules in classes.values() for c in rules)
+    if size > MESSAGE_BYTES_MAX:
+        raise PolicyError(f"rules: the classes of both directions could take {size} bytes of a "
+                          f"weights message, more than the {MESSAGE_BYTES_MAX} the channel "
+                          "carries; use fewer rules, or fewer prefixes or ports in their matches")
 
 
 def _check_thresholds(p: Policy) -> None:

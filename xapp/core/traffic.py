@@ -17,6 +17,7 @@ match, the mode and the weights and caps the loop decided for it (:mod:`xapp.cor
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,18 @@ CGROUP_RE: Final = re.compile(r"/[A-Za-z0-9._@:/-]{0,255}")
 #: The keys of the A1 form.
 MATCH_KEYS: Final = frozenset({"dscp", "protocols", "destination_ports", "destination_prefixes",
                                "cgroup"})
+
+#: The largest weights message the channel carries: the broker's ``max_packet_size`` (16 KiB,
+#: ``broker/mosquitto.conf``; the agents' payload bound too) less room for the PUBLISH packet's
+#: own header, topic and properties (under 100 bytes).  A larger one would cost the publisher
+#: its connection, every CPE's weights with it.
+MESSAGE_BYTES_MAX: Final = 16 * 1024 - 256
+#: At most what a message holds beside its classes: the cpe_id, version, times and schema, and
+#: per direction its mode, a reason of 256 characters, weights and caps of four WATs.
+MESSAGE_BASE_BYTES: Final = 1200
+#: At most what a class holds beside its match, mode and name: a reason of 256 characters,
+#: weights and caps of four WATs, the urgent flag and the keys.
+CLASS_EXTRA_BYTES: Final = 480
 
 
 class MatchError(ValueError):
@@ -109,6 +122,12 @@ class TrafficMatch:
         if self.ports:
             doc["remote_ports"] = [list(r) for r in self.ports]
         return doc
+
+
+def class_bytes_max(name: str, match: TrafficMatch, mode: str) -> int:
+    """At most how many bytes a class of this name, match and mode takes in a message."""
+    return (len(json.dumps(match.wire(), separators=(",", ":"))) + len(name) + len(mode)
+            + CLASS_EXTRA_BYTES)
 
 
 @dataclass(frozen=True)

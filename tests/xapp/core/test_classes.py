@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from xapp.adapters.lab import MemoryPublisher, NullSink
-from xapp.adapters.mqtt.payloads import check
+from xapp.adapters.mqtt.payloads import check, encode
 from xapp.adapters.sdl import SdlStateStore
 from xapp.app.endpoints import cpes_document
 from xapp.app.metrics import Metrics
@@ -20,8 +20,9 @@ from xapp.core.classes import FALLBACK, decide_classes, specs_of, urgent_caps
 from xapp.core.decisions import Inputs, decide_batch
 from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.loop import ControlLoop, LoopSettings, TickReport
-from xapp.core.policy import KNOWN_WATS, Policy
+from xapp.core.policy import KNOWN_WATS, Policy, PolicyError
 from xapp.core.policy_book import PolicyBook
+from xapp.core.traffic import MESSAGE_BYTES_MAX
 
 NAN = math.nan
 # KNOWN_WATS: nr, lte, wifi, lifi.
@@ -264,3 +265,32 @@ def test_a_changed_rule_is_decided_afresh_even_where_the_direction_has_an_overri
     doc = _tick(loop, pub, 101.0)["a"]
     assert doc["ul"]["classes"][0]["weights"] == {"nr": 30, "wifi": 100}
     assert doc["dl"]["classes"][0]["weights"] == {"nr": 30, "wifi": 100}
+
+
+def test_the_largest_policy_accepted_makes_messages_the_channel_carries() -> None:
+    """The A1 check bounds a message from above: rules as wide as it lets through, on a
+    rate-caps agent (caps on every class and WAT), stay under the broker's packet size."""
+    wide = {"destination_prefixes": [f"2001:db8:{j:x}:ffff::/64" for j in range(16)],
+            "destination_ports": [[10000 + j, 20000 + j] for j in range(16)],
+            "dscp": list(range(20)), "protocols": ["tcp", "udp", "sctp", "icmp", 41, 47, 50, 51]}
+    rules: list[dict[str, Any]] = []
+    while True:
+        rule = {"name": f"class-number-{len(rules):02d}-with-a-long-name"[:32], "match": wide,
+                "mode": "fixed_split", "urgent": True,
+                "wats": {"nr": {"split_pct": 33.3}, "wifi": {"split_pct": 66.7}}}
+        try:
+            Policy.from_dict({"rules": [*rules, rule]})
+        except PolicyError:
+            break
+        rules.append(rule)
+    assert 1 <= len(rules) < 8
+    sem = Semantics()
+    sem.room = {"ul": {"a": 8}, "dl": {"a": 8}}
+    sem.capped = {"ul": {"a"}, "dl": {"a"}}
+    pub = MemoryPublisher(clock=lambda: 0.0)
+    loop = _loop(Kpis(_rows(["a"])), pub, sem, {"mode": "fixed_split", "rules": rules,
+                                                "wats": {"nr": {"split_pct": 10}}})
+    (doc,) = _tick(loop, pub, 100.0).values()
+    # encode() is byte-identical to what went to the broker (the encoder's own tests).
+    assert len(encode(doc)) <= MESSAGE_BYTES_MAX
+    assert len(doc["ul"]["classes"]) == len(rules) and "caps_mbps" in doc["ul"]["classes"][0]

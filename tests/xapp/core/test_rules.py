@@ -147,3 +147,15 @@ def test_rules_of_the_default_policy_reach_an_instance_that_names_none() -> None
     over = Policy.from_dict({**base.to_dict(), "max_weight": 50})
     assert [c.name for c in over.classes_for("ul")] == ["voice"]
     assert over.classes_for("ul")[0].policy.max_weight == 50
+
+
+def test_rules_that_could_not_go_in_one_message_are_refused() -> None:
+    wide = {"destination_prefixes": [f"2001:db8:{j}::/48" for j in range(16)],
+            "destination_ports": [[1000 + j, 2000 + j] for j in range(16)]}
+    rules = [{"name": f"r{i}", "match": wide} for i in range(8)]
+    with pytest.raises(PolicyError, match="more than the 16128 the channel carries"):
+        Policy.from_dict({"rules": rules})
+    # A cgroup rule has no downlink class: the same rules fit when half of them are the CPE's.
+    half = [{**r, "match": {**wide, "cgroup": "/a.slice"}} if i % 2 else r
+            for i, r in enumerate(rules[:6])]
+    assert len(Policy.from_dict({"rules": half}).classes_for("dl")) == 3

@@ -20,8 +20,13 @@ from numpy.typing import NDArray
 from xapp.adapters.mqtt.payloads import CAP_MAX_MBPS, MAX_WEIGHT, MODES, PayloadError
 from xapp.core.caps import CAP_MIN_MBPS
 from xapp.core.class_columns import MAX_CLASSES, ClassSpec
-from xapp.core.ports import DirectionBatch
-from xapp.core.traffic import RULE_NAME_RE
+from xapp.core.ports import DirectionBatch, WeightBatch
+from xapp.core.traffic import (
+    MESSAGE_BASE_BYTES,
+    MESSAGE_BYTES_MAX,
+    RULE_NAME_RE,
+    class_bytes_max,
+)
 
 _ENCODE_FLOAT: Final = float.__repr__  # what json.dumps writes for a finite float
 
@@ -64,6 +69,28 @@ def check_classes(d: DirectionBatch, name: str, refused: dict[int, PayloadError]
         verdict = verdicts[id(row)]
         if verdict is not None:
             refused.setdefault(i, PayloadError("schema", f"{name}.classes: {verdict}"))
+
+
+def check_size(batch: WeightBatch, refused: dict[int, PayloadError]) -> None:
+    """Refuse the rows whose classes could make a message larger than the channel carries
+    (:data:`~xapp.core.traffic.MESSAGE_BYTES_MAX`; a policy that could is refused when given,
+    so this only guards the broker connection against what should not happen)."""
+    sizes: dict[int, int] = {}
+    total = np.zeros(len(batch), dtype=np.int64)
+    for d in (batch.dl, batch.ul):
+        c = d.classes
+        if c is None or not c.any():
+            continue
+        specs = c.specs.tolist()
+        for i in np.flatnonzero(c.counts() > 0).tolist():
+            row: tuple[ClassSpec, ...] = specs[i]
+            if id(row) not in sizes:
+                sizes[id(row)] = sum(class_bytes_max(s.name, s.match, s.mode) for s in row)
+            total[i] += sizes[id(row)]
+    for i in np.flatnonzero(total + MESSAGE_BASE_BYTES > MESSAGE_BYTES_MAX).tolist():
+        refused.setdefault(i, PayloadError("too-large", f"classes of {int(total[i])} bytes "
+                                           f"at most: the message could exceed "
+                                           f"{MESSAGE_BYTES_MAX} bytes"))
 
 
 def _specs_problem(specs: tuple[ClassSpec, ...]) -> str | None:

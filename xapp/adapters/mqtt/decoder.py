@@ -26,7 +26,8 @@ from xapp.bounded_json import BoundedJsonError, JsonLimits, loads
 #: * telemetry: four WATs of eight numeric fields: about 1.5 KiB (the Go agent's golden
 #:   sample is 0.6 KiB); 8 KiB leaves room for indentation. It is not larger than state:
 #:   the schema has no free text and no per-subflow list.
-#: * weights: two ``reason`` of 256 characters escaped as above: about 6.5 KiB.
+#: * weights: with traffic classes up to what the broker carries (16 KiB); without, two
+#:   ``reason`` of 256 characters escaped as above: about 6.5 KiB.
 #: * telemetry v2: four WATs of three fields and two directions of six: about 2.5 KiB.
 #: * proxy-state: a ``last_error`` as state's: the same limit.
 #:
@@ -36,7 +37,7 @@ from xapp.bounded_json import BoundedJsonError, JsonLimits, loads
 RECEIVE_LIMITS: Final[dict[Kind, JsonLimits]] = {
     "state": JsonLimits(max_bytes=16 * 1024, max_depth=8, max_int_digits=20),
     "telemetry": JsonLimits(max_bytes=8 * 1024, max_depth=8, max_int_digits=20),
-    "weights": JsonLimits(max_bytes=8 * 1024, max_depth=8, max_int_digits=20),
+    "weights": JsonLimits(max_bytes=16 * 1024, max_depth=8, max_int_digits=20),
     "proxy-state": JsonLimits(max_bytes=16 * 1024, max_depth=8, max_int_digits=20),
 }
 

@@ -10,7 +10,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from xapp.adapters.mqtt.classes_encoder import check_classes, classes_objects
+from xapp.adapters.mqtt.classes_encoder import check_classes, check_size, classes_objects
 from xapp.adapters.mqtt.payloads import (
     CAP_MAX_MBPS,
     MAX_WEIGHT,
@@ -78,6 +78,7 @@ def encode_weights_batch(batch: WeightBatch, issued_at_ms: int,
         return EncodedWeights([], [], [], {i: PayloadError("schema", problem) for i in range(n)})
     for name in DIRECTIONS:
         _check_direction(batch.direction(name), name, refused)
+    check_size(batch, refused)
     ids = batch.cpe_ids
     for i, cpe_id in enumerate(ids):
         try:

@@ -147,3 +147,20 @@ def test_classes_sent_exactly_when_the_schema_accepts_them(
         assert out.payloads[0] == encode(doc)
     else:
         assert not valid, (doc, out.refused)
+
+
+def test_classes_that_could_exceed_the_channel_are_refused_before_a_version() -> None:
+    # A policy this wide is refused when given; the encoder guards the broker connection anyway.
+    wide = TrafficMatch(prefixes=tuple(f"2001:db8:{j:x}::/48" for j in range(16)),
+                        ports=tuple((1000 + j, 2000 + j) for j in range(16)))
+    specs = tuple(ClassSpec(f"c{i}", wide, "priority", False) for i in range(8))
+    b = _batch([[1, 0, 1, 0], [1, 0, 1, 0]], [specs, (VOICE,)],
+               [[[1, 0, 0, 0]] * 8, [[0, 0, 1, 0]]])
+    # The same classes in both directions: twice what one direction's take.
+    both = WeightBatch(b.cpe_ids, DirectionBatch(
+        b.dl.weights, b.dl.present, b.dl.usable, b.dl.aggregate_mbps, b.dl.modes, b.dl.reasons,
+        b.dl.sources, None, b.ul.classes), b.ul, b.lease_s, b.wats)
+    out = _encode(both)
+    assert list(out.refused) == [0] and out.refused[0].reason == "too-large"
+    assert out.rows == [1] and out.versions == [1]
+    assert _encode(b).refused == {}  # one direction's fits
