@@ -279,7 +279,8 @@ def cpes_document(records: Mapping[str, CpeRecord], agents: Mapping[str, CpeStat
     who applies each direction: ``ul`` the CPE agent as it last reported (online or not; null
     before any report), ``dl`` the proxy whose report says it applies the CPE's downlink (null:
     nobody does, the proxy or the CPE runs its defaults), each with its ``semantics`` and the
-    ``applied_caps_mbps`` it reports (``dl`` also its ``alarm``: ``address-conflict`` when another
+    ``applied_caps_mbps`` and ``applied_classes`` it reports (``dl`` also its ``alarm``:
+    ``address-conflict`` when another
     CPE the proxy serves claims one of this CPE's addresses).  ``agent`` is the CPE agent's last
     state in full.
 
@@ -301,13 +302,15 @@ def cpes_document(records: Mapping[str, CpeRecord], agents: Mapping[str, CpeStat
                     "applied_version": agent.applied_version,
                     "applied_weights": dict(agent.applied_weights),
                     "semantics": agent.semantics,
-                    "applied_caps_mbps": dict(agent.applied_caps_mbps)},
+                    "applied_caps_mbps": dict(agent.applied_caps_mbps),
+                    "applied_classes": dict(agent.applied_classes)},
                 "dl": None if down is None else {
                     "role": "proxy", "proxy_id": down.proxy_id, "online": down.state.online,
                     "applied_version": down.state.applied_version,
                     "applied_weights": dict(down.state.applied_weights),
                     "semantics": downlink_semantics(down),
                     "applied_caps_mbps": dict(down.state.applied_caps_mbps),
+                    "applied_classes": dict(down.state.applied_classes),
                     "backend": down.state.backend, "alarm": down.state.alarm,
                     "last_error": down.state.last_error},
             },

@@ -58,6 +58,9 @@ class CpeState:
     #: With ``rate-caps``: the caps the backend set for the applied weights (a WAT absent is
     #: uncapped).
     applied_caps_mbps: Mapping[str, float] = field(default_factory=dict)
+    #: With traffic classes: what the backend set per class (by name; ``caps_mbps``,
+    #: ``urgent``), as the agent reports it.
+    applied_classes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: A standing condition the applier reports (a proxy: ``address-conflict``, another CPE it
     #: serves claims one of this CPE's WAT addresses, so neither is steered); None: none.
     alarm: str | None = None
@@ -108,6 +111,10 @@ class CpeState:
             applied_caps_mbps={k: float(v) for k, v in doc.get(
                 "applied_caps_mbps",
                 {} if "applied_weights" in doc else base.applied_caps_mbps).items()},
+            # Like the caps: they belong to the applied weights.
+            applied_classes={str(k): dict(v) for k, v in doc.get(
+                "applied_classes",
+                {} if "applied_weights" in doc else base.applied_classes).items()},
             # Reported with every state while it stands; a last will keeps what was known.
             alarm=doc.get("alarm") if "applied_weights" in doc else base.alarm,
             max_classes=_max_classes(doc, base.max_classes),

@@ -302,3 +302,19 @@ def test_the_directory_reads_max_classes_per_direction() -> None:
     assert d.max_classes("ul") == {}
     with pytest.raises(ValueError):
         d.max_classes("up")
+
+
+def test_the_classes_an_agent_applied_are_kept_with_its_weights() -> None:
+    d = AgentDirectory()
+    caps = {"max_weight": 255, "on_off_only": False, "directions_coupled": True,
+            "semantics": "rate-caps", "max_classes": 8}
+    applied = {"voice": {"caps_mbps": {"wifi": 36.0}, "urgent": True}}
+    d.report_state(valid("state", state_doc("cpe-a", 4, capabilities=caps,
+                                            applied_classes=applied)), 1.0)
+    state = d.state("cpe-a")
+    assert state is not None and state.applied_classes == applied
+    # A last will keeps them; new weights without classes clear them.
+    d.report_state({"schema": "mcw.state.v2", "cpe_id": "cpe-a", "online": False}, 2.0)
+    assert d.states()["cpe-a"].applied_classes == applied
+    d.report_state(valid("state", state_doc("cpe-a", 5, capabilities=caps)), 3.0)
+    assert d.states()["cpe-a"].applied_classes == {}

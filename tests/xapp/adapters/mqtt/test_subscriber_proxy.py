@@ -117,7 +117,8 @@ def test_downlink_is_known_per_cpe_from_the_proxys_reports(
             "aggregate_mbps": 100.0}
         assert one["applied_by"]["ul"] == {"role": "cpe", "online": True, "applied_version": 3,
                                            "applied_weights": {"nr": 0, "wifi": 3},
-                                           "semantics": None, "applied_caps_mbps": {}}
+                                           "semantics": None, "applied_caps_mbps": {},
+                                           "applied_classes": {}}
         assert "caps_mbps" not in one["published"]["dl"]  # none sent: none shown
         assert one["applied_by"]["dl"]["proxy_id"] == "proxy-0001"
         assert one["applied_by"]["dl"]["applied_version"] == 9
