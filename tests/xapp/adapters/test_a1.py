@@ -245,6 +245,9 @@ def test_a_20101_policy_with_rules(setup: Any, encode: Any) -> None:
     # Stored with its type, so a restart and a resync know it.
     assert rec.saved["rules-1"].policy_type_id == 20101
     assert PolicyInstance.from_dict(rec.saved["rules-1"].to_dict()) == rec.saved["rules-1"]
+    # A record stored before 20101 was of the only type there was.
+    old = {k: v for k, v in rec.saved["rules-1"].to_dict().items() if k != "policy_type_id"}
+    assert PolicyInstance.from_dict(old).policy_type_id == 20100
 
 
 @pytest.mark.parametrize("payload", [
