@@ -294,3 +294,21 @@ def test_the_largest_policy_accepted_makes_messages_the_channel_carries() -> Non
     # encode() is byte-identical to what went to the broker (the encoder's own tests).
     assert len(encode(doc)) <= MESSAGE_BYTES_MAX
     assert len(doc["ul"]["classes"]) == len(rules) and "caps_mbps" in doc["ul"]["classes"][0]
+
+
+def test_a_direction_decided_from_the_others_forecasts_has_its_own_classes_and_no_caps() -> None:
+    # Only uplink rows: the downlink is decided under its own policy from the uplink's
+    # forecasts; its classes are the downlink's (no cgroup rule), with no caps (they would be
+    # the uplink's).
+    sem = Semantics()
+    sem.room = {"ul": {"a": 8}, "dl": {"a": 8}}
+    sem.capped = {"ul": {"a"}, "dl": {"a"}}
+    kpis = Kpis({k: v for k, v in _rows(["a"]).items() if k[2] == "ul"})
+    pub = MemoryPublisher(clock=lambda: 0.0)
+    doc = _tick(_loop(kpis, pub, sem, RULES), pub, 100.0)["a"]
+    assert doc["dl"]["reason"].startswith("follows ul")
+    assert [c["name"] for c in doc["dl"]["classes"]] == ["voice", "video"]
+    assert all("caps_mbps" not in c for c in doc["dl"]["classes"])
+    assert "caps_mbps" not in doc["dl"]
+    assert [c["name"] for c in doc["ul"]["classes"]] == ["voice", "video", "app"]
+    assert all("caps_mbps" in c for c in doc["ul"]["classes"])
