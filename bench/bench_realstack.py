@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tqdm import tqdm
 
 from tests.e2e.mptcp_bulk import CONGESTION_CONTROL
-from tests.realstack.harness import POLICIES, Run, RunResult, Servers
+from tests.realstack.harness import DEADLINE_MS, POLICIES, Run, RunResult, Servers
 from twin.path_traces import SCENARIOS, PathTrace, TraceError, build, load_csv, predict
 
 DIRECTIONS = ("dl", "ul")
@@ -67,6 +67,8 @@ def summarise(trace: PathTrace, results: dict[str, list[RunResult]]) -> dict[str
     out["spread"] = {d: {} for d in DIRECTIONS}
     out["twin"] = {d: {} for d in DIRECTIONS}
     out["rtt_ms"] = {}
+    out["rtt_p99_ms"] = {}
+    out["deadline_misses"] = {}
     out["retrans"] = {}
     for policy, runs in results.items():
         out["retrans"][policy] = {d: int(statistics.median(r.retrans.get(d, 0) for r in runs))
@@ -77,10 +79,12 @@ def summarise(trace: PathTrace, results: dict[str, list[RunResult]]) -> dict[str
             out["spread"][d][policy] = [round(min(rs), 4), round(max(rs), 4)]
             tw = [predict(trace, d, r.weights.get(d), r.caps.get(d)) for r in runs]
             out["twin"][d][policy] = round(statistics.median(tw), 4)
-        p50 = [v for r in runs if (v := percentile(r.rtt_ms, 50)) is not None]
-        p95 = [v for r in runs if (v := percentile(r.rtt_ms, 95)) is not None]
-        out["rtt_ms"][policy] = [round(statistics.median(p50), 1) if p50 else None,
-                                 round(statistics.median(p95), 1) if p95 else None]
+        qs = [[v for r in runs if (v := percentile(r.rtt_ms, q)) is not None]
+              for q in (50, 95, 99)]
+        out["rtt_ms"][policy] = [round(statistics.median(x), 1) if x else None for x in qs[:2]]
+        out["rtt_p99_ms"][policy] = round(statistics.median(qs[2]), 1) if qs[2] else None
+        missed = [sum(x > DEADLINE_MS for x in r.rtt_ms) / len(r.rtt_ms) for r in runs if r.rtt_ms]
+        out["deadline_misses"][policy] = round(statistics.median(missed), 4) if missed else None
     for base in ("default", "oracle"):
         out[f"vs_{base}"] = {d: {p: (round(v / out[d][base], 3) if out[d].get(base) else None)
                                  for p, v in out[d].items()} for d in DIRECTIONS
@@ -94,7 +98,7 @@ def table(name: str, trace: PathTrace, s: dict[str, Any]) -> str:
              f"WATs {', '.join(trace.wats)})",
              f"{'policy':<11}" + "".join(f"{d + ' of sum':>12}{'x default':>10}{'x oracle':>9}"
                                          f"{'twin':>7}" for d in DIRECTIONS)
-             + f"{'RTT p50/p95 ms':>17}{'retx dl/ul':>14}"]
+             + f"{'RTT p50/p95/p99 ms':>20}{'>20ms':>7}{'retx dl/ul':>14}"]
     for p in s["dl"]:
         row = f"{p:<11}"
         for d in DIRECTIONS:
@@ -106,7 +110,9 @@ def table(name: str, trace: PathTrace, s: dict[str, Any]) -> str:
                     + (f"{vo:>9.2f}" if vo is not None else f"{'':>9}")
                     + f"{s['twin'][d][p]:>7.3f}")
         p50, p95 = s["rtt_ms"][p]
-        row += f"{(f'{p50:.0f} / {p95:.0f}' if p50 is not None else '-'):>17}"
+        p99, miss = s["rtt_p99_ms"][p], s["deadline_misses"][p]
+        row += f"{(f'{p50:.0f}/{p95:.0f}/{p99:.0f}' if p50 is not None else '-'):>20}"
+        row += f"{(f'{100 * miss:.1f}%' if miss is not None else '-'):>7}"
         rx = s["retrans"][p]
         row += f"{rx['dl']:>7}/{rx['ul']:<6}"
         lines.append(row)

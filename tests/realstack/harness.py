@@ -24,7 +24,10 @@ The policies (:data:`POLICIES`):
   a whole period is off);
 * ``ewma``, ``model``: ``mcw run`` with that estimator (the shipped signed model for
   ``model``), its KPIs the agents' telemetry over MQTT plus the trace's radio KPIs written to
-  InfluxDB as a KPI writer would.
+  InfluxDB as a KPI writer would;
+* ``rules_priority``, ``rules_smallest_delay``: ``model`` with a policy of two classes (issue
+  35): the small flow's port in a rule of that mode, urgent (priority in each WAT's queue),
+  and the bulk in the default rule, ``load_balancing`` (:func:`rules_policy`).
 """
 
 from __future__ import annotations
@@ -57,9 +60,16 @@ from xapp.adapters.mqtt import payloads, topics
 from xapp.core.caps import balancing_caps, rate_caps
 from xapp.core.weights import optimal_weights_batch
 
-POLICIES = ("default", "fixed_best", "equal", "probe", "ewma", "model", "oracle")
+POLICIES = ("default", "fixed_best", "equal", "probe", "ewma", "model", "oracle",
+            "rules_priority", "rules_smallest_delay")
+#: The policies that run ``mcw run``, and the estimator each uses.
+XAPP_POLICIES = {"ewma": "ewma", "model": "model", "rules_priority": "model",
+                 "rules_smallest_delay": "model"}
 CPE_ID = "cpe-0001"
 BULK_PORT, ECHO_PORT, PROBE_PORT = 5301, 5302, 5303
+#: The small flow: a control loop's 200-byte request every 10 ms (issue 35's), each after the
+#: answer to the one before; an answer later than DEADLINE_MS is a missed deadline.
+ECHO_SIZE, ECHO_EVERY_MS, DEADLINE_MS = 200, 10.0, 20.0
 LEASE_S = 6.0
 #: The oracle's weights are published this long before the period they are for, so they are
 #: in force at its start (an agent applies a message in well under a millisecond).
@@ -231,6 +241,17 @@ class RunResult:
     retrans: dict[str, int] = field(default_factory=dict)
 
 
+def rules_policy(base: dict[str, Any], mode: str, wats: tuple[str, ...]) -> dict[str, Any]:
+    """``base`` (the shipped default policy, ``load_balancing``) with one rule: the small flow's
+    port in ``mode`` (``priority``: the trace's WATs in order, NR first, as an operator would
+    put its cellular access; ``smallest_delay``), urgent.  The bulk takes the default rule."""
+    rule: dict[str, Any] = {"name": "control", "match": {"destination_ports": [ECHO_PORT]},
+                            "mode": mode, "urgent": True}
+    if mode == "priority":
+        rule["priority"] = list(wats)
+    return {**base, "rules": [rule]}
+
+
 class Publisher:
     """Weights messages with the xApp's identity, for the policies the harness decides."""
 
@@ -323,6 +344,10 @@ class Run:
         s = self.servers
         doc = json.loads((REPO / "config-file.json").read_text())
         doc["controls"]["loop"].update(control_period_s=self.trace.period_s, kpi_max_age_s=3.0)
+        if self.policy.startswith("rules_"):
+            doc["controls"]["default_policy"] = rules_policy(
+                doc["controls"]["default_policy"], self.policy.removeprefix("rules_"),
+                self.trace.wats)
         config = self.root / "config-file.json"
         config.write_text(json.dumps(doc, indent=2))
         env = {**operator_env(self.root, s.pki, s.broker, s.influx, s.redis),
@@ -369,8 +394,8 @@ class Run:
                 self.agents_t = time.monotonic() - observer.t0
                 self._agent("proxy")
                 self._agent("cpe")
-            if self.policy in ("ewma", "model"):
-                xapp = self._xapp(self.policy)
+            if self.policy in XAPP_POLICIES:
+                xapp = self._xapp(XAPP_POLICIES[self.policy])
             elif uses_agents:
                 pub = Publisher(self.servers.broker, self.trace.wats)
             threading.Thread(target=self._radio_until, args=(radio,), name="radio",
@@ -421,14 +446,16 @@ class Run:
                                                      self.cc])
         self._spawn("echo-proxy", self.topo.proxy, [py, "-m", f, "echo-serve", "--addr",
                                                      PROXY_ADDR, "--port", str(ECHO_PORT), "--cc",
-                                                     self.cc])
+                                                     self.cc, "--size", str(ECHO_SIZE)])
         # The clients retry their connects until the servers listen.
         self._spawn("bulk-cpe", self.topo.cpe, [py, "-m", m, "connect", "--addr", PROXY_ADDR,
                                                  "--port", str(BULK_PORT), "--out",
                                                  str(self.root / "dl.jsonl"), "--cc", self.cc])
         self._spawn("echo-cpe", self.topo.cpe, [py, "-m", f, "echo-connect", "--addr",
                                                  PROXY_ADDR, "--port", str(ECHO_PORT), "--out",
-                                                 str(self.root / "rtt.jsonl"), "--cc", self.cc])
+                                                 str(self.root / "rtt.jsonl"), "--cc", self.cc,
+                                                 "--size", str(ECHO_SIZE), "--every-ms",
+                                                 str(ECHO_EVERY_MS)])
 
     def _events(self, t0: float) -> list[tuple[float, int, Callable[[], None]]]:
         tr, ev = self.trace, []
@@ -596,4 +623,4 @@ def _jsonl(path: FsPath) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["POLICIES", "Run", "RunResult", "Servers", "ShapedTopology"]
+__all__ = ["DEADLINE_MS", "POLICIES", "Run", "RunResult", "Servers", "ShapedTopology"]
