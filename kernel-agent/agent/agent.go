@@ -165,6 +165,9 @@ type Agent struct {
 	applyErr       string // the last ApplyAll's error, for the proxy state
 	rules          payload.Rules
 	lastProxyKey   []byte
+	// rejoin fires when the backend's next check of a returned link's
+	// path is due (backend.Rejoiner).
+	rejoin *time.Timer
 
 	out     *outbox
 	persist *latest[string, persistItem]
@@ -246,6 +249,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.inbox = make(chan Message, 3*len(a.order)+64) // every retained message at connect fits (routeTable)
 	a.timer = time.NewTimer(time.Hour)
 	a.timer.Stop()
+	a.rejoin = time.NewTimer(time.Hour)
+	a.rejoin.Stop()
 	a.stall = stalls{loop: loopStall, links: linksStall, persister: persisterStall, publisher: publisherStall,
 		telemetry: cfg.TelemetryInterval + telemetryStall}
 	return a, nil
@@ -433,6 +438,8 @@ func (a *Agent) runLoop(ctx context.Context, beat func()) error {
 		case s := <-a.linkCh:
 			a.onLink(s)
 		case <-a.timer.C:
+		case <-a.rejoin.C:
+			a.checkRejoins(ctx)
 		case <-tick.C:
 			// The timer runs on the monotonic clock, which stands still
 			// while the machine is suspended; leases end by the wall clock

@@ -87,6 +87,7 @@ func (a *Agent) apply(ctx context.Context) {
 			return
 		}
 		m.Applies.WithLabelValues(cause).Inc()
+		a.checkRejoins(ctx)
 	}
 	a.lastSet, a.lastNotApplied, a.lastOK, a.applyErr = set, notApplied, true, ""
 	for _, id := range a.order {
@@ -132,6 +133,34 @@ func (a *Agent) apply(ctx context.Context) {
 		a.rules.OverflowCPEs = oc.OverflowCPEs()
 	}
 	a.updateGauges()
+}
+
+// checkRejoins gives a backend.Rejoiner its checks of the paths it put
+// back and arms the timer for the next. A failed check may have left a
+// path out: the set is applied again, which puts it back.
+func (a *Agent) checkRejoins(ctx context.Context) {
+	r, ok := a.deps.Backend.(backend.Rejoiner)
+	if !ok {
+		return
+	}
+	now := a.deps.Now()
+	rep, err := r.Rejoin(ctx, now)
+	for _, wat := range rep.Readded {
+		a.deps.Metrics.Rejoins.WithLabelValues(wat, "readded").Inc()
+		a.deps.Log.Info("link returned but no connection rejoined it: path put back again", "wat", wat)
+	}
+	for _, wat := range rep.GaveUp {
+		a.deps.Metrics.Rejoins.WithLabelValues(wat, "gave_up").Inc()
+		a.deps.Log.Warn("link returned but no connection rejoined it after the last try: left as it is", "wat", wat)
+	}
+	if err != nil {
+		a.deps.Log.Warn("rejoin check failed", "err", err)
+		a.touchAll("rejoin")
+	}
+	a.rejoin.Stop()
+	if !rep.Next.IsZero() {
+		a.rejoin.Reset(max(0, rep.Next.Sub(now)))
+	}
 }
 
 // failed handles an ApplyAll that applied nothing: the kernel's state is

@@ -14,6 +14,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/mcw-xapp/kernel-agent/payload"
 )
@@ -129,6 +130,29 @@ type RuleCounter interface {
 	Rules() (used, limit int)
 }
 
+// Rejoiner is implemented by backends that, when a lost link returns,
+// put its path back in a way that can fail after the fact: mainline's
+// in-kernel path manager tries a returned endpoint's subflows once, and a
+// join that fails (no route yet) is not tried again. Rejoin runs the
+// checks due at now (and repairs what they find) and says when the next
+// is due. The agent calls it after every ApplyAll that wrote the kernel
+// and when that time comes, from the goroutine that calls ApplyAll; an
+// error asks for the set to be applied again (a repair may have left a
+// path out).
+type Rejoiner interface {
+	Rejoin(ctx context.Context, now time.Time) (RejoinReport, error)
+}
+
+// RejoinReport is what one Rejoin did: the WATs whose path it put back
+// again (no connection had rejoined it), those it gave up on (still none
+// after its last try: left as they are), and when to call it next (the
+// zero time: nothing left to check).
+type RejoinReport struct {
+	Readded []string
+	GaveUp  []string
+	Next    time.Time
+}
+
 // Local is a kernel writer that steers this host's own paths only (the CPE
 // role): Apply must either leave the kernel in the requested state,
 // verified by reading it back, or return an error. Own adapts it to
@@ -196,6 +220,13 @@ func (o own) CheckClasses(classes []payload.Class) error {
 		return cc.CheckClasses(classes)
 	}
 	return nil
+}
+
+func (o own) Rejoin(ctx context.Context, now time.Time) (RejoinReport, error) {
+	if r, ok := o.Local.(Rejoiner); ok {
+		return r.Rejoin(ctx, now)
+	}
+	return RejoinReport{}, nil
 }
 
 func (o own) AppliedCaps(string) map[string]float64 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/mcw-xapp/kernel-agent/backend"
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
@@ -35,5 +36,31 @@ func TestOwn(t *testing.T) {
 	}
 	if caps := b.(backend.CapsReporter).AppliedCaps("cpe-0001"); caps != nil {
 		t.Fatalf("dry-run caps %v", caps)
+	}
+}
+
+// rejoinLocal is a Local backend that checks the paths it put back.
+type rejoinLocal struct {
+	*dryrun.Backend
+	asked time.Time
+}
+
+func (r *rejoinLocal) Rejoin(_ context.Context, now time.Time) (backend.RejoinReport, error) {
+	r.asked = now
+	return backend.RejoinReport{Readded: []string{"wifi"}, Next: now.Add(time.Second)}, nil
+}
+
+// TestOwnRejoin: a host's own backend hands the rejoin checks to a Local
+// backend that has them; one without has nothing pending.
+func TestOwnRejoin(t *testing.T) {
+	now := time.Unix(1763800000, 0)
+	l := &rejoinLocal{Backend: dryrun.New()}
+	rep, err := backend.Own(l).(backend.Rejoiner).Rejoin(context.Background(), now)
+	if err != nil || !l.asked.Equal(now) || !rep.Next.Equal(now.Add(time.Second)) || len(rep.Readded) != 1 {
+		t.Fatalf("forwarded: %+v, %v (asked at %v)", rep, err, l.asked)
+	}
+	rep, err = backend.Own(dryrun.New()).(backend.Rejoiner).Rejoin(context.Background(), now)
+	if err != nil || !rep.Next.IsZero() || rep.Readded != nil || rep.GaveUp != nil {
+		t.Fatalf("without checks: %+v, %v", rep, err)
 	}
 }

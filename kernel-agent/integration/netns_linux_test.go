@@ -600,6 +600,13 @@ log_level: info
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	// nr's subflow came back by itself (its peer is on the link): the
+	// agent's check 0.5 s after the return saw it and touched nothing.
+	for _, l := range strings.Split(metricsText, "\n") {
+		if strings.HasPrefix(l, "mcw_agent_rejoins_total{") {
+			t.Errorf("nr rejoined by itself, yet its endpoint was put back again: %s", l)
+		}
+	}
 
 	rss := vmRSS(t, agent.Process.Pid)
 	t.Logf("agent resident memory (VmRSS): %.1f MB (target <= 20 MB)", float64(rss)/1024)

@@ -71,7 +71,7 @@ func backendCaps(t *testing.T, tp *sharesTopology, w payload.Weights) map[string
 		links[p.wat] = float64(p.mbit)
 		paths = append(paths, backend.Path{WAT: p.wat, Weight: w[p.wat]})
 	}
-	b, err := mptcpshares.New(nil, nil, links, nil, nil)
+	b, err := mptcpshares.New(nil, nil, nil, links, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,12 +18,13 @@ import (
 // Metrics are the agent's collectors.
 type Metrics struct {
 	Updates        *prometheus.CounterVec // result: applied, invalid, stale, replay, future, expired, cleared, apply_error, dropped
-	Applies        *prometheus.CounterVec // cause: update, safe, link, restore, start
+	Applies        *prometheus.CounterVec // cause: update, safe, link, restore, start, retry, rejoin
 	ApplyErrors    prometheus.Counter     // failed backend applies
 	ApplySeconds   prometheus.Histogram   // backend apply + verify
 	UpdateSeconds  prometheus.Histogram   // payload in to weights verified
 	LinkEvents     *prometheus.CounterVec // wat, state
 	LeaseExpiries  prometheus.Counter     // leases that ran out
+	Rejoins        *prometheus.CounterVec // role cpe; wat, result: readded, gave_up
 	Weight         *prometheus.GaugeVec   // wat: weight in force
 	ClassCeil      *prometheus.GaugeVec   // role cpe; class, wat: the class's egress ceiling in Mbit/s (+Inf unlimited)
 	ClassUrgent    *prometheus.GaugeVec   // role cpe; class: 1 when urgent
@@ -65,6 +66,9 @@ func New() *Metrics {
 		LeaseExpiries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "mcw_agent_lease_expiries_total", Help: "Leases that ran out (safe weights applied).",
 		}),
+		Rejoins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcw_agent_rejoins_total", Help: "Role cpe: a returned link's path put back again because no connection had rejoined it (readded), or left without one after the last try (gave_up).",
+		}, []string{"wat", "result"}),
 		Weight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mcw_agent_weight", Help: "Weight in force per WAT (after link reactions).",
 		}, []string{"wat"}),
@@ -98,7 +102,7 @@ func New() *Metrics {
 		registry: r,
 	}
 	r.MustRegister(m.Updates, m.Applies, m.ApplyErrors, m.ApplySeconds, m.UpdateSeconds,
-		m.LinkEvents, m.LeaseExpiries, m.Weight, m.ClassCeil, m.ClassUrgent, m.AppliedVersion, m.PublishErrors, m.Connected, m.WorkerUp,
+		m.LinkEvents, m.LeaseExpiries, m.Rejoins, m.Weight, m.ClassCeil, m.ClassUrgent, m.AppliedVersion, m.PublishErrors, m.Connected, m.WorkerUp,
 		m.ProxyCPEs, m.ProxyRules, m.ProxyStates,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

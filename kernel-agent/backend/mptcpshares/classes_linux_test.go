@@ -128,7 +128,11 @@ func TestSharesClassesInNetns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := New(h, pm, map[string]float64{"nr": 24, "wifi": 16}, nil, nil)
+		sf, err := mptcppm.DialDiag()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(h, pm, sf, map[string]float64{"nr": 24, "wifi": 16}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,15 +316,19 @@ func TestSharesCgroupClassInNetns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		sf, err := mptcppm.DialDiag()
+		if err != nil {
+			t.Fatal(err)
+		}
 		paths := []backend.Path{{WAT: "nr", Interface: "nr0", Index: links["nr0"].Attrs().Index, Addr: netip.MustParseAddr("10.65.1.1"), Weight: 1}}
-		bare, err := New(h, pm, map[string]float64{"nr": 24}, nil, nil)
+		bare, err := New(h, pm, sf, map[string]float64{"nr": 24}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := bare.CheckClasses([]payload.Class{{Name: "app", Match: payload.Match{Cgroup: rel}}}); err == nil || !strings.Contains(err.Error(), "CAP_BPF") {
 			t.Errorf("a backend without marker: %v, want a refusal naming CAP_BPF", err)
 		}
-		b, err := New(h, pm, map[string]float64{"nr": 24}, nil, marker)
+		b, err := New(h, pm, sf, map[string]float64{"nr": 24}, nil, marker)
 		if err != nil {
 			t.Fatal(err)
 		}

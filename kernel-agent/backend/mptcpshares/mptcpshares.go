@@ -128,6 +128,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	vnl "github.com/vishvananda/netlink"
 	"golang.org/x/net/bpf"
@@ -197,15 +198,16 @@ type enforcer interface {
 }
 
 // New returns a Backend that caps with HTB. nl manages qdiscs in the
-// namespace whose interfaces are shaped, pm the MPTCP endpoints there;
-// linkMbps is the link rate per WAT (every WAT the agent steers must
-// have one > 0); marker, when not nil, lets traffic classes match a
-// cgroup (the Backend closes it).
-func New(nl Netlink, pm mptcpupstream.PM, linkMbps map[string]float64, closeNL func() error, marker CgroupMarker) (*Backend, error) {
+// namespace whose interfaces are shaped, pm the MPTCP endpoints there and
+// sf lists its subflows (see mptcpupstream.New); linkMbps is the link
+// rate per WAT (every WAT the agent steers must have one > 0); marker,
+// when not nil, lets traffic classes match a cgroup (the Backend closes
+// it).
+func New(nl Netlink, pm mptcpupstream.PM, sf mptcpupstream.Subflows, linkMbps map[string]float64, closeNL func() error, marker CgroupMarker) (*Backend, error) {
 	if closeNL == nil {
 		closeNL = func() error { return nil }
 	}
-	b, err := newBackend(pm, linkMbps, &htbEnforcer{nl: nl, closeNL: closeNL})
+	b, err := newBackend(pm, sf, linkMbps, &htbEnforcer{nl: nl, closeNL: closeNL})
 	if err != nil {
 		return nil, err
 	}
@@ -213,11 +215,11 @@ func New(nl Netlink, pm mptcpupstream.PM, linkMbps map[string]float64, closeNL f
 	return b, nil
 }
 
-func newBackend(pm mptcpupstream.PM, linkMbps map[string]float64, enf enforcer) (*Backend, error) {
+func newBackend(pm mptcpupstream.PM, sf mptcpupstream.Subflows, linkMbps map[string]float64, enf enforcer) (*Backend, error) {
 	if err := checkLinkMbps(linkMbps); err != nil {
 		return nil, fmt.Errorf("mptcp-shares: %w", err)
 	}
-	return &Backend{onoff: mptcpupstream.New(pm), linkMbps: linkMbps, enf: enf}, nil
+	return &Backend{onoff: mptcpupstream.New(pm, sf), linkMbps: linkMbps, enf: enf}, nil
 }
 
 func checkLinkMbps(linkMbps map[string]float64) error {
@@ -257,6 +259,18 @@ func (b *Backend) Close() error {
 		merr = b.marker.Close()
 	}
 	return errors.Join(b.onoff.Close(), b.enf.close(), merr)
+}
+
+var _ backend.Rejoiner = (*Backend)(nil)
+
+// Rejoin implements backend.Rejoiner as mptcp-upstream does: a lost
+// link's endpoint is removed and put back by the on/off part.
+func (b *Backend) Rejoin(ctx context.Context, now time.Time) (backend.RejoinReport, error) {
+	rep, err := b.onoff.Rejoin(ctx, now)
+	if err != nil {
+		return rep, fmt.Errorf("mptcp-shares: %w", err)
+	}
+	return rep, nil
 }
 
 // Caps returns the egress cap in bits per second per WAT for paths (see

@@ -89,7 +89,11 @@ func TestSharesApplyInNetns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := New(h, pm, map[string]float64{"nr": 24, "wifi": 16}, nil, nil)
+		sf, err := mptcppm.DialDiag()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(h, pm, sf, map[string]float64{"nr": 24, "wifi": 16}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -34,7 +34,7 @@ func TestSharesCaps(t *testing.T) {
 		"negative":   {map[string]int{"nr": -1, "wifi": 2}, nil, "out of"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			b, err := New(nil, nil, links, nil, nil)
+			b, err := New(nil, nil, nil, links, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +71,7 @@ func TestNewRejectsRates(t *testing.T) {
 		"too fast": {"nr": MaxLinkMbps + 1},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := New(nil, nil, rates, nil, nil); err == nil {
+			if _, err := New(nil, nil, nil, rates, nil, nil); err == nil {
 				t.Fatalf("rates %v accepted", rates)
 			}
 		})

@@ -26,11 +26,11 @@ type Pacer interface {
 // address) instead of shaping the WAT interfaces. Only sockets in p's
 // cgroup, and established after p was attached, are paced: see the
 // config's mptcp_shares.enforce. The Backend closes p.
-func NewPaced(pm mptcpupstream.PM, p Pacer, linkMbps map[string]float64) (*Backend, error) {
+func NewPaced(pm mptcpupstream.PM, sf mptcpupstream.Subflows, p Pacer, linkMbps map[string]float64) (*Backend, error) {
 	if p == nil {
 		return nil, errors.New("mptcp-shares: pacing enforcer without a pacer")
 	}
-	return newBackend(pm, linkMbps, &paceEnforcer{p: p, set: map[netip.Addr]bool{}})
+	return newBackend(pm, sf, linkMbps, &paceEnforcer{p: p, set: map[netip.Addr]bool{}})
 }
 
 // paceEnforcer writes each capped WAT's cap for its address into the

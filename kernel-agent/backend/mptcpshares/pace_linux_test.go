@@ -61,7 +61,11 @@ func TestSharesPacedInNetns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := NewPaced(pm, p, map[string]float64{"nr": 24, "wifi": 16})
+		sf, err := mptcppm.DialDiag()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := NewPaced(pm, sf, p, map[string]float64{"nr": 24, "wifi": 16})
 		if err != nil {
 			t.Fatal(err)
 		}

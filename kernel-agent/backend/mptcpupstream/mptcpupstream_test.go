@@ -18,6 +18,7 @@ type fakePM struct {
 	eps     []mptcppm.Endpoint
 	calls   []string
 	failSet error
+	failAdd error
 	ignore  bool // accept SetFlags but change nothing (a kernel bug)
 }
 
@@ -28,6 +29,9 @@ func (f *fakePM) Endpoints() ([]mptcppm.Endpoint, error) {
 
 func (f *fakePM) Add(e mptcppm.Endpoint) error {
 	f.calls = append(f.calls, "add "+e.Addr.String()+" "+e.Flags.String())
+	if f.failAdd != nil {
+		return f.failAdd
+	}
 	if e.ID == 0 { // the kernel picks a free id
 		e.ID = uint8(len(f.eps) + 1)
 	}
@@ -104,7 +108,7 @@ func TestApply(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pm := &fakePM{eps: tt.eps}
-			b := New(pm)
+			b := New(pm, &fakeSubflows{})
 			err := b.Apply(context.Background(), []backend.Path{
 				{WAT: "nr", Addr: nrAddr, Weight: tt.weights[0], Index: 3},
 				{WAT: "wifi", Addr: wifiAddr, Weight: tt.weights[1], Index: 4},
@@ -134,7 +138,7 @@ func TestApplyLostLink(t *testing.T) {
 		{ID: 1, Addr: nrAddr, Flags: mptcppm.FlagSubflow, IfIndex: 3},
 		{ID: 7, Addr: wifiAddr, Flags: mptcppm.FlagSubflow | mptcppm.FlagSignal, IfIndex: 4},
 	}}
-	b := New(pm)
+	b := New(pm, &fakeSubflows{})
 	steps := []struct {
 		name      string
 		wifi      backend.Path
@@ -182,13 +186,13 @@ func TestApplyErrors(t *testing.T) {
 	eps := []mptcppm.Endpoint{{ID: 1, Addr: nrAddr, Flags: mptcppm.FlagSubflow}}
 	paths := []backend.Path{{WAT: "nr", Addr: nrAddr, Weight: 0}}
 	boom := errors.New("boom")
-	if err := New(&fakePM{eps: eps, failSet: boom}).Apply(context.Background(), paths); !errors.Is(err, boom) {
+	if err := New(&fakePM{eps: eps, failSet: boom}, &fakeSubflows{}).Apply(context.Background(), paths); !errors.Is(err, boom) {
 		t.Errorf("SetFlags failure: Apply = %v", err)
 	}
-	if err := New(&fakePM{eps: eps, ignore: true}).Apply(context.Background(), paths); err == nil {
+	if err := New(&fakePM{eps: eps, ignore: true}, &fakeSubflows{}).Apply(context.Background(), paths); err == nil {
 		t.Error("unverified flags: Apply succeeded")
 	}
-	if c := New(&fakePM{}).Capabilities(); !c.OnOffOnly || c.MaxWeight != 1 {
+	if c := New(&fakePM{}, &fakeSubflows{}).Capabilities(); !c.OnOffOnly || c.MaxWeight != 1 {
 		t.Errorf("Capabilities = %+v", c)
 	}
 }

@@ -96,11 +96,27 @@ func openDryRunDownlink(context.Context, config.Config, *slog.Logger) (backend.B
 }
 
 func openMPTCPUpstream(context.Context, config.Config) (backend.Local, error) {
-	pm, err := mptcppm.Dial()
+	pm, sf, err := dialPM()
 	if err != nil {
 		return nil, err
 	}
-	return mptcpupstream.New(pm), nil
+	return mptcpupstream.New(pm, sf), nil
+}
+
+// dialPM opens the path manager of the agent's namespace and sock_diag
+// there, which shows whether a returned link's endpoint got its subflows
+// back (mptcpupstream.Backend.Rejoin).
+func dialPM() (*mptcppm.Conn, *mptcppm.Diag, error) {
+	pm, err := mptcppm.Dial()
+	if err != nil {
+		return nil, nil, err
+	}
+	sf, err := mptcppm.DialDiag()
+	if err != nil {
+		pm.Close()
+		return nil, nil, err
+	}
+	return pm, sf, nil
 }
 
 // openMPTCPUpstreamDownlink: the proxy flags subflows one by one, which
@@ -118,7 +134,7 @@ func openMPTCPUpstreamDownlink(_ context.Context, cfg config.Config, log *slog.L
 // marking program: without CAP_BPF classes match no cgroup, and the
 // reason is logged here) or by pacing (no classes).
 func openMPTCPShares(ctx context.Context, cfg config.Config, log *slog.Logger) (backend.Backend, error) {
-	pm, err := mptcppm.Dial()
+	pm, sf, err := dialPM()
 	if err != nil {
 		return nil, err
 	}
@@ -129,11 +145,13 @@ func openMPTCPShares(ctx context.Context, cfg config.Config, log *slog.Logger) (
 		p, err := pacing.Attach(ctx, cfg.MPTCPShares.PacingCgroup, pacing.LocalAddr)
 		if err != nil {
 			pm.Close()
+			sf.Close()
 			return nil, err
 		}
-		b, err := mptcpshares.NewPaced(pm, p, cfg.MPTCPShares.LinkMbps)
+		b, err := mptcpshares.NewPaced(pm, sf, p, cfg.MPTCPShares.LinkMbps)
 		if err != nil {
 			pm.Close()
+			sf.Close()
 			p.Close()
 			return nil, err
 		}
@@ -142,6 +160,7 @@ func openMPTCPShares(ctx context.Context, cfg config.Config, log *slog.Logger) (
 	h, err := mptcpshares.NewHandle()
 	if err != nil {
 		pm.Close()
+		sf.Close()
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
 	var marker mptcpshares.CgroupMarker
@@ -150,9 +169,10 @@ func openMPTCPShares(ctx context.Context, cfg config.Config, log *slog.Logger) (
 	} else {
 		marker = m
 	}
-	b, err := mptcpshares.New(h, pm, cfg.MPTCPShares.LinkMbps, func() error { h.Close(); return nil }, marker)
+	b, err := mptcpshares.New(h, pm, sf, cfg.MPTCPShares.LinkMbps, func() error { h.Close(); return nil }, marker)
 	if err != nil {
 		pm.Close()
+		sf.Close()
 		h.Close()
 		if marker != nil {
 			marker.Close()
