@@ -26,6 +26,14 @@ Backends: by default every agent is WRR (:func:`twin.fluid.deliver`).  With ``ba
 ``rate-caps``, so the loop sends ``caps_mbps`` with both sets, and they apply the message's caps
 (or, without, caps from their configured link rates: the largest capacity each WAT's trace
 reaches, what an operator would write down as its nominal rate).
+
+Traffic classes (issue 35): the ``rate-caps`` agents report ``capabilities.max_classes`` 8, as
+``mptcp-shares`` with HTB does, so the loop sends a policy's rules as ``classes`` with both
+sets exactly as in service, and the agents apply them (:mod:`twin.class_queues`) to the
+scenario's flows (:mod:`twin.traffic`; without a mix, one backlogged transfer), recording what
+each flow got (:attr:`LoopDriver.stats`, :mod:`twin.class_stats`).  ``instance`` is an A1
+policy of type 20101 created over the default policy by the xApp's own A1 handler
+(:mod:`twin.a1_file`).
 """
 
 from __future__ import annotations
@@ -37,16 +45,21 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from twin.a1_file import policy_book
+from twin.class_queues import Applied, share
+from twin.class_stats import FlowStats
 from twin.fluid import Observation, deliver
 from twin.rate_caps import agent_caps, deliver_caps
 from twin.scenarios import Scenario
+from twin.traffic import BULK_ALONE
 from xapp.adapters.lab import MemoryPublisher, NullSink
 from xapp.adapters.sdl import SdlStateStore
+from xapp.core.class_columns import MAX_CLASSES
 from xapp.core.decisions import DecideBatch, decide_batch
 from xapp.core.forecast import CapacityEstimator, KpiFrame
 from xapp.core.intake import LatestKpis
 from xapp.core.loop import ControlLoop, LoopSettings, TickReport
-from xapp.core.policy_book import PolicyBook
+from xapp.core.traffic import ClassSet
 
 Array = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -69,7 +82,8 @@ class _Semantics:
         return self.cpes if direction in self.directions else frozenset()
 
     def max_classes(self, direction: str) -> dict[str, int]:
-        return {}  # the simulated agents apply no traffic classes
+        # mptcp-shares with HTB takes 8 classes (payload.MaxClasses); WRR none.
+        return dict.fromkeys(self.cpes, MAX_CLASSES) if direction in self.directions else {}
 
 
 class LoopDriver:
@@ -92,12 +106,15 @@ class LoopDriver:
         Lease of the weights messages, as ``controls.loop.lease_s``.
     backend : {"wrr", "rate-caps"}, default="wrr"
         The agents' backend, in both directions (the CPE's ``ul``, the proxy's ``dl``).
+    instance : mapping, optional
+        An A1 policy of type 20101 in force for every CPE over ``policy``; raises
+        :class:`twin.a1_file.PolicyFileError` when the xApp would refuse it.
     """
 
     def __init__(self, estimator: CapacityEstimator, policy: dict[str, object],
                  period_steps: int, radio_kpis: bool = True, kpi_seed: int = 0,
                  lease_s: float = 30.0, decide: DecideBatch = decide_batch,
-                 backend: str = "wrr") -> None:
+                 backend: str = "wrr", instance: Mapping[str, Any] | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; known: {list(BACKENDS)}")
         self.backend = backend
@@ -110,7 +127,10 @@ class LoopDriver:
         self.kpi_seed = kpi_seed
         self.lease_s = lease_s
         self.decide = decide
+        self.book = policy_book(policy, instance)
         self.reports: list[TickReport] = []
+        #: What each flow got per direction (scenarios with a traffic mix); None: no mix.
+        self.stats: dict[str, FlowStats] | None = None
 
     def start(self, scenario: Scenario) -> dict[str, IntArray]:
         self.scenario = scenario
@@ -134,13 +154,22 @@ class LoopDriver:
         self.link_mbps: dict[str, Array] = {
             d: np.maximum(scenario.toward(d).capacity_mbps.max(axis=0), 1e-3)
             for d in self.directions}
+        self.traffic = scenario.traffic or BULK_ALONE
+        flows = self.traffic.flows
+        #: The classes each agent applies (the message's), per direction and CPE.
+        self.classes: dict[str, list[tuple[ClassSet, ...]]] = {
+            d: [()] * n for d in self.directions}
+        self.applied = {d: Applied.none(n, k, len(flows)) for d in self.directions}
+        if scenario.traffic is not None:
+            self.stats = {d: FlowStats(flows, scenario.wats) for d in self.directions}
+        self._t0 = 0  # the first step of the period the agents deliver next
         self.intake = LatestKpis()
         self.publisher = MemoryPublisher(clock=lambda: self._now)
         self._now = 0.0
         dt = scenario.dt_s
         self.loop = ControlLoop(
             self.intake, self.estimator, self.publisher, NullSink(),
-            PolicyBook(self.policy).resolver, SdlStateStore(),
+            self.book.resolver, SdlStateStore(),
             settings=LoopSettings(control_period_s=self.period_steps * dt,
                                   kpi_max_age_s=max(5.0, 3 * self.period_steps * dt),
                                   lease_s=self.lease_s),
@@ -160,11 +189,13 @@ class LoopDriver:
         self.intake.update(self.frame(obs))
         self.reports.append(self.loop.tick(self._now))
         self._apply(self.publisher.take())
+        self._t0 = t1
         return {d: w.copy() for d, w in self.weights.items()}
 
     def _apply(self, messages: list[dict[str, object]]) -> None:
         """The agents apply their messages (the proxy's ``dl``, the CPE's ``ul``); expired
         leases fall back to safe weights."""
+        changed: set[str] = set()
         for doc in messages:
             i = self._index[str(doc["cpe_id"])]
             lease = doc["lease_s"]
@@ -182,21 +213,45 @@ class LoopDriver:
                     for wat, c in part.get("caps_mbps", {}).items():
                         caps[self._cols[wat]] = float(c)
                 self.caps[d][i] = caps
+                sets = tuple(ClassSet.from_dict(c) for c in part.get("classes", []))
+                if sets or self.classes[d][i]:
+                    self.classes[d][i] = sets
+                    changed.add(d)
         for d in self.directions:
             expired = self.expires[d] <= self._now
             if expired.any():
                 self.weights[d][expired] = SAFE_WEIGHT
                 self.caps[d][expired] = np.nan  # safe weights never carry caps
                 self.expires[d][expired] = np.inf
+                for cpe in np.flatnonzero(expired).tolist():  # nor classes
+                    if self.classes[d][cpe]:
+                        self.classes[d][cpe] = ()
+                        changed.add(d)
+        for d in changed:
+            self.applied[d] = Applied.of(self.classes[d], self.scenario.wats,
+                                         self.traffic.flows, d)
+            if self.stats is not None:
+                self.stats[d].classes = [self.classes[d][0][j - 1].name if j else ""
+                                         for j in self.applied[d].leaf[0].tolist()]
 
     def deliver(self, direction: str, capacity: Array, weights: NDArray[np.integer[Any]]
                 ) -> tuple[Array, Array, NDArray[np.bool_]]:
         """:data:`twin.fluid.Deliver` of the simulated agents: rate caps on the directions
-        whose agents run them (:mod:`twin.rate_caps`), WRR elsewhere."""
+        whose agents run them (:mod:`twin.rate_caps`), with the classes they hold and the
+        scenario's flows (:mod:`twin.class_queues`), WRR elsewhere.  The block is the period
+        that starts where the last update ended."""
         if direction not in self.capped:
             return deliver(capacity, weights)
         caps = agent_caps(weights, self.caps[direction], self.link_mbps[direction])
-        return deliver_caps(capacity, weights, caps)
+        applied = self.applied[direction]
+        if self.stats is None and not applied.any:
+            return deliver_caps(capacity, weights, caps)  # one flow, one leaf: the same
+        got = share(capacity, weights, caps, applied, self.traffic.flows,
+                    self.traffic.buffer_ms)
+        if self.stats is not None:
+            rtt = self.scenario.rtt(direction)[self._t0:self._t0 + len(capacity)]
+            self.stats[direction].add(got, rtt)
+        return got.delivered, got.aggregate, got.saturated
 
     # --- what the agents report ---------------------------------------------------------------
 

@@ -45,12 +45,14 @@ the uplink capacities.  ``dl`` is the paper's direction and the default.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from twin.a1_file import PolicyFileError
 from twin.fluid import (
     Plan,
     SimResult,
@@ -95,6 +97,9 @@ class TwinOptions:
     #: The agents' backend (``wrr`` or ``rate-caps``: :mod:`twin.rate_caps`), both
     #: directions; the xapp policy only.
     backend: str = "wrr"
+    #: An A1 policy of type 20101 in force over the defaults (:mod:`twin.a1_file`); the xapp
+    #: policy only.
+    a1_policy: Mapping[str, Any] | None = None
 
 
 def make_estimator(name: str) -> CapacityEstimator:
@@ -229,6 +234,11 @@ def run_policy(scenario: Scenario, name: str, opts: TwinOptions | None = None,
     if opts.backend != "wrr" and name != "xapp":
         raise TwinPolicyError(f"backend {opts.backend} runs with the xapp policy only (the "
                               "other policies and the oracle are WRR's)")
+    if opts.a1_policy is not None and name != "xapp":
+        raise TwinPolicyError("an A1 policy steers the xapp policy only")
+    if name == "xapp" and scenario.traffic is not None and opts.backend != "rate-caps":
+        raise TwinPolicyError("a traffic mix is applied per class by the rate-caps agents "
+                              "(mptcp-shares) only: use backend rate-caps")
     if name == "oracle":
         res = simulate_plan(scenario, oracle_plan(scenario, opts), name)
         res.extra["oracle_stride_s"] = oracle_stride(scenario, opts) * scenario.dt_s
@@ -247,9 +257,12 @@ def run_policy(scenario: Scenario, name: str, opts: TwinOptions | None = None,
             raise TwinPolicyError(f"period_s must be >= the step {scenario.dt_s} s")
         est = estimator if estimator is not None else make_estimator(opts.estimator)
         # The EWMA reads throughput only: skip building radio KPIs it would ignore.
-        driver = LoopDriver(est, loop_policy(opts), round(opts.period_s / scenario.dt_s),
-                            radio_kpis=not isinstance(est, EwmaEstimator),
-                            backend=opts.backend)
+        try:
+            driver = LoopDriver(est, loop_policy(opts), round(opts.period_s / scenario.dt_s),
+                                radio_kpis=not isinstance(est, EwmaEstimator),
+                                backend=opts.backend, instance=opts.a1_policy)
+        except PolicyFileError as exc:
+            raise TwinPolicyError(str(exc)) from None
         # The loop decides both directions each tick; the result is the view's direction.
         results = simulate_duplex(scenario, driver, name, progress=progress,
                                   transport=driver.deliver)
@@ -258,6 +271,9 @@ def run_policy(scenario: Scenario, name: str, opts: TwinOptions | None = None,
         res.extra["estimator"] = opts.estimator if estimator is None else type(estimator).__name__
         res.extra["driver"] = driver
         res.extra["backend"] = opts.backend
+        if driver.stats is not None:  # a traffic mix: what each flow got
+            for d, r in results.items():
+                r.extra["flows"] = driver.stats[d].summary()
         return res
     raise TwinPolicyError(f"unknown policy {name!r}; known: {list(POLICIES)}")
 
@@ -271,7 +287,7 @@ def run_with_oracle(scenario: Scenario, name: str, opts: TwinOptions | None = No
     res = run_policy(scenario, name, opts, progress=progress, estimator=estimator)
     # The oracles are WRR's: under rate caps the best split is every WAT uncapped, and the
     # capacity sum (ratio_to_capacity_sum) is the reference.
-    wrr = replace(opts, backend="wrr")
+    wrr = replace(opts, backend="wrr", a1_policy=None)
     oracle = res if name == "oracle" else run_policy(scenario, "oracle", wrr)
     lagged = res if name == "lagged-oracle" else run_policy(scenario, "lagged-oracle", wrr)
     res.oracle_mbps = oracle.aggregate_mbps
@@ -307,7 +323,7 @@ def summary(res: SimResult) -> dict[str, Any]:
     if isinstance(lagged, float) and oracle > 0:
         out["lagged_oracle_mbps"] = round(lagged, 3)
         out["lagged_oracle_ratio"] = round(lagged / oracle, 4)
-    for key in ("estimator", "backend", "oracle_stride_s", "lagged_oracle_period_s"):
+    for key in ("estimator", "backend", "oracle_stride_s", "lagged_oracle_period_s", "flows"):
         if res.extra.get(key) is not None:
             out[key] = res.extra[key]
     return out

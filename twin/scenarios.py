@@ -73,6 +73,7 @@ from twin.link_models import (
     wifi_snr,
 )
 from twin.processes import DT_S, Array, ar1, episodes, smooth_ar
+from twin.traffic import Traffic
 from xapp.core.policy import KNOWN_WATS
 
 #: WATs every scenario carries, in :data:`xapp.core.policy.KNOWN_WATS` order.
@@ -113,6 +114,8 @@ class Scenario:
     direction: str = "dl"
     #: ``(capacity_mbps, rtt_ms)`` of the other direction; None for a one-direction scenario.
     reverse: tuple[Array, Array] | None = None
+    #: The flows every CPE carries (:mod:`twin.traffic`); None: one backlogged transfer.
+    traffic: Traffic | None = None
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
@@ -326,9 +329,9 @@ SCENARIOS: dict[str, _Spec] = {
 
 
 def build(name: str, n_cpes: int = 1, seed: int = 0, duration_s: float | None = None,
-          direction: str = "dl") -> Scenario:
-    """Build scenario ``name`` for ``n_cpes`` CPEs, both directions, viewed in ``direction``;
-    deterministic in ``seed``.
+          direction: str = "dl", traffic: Traffic | None = None) -> Scenario:
+    """Build scenario ``name`` for ``n_cpes`` CPEs, both directions, viewed in ``direction``,
+    carrying ``traffic`` (None: one backlogged transfer); deterministic in ``seed``.
 
     Raises :class:`ScenarioError` for an unknown name or direction, ``n_cpes < 1`` or a
     duration shorter than one step.
@@ -352,5 +355,6 @@ def build(name: str, n_cpes: int = 1, seed: int = 0, duration_s: float | None = 
     dl = (parts.pop("capacity"), parts.pop("rtt"))
     ul = (parts.pop("capacity_ul"), parts.pop("rtt_ul"))
     scn = Scenario(name=name, dt_s=DT_S, wats=WATS, capacity_mbps=dl[0], rtt_ms=dl[1],
-                   context=parts, description=spec.description, direction="dl", reverse=ul)
+                   context=parts, description=spec.description, direction="dl", reverse=ul,
+                   traffic=traffic)
     return scn.toward(direction)

@@ -219,3 +219,46 @@ def test_bench_load_report_bounds() -> None:
         bench.load_report(b"\xff")
     with pytest.raises(bench.ReportError, match="not JSON"):
         bench.load_report(b"[" * 100_000)
+
+
+CONTROL_POLICY = {"mode": "load_balancing",
+                  "rules": [{"name": "control", "match": {"destination_ports": [5302]},
+                             "mode": "smallest_delay", "urgent": True}]}
+
+
+def test_the_rate_caps_agents_take_classes_as_in_service() -> None:
+    # The simulated mptcp-shares agents report capabilities.max_classes 8: the loop sends the
+    # policy's rules as classes with both sets, and the agents hold them.
+    sc = build("wifi-walk", duration_s=5)
+    res = run_policy(sc, "xapp", TwinOptions(backend="rate-caps", a1_policy=CONTROL_POLICY))
+    driver = res.extra["driver"]
+    assert isinstance(driver, LoopDriver)
+    assert sum(r.classes_withheld for r in driver.reports) == 0
+    for d in ("dl", "ul"):
+        (control,) = driver.classes[d][0]
+        assert control.name == "control" and control.urgent and control.caps_mbps
+        assert driver.applied[d].any
+    # A WRR agent takes none: the loop withholds them, as from an agent before classes.
+    wrr = run_policy(sc, "xapp", TwinOptions(backend="wrr", a1_policy=CONTROL_POLICY))
+    other = wrr.extra["driver"]
+    assert isinstance(other, LoopDriver)
+    assert sum(r.classes_withheld for r in other.reports) > 0
+    assert other.classes["ul"][0] == ()
+
+
+def test_classes_lapse_with_the_lease() -> None:
+    from xapp.core.ewma import EwmaEstimator
+    from xapp.core.traffic import ClassSet, TrafficMatch
+
+    driver = LoopDriver(EwmaEstimator(), {}, 10, backend="rate-caps")
+    driver.start(build("wifi-walk", duration_s=2))
+    held = ClassSet("control", TrafficMatch(ports=((5302, 5302),)), "smallest_delay",
+                    {"nr": 1, "wifi": 0, "lifi": 0})
+    driver._apply([{"cpe_id": "cpe0", "lease_s": 1.0,
+                    "dl": {"weights": {"nr": 1, "wifi": 1, "lifi": 1}},
+                    "ul": {"weights": {"nr": 1, "wifi": 1, "lifi": 1},
+                           "classes": [held.to_dict()]}}])
+    assert driver.classes["ul"][0] == (held,) and driver.applied["ul"].any
+    driver._now = 1.0  # the lease runs out without a refresh: safe weights, no classes
+    driver._apply([])
+    assert not driver.classes["ul"][0] and not driver.applied["ul"].any

@@ -85,3 +85,11 @@ def test_wifi_walk_is_predictable_at_100_ms() -> None:
     change = np.abs(np.diff(wifi, axis=0))[near] / wifi[1:][near]
     assert np.median(change) < 0.03
     assert np.mean(change > 0.10) < 0.05
+
+
+def test_a_scenario_declares_its_traffic_in_both_directions() -> None:
+    from twin.traffic import mix
+
+    s = build("wifi-walk", duration_s=1.0, traffic=mix("control-bulk"))
+    assert s.traffic is mix("control-bulk") and s.toward("ul").traffic is s.traffic
+    assert build("wifi-walk", duration_s=1.0).traffic is None
