@@ -10,9 +10,12 @@ medians with the spread beside them.
 Per scenario and direction it prints delivered goodput / the sum of what the paths could carry
 (outages excluded) for each policy, its ratio to ``default`` (mainline's scheduler alone, no
 agent, no xApp) and to ``oracle``, the fluid twin's prediction for the same trace and the weights
-and caps the policy applied (:func:`twin.path_traces.predict`), and the small flow's RTT p50 and
-p95; one PNG per scenario goes to ``--out``.  Goodput is TCP payload and the rates are what the
-shapers pass in frames, so even a perfect policy stays a few percent under 1.
+and caps the policy applied (:func:`twin.path_traces.predict`), the small flow's RTT p50, p95
+and p99 and its share of answers later than 20 ms, and the segments each direction's sender
+retransmitted; one PNG per scenario goes to ``--out``.  ``--json`` adds ``rtt_p99_ms``,
+``deadline_misses`` and ``retrans`` per policy beside the keys docs/realstack.md lists.
+Goodput is TCP payload and the rates are what the shapers pass in frames, so even a perfect
+policy stays a few percent under 1.
 
 Usage (as root, Linux with MPTCP; about 50 s per policy run)::
 

@@ -21,11 +21,12 @@
 // endpoint is removed (which closes its subflows on every connection and
 // tells the peer, REMOVE_ADDR) and put back, with its id, flags and
 // interface, once the link returns; the path manager then opens its
-// subflows again. Measured (real-stack bench topology, the default
-// scheduler, one bulk connection both ways over nr 12, wifi 8 and lifi 24
-// Mbit/s, lifi's carrier cut 4 times for 0.7-2.5 s in 28 s): goodput over
-// 25 s 655-704 Mbit without the removal, 843-855 with it; the stall of about
-// a second at each cut disappears. An agent that dies while an endpoint is
+// subflows again. Measured in the real-stack bench's lifi-blockage
+// scenario (bench/bench_realstack.py --scenario lifi-blockage, LiFi's
+// carrier cut for 0.5-3 s every 3-6 s beside NR and Wi-Fi): weights that
+// follow the true capacities delivered 0.78x (downlink) and 0.83x (uplink)
+// of the default scheduler's goodput with backup flags alone, 0.95x and
+// 0.91x with the removal (docs/benchmarks.md). An agent that dies while an endpoint is
 // removed leaves it removed; the next Apply after the link returns creates
 // it again (with the "subflow" flag, as for any missing endpoint).
 //
