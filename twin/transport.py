@@ -81,14 +81,15 @@ CUBIC_ALPHA: Final = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA)
 #: The bench's shaper never queues less than two frames, whatever the rate and buffer.
 MIN_QUEUE_BYTES: Final = 2 * FRAME_BYTES
 
-# --- calibrated on the real-stack bench ------------------------------------------------------
+# --- measured and fitted on the real-stack bench (docs/twin.md, "Against the real stack") ---
 
-#: How full bulk traffic keeps a path's queue on average (the small flow's RTT: 48 ms through
-#: two 50 ms queues).
+#: How full bulk traffic keeps a path's queue on average, measured: the small flow's RTT p50
+#: was 40-49 ms through two 50 ms queues.
 QUEUE_FILL: Final = 0.5
-#: How long the rest of the connection runs ahead of a hole before its window is full.
+#: How long the rest of the connection runs ahead of a hole before its window is full; fitted.
 WINDOW_SLACK_S: Final = 0.08
-#: The longest a cut subflow's data blocks the connection before MPTCP re-sends it elsewhere.
+#: The longest a cut subflow's data blocks the connection before MPTCP sends it again on
+#: another subflow; fitted.
 OUTAGE_HOSTAGE_S: Final = 1.25
 
 
@@ -128,6 +129,7 @@ def queue_s(rate_mbit: Array, buffer_ms: Array) -> Array:
 
 
 def packets_per_s(rate_mbit: Array) -> Array:
+    """Full-size frames per second at ``rate_mbit``."""
     return np.asarray(rate_mbit, dtype=np.float64) * 1e6 / (8 * FRAME_BYTES)
 
 
@@ -195,7 +197,8 @@ def backoff_resume(duration_s: float, rto: float) -> float:
 class Subflows:
     """Per period and WAT (arrays ``(periods, k)``): what each subflow of one direction does."""
 
-    #: Data frames carried (Mbit/s) while the path is up, after the reverse flow's ACKs.
+    #: Data frames carried (Mbit/s) while the path is up, after the reverse flow's ACKs and
+    #: under the loss cap.
     data: Array
     #: The retransmission timeout (s), timeouts per second of carrying, and how long the
     #: subflow takes to send its whole window again (s).
