@@ -49,7 +49,8 @@ DIRECTIONS = ("dl", "ul")
 def bench_stack(policy: str) -> Stack:
     """What surrounds the bench's connection, for the twin: no propagation delay (the
     harness's kernel has no netem, so a path's round trip is its queues) and, for every policy
-    but ``default``, agents that flag a WAT backup as soon as its carrier drops."""
+    but ``default``, agents that take a WAT out of the connection as soon as its carrier
+    drops."""
     return Stack(plays_delay=False, carrier_reaction=policy != "default")
 
 

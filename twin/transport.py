@@ -28,10 +28,10 @@ the subflow takes to send its window again, less that slack.  Timeouts come from
   ``3 RTO``, ``7 RTO``, ... (exponential backoff) and carries again only at the first of these
   after the path is back (:func:`backoff_resume`), however short the cut; the data it held
   blocks the connection until then, for at most :data:`OUTAGE_HOSTAGE_S` (MPTCP then sends it
-  again on another subflow).  An agent that flags a WAT backup as soon as its carrier drops
-  (the ``mptcp-shares`` agent's link watcher: :attr:`Stack.carrier_reaction`) spares the
-  connection the stall of a ``down`` outage; a ``drop`` outage (a handover: the interface stays
-  up) it cannot see.
+  again on another subflow).  An agent that takes a WAT out of the connection as soon as its
+  carrier drops (the CPE agent's link watcher flags it backup or removes its endpoint:
+  :attr:`Stack.carrier_reaction`) spares the connection the stall of a ``down`` outage; a
+  ``drop`` outage (a handover: the interface stays up) it cannot see.
 
 A subflow capped below its path (the agent's HTB cap at the sender) queues at the sender, where
 a full queue throttles the socket instead of dropping: it has no congestion losses.
@@ -99,7 +99,8 @@ class Stack:
 
     #: The path's one-way delay is on the wire (netem); False: the round trip is the queues.
     plays_delay: bool = True
-    #: An agent flags a WAT backup as soon as its carrier drops (``down`` outages).
+    #: An agent takes a WAT out of the connection as soon as its carrier drops (``down``
+    #: outages): its in-flight data goes to the other subflows at once.
     carrier_reaction: bool = False
 
 
