@@ -9,13 +9,13 @@ medians with the spread beside them.
 
 Per scenario and direction it prints delivered goodput / the sum of what the paths could carry
 (outages excluded) for each policy, its ratio to ``default`` (mainline's scheduler alone, no
-agent, no xApp) and to ``oracle``, the fluid twin's prediction for the same trace and the weights
-and caps the policy applied (:func:`twin.path_traces.predict`), the small flow's RTT p50, p95
-and p99 and its share of answers later than 20 ms, and the segments each direction's sender
-retransmitted; one PNG per scenario goes to ``--out``.  ``--json`` adds ``rtt_p99_ms``,
-``deadline_misses`` and ``retrans`` per policy beside the keys docs/realstack.md lists.
-Goodput is TCP payload and the rates are what the shapers pass in frames, so even a perfect
-policy stays a few percent under 1.
+agent, no xApp) and to ``oracle``, the twin's prediction for the same trace and the weights
+and caps the policy applied (:func:`twin.path_traces.predict`: the fluid model and its transport
+layer, :mod:`twin.transport`), the small flow's RTT p50, p95 and p99 and its share of answers
+later than 20 ms, and the segments each direction's sender retransmitted; one PNG per scenario
+goes to ``--out``.  ``--json`` adds ``rtt_p99_ms``, ``deadline_misses`` and ``retrans`` per
+policy beside the keys docs/realstack.md lists.  Goodput is TCP payload and the rates are what
+the shapers pass in frames, so even a perfect policy stays a few percent under 1.
 
 Usage (as root, Linux with MPTCP; about 50 s per policy run)::
 
@@ -43,8 +43,17 @@ from tqdm import tqdm
 from tests.e2e.mptcp_bulk import CONGESTION_CONTROL
 from tests.realstack.harness import DEADLINE_MS, POLICIES, Run, RunResult, Servers
 from twin.path_traces import SCENARIOS, PathTrace, TraceError, build, load_csv, predict
+from twin.transport import Stack
 
 DIRECTIONS = ("dl", "ul")
+
+
+def bench_stack(policy: str) -> Stack:
+    """What surrounds the bench's connection, for the twin: no propagation delay (the
+    harness's kernel has no netem, so a path's round trip is its queues) and, for every policy
+    but ``default``, agents that take a WAT out of the connection as soon as its carrier
+    drops."""
+    return Stack(plays_delay=False, carrier_reaction=policy != "default")
 
 
 def ratio(res: RunResult, trace: PathTrace, direction: str) -> float:
@@ -80,7 +89,9 @@ def summarise(trace: PathTrace, results: dict[str, list[RunResult]]) -> dict[str
             rs = [ratio(r, trace, d) for r in runs]
             out[d][policy] = round(statistics.median(rs), 4)
             out["spread"][d][policy] = [round(min(rs), 4), round(max(rs), 4)]
-            tw = [predict(trace, d, r.weights.get(d), r.caps.get(d)) for r in runs]
+            other = DIRECTIONS[1 - DIRECTIONS.index(d)]
+            tw = [predict(trace, d, r.weights.get(d), r.caps.get(d), bench_stack(policy),
+                          r.weights.get(other)) for r in runs]
             out["twin"][d][policy] = round(statistics.median(tw), 4)
         qs = [[v for r in runs if (v := percentile(r.rtt_ms, q)) is not None]
               for q in (50, 95, 99)]

@@ -48,7 +48,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from twin.rate_caps import deliver_caps
+from twin.transport import Stack, coupled_backup, deliver
 from xapp.core.kpis import CELLULAR_FIELDS, LIFI_FIELDS, WIFI_FIELDS
 from xapp.core.policy import KNOWN_WATS
 
@@ -461,24 +461,30 @@ def parse_csv(lines: Iterable[str], name: str) -> PathTrace:
 
 #: MPTCP payload per frame the shapers count: a 1514-byte Ethernet frame carries 14 bytes of
 #: Ethernet, 20 of IPv4, 20 of TCP, 12 of timestamps and about 20 of MPTCP's data sequence
-#: mapping beside 1428 bytes of data.  The rates of a trace are frames (what tbf passes), the
-#: bench's goodput is data.
+#: mapping beside 1428 bytes of data.  The rates of a trace are frames (what the shapers pass),
+#: the bench's goodput is data.
 TRANSPORT_EFFICIENCY: Final = 1428 / 1514
 
 
 def predict(trace: PathTrace, direction: str, weights: Array | None = None,
-            caps: Array | None = None) -> float:
-    """The fluid twin's delivered goodput over the trace, as a fraction of the sum of what the
-    paths could carry: per period each WAT runs at ``min(cap, capacity)`` under the
-    ``mptcp-shares`` rule (:func:`twin.rate_caps.deliver_caps`).  ``weights``/``caps`` are
-    ``(periods, k)`` (None: the default scheduler, every WAT uncapped and carrying; caps
-    ``inf`` where uncapped).  Goodput is data, the rates are frames: see
+            caps: Array | None = None, stack: Stack | None = None,
+            reverse_weights: Array | None = None) -> float:
+    """The twin's delivered goodput over the trace, as a fraction of the sum of what the paths
+    could carry: per period each WAT runs at ``min(cap, capacity)`` under the ``mptcp-shares``
+    rule (:func:`twin.rate_caps.deliver_caps`), less what the transport loses
+    (:func:`twin.transport.deliver`: the reverse flow's ACKs, timeouts that hold the connection
+    hostage, outages and their backoff, loss).  ``weights``/``caps`` are ``(periods, k)``
+    (None: the default scheduler, every WAT uncapped and carrying; caps ``inf`` where
+    uncapped); ``reverse_weights`` the other direction's, whose WATs at weight 0 are backup
+    this way too (:func:`twin.transport.coupled_backup`; None: not known, not coupled);
+    ``stack`` what surrounds the connection (None: :class:`twin.transport.Stack`'s defaults,
+    every delay on the wire and no agent).  Goodput is data, the rates are frames: see
     :data:`TRANSPORT_EFFICIENCY`."""
     rate, up = trace.rate(direction), trace.available()
     n, k = rate.shape
     w = np.ones((n, k), np.int64) if weights is None else np.asarray(weights, dtype=np.int64)
     c = np.full((n, k), np.inf) if caps is None else np.asarray(caps, dtype=np.float64)
-    # A cut takes its share of the period from what the WAT carries while it is up.
-    per_wat, _, _ = deliver_caps(rate, w, c, TRANSPORT_EFFICIENCY)
+    per_wat = deliver(trace, direction, coupled_backup(w, reverse_weights), c,
+                      Stack() if stack is None else stack)
     whole = float((rate * up).sum())
-    return float((per_wat * up).sum()) / whole if whole > 0 else 0.0
+    return float(per_wat.sum()) * TRANSPORT_EFFICIENCY / whole if whole > 0 else 0.0

@@ -19,6 +19,7 @@ from twin.path_traces import (
     predict,
     to_csv,
 )
+from twin.transport import Stack, deliver
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -60,11 +61,17 @@ def test_outages_take_their_share_of_each_period() -> None:
                   np.zeros((4, 2)), np.zeros((4, 2)), np.full((4, 2), 50.0),
                   (Outage("wifi", 0.5, 2.0), Outage("nr", 3.9, 0.1)))
     np.testing.assert_allclose(t.available(), np.array([[1, 0.5], [1, 0], [1, 0.5], [0.9, 1]]))
-    assert predict(t, "dl") == pytest.approx(TRANSPORT_EFFICIENCY)
-    # wifi capped at 2 of its 10 Mbit/s: it carries 2 while it is up (2 of the 4 s).
+    # The twin: the fluid share of each period through the transport layer (a cut costs more
+    # than its own time: tests/twin/test_transport.py), as data of the frames.
+    ones, uncapped = np.ones((4, 2), np.int64), np.full((4, 2), np.inf)
+    per = deliver(t, "dl", ones, uncapped, Stack())
+    assert per[1, 1] == 0.0
+    assert predict(t, "dl") == pytest.approx(per.sum() * TRANSPORT_EFFICIENCY / (39.0 + 20.0))
+    assert predict(t, "dl") < TRANSPORT_EFFICIENCY
+    # wifi capped at 2 of its 10 Mbit/s: it carries at most 2 while it is up.
     caps = np.array([[np.inf, 2.0]] * 4)
-    assert predict(t, "dl", np.ones((4, 2), np.int64), caps) == pytest.approx(
-        TRANSPORT_EFFICIENCY * (39.0 + 2 * 2.0) / (39.0 + 20.0))
+    capped = deliver(t, "dl", ones, caps, Stack())
+    assert capped[:, 1].max() <= 2.0 and capped.sum() < per.sum()
 
 
 @pytest.mark.parametrize(("text", "says"), [
