@@ -11,121 +11,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mcw-xapp/kernel-agent/backend/dryrun"
 	"github.com/mcw-xapp/kernel-agent/metrics"
-	"github.com/mcw-xapp/kernel-agent/mqttclient"
 	"github.com/mcw-xapp/kernel-agent/payload"
 	"github.com/mcw-xapp/kernel-agent/telemetry"
-)
-
-// clock is a settable clock for lease tests.
-type clock struct{ t time.Time }
-
-func (c *clock) now() time.Time { return c.t }
-
-var t0 = time.UnixMilli(1763800000000)
-
-// fixture drives a Proxy's loop steps by hand: Start, then batches of
-// messages each followed by what the loop does after a batch.
-type fixture struct {
-	t   testing.TB
-	p   *Agent
-	dl  *dryrun.Downlink
-	clk *clock
-	dir string
-	m   *metrics.Metrics
-}
-
-func newFixture(t testing.TB, dir string, cpes ...string) *fixture {
-	t.Helper()
-	if len(cpes) == 0 {
-		cpes = []string{"cpe-0001", "cpe-0002"}
-	}
-	clk := &clock{t: t0}
-	dl := dryrun.NewDownlink()
-	m := metrics.New()
-	p, err := New(Config{Role: payload.RoleProxy, ProxyID: "proxy-0001", CPEs: cpes, SafeWeights: payload.Weights{"nr": 1, "wifi": 1, "lifi": 1},
-		StateDir: dir, MaxClockSkew: 5 * time.Second},
-		Deps{Backend: dl, Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return &fixture{t: t, p: p, dl: dl, clk: clk, dir: dir, m: m}
-}
-
-// step handles msgs as one batch of the loop.
-func (f *fixture) step(msgs ...Message) {
-	f.p.Process(context.Background(), msgs...)
-}
-
-// persisted waits for the persister's work to be done synchronously.
-func (f *fixture) persisted() {
-	order, items := f.p.persist.take()
-	for _, id := range order {
-		if err := items[id].store.Save(items[id].rec); err != nil {
-			f.t.Fatalf("save %s: %v", id, err)
-		}
-	}
-}
-
-func (f *fixture) state(cpeID string) payload.State {
-	f.t.Helper()
-	b := f.p.LastState(cpeID)
-	if b == nil {
-		f.t.Fatalf("no state for %s", cpeID)
-	}
-	s, err := payload.ParseState(b)
-	if err != nil {
-		f.t.Fatalf("own state does not parse: %v\n%s", err, b)
-	}
-	return s
-}
-
-func (f *fixture) proxyState() payload.ProxyState {
-	f.t.Helper()
-	s, err := payload.ParseProxyState(f.p.out.last(f.p.pt.State()))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return s
-}
-
-func weights(cpeID string, version int64, issued time.Time, lease float64, dl, ul string) Message {
-	return Message{Topic: "mcw/v1/cpe/" + cpeID + "/weights", At: issued, Data: []byte(fmt.Sprintf(
-		`{"schema":"mcw.weights.v2","cpe_id":%q,"version":%d,"issued_at_ms":%d,"lease_s":%g,`+
-			`"dl":{"mode":"fixed_split","reason":"test","weights":%s},"ul":{"mode":"load_balancing","weights":%s}}`,
-		cpeID, version, issued.UnixMilli(), lease, dl, ul))}
-}
-
-// onTopic moves m to the weights topic of cpeID.
-func onTopic(cpeID string, m Message) Message {
-	m.Topic = "mcw/v1/cpe/" + cpeID + "/weights"
-	return m
-}
-
-// cpeState is the CPE agent's retained state with addresses and links.
-func cpeState(cpeID, addrs, links string) Message {
-	return Message{Topic: mqttclient.TopicsFor(cpeID, mqttclient.DefaultShards).State, Data: []byte(fmt.Sprintf(
-		`{"schema":"mcw.state.v2","cpe_id":%q,"online":true,"role":"cpe","direction":"ul","time_ms":1,`+
-			`"applied_version":0,"applied_weights":{},"addresses":%s,"links":%s,"event":"started","last_error":""}`,
-		cpeID, addrs, links))}
-}
-
-const (
-	addrs1 = `{"nr":"10.31.1.2","wifi":"10.31.2.2","lifi":"10.31.3.2"}`
-	up1    = `{"nr":"up","wifi":"up","lifi":"up"}`
-	addrs2 = `{"nr":"10.32.1.2","wifi":"10.32.2.2"}`
-	up2    = `{"nr":"up","wifi":"up"}`
 )
 
 func TestProxyAppliesDownlink(t *testing.T) {
@@ -362,144 +256,6 @@ func TestRoutes(t *testing.T) {
 	}
 }
 
-func TestNewChecksShards(t *testing.T) {
-	for _, tt := range []struct {
-		shards int
-		ok     bool
-	}{{0, true}, {1, true}, {4096, true}, {-1, false}, {4097, false}} {
-		_, err := New(Config{Role: payload.RoleProxy, ProxyID: "proxy-0001", CPEs: []string{"cpe-0001"}, SafeWeights: payload.Weights{"nr": 1},
-			StateDir: t.TempDir(), Shards: tt.shards},
-			Deps{Backend: dryrun.NewDownlink(), Metrics: metrics.New(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if (err == nil) != tt.ok {
-			t.Errorf("New with %d shards: %v", tt.shards, err)
-		}
-	}
-}
-
-// An agent of an earlier release reports on the legacy topic; once the CPE's
-// agent reports on its sharded topic, what the legacy one still holds is
-// older and ignored.
-func TestProxyReadsLegacyCPEStateUntilSharded(t *testing.T) {
-	f := newFixture(t, t.TempDir(), "cpe-0001")
-	legacy := func(addrs string) Message {
-		m := cpeState("cpe-0001", addrs, `{"nr":"up"}`)
-		m.Topic = "mcw/v1/cpe/cpe-0001/state"
-		return m
-	}
-	nr := func() string { return f.p.devs["cpe-0001"].slots["nr"].addr.String() }
-	f.step(legacy(`{"nr":"10.31.1.2"}`))
-	if nr() != "10.31.1.2" {
-		t.Fatalf("legacy state not read: nr %s", nr())
-	}
-	f.step(cpeState("cpe-0001", `{"nr":"10.31.1.3"}`, `{"nr":"up"}`))
-	f.step(Message{Topic: "mcw/v1/cpe/cpe-0001/state"}, legacy(`{"nr":"10.31.1.2"}`))
-	if nr() != "10.31.1.3" {
-		t.Fatalf("a legacy state overrode the sharded one: nr %s", nr())
-	}
-}
-
-// Start clears the retained states an earlier release left on the legacy
-// topics, and sends the clears again after a reconnect until one was
-// acknowledged.
-func TestLegacyStatesClearedOnce(t *testing.T) {
-	f := newFixture(t, t.TempDir(), "cpe-0001")
-	legacy := "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"
-	order, pending := f.p.out.q.take()
-	if m, ok := pending[legacy]; !ok || !m.retained || len(m.data) != 0 {
-		t.Fatalf("no clear of %s queued at start: %v", legacy, order)
-	}
-	f.p.out.repeat()
-	if _, pending = f.p.out.q.take(); len(pending[legacy].data) != 0 || !pending[legacy].retained {
-		t.Fatalf("an unacknowledged clear was not repeated: %v", pending)
-	}
-	f.p.out.cleared(legacy)
-	f.p.out.repeat()
-	if _, pending = f.p.out.q.take(); len(pending) == 0 {
-		t.Fatal("nothing repeated")
-	} else if _, again := pending[legacy]; again {
-		t.Fatal("an acknowledged clear was sent again")
-	}
-}
-
-// refusingPub refuses, as a broker whose ACL lost the legacy lines does,
-// every publish on a legacy topic, and fails the others until online.
-type refusingPub struct {
-	mu     sync.Mutex
-	online bool
-	tried  map[string]int
-}
-
-func (p *refusingPub) PublishRetained(_ context.Context, topic string, _ []byte) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.tried[topic]++
-	switch {
-	case !p.online:
-		return mqttclient.ErrNotConnected
-	case !strings.HasPrefix(topic, "mcw/v1/s/") && strings.Contains(topic, "/cpe/"):
-		return fmt.Errorf("mqtt: publish %s: %w with reason 0x87", topic, mqttclient.ErrRefused)
-	}
-	return nil
-}
-
-func (p *refusingPub) PublishQoS0(context.Context, string, []byte) error { return nil }
-
-func (p *refusingPub) count(topic string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.tried[topic]
-}
-
-// A clear lost before the connection is up goes out after it; one the
-// broker refuses is done (not sent again, not counted as an error).
-func TestLegacyClearAfterConnectAndRefused(t *testing.T) {
-	f := newFixture(t, t.TempDir(), "cpe-0001")
-	legacy := "mcw/v1/proxy/proxy-0001/cpe/cpe-0001/state"
-	pub := &refusingPub{tried: map[string]int{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.p.runPublisher(ctx, pub, func() {}) }()
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out: %s", what)
-			}
-		}
-	}
-	waitFor("the first clear tried, offline", func() bool { return pub.count(legacy) == 1 })
-	pub.mu.Lock()
-	pub.online = true
-	pub.mu.Unlock()
-	f.p.out.repeat() // what the loop does on Republish after a connect
-	waitFor("the clear tried again, refused", func() bool { return pub.count(legacy) == 2 })
-	waitFor("the clear done", func() bool {
-		f.p.out.mu.Lock()
-		defer f.p.out.mu.Unlock()
-		return !f.p.out.clearing[legacy]
-	})
-	f.p.out.repeat()
-	waitFor("the state sent again", func() bool { return pub.count(f.p.stateTopic("cpe-0001")) >= 3 })
-	cancel()
-	<-done
-	if n := pub.count(legacy); n != 2 {
-		t.Errorf("the refused clear was tried %d times, want 2", n)
-	}
-	if got, offline := stateErrors(t, f), 3.0; got != offline {
-		t.Errorf("%v state publish errors, want %v (those offline: the per-CPE state, the proxy's, "+
-			"the clear); a refused clear is none", got, offline)
-	}
-}
-
-func stateErrors(t *testing.T, f *fixture) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := f.m.PublishErrors.WithLabelValues("state").Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
-}
-
 // TestProxyLoopRetriesFailedApply runs the real loop: messages through
 // HandleMessage, and after a failed ApplyAll the loop tries again by
 // itself once the backend recovers.
@@ -545,12 +301,6 @@ func TestProxyLoopRetriesFailedApply(t *testing.T) {
 	p.HandleMessage(w.Topic, w.Data, time.Now())
 	waitFor("the redelivered update", func() bool { return cmp.Equal(dl.Last()["cpe-0001"], payload.Weights{"nr": 9}) })
 }
-
-// subflows is a fixed sock_diag dump (the real dump is tested in package
-// telemetry; here only the split per CPE is at stake).
-type subflows struct{ list []telemetry.Subflow }
-
-func (s *subflows) Subflows() ([]telemetry.Subflow, error) { return s.list, nil }
 
 // TestProxyTelemetry splits one dump per CPE by the subflows' remote
 // address and reports the sender's figures as dl.
