@@ -15,7 +15,8 @@ vanish with the namespace.
 
 File system and cgroups: every directory (etcd data, containerd root and state, runc root, the
 CNI's IPAM and the pods' network namespaces, kubelet root, pod logs) is under the run's scratch
-directory, the pods' cgroups under ``/mcw-e2e-k8s-<pid>`` of each hierarchy;
+directory, the pods' cgroups under ``/mcw-e2e-k8s-<pid>`` of each hierarchy
+(:mod:`tests.k8s.cgroups`);
 :meth:`Cluster.stop` deletes the pods through the API, stops every process it started, kills
 what is left of the containers through containerd, unmounts what is mounted under the scratch
 directory and removes the cgroups and the namespace.
@@ -28,19 +29,19 @@ is not systemd, so the kubelet uses the cgroupfs driver.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
 import signal
 import subprocess
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.k8s.cgroups import CGROUP_ROOT, make_cgroups, remove_cgroups
+from tests.k8s.host import NetNs, Proc, http_body, sh
 from tests.k8s.pki import ClusterPki, make_cluster_pki
-from tests.support.polling import stop_process, wait_until
+from tests.support.polling import wait_until
 
 NODE = "mcw-node"
 #: The node's address: on the namespace's loopback, reached by pods through their gateway and
@@ -53,8 +54,6 @@ SERVICE_IP = "10.96.0.1"
 BRIDGE = "mcwk8s0"
 #: Per run (the harness's pid), so that two runs on one machine never touch each other's.
 CNI_NETWORK = f"mcwk8s-{os.getpid()}"
-CGROUP_PREFIX = "mcw-e2e-k8s-"
-CGROUP_ROOT = f"{CGROUP_PREFIX}{os.getpid()}"
 APISERVER_PORT = 6443
 CLUSTER_DOMAIN = "cluster.local"
 PAUSE_IMAGE = "localhost/mcw-pause:3.10.1"
@@ -84,107 +83,6 @@ subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:kube-router"}
 """
 CNI_BIN = Path("/usr/lib/cni")
-CGROUPFS = Path("/sys/fs/cgroup")
-CLONE_NEWNET = 0x40000000
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
-
-
-def sh(*cmd: str, timeout: float = 30) -> str:
-    """Run a setup command; its stderr goes into the exception."""
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if res.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {(res.stderr or res.stdout).strip()}")
-    return res.stdout
-
-
-def http_body(url: str, timeout_s: float = 3.0) -> bytes:
-    """The body of a 200 answer, or b"" (refused, timed out, another status)."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            return bytes(r.read()) if r.status == 200 else b""
-    except (OSError, ValueError):
-        return b""
-
-
-@dataclass
-class Proc:
-    """One long-running component: its command, its log file, its process."""
-
-    name: str
-    cmd: list[str]
-    log: Path
-    env: dict[str, str] | None = None
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Proc:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as fh:
-            self.proc = subprocess.Popen(self.cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=self.env,
-                                         start_new_session=True)
-        return self
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def check(self) -> None:
-        """Raise when the process has exited."""
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"{self.name} exited with status {self.proc.returncode}")
-
-    def stop(self, timeout_s: float = 15.0) -> None:
-        stop_process(self.proc, timeout_s)
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log.read_text(errors="replace").splitlines()
-        except OSError:
-            return "(no log)"
-        return "\n".join(text[-lines:])
-
-
-@dataclass
-class NetNs:
-    """A named network namespace (``ip netns``); :meth:`enter` moves the calling thread (and
-    everything it starts afterwards) into it."""
-
-    name: str
-    _home: int | None = None
-
-    @property
-    def path(self) -> Path:
-        return Path("/run/netns") / self.name
-
-    def create(self) -> NetNs:
-        sh("ip", "netns", "add", self.name)
-        sh("ip", "-n", self.name, "link", "set", "lo", "up")
-        return self
-
-    def enter(self) -> None:
-        if self._home is None:
-            self._home = os.open("/proc/self/ns/net", os.O_RDONLY)
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            _setns(fd)
-        finally:
-            os.close(fd)
-
-    def leave(self) -> None:
-        if self._home is not None:
-            _setns(self._home)
-            os.close(self._home)
-            self._home = None
-
-    def delete(self) -> None:
-        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
 
 
 @dataclass
@@ -400,27 +298,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def images(self) -> list[str]:
         return self.ctr("images", "ls", "-q").split()
 
-    def _make_cgroups(self) -> None:
-        """``/mcw-e2e-k8s-<pid>`` in every cgroup v1 hierarchy (the kubelet's ``cgroupRoot`` must
-        exist), cpuset's filled from its parent."""
-        for h in self._hierarchies():
-            d = h / CGROUP_ROOT
-            d.mkdir(exist_ok=True)
-            if h.name == "cpuset":
-                for f in ("cpuset.cpus", "cpuset.mems"):
-                    if not (d / f).read_text().strip():
-                        (d / f).write_text((h / f).read_text())
-        self._cgroups_made = True
-
-    @staticmethod
-    def _hierarchies() -> list[Path]:
-        return [h for h in sorted(CGROUPFS.iterdir())
-                if h.is_dir() and not h.is_symlink() and (h / "cgroup.procs").exists()]
-
     def start_kubelet(self) -> None:
         pki = self.pki
         assert pki is not None
-        self._make_cgroups()
+        make_cgroups()
+        self._cgroups_made = True
         kroot = self.root / "kubelet"
         kroot.mkdir(parents=True, exist_ok=True)
         # The pods' upstream resolver: none (the cluster needs only its own names).
@@ -596,7 +478,8 @@ conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeo
             # The unpacked images and the pods' volumes: a gigabyte and more, nothing to read.
             for d in ("containerd", "kubelet"):
                 shutil.rmtree(self.root / d, ignore_errors=True)
-        problems += self._remove_cgroups()
+        if self._cgroups_made:
+            problems += remove_cgroups()
         self._forget_cni_results()
         self.netns.leave()
         self.netns.delete()
@@ -655,21 +538,6 @@ conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeo
                 left.append(f"umount {point}: {res.stderr.strip()}")
         return left
 
-    def _remove_cgroups(self) -> list[str]:
-        if not self._cgroups_made:
-            return []
-        left = []
-        for h in self._hierarchies():
-            top = h / CGROUP_ROOT
-            if not top.exists():
-                continue
-            dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts),
-                          reverse=True)
-            for d in [*dirs, top]:
-                if not wait_until(lambda: _removed(d), 5.0, 0.25):  # noqa: B023
-                    left.append(f"cgroup {d} still busy")
-        return left
-
     @staticmethod
     def _forget_cni_results() -> None:
         """libcni caches each attachment's result under /var/lib/cni/results and deletes it on
@@ -678,34 +546,3 @@ conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeo
         if results.is_dir():
             for f in results.glob(f"{CNI_NETWORK}-*"):
                 f.unlink(missing_ok=True)
-
-
-def leftovers_of_earlier_runs() -> list[str]:
-    """The cgroups of runs whose harness is gone (crashed or killed): empty ones are removed,
-    the others (processes still in them) are returned."""
-    left = []
-    for h in Cluster._hierarchies():
-        for top in h.glob(f"{CGROUP_PREFIX}*"):
-            pid = top.name.removeprefix(CGROUP_PREFIX)
-            if pid.isdigit() and Path(f"/proc/{pid}").exists():
-                continue  # a run in progress
-            below = sorted((p for p in top.rglob("*") if p.is_dir()),
-                           key=lambda p: len(p.parts), reverse=True)
-            for d in [*below, top]:
-                with contextlib.suppress(OSError):
-                    d.rmdir()
-            if top.exists():
-                left.append(str(top))
-    return left
-
-
-def _removed(d: Path) -> bool:
-    """Remove the cgroup ``d``: True once it is gone, False while the kernel still counts a
-    process in it (a killed one is released a moment later)."""
-    try:
-        d.rmdir()
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return False
-    return True

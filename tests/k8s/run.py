@@ -50,7 +50,8 @@ from pathlib import Path
 
 from tests.e2e.report import Check, versions_in_order
 from tests.integration.stack import AGENT_BINARY
-from tests.k8s.cluster import Cluster, leftovers_of_earlier_runs
+from tests.k8s.cgroups import leftovers_of_earlier_runs
+from tests.k8s.cluster import Cluster
 from tests.k8s.context import HELM, ROOT, Run
 from tests.k8s.images import build_images
 from tests.k8s.report import Report, Step, StepFailed

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.integration.stack import AGENT_BINARY
-from tests.k8s.cluster import NODE_IP, sh
+from tests.k8s.cluster import NODE_IP
+from tests.k8s.host import sh
 from tests.support.mosquitto import Pki
 from tests.support.polling import stop_process
 
