@@ -1,12 +1,12 @@
 """One policy on one path trace, on a real MPTCP connection: the real-stack bench's run.
 
-The network is :class:`ShapedTopology` (CPE, router and proxy namespaces, one path per WAT):
-each path's router egress, in both directions, is a netem (one-way delay, loss) with a tbf
-(rate, buffer) under it, changed every control period with one ``tc -batch`` and cut at an
-outage's own time (``drop``: netem loses every packet; ``down``: the CPE's interface loses
-carrier, what the agent's link watcher reacts to).  On it, one MPTCP connection carries bulk
-traffic both ways (:mod:`tests.e2e.mptcp_bulk`) and a second one a small request/response flow
-(:mod:`tests.realstack.flows`).
+The network is :class:`tests.realstack.shaping.ShapedTopology` (CPE, router and proxy
+namespaces, one path per WAT): each path's router egress, in both directions, is a netem
+(one-way delay, loss) with a tbf (rate, buffer) under it, changed every control period with one
+``tc -batch`` and cut at an outage's own time (``drop``: netem loses every packet; ``down``:
+the CPE's interface loses carrier, what the agent's link watcher reacts to).  On it, one MPTCP
+connection carries bulk traffic both ways (:mod:`tests.e2e.mptcp_bulk`) and a second one a
+small request/response flow (:mod:`tests.realstack.flows`).
 
 The policies (:data:`POLICIES`):
 
@@ -47,18 +47,18 @@ from typing import Any
 import numpy as np
 
 from tests.e2e.mptcp_bulk import CONGESTION_CONTROL
-from tests.e2e.netns import PROXY_ADDR, Path, Topology
+from tests.e2e.netns import PROXY_ADDR, Path
 from tests.e2e.observer import Applied, Observer
 from tests.e2e.reallink import PROXY_ID, agent_config, proxy_acl
 from tests.integration.stack import AGENT_BINARY, REPO, XappRun, influx_write, operator_env
+from tests.realstack.publishing import Publisher, plan
+from tests.realstack.shaping import ShapedTopology
 from tests.support.influxd import InfluxServer, start_influxd
 from tests.support.mosquitto import MosquittoBroker, Pki, connect_client, make_pki
 from tests.support.polling import free_port, stop_process, wait_until
 from tests.support.redis_server import RedisServer
 from twin.path_traces import PathTrace
-from xapp.adapters.mqtt import payloads, topics
-from xapp.core.caps import balancing_caps, rate_caps
-from xapp.core.weights import optimal_weights_batch
+from xapp.adapters.mqtt import topics
 
 POLICIES = ("default", "fixed_best", "equal", "probe", "ewma", "model", "oracle",
             "rules_priority", "rules_smallest_delay")
@@ -75,8 +75,6 @@ LEASE_S = 6.0
 #: in force at its start (an agent applies a message in well under a millisecond).
 ORACLE_LEAD_S = 0.1
 PROBE_EVERY_S, PROBE_S, PROBE_FLOWS = 10.0, 5.0, 10
-#: The shapers' bucket: above the largest GRO packet (64 KiB), the same at every rate.
-TBF_BURST_BYTES = 65536 + 1514
 #: An xApp policy's first weights may take the xApp's start-up and one KPI period.
 XAPP_READY_S = 40.0
 
@@ -125,104 +123,6 @@ class Servers:
             c.client.loop_stop()
 
 
-class ShapedTopology(Topology):
-    """:class:`Topology` whose paths follow a trace: at the router's egress of each path, in
-    both directions, a tbf (rate, and the buffer as its latency) and an iptables rule that
-    drops the trace's share of packets at random (``statistic``), or all of them while the path
-    is cut (``drop`` outages).
-
-    One-way delay is not played: this machine's kernel has no netem
-    (``CONFIG_NET_SCH_NETEM`` is not set) and no fq for timestamp-based delay, so a path's RTT
-    is its queue's (the buffer fills under bulk traffic: bufferbloat is played, propagation
-    delay is not).  ``delay_ms`` stays in the trace for the twin and for a kernel that has
-    netem."""
-
-    def __init__(self, trace: PathTrace) -> None:
-        nominal = trace.nominal_mbit()
-        super().__init__([Path(w, i + 1, int(nominal[w])) for i, w in enumerate(trace.wats)])
-        self.trace = trace
-        self.lock = threading.Lock()
-        self._cut: dict[str, str] = {}
-        self._shaped: dict[str, tuple[str, int]] = {}
-        self.period = 0
-
-    def _create(self) -> None:
-        super()._create()
-        self.apply(0)
-
-    def _tc_lines(self, period: int) -> list[str]:
-        """The ``tc`` commands that bring every path to period ``period``'s rate and buffer:
-        only where they changed, and never by replacing a queue.  Replacing the root ``tbf``
-        every period (this bench's first form) flushed each path's queue once a second, a
-        burst loss on every path at once that no real link has: with constant rates the
-        connection ran at 0.9 of the sum through the warm-up and swung between 1 and 65 Mbit/s
-        once the periods started.  HTB's class change and bfifo's limit change keep what is
-        queued."""
-        tr, out = self.trace, []
-        for j, p in enumerate(self.paths):
-            for dev, rate in ((f"r{p.wat}", tr.rate_dl[period, j]),
-                              (f"q{p.wat}", tr.rate_ul[period, j])):
-                # The queue as a byte limit, so the buffer is its time at the rate whatever
-                # the burst.  One burst for every rate, above the largest GRO packet.
-                limit = max(3028, int(rate * 1e6 / 8 * float(tr.buffer_ms[period, j]) / 1000))
-                shape = (f"{rate:.4f}", limit)
-                before = self._shaped.get(dev)
-                if before == shape:
-                    continue
-                verb = "add" if before is None else "change"
-                if before is None:
-                    out.append(f"qdisc replace dev {dev} root handle 1: htb default 1")
-                if before is None or before[0] != shape[0]:
-                    out.append(f"class {verb} dev {dev} parent 1: classid 1:1 htb rate "
-                               f"{shape[0]}mbit ceil {shape[0]}mbit burst {TBF_BURST_BYTES} "
-                               f"cburst {TBF_BURST_BYTES} quantum 1514")
-                if before is None or before[1] != limit:
-                    out.append(f"qdisc {'add' if before is None else 'change'} dev {dev} "
-                               f"parent 1:1 handle 10: bfifo limit {limit}")
-                self._shaped[dev] = shape
-        return out
-
-    def _drop_rules(self, period: int) -> str:
-        tr, rules = self.trace, ["*filter", ":FORWARD ACCEPT [0:0]"]
-        for j, p in enumerate(self.paths):
-            # A carrier lost at the CPE is a cut at the router too: otherwise the CPE routes
-            # the WAT's uplink out of another interface and the router carries it on.
-            cut = p.wat in self._cut
-            loss = float(tr.loss_pct[period, j]) / 100.0
-            for dev in (f"r{p.wat}", f"q{p.wat}"):
-                if cut:
-                    rules.append(f"-A FORWARD -o {dev} -j DROP")
-                elif loss > 0:
-                    rules.append(f"-A FORWARD -o {dev} -m statistic --mode random "
-                                 f"--probability {loss:.6f} -j DROP")
-        return "\n".join([*rules, "COMMIT", ""])
-
-    def apply(self, period: int) -> None:
-        """The paths as period ``period`` of the trace has them (cuts in force stay)."""
-        with self.lock:
-            self.period = period
-            if lines := self._tc_lines(period):
-                self._run(["tc", "-batch", "-"], "\n".join(lines))
-            self._run(["iptables-restore"], self._drop_rules(period))
-
-    def cut(self, wat: str, mode: str, on: bool) -> None:
-        """Start (``on``) or end an outage of ``wat``'s path."""
-        with self.lock:
-            if on:
-                self._cut[wat] = mode
-            else:
-                self._cut.pop(wat, None)
-            self._run(["iptables-restore"], self._drop_rules(self.period))
-            if mode == "down":
-                self.set_link(wat, not on)
-
-    def _run(self, cmd: list[str], stdin: str) -> None:
-        res = subprocess.run(["ip", "netns", "exec", self.router, *cmd], input=stdin.encode(),
-                             capture_output=True, timeout=20)
-        if res.returncode != 0:
-            raise RuntimeError(f"{cmd[0]}: {res.stderr.decode(errors='replace').strip()}")
-
-
 @dataclass
 class RunResult:
     """What one policy's run delivered: per second of the trace, and what it applied."""
@@ -250,54 +150,6 @@ def rules_policy(base: dict[str, Any], mode: str, wats: tuple[str, ...]) -> dict
     if mode == "priority":
         rule["priority"] = list(wats)
     return {**base, "rules": [rule]}
-
-
-class Publisher:
-    """Weights messages with the xApp's identity, for the policies the harness decides."""
-
-    def __init__(self, broker: MosquittoBroker, wats: tuple[str, ...]) -> None:
-        self.wats = wats
-        self.version = int(time.time() * 1000)
-        self.client = connect_client(broker, "mcw-xapp", client_id="realstack-policy")
-
-    def send(self, weights: dict[str, np.ndarray[Any, Any]],
-             caps: dict[str, np.ndarray[Any, Any]] | None) -> None:
-        self.version += 1
-        doc: dict[str, Any] = {"schema": "mcw.weights.v2", "cpe_id": CPE_ID,
-                               "version": self.version, "issued_at_ms": int(time.time() * 1000),
-                               "lease_s": LEASE_S}
-        for d in ("dl", "ul"):
-            w = {x: int(v) for x, v in zip(self.wats, weights[d].tolist(), strict=True)}
-            part: dict[str, Any] = {"mode": "fixed_split", "weights": w}
-            if caps is not None:
-                c = {x: round(float(v), 3) for x, v, wx in zip(
-                    self.wats, caps[d].tolist(), weights[d].tolist(), strict=True)
-                    if wx > 0 and math.isfinite(v)}
-                if c:
-                    part["caps_mbps"] = c
-            doc[d] = part
-        payloads.check("weights", doc)
-        self.client.client.publish(topics.weights_topic(CPE_ID), payloads.encode(doc), qos=1,
-                                   retain=True).wait_for_publish(5)
-
-    def close(self) -> None:
-        self.client.client.disconnect()
-        self.client.client.loop_stop()
-
-
-def plan(capacity: np.ndarray[Any, Any], balancing: bool = False
-         ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """Weights and caps (NaN: none) for capacities ``(k,)``, as the xApp decides them for a
-    rate-caps agent: the engine's weights, and the caps of a split (:func:`rate_caps`) or, with
-    ``balancing``, of ``load_balancing`` (:func:`balancing_caps`: uncapped)."""
-    c = np.asarray(capacity, dtype=np.float64)[None, :]
-    w = optimal_weights_batch(c, 100)
-    if not (w > 0).any():
-        w = np.ones_like(w)
-    present = np.ones_like(w, dtype=bool)
-    caps = (balancing_caps(w, present) if balancing
-            else rate_caps(w, present, np.where(c > 0, c, np.nan)))
-    return w[0], caps[0]
 
 
 class Run:
@@ -397,7 +249,7 @@ class Run:
             if self.policy in XAPP_POLICIES:
                 xapp = self._xapp(XAPP_POLICIES[self.policy])
             elif uses_agents:
-                pub = Publisher(self.servers.broker, self.trace.wats)
+                pub = Publisher(self.servers.broker, self.trace.wats, CPE_ID, LEASE_S)
             threading.Thread(target=self._radio_until, args=(radio,), name="radio",
                              daemon=True).start()
             if xapp is not None:
@@ -623,4 +475,4 @@ def _jsonl(path: FsPath) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["DEADLINE_MS", "POLICIES", "Run", "RunResult", "Servers", "ShapedTopology"]
+__all__ = ["DEADLINE_MS", "POLICIES", "Run", "RunResult", "Servers"]
