@@ -263,7 +263,14 @@ def test_broker_crash_latest_weights_arrive(stack: Stack) -> None:
     stack.broker.kill()
     assert wait_until(lambda: not stack.xapp.ready()[1].get("broker", True), 10)
     stack.feeder.set_wat("cpe-0002", "wifi", POOR_WIFI)  # new weights while the broker is down
-    assert wait_until(lambda: published_versions(stack)["cpe-0002"] > before["cpe-0002"], 10)
+
+    def poor_wifi_published() -> bool:
+        # The decision on the new KPIs, not just any newer version: a lease refresh of the old
+        # weights can be published before the intake has the poor Wi-Fi (seen under CI's load).
+        entry = stack.xapp.json("/ric/v1/cpes")["cpes"]["cpe-0002"]["published"]
+        return wifi_share(entry) < 0.5 and entry["version"] > before["cpe-0002"]
+
+    assert wait_until(poor_wifi_published, 20)
     stack.broker.start()
     assert wait_until(lambda: stack.xapp.ready()[0], 20), stack.xapp.ready()
     clients = {c: Cpe(stack, c) for c in ("cpe-0001", "cpe-0002")}
