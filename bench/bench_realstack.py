@@ -52,7 +52,7 @@ def bench_stack(policy: str) -> Stack:
     """What surrounds the bench's connection, for the twin: no propagation delay (the
     harness's kernel has no netem, so a path's round trip is its queues) and, for every policy
     but ``default``, agents that take a WAT out of the connection as soon as its carrier
-    drops."""
+    drops and put it back when the link returns (:attr:`twin.transport.Stack.rejoin_s`)."""
     return Stack(plays_delay=False, carrier_reaction=policy != "default")
 
 

@@ -1,0 +1,68 @@
+"""A finished run's weights and caps read back from its agents' logs, without the real stack."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from tests.realstack.publishing import plan
+from tests.realstack.replay import applied, trace_start
+from twin.path_traces import build
+
+T0 = 1796632882.0  # the trace's start, epoch s
+
+
+def _stamp(t: float) -> str:
+    whole = math.floor(t)
+    head = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{head}.{round((t - whole) * 1e9):09d}Z"
+
+
+def _log(path: Path, rows: list[tuple[float, dict[str, object]]]) -> None:
+    lines = ["not json: a stray line"]
+    lines += [json.dumps({"time": _stamp(t), "level": "INFO", **r}) for t, r in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _weights(t: float, text: str) -> tuple[float, dict[str, object]]:
+    return t, {"msg": "weights applied", "weights": text, "mode": "fixed_split"}
+
+
+def _link(t: float, usable: bool) -> tuple[float, dict[str, object]]:
+    return t, {"msg": "link change", "wat": "lifi", "interface": "lifi0", "usable": usable}
+
+
+def test_the_trace_start_weights_and_caps_come_back_from_the_logs(tmp_path: Path) -> None:
+    tr = build("lifi-blockage", 20, 0)
+    o = tr.outages[0]  # LiFi's carrier lost at 4.911 s for 1.174 s
+    cut, back = T0 + o.start_s + 0.004, T0 + o.start_s + o.duration_s + 0.004
+    _log(tmp_path / "agent-cpe.log", [
+        _weights(T0 - 3.0, "nr=48 wifi=32 lifi=96"), _link(cut, False), _link(back, True),
+        _weights(T0 + 10.2, "nr=60 wifi=40")])
+    _log(tmp_path / "agent-proxy.log", [_weights(T0 + 2.7, "nr=1 wifi=2 lifi=3")])
+    t0 = trace_start(tmp_path, tr)
+    assert t0 is not None and abs(t0 - T0 - 0.004) < 1e-3
+    w, c = applied(tmp_path, tr, "oracle", t0)
+    assert w["ul"][0].tolist() == [48, 32, 96]
+    # LiFi at 0 in both directions while its link is down (period 5's middle, 5.5 s), as the
+    # agents report it; a WAT the log leaves out is at 0 too.
+    assert w["ul"][5].tolist() == [48, 32, 0] and w["dl"][5].tolist() == [1, 2, 0]
+    assert w["ul"][6].tolist() == [48, 32, 96]
+    assert w["ul"][10].tolist() == [60, 40, 0]
+    # No proxy weights before 2.7 s: the default scheduler's.
+    assert w["dl"][1].tolist() == [1, 1, 1] and w["dl"][3].tolist() == [1, 2, 3]
+    # The oracle's caps: the harness's for the period's true capacities.
+    want = plan(tr.capacity("ul")[0])[1]
+    np.testing.assert_allclose(c["ul"][0], np.where(np.isfinite(want), want, np.inf))
+    assert np.isinf(c["dl"][1]).all()
+
+
+def test_without_agents_the_run_is_the_default_schedulers(tmp_path: Path) -> None:
+    tr = build("lifi-blockage", 20, 0)
+    assert trace_start(tmp_path, tr) is None
+    w, c = applied(tmp_path, tr, "default", None)
+    assert (w["dl"] == 1).all() and np.isinf(c["ul"]).all()
