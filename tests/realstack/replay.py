@@ -1,8 +1,9 @@
 """A finished run's applied weights and caps read back from the files it left, for the twin.
 
 The bench computes the twin's column from what the agents reported over MQTT while the run
-played (:meth:`tests.realstack.harness.Run._applied`) and keeps none of it, so evaluating a
-newer twin on an older run needs it back from the run's directory:
+played (:meth:`tests.realstack.harness.Run._applied`) and saves it, with the trace's start, as
+the run's ``applied.json`` (:func:`save_applied`).  Runs from before that file are read back
+from their agents' logs (:func:`from_logs`):
 
 * *when the trace started*: the CPE agent logs a ``link change`` the moment a ``down`` outage
   cuts its interface, so the first such line less the first ``down`` outage's start is the
@@ -36,6 +37,34 @@ Array = np.ndarray[Any, Any]
 
 #: The agent whose log holds each direction's weights.
 AGENT_OF = {"ul": "agent-cpe", "dl": "agent-proxy"}
+#: What the harness saves of a run for the twin.
+APPLIED_FILE = "applied.json"
+
+
+def save_applied(root: Path, t0: float, weights: dict[str, Array], caps: dict[str, Array]
+                 ) -> None:
+    """The trace's start (epoch s) and each direction's ``(periods, k)`` weights and caps in
+    force (``inf``, saved as null: uncapped)."""
+    doc = {"t0": t0, "weights": {d: w.tolist() for d, w in weights.items()},
+           "caps": {d: [[v if np.isfinite(v) else None for v in row] for row in c.tolist()]
+                    for d, c in caps.items()}}
+    (root / APPLIED_FILE).write_text(json.dumps(doc) + "\n")
+
+
+def load_applied(root: Path, trace: PathTrace, policy: str
+                 ) -> tuple[dict[str, Array], dict[str, Array]] | None:
+    """A run's weights and caps, from its ``applied.json`` or else its logs; None when neither
+    tells when the trace started (a run without agents is the default scheduler's)."""
+    path = root / APPLIED_FILE
+    if path.exists():
+        doc = json.loads(path.read_text())
+        return ({d: np.asarray(w, np.int64) for d, w in doc["weights"].items()},
+                {d: np.asarray([[np.inf if v is None else v for v in row] for row in c],
+                               np.float64) for d, c in doc["caps"].items()})
+    t0 = trace_start(root, trace)
+    if t0 is None and (root / "agent-cpe.log").exists():
+        return None
+    return from_logs(root, trace, policy, t0)
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -91,8 +120,8 @@ def _weights(text: str, wats: tuple[str, ...]) -> list[int]:
     return [int(got.get(w, 0)) for w in wats]
 
 
-def applied(root: Path, trace: PathTrace, policy: str, t0: float | None
-            ) -> tuple[dict[str, Array], dict[str, Array]]:
+def from_logs(root: Path, trace: PathTrace, policy: str, t0: float | None
+              ) -> tuple[dict[str, Array], dict[str, Array]]:
     """Per direction, the ``(periods, k)`` weights and caps (``inf``: uncapped) in force at
     each period's middle; the default scheduler's (all 1, uncapped) where no agent ran, none
     had applied weights yet, or the trace's start is unknown (``t0`` None)."""
