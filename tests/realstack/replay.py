@@ -18,7 +18,9 @@ from their agents' logs (:func:`from_logs`):
 * *the caps*: the logs do not carry them.  The harness's own policies' caps are recomputed
   from the trace the way it published them (:func:`tests.realstack.publishing.plan`); the
   xApp's policies run ``load_balancing``, whose caps are the uncapped ceiling
-  (:func:`xapp.core.caps.balancing_caps`): ``inf`` here.
+  (:func:`xapp.core.caps.balancing_caps`): ``inf`` here.  ``equal`` and ``probe`` get
+  ``inf`` too, which they did not have (the slowest link's cap; the probes' caps): their logs
+  are not read back right.
 """
 
 from __future__ import annotations
