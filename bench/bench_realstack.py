@@ -22,6 +22,7 @@ Usage (as root, Linux with MPTCP; about 50 s per policy run)::
     python bench/bench_realstack.py                                 # every scenario, 3 runs
     python bench/bench_realstack.py --scenario lossy --runs 1 --json
     python bench/bench_realstack.py --scenario-file site.csv        # docs/realstack.md
+    python bench/bench_realstack.py --replay out/realstack          # this twin, saved runs
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from tqdm import tqdm
 
 from tests.e2e.mptcp_bulk import CONGESTION_CONTROL
 from tests.realstack.harness import DEADLINE_MS, POLICIES, Run, RunResult, Servers
+from tests.realstack.replay import load_applied
 from twin.path_traces import SCENARIOS, PathTrace, TraceError, build, load_csv, predict
 from twin.transport import Stack
 
@@ -52,7 +54,7 @@ def bench_stack(policy: str) -> Stack:
     """What surrounds the bench's connection, for the twin: no propagation delay (the
     harness's kernel has no netem, so a path's round trip is its queues) and, for every policy
     but ``default``, agents that take a WAT out of the connection as soon as its carrier
-    drops."""
+    drops and put it back when the link returns (:attr:`twin.transport.Stack.rejoin_s`)."""
     return Stack(plays_delay=False, carrier_reaction=policy != "default")
 
 
@@ -107,6 +109,22 @@ def summarise(trace: PathTrace, results: dict[str, list[RunResult]]) -> dict[str
     return out
 
 
+def replay_twin(out: Path, trace: PathTrace, s: dict[str, Any]) -> None:
+    """Recompute scenario ``s``'s twin column, as saved in ``out`` by an earlier invocation, with
+    this commit's twin on the weights and caps its runs applied (read back from their files:
+    :func:`tests.realstack.replay.load_applied`); None for a policy with a run that cannot
+    be placed on the trace."""
+    for policy in s["dl"]:
+        got = [load_applied(r, trace, policy)
+               for r in sorted((out / trace.name).glob(f"run*/{policy}"))]
+        runs = [g for g in got if g is not None]
+        for d in DIRECTIONS:
+            other = DIRECTIONS[1 - DIRECTIONS.index(d)]
+            tw = [predict(trace, d, w[d], c[d], bench_stack(policy), w[other]) for w, c in runs]
+            s["twin"][d][policy] = (round(statistics.median(tw), 4)
+                                    if tw and len(runs) == len(got) else None)
+
+
 def table(name: str, trace: PathTrace, s: dict[str, Any]) -> str:
     lines = [f"== {name}: {trace.description} ({trace.duration_s:.0f} s, "
              f"WATs {', '.join(trace.wats)})",
@@ -122,12 +140,15 @@ def table(name: str, trace: PathTrace, s: dict[str, Any]) -> str:
             row += (f"{s[d][p]:>6.3f} ({lo:.2f}-{hi:.2f})"[:12].rjust(12)
                     + (f"{vd:>10.2f}" if vd is not None else f"{'':>10}")
                     + (f"{vo:>9.2f}" if vo is not None else f"{'':>9}")
-                    + f"{s['twin'][d][p]:>7.3f}")
+                    + (f"{tw:>7.3f}" if (tw := s["twin"][d][p]) is not None else f"{'-':>7}"))
         p50, p95 = s["rtt_ms"][p]
-        p99, miss = s["rtt_p99_ms"][p], s["deadline_misses"][p]
-        row += f"{(f'{p50:.0f}/{p95:.0f}/{p99:.0f}' if p50 is not None else '-'):>20}"
+        # Reports saved before these keys (--replay) lack them.
+        p99, miss = s.get("rtt_p99_ms", {}).get(p), s.get("deadline_misses", {}).get(p)
+        rtt = "-" if p50 is None else (f"{p50:.0f}/{p95:.0f}/"
+                                       + ("-" if p99 is None else f"{p99:.0f}"))
+        row += f"{rtt:>20}"
         row += f"{(f'{100 * miss:.1f}%' if miss is not None else '-'):>7}"
-        rx = s["retrans"][p]
+        rx = s.get("retrans", {}).get(p, {"dl": "-", "ul": "-"})
         row += f"{rx['dl']:>7}/{rx['ul']:<6}"
         lines.append(row)
     for n in s.get("notes", []):
@@ -196,9 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("out/realstack"),
                     help="PNGs and every run's raw files (default out/realstack)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--replay", type=Path, metavar="DIR",
+                    help="run nothing: the report an earlier invocation saved in DIR (its --out), "
+                    "with the twin's column recomputed by this commit's twin from the runs' files "
+                    "(built-in scenarios; --duration and --seed as that invocation's unless its "
+                    "report says them)")
     a = ap.parse_args(argv)
     if a.runs < 1 or a.duration < 3 or a.warmup < 2:
         ap.error("--runs >= 1, --duration >= 3 and --warmup >= 2")
+    if a.replay is not None:
+        return replay(a.replay, a.duration, a.seed, a.json)
     try:
         traces = [build(n, a.duration, a.seed) for n in (a.scenario or
                                                            ([] if a.scenario_file else SCENARIOS))]
@@ -208,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     policies = tuple(a.policy or POLICIES)
     a.out = a.out.resolve()
     servers = Servers.start(a.out / "servers")
-    doc: dict[str, Any] = {"scenarios": {}, "runs": a.runs, "cc": a.cc}
+    doc: dict[str, Any] = {"scenarios": {}, "runs": a.runs, "cc": a.cc,
+                           "duration_s": a.duration, "seed": a.seed}
     texts = []
     bar = tqdm(total=len(traces) * a.runs * len(policies), unit="run", disable=a.json,
                file=sys.stderr)
@@ -235,6 +264,22 @@ def main(argv: list[str] | None = None) -> int:
     doc["wall_s"] = round(time.monotonic() - t_start, 1)
     (a.out / "realstack.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(doc, indent=2) if a.json else "\n\n".join(texts))
+    return 0
+
+
+def replay(out: Path, duration_s: float, seed: int, as_json: bool) -> int:
+    doc = json.loads((out / "realstack.json").read_text())
+    duration_s, seed = doc.get("duration_s", duration_s), doc.get("seed", seed)
+    texts = []
+    for name, s in doc["scenarios"].items():
+        if name not in SCENARIOS:
+            print(f"{name}: not a built-in scenario, its twin column left as saved",
+                  file=sys.stderr)
+            continue
+        trace = build(name, duration_s, seed)
+        replay_twin(out, trace, s)
+        texts.append(table(name, trace, s))
+    print(json.dumps(doc, indent=2) if as_json else "\n\n".join(texts))
     return 0
 
 

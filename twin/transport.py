@@ -29,9 +29,12 @@ the subflow takes to send its window again, less that slack.  Timeouts come from
   after the path is back (:func:`backoff_resume`), however short the cut; the data it held
   blocks the connection until then, for at most :data:`OUTAGE_HOSTAGE_S` (MPTCP then sends it
   again on another subflow).  An agent that takes a WAT out of the connection as soon as its
-  carrier drops (the CPE agent's link watcher flags it backup or removes its endpoint:
-  :attr:`Stack.carrier_reaction`) spares the connection the stall of a ``down`` outage; a
-  ``drop`` outage (a handover: the interface stays up) it cannot see.
+  carrier drops (the agent removes its MPTCP endpoint, which closes its subflows and hands
+  their data to the others: :attr:`Stack.carrier_reaction`) spares the connection the stall of
+  a ``down`` outage; a ``drop`` outage (a handover: the interface stays up) it cannot see;
+* *the rejoin*: the WAT then has no subflow until the agent puts its endpoint back and a new
+  one joins and ramps up, :attr:`Stack.rejoin_s` after its link returns, however short the
+  cut (:data:`REJOIN_READD_S` + :data:`REJOIN_RAMP_S`).
 
 A subflow capped below its path (the agent's HTB cap at the sender) queues at the sender, where
 a full queue throttles the socket instead of dropping: it has no congestion losses.
@@ -43,8 +46,9 @@ so it carries at most that per propagation round trip.  The bench plays no propa
 and the cap never binds.
 
 Calibrated on the real-stack bench (``docs/twin.md``, "Against the real stack", says on which
-runs): :data:`WINDOW_SLACK_S` and :data:`OUTAGE_HOSTAGE_S`, fitted; :data:`QUEUE_FILL`,
-measured.  Everything else is a kernel or wire constant.
+runs): :data:`WINDOW_SLACK_S`, :data:`OUTAGE_HOSTAGE_S` and :data:`REJOIN_RAMP_S`, fitted;
+:data:`QUEUE_FILL` and :data:`REJOIN_READD_S`, measured.  Everything else is a kernel or wire
+constant.
 """
 
 from __future__ import annotations
@@ -91,6 +95,19 @@ WINDOW_SLACK_S: Final = 0.08
 #: The longest a cut subflow's data blocks the connection before MPTCP sends it again on
 #: another subflow; fitted.
 OUTAGE_HOSTAGE_S: Final = 1.25
+#: When, after a lost link returns, the agent's re-added endpoint gets its subflow, on average;
+#: measured.  The path manager's own try as the link comes back fails (the link is back before
+#: its route), so the agent re-adds the endpoint 0.5 s later and again 1.5 s after the return
+#: when still no subflow joined (``rejoinWaits`` in kernel-agent/backend/mptcpupstream): in the
+#: lifi-blockage runs of docs/twin.md 18 of 36 returns needed the second re-add.
+REJOIN_READD_S: Final = 0.5 * 18 / 36 + 1.5 * 18 / 36
+#: From that re-add until the new subflow carries its share, counted as seconds of the WAT's
+#: rate lost: the MP_JOIN handshake, slow start from ten segments, and the dips of the whole
+#: connection below its other paths' rate in the second after a return (the bench's
+#: per-second series: 0.6-4 s of LiFi lost after each of 54 returns in all, median 1.8); fitted
+#: on the harness's policies' lifi-blockage cells (fixed_best, oracle), flat between 0.9 and
+#: 1.3 s, and checked on the xApp's (ewma, model).
+REJOIN_RAMP_S: Final = 1.1
 
 
 @dataclass(frozen=True)
@@ -102,6 +119,9 @@ class Stack:
     #: An agent takes a WAT out of the connection as soon as its carrier drops (``down``
     #: outages): its in-flight data goes to the other subflows at once.
     carrier_reaction: bool = False
+    #: With ``carrier_reaction``: seconds after a ``down`` outage's link returns until the WAT
+    #: carries again (the agent's re-add of its endpoint, the new subflow's join and ramp).
+    rejoin_s: float = REJOIN_READD_S + REJOIN_RAMP_S
 
 
 def coupled_backup(weights: NDArray[Any], reverse_weights: NDArray[Any] | None) -> NDArray[Any]:
@@ -250,15 +270,20 @@ def deliver(trace: PathTrace, direction: str, weights: NDArray[Any], caps: Array
     dead = np.zeros_like(sf.data)
     for o in trace.outages:
         j = trace.wats.index(o.wat)
+        end = o.start_s + o.duration_s
+        if o.mode == "down" and stack.carrier_reaction:
+            # Its subflows closed when the carrier dropped: no backoff, no hostage, but none
+            # carries until a new one has joined, whatever the weights say meanwhile.
+            _spread(dead[:, j], end, end + stack.rejoin_s, period)
+            continue
         p0 = min(int(o.start_s // period), trace.periods - 1)
         if not sf.carrying[p0, j]:
             continue  # backup: nothing in flight to lose
         resume = backoff_resume(o.duration_s, float(sf.rto[p0, j]))
-        _spread(dead[:, j], o.start_s + o.duration_s, o.start_s + resume, period)
-        if not (o.mode == "down" and stack.carrier_reaction):
-            hostage = max(0.0, min(resume, OUTAGE_HOSTAGE_S) - WINDOW_SLACK_S)
-            start = o.start_s + WINDOW_SLACK_S
-            _spread(stall, start, start + hostage, period)
+        _spread(dead[:, j], end, o.start_s + resume, period)
+        hostage = max(0.0, min(resume, OUTAGE_HOSTAGE_S) - WINDOW_SLACK_S)
+        start = o.start_s + WINDOW_SLACK_S
+        _spread(stall, start, start + hostage, period)
     up = np.maximum(0.0, trace.available() - dead / period)
     moving = 1.0 - np.minimum(1.0, stall / period)
     return np.asarray(sf.data * up * moving[:, None], dtype=np.float64)

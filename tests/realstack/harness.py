@@ -52,6 +52,7 @@ from tests.e2e.observer import Applied, Observer
 from tests.e2e.reallink import PROXY_ID, agent_config, proxy_acl
 from tests.integration.stack import AGENT_BINARY, REPO, XappRun, influx_write, operator_env
 from tests.realstack.publishing import Publisher, plan
+from tests.realstack.replay import save_applied
 from tests.realstack.shaping import ShapedTopology
 from tests.support.influxd import InfluxServer, start_influxd
 from tests.support.mosquitto import MosquittoBroker, Pki, connect_client, make_pki
@@ -418,6 +419,7 @@ class Run:
                         notes=self.notes, retrans=retrans)
         mono_t0 = t0 + mono0 - observer.t0
         res.weights, res.caps = self._applied(observer, mono_t0)
+        save_applied(self.root, t0, res.weights, res.caps)
         return res
 
     def _retrans(self) -> dict[str, int]:

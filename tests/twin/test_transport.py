@@ -139,8 +139,8 @@ def test_an_agent_that_sees_the_carrier_drop_spares_the_connection_the_stall() -
     alone = tp.deliver(t, "dl", _ones(t), _uncapped(t), BENCH)
     agent = tp.deliver(t, "dl", _ones(t), _uncapped(t),
                        tp.Stack(plays_delay=False, carrier_reaction=True))
-    # The other WATs keep carrying; LiFi waits for its backoff either way (back at 3.5 +
-    # 1.75 s with a 0.25 s RTO: nothing in period 4).
+    # The other WATs keep carrying; LiFi waits for its backoff alone (back at 3.5 + 1.75 s
+    # with a 0.25 s RTO), for its rejoin under the agent: nothing in period 4 either way.
     assert agent[:, :2].sum() > alone[:, :2].sum()
     assert agent[4, 2] == alone[4, 2] == 0.0
     # A handover (the interface stays up) the agent cannot see.
@@ -148,6 +148,43 @@ def test_an_agent_that_sees_the_carrier_drop_spares_the_connection_the_stall() -
     np.testing.assert_allclose(
         tp.deliver(drop, "dl", _ones(t), _uncapped(t),
                    tp.Stack(plays_delay=False, carrier_reaction=True)), alone)
+
+
+def test_under_the_agent_a_returned_link_carries_only_once_its_subflow_rejoined() -> None:
+    # Half a second of cut: alone, the subflow's second retransmission (3 RTO, 0.75 s after
+    # the cut began) finds the path back; under the agent its subflow was closed, and a new
+    # one carries rejoin_s after the link returned, whatever the weights say meanwhile.
+    t = _trace([12.0, 8.0, 24.0], outages=(Outage("lifi", 3.2, 0.5, "down"),))
+    alone = tp.deliver(t, "dl", _ones(t), _uncapped(t), BENCH)
+    agent = tp.Stack(plays_delay=False, carrier_reaction=True)
+    assert 1.3 < agent.rejoin_s < 2.3  # back within period 5
+    w = _ones(t)
+    w[3, 2] = 0  # the agents report a lost link at weight 0 while it is down
+    got = tp.deliver(t, "dl", w, _uncapped(t), agent)
+    full = alone[0, 2]
+    assert alone[4, 2] == pytest.approx(full)
+    assert got[4, 2] == 0.0
+    assert got[5, 2] == pytest.approx((6.0 - 3.7 - agent.rejoin_s) * full)
+    assert got[6, 2] == pytest.approx(full)
+
+
+def test_the_rejoin_costs_the_agents_blockages_only() -> None:
+    t = _trace([12.0, 8.0, 24.0], 20, outages=(Outage("lifi", 3.5, 1.2, "down"),
+                                               Outage("lifi", 9.2, 0.5, "down")))
+    ones, free = _ones(t), _uncapped(t)
+
+    def lifi(stack: tp.Stack, tr: PathTrace = t) -> float:
+        return float(tp.deliver(tr, "dl", ones, free, stack)[:, 2].sum())
+
+    quick, slow = (tp.Stack(plays_delay=False, carrier_reaction=True, rejoin_s=r)
+                   for r in (0.5, tp.Stack().rejoin_s))
+    # Each second of rejoin costs LiFi a second of its rate after each of the two returns.
+    full = float(tp.deliver(t, "dl", ones, free, BENCH)[0, 2])
+    assert lifi(quick) - lifi(slow) == pytest.approx(2 * (tp.Stack().rejoin_s - 0.5) * full)
+    # Without the agent, or on a handover it cannot see, the rejoin plays no part.
+    assert lifi(tp.Stack(plays_delay=False, rejoin_s=0.5)) == lifi(BENCH)
+    drop = _trace([12.0, 8.0, 24.0], 20, outages=(Outage("lifi", 3.5, 1.2, "drop"),))
+    assert lifi(quick, drop) == lifi(slow, drop)
 
 
 def test_a_very_slow_path_holds_the_connection_hostage_unless_it_is_backup() -> None:
