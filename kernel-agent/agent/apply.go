@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -111,6 +112,10 @@ func (a *Agent) apply(ctx context.Context) {
 			}
 		}
 		a.settle(d, nil)
+		if caps := a.ownCaps(d); !maps.Equal(caps, d.ownCaps) {
+			d.ownCaps = caps
+			a.publishInfo(d)
+		}
 	}
 	if a.local {
 		d := a.devs[a.order[0]]
