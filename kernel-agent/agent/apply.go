@@ -112,8 +112,8 @@ func (a *Agent) apply(ctx context.Context) {
 			}
 		}
 		a.settle(d, nil)
-		if caps := a.ownCaps(d); !maps.Equal(caps, d.ownCaps) {
-			d.ownCaps = caps
+		if l := a.ownLimits(d); !maps.Equal(l, d.limits) {
+			d.limits = l
 			a.publishInfo(d)
 		}
 	}

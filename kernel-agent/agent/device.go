@@ -44,9 +44,9 @@ type device struct {
 	sharded bool
 
 	applied backend.Device // in the kernel (Paths nil: nothing for this device)
-	// ownCaps bound the WATs of applied (Agent.ownCaps), as last handed
+	// limits hold the WATs of applied (Agent.ownLimits), as last handed
 	// to the telemetry sampler.
-	ownCaps map[string]float64
+	limits map[string]ownLimit
 	// want and wantErr cache plan() until the device changes: a proxy
 	// serving a thousand CPEs recomputes only the one that changed.
 	want      backend.Device

@@ -1,57 +1,54 @@
 package agent
 
 import (
-	"maps"
-
 	"github.com/mcw-xapp/kernel-agent/backend"
-	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
-// ownCaps is the most the backend's caps let each WAT of d send (Mbit/s
-// per capped WAT; nil: none capped), for the telemetry sampler, which
-// reports a WAT held by its cap as censored (telemetry.CappedFill). It is
-// called on the loop goroutine, which owns the backend.
-func (a *Agent) ownCaps(d *device) map[string]float64 {
-	cr, ok := a.deps.Backend.(backend.CapsReporter)
-	if !ok || d.applied.Paths == nil || d.unexpr != nil {
-		return nil
-	}
-	return watLimits(d.applied, cr.AppliedCaps(d.id), a.appliedClasses(d))
+// ownLimit is how the backend's own limits hold one WAT of a device in
+// its sending direction, for the telemetry sampler, which reports a WAT
+// so held as censored (telemetry.CappedFill).
+type ownLimit struct {
+	capMbps float64 // the WAT's cap (0: none)
+	floored bool    // the default rule's traffic is held at its floor
 }
 
-// watLimits is what bounds each WAT of a device in the kernel: the WAT's
-// own cap (applied, as AppliedCaps reports it) where it has one; else, on
-// a WAT the default rule does not use and some class does, the sum of the
-// classes' ceilings there when each has one (classes, as AppliedClasses
-// reports them; a class that does not use the WAT has its floor as its
-// ceiling). The default rule's leaf is then at its floor too (a few
-// kbit/s, left out). A WAT used by the default rule without a cap, or by
-// a class without a ceiling, is not bounded by the agent.
-func watLimits(applied backend.Device, capsMbps map[string]float64, classes map[string]payload.AppliedClass) map[string]float64 {
-	out := maps.Clone(capsMbps)
-	if len(applied.Classes) == 0 {
-		return out
+// ownLimits are the limits of d's WATs in the kernel (nil: none). It is
+// called on the loop goroutine, which owns the backend.
+func (a *Agent) ownLimits(d *device) map[string]ownLimit {
+	if d.applied.Paths == nil || d.unexpr != nil {
+		return nil
+	}
+	var caps map[string]float64
+	if cr, ok := a.deps.Backend.(backend.CapsReporter); ok {
+		caps = cr.AppliedCaps(d.id)
+	}
+	return watLimits(d.applied, caps)
+}
+
+// watLimits combines the WATs' caps as applied (AppliedCaps) with the
+// floors of applied: a WAT at weight 0 that a class uses cannot be made
+// backup, so a backend holds the default rule's traffic there at its floor
+// (see backend.Class).
+func watLimits(applied backend.Device, capsMbps map[string]float64) map[string]ownLimit {
+	out := map[string]ownLimit{}
+	for wat, c := range capsMbps {
+		out[wat] = ownLimit{capMbps: c}
 	}
 	for _, p := range applied.Paths {
-		if _, capped := capsMbps[p.WAT]; capped || p.Weight > 0 {
+		if p.Weight > 0 {
 			continue
 		}
-		sum, used := 0.0, false
 		for _, c := range applied.Classes {
-			ceil, ok := classes[c.Name].CapsMbps[p.WAT]
-			if !ok {
-				sum = -1
+			if c.Weights[p.WAT] > 0 {
+				l := out[p.WAT]
+				l.floored = true
+				out[p.WAT] = l
 				break
 			}
-			sum += ceil
-			used = used || c.Weights[p.WAT] > 0
 		}
-		if sum > 0 && used {
-			if out == nil {
-				out = map[string]float64{}
-			}
-			out[p.WAT] = sum
-		}
+	}
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }

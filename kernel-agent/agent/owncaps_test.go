@@ -26,47 +26,37 @@ func TestWATLimits(t *testing.T) {
 		name    string
 		applied backend.Device
 		caps    map[string]float64
-		classes map[string]payload.AppliedClass
-		want    map[string]float64
+		want    map[string]ownLimit
 	}{{
 		name:    "no classes: the WATs' caps",
 		applied: backend.Device{Paths: paths(3, 1)},
 		caps:    map[string]float64{"nr": 12},
-		want:    map[string]float64{"nr": 12},
+		want:    map[string]ownLimit{"nr": {capMbps: 12}},
 	}, {
 		name:    "nothing capped",
 		applied: backend.Device{Paths: paths(3, 1)},
+	}, {
+		name:    "weight 0 without classes: backup, not floored",
+		applied: backend.Device{Paths: paths(0, 1)},
 	}, {
 		name: "a WAT's own cap bounds its classes",
 		applied: backend.Device{Paths: paths(3, 1), Classes: []backend.Class{
 			{Name: "bulk", Weights: payload.Weights{"nr": 1, "wifi": 1}}}},
 		caps: map[string]float64{"nr": 12},
-		want: map[string]float64{"nr": 12},
+		want: map[string]ownLimit{"nr": {capMbps: 12}},
 	}, {
-		name: "default rule off the WAT: the classes' ceilings there",
-		applied: backend.Device{Paths: paths(0, 1), Classes: []backend.Class{
-			{Name: "bulk", Weights: payload.Weights{"nr": 1, "wifi": 1}},
-			{Name: "logs", Weights: payload.Weights{"nr": 0, "wifi": 1}}}},
-		classes: map[string]payload.AppliedClass{
-			"bulk": {CapsMbps: map[string]float64{"nr": 9}},
-			"logs": {CapsMbps: map[string]float64{"nr": 0.064}}},
-		want: map[string]float64{"nr": 9.064},
-	}, {
-		name: "default rule off the WAT, a class on it without a ceiling: unbounded",
+		name: "default rule off a WAT a class uses: floored",
 		applied: backend.Device{Paths: paths(0, 1), Classes: []backend.Class{
 			{Name: "control", Urgent: true, Weights: payload.Weights{"nr": 1, "wifi": 0}},
-			{Name: "bulk", Weights: payload.Weights{"nr": 1, "wifi": 1}}}},
-		classes: map[string]payload.AppliedClass{
-			"control": {CapsMbps: map[string]float64{"wifi": 0.064}, Urgent: true},
-			"bulk":    {CapsMbps: map[string]float64{"nr": 9}}},
+			{Name: "bulk", Weights: payload.Weights{"nr": 0, "wifi": 1}}}},
+		want: map[string]ownLimit{"nr": {floored: true}},
 	}, {
-		name: "default rule on the WAT uncapped: unbounded whatever the classes' ceilings",
-		applied: backend.Device{Paths: paths(1, 1), Classes: []backend.Class{
-			{Name: "bulk", Weights: payload.Weights{"nr": 1, "wifi": 1}}}},
-		classes: map[string]payload.AppliedClass{"bulk": {CapsMbps: map[string]float64{"nr": 9}}},
+		name: "default rule off a WAT no class uses: not floored",
+		applied: backend.Device{Paths: paths(0, 1), Classes: []backend.Class{
+			{Name: "bulk", Weights: payload.Weights{"nr": 0, "wifi": 1}}}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, watLimits(tc.applied, tc.caps, tc.classes)); diff != "" {
+			if diff := cmp.Diff(tc.want, watLimits(tc.applied, tc.caps), cmp.AllowUnexported(ownLimit{})); diff != "" {
 				t.Errorf("limits (-want +got):\n%s", diff)
 			}
 		})

@@ -176,7 +176,8 @@ func (a *Agent) clearUnserved() {
 func (a *Agent) publishInfo(d *device) {
 	info := make(map[string]telemetry.WATInfo, len(d.slots))
 	for w, sl := range d.slots {
-		info[w] = telemetry.WATInfo{Addr: sl.addr, Up: sl.usable, CapMbps: d.ownCaps[w]}
+		l := d.limits[w]
+		info[w] = telemetry.WATInfo{Addr: sl.addr, Up: sl.usable, CapMbps: l.capMbps, Floored: l.floored}
 	}
 	a.mu.Lock()
 	a.watInfo[d.id] = info

@@ -25,8 +25,9 @@ type DirTelemetry struct {
 	// were limited by their congestion window, i.e. by the path, weighted
 	// by the bytes each delivered: how much of DeliveredMbps measures
 	// capacity rather than the share the scheduler gave the WAT; 0 when
-	// the agent's own rate cap held the WAT (telemetry.CappedFill), whose
-	// delivered rate is then a lower bound of its capacity. Nil means
+	// the agent's own rate cap or floor held the WAT (telemetry.CappedFill,
+	// WATInfo.Floored), whose delivered rate is then a lower bound of its
+	// capacity. Nil means
 	// unknown (first sample, the receiving end, or a kernel without
 	// tcp_info chrono times).
 	Saturated *float64 `json:"saturated,omitempty"`

@@ -56,7 +56,13 @@ import (
 // Censored, it is explored upwards by the xApp's estimators. A WAT counts
 // as held by its cap when it delivered at least CappedFill of it (the
 // smaller of the caps at both ends of the interval, so that a cap set or
-// lowered during it counts).
+// lowered during it counts). A WAT on which the agent held the default
+// rule's traffic at its floor (WATInfo.Floored) at either end of the
+// interval reports 0 too: that traffic (on a CPE, with the ACKs of every
+// downlink connection not in a class) waited in a queue of seconds at the
+// floor's rate, its subflows' windows are full of it and their RTTs are
+// that queue's, and what the WAT delivered is the floor's and the classes'
+// share, not its capacity.
 //
 // Retransmissions (retrans_pct) are the share of the WAT's data segments
 // sent in the interval that were retransmissions: the growth of
@@ -93,6 +99,7 @@ type Aggregator struct {
 	last     map[uint64]sockState
 	lastTime time.Time
 	lastCap  map[string]float64 // per WAT, the cap at the last sample
+	lastHeld map[string]bool    // per WAT, floored at the last sample
 }
 
 // FullFill is the mean share of the congestion window in flight at which a
@@ -137,6 +144,10 @@ type WATInfo struct {
 	// CapMbps is the most the agent's own rate cap lets the WAT send in
 	// the sending direction (0: not capped by the agent).
 	CapMbps float64
+	// Floored: the agent holds the default rule's traffic on the WAT at
+	// its floor in the sending direction (the rule's weight there is 0 and
+	// a traffic class uses the WAT, so the WAT cannot be made backup).
+	Floored bool
 }
 
 // watSums accumulates one WAT's subflows during a sample.
@@ -285,7 +296,8 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			if w.fresh > 0 {
 				send.DeliveryRateMbps = ptr(round3(float64(w.freshRate) * 8 / 1e6))
 			}
-			if c := a.heldCap(name, wats[name].CapMbps); c > 0 && send.DeliveredMbps >= CappedFill*c {
+			floored := wats[name].Floored || a.lastHeld[name]
+			if c := a.heldCap(name, wats[name].CapMbps); floored || c > 0 && send.DeliveredMbps >= CappedFill*c {
 				send.Saturated = ptr(0.0)
 			}
 			if w.dataSegs > 0 {
@@ -304,8 +316,9 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 	a.last = next
 	a.lastTime = now
 	a.lastCap = make(map[string]float64, len(wats))
+	a.lastHeld = make(map[string]bool, len(wats))
 	for name, w := range wats {
-		a.lastCap[name] = w.CapMbps
+		a.lastCap[name], a.lastHeld[name] = w.CapMbps, w.Floored
 	}
 	return res
 }

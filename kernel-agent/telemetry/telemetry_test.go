@@ -532,10 +532,11 @@ func TestAggregatorOwnCap(t *testing.T) {
 	bare := []Subflow{{Src: nr, Cookie: 1, MPTCP: true}}
 	bareAfter := []Subflow{{Src: nr, Cookie: 1, MPTCP: true, BytesAcked: 1_000_000}}
 	for _, tc := range []struct {
-		name              string
-		capBefore, capNow float64
-		before, after     []Subflow
-		sat               *float64
+		name                      string
+		capBefore, capNow         float64
+		flooredBefore, flooredNow bool
+		before, after             []Subflow
+		sat                       *float64
 	}{
 		{name: "no cap: the path held it", sat: f64(1)},
 		{name: "held by its cap (0.94 of it, HTB goodput)", capBefore: 8.5, capNow: 8.5, sat: f64(0)},
@@ -548,6 +549,9 @@ func TestAggregatorOwnCap(t *testing.T) {
 		{name: "cap removed during the interval", capBefore: 9, sat: f64(0)},
 		{name: "kernel without chrono times: censored, not unknown", capBefore: 8.5, capNow: 8.5,
 			before: bare, after: bareAfter, sat: f64(0)},
+		{name: "floored all along", flooredBefore: true, flooredNow: true, sat: f64(0)},
+		{name: "floor lifted during the interval", flooredBefore: true, sat: f64(0)},
+		{name: "floored during the interval", flooredNow: true, sat: f64(0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, n := tc.before, tc.after
@@ -556,8 +560,8 @@ func TestAggregatorOwnCap(t *testing.T) {
 			}
 			var a Aggregator
 			t0 := time.Unix(100, 0)
-			a.Sample(t0, b, map[string]WATInfo{"nr": {Addr: nr, Up: true, CapMbps: tc.capBefore}})
-			got := a.Sample(t0.Add(time.Second), n, map[string]WATInfo{"nr": {Addr: nr, Up: true, CapMbps: tc.capNow}})["nr"]
+			a.Sample(t0, b, map[string]WATInfo{"nr": {Addr: nr, Up: true, CapMbps: tc.capBefore, Floored: tc.flooredBefore}})
+			got := a.Sample(t0.Add(time.Second), n, map[string]WATInfo{"nr": {Addr: nr, Up: true, CapMbps: tc.capNow, Floored: tc.flooredNow}})["nr"]
 			if got.UL.DeliveredMbps != 8 {
 				t.Fatalf("delivered %v Mbit/s, want 8", got.UL.DeliveredMbps)
 			}
