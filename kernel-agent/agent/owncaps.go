@@ -22,17 +22,21 @@ func (a *Agent) ownLimits(d *device) map[string]ownLimit {
 	if cr, ok := a.deps.Backend.(backend.CapsReporter); ok {
 		caps = cr.AppliedCaps(d.id)
 	}
-	return watLimits(d.applied, caps)
+	return watLimits(d.applied, caps, a.cfg.LinkMbps)
 }
 
 // watLimits combines the WATs' caps as applied (AppliedCaps) with the
 // floors of applied: a WAT at weight 0 that a class uses cannot be made
 // backup, so a backend holds the default rule's traffic there at its floor
-// (see backend.Class).
-func watLimits(applied backend.Device, capsMbps map[string]float64) map[string]ownLimit {
+// (see backend.Class). A cap at the WAT's link rate (linkMbps; mptcp-shares
+// keeps one on a WAT an urgent class uses) is left out: it holds the WAT
+// where its link would, so what the WAT delivers measures the link.
+func watLimits(applied backend.Device, capsMbps, linkMbps map[string]float64) map[string]ownLimit {
 	out := map[string]ownLimit{}
 	for wat, c := range capsMbps {
-		out[wat] = ownLimit{capMbps: c}
+		if link, ok := linkMbps[wat]; !ok || c < link*(1-1e-9) {
+			out[wat] = ownLimit{capMbps: c}
+		}
 	}
 	for _, p := range applied.Paths {
 		if p.Weight > 0 {

@@ -28,6 +28,11 @@ func TestWATLimits(t *testing.T) {
 		caps    map[string]float64
 		want    map[string]ownLimit
 	}{{
+		name:    "a cap at the link rate holds the WAT where its link would: not reported",
+		applied: backend.Device{Paths: paths(3, 1)},
+		caps:    map[string]float64{"nr": 16, "wifi": 12},
+		want:    map[string]ownLimit{"wifi": {capMbps: 12}},
+	}, {
 		name:    "no classes: the WATs' caps",
 		applied: backend.Device{Paths: paths(3, 1)},
 		caps:    map[string]float64{"nr": 12},
@@ -56,7 +61,7 @@ func TestWATLimits(t *testing.T) {
 			{Name: "bulk", Weights: payload.Weights{"nr": 0, "wifi": 1}}}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, watLimits(tc.applied, tc.caps), cmp.AllowUnexported(ownLimit{})); diff != "" {
+			if diff := cmp.Diff(tc.want, watLimits(tc.applied, tc.caps, map[string]float64{"nr": 16, "wifi": 40}), cmp.AllowUnexported(ownLimit{})); diff != "" {
 				t.Errorf("limits (-want +got):\n%s", diff)
 			}
 		})
