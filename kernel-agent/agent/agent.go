@@ -94,6 +94,10 @@ type Config struct {
 	// Shards is the fleet's shard count (1..mqttclient.MaxShards), the
 	// xApp's; 0 means mqttclient.DefaultShards.
 	Shards int
+	// LinkMbps is the configured link rate per WAT (mptcp-shares): a cap
+	// at a WAT's link rate holds it at its link's own rate, so what it
+	// delivers there is reported as a measurement (see ownLimits).
+	LinkMbps map[string]float64
 }
 
 // How often the workers prove their progress, and how long each may go

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -111,6 +112,10 @@ func (a *Agent) apply(ctx context.Context) {
 			}
 		}
 		a.settle(d, nil)
+		if l := a.ownLimits(d); !maps.Equal(l, d.limits) {
+			d.limits = l
+			a.publishInfo(d)
+		}
 	}
 	if a.local {
 		d := a.devs[a.order[0]]

@@ -44,6 +44,9 @@ type device struct {
 	sharded bool
 
 	applied backend.Device // in the kernel (Paths nil: nothing for this device)
+	// limits hold the WATs of applied (Agent.ownLimits), as last handed
+	// to the telemetry sampler.
+	limits map[string]ownLimit
 	// want and wantErr cache plan() until the device changes: a proxy
 	// serving a thousand CPEs recomputes only the one that changed.
 	want      backend.Device

@@ -171,11 +171,13 @@ func (a *Agent) clearUnserved() {
 	}
 }
 
-// publishInfo hands d's paths to the telemetry sampler.
+// publishInfo hands d's paths and the caps that bound them to the
+// telemetry sampler.
 func (a *Agent) publishInfo(d *device) {
 	info := make(map[string]telemetry.WATInfo, len(d.slots))
 	for w, sl := range d.slots {
-		info[w] = telemetry.WATInfo{Addr: sl.addr, Up: sl.usable}
+		l := d.limits[w]
+		info[w] = telemetry.WATInfo{Addr: sl.addr, Up: sl.usable, CapMbps: l.capMbps, Floored: l.floored}
 	}
 	a.mu.Lock()
 	a.watInfo[d.id] = info

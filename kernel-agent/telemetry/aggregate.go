@@ -46,6 +46,24 @@ import (
 // watcher's business), and so does a WAT without subflows: nothing waited
 // for it.
 //
+// A WAT held by the agent's own rate cap (WATInfo.CapMbps: the HTB or
+// pacing of the backend) reports saturated 0 whatever its subflows show:
+// its subflows queue in the agent's own qdisc, which the fill counts as the
+// path (see FullFill), but what they deliver is the cap, a lower bound of
+// the capacity, not a measurement of it. Read as a measurement, the cap
+// becomes the forecast and the next cap is set below it (an urgent class
+// caps a WAT at a fraction of its forecast): the forecast spirals down.
+// Censored, it is explored upwards by the xApp's estimators. A WAT counts
+// as held by its cap when it delivered at least CappedFill of it (the
+// smaller of the caps at both ends of the interval, so that a cap set or
+// lowered during it counts). A WAT on which the agent held the default
+// rule's traffic at its floor (WATInfo.Floored) at either end of the
+// interval reports 0 too: that traffic (on a CPE, with the ACKs of every
+// downlink connection not in a class) waited in a queue of seconds at the
+// floor's rate, its subflows' windows are full of it and their RTTs are
+// that queue's, and what the WAT delivered is the floor's and the classes'
+// share, not its capacity.
+//
 // Retransmissions (retrans_pct) are the share of the WAT's data segments
 // sent in the interval that were retransmissions: the growth of
 // tcpi_total_retrans over the growth of tcpi_data_segs_out, summed over the
@@ -80,6 +98,8 @@ type Aggregator struct {
 
 	last     map[uint64]sockState
 	lastTime time.Time
+	lastCap  map[string]float64 // per WAT, the cap at the last sample
+	lastHeld map[string]bool    // per WAT, floored at the last sample
 }
 
 // FullFill is the mean share of the congestion window in flight at which a
@@ -90,6 +110,21 @@ type Aggregator struct {
 // bulk sender's fill measured 0.45 to 0.8 (one-second intervals, under
 // load), an application-limited sender sharing it 0.13 to 0.29.
 const FullFill = 0.75
+
+// CappedFill is the share of a WAT's cap that its delivered throughput must
+// reach for the cap to count as what held it. Goodput through an HTB at
+// rate C is about 0.93 to 0.95 C: the cap counts link-layer bytes, the
+// goodput only TCP payload (1448 of 1514 bytes per full frame, less with
+// MPTCP's options), and a one-second interval catches the token bucket's
+// bursts unevenly. 0.85 leaves room for that and for a cap applied during
+// the interval. Erring low is cheap: a path-limited WAT whose capacity lies
+// just under its cap is reported censored and explored one step upwards;
+// its next cap, above the capacity, lets the path show it. Erring high
+// would read the cap as the capacity (the spiral above). Reading the HTB
+// classes' backlog would tell it directly, but needs the qdisc statistics
+// of every WAT (and of every served CPE on a proxy) on each sample, from
+// the sampler's goroutine, which does not own the backend.
+const CappedFill = 0.85
 
 // sockState is what the aggregator remembers of a socket between samples.
 type sockState struct {
@@ -106,6 +141,13 @@ type sockState struct {
 type WATInfo struct {
 	Addr netip.Addr
 	Up   bool
+	// CapMbps is the most the agent's own rate cap lets the WAT send in
+	// the sending direction (0: not capped by the agent).
+	CapMbps float64
+	// Floored: the agent holds the default rule's traffic on the WAT at
+	// its floor in the sending direction (the rule's weight there is 0 and
+	// a traffic class uses the WAT, so the WAT cannot be made backup).
+	Floored bool
 }
 
 // watSums accumulates one WAT's subflows during a sample.
@@ -254,6 +296,10 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			if w.fresh > 0 {
 				send.DeliveryRateMbps = ptr(round3(float64(w.freshRate) * 8 / 1e6))
 			}
+			floored := wats[name].Floored || a.lastHeld[name]
+			if c := a.heldCap(name, wats[name].CapMbps); floored || c > 0 && send.DeliveredMbps >= CappedFill*c {
+				send.Saturated = ptr(0.0)
+			}
 			if w.dataSegs > 0 {
 				send.RetransPct = ptr(round3(float64(w.retrans) * 100 / float64(w.dataSegs)))
 			}
@@ -269,7 +315,25 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 	}
 	a.last = next
 	a.lastTime = now
+	a.lastCap = make(map[string]float64, len(wats))
+	a.lastHeld = make(map[string]bool, len(wats))
+	for name, w := range wats {
+		a.lastCap[name], a.lastHeld[name] = w.CapMbps, w.Floored
+	}
 	return res
+}
+
+// heldCap is the smaller of a WAT's caps at both ends of the interval, cap
+// capMbps at its end (0 for an end without one; 0 when neither has one).
+func (a *Aggregator) heldCap(name string, capMbps float64) float64 {
+	prev := a.lastCap[name]
+	switch {
+	case prev <= 0:
+		return max(capMbps, 0)
+	case capMbps <= 0:
+		return prev
+	}
+	return min(prev, capMbps)
 }
 
 func clip01(v float64) float64 { return min(max(v, 0), 1) }

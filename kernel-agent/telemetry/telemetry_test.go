@@ -520,3 +520,75 @@ func TestAggregatorSaturation(t *testing.T) {
 		})
 	}
 }
+
+// TestAggregatorOwnCap checks that a WAT held by the agent's own cap
+// reports saturated 0 (censored) however path-limited its subflows look:
+// the subflow below delivers 8 Mbit/s with a standing queue the whole
+// second (saturated 1 without a cap), as it does through the agent's HTB.
+func TestAggregatorOwnCap(t *testing.T) {
+	nr := netip.MustParseAddr("10.31.1.1")
+	before := []Subflow{queued(chronoSF(nr, 1, 0, 5_000_000, 0, 0, 0), 5000)}
+	after := []Subflow{queued(chronoSF(nr, 1, 1_000_000, 6_000_000, 0, 0, 1_000_000), 5000)}
+	bare := []Subflow{{Src: nr, Cookie: 1, MPTCP: true}}
+	bareAfter := []Subflow{{Src: nr, Cookie: 1, MPTCP: true, BytesAcked: 1_000_000}}
+	for _, tc := range []struct {
+		name                      string
+		capBefore, capNow         float64
+		flooredBefore, flooredNow bool
+		before, after             []Subflow
+		sat                       *float64
+	}{
+		{name: "no cap: the path held it", sat: f64(1)},
+		{name: "held by its cap (0.94 of it, HTB goodput)", capBefore: 8.5, capNow: 8.5, sat: f64(0)},
+		{name: "at CappedFill of the cap", capBefore: 9.4, capNow: 9.4, sat: f64(0)},
+		{name: "just under CappedFill: the path held it", capBefore: 9.5, capNow: 9.5, sat: f64(1)},
+		{name: "cap far above: the path held it", capBefore: 20, capNow: 20, sat: f64(1)},
+		{name: "cap set during the interval", capNow: 9, sat: f64(0)},
+		{name: "cap lowered during the interval", capBefore: 20, capNow: 9, sat: f64(0)},
+		{name: "cap raised during the interval: the one that held", capBefore: 9, capNow: 30, sat: f64(0)},
+		{name: "cap removed during the interval", capBefore: 9, sat: f64(0)},
+		{name: "kernel without chrono times: censored, not unknown", capBefore: 8.5, capNow: 8.5,
+			before: bare, after: bareAfter, sat: f64(0)},
+		{name: "floored all along", flooredBefore: true, flooredNow: true, sat: f64(0)},
+		{name: "floor lifted during the interval", flooredBefore: true, sat: f64(0)},
+		{name: "floored during the interval", flooredNow: true, sat: f64(0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, n := tc.before, tc.after
+			if b == nil {
+				b, n = before, after
+			}
+			var a Aggregator
+			t0 := time.Unix(100, 0)
+			a.Sample(t0, b, map[string]WATInfo{"nr": {Addr: nr, Up: true, CapMbps: tc.capBefore, Floored: tc.flooredBefore}})
+			got := a.Sample(t0.Add(time.Second), n, map[string]WATInfo{"nr": {Addr: nr, Up: true, CapMbps: tc.capNow, Floored: tc.flooredNow}})["nr"]
+			if got.UL.DeliveredMbps != 8 {
+				t.Fatalf("delivered %v Mbit/s, want 8", got.UL.DeliveredMbps)
+			}
+			if diff := cmp.Diff(tc.sat, got.UL.Saturated); diff != "" {
+				t.Errorf("saturated (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestAggregatorRemoteOwnCap: on a proxy the cap is the served CPE's
+// downlink cap on the WAT, and the sending direction is dl.
+func TestAggregatorRemoteOwnCap(t *testing.T) {
+	cpe, proxy := netip.MustParseAddr("10.31.1.2"), netip.MustParseAddr("10.31.0.1")
+	sf := func(acked uint64) Subflow {
+		s := queued(chronoSF(proxy, 1, acked, acked*5, 0, 0, 1_000_000), 5000)
+		s.Dst = cpe
+		return s
+	}
+	for capMbps, want := range map[float64]float64{0: 1, 8.5: 0} {
+		wats := map[string]WATInfo{"nr": {Addr: cpe, Up: true, CapMbps: capMbps}}
+		a := Aggregator{MPTCPOnly: true, Remote: true}
+		t0 := time.Unix(100, 0)
+		a.Sample(t0, []Subflow{sf(0)}, wats)
+		got := a.Sample(t0.Add(time.Second), []Subflow{sf(1_000_000)}, wats)["nr"]
+		if got.DL == nil || got.DL.Saturated == nil || *got.DL.Saturated != want {
+			t.Errorf("cap %v: dl %+v, want saturated %v", capMbps, got.DL, want)
+		}
+	}
+}

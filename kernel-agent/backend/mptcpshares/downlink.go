@@ -314,6 +314,7 @@ func (d *Downlink) classesOf(c backend.Device, routes map[netip.Addr]int) (map[c
 	if err != nil {
 		return nil, err
 	}
+	keepUrgentCaps(caps, c.Paths, c.Classes, d.linkMbps)
 	if len(c.Classes) > 0 {
 		if d.pacer != nil {
 			return nil, fmt.Errorf("%d traffic classes: %w", len(c.Classes), backend.ErrNoClasses)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	vnl "github.com/vishvananda/netlink"
@@ -219,6 +220,25 @@ func CapsBps(paths []backend.Path, linkMbps map[string]float64) (map[string]uint
 	return caps, nil
 }
 
+// keepUrgentCaps caps at its link rate each WAT that an urgent class uses
+// and whose cap from the message CapsBps dropped for reaching that rate.
+// The xApp caps such a WAT under its forecast so that the queue forms here,
+// where the urgent class leaves first; a WAT uncapped queues in the modem
+// or the access point, behind the bulk. The cap reaches the link rate
+// when the forecast is explored upwards (a WAT held by its cap reports
+// censored telemetry): at the link rate the queue still forms here.
+func keepUrgentCaps(caps map[string]uint64, paths []backend.Path, classes []backend.Class, linkMbps map[string]float64) {
+	for _, p := range paths {
+		link, known := linkMbps[p.WAT]
+		if !known || caps[p.WAT] != 0 || p.Weight == 0 || p.CapMbps < link*(1-1e-9) {
+			continue
+		}
+		if slices.ContainsFunc(classes, func(c backend.Class) bool { return c.Urgent && c.Weights[p.WAT] > 0 }) {
+			caps[p.WAT] = max(uint64(link*1e6), minCapBps)
+		}
+	}
+}
+
 // capsMbps turns the non-zero caps into Mbit/s, as reported in state.
 func capsMbps(caps map[string]uint64) map[string]float64 {
 	out := map[string]float64{}
@@ -252,6 +272,7 @@ func (b *Backend) ApplyClasses(ctx context.Context, paths []backend.Path, classe
 	if err != nil {
 		return err
 	}
+	keepUrgentCaps(caps, paths, classes, b.linkMbps)
 	if err := b.onoff.Apply(ctx, onOffPaths(paths, classes)); err != nil {
 		return fmt.Errorf("mptcp-shares: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 
 	"github.com/mcw-xapp/kernel-agent/backend"
+	"github.com/mcw-xapp/kernel-agent/payload"
 )
 
 func TestSharesCaps(t *testing.T) {
@@ -121,6 +122,64 @@ func TestSharesCapsFromMessage(t *testing.T) {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("caps (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestKeepUrgentCaps: a WAT an urgent class uses keeps a cap at its link
+// rate where the message's cap reached it; any other WAT, or a cap from
+// the link rates, is left as CapsBps has it.
+func TestKeepUrgentCaps(t *testing.T) {
+	links := map[string]float64{"nr": 16, "wifi": 40}
+	urgent := func(nr, wifi int) backend.Class {
+		return backend.Class{Name: "control", Urgent: true, Weights: payload.Weights{"nr": nr, "wifi": wifi}}
+	}
+	bulk := backend.Class{Name: "bulk", Weights: payload.Weights{"nr": 1, "wifi": 1}}
+	for _, tc := range []struct {
+		name    string
+		paths   []backend.Path
+		classes []backend.Class
+		want    map[string]uint64
+	}{{
+		name:    "urgent WAT's cap above its link: held at the link rate",
+		paths:   []backend.Path{{WAT: "nr", Weight: 5, CapMbps: 17.5}, {WAT: "wifi", Weight: 5, CapMbps: 50}},
+		classes: []backend.Class{urgent(1, 0)},
+		want:    map[string]uint64{"nr": 16e6, "wifi": 0},
+	}, {
+		name:    "urgent WAT's cap under its link: as asked",
+		paths:   []backend.Path{{WAT: "nr", Weight: 5, CapMbps: 12}, {WAT: "wifi", Weight: 5, CapMbps: 50}},
+		classes: []backend.Class{urgent(1, 0)},
+		want:    map[string]uint64{"nr": 12e6, "wifi": 0},
+	}, {
+		name:    "no urgent class: the link is the limit",
+		paths:   []backend.Path{{WAT: "nr", Weight: 5, CapMbps: 17.5}, {WAT: "wifi", Weight: 5, CapMbps: 50}},
+		classes: []backend.Class{bulk},
+		want:    map[string]uint64{"nr": 0, "wifi": 0},
+	}, {
+		name:    "urgent class off the WAT",
+		paths:   []backend.Path{{WAT: "nr", Weight: 5, CapMbps: 17.5}, {WAT: "wifi", Weight: 5, CapMbps: 50}},
+		classes: []backend.Class{urgent(0, 1)},
+		want:    map[string]uint64{"nr": 0, "wifi": 40e6},
+	}, {
+		name:    "default rule off the WAT: no cap",
+		paths:   []backend.Path{{WAT: "nr", Weight: 0, CapMbps: 17.5}, {WAT: "wifi", Weight: 5, CapMbps: 50}},
+		classes: []backend.Class{urgent(1, 0)},
+		want:    map[string]uint64{"nr": 0, "wifi": 0},
+	}, {
+		name:    "caps from the link rates: untouched",
+		paths:   []backend.Path{{WAT: "nr", Weight: 5}, {WAT: "wifi", Weight: 5}},
+		classes: []backend.Class{urgent(1, 0)},
+		want:    map[string]uint64{"nr": 0, "wifi": 16e6},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			caps, err := CapsBps(tc.paths, links)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keepUrgentCaps(caps, tc.paths, tc.classes, links)
+			if diff := cmp.Diff(tc.want, caps); diff != "" {
 				t.Errorf("caps (-want +got):\n%s", diff)
 			}
 		})

@@ -93,7 +93,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	acfg := agent.Config{
 		Role: payload.RoleCPE, SafeWeights: cfg.SafeWeights, StateDir: cfg.StateDir,
 		TelemetryInterval: cfg.Telemetry.Interval(), MPTCPOnly: cfg.Telemetry.OnlyMPTCP(),
-		MaxClockSkew: cfg.Lease.MaxClockSkew(), Shards: cfg.MQTT.Shards,
+		MaxClockSkew: cfg.Lease.MaxClockSkew(), Shards: cfg.MQTT.Shards, LinkMbps: cfg.MPTCPShares.LinkMbps,
 	}
 	be, err := openBackend(ctx, cfg, log)
 	if err != nil {
