@@ -44,6 +44,7 @@ from tqdm import tqdm
 from tests.e2e.mptcp_bulk import CONGESTION_CONTROL
 from tests.realstack.harness import DEADLINE_MS, POLICIES, Run, RunResult, Servers
 from tests.realstack.replay import load_applied
+from tests.support.netns_lock import netns_bench_lock
 from twin.path_traces import SCENARIOS, PathTrace, TraceError, build, load_csv, predict
 from twin.transport import Stack
 
@@ -235,6 +236,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(exc))
     policies = tuple(a.policy or POLICIES)
     a.out = a.out.resolve()
+    with netns_bench_lock():
+        return measure(a, traces, policies)
+
+
+def measure(a: argparse.Namespace, traces: list[PathTrace], policies: tuple[str, ...]) -> int:
+    """Every policy on every trace, ``a.runs`` times; the report printed and saved."""
     servers = Servers.start(a.out / "servers")
     doc: dict[str, Any] = {"scenarios": {}, "runs": a.runs, "cc": a.cc,
                            "duration_s": a.duration, "seed": a.seed}

@@ -37,6 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.support.netns_lock import NETNS_LOCK
 from twin.rate_caps import predict, predict_default
 
 REPORT_SCHEMA = "mcw.netns-shares-report.v1"
@@ -47,8 +48,6 @@ MAX_BYTES = 1 << 20
 MAX_PATHS = 8
 MAX_SCENARIOS = 64
 KERNEL_AGENT = Path(__file__).resolve().parent.parent / "kernel-agent"
-#: The lock every netns throughput run takes, so that two never share the 2 cores.
-NETNS_LOCK = os.environ.get("MCW_NETNS_LOCK", "/tmp/netns-bench.lock")
 
 
 class ReportError(ValueError):
