@@ -18,6 +18,28 @@ forecast's log error against the next measurement (:data:`ERROR_ALPHA`); where i
 :data:`DOMAIN_LOG_ERROR` (off by more than half, typically) the model is outside what it learnt
 for that link, and the measured estimator's forecast stands instead, until the model's own
 forecasts come back within it (they are still graded while set aside).
+
+**A series out of domain.**  Grading needs a measurement, and a WAT the model drops carries
+nothing, so it is never measured: on the real stack's ``lifi-blockage`` (issue 32) the model,
+reading radio KPIs at the source paper's scale, forecast NR at 300, Wi-Fi at 860 and LiFi at 3
+Mbit/s for links of 12, 8 and 24; under 1 % of the total, LiFi got weight 0 (backup on its
+MPTCP endpoint) and no grade ever reached it.  Wi-Fi, carrying the connection alone, was
+reported unsaturated (a censored row keeps the larger forecast: 860) while NR, graded at 8,
+fell to its measured 8 and then under 1 % of Wi-Fi's 860 too.  So once any WAT of a series
+(one CPE, one direction) is out of domain, the model has shown it does not know that CPE's
+links: its forecasts of the series' WATs that no measurement has graded yet are set aside as
+well, and the measured estimator's stand for them.  A WAT graded within the domain keeps the
+model's forecast (``make e2e``: NR right, Wi-Fi's backhaul not).  Trusting the model on an
+ungraded WAT until the series shows it wrong costs the first measured period or two; distrusting
+every ungraded forecast from the start would set the model aside everywhere it is right.
+
+**Nothing measured is no estimate.**  Where the measured estimator stands and has never seen
+the WAT deliver (a WAT up, at weight 0 since the start: its EWMA is 0, and would stay 0, since
+exploration is bounded by what the WAT delivered), the forecast is NaN rather than 0: the loop
+then tries the WAT at the CPE's smallest forecast (:func:`xapp.core.rowmap.inputs`), so it
+carries traffic and is measured, instead of being switched off on a forecast no measurement
+confirmed.  A WAT reported down keeps its 0.  A WAT measured slow stays off on its measurement
+(``paper-static``'s 0.6 Mbit/s LiFi).
 """
 
 from __future__ import annotations
@@ -55,11 +77,16 @@ class ExploringEstimator:
         self.explorer = explorer if explorer is not None else EwmaEstimator()
         #: Per (series, WAT) key: its slot in the arrays below.
         self._slots: dict[tuple[str, str], int] = {}
+        #: Per series: its index in ``_series_of`` (slot -> series index).
+        self._series: dict[str, int] = {}
+        self._series_of = np.zeros(0, dtype=np.intp)
         self._rows_of: tuple[Any, Any, Any] | None = None
         self._row_slots = np.zeros(0, dtype=np.intp)
-        #: Per slot: the wrapped forecaster's last forecast and its log-error score.
+        #: Per slot: the wrapped forecaster's last forecast, its log-error score, and whether a
+        #: measurement ever graded it.
         self._prev = np.zeros(0)
         self._score = np.zeros(0)
+        self._graded = np.zeros(0, dtype=bool)
 
     @property
     def version(self) -> Any:
@@ -78,23 +105,29 @@ class ExploringEstimator:
                                                                      strict=True)):
             return self._row_slots
         slots = np.empty(len(frame), dtype=np.intp)
+        series_of: list[int] = []
         for i, key in enumerate(zip(frame.series.tolist(), frame.wat.tolist(), strict=True)):
             slot = self._slots.get(key)
             if slot is None:
                 slot = self._slots[key] = len(self._slots)
+                series_of.append(self._series.setdefault(key[0], len(self._series)))
             slots[i] = slot
         grow = len(self._slots) - len(self._prev)
         if grow > 0:
             self._prev = np.concatenate([self._prev, np.full(grow, np.nan)])
             self._score = np.concatenate([self._score, np.zeros(grow)])
+            self._graded = np.concatenate([self._graded, np.zeros(grow, dtype=bool)])
+            self._series_of = np.concatenate([self._series_of,
+                                              np.array(series_of, dtype=np.intp)])
         self._rows_of, self._row_slots = rows, slots
         return slots
 
     def step(self, frame: KpiFrame) -> CapacityForecast:
         """Both forecasters ingest the tick; censored rows take the larger forecast, rows whose
-        key is out of the wrapped forecaster's domain the measured estimator's."""
+        key is out of the wrapped forecaster's domain (or ungraded in a series that is) the
+        measured estimator's, NaN where that has measured nothing (the loop tries the WAT)."""
         own = self.base.step(frame)
-        explored = self.explorer.step(frame)
+        explored = self._measured(frame, self.explorer.step(frame))
         saturated = frame.column("saturated")
         censored = np.isfinite(saturated) & (saturated < SATURATED_MIN)
         slots = self._slots_for(frame)
@@ -106,8 +139,9 @@ class ExploringEstimator:
             err = np.abs(np.log(prev[graded] / delivered[graded]))
             s = slots[graded]
             self._score[s] += ERROR_ALPHA * (err - self._score[s])
+            self._graded[s] = True
         self._prev[slots] = own.median_mbps
-        away = self._score[slots] > DOMAIN_LOG_ERROR
+        away = self._away(slots)
         own = CapacityForecast(
             median_mbps=np.where(away, explored.median_mbps, own.median_mbps),
             lower_mbps=np.where(away, explored.lower_mbps, own.lower_mbps))
@@ -116,3 +150,21 @@ class ExploringEstimator:
         median = np.where(censored, np.fmax(median, explored.median_mbps), median)
         lower = np.where(censored, np.fmax(lower, explored.lower_mbps), lower)
         return CapacityForecast(median_mbps=median, lower_mbps=np.minimum(lower, median))
+
+    def _away(self, slots: np.ndarray[Any, np.dtype[np.intp]]
+              ) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """Per row: its key is out of domain, or no measurement graded it and another key of
+        its series is out of domain."""
+        out = self._score > DOMAIN_LOG_ERROR
+        series_out = np.bincount(self._series_of[out], minlength=len(self._series)) > 0
+        own = out[slots]
+        return np.asarray(own | (series_out[self._series_of[slots]] & ~self._graded[slots]),
+                          dtype=bool)
+
+    @staticmethod
+    def _measured(frame: KpiFrame, explored: CapacityForecast) -> CapacityForecast:
+        """The measured estimator's forecast, NaN for a WAT up whose estimate is 0: it never
+        delivered anything, so the 0 is no measurement (a WAT down keeps its 0)."""
+        blank = (explored.median_mbps <= 0) & (frame.column("up") != 0)
+        return CapacityForecast(median_mbps=np.where(blank, np.nan, explored.median_mbps),
+                                lower_mbps=np.where(blank, np.nan, explored.lower_mbps))
