@@ -33,13 +33,17 @@ model's forecast (``make e2e``: NR right, Wi-Fi's backhaul not).  Trusting the m
 ungraded WAT until the series shows it wrong costs the first measured period or two; distrusting
 every ungraded forecast from the start would set the model aside everywhere it is right.
 
-**Nothing measured is no estimate.**  Where the measured estimator stands and has never seen
-the WAT deliver (a WAT up, at weight 0 since the start: its EWMA is 0, and would stay 0, since
-exploration is bounded by what the WAT delivered), the forecast is NaN rather than 0: the loop
-then tries the WAT at the CPE's smallest forecast (:func:`xapp.core.rowmap.inputs`), so it
-carries traffic and is measured, instead of being switched off on a forecast no measurement
-confirmed.  A WAT reported down keeps its 0.  A WAT measured slow stays off on its measurement
-(``paper-static``'s 0.6 Mbit/s LiFi).
+**Nothing measured is no estimate.**  Where the measured estimator stands for a WAT that is up,
+carried nothing this period and was never measured (no saturated period), its estimate is no
+estimate: 0 at weight 0 since the start, or a few times the trickle a backup subflow carried
+once (0.1-0.2 Mbit/s on the real stack), since exploration is bounded by what the WAT delivered.
+There the forecast is NaN: the loop tries the WAT at the CPE's smallest forecast
+(:func:`xapp.core.rowmap.inputs`), so it carries traffic and is measured, instead of being
+switched off on a forecast no measurement confirmed.  A WAT that carries traffic keeps the
+explorer's lower bound (it grows until the WAT is the bottleneck), a WAT reported down keeps its
+0, and a WAT measured slow stays off on its measurement (``paper-static``'s 0.6 Mbit/s LiFi).
+The backup flag binds both directions (the proxy's MP_PRIO stops the CPE's sending too), so each
+direction's series must let the WAT back on for it to carry at all.
 """
 
 from __future__ import annotations
@@ -82,11 +86,12 @@ class ExploringEstimator:
         self._series_of = np.zeros(0, dtype=np.intp)
         self._rows_of: tuple[Any, Any, Any] | None = None
         self._row_slots = np.zeros(0, dtype=np.intp)
-        #: Per slot: the wrapped forecaster's last forecast, its log-error score, and whether a
-        #: measurement ever graded it.
+        #: Per slot: the wrapped forecaster's last forecast, its log-error score, whether a
+        #: measurement ever graded it, and whether the WAT was ever measured at all.
         self._prev = np.zeros(0)
         self._score = np.zeros(0)
         self._graded = np.zeros(0, dtype=bool)
+        self._measured = np.zeros(0, dtype=bool)
 
     @property
     def version(self) -> Any:
@@ -117,6 +122,7 @@ class ExploringEstimator:
             self._prev = np.concatenate([self._prev, np.full(grow, np.nan)])
             self._score = np.concatenate([self._score, np.zeros(grow)])
             self._graded = np.concatenate([self._graded, np.zeros(grow, dtype=bool)])
+            self._measured = np.concatenate([self._measured, np.zeros(grow, dtype=bool)])
             self._series_of = np.concatenate([self._series_of,
                                               np.array(series_of, dtype=np.intp)])
         self._rows_of, self._row_slots = rows, slots
@@ -127,12 +133,15 @@ class ExploringEstimator:
         key is out of the wrapped forecaster's domain (or ungraded in a series that is) the
         measured estimator's, NaN where that has measured nothing (the loop tries the WAT)."""
         own = self.base.step(frame)
-        explored = self._measured(frame, self.explorer.step(frame))
         saturated = frame.column("saturated")
         censored = np.isfinite(saturated) & (saturated < SATURATED_MIN)
         slots = self._slots_for(frame)
         delivered = frame.column("delivered_mbps")
-        measured = ~censored & np.isfinite(saturated) & np.isfinite(delivered) & (delivered > 0)
+        carried = np.isfinite(delivered) & (delivered > 0)
+        # What the explorer reads as a measurement (a row without saturation is one to it).
+        self._measured[slots[~censored & carried]] = True
+        explored = self._unknown_blank(frame, slots, carried, self.explorer.step(frame))
+        measured = ~censored & np.isfinite(saturated) & carried
         prev = self._prev[slots]
         graded = measured & np.isfinite(prev) & (prev > 0)
         if graded.any():
@@ -161,10 +170,12 @@ class ExploringEstimator:
         return np.asarray(own | (series_out[self._series_of[slots]] & ~self._graded[slots]),
                           dtype=bool)
 
-    @staticmethod
-    def _measured(frame: KpiFrame, explored: CapacityForecast) -> CapacityForecast:
-        """The measured estimator's forecast, NaN for a WAT up whose estimate is 0: it never
-        delivered anything, so the 0 is no measurement (a WAT down keeps its 0)."""
-        blank = (explored.median_mbps <= 0) & (frame.column("up") != 0)
+    def _unknown_blank(self, frame: KpiFrame, slots: np.ndarray[Any, np.dtype[np.intp]],
+                       carried: np.ndarray[Any, np.dtype[np.bool_]],
+                       explored: CapacityForecast) -> CapacityForecast:
+        """The measured estimator's forecast, NaN for a WAT up that carried nothing this period
+        and was never measured: its estimate is no measurement (0, or the trickle a backup
+        subflow carried once, which bounds its exploration), and a WAT down keeps its 0."""
+        blank = ~carried & ~self._measured[slots] & (frame.column("up") != 0)
         return CapacityForecast(median_mbps=np.where(blank, np.nan, explored.median_mbps),
                                 lower_mbps=np.where(blank, np.nan, explored.lower_mbps))

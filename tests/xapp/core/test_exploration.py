@@ -174,6 +174,22 @@ def test_ungraded_forecasts_of_a_series_out_of_domain_give_way_to_the_measuremen
     assert est.step(down).median_mbps[2] == 0.0
 
 
+def test_a_trickle_on_a_backup_subflow_is_no_measurement() -> None:
+    """The real stack's bad start once more: LiFi's backup subflow carried 0.2 Mbit/s in the first
+    period (unsaturated), then nothing.  That bounds the explorer's estimate at 4 x 0.2, under
+    1 % of the others; the WAT was never measured, so it has no estimate and is tried."""
+    est = ExploringEstimator(PaperScale())
+    est.step(_blockage_frame([8.0, 7.5, 0.2], [1.0, 0.0, 0.0]))
+    trickled = est.step(_blockage_frame([8.0, 7.5, 0.2], [1.0, 1.0, 0.0]))
+    assert trickled.median_mbps[2] > 0  # carrying: the explorer's lower bound
+    out = [est.step(_blockage_frame([8.0, 7.5, 0.0], [1.0, 1.0, 0.0])) for _ in range(3)]
+    assert all(np.isnan(f.median_mbps[2]) for f in out)
+    # Once measured, what it carries is its capacity, also when it then carries nothing.
+    est.step(_blockage_frame([8.0, 7.5, 0.5], [1.0, 1.0, 1.0]))
+    after = est.step(_blockage_frame([8.0, 7.5, 0.0], [1.0, 1.0, 0.0]))
+    assert 0.5 <= after.median_mbps[2] <= 4 * 0.5
+
+
 def test_a_series_graded_within_the_domain_keeps_the_models_ungraded_forecasts() -> None:
     """Only a series with a WAT out of domain distrusts its ungraded WATs: where every graded
     WAT is within it, the model's forecast of an unmeasured one stands (LiFi stays at 2.8)."""
