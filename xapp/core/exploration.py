@@ -19,19 +19,24 @@ forecast's log error against the next measurement (:data:`ERROR_ALPHA`); where i
 for that link, and the measured estimator's forecast stands instead, until the model's own
 forecasts come back within it (they are still graded while set aside).
 
-**A series out of domain.**  Grading needs a measurement, and a WAT the model drops carries
+**A CPE out of domain.**  Grading needs a measurement, and a WAT the model drops carries
 nothing, so it is never measured: on the real stack's ``lifi-blockage`` (issue 32) the model,
 reading radio KPIs at the source paper's scale, forecast NR at 300, Wi-Fi at 860 and LiFi at 3
 Mbit/s for links of 12, 8 and 24; under 1 % of the total, LiFi got weight 0 (backup on its
 MPTCP endpoint) and no grade ever reached it.  Wi-Fi, carrying the connection alone, was
 reported unsaturated (a censored row keeps the larger forecast: 860) while NR, graded at 8,
-fell to its measured 8 and then under 1 % of Wi-Fi's 860 too.  So once any WAT of a series
-(one CPE, one direction) is out of domain, the model has shown it does not know that CPE's
-links: its forecasts of the series' WATs that no measurement has graded yet are set aside as
-well, and the measured estimator's stand for them.  A WAT graded within the domain keeps the
-model's forecast (``make e2e``: NR right, Wi-Fi's backhaul not).  Trusting the model on an
-ungraded WAT until the series shows it wrong costs the first measured period or two; distrusting
-every ungraded forecast from the start would set the model aside everywhere it is right.
+fell to its measured 8 and then under 1 % of Wi-Fi's 860 too.  So once any WAT of a CPE, in
+either direction, was out of domain, the model has shown it does not know that CPE's links
+(both directions read the same radio KPIs, and a WAT at weight 0 in one direction is backup in
+both): its forecasts of the CPE's WATs that no measurement has graded are set aside as well, and
+the measured estimator's stand for them.  This holds after the graded WAT comes back within the
+domain (the model follows a measured WAT's delivered rate; its ungraded forecasts are as
+untested as before): a WAT earns the model's forecast by its own grades.  A WAT graded within
+the domain keeps the model's forecast (``make e2e``: NR right, Wi-Fi's backhaul not); an
+ungraded one under exploration grows until it is the bottleneck, measured and graded.  Trusting
+the model on ungraded WATs until the CPE shows it wrong costs the first measured period or two;
+distrusting every ungraded forecast from the start would set the model aside on every
+censored WAT, which under WRR is every WAT but the bottleneck.
 
 **Nothing measured is no estimate.**  Where the measured estimator stands for a WAT that is up,
 carried nothing this period and was never measured (no saturated period), its estimate is no
@@ -81,9 +86,11 @@ class ExploringEstimator:
         self.explorer = explorer if explorer is not None else EwmaEstimator()
         #: Per (series, WAT) key: its slot in the arrays below.
         self._slots: dict[tuple[str, str], int] = {}
-        #: Per series: its index in ``_series_of`` (slot -> series index).
-        self._series: dict[str, int] = {}
-        self._series_of = np.zeros(0, dtype=np.intp)
+        #: Per CPE: its index (``_cpe_of``: slot -> CPE index) and whether a key of it was ever
+        #: out of domain (``_cpe_out``, by CPE index).
+        self._cpes: dict[str, int] = {}
+        self._cpe_of = np.zeros(0, dtype=np.intp)
+        self._cpe_out = np.zeros(0, dtype=bool)
         self._rows_of: tuple[Any, Any, Any] | None = None
         self._row_slots = np.zeros(0, dtype=np.intp)
         #: Per slot: the wrapped forecaster's last forecast, its log-error score, whether a
@@ -110,12 +117,13 @@ class ExploringEstimator:
                                                                      strict=True)):
             return self._row_slots
         slots = np.empty(len(frame), dtype=np.intp)
-        series_of: list[int] = []
-        for i, key in enumerate(zip(frame.series.tolist(), frame.wat.tolist(), strict=True)):
-            slot = self._slots.get(key)
+        cpe_of: list[int] = []
+        for i, (series, wat, cpe) in enumerate(zip(frame.series.tolist(), frame.wat.tolist(),
+                                                   frame.cpe.tolist(), strict=True)):
+            slot = self._slots.get((series, wat))
             if slot is None:
-                slot = self._slots[key] = len(self._slots)
-                series_of.append(self._series.setdefault(key[0], len(self._series)))
+                slot = self._slots[(series, wat)] = len(self._slots)
+                cpe_of.append(self._cpes.setdefault(cpe, len(self._cpes)))
             slots[i] = slot
         grow = len(self._slots) - len(self._prev)
         if grow > 0:
@@ -123,14 +131,16 @@ class ExploringEstimator:
             self._score = np.concatenate([self._score, np.zeros(grow)])
             self._graded = np.concatenate([self._graded, np.zeros(grow, dtype=bool)])
             self._measured = np.concatenate([self._measured, np.zeros(grow, dtype=bool)])
-            self._series_of = np.concatenate([self._series_of,
-                                              np.array(series_of, dtype=np.intp)])
+            self._cpe_of = np.concatenate([self._cpe_of, np.array(cpe_of, dtype=np.intp)])
+            self._cpe_out = np.concatenate([self._cpe_out, np.zeros(len(self._cpes)
+                                                                     - len(self._cpe_out),
+                                                                     dtype=bool)])
         self._rows_of, self._row_slots = rows, slots
         return slots
 
     def step(self, frame: KpiFrame) -> CapacityForecast:
         """Both forecasters ingest the tick; censored rows take the larger forecast, rows whose
-        key is out of the wrapped forecaster's domain (or ungraded in a series that is) the
+        key is out of the wrapped forecaster's domain (or ungraded on a CPE that was) the
         measured estimator's, NaN where that has measured nothing (the loop tries the WAT)."""
         own = self.base.step(frame)
         saturated = frame.column("saturated")
@@ -162,13 +172,12 @@ class ExploringEstimator:
 
     def _away(self, slots: np.ndarray[Any, np.dtype[np.intp]]
               ) -> np.ndarray[Any, np.dtype[np.bool_]]:
-        """Per row: its key is out of domain, or no measurement graded it and another key of
-        its series is out of domain."""
+        """Per row: its key is out of domain, or no measurement graded it and a key of its CPE
+        (either direction) was ever out of domain."""
         out = self._score > DOMAIN_LOG_ERROR
-        series_out = np.bincount(self._series_of[out], minlength=len(self._series)) > 0
-        own = out[slots]
-        return np.asarray(own | (series_out[self._series_of[slots]] & ~self._graded[slots]),
-                          dtype=bool)
+        self._cpe_out[self._cpe_of[out]] = True
+        ungraded = self._cpe_out[self._cpe_of[slots]] & ~self._graded[slots]
+        return np.asarray(out[slots] | ungraded, dtype=bool)
 
     def _unknown_blank(self, frame: KpiFrame, slots: np.ndarray[Any, np.dtype[np.intp]],
                        carried: np.ndarray[Any, np.dtype[np.bool_]],

@@ -198,3 +198,42 @@ def test_a_series_graded_within_the_domain_keeps_the_models_ungraded_forecasts()
         f = est.step(_blockage_frame([290.0, 850.0, 0.0], [1.0, 1.0, 0.0]))
     assert est.out_of_domain() == 0
     assert f.median_mbps.tolist() == [302.0, 864.0, 2.8]
+
+
+class Following(PaperScale):
+    """The model once NR's delivered rate is among its inputs: after a few periods its NR
+    forecast follows the measurement (8.5), its Wi-Fi and LiFi forecasts stay at paper scale."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def step(self, frame: KpiFrame) -> CapacityForecast:
+        self.steps += 1
+        f = super().step(frame)
+        nr = (frame.wat == "nr") & (self.steps > 3)
+        return CapacityForecast(median_mbps=np.where(nr, 8.5, f.median_mbps),
+                                lower_mbps=np.where(nr, 8.0, f.lower_mbps))
+
+
+def _both_directions(ul: list[float], ul_sat: list[float], dl: list[float],
+                     dl_sat: list[float]) -> KpiFrame:
+    wats = ["nr", "wifi", "lifi"]
+    return KpiFrame(time_s=0.0, cpe=np.array(["c"] * 6), wat=np.array(wats * 2),
+                    direction=np.array(["ul"] * 3 + ["dl"] * 3),
+                    values={"delivered_mbps": np.array(ul + dl),
+                            "saturated": np.array(ul_sat + dl_sat), "up": np.ones(6)})
+
+
+def test_a_cpe_once_out_of_domain_distrusts_its_ungraded_forecasts_in_both_directions() -> None:
+    """Issue 32's bench once more: the proxy reported every downlink period unsaturated (so no
+    downlink grade), and the model's NR forecast came back to the measurement after a few
+    periods.  The uplink's NR showed the model 25x off for this CPE: the downlink's ungraded
+    forecasts are set aside too (LiFi, at weight 0 there, is tried: a WAT backup in one
+    direction is backup in both), and Wi-Fi's stays set aside when NR's grade recovers."""
+    est = ExploringEstimator(Following())
+    frame = _both_directions([8.0, 7.5, 0.0], [1.0, 0.0, 0.0], [11.0, 7.4, 0.0], [0.0, 0.0, 0.0])
+    out = [est.step(frame) for _ in range(14)]
+    _, ul_wifi, ul_lifi, dl_nr, dl_wifi, dl_lifi = out[-1].median_mbps
+    assert est.out_of_domain() == 0  # NR's forecast follows its measurement again
+    assert ul_wifi <= 4 * 7.5 and dl_wifi <= 4 * 7.4 and dl_nr <= 4 * 11.0
+    assert np.isnan(ul_lifi) and np.isnan(dl_lifi)
