@@ -106,7 +106,8 @@ class ExploringEstimator:
         return getattr(self.base, "version", None)
 
     def out_of_domain(self) -> int:
-        """How many (series, WAT) keys take the measured estimator's forecast now."""
+        """How many (series, WAT) keys are out of the model's domain now (the ungraded keys of
+        their CPEs take the measured estimator's forecast as well)."""
         return int((self._score > DOMAIN_LOG_ERROR).sum())
 
     def _slots_for(self, frame: KpiFrame) -> np.ndarray[Any, np.dtype[np.intp]]:
