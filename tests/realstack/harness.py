@@ -51,6 +51,7 @@ from tests.e2e.netns import PROXY_ADDR, Path
 from tests.e2e.observer import Applied, Observer
 from tests.e2e.reallink import PROXY_ID, agent_config, proxy_acl
 from tests.integration.stack import AGENT_BINARY, REPO, XappRun, influx_write, operator_env
+from tests.realstack import history
 from tests.realstack.publishing import Publisher, plan
 from tests.realstack.replay import save_applied
 from tests.realstack.shaping import ShapedTopology
@@ -196,7 +197,9 @@ class Run:
     def _xapp(self, estimator: str) -> XappRun:
         s = self.servers
         doc = json.loads((REPO / "config-file.json").read_text())
-        doc["controls"]["loop"].update(control_period_s=self.trace.period_s, kpi_max_age_s=3.0)
+        # Every tick's forecasts go to InfluxDB, for the run's history (:mod:`history`).
+        doc["controls"]["loop"].update(control_period_s=self.trace.period_s, kpi_max_age_s=3.0,
+                                       forecast_history_s=self.trace.period_s)
         if self.policy.startswith("rules_"):
             doc["controls"]["default_policy"] = rules_policy(
                 doc["controls"]["default_policy"], self.policy.removeprefix("rules_"),
@@ -228,6 +231,7 @@ class Run:
     # --- the run -----------------------------------------------------------------------------
     def execute(self) -> RunResult:
         self.root.mkdir(parents=True, exist_ok=True)
+        started = time.time()
         self.servers.clear_weights()
         observer = Observer(self.servers.pki, self.servers.broker.port, time.monotonic(),
                             client_id=f"realstack-observer-{time.time_ns()}")
@@ -270,10 +274,18 @@ class Run:
                 pub.close()
             if xapp is not None:
                 xapp.stop()
+                self._save_history(started)
             for proc in self.procs.values():
                 stop_process(proc, 5.0)
             observer.stop()
             self.topo.close()
+
+    def _save_history(self, since_s: float) -> None:
+        """The xApp's KPIs, forecasts and weights of this run into the run's directory."""
+        try:
+            history.save(self.servers.influx, since_s, self.t0 or since_s, self.root)
+        except (OSError, ValueError) as exc:  # the run's figures stand without its history
+            self.notes.append(f"history not saved: {exc}")
 
     def _radio_until(self, stop: threading.Event) -> None:
         """The trace's radio KPIs into InfluxDB every period, as a KPI writer keeps them fresh:

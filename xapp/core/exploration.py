@@ -18,6 +18,37 @@ forecast's log error against the next measurement (:data:`ERROR_ALPHA`); where i
 :data:`DOMAIN_LOG_ERROR` (off by more than half, typically) the model is outside what it learnt
 for that link, and the measured estimator's forecast stands instead, until the model's own
 forecasts come back within it (they are still graded while set aside).
+
+**A CPE out of domain.**  Grading needs a measurement, and a WAT the model drops carries
+nothing, so it is never measured: on the real stack's ``lifi-blockage`` (issue 32) the model,
+reading radio KPIs at the source paper's scale, forecast NR at 300, Wi-Fi at 860 and LiFi at 3
+Mbit/s for links of 12, 8 and 24; under 1 % of the total, LiFi got weight 0 (backup on its
+MPTCP endpoint) and no grade ever reached it.  Wi-Fi, carrying the connection alone, was
+reported unsaturated (a censored row keeps the larger forecast: 860) while NR, graded at 8,
+fell to its measured 8 and then under 1 % of Wi-Fi's 860 too.  So once any WAT of a CPE, in
+either direction, was out of domain, the model has shown it does not know that CPE's links
+(both directions read the same radio KPIs, and a WAT at weight 0 in one direction is backup in
+both): its forecasts of the CPE's WATs that no measurement has graded are set aside as well, and
+the measured estimator's stand for them.  This holds after the graded WAT comes back within the
+domain (the model follows a measured WAT's delivered rate; its ungraded forecasts are as
+untested as before): a WAT earns the model's forecast by its own grades.  A WAT graded within
+the domain keeps the model's forecast (``make e2e``: NR right, Wi-Fi's backhaul not); an
+ungraded one under exploration grows until it is the bottleneck, measured and graded.  Trusting
+the model on ungraded WATs until the CPE shows it wrong costs the first measured period or two;
+distrusting every ungraded forecast from the start would set the model aside on every
+censored WAT, which under WRR is every WAT but the bottleneck.
+
+**Nothing measured is no estimate.**  Where the measured estimator stands for a WAT that is up,
+carried nothing this period and was never measured (no saturated period), its estimate is no
+estimate: 0 at weight 0 since the start, or a few times the trickle a backup subflow carried
+once (0.1-0.2 Mbit/s on the real stack), since exploration is bounded by what the WAT delivered.
+There the forecast is NaN: the loop tries the WAT at the CPE's smallest forecast
+(:func:`xapp.core.rowmap.inputs`), so it carries traffic and is measured, instead of being
+switched off on a forecast no measurement confirmed.  A WAT that carries traffic keeps the
+explorer's lower bound (it grows until the WAT is the bottleneck), a WAT reported down keeps its
+0, and a WAT measured slow stays off on its measurement (``paper-static``'s 0.6 Mbit/s LiFi).
+The backup flag binds both directions (the proxy's MP_PRIO stops the CPE's sending too), so each
+direction's series must let the WAT back on for it to carry at all.
 """
 
 from __future__ import annotations
@@ -55,11 +86,19 @@ class ExploringEstimator:
         self.explorer = explorer if explorer is not None else EwmaEstimator()
         #: Per (series, WAT) key: its slot in the arrays below.
         self._slots: dict[tuple[str, str], int] = {}
+        #: Per CPE: its index (``_cpe_of``: slot -> CPE index) and whether a key of it was ever
+        #: out of domain (``_cpe_out``, by CPE index).
+        self._cpes: dict[str, int] = {}
+        self._cpe_of = np.zeros(0, dtype=np.intp)
+        self._cpe_out = np.zeros(0, dtype=bool)
         self._rows_of: tuple[Any, Any, Any] | None = None
         self._row_slots = np.zeros(0, dtype=np.intp)
-        #: Per slot: the wrapped forecaster's last forecast and its log-error score.
+        #: Per slot: the wrapped forecaster's last forecast, its log-error score, whether a
+        #: measurement ever graded it, and whether the WAT was ever measured at all.
         self._prev = np.zeros(0)
         self._score = np.zeros(0)
+        self._graded = np.zeros(0, dtype=bool)
+        self._measured = np.zeros(0, dtype=bool)
 
     @property
     def version(self) -> Any:
@@ -67,7 +106,8 @@ class ExploringEstimator:
         return getattr(self.base, "version", None)
 
     def out_of_domain(self) -> int:
-        """How many (series, WAT) keys take the measured estimator's forecast now."""
+        """How many (series, WAT) keys are out of the model's domain now (the ungraded keys of
+        their CPEs take the measured estimator's forecast as well)."""
         return int((self._score > DOMAIN_LOG_ERROR).sum())
 
     def _slots_for(self, frame: KpiFrame) -> np.ndarray[Any, np.dtype[np.intp]]:
@@ -78,36 +118,50 @@ class ExploringEstimator:
                                                                      strict=True)):
             return self._row_slots
         slots = np.empty(len(frame), dtype=np.intp)
-        for i, key in enumerate(zip(frame.series.tolist(), frame.wat.tolist(), strict=True)):
-            slot = self._slots.get(key)
+        cpe_of: list[int] = []
+        for i, (series, wat, cpe) in enumerate(zip(frame.series.tolist(), frame.wat.tolist(),
+                                                   frame.cpe.tolist(), strict=True)):
+            slot = self._slots.get((series, wat))
             if slot is None:
-                slot = self._slots[key] = len(self._slots)
+                slot = self._slots[(series, wat)] = len(self._slots)
+                cpe_of.append(self._cpes.setdefault(cpe, len(self._cpes)))
             slots[i] = slot
         grow = len(self._slots) - len(self._prev)
         if grow > 0:
             self._prev = np.concatenate([self._prev, np.full(grow, np.nan)])
             self._score = np.concatenate([self._score, np.zeros(grow)])
+            self._graded = np.concatenate([self._graded, np.zeros(grow, dtype=bool)])
+            self._measured = np.concatenate([self._measured, np.zeros(grow, dtype=bool)])
+            self._cpe_of = np.concatenate([self._cpe_of, np.array(cpe_of, dtype=np.intp)])
+            self._cpe_out = np.concatenate([self._cpe_out, np.zeros(len(self._cpes)
+                                                                     - len(self._cpe_out),
+                                                                     dtype=bool)])
         self._rows_of, self._row_slots = rows, slots
         return slots
 
     def step(self, frame: KpiFrame) -> CapacityForecast:
         """Both forecasters ingest the tick; censored rows take the larger forecast, rows whose
-        key is out of the wrapped forecaster's domain the measured estimator's."""
+        key is out of the wrapped forecaster's domain (or ungraded on a CPE that was) the
+        measured estimator's, NaN where that has measured nothing (the loop tries the WAT)."""
         own = self.base.step(frame)
-        explored = self.explorer.step(frame)
         saturated = frame.column("saturated")
         censored = np.isfinite(saturated) & (saturated < SATURATED_MIN)
         slots = self._slots_for(frame)
         delivered = frame.column("delivered_mbps")
-        measured = ~censored & np.isfinite(saturated) & np.isfinite(delivered) & (delivered > 0)
+        carried = np.isfinite(delivered) & (delivered > 0)
+        # What the explorer reads as a measurement (a row without saturation is one to it).
+        self._measured[slots[~censored & carried]] = True
+        explored = self._unknown_blank(frame, slots, carried, self.explorer.step(frame))
+        measured = ~censored & np.isfinite(saturated) & carried
         prev = self._prev[slots]
         graded = measured & np.isfinite(prev) & (prev > 0)
         if graded.any():
             err = np.abs(np.log(prev[graded] / delivered[graded]))
             s = slots[graded]
             self._score[s] += ERROR_ALPHA * (err - self._score[s])
+            self._graded[s] = True
         self._prev[slots] = own.median_mbps
-        away = self._score[slots] > DOMAIN_LOG_ERROR
+        away = self._away(slots)
         own = CapacityForecast(
             median_mbps=np.where(away, explored.median_mbps, own.median_mbps),
             lower_mbps=np.where(away, explored.lower_mbps, own.lower_mbps))
@@ -116,3 +170,22 @@ class ExploringEstimator:
         median = np.where(censored, np.fmax(median, explored.median_mbps), median)
         lower = np.where(censored, np.fmax(lower, explored.lower_mbps), lower)
         return CapacityForecast(median_mbps=median, lower_mbps=np.minimum(lower, median))
+
+    def _away(self, slots: np.ndarray[Any, np.dtype[np.intp]]
+              ) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """Per row: its key is out of domain, or no measurement graded it and a key of its CPE
+        (either direction) was ever out of domain."""
+        out = self._score > DOMAIN_LOG_ERROR
+        self._cpe_out[self._cpe_of[out]] = True
+        ungraded = self._cpe_out[self._cpe_of[slots]] & ~self._graded[slots]
+        return np.asarray(out[slots] | ungraded, dtype=bool)
+
+    def _unknown_blank(self, frame: KpiFrame, slots: np.ndarray[Any, np.dtype[np.intp]],
+                       carried: np.ndarray[Any, np.dtype[np.bool_]],
+                       explored: CapacityForecast) -> CapacityForecast:
+        """The measured estimator's forecast, NaN for a WAT up that carried nothing this period
+        and was never measured: its estimate is no measurement (0, or the trickle a backup
+        subflow carried once, which bounds its exploration), and a WAT down keeps its 0."""
+        blank = ~carried & ~self._measured[slots] & (frame.column("up") != 0)
+        return CapacityForecast(median_mbps=np.where(blank, np.nan, explored.median_mbps),
+                                lower_mbps=np.where(blank, np.nan, explored.lower_mbps))
