@@ -111,6 +111,21 @@ type Aggregator struct {
 // load), an application-limited sender sharing it 0.13 to 0.29.
 const FullFill = 0.75
 
+// QueueRTTRatio and QueueMinDelay tell a standing queue in the network
+// (Subflow.NetworkQueued): a smoothed RTT at least twice the least RTT and
+// 5 ms above it. The smoothed RTT of a path without a queue stays within
+// its jitter of the least one (the smoothing averages a burst out), and
+// 5 ms covers a short Wi-Fi hop's aggregation; a bottleneck buffer of tens
+// of milliseconds (50 ms in the real-stack bench's shaping, where the least
+// RTT is under a millisecond: 25 to 50 ms measured) is far beyond both.
+// Erring low here is cheap (the time the sender was held by a window or a
+// buffer stays excluded: censored, explored); erring high would read a
+// window-limited rate as the path's.
+const (
+	QueueRTTRatio = 2
+	QueueMinDelay = 5 * time.Millisecond
+)
+
 // CappedFill is the share of a WAT's cap that its delivered throughput must
 // reach for the cap to count as what held it. Goodput through an HTB at
 // rate C is about 0.93 to 0.95 C: the cap counts link-layer bytes, the
@@ -128,13 +143,17 @@ const CappedFill = 0.85
 
 // sockState is what the aggregator remembers of a socket between samples.
 type sockState struct {
-	acked, received uint64
-	pathLimited     uint64
-	chrono          bool
-	cwnd, rttMicros uint32
-	queued          bool // a full segment written but not sent
-	dataSegs        uint32
-	retrans         uint32
+	acked, received   uint64
+	busy, pathLimited uint64
+	chrono            bool
+	cwnd, rttMicros   uint32
+	queued            bool // a full segment written but not sent
+	netQueued         bool // a standing queue in the network (NetworkQueued)
+	inRTO             bool // recovering from a retransmission timeout
+	rtoMillis         uint32
+	hasRTOTime        bool
+	dataSegs          uint32
+	retrans           uint32
 }
 
 // WATInfo is what the aggregator needs per WAT.
@@ -198,19 +217,19 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		if !ok {
 			continue
 		}
-		cur := sockState{acked: s.BytesAcked, received: s.BytesRecv, pathLimited: s.PathLimitedMicros(), chrono: s.HasChrono, cwnd: s.Cwnd, rttMicros: s.RTTMicros,
-			queued: s.SndMSS > 0 && s.NotsentBytes >= s.SndMSS, dataSegs: s.DataSegsOut, retrans: s.TotalRetrans}
+		cur := sockState{acked: s.BytesAcked, received: s.BytesRecv, busy: s.BusyMicros, pathLimited: s.PathLimitedMicros(), chrono: s.HasChrono,
+			cwnd: s.Cwnd, rttMicros: s.RTTMicros, queued: s.SndMSS > 0 && s.NotsentBytes >= s.SndMSS, netQueued: s.NetworkQueued(),
+			inRTO: s.InRTORecovery(), rtoMillis: s.RTORecoveryMillis, hasRTOTime: s.HasRTOTime, dataSegs: s.DataSegsOut, retrans: s.TotalRetrans}
 		next[s.Cookie] = cur
 		prev, seen := a.last[s.Cookie]
-		var bytes, recv, pathMicros uint64
+		var bytes, recv, busyMicros, pathMicros, rtoMicros uint64
 		var segs, retrans uint32
 		switch {
 		case seen:
 			if cur.acked >= prev.acked {
 				bytes = cur.acked - prev.acked
-				if cur.pathLimited >= prev.pathLimited {
-					pathMicros = cur.pathLimited - prev.pathLimited
-				}
+				busyMicros = growth(cur.busy, prev.busy)
+				pathMicros = growth(cur.pathLimited, prev.pathLimited)
 			}
 			if cur.received >= prev.received {
 				recv = cur.received - prev.received
@@ -220,9 +239,13 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			// never go back otherwise (its cookie is never reused), so the
 			// modular difference is their growth.
 			segs, retrans = cur.dataSegs-prev.dataSegs, cur.retrans-prev.retrans
+			if cur.hasRTOTime && prev.hasRTOTime {
+				rtoMicros = uint64(cur.rtoMillis-prev.rtoMillis) * 1000 // 32 bits of ms wrap after 49 days
+			}
 		case !first: // born during the interval: everything is new
-			bytes, recv, pathMicros = cur.acked, cur.received, cur.pathLimited
+			bytes, recv, busyMicros, pathMicros = cur.acked, cur.received, cur.busy, cur.pathLimited
 			segs, retrans = cur.dataSegs, cur.retrans
+			rtoMicros = uint64(cur.rtoMillis) * 1000
 		}
 		w := sums[name]
 		if w == nil {
@@ -244,9 +267,17 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 				cwnd = (cwnd + float64(prev.cwnd)) / 2
 				rtt = (rtt + float64(prev.rttMicros)) / 2
 			}
+			if cur.netQueued && (!seen || prev.netQueued) && rtoMicros == 0 {
+				// Held by a window or a buffer, it still filled the path.
+				pathMicros = busyMicros
+			}
+			// Waiting for a retransmission timer is not the path's rate.
+			pathMicros -= min(pathMicros, rtoMicros)
 			f := clip01(float64(pathMicros) / 1e6 / seconds)
 			window := cwnd * float64(s.SndMSS)
 			switch {
+			case cur.inRTO || seen && prev.inRTO:
+				f = 0 // the window and RTT at that end are the timeout's
 			case cur.queued && (!seen || prev.queued):
 				// A standing queue: held back by the path all along, f
 				// stays the busy share.
@@ -334,6 +365,15 @@ func (a *Aggregator) heldCap(name string, capMbps float64) float64 {
 		return prev
 	}
 	return min(prev, capMbps)
+}
+
+// growth is how much a cumulative counter grew from prev to cur: 0 if it
+// went back (inconsistent chrono readings).
+func growth(cur, prev uint64) uint64 {
+	if cur < prev {
+		return 0
+	}
+	return cur - prev
 }
 
 func clip01(v float64) float64 { return min(max(v, 0), 1) }
