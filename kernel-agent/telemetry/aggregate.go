@@ -150,8 +150,9 @@ type sockState struct {
 	queued            bool // a full segment written but not sent
 	netQueued         bool // a standing queue in the network (NetworkQueued)
 	inRTO             bool // recovering from a retransmission timeout
-	rtoMillis         uint32
 	hasRTOTime        bool
+	rtos              uint16
+	rtoMillis         uint32
 	dataSegs          uint32
 	retrans           uint32
 }
@@ -219,11 +220,12 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		}
 		cur := sockState{acked: s.BytesAcked, received: s.BytesRecv, busy: s.BusyMicros, pathLimited: s.PathLimitedMicros(), chrono: s.HasChrono,
 			cwnd: s.Cwnd, rttMicros: s.RTTMicros, queued: s.SndMSS > 0 && s.NotsentBytes >= s.SndMSS, netQueued: s.NetworkQueued(),
-			inRTO: s.InRTORecovery(), rtoMillis: s.RTORecoveryMillis, hasRTOTime: s.HasRTOTime, dataSegs: s.DataSegsOut, retrans: s.TotalRetrans}
+			inRTO: s.InRTORecovery(), hasRTOTime: s.HasRTOTime, rtos: s.RTOs, rtoMillis: s.RTORecoveryMillis, dataSegs: s.DataSegsOut, retrans: s.TotalRetrans}
 		next[s.Cookie] = cur
 		prev, seen := a.last[s.Cookie]
-		var bytes, recv, busyMicros, pathMicros, rtoMicros uint64
+		var bytes, recv, busyMicros, pathMicros uint64
 		var segs, retrans uint32
+		timedOut := cur.inRTO // a timeout in the interval or at an end of it
 		switch {
 		case seen:
 			if cur.acked >= prev.acked {
@@ -239,13 +241,12 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			// never go back otherwise (its cookie is never reused), so the
 			// modular difference is their growth.
 			segs, retrans = cur.dataSegs-prev.dataSegs, cur.retrans-prev.retrans
-			if cur.hasRTOTime && prev.hasRTOTime {
-				rtoMicros = uint64(cur.rtoMillis-prev.rtoMillis) * 1000 // 32 bits of ms wrap after 49 days
-			}
+			timedOut = timedOut || prev.inRTO ||
+				cur.hasRTOTime && prev.hasRTOTime && (cur.rtos != prev.rtos || cur.rtoMillis != prev.rtoMillis)
 		case !first: // born during the interval: everything is new
 			bytes, recv, busyMicros, pathMicros = cur.acked, cur.received, cur.busy, cur.pathLimited
 			segs, retrans = cur.dataSegs, cur.retrans
-			rtoMicros = uint64(cur.rtoMillis) * 1000
+			timedOut = timedOut || cur.rtos > 0 || cur.rtoMillis > 0
 		}
 		w := sums[name]
 		if w == nil {
@@ -267,17 +268,20 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 				cwnd = (cwnd + float64(prev.cwnd)) / 2
 				rtt = (rtt + float64(prev.rttMicros)) / 2
 			}
-			if cur.netQueued && (!seen || prev.netQueued) && rtoMicros == 0 {
+			if cur.netQueued && (!seen || prev.netQueued) {
 				// Held by a window or a buffer, it still filled the path.
 				pathMicros = busyMicros
 			}
-			// Waiting for a retransmission timer is not the path's rate.
-			pathMicros -= min(pathMicros, rtoMicros)
+			// Stalled since its last ACK, it delivered nothing whatever
+			// held it: not the path's rate.
+			pathMicros -= min(pathMicros, uint64(s.LastAckRecvMillis)*1000)
 			f := clip01(float64(pathMicros) / 1e6 / seconds)
 			window := cwnd * float64(s.SndMSS)
 			switch {
-			case cur.inRTO || seen && prev.inRTO:
-				f = 0 // the window and RTT at that end are the timeout's
+			case timedOut:
+				// It waited out a timeout, and its window and RTT are the
+				// timeout's: one segment, and the RTT of before it.
+				f = 0
 			case cur.queued && (!seen || prev.queued):
 				// A standing queue: held back by the path all along, f
 				// stays the busy share.

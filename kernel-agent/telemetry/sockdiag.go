@@ -42,17 +42,23 @@ type Subflow struct {
 	// over a window of minutes: sysctl tcp_min_rtt_wlen); 0 when unknown.
 	MinRTTMicros uint32
 
-	// Loss recovery: CAState is the congestion-avoidance state
-	// (tcpi_ca_state; caLoss after a retransmission timeout, until the
-	// loss is repaired), Backoff how many times the retransmission (or
-	// zero-window probe) timer has backed off since the last progress
-	// (tcpi_backoff). RTORecoveryMillis is the whole time the socket spent
-	// recovering from retransmission timeouts, the unfinished recovery
-	// included (tcpi_total_rto_time, Linux 6.7); HasRTOTime is false when
-	// the kernel's tcp_info is too short to carry it.
+	// LastAckRecvMillis is the time since the socket last received an
+	// ACK (tcpi_last_ack_recv; dupACKs count).
+	LastAckRecvMillis uint32
+
+	// Retransmission timeouts: CAState is the congestion-avoidance state
+	// (tcpi_ca_state; caLoss after a timeout, until the loss is repaired),
+	// Backoff how many times the retransmission (or zero-window probe)
+	// timer has backed off since the last progress (tcpi_backoff). RTOs
+	// counts the timeouts (tcpi_total_rto, 16 bits, wrapping) and
+	// RTORecoveryMillis the whole time spent recovering from them, the
+	// unfinished recovery included (tcpi_total_rto_time); both are Linux
+	// 6.7's, HasRTOTime is false when the kernel's tcp_info is too short
+	// to carry them.
 	CAState           uint8
 	Backoff           uint8
 	HasRTOTime        bool
+	RTOs              uint16
 	RTORecoveryMillis uint32
 
 	// Chrono statistics (tcp_info since Linux 4.10), cumulative over the
@@ -145,7 +151,9 @@ const (
 	offBusyTime      = 168
 	offRwndLimited   = 176
 	offSndbufLimited = 184
-	offTotalRTOTime  = 244 // after tcpi_total_rto and tcpi_total_rto_recoveries (u16 each)
+	offLastAckRecv   = 56
+	offTotalRTO      = 240 // u16, then tcpi_total_rto_recoveries (u16)
+	offTotalRTOTime  = 244
 	minTCPInfoLen    = offDeliveryRate + 8
 	chronoTCPInfoLen = offSndbufLimited + 8
 	rtoTCPInfoLen    = offTotalRTOTime + 4
@@ -229,6 +237,7 @@ func parseMessage(b []byte) (Subflow, error) {
 			s.TotalRetrans = binary.NativeEndian.Uint32(data[offTotalRetrans:])
 			s.MinRTTMicros = binary.NativeEndian.Uint32(data[offMinRTT:])
 			s.CAState, s.Backoff = data[offCAState], data[offBackoff]
+			s.LastAckRecvMillis = binary.NativeEndian.Uint32(data[offLastAckRecv:])
 			if len(data) >= chronoTCPInfoLen {
 				s.HasChrono = true
 				s.BusyMicros = binary.NativeEndian.Uint64(data[offBusyTime:])
@@ -237,6 +246,7 @@ func parseMessage(b []byte) (Subflow, error) {
 			}
 			if len(data) >= rtoTCPInfoLen {
 				s.HasRTOTime = true
+				s.RTOs = binary.NativeEndian.Uint16(data[offTotalRTO:])
 				s.RTORecoveryMillis = binary.NativeEndian.Uint32(data[offTotalRTOTime:])
 			}
 		case attrULPInfo:

@@ -18,7 +18,8 @@ type tcpInfo struct {
 	appLimited                bool
 	busy, rwnd, sndbuf        uint64
 	dataSegsOut, retrans      uint32
-	minRTTUs, rtoMs           uint32
+	minRTTUs, rtoMs, lastAck  uint32
+	rtos                      uint16
 	caState, backoff          uint8
 }
 
@@ -48,6 +49,10 @@ func tcpInfoBytes(size int, ti tcpInfo) []byte {
 	put64(offSndbufLimited, ti.sndbuf)
 	put32(offMinRTT, ti.minRTTUs)
 	put32(offTotalRTOTime, ti.rtoMs)
+	put32(offLastAckRecv, ti.lastAck)
+	if offTotalRTO+2 <= size {
+		binary.NativeEndian.PutUint16(info[offTotalRTO:], ti.rtos)
+	}
 	info[offCAState], info[offBackoff] = ti.caState, ti.backoff
 	// tcpi_fastopen_client_fail (the next bit-field) set, so that reading
 	// the wrong bit shows.
@@ -104,7 +109,7 @@ func TestParseMessage(t *testing.T) {
 		rttUs: 20100, cwnd: 100, mss: 1448, notsent: 65536, acked: 12345, rate: 4_200_000,
 		appLimited: true, busy: 900_000, rwnd: 100_000, sndbuf: 50_000,
 		dataSegsOut: 4_000_000_001, retrans: 70_001,
-		minRTTUs: 15_000, rtoMs: 1234, caState: caLoss, backoff: 3,
+		minRTTUs: 15_000, rtoMs: 1234, rtos: 5, lastAck: 321, caState: caLoss, backoff: 3,
 	}
 	base := Subflow{
 		Src: netip.MustParseAddr("10.31.1.1"), Dst: netip.MustParseAddr("10.31.1.2"),
@@ -112,13 +117,13 @@ func TestParseMessage(t *testing.T) {
 		RTTMicros: 20100, Cwnd: 100, BytesAcked: 12345, DeliveryRate: 4_200_000,
 		DeliveryRateAppLimited: true, SndMSS: 1448, NotsentBytes: 65536,
 		DataSegsOut: 4_000_000_001, TotalRetrans: 70_001,
-		MinRTTMicros: 15_000, CAState: caLoss, Backoff: 3,
+		MinRTTMicros: 15_000, LastAckRecvMillis: 321, CAState: caLoss, Backoff: 3,
 	}
 	withChrono := base
 	withChrono.HasChrono = true
 	withChrono.BusyMicros, withChrono.RwndLimitedMicros, withChrono.SndbufLimitedMicros = 900_000, 100_000, 50_000
 	withRTOTime := withChrono
-	withRTOTime.HasRTOTime, withRTOTime.RTORecoveryMillis = true, 1234
+	withRTOTime.HasRTOTime, withRTOTime.RTOs, withRTOTime.RTORecoveryMillis = true, 5, 1234
 	notLimited := withRTOTime
 	notLimited.DeliveryRateAppLimited = false
 	tiNotLimited := ti
@@ -422,10 +427,17 @@ func rtts(s Subflow, srtt, least uint32) Subflow {
 	return s
 }
 
-// recovering sets a subflow's loss-recovery state and its total time in
-// RTO recovery (ms; Linux 6.7's tcpi_total_rto_time).
-func recovering(s Subflow, caState, backoff uint8, rtoMs uint32) Subflow {
-	s.CAState, s.Backoff, s.HasRTOTime, s.RTORecoveryMillis = caState, backoff, true, rtoMs
+// recovering sets a subflow's loss-recovery state, its count of timeouts
+// and its total time in RTO recovery (ms; Linux 6.7's tcpi_total_rto and
+// tcpi_total_rto_time).
+func recovering(s Subflow, caState, backoff uint8, rtos uint16, rtoMs uint32) Subflow {
+	s.CAState, s.Backoff, s.HasRTOTime, s.RTOs, s.RTORecoveryMillis = caState, backoff, true, rtos, rtoMs
+	return s
+}
+
+// stalled sets the time since the subflow's last ACK (ms).
+func stalled(s Subflow, ms uint32) Subflow {
+	s.LastAckRecvMillis = ms
 	return s
 }
 
@@ -500,37 +512,51 @@ func TestAggregatorSaturation(t *testing.T) {
 		// queue's 2 s, so rate x srtt overfills the window and the timer's
 		// wait counts as busy. Both would read 8 kB/s as the path's rate.
 		name:     "in RTO recovery at the end of the interval: censored",
-		before:   []Subflow{recovering(window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 4, 1448, 2_000_000), 0, 0, 500)},
-		after:    []Subflow{recovering(window(chronoSF(nr, 1, 8000, 1_000_000, 0, 0, 8000), 1, 1448, 2_000_000), caLoss, 2, 1500)},
+		before:   []Subflow{recovering(window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 4, 1448, 2_000_000), 0, 0, 1, 500)},
+		after:    []Subflow{recovering(window(chronoSF(nr, 1, 8000, 1_000_000, 0, 0, 8000), 1, 1448, 2_000_000), caLoss, 2, 1, 1500)},
 		sat:      f64(0),
 		rateMbps: f64(0.064),
 	}, {
 		// Zero-window probes back the timer off too, and count no RTO time.
 		name:     "timer backed off at the start of the interval: censored",
-		before:   []Subflow{recovering(window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 1, 1448, 2_000_000), 0, 3, 0)},
-		after:    []Subflow{recovering(window(chronoSF(nr, 1, 8000, 1_000_000, 0, 0, 8000), 2, 1448, 2_000_000), 0, 0, 0)},
+		before:   []Subflow{recovering(window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 1, 1448, 2_000_000), 0, 3, 0, 0)},
+		after:    []Subflow{recovering(window(chronoSF(nr, 1, 8000, 1_000_000, 0, 0, 8000), 2, 1448, 2_000_000), 0, 0, 0, 0)},
 		sat:      f64(0),
 		rateMbps: f64(0.064),
 	}, {
-		// 600 ms of the second in RTO recovery (tcpi_total_rto_time),
-		// open at both ends: only the other 400 ms can be the path's.
-		name:     "RTO recovery within the interval is not path-limited time",
-		before:   []Subflow{recovering(chronoSF(nr, 1, 0, 0, 0, 0, 0), 0, 0, 100)},
-		after:    []Subflow{recovering(chronoSF(nr, 1, 1_000_000, 1_000_000, 0, 0, 1_000_000), 0, 0, 700)},
-		sat:      f64(0.4),
-		rateMbps: f64(8),
-	}, {
-		// After a timeout the srtt may be the stale one of before it: it
-		// does not show a queue.
-		name:     "RTO recovery within the interval: its srtt shows no queue",
-		before:   []Subflow{recovering(rtts(chronoSF(nr, 1, 0, 0, 0, 0, 0), 100_000, 1000), 0, 0, 100)},
-		after:    []Subflow{recovering(rtts(chronoSF(nr, 1, 1_000_000, 1_000_000, 0, 1_000_000, 1_000_000), 100_000, 1000), 0, 0, 200)},
+		// Open at both ends, but a timeout fired and was recovered from
+		// in between (tcpi_total_rto_time grew): it stalled for the
+		// timeout before, and its srtt may be the stale one of before it.
+		name:     "a timeout recovered from within the interval: censored",
+		before:   []Subflow{recovering(chronoSF(nr, 1, 0, 0, 0, 0, 0), 0, 0, 1, 100)},
+		after:    []Subflow{recovering(chronoSF(nr, 1, 1_000_000, 1_000_000, 0, 0, 1_000_000), 0, 0, 2, 700)},
 		sat:      f64(0),
 		rateMbps: f64(8),
 	}, {
+		name:     "a timeout counted within the interval (its recovery under a millisecond): censored",
+		before:   []Subflow{recovering(chronoSF(nr, 1, 0, 0, 0, 0, 0), 0, 0, 1, 100)},
+		after:    []Subflow{recovering(chronoSF(nr, 1, 1_000_000, 1_000_000, 0, 0, 1_000_000), 0, 0, 2, 100)},
+		sat:      f64(0),
+		rateMbps: f64(8),
+	}, {
+		name:     "subflow born during the interval that timed out: censored",
+		before:   nil,
+		after:    []Subflow{recovering(chronoSF(nr, 9, 1_000_000, 1_000_000, 0, 0, 1_000_000), 0, 0, 1, 300)},
+		sat:      f64(0),
+		rateMbps: f64(8),
+	}, {
+		// Case 2 before its timeout fires: the stale 2 s srtt makes
+		// rate x srtt fill the window, and the wait counts as busy, but no
+		// ACK came for the last 700 ms of the second.
+		name:     "stalled since its last ACK: that time is not path-limited",
+		before:   []Subflow{window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 4, 1448, 2_000_000)},
+		after:    []Subflow{stalled(window(chronoSF(nr, 1, 8000, 1_000_000, 0, 0, 8000), 4, 1448, 2_000_000), 700)},
+		sat:      f64(0.3),
+		rateMbps: f64(0.064),
+	}, {
 		name:     "fast recovery at both ends: a path-limited sender's loss, counted",
-		before:   []Subflow{recovering(chronoSF(nr, 1, 0, 5_000_000, 0, 0, 0), 3, 0, 0)},
-		after:    []Subflow{recovering(chronoSF(nr, 1, 1_000_000, 6_000_000, 0, 0, 1_000_000), 3, 0, 0)},
+		before:   []Subflow{recovering(chronoSF(nr, 1, 0, 5_000_000, 0, 0, 0), 3, 0, 0, 0)},
+		after:    []Subflow{recovering(chronoSF(nr, 1, 1_000_000, 6_000_000, 0, 0, 1_000_000), 3, 0, 0, 0)},
 		sat:      f64(1),
 		rateMbps: f64(8),
 	}, {
