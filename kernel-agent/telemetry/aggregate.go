@@ -18,7 +18,15 @@ import (
 //
 //   - busy: the growth of the time the socket had data queued or in flight
 //     and was limited by neither the receive window nor the send buffer
-//     (tcp_info chrono statistics, see Subflow), divided by the interval;
+//     (tcp_info chrono statistics, see Subflow), less the time since its
+//     last ACK at the end of the interval (a stall delivers nothing,
+//     whatever holds it), divided by the interval; the limited times count
+//     too when the subflow's smoothed RTT shows a standing queue in the
+//     network at both ends of the interval (at the end for a subflow born
+//     during it; Subflow.NetworkQueued): a sender held by the receiver's
+//     window or its send buffer with the bottleneck's queue standing has
+//     a window larger than the path's bandwidth-delay product, so the
+//     path, not the window, sets its rate;
 //   - fill: the mean data in flight over the interval (Little's law:
 //     delivered bytes per second times the smoothed RTT) divided by the
 //     congestion window (in bytes; window and RTT are the means of their
@@ -37,6 +45,29 @@ import (
 // apart: they keep a small part of their window in flight, a path-limited
 // subflow keeps it nearly full (TestSaturationInNetns measures both through
 // one tbf bottleneck: 0.2 and 1).
+//
+// The limited times alone are not enough either. A bulk MPTCP writer's
+// subflows can read as send-buffer limited while their congestion windows
+// hold them (the chrono tracks the connection's buffer: see Subflow, from
+// the kernel's code). On the real-stack bench (50 ms bottleneck buffers,
+// no propagation delay) a Wi-Fi subflow delivering 7-7.8 Mbit/s of its 8,
+// with an srtt of 25-50 ms, reported saturated exactly 0 for a dozen
+// periods (the fill cannot give 0 at that rate and RTT: all its busy time
+// was counted as limited), and a proxy every downlink period at 93 % of
+// the link rate. The standing queue
+// in the network tells that time apart from a sender truly held below the
+// path's rate, which builds no queue; the fill still applies to it.
+//
+// A subflow that went through a retransmission timeout in the interval,
+// or was recovering from one at either end of it (TCP_CA_Loss, a backed-off
+// timer, tcpi_total_rto or tcpi_total_rto_time grown; Subflow), counts 0:
+// it waited out the timer (busy, delivering nothing), and its window and
+// RTT are the timeout's, one segment and the RTT from before it, often a
+// queue's seconds, so the rate times that RTT overfills the window. On the
+// bench such a subflow, out of the floor's 8 s queue (below), read as
+// path-limited at under 1 Mbit/s and the forecast collapsed to it. Fast
+// recovery is not a timeout: a path-limited sender's losses end in it, and
+// a lossy path's rate is the path's.
 //
 // Per WAT the subflows are averaged weighted by the bytes each delivered in
 // the interval, so the figure is the share of the WAT's delivered bytes that
@@ -76,13 +107,20 @@ import (
 // lost: spurious retransmissions count, and losses repaired by a tail loss
 // probe (which tcpi_total_retrans leaves out) do not.
 //
-// Known limit: a long-lived application-limited sender whose congestion
-// window has decayed to the window it uses (Linux shrinks an unused window
-// towards the used one after an RTO without being window-limited) fills its
-// window although it is not path-limited. The standing-queue test is what
-// mainline MPTCP shows for a bulk sender (it queues ahead into its
-// subflows: 1 MB measured); the WRR kernel with cwnd_limited feeds a
-// subflow only while its window is open, so there the fill decides.
+// Known limits: a stall that began in the interval before and ended
+// without a timeout early in this one still counts as busy here (the
+// interval before did not count its share). A queue in the network that
+// other senders keep makes a subflow held by a small receive window or
+// send buffer read as path-limited where its congestion window is full
+// (the fill); its rate is then the share the queue leaves it, as for a
+// congestion-limited sender sharing the bottleneck. A long-lived
+// application-limited sender whose congestion window has decayed to the
+// window it uses (Linux shrinks an unused window towards the used one
+// after an RTO without being window-limited) fills its window although it
+// is not path-limited. The standing send-queue test is what mainline MPTCP
+// shows for a bulk sender (it queues ahead into its subflows: 1 MB
+// measured); the WRR kernel with cwnd_limited feeds a subflow only while
+// its window is open, so there the fill decides.
 //
 // It is not safe for concurrent use.
 type Aggregator struct {
@@ -103,7 +141,9 @@ type Aggregator struct {
 }
 
 // FullFill is the mean share of the congestion window in flight at which a
-// busy subflow without a standing queue counts as fully path-limited. Below
+// busy subflow without a standing send queue counts as fully path-limited
+// (a standing queue in the network lifts the exclusion of the window- and
+// buffer-limited time from busy, not the fill: see Aggregator). Below
 // 1 because a saturated subflow's window saws (loss halves it, growth
 // overshoots between samples) and a local bottleneck keeps part of the
 // window in the qdisc under TCP small queues: through a tbf bottleneck a

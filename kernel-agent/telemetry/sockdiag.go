@@ -1,7 +1,10 @@
 // Package telemetry reads the kernel's per-subflow TCP statistics through
 // sock_diag (NETLINK_SOCK_DIAG, inet_diag with tcp_info) and sums them per
 // WAT, a WAT's subflows being the TCP sockets whose source address is the
-// WAT interface's address.
+// WAT interface's address. Among the sums is saturated, the share of the
+// interval the WAT's subflows were held by the path, from their chrono
+// times, congestion windows, send queues, RTTs against the least RTT, and
+// retransmission timeouts (see Aggregator).
 package telemetry
 
 import (
