@@ -265,7 +265,6 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		prev, seen := a.last[s.Cookie]
 		var bytes, recv, busyMicros, pathMicros uint64
 		var segs, retrans uint32
-		timedOut := cur.inRTO // a timeout in the interval or at an end of it
 		switch {
 		case seen:
 			if cur.acked >= prev.acked {
@@ -281,12 +280,9 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			// never go back otherwise (its cookie is never reused), so the
 			// modular difference is their growth.
 			segs, retrans = cur.dataSegs-prev.dataSegs, cur.retrans-prev.retrans
-			timedOut = timedOut || prev.inRTO ||
-				cur.hasRTOTime && prev.hasRTOTime && (cur.rtos != prev.rtos || cur.rtoMillis != prev.rtoMillis)
 		case !first: // born during the interval: everything is new
 			bytes, recv, busyMicros, pathMicros = cur.acked, cur.received, cur.busy, cur.pathLimited
 			segs, retrans = cur.dataSegs, cur.retrans
-			timedOut = timedOut || cur.rtos > 0 || cur.rtoMillis > 0
 		}
 		w := sums[name]
 		if w == nil {
@@ -318,7 +314,7 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			f := clip01(float64(pathMicros) / 1e6 / seconds)
 			window := cwnd * float64(s.SndMSS)
 			switch {
-			case timedOut:
+			case cur.timedOutSince(prev, seen):
 				// It waited out a timeout, and its window and RTT are the
 				// timeout's: one segment, and the RTT of before it.
 				f = 0
@@ -396,6 +392,17 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		a.lastCap[name], a.lastHeld[name] = w.CapMbps, w.Floored
 	}
 	return res
+}
+
+// timedOutSince tells whether a socket went through a retransmission
+// timeout in the interval from prev (the zero state for a socket born
+// during it, seen false) to cur, or was recovering from one at either end.
+func (cur sockState) timedOutSince(prev sockState, seen bool) bool {
+	if !seen {
+		prev = sockState{hasRTOTime: cur.hasRTOTime}
+	}
+	return cur.inRTO || prev.inRTO ||
+		cur.hasRTOTime && prev.hasRTOTime && (cur.rtos != prev.rtos || cur.rtoMillis != prev.rtoMillis)
 }
 
 // heldCap is the smaller of a WAT's caps at both ends of the interval, cap
