@@ -22,12 +22,12 @@ type DirTelemetry struct {
 	BytesReceived *int64 `json:"bytes_received,omitempty"`
 	Cwnd          *int64 `json:"cwnd,omitempty"`
 	// Saturated is the fraction (0..1) of the interval the WAT's subflows
-	// were limited by their congestion window, i.e. by the path, weighted
-	// by the bytes each delivered: how much of DeliveredMbps measures
-	// capacity rather than the share the scheduler gave the WAT; 0 when
-	// the agent's own rate cap or floor held the WAT (telemetry.CappedFill,
-	// WATInfo.Floored), whose delivered rate is then a lower bound of its
-	// capacity. Nil means
+	// were limited by the path, weighted by the bytes each delivered: how
+	// much of DeliveredMbps measures capacity rather than the share the
+	// scheduler gave the WAT (telemetry.Aggregator; a subflow through a
+	// retransmission timeout counts 0); 0 when the agent's own rate cap or
+	// floor held the WAT (telemetry.CappedFill, WATInfo.Floored), whose
+	// delivered rate is then a lower bound of its capacity. Nil means
 	// unknown (first sample, the receiving end, or a kernel without
 	// tcp_info chrono times).
 	Saturated *float64 `json:"saturated,omitempty"`

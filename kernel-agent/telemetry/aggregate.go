@@ -18,7 +18,15 @@ import (
 //
 //   - busy: the growth of the time the socket had data queued or in flight
 //     and was limited by neither the receive window nor the send buffer
-//     (tcp_info chrono statistics, see Subflow), divided by the interval;
+//     (tcp_info chrono statistics, see Subflow), less the time since its
+//     last ACK at the end of the interval (a stall delivers nothing,
+//     whatever holds it), divided by the interval; the limited times count
+//     too when the subflow's smoothed RTT shows a standing queue in the
+//     network at both ends of the interval (at the end for a subflow born
+//     during it; Subflow.NetworkQueued): a sender held by the receiver's
+//     window or its send buffer with the bottleneck's queue standing has
+//     a window larger than the path's bandwidth-delay product, so the
+//     path, not the window, sets its rate;
 //   - fill: the mean data in flight over the interval (Little's law:
 //     delivered bytes per second times the smoothed RTT) divided by the
 //     congestion window (in bytes; window and RTT are the means of their
@@ -37,6 +45,29 @@ import (
 // apart: they keep a small part of their window in flight, a path-limited
 // subflow keeps it nearly full (TestSaturationInNetns measures both through
 // one tbf bottleneck: 0.2 and 1).
+//
+// The limited times alone are not enough either. A bulk MPTCP writer's
+// subflows can read as send-buffer limited while their congestion windows
+// hold them (the chrono tracks the connection's buffer: see Subflow, from
+// the kernel's code). On the real-stack bench (50 ms bottleneck buffers,
+// no propagation delay) a Wi-Fi subflow delivering 7-7.8 Mbit/s of its 8,
+// with an srtt of 25-50 ms, reported saturated exactly 0 for a dozen
+// periods (the fill cannot give 0 at that rate and RTT: all its busy time
+// was counted as limited), and a proxy every downlink period at 93 % of
+// the link rate. The standing queue
+// in the network tells that time apart from a sender truly held below the
+// path's rate, which builds no queue; the fill still applies to it.
+//
+// A subflow that went through a retransmission timeout in the interval,
+// or was recovering from one at either end of it (TCP_CA_Loss, a backed-off
+// timer, tcpi_total_rto or tcpi_total_rto_time grown; Subflow), counts 0:
+// it waited out the timer (busy, delivering nothing), and its window and
+// RTT are the timeout's, one segment and the RTT from before it, often a
+// queue's seconds, so the rate times that RTT overfills the window. On the
+// bench such a subflow, out of the floor's 8 s queue (below), read as
+// path-limited at under 1 Mbit/s and the forecast collapsed to it. Fast
+// recovery is not a timeout: a path-limited sender's losses end in it, and
+// a lossy path's rate is the path's.
 //
 // Per WAT the subflows are averaged weighted by the bytes each delivered in
 // the interval, so the figure is the share of the WAT's delivered bytes that
@@ -76,13 +107,20 @@ import (
 // lost: spurious retransmissions count, and losses repaired by a tail loss
 // probe (which tcpi_total_retrans leaves out) do not.
 //
-// Known limit: a long-lived application-limited sender whose congestion
-// window has decayed to the window it uses (Linux shrinks an unused window
-// towards the used one after an RTO without being window-limited) fills its
-// window although it is not path-limited. The standing-queue test is what
-// mainline MPTCP shows for a bulk sender (it queues ahead into its
-// subflows: 1 MB measured); the WRR kernel with cwnd_limited feeds a
-// subflow only while its window is open, so there the fill decides.
+// Known limits: a stall that began in the interval before and ended
+// without a timeout early in this one still counts as busy here (the
+// interval before did not count its share). A queue in the network that
+// other senders keep makes a subflow held by a small receive window or
+// send buffer read as path-limited where its congestion window is full
+// (the fill); its rate is then the share the queue leaves it, as for a
+// congestion-limited sender sharing the bottleneck. A long-lived
+// application-limited sender whose congestion window has decayed to the
+// window it uses (Linux shrinks an unused window towards the used one
+// after an RTO without being window-limited) fills its window although it
+// is not path-limited. The standing send-queue test is what mainline MPTCP
+// shows for a bulk sender (it queues ahead into its subflows: 1 MB
+// measured); the WRR kernel with cwnd_limited feeds a subflow only while
+// its window is open, so there the fill decides.
 //
 // It is not safe for concurrent use.
 type Aggregator struct {
@@ -103,13 +141,30 @@ type Aggregator struct {
 }
 
 // FullFill is the mean share of the congestion window in flight at which a
-// busy subflow without a standing queue counts as fully path-limited. Below
+// busy subflow without a standing send queue counts as fully path-limited
+// (a standing queue in the network lifts the exclusion of the window- and
+// buffer-limited time from busy, not the fill: see Aggregator). Below
 // 1 because a saturated subflow's window saws (loss halves it, growth
 // overshoots between samples) and a local bottleneck keeps part of the
 // window in the qdisc under TCP small queues: through a tbf bottleneck a
 // bulk sender's fill measured 0.45 to 0.8 (one-second intervals, under
 // load), an application-limited sender sharing it 0.13 to 0.29.
 const FullFill = 0.75
+
+// QueueRTTRatio and QueueMinDelay tell a standing queue in the network
+// (Subflow.NetworkQueued): a smoothed RTT at least twice the least RTT and
+// 5 ms above it. The smoothed RTT of a path without a queue stays within
+// its jitter of the least one (the smoothing averages a burst out), and
+// 5 ms covers a short Wi-Fi hop's aggregation; a bottleneck buffer of tens
+// of milliseconds (50 ms in the real-stack bench's shaping, where the least
+// RTT is under a millisecond: 25 to 50 ms measured) is far beyond both.
+// Erring low here is cheap (the time the sender was held by a window or a
+// buffer stays excluded: censored, explored); erring high would read a
+// window-limited rate as the path's.
+const (
+	QueueRTTRatio = 2
+	QueueMinDelay = 5 * time.Millisecond
+)
 
 // CappedFill is the share of a WAT's cap that its delivered throughput must
 // reach for the cap to count as what held it. Goodput through an HTB at
@@ -128,13 +183,18 @@ const CappedFill = 0.85
 
 // sockState is what the aggregator remembers of a socket between samples.
 type sockState struct {
-	acked, received uint64
-	pathLimited     uint64
-	chrono          bool
-	cwnd, rttMicros uint32
-	queued          bool // a full segment written but not sent
-	dataSegs        uint32
-	retrans         uint32
+	acked, received   uint64
+	busy, pathLimited uint64
+	chrono            bool
+	cwnd, rttMicros   uint32
+	queued            bool // a full segment written but not sent
+	netQueued         bool // a standing queue in the network (NetworkQueued)
+	inRTO             bool // recovering from a retransmission timeout
+	hasRTOTime        bool
+	rtos              uint16
+	rtoMillis         uint32
+	dataSegs          uint32
+	retrans           uint32
 }
 
 // WATInfo is what the aggregator needs per WAT.
@@ -198,19 +258,19 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		if !ok {
 			continue
 		}
-		cur := sockState{acked: s.BytesAcked, received: s.BytesRecv, pathLimited: s.PathLimitedMicros(), chrono: s.HasChrono, cwnd: s.Cwnd, rttMicros: s.RTTMicros,
-			queued: s.SndMSS > 0 && s.NotsentBytes >= s.SndMSS, dataSegs: s.DataSegsOut, retrans: s.TotalRetrans}
+		cur := sockState{acked: s.BytesAcked, received: s.BytesRecv, busy: s.BusyMicros, pathLimited: s.PathLimitedMicros(), chrono: s.HasChrono,
+			cwnd: s.Cwnd, rttMicros: s.RTTMicros, queued: s.SndMSS > 0 && s.NotsentBytes >= s.SndMSS, netQueued: s.NetworkQueued(),
+			inRTO: s.InRTORecovery(), hasRTOTime: s.HasRTOTime, rtos: s.RTOs, rtoMillis: s.RTORecoveryMillis, dataSegs: s.DataSegsOut, retrans: s.TotalRetrans}
 		next[s.Cookie] = cur
 		prev, seen := a.last[s.Cookie]
-		var bytes, recv, pathMicros uint64
+		var bytes, recv, busyMicros, pathMicros uint64
 		var segs, retrans uint32
 		switch {
 		case seen:
 			if cur.acked >= prev.acked {
 				bytes = cur.acked - prev.acked
-				if cur.pathLimited >= prev.pathLimited {
-					pathMicros = cur.pathLimited - prev.pathLimited
-				}
+				busyMicros = growth(cur.busy, prev.busy)
+				pathMicros = growth(cur.pathLimited, prev.pathLimited)
 			}
 			if cur.received >= prev.received {
 				recv = cur.received - prev.received
@@ -221,7 +281,7 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			// modular difference is their growth.
 			segs, retrans = cur.dataSegs-prev.dataSegs, cur.retrans-prev.retrans
 		case !first: // born during the interval: everything is new
-			bytes, recv, pathMicros = cur.acked, cur.received, cur.pathLimited
+			bytes, recv, busyMicros, pathMicros = cur.acked, cur.received, cur.busy, cur.pathLimited
 			segs, retrans = cur.dataSegs, cur.retrans
 		}
 		w := sums[name]
@@ -244,9 +304,20 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 				cwnd = (cwnd + float64(prev.cwnd)) / 2
 				rtt = (rtt + float64(prev.rttMicros)) / 2
 			}
+			if cur.netQueued && (!seen || prev.netQueued) {
+				// Held by a window or a buffer, it still filled the path.
+				pathMicros = busyMicros
+			}
+			// Stalled since its last ACK, it delivered nothing whatever
+			// held it: not the path's rate.
+			pathMicros -= min(pathMicros, uint64(s.LastAckRecvMillis)*1000)
 			f := clip01(float64(pathMicros) / 1e6 / seconds)
 			window := cwnd * float64(s.SndMSS)
 			switch {
+			case cur.timedOutSince(prev, seen):
+				// It waited out a timeout, and its window and RTT are the
+				// timeout's: one segment, and the RTT of before it.
+				f = 0
 			case cur.queued && (!seen || prev.queued):
 				// A standing queue: held back by the path all along, f
 				// stays the busy share.
@@ -323,6 +394,17 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 	return res
 }
 
+// timedOutSince tells whether a socket went through a retransmission
+// timeout in the interval from prev (the zero state for a socket born
+// during it, seen false) to cur, or was recovering from one at either end.
+func (cur sockState) timedOutSince(prev sockState, seen bool) bool {
+	if !seen {
+		prev = sockState{hasRTOTime: cur.hasRTOTime}
+	}
+	return cur.inRTO || prev.inRTO ||
+		cur.hasRTOTime && prev.hasRTOTime && (cur.rtos != prev.rtos || cur.rtoMillis != prev.rtoMillis)
+}
+
 // heldCap is the smaller of a WAT's caps at both ends of the interval, cap
 // capMbps at its end (0 for an end without one; 0 when neither has one).
 func (a *Aggregator) heldCap(name string, capMbps float64) float64 {
@@ -334,6 +416,15 @@ func (a *Aggregator) heldCap(name string, capMbps float64) float64 {
 		return prev
 	}
 	return min(prev, capMbps)
+}
+
+// growth is how much a cumulative counter grew from prev to cur: 0 if it
+// went back (inconsistent chrono readings).
+func growth(cur, prev uint64) uint64 {
+	if cur < prev {
+		return 0
+	}
+	return cur - prev
 }
 
 func clip01(v float64) float64 { return min(max(v, 0), 1) }

@@ -1,7 +1,10 @@
 // Package telemetry reads the kernel's per-subflow TCP statistics through
 // sock_diag (NETLINK_SOCK_DIAG, inet_diag with tcp_info) and sums them per
 // WAT, a WAT's subflows being the TCP sockets whose source address is the
-// WAT interface's address.
+// WAT interface's address. Among the sums is saturated, the share of the
+// interval the WAT's subflows were held by the path, from their chrono
+// times, congestion windows, send queues, RTTs against the least RTT, and
+// retransmission timeouts (see Aggregator).
 package telemetry
 
 import (
@@ -38,12 +41,44 @@ type Subflow struct {
 	DataSegsOut  uint32
 	TotalRetrans uint32
 
+	// MinRTTMicros is the least RTT the socket measured (tcpi_min_rtt,
+	// over a window of minutes: sysctl tcp_min_rtt_wlen); 0 when unknown.
+	MinRTTMicros uint32
+
+	// LastAckRecvMillis is the time since the socket last received an
+	// ACK (tcpi_last_ack_recv; dupACKs count).
+	LastAckRecvMillis uint32
+
+	// Retransmission timeouts: CAState is the congestion-avoidance state
+	// (tcpi_ca_state; caLoss after a timeout, until the loss is repaired),
+	// Backoff how many times the retransmission (or zero-window probe)
+	// timer has backed off since the last progress (tcpi_backoff). RTOs
+	// counts the timeouts (tcpi_total_rto, 16 bits, wrapping) and
+	// RTORecoveryMillis the whole time spent recovering from them, the
+	// unfinished recovery included (tcpi_total_rto_time); both are Linux
+	// 6.7's, HasRTOTime is false when the kernel's tcp_info is too short
+	// to carry them.
+	CAState           uint8
+	Backoff           uint8
+	HasRTOTime        bool
+	RTOs              uint16
+	RTORecoveryMillis uint32
+
 	// Chrono statistics (tcp_info since Linux 4.10), cumulative over the
 	// socket's life in microseconds at jiffy resolution. BusyMicros is the
 	// whole time the socket had data queued or in flight and includes the
 	// two limited times; the rest of it was limited by cwnd, i.e. by the
-	// path. HasChrono is false when the kernel's tcp_info is too short to
-	// carry them.
+	// path. The limited times say what held the sender, not that the path
+	// had room: a sender held by a window larger than the path's
+	// bandwidth-delay product still fills the path (see NetworkQueued).
+	// And on an MPTCP subflow the send-buffer time is the connection's: a
+	// subflow shares the MPTCP socket's struct socket, so the kernel starts
+	// the chrono when the application blocks on the connection's buffer
+	// and stops it only on an ACK of that subflow that finds the
+	// connection writable, which a bulk writer, always blocked, never lets
+	// it see: the subflow's busy time piles up as send-buffer limited
+	// while its congestion window holds it. HasChrono is false when the
+	// kernel's tcp_info is too short to carry them.
 	HasChrono           bool
 	BusyMicros          uint64
 	RwndLimitedMicros   uint64
@@ -59,6 +94,27 @@ func (s Subflow) PathLimitedMicros() uint64 {
 		return 0
 	}
 	return s.BusyMicros - limited
+}
+
+// caLoss is tcpi_ca_state's TCP_CA_Loss (include/net/tcp.h): the sender
+// timed out, collapsed its window to a segment and resends what it lost.
+const caLoss = 4
+
+// InRTORecovery tells whether the socket is recovering from a
+// retransmission timeout: in TCP_CA_Loss, or with its timer backed off
+// (an RTO, or zero-window probes, without progress since). Its window is
+// then the timeout's and its smoothed RTT the one from before it, often
+// seconds stale: neither measures the path.
+func (s Subflow) InRTORecovery() bool { return s.CAState == caLoss || s.Backoff > 0 }
+
+// NetworkQueued tells whether the smoothed RTT shows a standing queue in
+// the network: at least QueueRTTRatio times the least RTT and QueueMinDelay
+// above it. A queue stands only where a link sends at its full rate: the
+// path is the limit of whatever feeds it, whether the sender was held by
+// its congestion window, the receiver's window or its send buffer.
+func (s Subflow) NetworkQueued() bool {
+	rtt, least := float64(s.RTTMicros), float64(s.MinRTTMicros)
+	return least > 0 && rtt >= QueueRTTRatio*least && rtt-least >= float64(QueueMinDelay.Microseconds())
 }
 
 // inet_diag constants (linux/inet_diag.h, linux/sock_diag.h).
@@ -78,9 +134,11 @@ const (
 // grows at its end: checked against the 6.1 uapi header and the 6.18 layout,
 // which appends tcpi_rcv_wnd and later fields after tcpi_snd_wnd (228).
 // Linux 5.4 (the 5G-CLARITY WRR kernel) already carries every field read
-// here. Fields up to tcpi_delivery_rate are required; the chrono times are
-// read when present.
+// here. Fields up to tcpi_delivery_rate are required; the chrono times and
+// tcpi_total_rto_time (Linux 6.7) are read when present.
 const (
+	offCAState       = 1
+	offBackoff       = 4
 	offFlags7        = 7 // tcpi_delivery_rate_app_limited:1 is bit 0 of byte 7
 	offSndMSS        = 16
 	offUnacked       = 24
@@ -90,13 +148,18 @@ const (
 	offBytesAcked    = 120
 	offBytesRecv     = 128
 	offNotsentBytes  = 144
+	offMinRTT        = 148
 	offDataSegsOut   = 156
 	offDeliveryRate  = 160
 	offBusyTime      = 168
 	offRwndLimited   = 176
 	offSndbufLimited = 184
+	offLastAckRecv   = 56
+	offTotalRTO      = 240 // u16, then tcpi_total_rto_recoveries (u16)
+	offTotalRTOTime  = 244
 	minTCPInfoLen    = offDeliveryRate + 8
 	chronoTCPInfoLen = offSndbufLimited + 8
+	rtoTCPInfoLen    = offTotalRTOTime + 4
 )
 
 // appLimitedBit is the mask of tcpi_delivery_rate_app_limited, the first
@@ -175,11 +238,19 @@ func parseMessage(b []byte) (Subflow, error) {
 			s.NotsentBytes = binary.NativeEndian.Uint32(data[offNotsentBytes:])
 			s.DataSegsOut = binary.NativeEndian.Uint32(data[offDataSegsOut:])
 			s.TotalRetrans = binary.NativeEndian.Uint32(data[offTotalRetrans:])
+			s.MinRTTMicros = binary.NativeEndian.Uint32(data[offMinRTT:])
+			s.CAState, s.Backoff = data[offCAState], data[offBackoff]
+			s.LastAckRecvMillis = binary.NativeEndian.Uint32(data[offLastAckRecv:])
 			if len(data) >= chronoTCPInfoLen {
 				s.HasChrono = true
 				s.BusyMicros = binary.NativeEndian.Uint64(data[offBusyTime:])
 				s.RwndLimitedMicros = binary.NativeEndian.Uint64(data[offRwndLimited:])
 				s.SndbufLimitedMicros = binary.NativeEndian.Uint64(data[offSndbufLimited:])
+			}
+			if len(data) >= rtoTCPInfoLen {
+				s.HasRTOTime = true
+				s.RTOs = binary.NativeEndian.Uint16(data[offTotalRTO:])
+				s.RTORecoveryMillis = binary.NativeEndian.Uint32(data[offTotalRTOTime:])
 			}
 		case attrULPInfo:
 			s.MPTCP = ulpName(data) == "mptcp"

@@ -18,6 +18,9 @@ type tcpInfo struct {
 	appLimited                bool
 	busy, rwnd, sndbuf        uint64
 	dataSegsOut, retrans      uint32
+	minRTTUs, rtoMs, lastAck  uint32
+	rtos                      uint16
+	caState, backoff          uint8
 }
 
 // tcpInfoBytes lays out a tcp_info of size bytes as the kernel does.
@@ -44,6 +47,13 @@ func tcpInfoBytes(size int, ti tcpInfo) []byte {
 	put64(offBusyTime, ti.busy)
 	put64(offRwndLimited, ti.rwnd)
 	put64(offSndbufLimited, ti.sndbuf)
+	put32(offMinRTT, ti.minRTTUs)
+	put32(offTotalRTOTime, ti.rtoMs)
+	put32(offLastAckRecv, ti.lastAck)
+	if offTotalRTO+2 <= size {
+		binary.NativeEndian.PutUint16(info[offTotalRTO:], ti.rtos)
+	}
+	info[offCAState], info[offBackoff] = ti.caState, ti.backoff
 	// tcpi_fastopen_client_fail (the next bit-field) set, so that reading
 	// the wrong bit shows.
 	info[offFlags7] = 0b110 // little-endian layout; big-endian mirrors it
@@ -99,6 +109,7 @@ func TestParseMessage(t *testing.T) {
 		rttUs: 20100, cwnd: 100, mss: 1448, notsent: 65536, acked: 12345, rate: 4_200_000,
 		appLimited: true, busy: 900_000, rwnd: 100_000, sndbuf: 50_000,
 		dataSegsOut: 4_000_000_001, retrans: 70_001,
+		minRTTUs: 15_000, rtoMs: 1234, rtos: 5, lastAck: 321, caState: caLoss, backoff: 3,
 	}
 	base := Subflow{
 		Src: netip.MustParseAddr("10.31.1.1"), Dst: netip.MustParseAddr("10.31.1.2"),
@@ -106,11 +117,14 @@ func TestParseMessage(t *testing.T) {
 		RTTMicros: 20100, Cwnd: 100, BytesAcked: 12345, DeliveryRate: 4_200_000,
 		DeliveryRateAppLimited: true, SndMSS: 1448, NotsentBytes: 65536,
 		DataSegsOut: 4_000_000_001, TotalRetrans: 70_001,
+		MinRTTMicros: 15_000, LastAckRecvMillis: 321, CAState: caLoss, Backoff: 3,
 	}
 	withChrono := base
 	withChrono.HasChrono = true
 	withChrono.BusyMicros, withChrono.RwndLimitedMicros, withChrono.SndbufLimitedMicros = 900_000, 100_000, 50_000
-	notLimited := withChrono
+	withRTOTime := withChrono
+	withRTOTime.HasRTOTime, withRTOTime.RTOs, withRTOTime.RTORecoveryMillis = true, 5, 1234
+	notLimited := withRTOTime
 	notLimited.DeliveryRateAppLimited = false
 	tiNotLimited := ti
 	tiNotLimited.appLimited = false
@@ -120,7 +134,9 @@ func TestParseMessage(t *testing.T) {
 		ti   tcpInfo
 		want Subflow
 	}{
-		{"linux 6.18 (248 bytes)", 248, ti, withChrono},
+		{"linux 6.18 (248 bytes)", 248, ti, withRTOTime},
+		{"RTO time in the kernel's tcp_info (6.7)", rtoTCPInfoLen, ti, withRTOTime},
+		{"one byte short of the RTO time", rtoTCPInfoLen - 1, ti, withChrono},
 		{"linux 5.4 to 6.1 (232 bytes)", 232, ti, withChrono},
 		{"linux 4.19 (224 bytes)", 224, ti, withChrono},
 		{"rate sample not app-limited", 248, tiNotLimited, notLimited},
@@ -163,6 +179,44 @@ func TestPathLimitedMicros(t *testing.T) {
 		s := Subflow{BusyMicros: tc.busy, RwndLimitedMicros: tc.rwnd, SndbufLimitedMicros: tc.sndbuf}
 		if got := s.PathLimitedMicros(); got != tc.want {
 			t.Errorf("busy %d rwnd %d sndbuf %d: PathLimitedMicros = %d, want %d", tc.busy, tc.rwnd, tc.sndbuf, got, tc.want)
+		}
+	}
+}
+
+func TestNetworkQueued(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		rtt, least uint32
+		want       bool
+	}{
+		{"bench: 50 ms buffer, no propagation delay", 30_000, 300, true},
+		{"a 20 ms path with 25 ms of queue", 45_000, 20_000, true},
+		{"exactly twice the least RTT and 5 ms above it", 10_000, 5_000, true},
+		{"under twice the least RTT (jitter of a long path)", 39_000, 20_000, false},
+		{"twice but under 5 ms above (a short hop's jitter)", 4_000, 1_000, false},
+		{"least RTT unknown", 30_000, 0, false},
+	} {
+		s := Subflow{RTTMicros: tc.rtt, MinRTTMicros: tc.least}
+		if got := s.NetworkQueued(); got != tc.want {
+			t.Errorf("%s: srtt %d least %d: NetworkQueued = %v, want %v", tc.name, tc.rtt, tc.least, got, tc.want)
+		}
+	}
+}
+
+func TestInRTORecovery(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		caState, backoff uint8
+		want             bool
+	}{
+		{"open", 0, 0, false},
+		{"fast recovery (a path-limited sender's loss)", 3, 0, false},
+		{"loss state after a timeout", caLoss, 0, true},
+		{"timer backed off", 0, 2, true},
+	} {
+		s := Subflow{CAState: tc.caState, Backoff: tc.backoff}
+		if got := s.InRTORecovery(); got != tc.want {
+			t.Errorf("%s: InRTORecovery = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
@@ -367,6 +421,26 @@ func queued(s Subflow, notsent uint32) Subflow {
 	return s
 }
 
+// rtts sets a subflow's smoothed and least RTT (µs).
+func rtts(s Subflow, srtt, least uint32) Subflow {
+	s.RTTMicros, s.MinRTTMicros = srtt, least
+	return s
+}
+
+// recovering sets a subflow's loss-recovery state, its count of timeouts
+// and its total time in RTO recovery (ms; Linux 6.7's tcpi_total_rto and
+// tcpi_total_rto_time).
+func recovering(s Subflow, caState, backoff uint8, rtos uint16, rtoMs uint32) Subflow {
+	s.CAState, s.Backoff, s.HasRTOTime, s.RTOs, s.RTORecoveryMillis = caState, backoff, true, rtos, rtoMs
+	return s
+}
+
+// stalled sets the time since the subflow's last ACK (ms).
+func stalled(s Subflow, ms uint32) Subflow {
+	s.LastAckRecvMillis = ms
+	return s
+}
+
 // TestAggregatorSaturation runs two samples one second apart per case and
 // checks the WAT's saturation and delivery rate after the second.
 func TestAggregatorSaturation(t *testing.T) {
@@ -394,6 +468,97 @@ func TestAggregatorSaturation(t *testing.T) {
 		after:    []Subflow{chronoSF(nr, 1, 1_000_000, 1_000_000, 600_000, 300_000, 8000)},
 		sat:      f64(0.1),
 		rateMbps: f64(0.064),
+	}, {
+		// Case 1 of the real-stack bench: a bulk MPTCP writer's subflow
+		// filling the path (1 MB/s fills the window), its chrono stuck on
+		// send-buffer limited (the connection's), its srtt 100 ms over a
+		// least RTT of 1 ms: the bottleneck's queue stands.
+		name:     "send-buffer limited behind a standing network queue: path-limited",
+		before:   []Subflow{rtts(chronoSF(nr, 1, 0, 5_000_000, 0, 5_000_000, 0), 100_000, 1000)},
+		after:    []Subflow{rtts(chronoSF(nr, 1, 1_000_000, 6_000_000, 0, 6_000_000, 1_000_000), 100_000, 1000)},
+		sat:      f64(1),
+		rateMbps: f64(8),
+	}, {
+		name:     "receive-window limited behind a standing network queue: path-limited",
+		before:   []Subflow{rtts(chronoSF(nr, 1, 0, 5_000_000, 5_000_000, 0, 0), 100_000, 1000)},
+		after:    []Subflow{rtts(chronoSF(nr, 1, 1_000_000, 6_000_000, 5_800_000, 0, 1_000_000), 100_000, 1000)},
+		sat:      f64(1),
+		rateMbps: f64(8),
+	}, {
+		// Held by its window below the path's rate: no queue builds.
+		name:     "limited without a network queue: not the path",
+		before:   []Subflow{rtts(chronoSF(nr, 1, 0, 5_000_000, 0, 5_000_000, 0), 100_000, 60_000)},
+		after:    []Subflow{rtts(chronoSF(nr, 1, 1_000_000, 6_000_000, 0, 6_000_000, 1_000_000), 100_000, 60_000)},
+		sat:      f64(0),
+		rateMbps: f64(8),
+	}, {
+		name:     "network queue at one end only: the limited time stays out",
+		before:   []Subflow{rtts(chronoSF(nr, 1, 0, 5_000_000, 0, 5_000_000, 0), 100_000, 90_000)},
+		after:    []Subflow{rtts(chronoSF(nr, 1, 1_000_000, 6_000_000, 0, 5_600_000, 1_000_000), 100_000, 1000)},
+		sat:      f64(0.4),
+		rateMbps: f64(8),
+	}, {
+		// 100 kB/s x 30 ms in flight of a 14 x 1448 byte window, as the
+		// WRR low-weight case: a queue others keep does not make a
+		// trickle the path's rate.
+		name:     "network queue but the window barely used: the fill decides",
+		before:   []Subflow{rtts(window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 14, 1448, 30_000), 30_000, 1000)},
+		after:    []Subflow{rtts(window(chronoSF(nr, 1, 100_000, 1_000_000, 0, 1_000_000, 100_000), 14, 1448, 30_000), 30_000, 1000)},
+		sat:      f64(0.197),
+		rateMbps: f64(0.8),
+	}, {
+		// Case 2 of the real-stack bench: out of a floor's queue, the
+		// subflow timed out: its window is one segment, its srtt the
+		// queue's 2 s, so rate x srtt overfills the window and the timer's
+		// wait counts as busy. Both would read 8 kB/s as the path's rate.
+		name:     "in RTO recovery at the end of the interval: censored",
+		before:   []Subflow{recovering(window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 4, 1448, 2_000_000), 0, 0, 1, 500)},
+		after:    []Subflow{recovering(window(chronoSF(nr, 1, 8000, 1_000_000, 0, 0, 8000), 1, 1448, 2_000_000), caLoss, 2, 1, 1500)},
+		sat:      f64(0),
+		rateMbps: f64(0.064),
+	}, {
+		// Zero-window probes back the timer off too, and count no RTO time.
+		name:     "timer backed off at the start of the interval: censored",
+		before:   []Subflow{recovering(window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 1, 1448, 2_000_000), 0, 3, 0, 0)},
+		after:    []Subflow{recovering(window(chronoSF(nr, 1, 8000, 1_000_000, 0, 0, 8000), 2, 1448, 2_000_000), 0, 0, 0, 0)},
+		sat:      f64(0),
+		rateMbps: f64(0.064),
+	}, {
+		// Open at both ends, but a timeout fired and was recovered from
+		// in between (tcpi_total_rto_time grew): it stalled for the
+		// timeout before, and its srtt may be the stale one of before it.
+		name:     "a timeout recovered from within the interval: censored",
+		before:   []Subflow{recovering(chronoSF(nr, 1, 0, 0, 0, 0, 0), 0, 0, 1, 100)},
+		after:    []Subflow{recovering(chronoSF(nr, 1, 1_000_000, 1_000_000, 0, 0, 1_000_000), 0, 0, 2, 700)},
+		sat:      f64(0),
+		rateMbps: f64(8),
+	}, {
+		name:     "a timeout counted within the interval (its recovery under a millisecond): censored",
+		before:   []Subflow{recovering(chronoSF(nr, 1, 0, 0, 0, 0, 0), 0, 0, 1, 100)},
+		after:    []Subflow{recovering(chronoSF(nr, 1, 1_000_000, 1_000_000, 0, 0, 1_000_000), 0, 0, 2, 100)},
+		sat:      f64(0),
+		rateMbps: f64(8),
+	}, {
+		name:     "subflow born during the interval that timed out: censored",
+		before:   nil,
+		after:    []Subflow{recovering(chronoSF(nr, 9, 1_000_000, 1_000_000, 0, 0, 1_000_000), 0, 0, 1, 300)},
+		sat:      f64(0),
+		rateMbps: f64(8),
+	}, {
+		// Case 2 before its timeout fires: the stale 2 s srtt makes
+		// rate x srtt fill the window, and the wait counts as busy, but no
+		// ACK came for the last 700 ms of the second.
+		name:     "stalled since its last ACK: that time is not path-limited",
+		before:   []Subflow{window(chronoSF(nr, 1, 0, 0, 0, 0, 0), 4, 1448, 2_000_000)},
+		after:    []Subflow{stalled(window(chronoSF(nr, 1, 8000, 1_000_000, 0, 0, 8000), 4, 1448, 2_000_000), 700)},
+		sat:      f64(0.3),
+		rateMbps: f64(0.064),
+	}, {
+		name:     "fast recovery at both ends: a path-limited sender's loss, counted",
+		before:   []Subflow{recovering(chronoSF(nr, 1, 0, 5_000_000, 0, 0, 0), 3, 0, 0, 0)},
+		after:    []Subflow{recovering(chronoSF(nr, 1, 1_000_000, 6_000_000, 0, 0, 1_000_000), 3, 0, 0, 0)},
+		sat:      f64(1),
+		rateMbps: f64(8),
 	}, {
 		name:     "jiffy rounding beyond the interval is clipped",
 		before:   []Subflow{chronoSF(nr, 1, 0, 0, 0, 0, 0)},
