@@ -34,7 +34,7 @@ func (a *Agent) ownLimits(d *device) map[string]ownLimit {
 func watLimits(applied backend.Device, capsMbps, linkMbps map[string]float64) map[string]ownLimit {
 	out := map[string]ownLimit{}
 	for wat, c := range capsMbps {
-		if link, ok := linkMbps[wat]; !ok || c < link*(1-1e-9) {
+		if link, ok := linkMbps[wat]; !ok || !backend.AtLinkRate(c, link) {
 			out[wat] = ownLimit{capMbps: c}
 		}
 	}

@@ -107,6 +107,12 @@ type CapsReporter interface {
 	AppliedCaps(cpeID string) map[string]float64
 }
 
+// AtLinkRate tells whether a rate of mbps reaches linkMbps, the WAT's
+// configured link rate: a cap there holds the WAT where its link would, so
+// it is no cap to apply, and what the WAT delivers under it measures the
+// link. The tolerance absorbs the rounding of a rate derived from weights.
+func AtLinkRate(mbps, linkMbps float64) bool { return mbps >= linkMbps*(1-1e-9) }
+
 // ClassReporter is implemented by backends that apply traffic classes:
 // what the last successful ApplyAll set per class of one device, by class
 // name (nil when the device has none). The agent reports it as

@@ -263,72 +263,24 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 			inRTO: s.InRTORecovery(), hasRTOTime: s.HasRTOTime, rtos: s.RTOs, rtoMillis: s.RTORecoveryMillis, dataSegs: s.DataSegsOut, retrans: s.TotalRetrans}
 		next[s.Cookie] = cur
 		prev, seen := a.last[s.Cookie]
-		var bytes, recv, busyMicros, pathMicros uint64
-		var segs, retrans uint32
-		switch {
-		case seen:
-			if cur.acked >= prev.acked {
-				bytes = cur.acked - prev.acked
-				busyMicros = growth(cur.busy, prev.busy)
-				pathMicros = growth(cur.pathLimited, prev.pathLimited)
-			}
-			if cur.received >= prev.received {
-				recv = cur.received - prev.received
-			}
-			// The segment counters are 32 bits wide and wrap (2^32
-			// segments: about 14 hours at 1 Gbit/s); a socket's counters
-			// never go back otherwise (its cookie is never reused), so the
-			// modular difference is their growth.
-			segs, retrans = cur.dataSegs-prev.dataSegs, cur.retrans-prev.retrans
-		case !first: // born during the interval: everything is new
-			bytes, recv, busyMicros, pathMicros = cur.acked, cur.received, cur.busy, cur.pathLimited
-			segs, retrans = cur.dataSegs, cur.retrans
-		}
+		g := cur.growthSince(prev, seen, first)
 		w := sums[name]
 		if w == nil {
 			w = &watSums{}
 			sums[name] = w
 		}
-		w.delivered += bytes
-		w.received += recv
-		w.dataSegs += uint64(segs)
-		w.retrans += uint64(min(retrans, segs)) // the rest carried no data
+		w.delivered += g.acked
+		w.received += g.received
+		w.dataSegs += uint64(g.dataSegs)
+		w.retrans += uint64(min(g.retrans, g.dataSegs)) // the rest carried no data
 		w.rttMs += float64(s.RTTMicros) / 1000
-		if bytes > 0 {
+		if g.acked > 0 {
 			w.freshRate += s.DeliveryRate
 			w.fresh++
 		}
 		if s.HasChrono && (!seen || prev.chrono) && !first && seconds > 0 {
-			cwnd, rtt := float64(s.Cwnd), float64(s.RTTMicros)
-			if seen { // the mean of both ends stands for the interval
-				cwnd = (cwnd + float64(prev.cwnd)) / 2
-				rtt = (rtt + float64(prev.rttMicros)) / 2
-			}
-			if cur.netQueued && (!seen || prev.netQueued) {
-				// Held by a window or a buffer, it still filled the path.
-				pathMicros = busyMicros
-			}
-			// Stalled since its last ACK, it delivered nothing whatever
-			// held it: not the path's rate.
-			pathMicros -= min(pathMicros, uint64(s.LastAckRecvMillis)*1000)
-			f := clip01(float64(pathMicros) / 1e6 / seconds)
-			window := cwnd * float64(s.SndMSS)
-			switch {
-			case cur.timedOutSince(prev, seen):
-				// It waited out a timeout, and its window and RTT are the
-				// timeout's: one segment, and the RTT of before it.
-				f = 0
-			case cur.queued && (!seen || prev.queued):
-				// A standing queue: held back by the path all along, f
-				// stays the busy share.
-			case window > 0:
-				inflight := float64(bytes) / seconds * rtt / 1e6
-				f = min(f, clip01(inflight/window/FullFill))
-			default:
-				f = 0 // no window: nothing can have been limited by it
-			}
 			w.chronoSubflows++
-			w.satBytes += f * float64(bytes)
+			w.satBytes += pathShare(s, cur, prev, seen, g, seconds) * float64(g.acked)
 		}
 		d := out[name]
 		d.t.Subflows++
@@ -349,31 +301,7 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		send := payload.DirTelemetry{BytesAcked: &d.acked, Cwnd: &d.cwnd}
 		recv := payload.DirTelemetry{BytesReceived: &d.received}
 		if !first && seconds > 0 {
-			send.DeliveredMbps = round3(float64(w.delivered) * 8 / seconds / 1e6)
-			recv.DeliveredMbps = round3(float64(w.received) * 8 / seconds / 1e6)
-			switch {
-			case w.chronoSubflows > 0 && w.delivered > 0:
-				send.Saturated = ptr(round3(w.satBytes / float64(w.delivered)))
-			case w.chronoSubflows > 0:
-				// Nothing delivered: nothing in flight on average, so no
-				// window was filled; a dead path is the link watcher's
-				// business, not a capacity sample.
-				send.Saturated = ptr(0.0)
-			case t.Subflows == 0:
-				// No subflow on the WAT: nothing waited for it, so its
-				// (zero) throughput says nothing about its capacity.
-				send.Saturated = ptr(0.0)
-			}
-			if w.fresh > 0 {
-				send.DeliveryRateMbps = ptr(round3(float64(w.freshRate) * 8 / 1e6))
-			}
-			floored := wats[name].Floored || a.lastHeld[name]
-			if c := a.heldCap(name, wats[name].CapMbps); floored || c > 0 && send.DeliveredMbps >= CappedFill*c {
-				send.Saturated = ptr(0.0)
-			}
-			if w.dataSegs > 0 {
-				send.RetransPct = ptr(round3(float64(w.retrans) * 100 / float64(w.dataSegs)))
-			}
+			a.rates(&send, &recv, name, w, t.Subflows, wats[name], seconds)
 		}
 		if a.Remote {
 			// The proxy sends the downlink; what it receives from the CPE
@@ -392,6 +320,103 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		a.lastCap[name], a.lastHeld[name] = w.CapMbps, w.Floored
 	}
 	return res
+}
+
+// growthOf is how much one socket's counters grew in an interval.
+type growthOf struct {
+	acked, received, busy, pathLimited uint64
+	dataSegs, retrans                  uint32
+}
+
+// growthSince is the growth of a socket's counters from prev (seen false:
+// the socket was born during the interval, and everything is new) to cur;
+// on the first sample (first) nothing grew: it only sets the baseline.
+func (cur sockState) growthSince(prev sockState, seen, first bool) growthOf {
+	var g growthOf
+	switch {
+	case seen:
+		if cur.acked >= prev.acked {
+			g.acked = cur.acked - prev.acked
+			g.busy = growth(cur.busy, prev.busy)
+			g.pathLimited = growth(cur.pathLimited, prev.pathLimited)
+		}
+		g.received = growth(cur.received, prev.received)
+		// The segment counters are 32 bits wide and wrap (2^32 segments:
+		// about 14 hours at 1 Gbit/s); a socket's counters never go back
+		// otherwise (its cookie is never reused), so the modular
+		// difference is their growth.
+		g.dataSegs, g.retrans = cur.dataSegs-prev.dataSegs, cur.retrans-prev.retrans
+	case !first:
+		g = growthOf{cur.acked, cur.received, cur.busy, cur.pathLimited, cur.dataSegs, cur.retrans}
+	}
+	return g
+}
+
+// pathShare is the share of the interval in which one subflow's delivery
+// was limited by its path rather than by its sender (its saturation
+// fraction), from its state cur at the interval's end and prev at its start
+// (seen false for a subflow born during it) and its counters' growth g.
+func pathShare(s Subflow, cur, prev sockState, seen bool, g growthOf, seconds float64) float64 {
+	pathMicros := g.pathLimited
+	cwnd, rtt := float64(s.Cwnd), float64(s.RTTMicros)
+	if seen { // the mean of both ends stands for the interval
+		cwnd = (cwnd + float64(prev.cwnd)) / 2
+		rtt = (rtt + float64(prev.rttMicros)) / 2
+	}
+	if cur.netQueued && (!seen || prev.netQueued) {
+		// Held by a window or a buffer, it still filled the path.
+		pathMicros = g.busy
+	}
+	// Stalled since its last ACK, it delivered nothing whatever held it:
+	// not the path's rate.
+	pathMicros -= min(pathMicros, uint64(s.LastAckRecvMillis)*1000)
+	f := clip01(float64(pathMicros) / 1e6 / seconds)
+	window := cwnd * float64(s.SndMSS)
+	switch {
+	case cur.timedOutSince(prev, seen):
+		// It waited out a timeout, and its window and RTT are the
+		// timeout's: one segment, and the RTT of before it.
+		return 0
+	case cur.queued && (!seen || prev.queued):
+		// A standing queue: held back by the path all along, f stays the
+		// busy share.
+		return f
+	case window > 0:
+		inflight := float64(g.acked) / seconds * rtt / 1e6
+		return min(f, clip01(inflight/window/FullFill))
+	}
+	return 0 // no window: nothing can have been limited by it
+}
+
+// rates fills one WAT's per-interval figures (seconds long) from its sums
+// w over its subflows: delivered rates both ways, and in the sending
+// direction saturated, delivery_rate_mbps and retrans_pct.
+func (a *Aggregator) rates(send, recv *payload.DirTelemetry, name string, w *watSums, subflows int, info WATInfo, seconds float64) {
+	send.DeliveredMbps = round3(float64(w.delivered) * 8 / seconds / 1e6)
+	recv.DeliveredMbps = round3(float64(w.received) * 8 / seconds / 1e6)
+	switch {
+	case w.chronoSubflows > 0 && w.delivered > 0:
+		send.Saturated = ptr(round3(w.satBytes / float64(w.delivered)))
+	case w.chronoSubflows > 0:
+		// Nothing delivered: nothing in flight on average, so no window
+		// was filled; a dead path is the link watcher's business, not a
+		// capacity sample.
+		send.Saturated = ptr(0.0)
+	case subflows == 0:
+		// No subflow on the WAT: nothing waited for it, so its (zero)
+		// throughput says nothing about its capacity.
+		send.Saturated = ptr(0.0)
+	}
+	if w.fresh > 0 {
+		send.DeliveryRateMbps = ptr(round3(float64(w.freshRate) * 8 / 1e6))
+	}
+	floored := info.Floored || a.lastHeld[name]
+	if c := a.heldCap(name, info.CapMbps); floored || c > 0 && send.DeliveredMbps >= CappedFill*c {
+		send.Saturated = ptr(0.0)
+	}
+	if w.dataSegs > 0 {
+		send.RetransPct = ptr(round3(float64(w.retrans) * 100 / float64(w.dataSegs)))
+	}
 }
 
 // timedOutSince tells whether a socket went through a retransmission

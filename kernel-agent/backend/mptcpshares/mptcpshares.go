@@ -211,7 +211,7 @@ func CapsBps(paths []backend.Path, linkMbps map[string]float64) (map[string]uint
 	for _, p := range paths {
 		mbps := want[p.WAT]
 		link, known := linkMbps[p.WAT]
-		if mbps == 0 || (known && mbps >= link*(1-1e-9)) {
+		if mbps == 0 || (known && backend.AtLinkRate(mbps, link)) {
 			caps[p.WAT] = 0
 			continue
 		}
@@ -230,7 +230,7 @@ func CapsBps(paths []backend.Path, linkMbps map[string]float64) (map[string]uint
 func keepUrgentCaps(caps map[string]uint64, paths []backend.Path, classes []backend.Class, linkMbps map[string]float64) {
 	for _, p := range paths {
 		link, known := linkMbps[p.WAT]
-		if !known || caps[p.WAT] != 0 || p.Weight == 0 || p.CapMbps < link*(1-1e-9) {
+		if !known || caps[p.WAT] != 0 || p.Weight == 0 || !backend.AtLinkRate(p.CapMbps, link) {
 			continue
 		}
 		if slices.ContainsFunc(classes, func(c backend.Class) bool { return c.Urgent && c.Weights[p.WAT] > 0 }) {
