@@ -280,7 +280,7 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		}
 		if s.HasChrono && (!seen || prev.chrono) && !first && seconds > 0 {
 			w.chronoSubflows++
-			w.satBytes += pathShare(s, cur, prev, seen, g, seconds) * float64(g.acked)
+			w.satBytes += pathShare(s, cur, prev, seen, g, seconds, a.shapesOwn(name, wats[name])) * float64(g.acked)
 		}
 		d := out[name]
 		d.t.Subflows++
@@ -355,16 +355,22 @@ func (cur sockState) growthSince(prev sockState, seen, first bool) growthOf {
 // pathShare is the share of the interval in which one subflow's delivery
 // was limited by its path rather than by its sender (its saturation
 // fraction), from its state cur at the interval's end and prev at its start
-// (seen false for a subflow born during it) and its counters' growth g.
-func pathShare(s Subflow, cur, prev sockState, seen bool, g growthOf, seconds float64) float64 {
+// (seen false for a subflow born during it) and its counters' growth g;
+// shaped: the agent held the subflow's WAT with a cap or a floor at either
+// end of the interval.
+func pathShare(s Subflow, cur, prev sockState, seen bool, g growthOf, seconds float64, shaped bool) float64 {
 	pathMicros := g.pathLimited
 	cwnd, rtt := float64(s.Cwnd), float64(s.RTTMicros)
 	if seen { // the mean of both ends stands for the interval
 		cwnd = (cwnd + float64(prev.cwnd)) / 2
 		rtt = (rtt + float64(prev.rttMicros)) / 2
 	}
-	if cur.netQueued && (!seen || prev.netQueued) {
-		// Held by a window or a buffer, it still filled the path.
+	if !shaped && cur.netQueued && (!seen || prev.netQueued) {
+		// Held by a window or a buffer, it still filled the path. Not
+		// where the agent shapes the WAT: its own queue (the cap's HTB,
+		// the floor's) lengthens the RTT as a network queue would, and a
+		// sender held there, by a lossy path's window among others, did
+		// not fill the path.
 		pathMicros = g.busy
 	}
 	// Stalled since its last ACK, it delivered nothing whatever held it:
@@ -428,6 +434,12 @@ func (cur sockState) timedOutSince(prev sockState, seen bool) bool {
 	}
 	return cur.inRTO || prev.inRTO ||
 		cur.hasRTOTime && prev.hasRTOTime && (cur.rtos != prev.rtos || cur.rtoMillis != prev.rtoMillis)
+}
+
+// shapesOwn tells whether the agent held WAT name with a cap or a floor
+// at either end of the interval ending with info.
+func (a *Aggregator) shapesOwn(name string, info WATInfo) bool {
+	return info.CapMbps > 0 || info.Floored || a.lastCap[name] > 0 || a.lastHeld[name]
 }
 
 // heldCap is the smaller of a WAT's caps at both ends of the interval, cap

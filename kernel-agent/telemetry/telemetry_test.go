@@ -696,6 +696,10 @@ func TestAggregatorOwnCap(t *testing.T) {
 	after := []Subflow{queued(chronoSF(nr, 1, 1_000_000, 6_000_000, 0, 0, 1_000_000), 5000)}
 	bare := []Subflow{{Src: nr, Cookie: 1, MPTCP: true}}
 	bareAfter := []Subflow{{Src: nr, Cookie: 1, MPTCP: true, BytesAcked: 1_000_000}}
+	// Send-buffer limited all second behind a 100 ms RTT over a least RTT
+	// of 1 ms: a standing queue, which may be the cap's own HTB.
+	heldBefore := []Subflow{rtts(chronoSF(nr, 1, 0, 5_000_000, 0, 5_000_000, 0), 100_000, 1000)}
+	heldAfter := []Subflow{rtts(chronoSF(nr, 1, 1_000_000, 6_000_000, 0, 6_000_000, 1_000_000), 100_000, 1000)}
 	for _, tc := range []struct {
 		name                      string
 		capBefore, capNow         float64
@@ -716,6 +720,16 @@ func TestAggregatorOwnCap(t *testing.T) {
 			before: bare, after: bareAfter, sat: f64(0)},
 		{name: "floored all along", flooredBefore: true, flooredNow: true, sat: f64(0)},
 		{name: "floor lifted during the interval", flooredBefore: true, sat: f64(0)},
+		{name: "window-limited behind a queue, no cap: the network's queue, the path held it",
+			before: heldBefore, after: heldAfter, sat: f64(1)},
+		// The lossy bench's spiral: the cap's own queue read as the
+		// network's made a loss-limited rate under the cap the capacity.
+		{name: "window-limited behind a queue under a cap it does not fill: the agent's queue",
+			capBefore: 20, capNow: 20, before: heldBefore, after: heldAfter, sat: f64(0)},
+		{name: "window-limited behind a queue, cap removed during the interval",
+			capBefore: 20, before: heldBefore, after: heldAfter, sat: f64(0)},
+		{name: "window-limited behind a queue, floored", flooredNow: true,
+			before: heldBefore, after: heldAfter, sat: f64(0)},
 		{name: "floored during the interval", flooredNow: true, sat: f64(0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
