@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 import time
@@ -224,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(built-in scenarios; --duration and --seed as that invocation's unless its "
                     "report says them)")
     a = ap.parse_args(argv)
+    # SIGTERM ends the bench as Ctrl-C does: the context managers tear down the namespaces,
+    # agents and servers of the run under way (they outlived the bench before).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if a.runs < 1 or a.duration < 3 or a.warmup < 2:
         ap.error("--runs >= 1, --duration >= 3 and --warmup >= 2")
     if a.replay is not None:
