@@ -14,10 +14,13 @@
 //
 // The program reads the IP header relative to the network header
 // (SKF_NET_OFF), so it works on Ethernet and raw-IP (wwan) interfaces
-// alike. Ports are TCP's, UDP's and SCTP's (IPv4: not in non-first
-// fragments; IPv6: only directly after the fixed header, extension
-// headers are not walked, and the protocol is the fixed header's next
-// header); a packet without ports meets no port list. Non-IP packets
+// alike. Ports are TCP's, UDP's and SCTP's, and not in non-first
+// fragments. IPv6 extension headers (hop-by-hop, routing, fragment,
+// destination options, AH) are walked, up to MaxIPv6Extensions of them,
+// to the upper-layer protocol, which is what a protocol list and the
+// ports are read from; a packet with more is matched by the last header
+// reached, without ports. A packet without ports meets no port list.
+// Non-IP packets
 // take the default. A cgroup cannot be seen by a classic program: a
 // class that matches one names a bit of skb->mark that a program on the
 // cgroup sets (package cgroupmark), and the classifier tests the bit.
@@ -109,9 +112,26 @@ func program(side Side, rules []Rule, defaultID uint32, base uint32) ([]bpf.RawI
 const (
 	mAddr   = 0 // 0..3: the remote address (IPv4 in slot 0)
 	mPort   = 4 // the remote port, or noPort
-	mProto  = 5 // the IP protocol (IPv6: the fixed header's next header)
+	mProto  = 5 // the IP protocol (IPv6: the upper layer's, after extension headers)
 	mDSCPLo = 6 // 1 << dscp for dscp < 32, else 0
 	mDSCPHi = 7 // 1 << (dscp - 32) for dscp >= 32, else 0
+	mNext   = 8 // IPv6: the next header while the extension headers are walked
+	mOff    = 9 // IPv6: the next header's offset, meanwhile
+)
+
+// MaxIPv6Extensions is how many IPv6 extension headers the classifier
+// walks (a classic program has no loops: each is unrolled). RFC 8200
+// orders at most six kinds before the upper layer, each once but
+// destination options (twice); eight covers that.
+const MaxIPv6Extensions = 8
+
+// IPv6 next-header values of the extension headers walked.
+const (
+	nhHopByHop = 0
+	nhRouting  = 43
+	nhFragment = 44
+	nhAH       = 51
+	nhDestOpts = 60
 )
 
 // noPort is above every port: no range holds it.
@@ -149,22 +169,26 @@ func (a *asm) header(side Side, fam int) {
 	a.op(bpf.StoreScratch{Src: bpf.RegA, N: mDSCPLo})
 	a.label(p + "dscp")
 
-	protoAt, addrAt, words, l4 := uint32(9), uint32(16), 1, uint32(0)
+	addrAt, words := uint32(16), 1
 	if fam == 6 {
-		protoAt, addrAt, words, l4 = 6, 24, 4, 40
+		addrAt, words = 24, 4
 	}
 	if side == Downlink {
 		addrAt -= 4 * uint32(words)
 	}
-	a.ldb(protoAt)
-	a.op(bpf.StoreScratch{Src: bpf.RegA, N: mProto})
 	for w := range words {
 		a.ldw(addrAt + 4*uint32(w))
 		a.op(bpf.StoreScratch{Src: bpf.RegA, N: mAddr + w})
 	}
 	a.op(bpf.LoadConstant{Dst: bpf.RegA, Val: noPort})
 	a.op(bpf.StoreScratch{Src: bpf.RegA, N: mPort})
-	a.op(bpf.LoadScratch{Dst: bpf.RegA, N: mProto})
+	if fam == 4 {
+		a.ldb(9)
+	} else {
+		a.ldb(6)
+		a.ipv6Walk(p, p+"noports")
+	}
+	a.op(bpf.StoreScratch{Src: bpf.RegA, N: mProto})
 	for _, proto := range []uint32{6, 17, 132} { // TCP, UDP, SCTP
 		a.jeq(proto, p+"ports", "")
 	}
@@ -182,10 +206,65 @@ func (a *asm) header(side Side, fam int) {
 		a.op(bpf.LoadMemShift{Off: a.base})
 		a.op(bpf.LoadIndirect{Off: a.base + portAt, Size: 2})
 	} else {
-		a.ldh(l4 + portAt)
+		// X = the upper layer's offset (ipv6Walk).
+		a.op(bpf.LoadIndirect{Off: a.base + portAt, Size: 2})
 	}
 	a.op(bpf.StoreScratch{Src: bpf.RegA, N: mPort})
+	if fam == 6 {
+		a.ja(p + "end")
+		a.label(p + "noports")
+		a.op(bpf.StoreScratch{Src: bpf.RegA, N: mProto})
+	}
 	a.label(p + "end")
+}
+
+// ipv6Walk follows the next-header chain from the fixed header (A holds
+// its next header) over up to MaxIPv6Extensions extension headers, and
+// leaves the upper layer's protocol in A and its offset in X; it jumps to
+// noPorts with the protocol in A when a non-first fragment has none.
+func (a *asm) ipv6Walk(p, noPorts string) {
+	a.op(bpf.LoadConstant{Dst: bpf.RegX, Val: 40})
+	for i := range MaxIPv6Extensions {
+		e := fmt.Sprintf("%sext%d.", p, i)
+		next := fmt.Sprintf("%sext%d.", p, i+1)
+		for _, nh := range []uint32{nhHopByHop, nhRouting, nhDestOpts} {
+			a.jeq(nh, e+"opts", "")
+		}
+		a.jeq(nhAH, e+"ah", "")
+		a.jeq(nhFragment, e+"frag", "")
+		a.ja(p + "upper")
+		// Options-like headers: 8-octet units beyond the first 8.
+		a.label(e + "opts")
+		a.op(bpf.LoadIndirect{Off: a.base + 1, Size: 1})
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAdd, Val: 1})
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpShiftLeft, Val: 3})
+		a.ja(e + "skip")
+		// AH: 4-octet units, less 2.
+		a.label(e + "ah")
+		a.op(bpf.LoadIndirect{Off: a.base + 1, Size: 1})
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAdd, Val: 2})
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpShiftLeft, Val: 2})
+		a.ja(e + "skip")
+		// Fragment: 8 octets; only the first fragment has the ports.
+		a.label(e + "frag")
+		a.op(bpf.LoadIndirect{Off: a.base + 2, Size: 2})
+		a.jset(0xfff8, e+"later", "")
+		a.op(bpf.LoadConstant{Dst: bpf.RegA, Val: 8})
+		a.ja(e + "skip")
+		a.label(e + "later")
+		a.op(bpf.LoadIndirect{Off: a.base, Size: 1})
+		a.ja(noPorts)
+		// A = the header's length: A its next header, X past it.
+		a.label(e + "skip")
+		a.op(bpf.ALUOpX{Op: bpf.ALUOpAdd})
+		a.op(bpf.StoreScratch{Src: bpf.RegA, N: mOff})
+		a.op(bpf.LoadIndirect{Off: a.base, Size: 1})
+		a.op(bpf.StoreScratch{Src: bpf.RegA, N: mNext})
+		a.op(bpf.LoadScratch{Dst: bpf.RegX, N: mOff})
+		a.op(bpf.LoadScratch{Dst: bpf.RegA, N: mNext})
+		a.label(next)
+	}
+	a.label(p + "upper")
 }
 
 // class emits rule r for family fam: each key given is a block that jumps

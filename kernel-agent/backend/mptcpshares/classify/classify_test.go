@@ -20,8 +20,38 @@ type pkt struct {
 	src, dst     string
 	sport, dport uint16
 	ipOptions    int  // IPv4: 32-bit words of options (IHL - 5)
-	fragment     bool // IPv4: a non-first fragment
+	fragment     bool // a non-first fragment (IPv6: in its fragment header)
 	short        bool // no transport header
+	// IPv6: the extension headers between the fixed header and the
+	// upper layer, by next-header value (0, 43, 44, 51 or 60).
+	ext []int
+}
+
+// ipv6Ext is an extension header of type nh followed by next: hop-by-hop
+// 8 octets, routing 24, destination options 16, AH 12, fragment 8 (a
+// later fragment: offset 185).
+func ipv6Ext(nh, next int, later bool) []byte {
+	var b []byte
+	switch nh {
+	case 0:
+		b = make([]byte, 8)
+	case 43:
+		b = make([]byte, 24)
+		b[1] = 2
+	case 60:
+		b = make([]byte, 16)
+		b[1] = 1
+	case 51:
+		b = make([]byte, 12)
+		b[1] = 1 // (12 / 4) - 2
+	case 44:
+		b = make([]byte, 8)
+		if later {
+			binary.BigEndian.PutUint16(b[2:], 185<<3)
+		}
+	}
+	b[0] = byte(next)
+	return b
 }
 
 func (p pkt) bytes() []byte {
@@ -40,9 +70,13 @@ func (p pkt) bytes() []byte {
 	} else {
 		b = make([]byte, 40)
 		binary.BigEndian.PutUint32(b, 6<<28|uint32(p.dscp)<<22|0x12345)
-		b[6], b[7] = byte(p.proto), 64
+		chain := append(append([]int(nil), p.ext...), p.proto)
+		b[6], b[7] = byte(chain[0]), 64
 		copy(b[8:], src)
 		copy(b[24:], dst)
+		for i, nh := range p.ext {
+			b = append(b, ipv6Ext(nh, chain[i+1], p.fragment)...)
+		}
 	}
 	if !p.short {
 		l4 := make([]byte, 8)
@@ -106,32 +140,53 @@ func TestClassifyUplink(t *testing.T) {
 	fragment.fragment = true
 	icmp := v4(0, 1, "192.0.2.1", 0)
 	icmp.short = true
+	// IPv6 behind extension headers: class 0's UDP port, class 3's TCP
+	// port and prefix.
+	v6ext := func(proto int, dst string, dport uint16, ext ...int) pkt {
+		p := v6(46, proto, dst, dport)
+		p.ext = ext
+		return p
+	}
+	laterV6 := v6ext(17, "fe80::1", 5001, 44)
+	laterV6.fragment = true
+	tooMany := v6ext(17, "fe80::1", 5001, 0, 60, 60, 60, 60, 60, 60, 60, 60)
 	for name, tc := range map[string]struct {
 		p    pkt
 		want uint32
 	}{
-		"every key of class 0":             {v4(46, 17, "192.0.2.1", 5000), 0x10010},
-		"class 0 before class 1":           {v4(46, 17, "10.20.3.4", 5010), 0x10010},
-		"port above the range":             {v4(46, 17, "192.0.2.1", 5011), def},
-		"port above the range, prefix":     {v4(46, 17, "10.20.3.4", 5011), 0x10011},
-		"TCP is not class 0's protocol":    {v4(46, 6, "192.0.2.1", 5005), def},
-		"DSCP 45 is not class 0's":         {v4(45, 17, "192.0.2.1", 5005), def},
-		"outside the prefix":               {v4(0, 6, "10.21.0.1", 80), def},
-		"low DSCP of class 2":              {v4(8, 6, "192.0.2.1", 1), 0x10012},
-		"high DSCP of class 2":             {v4(40, 6, "192.0.2.1", 1), 0x10012},
-		"DSCP 63":                          {v4(63, 6, "192.0.2.1", 1), def},
-		"ports after IPv4 options":         {withOptions, 0x10010},
-		"no ports in a later fragment":     {fragment, def},
-		"ICMP":                             {icmp, 0x10014},
-		"IPv6 prefix of class 1":           {v6(0, 6, "2001:db8::5", 22), 0x10011},
-		"IPv6 port and prefix of class 3":  {v6(0, 6, "fd00::1", 443), 0x10013},
-		"IPv6 port not class 3's":          {v6(0, 6, "fd00::1", 444), def},
-		"IPv6 partial word of the prefix":  {v6(0, 6, "2001:db9:abcd:8fff::1", 80), 0x10013},
-		"IPv6 just outside the /49":        {v6(0, 6, "2001:db9:abcd:7fff::1", 80), def},
-		"IPv6 DSCP 40":                     {v6(40, 17, "fe80::1", 9), 0x10012},
-		"IPv6 DSCP 46 UDP 5001":            {v6(46, 17, "fe80::1", 5001), 0x10010},
-		"IPv4 address not an IPv6 prefix":  {v4(0, 6, "253.0.0.1", 443), def},
-		"the source is not the remote end": {pkt{proto: 6, src: "10.20.0.1", dst: "192.0.2.1", dport: 80}, def},
+		"every key of class 0":            {v4(46, 17, "192.0.2.1", 5000), 0x10010},
+		"class 0 before class 1":          {v4(46, 17, "10.20.3.4", 5010), 0x10010},
+		"port above the range":            {v4(46, 17, "192.0.2.1", 5011), def},
+		"port above the range, prefix":    {v4(46, 17, "10.20.3.4", 5011), 0x10011},
+		"TCP is not class 0's protocol":   {v4(46, 6, "192.0.2.1", 5005), def},
+		"DSCP 45 is not class 0's":        {v4(45, 17, "192.0.2.1", 5005), def},
+		"outside the prefix":              {v4(0, 6, "10.21.0.1", 80), def},
+		"low DSCP of class 2":             {v4(8, 6, "192.0.2.1", 1), 0x10012},
+		"high DSCP of class 2":            {v4(40, 6, "192.0.2.1", 1), 0x10012},
+		"DSCP 63":                         {v4(63, 6, "192.0.2.1", 1), def},
+		"ports after IPv4 options":        {withOptions, 0x10010},
+		"no ports in a later fragment":    {fragment, def},
+		"ICMP":                            {icmp, 0x10014},
+		"IPv6 prefix of class 1":          {v6(0, 6, "2001:db8::5", 22), 0x10011},
+		"IPv6 port and prefix of class 3": {v6(0, 6, "fd00::1", 443), 0x10013},
+		"IPv6 port not class 3's":         {v6(0, 6, "fd00::1", 444), def},
+		"IPv6 partial word of the prefix": {v6(0, 6, "2001:db9:abcd:8fff::1", 80), 0x10013},
+		"IPv6 just outside the /49":       {v6(0, 6, "2001:db9:abcd:7fff::1", 80), def},
+		"IPv6 DSCP 40":                    {v6(40, 17, "fe80::1", 9), 0x10012},
+		"IPv6 DSCP 46 UDP 5001":           {v6(46, 17, "fe80::1", 5001), 0x10010},
+		"IPv4 address not an IPv6 prefix": {v4(0, 6, "253.0.0.1", 443), def},
+		"IPv6 UDP port after hop-by-hop":  {v6ext(17, "fe80::1", 5001, 0), 0x10010},
+		"IPv6 after hop-by-hop, routing, destination options and AH": {
+			v6ext(17, "fe80::1", 5002, 0, 43, 60, 51), 0x10010},
+		"IPv6 first fragment keeps its ports": {v6ext(17, "fe80::1", 5003, 60, 44), 0x10010},
+		"IPv6 later fragment has no ports":    {laterV6, def},
+		"IPv6 TCP port and prefix after destination options": {
+			v6ext(6, "fd00::1", 443, 60), 0x10013},
+		"IPv6 the protocol is the upper layer's": {v6ext(58, "fe80::1", 0, 0), 0x10014},
+		"IPv6 eight extension headers walked": {
+			v6ext(17, "fe80::1", 5001, 0, 60, 60, 60, 60, 60, 60, 60), 0x10010},
+		"IPv6 a ninth one is not: no ports": {tooMany, def},
+		"the source is not the remote end":  {pkt{proto: 6, src: "10.20.0.1", dst: "192.0.2.1", dport: 80}, def},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := run(t, Uplink, rules, tc.p.bytes()); got != tc.want {
