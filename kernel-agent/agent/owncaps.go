@@ -39,16 +39,10 @@ func watLimits(applied backend.Device, capsMbps, linkMbps map[string]float64) ma
 		}
 	}
 	for _, p := range applied.Paths {
-		if p.Weight > 0 {
-			continue
-		}
-		for _, c := range applied.Classes {
-			if c.Weights[p.WAT] > 0 {
-				l := out[p.WAT]
-				l.floored = true
-				out[p.WAT] = l
-				break
-			}
+		if p.Weight <= 0 && backend.ClassUses(applied.Classes, p.WAT) {
+			l := out[p.WAT]
+			l.floored = true
+			out[p.WAT] = l
 		}
 	}
 	if len(out) == 0 {

@@ -77,6 +77,13 @@ func (c Class) Equal(o Class) bool {
 		slices.Equal(m.RemotePrefixes, n.RemotePrefixes) && m.Cgroup == n.Cgroup
 }
 
+// ClassUses tells whether any of classes sends on wat (a weight above 0
+// there). A WAT a class uses is not made backup: the default rule's
+// traffic on it at weight 0 is held at its floor instead (see Class).
+func ClassUses(classes []Class, wat string) bool {
+	return slices.ContainsFunc(classes, func(c Class) bool { return c.Weights[wat] > 0 })
+}
+
 // Backend applies the weights of a set of devices. The kernels' rules are
 // global (one WRR tuple list) or per connection (mainline path manager), so
 // the whole set is handed at once.

@@ -118,8 +118,7 @@ func planWAT(p backend.Path, capBps uint64, classes []backend.Class, defMinor ui
 		}
 		return parent
 	}
-	usedByClass := slices.ContainsFunc(classes, func(c backend.Class) bool { return c.Weights[p.WAT] > 0 })
-	plan := watPlan{parent: parent, leaves: []leaf{{minor: defMinor, ceil: ceil(p.Weight > 0 || !usedByClass, 0)}}}
+	plan := watPlan{parent: parent, leaves: []leaf{{minor: defMinor, ceil: ceil(p.Weight > 0 || !backend.ClassUses(classes, p.WAT), 0)}}}
 	for i, c := range classes {
 		plan.leaves = append(plan.leaves, leaf{minor: minors[i], ceil: ceil(c.Weights[p.WAT] > 0, c.CapsMbps[p.WAT]), urgent: c.Urgent})
 	}
@@ -131,7 +130,7 @@ func planWAT(p backend.Path, capBps uint64, classes []backend.Class, defMinor ui
 func onOffPaths(paths []backend.Path, classes []backend.Class) []backend.Path {
 	out := slices.Clone(paths)
 	for i, p := range out {
-		if p.Weight == 0 && slices.ContainsFunc(classes, func(c backend.Class) bool { return c.Weights[p.WAT] > 0 }) {
+		if p.Weight == 0 && backend.ClassUses(classes, p.WAT) {
 			out[i].Weight = 1
 		}
 	}
