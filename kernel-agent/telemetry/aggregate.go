@@ -246,6 +246,7 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 	seconds := now.Sub(a.lastTime).Seconds()
 	next := make(map[uint64]sockState, len(subflows))
 	sums := map[string]*watSums{}
+	held := a.holds(wats)
 	for _, s := range subflows {
 		if a.MPTCPOnly && !s.MPTCP {
 			continue
@@ -280,7 +281,7 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		}
 		if s.HasChrono && (!seen || prev.chrono) && !first && seconds > 0 {
 			w.chronoSubflows++
-			w.satBytes += pathShare(s, cur, prev, seen, g, seconds, a.shapesOwn(name, wats[name])) * float64(g.acked)
+			w.satBytes += pathShare(s, cur, prev, seen, g, seconds, held[name].shaped()) * float64(g.acked)
 		}
 		d := out[name]
 		d.t.Subflows++
@@ -301,7 +302,7 @@ func (a *Aggregator) Sample(now time.Time, subflows []Subflow, wats map[string]W
 		send := payload.DirTelemetry{BytesAcked: &d.acked, Cwnd: &d.cwnd}
 		recv := payload.DirTelemetry{BytesReceived: &d.received}
 		if !first && seconds > 0 {
-			a.rates(&send, &recv, name, w, t.Subflows, wats[name], seconds)
+			rates(&send, &recv, w, t.Subflows, held[name], seconds)
 		}
 		if a.Remote {
 			// The proxy sends the downlink; what it receives from the CPE
@@ -395,9 +396,10 @@ func pathShare(s Subflow, cur, prev sockState, seen bool, g growthOf, seconds fl
 }
 
 // rates fills one WAT's per-interval figures (seconds long) from its sums
-// w over its subflows: delivered rates both ways, and in the sending
-// direction saturated, delivery_rate_mbps and retrans_pct.
-func (a *Aggregator) rates(send, recv *payload.DirTelemetry, name string, w *watSums, subflows int, info WATInfo, seconds float64) {
+// w over its subflows and how the agent's own limits held it: delivered
+// rates both ways, and in the sending direction saturated,
+// delivery_rate_mbps and retrans_pct.
+func rates(send, recv *payload.DirTelemetry, w *watSums, subflows int, hold ownHold, seconds float64) {
 	send.DeliveredMbps = round3(float64(w.delivered) * 8 / seconds / 1e6)
 	recv.DeliveredMbps = round3(float64(w.received) * 8 / seconds / 1e6)
 	switch {
@@ -416,8 +418,7 @@ func (a *Aggregator) rates(send, recv *payload.DirTelemetry, name string, w *wat
 	if w.fresh > 0 {
 		send.DeliveryRateMbps = ptr(round3(float64(w.freshRate) * 8 / 1e6))
 	}
-	floored := info.Floored || a.lastHeld[name]
-	if c := a.heldCap(name, info.CapMbps); floored || c > 0 && send.DeliveredMbps >= CappedFill*c {
+	if hold.floored || hold.capMbps > 0 && send.DeliveredMbps >= CappedFill*hold.capMbps {
 		send.Saturated = ptr(0.0)
 	}
 	if w.dataSegs > 0 {
@@ -436,10 +437,24 @@ func (cur sockState) timedOutSince(prev sockState, seen bool) bool {
 		cur.hasRTOTime && prev.hasRTOTime && (cur.rtos != prev.rtos || cur.rtoMillis != prev.rtoMillis)
 }
 
-// shapesOwn tells whether the agent held WAT name with a cap or a floor
-// at either end of the interval ending with info.
-func (a *Aggregator) shapesOwn(name string, info WATInfo) bool {
-	return info.CapMbps > 0 || info.Floored || a.lastCap[name] > 0 || a.lastHeld[name]
+// ownHold is how the agent's own limits held a WAT over an interval:
+// capMbps the smaller of its caps at both ends (heldCap; 0: none at
+// either), floored at either end.
+type ownHold struct {
+	capMbps float64
+	floored bool
+}
+
+// shaped tells whether the agent's own qdisc held the WAT at either end.
+func (h ownHold) shaped() bool { return h.capMbps > 0 || h.floored }
+
+// holds are the own holds of wats over the interval that ends with them.
+func (a *Aggregator) holds(wats map[string]WATInfo) map[string]ownHold {
+	out := make(map[string]ownHold, len(wats))
+	for name, w := range wats {
+		out[name] = ownHold{capMbps: a.heldCap(name, w.CapMbps), floored: w.Floored || a.lastHeld[name]}
+	}
+	return out
 }
 
 // heldCap is the smaller of a WAT's caps at both ends of the interval, cap
