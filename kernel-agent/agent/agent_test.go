@@ -268,7 +268,10 @@ func TestLeaseExpiry(t *testing.T) {
 	dir := t.TempDir()
 	h := start(t, dir)
 	_, n := h.pub.waitEvent(t, payload.EventStarted, 0)
-	t0 := time.Now()
+	// The message carries its issue time in milliseconds, so the lease
+	// ends a second after t0 truncated to them (unrounded, the expiry came
+	// 999.9 ms after t0 in one run).
+	t0 := time.Now().Truncate(time.Millisecond)
 	v3 := weightsMsgAt(3, t0, 1, `{"nr":0,"wifi":9}`)
 	h.agent.HandleWeights(v3, t0)
 	_, n = h.pub.waitEvent(t, payload.EventApplied, n)
