@@ -25,11 +25,10 @@ KINDS: Final = {"kpi": MEASUREMENT_KPI, "forecast": MEASUREMENT_PREDICTION,
                 "weight": MEASUREMENT_WEIGHT}
 
 
-def points(server: InfluxServer, measurement: str, since_s: float) -> list[dict[str, Any]]:
-    """Every point of ``measurement`` from ``since_s`` (Unix seconds) on, as dicts with ``time``
-    in Unix milliseconds and no null fields."""
-    q = (f"SELECT * FROM {server.database}.autogen.{measurement} "
-         f"WHERE time >= {int(since_s * 1e9)}")
+def points(server: InfluxServer, measurement: str) -> list[dict[str, Any]]:
+    """Every point of ``measurement``, as dicts with ``time`` in Unix milliseconds and no null
+    fields."""
+    q = f"SELECT * FROM {server.database}.autogen.{measurement}"
     url = f"{server.url}/query?" + urllib.parse.urlencode({"epoch": "ms"})
     data = urllib.parse.urlencode({"q": q}).encode()
     with urllib.request.urlopen(url, data=data, timeout=10.0) as resp:
@@ -43,12 +42,14 @@ def points(server: InfluxServer, measurement: str, since_s: float) -> list[dict[
     return out
 
 
-def save(server: InfluxServer, since_s: float, t0: float, run_dir: Path) -> int:
-    """Write the run's points (from ``since_s`` on, times relative to ``t0``, both Unix seconds)
-    to ``run_dir / FILE``; returns how many."""
+def save(server: InfluxServer, t0: float, run_dir: Path) -> int:
+    """Write every point of the database, the run's alone (each run empties it first:
+    :meth:`tests.realstack.harness.Servers.reset`), to ``run_dir / FILE``, times relative to
+    ``t0`` (Unix seconds); returns how many.  Whatever the xApp could have read as history is
+    in the file."""
     rows = []
     for kind, measurement in KINDS.items():
-        for p in points(server, measurement, since_s):
+        for p in points(server, measurement):
             t = round(float(p.pop("time")) / 1000.0 - t0, 3)
             rows.append({"kind": kind, "t": t, **p})
     rows.sort(key=lambda r: (r["t"], r["kind"], str(r.get("wat")), str(r.get("direction"))))

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,3 +52,17 @@ def test_one_scenario_end_to_end(tmp_path: Path) -> None:
     assert all(p50 is not None and p95 >= p50 for p50, p95 in s["rtt_ms"].values())
     assert Path(s["png"]).stat().st_size > 10_000
     assert (tmp_path / "realstack.json").exists()
+    # The paths carried traffic before the xApp's first weights: the small flow had an answer
+    # and the bulk's first second with bytes had begun (its records are per whole second,
+    # stamped at the second's end).  Orders of stamps of the wall clock; the xApp's record
+    # counts from the trace's start.
+    run = tmp_path / "wifi-backhaul" / "run1" / "model"
+    trace_start = json.loads((run / "applied.json").read_text())["t0"]
+    first_weight = trace_start + min(r["t"] for r in _jsonl(run / "forecasts.jsonl")
+                                     if r["kind"] == "weight")
+    assert min(r["t"] for r in _jsonl(run / "rtt.jsonl")) < first_weight
+    assert min(r["t"] for r in _jsonl(run / "dl.jsonl") if r["mbps"] > 0) - 1 < first_weight
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -91,6 +91,14 @@ class RedisServer:
         except OSError:
             return False
 
+    def flush(self) -> None:
+        """Delete every key (``FLUSHALL``): the server as it started, without restarting it."""
+        with socket.create_connection((self.host, self.port), timeout=5.0) as s:
+            s.sendall(b"FLUSHALL\r\n")
+            reply = s.recv(64)
+        if not reply.startswith(b"+OK"):
+            raise RuntimeError(f"FLUSHALL answered {reply!r}")
+
     def stop(self, timeout_s: float = 10.0) -> None:
         proc, self._proc = self._proc, None
         stop_process(proc, timeout_s)
