@@ -28,6 +28,9 @@ func (a *Agent) onLink(s linkwatch.Status) {
 			continue
 		}
 		old := d.slots[w]
+		if s.AwaitingRoute {
+			a.deps.Log.Info("link back, its route not yet", "wat", w, "interface", s.Interface, "grace_s", linkwatch.RouteGrace.Seconds())
+		}
 		if !d.setLocal(w, s.Interface, s) {
 			continue
 		}
