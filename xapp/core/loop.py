@@ -99,6 +99,7 @@ from xapp.core.ports import (
     WeightBatch,
     WeightPublisher,
 )
+from xapp.core.returning import with_return_weights
 from xapp.core.rowmap import RowMap, inputs, row_map
 from xapp.core.rules import ClassRule
 from xapp.core.weights import WeightError
@@ -493,8 +494,10 @@ class ControlLoop:
         # Classes hold against classes of the same rules only (a direction's own policy leaves
         # them out).
         classes_held = held & ~fleet.rules_changed(r_due, rules) if rules else held
-        d = self.decide(KNOWN_WATS, xd.cap, xd.low, xd.present, xd.up, xd.rtt, xd.loss, policy,
-                        fleet.weights[r_due], fleet.present[r_due], fleet.usable[r_due], held)
+        d = with_return_weights(
+            self.decide, KNOWN_WATS, xd, policy,
+            self.decide(KNOWN_WATS, xd.cap, xd.low, xd.present, xd.up, xd.rtt, xd.loss, policy,
+                        fleet.weights[r_due], fleet.present[r_due], fleet.usable[r_due], held))
         ok, no_usable, error = d.status == OK, d.status == NO_USABLE, d.status == ERROR
         fleet.decided_s[r_due[ok | no_usable]] = now_s
         fleet.apply(r_due[ok], policy, rules)
