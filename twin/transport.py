@@ -95,19 +95,21 @@ WINDOW_SLACK_S: Final = 0.08
 #: The longest a cut subflow's data blocks the connection before MPTCP sends it again on
 #: another subflow; fitted.
 OUTAGE_HOSTAGE_S: Final = 1.25
-#: When, after a lost link returns, the agent's re-added endpoint gets its subflow, on average;
-#: measured.  The path manager's own try as the link comes back fails (the link is back before
-#: its route), so the agent re-adds the endpoint 0.5 s later and again 1.5 s after the return
-#: when still no subflow joined (``rejoinWaits`` in kernel-agent/backend/mptcpupstream): in the
-#: lifi-blockage runs of docs/twin.md 18 of 36 returns needed the second re-add.
-REJOIN_READD_S: Final = 0.5 * 18 / 36 + 1.5 * 18 / 36
+#: When, after a lost link returns, the agent's re-added endpoint gets its subflow; measured.
+#: The agent holds a link that came back without its gateway route until the route is back
+#: (kernel-agent/linkwatch, "A link back before its route"), so the path manager's one join
+#: finds it: 3.1 ms after the link's return (median of 27 returns in lifi-blockage, at most
+#: 4.3 ms; the bench puts the route back right after the link).  Before, the join failed and
+#: the agent re-added the endpoint 0.5 s after the return and again at 1.5 s: 1.0 s on average.
+REJOIN_READD_S: Final = 0.003
 #: From that re-add until the new subflow carries its share, counted as seconds of the WAT's
-#: rate lost: the MP_JOIN handshake, slow start from ten segments, and the dips of the whole
-#: connection below its other paths' rate in the second after a return (the bench's
-#: per-second series: 0.6-4 s of LiFi lost after each of 54 returns in all, median 1.8); fitted
-#: on the harness's policies' lifi-blockage cells (fixed_best, oracle), flat between 0.9 and
-#: 1.3 s, and checked on the xApp's (ewma, model).
-REJOIN_RAMP_S: Final = 1.1
+#: rate lost: the MP_JOIN handshake and slow start from ten segments.  Fitted on the oracle's
+#: lifi-blockage cells of six runs of the agent that waits for the route (flat between 0.2
+#: and 0.5 s) and checked on the xApp's (ewma, model: within 3.2 %).  It was 1.1 s while the
+#: first join failed: the re-adds then closed the failed try and, now and then, the new
+#: subflow with it (REMOVE_ADDR), and the whole connection dipped in the second after a
+#: return.
+REJOIN_RAMP_S: Final = 0.3
 
 
 @dataclass(frozen=True)

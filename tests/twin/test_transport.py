@@ -157,15 +157,15 @@ def test_under_the_agent_a_returned_link_carries_only_once_its_subflow_rejoined(
     t = _trace([12.0, 8.0, 24.0], outages=(Outage("lifi", 3.2, 0.5, "down"),))
     alone = tp.deliver(t, "dl", _ones(t), _uncapped(t), BENCH)
     agent = tp.Stack(plays_delay=False, carrier_reaction=True)
-    assert 1.3 < agent.rejoin_s < 2.3  # back within period 5
+    assert 0.0 < agent.rejoin_s < 1.3  # back within period 4
     w = _ones(t)
     w[3, 2] = 0  # the agents report a lost link at weight 0 while it is down
     got = tp.deliver(t, "dl", w, _uncapped(t), agent)
     full = alone[0, 2]
     assert alone[4, 2] == pytest.approx(full)
-    assert got[4, 2] == 0.0
-    assert got[5, 2] == pytest.approx((6.0 - 3.7 - agent.rejoin_s) * full)
-    assert got[6, 2] == pytest.approx(full)
+    assert got[3, 2] == 0.0
+    assert got[4, 2] == pytest.approx((5.0 - 3.7 - agent.rejoin_s) * full)
+    assert got[5, 2] == pytest.approx(full)
 
 
 def test_the_rejoin_costs_the_agents_blockages_only() -> None:
