@@ -33,7 +33,8 @@ Rules decided once (README, "The control loop"):
   *tried* at the CPE's smallest forecast, so it carries a small share and gets measured; left at
   0 it would never be measured again (the censoring trap).  A CPE with no forecast at all tries
   every reported WAT at 1 Mbps: plain round-robin until something is known;
-* a WAT whose ``up`` column is 0 is not usable;
+* a WAT whose ``up`` column is 0 is not usable, but keeps the weight a decision with it up
+  gives it, for its return (:mod:`xapp.core.returning`: the agents mask it while it is down);
 * a CPE with no KPI rows is left alone: its lease runs out on the agent, which is right when the
   xApp no longer knows anything about it;
 * when the policy leaves no usable WAT, the weights in force stay (and keep their lease);
