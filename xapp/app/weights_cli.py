@@ -70,7 +70,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loss-max", type=float, metavar="PCT",
                         help="retransmission threshold for every WAT, percent (any mode)")
     parser.add_argument("--floor", type=float, metavar="MBPS",
-                        help="capacity floor below which a WAT gets 0")
+                        help="capacity floor: a WAT whose central forecast is below it gets 0")
     parser.add_argument("--direction", choices=["dl", "ul"],
                         help="decide for this direction: the policy's per-direction overrides "
                              "apply (default: the policy as it is, the same for both)")

@@ -91,7 +91,10 @@ def decide_batch(wats: tuple[str, ...], capacity: Array, lower: Array, present: 
     n, k = capacity.shape
     cons = np.where(present, lower, 0.0)
     allowed = np.array([w not in policy.excluded for w in wats])
-    usable = present & up & allowed & (cons > 0) & (cons >= policy.capacity_floor_mbps)
+    # The floor judges the central forecast: a wide interval around a WAT worth carrying
+    # must not switch it off (on mainline its weight 0 turns it off in both directions).
+    usable = (present & up & allowed & (cons > 0)
+              & (np.where(present, capacity, 0.0) >= policy.capacity_floor_mbps))
     suffix = np.full(n, "", dtype=object)
     if policy.has_thresholds:
         crossed = usable & thresholds.over(policy, wats, rtt, loss)

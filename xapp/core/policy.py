@@ -98,7 +98,8 @@ class Policy:
     #: latency_bound: demand the slower WATs may be added to carry; priority: the demand the
     #: WATs of the list carry in order (0: the first usable WAT alone).
     demand_mbps: float = 0.0
-    #: A WAT whose (conservative) capacity is below this gets weight 0.
+    #: A WAT whose central capacity forecast is below this gets weight 0 (the conservative
+    #: forecast sizes the weights; a wide interval alone does not switch a WAT off).
     capacity_floor_mbps: float = 0.0
     #: New weights only when T(w) improves by more than this, or a WAT's usability changes.
     hysteresis_pct: float = 0.0

@@ -219,7 +219,7 @@ def decide(states: Mapping[str, WatState], policy: Policy | None = None,
     usable = frozenset(
         w for w in wats
         if states[w].up and w not in policy.excluded
-        and cons[w] > 0 and cons[w] >= policy.capacity_floor_mbps
+        and cons[w] > 0 and states[w].capacity_mbps >= policy.capacity_floor_mbps
     )
     if not usable:
         raise NoUsableWatError(

@@ -110,3 +110,17 @@ def test_batch_matches_decide(f: dict[str, np.ndarray], which: int) -> None:
         assert out.aggregate[i] == ref.aggregate_mbps or abs(
             out.aggregate[i] - ref.aggregate_mbps) <= 1e-9 * max(1.0, ref.aggregate_mbps)
         assert {KNOWN_WATS[j] for j in cols if out.usable[i, j]} == set(ref.usable)
+
+
+def test_the_batch_floor_judges_the_central_forecast() -> None:
+    policy = Policy(capacity_floor_mbps=1.0)
+    cap = np.zeros((2, K))
+    low = np.zeros((2, K))
+    nr, lte = KNOWN_WATS.index("nr"), KNOWN_WATS.index("lte")
+    cap[:, nr], low[:, nr] = 19.4, 18.8
+    cap[:, lte], low[:, lte] = (2.0, 0.8), (0.6, 0.7)
+    present = (cap > 0)
+    nan = np.full((2, K), np.nan)
+    d = decide_batch(KNOWN_WATS, cap, low, present, present, nan, nan, policy,
+                     np.zeros((2, K), dtype=np.int64), present, present, np.zeros(2, dtype=bool))
+    assert d.weights[0, lte] > 0 and d.weights[1, lte] == 0

@@ -315,3 +315,13 @@ def test_never_all_zero_never_out_of_range(caps: dict[str, tuple[float, bool]],
     assert all(0 <= w <= max_weight for w in d.weights.values())
     assert all(d.weights[w] == 0 for w in d.weights if w not in d.usable)
     assert decide(s, policy) == d  # deterministic
+
+
+def test_the_capacity_floor_judges_the_central_forecast_not_the_interval() -> None:
+    # LTE's uplink on the real stack: 2 Mbit/s expected, the model's lower bound at 0.6. On
+    # mainline its weight 0 would switch it off in both directions.
+    policy = Policy(capacity_floor_mbps=1.0)
+    wide = {"nr": WatState(19.4, 18.8), "lte": WatState(2.0, 0.6)}
+    assert decide(wide, policy).weights["lte"] > 0
+    slow = {"nr": WatState(19.4, 18.8), "lte": WatState(0.8, 0.7)}
+    assert decide(slow, policy).weights["lte"] == 0
