@@ -77,4 +77,5 @@ def test_both_directions_use_both_wats_and_a_wat_down_is_seen(
     # The link came back before its route (set_link adds it after `ip link set up`): the agent
     # waited for the route, so the path manager's one join found it and no re-add was needed.
     assert rl.logged("agent-cpe", "link back, its route not yet")
-    assert not rl.logged("agent-cpe", "link returned but no connection rejoined it: path put back again")
+    assert not rl.logged("agent-cpe",
+                         "link returned but no connection rejoined it: path put back again")
