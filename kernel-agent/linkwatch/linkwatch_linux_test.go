@@ -19,42 +19,10 @@ import (
 // checks the watcher's initial state and its change notifications.
 func TestWatcherInNetns(t *testing.T) {
 	nstest.Do(t, func(netns.NsHandle) {
-		la := netlink.NewLinkAttrs()
-		la.Name = "wat0"
-		veth := &netlink.Veth{LinkAttrs: la, PeerName: "wat0p"}
-		if err := netlink.LinkAdd(veth); err != nil {
-			t.Fatalf("add veth: %v", err)
-		}
-		peer, _ := netlink.LinkByName("wat0p")
-		link, _ := netlink.LinkByName("wat0")
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 44, 0, 1), Mask: net.CIDRMask(24, 32)}}
-		if err := netlink.AddrAdd(link, addr); err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.LinkSetUp(peer); err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.LinkSetUp(link); err != nil {
-			t.Fatal(err)
-		}
+		link, peer, addr := upVeth(t)
 		time.Sleep(50 * time.Millisecond) // let the veth reach operstate up
-
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		w := New([]string{"wat0", "absent0"})
-		initial, err := w.Start(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		updates := make(chan Status, 16)
-		runErr := make(chan error, 1)
-		go func() { runErr <- w.Run(ctx, updates, func() {}) }()
-		defer func() {
-			cancel()
-			if err := <-runErr; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		}()
+		initial, updates, stop := watch(t, "wat0", "absent0")
+		defer stop()
 		want := netip.MustParseAddr("10.44.0.1")
 		if s := initial["wat0"]; !s.Usable() || s.Addr != want {
 			t.Fatalf("initial wat0 = %+v", s)
@@ -98,47 +66,17 @@ func TestWatcherInNetns(t *testing.T) {
 // keeps the route, so its return waits for nothing.
 func TestWatcherAwaitsRoute(t *testing.T) {
 	nstest.Do(t, func(netns.NsHandle) {
-		la := netlink.NewLinkAttrs()
-		la.Name = "wat0"
-		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "wat0p"}); err != nil {
-			t.Fatalf("add veth: %v", err)
-		}
-		peer, _ := netlink.LinkByName("wat0p")
-		link, _ := netlink.LinkByName("wat0")
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 44, 0, 1), Mask: net.CIDRMask(24, 32)}}
-		if err := netlink.AddrAdd(link, addr); err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range []netlink.Link{peer, link} {
-			if err := netlink.LinkSetUp(l); err != nil {
-				t.Fatal(err)
-			}
-		}
+		link, peer, _ := upVeth(t)
 		route := &netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.IPv4(10, 44, 0, 2), Table: 101}
 		if err := netlink.RouteAdd(route); err != nil {
 			t.Fatalf("add route: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond) // let the veth reach operstate up
-
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		w := New([]string{"wat0"})
-		initial, err := w.Start(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		initial, updates, stop := watch(t, "wat0")
+		defer stop()
 		if s := initial["wat0"]; !s.Usable() {
 			t.Fatalf("initial wat0 = %+v", s)
 		}
-		updates := make(chan Status, 16)
-		runErr := make(chan error, 1)
-		go func() { runErr <- w.Run(ctx, updates, func() {}) }()
-		defer func() {
-			cancel()
-			if err := <-runErr; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		}()
 		// wait returns the first status that meets cond within limit,
 		// failing on one that meets bad before it.
 		wait := func(what string, limit time.Duration, cond, bad func(Status) bool) time.Duration {
@@ -196,4 +134,49 @@ func TestWatcherAwaitsRoute(t *testing.T) {
 		took = wait("usable at the carrier's return", time.Second, usable, nil)
 		t.Logf("usable %v after the carrier's return", took)
 	})
+}
+
+// upVeth creates the veth pair wat0 (10.44.0.1/24) and wat0p in the
+// calling thread's namespace and sets both up.
+func upVeth(t *testing.T) (link, peer netlink.Link, addr *netlink.Addr) {
+	t.Helper()
+	la := netlink.NewLinkAttrs()
+	la.Name = "wat0"
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "wat0p"}); err != nil {
+		t.Fatalf("add veth: %v", err)
+	}
+	peer, _ = netlink.LinkByName("wat0p")
+	link, _ = netlink.LinkByName("wat0")
+	addr = &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 44, 0, 1), Mask: net.CIDRMask(24, 32)}}
+	if err := netlink.AddrAdd(link, addr); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []netlink.Link{peer, link} {
+		if err := netlink.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return link, peer, addr
+}
+
+// watch starts a Watcher of ifaces: its initial state, its updates, and
+// the function that stops it and checks that Run ended cleanly.
+func watch(t *testing.T, ifaces ...string) (map[string]Status, chan Status, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := New(ifaces)
+	initial, err := w.Start(ctx)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	updates := make(chan Status, 16)
+	runErr := make(chan error, 1)
+	go func() { runErr <- w.Run(ctx, updates, func() {}) }()
+	return initial, updates, func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
 }
