@@ -121,7 +121,7 @@ def decide_batch(wats: tuple[str, ...], capacity: Array, lower: Array, present: 
     elif mode is SteeringMode.FIXED_SPLIT:
         pct = np.array([policy.split_pct.get(w, 0.0) for w in wats])
         p = np.where(usable[rows], pct, 0.0)
-        _finish(out, rows, _scaled(p, policy.max_weight), p.max(axis=1) > 0, "fixed_split",
+        _finish(out, rows, scaled(p, policy.max_weight), p.max(axis=1) > 0, "fixed_split",
                 prev, policy)
     elif mode is SteeringMode.ACTIVE_STANDBY:
         chosen = _first_of(policy.priority, wats, usable[rows])
@@ -143,7 +143,7 @@ def decide_batch(wats: tuple[str, ...], capacity: Array, lower: Array, present: 
     return out
 
 
-def _scaled(p: Array, max_weight: int) -> IntArray:
+def scaled(p: Array, max_weight: int) -> IntArray:
     """Weights in proportion to ``p`` per row, the largest at ``max_weight``, at least 1 where
     ``p > 0`` (:func:`decide`'s rounding: half to even)."""
     top = p.max(axis=1, keepdims=True)
@@ -186,7 +186,7 @@ def _priority(out: BatchDecision, rows: IntArray, wats: tuple[str, ...], prev: _
     fill = np.where(taken, np.minimum(cap, np.maximum(demand - before, 0.0)), 0.0)
     fill_all = np.zeros((len(rows), k))
     fill_all[:, cols] = fill
-    new = _scaled(fill_all, policy.max_weight)
+    new = scaled(fill_all, policy.max_weight)
     chosen = _first_of(policy.priority, wats, prev.now_usable[rows])
     alone = ~(fill_all > 0).any(axis=1)
     new[alone] = _alone(chosen[alone], k, policy.max_weight)

@@ -20,9 +20,11 @@ Pure: arrays in, arrays out.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from xapp.core.decisions import OK, BatchDecision, DecideBatch, Inputs
+from xapp.core.decisions import OK, BatchDecision, DecideBatch, Inputs, scaled
 from xapp.core.policy import Policy
 
 
@@ -41,8 +43,7 @@ def with_return_weights(decide: DecideBatch, wats: tuple[str, ...], x: Inputs, p
     n, k = len(rows), x.cap.shape[1]
     none = np.zeros(n, dtype=bool)
     blank = np.zeros((n, k), dtype=np.int64)
-    up = Inputs(x.cap[rows], x.low[rows], x.present[rows], x.present[rows], x.rtt[rows],
-                x.loss[rows])
+    up = dataclasses.replace(x.take(rows), up=x.present[rows])
     a = decide(wats, up.cap, up.low, up.present, up.up, up.rtt, up.loss, policy, blank,
                up.present, up.present, none)
     took = a.status == OK
@@ -57,11 +58,8 @@ def with_return_weights(decide: DecideBatch, wats: tuple[str, ...], x: Inputs, p
     scale = np.where(theirs_up > 0, ours_up / np.maximum(theirs_up, 1e-12), 1.0)
     back = np.where(down_r & (theirs > 0), np.maximum(1.0, np.round(theirs * scale[:, None])), 0.0)
     merged = np.where(down_r, back, mine)
-    top = merged.max(axis=1, keepdims=True)
-    over = (top > policy.max_weight)[:, 0]
-    merged[over] = np.where(merged[over] > 0,
-                            np.maximum(1.0, np.round(merged[over] / top[over]
-                                                     * policy.max_weight)), 0.0)
+    over = merged.max(axis=1) > policy.max_weight
+    merged[over] = scaled(merged[over], policy.max_weight)
     d.weights[rows] = merged.astype(np.int64)
     returning = down_r & (merged > 0)
     for i, r in enumerate(rows.tolist()):
