@@ -232,6 +232,7 @@ def decide(states: Mapping[str, WatState], policy: Policy | None = None,
     usable = within or usable
 
     weights, reason = _weights_for_mode(wats, cons, states, usable, policy)
+    by_rtt = policy.mode is SteeringMode.SMALLEST_DELAY and reason != "smallest_delay:balanced"
     if not any(weights.values()):
         raise NoUsableWatError(f"policy mode {policy.mode.value} leaves no WAT to use")
     reason += suffix
@@ -239,22 +240,25 @@ def decide(states: Mapping[str, WatState], policy: Policy | None = None,
 
     if previous is not None and previous.usable == usable and _fits(previous.weights, wats, policy):
         held = fluid_aggregate(cons, previous.weights)
-        if _holds(policy, previous.weights, weights, states, aggregate, held):
+        if _holds(policy, previous.weights, weights, states, aggregate, held, by_rtt):
             return _decision(previous.weights, wats, held, usable, False, "hysteresis")
     return _decision(weights, wats, aggregate, usable, True, reason)
 
 
 def _holds(policy: Policy, old: Mapping[str, int], new: Mapping[str, int],
-           states: Mapping[str, WatState], aggregate: float, held: float) -> bool:
+           states: Mapping[str, WatState], aggregate: float, held: float,
+           by_rtt: bool) -> bool:
     """Whether the weights in force hold against new ones (hysteresis).  The rule is the
     aggregate's: new weights must raise it by more than ``hysteresis_pct``.  Modes that do not
     aim at the aggregate move when they choose other WATs: ``priority`` (the WATs its fill
-    needs) and ``smallest_delay``, which stays on its WAT unless another's RTT is lower by
-    more than ``hysteresis_pct`` (so two WATs of about the same RTT do not take turns)."""
+    needs) and ``smallest_delay``.  When ``smallest_delay`` picked a WAT by its RTT
+    (``by_rtt``), the WAT in force stays unless the pick's RTT is lower by more than
+    ``hysteresis_pct`` (so two WATs of about the same RTT do not take turns); its fallback, load
+    balancing where no RTT decides, holds by the aggregate, as load balancing does."""
     margin = 1.0 + policy.hysteresis_pct / 100.0
     used_old = {w for w, v in old.items() if v > 0}
     used_new = {w for w, v in new.items() if v > 0}
-    if policy.mode is SteeringMode.SMALLEST_DELAY and len(used_old) == len(used_new) == 1:
+    if by_rtt and len(used_old) == len(used_new) == 1:
         (was,), (best,) = used_old, used_new
         r_was, r_best = states[was].rtt_ms, states[best].rtt_ms
         return r_was is not None and r_best is not None and r_was <= r_best * margin

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xapp.core.decisions import NO_USABLE, OK, decide_batch
-from xapp.core.policy import KNOWN_WATS, Policy
+from xapp.core.policy import KNOWN_WATS, Policy, SteeringMode
 from xapp.core.weights import NoUsableWatError, WatState, WeightDecision, decide
 
 K = len(KNOWN_WATS)
@@ -16,28 +16,28 @@ POLICIES = [
     Policy(),
     Policy(hysteresis_pct=2.0, capacity_floor_mbps=5.0, max_weight=50),
     Policy(excluded=frozenset({"lte"}), hysteresis_pct=1.0),
-    Policy(mode="fixed_split", split_pct={"nr": 30.0, "wifi": 70.0}),  # type: ignore[arg-type]
-    Policy(mode="active_standby", priority=("wifi", "nr")),  # type: ignore[arg-type]
+    Policy(mode=SteeringMode.FIXED_SPLIT, split_pct={"nr": 30.0, "wifi": 70.0}),
+    Policy(mode=SteeringMode.ACTIVE_STANDBY, priority=("wifi", "nr")),
     Policy(min_share={"nr": 0.2}, max_share={"wifi": 0.6}),
-    Policy(mode="latency_bound", rtt_bound_ms=20.0, demand_mbps=300.0),  # type: ignore[arg-type]
+    Policy(mode=SteeringMode.LATENCY_BOUND, rtt_bound_ms=20.0, demand_mbps=300.0),
     # Issue 35: the two new modes, and thresholds on every mode.
-    Policy(mode="priority", priority=("wifi", "lte", "nr")),  # type: ignore[arg-type]
-    Policy(mode="priority", priority=("lifi", "nr", "wifi"),  # type: ignore[arg-type]
+    Policy(mode=SteeringMode.PRIORITY, priority=("wifi", "lte", "nr")),
+    Policy(mode=SteeringMode.PRIORITY, priority=("lifi", "nr", "wifi"),
            demand_mbps=400.0, hysteresis_pct=2.0),
-    Policy(mode="smallest_delay", rtt_max_ms=30.0),  # type: ignore[arg-type]
-    Policy(mode="smallest_delay", wat_rtt_max_ms={"nr": 10.0},  # type: ignore[arg-type]
+    Policy(mode=SteeringMode.SMALLEST_DELAY, rtt_max_ms=30.0),
+    Policy(mode=SteeringMode.SMALLEST_DELAY, wat_rtt_max_ms={"nr": 10.0},
            loss_max_pct=2.0, hysteresis_pct=1.0),
     Policy(rtt_max_ms=25.0, loss_max_pct=3.0, hysteresis_pct=2.0),
-    Policy(mode="fixed_split", split_pct={"nr": 30.0, "wifi": 70.0},  # type: ignore[arg-type]
+    Policy(mode=SteeringMode.FIXED_SPLIT, split_pct={"nr": 30.0, "wifi": 70.0},
            wat_loss_max_pct={"wifi": 1.0}),
-    Policy(mode="active_standby", priority=("wifi", "nr"),  # type: ignore[arg-type]
+    Policy(mode=SteeringMode.ACTIVE_STANDBY, priority=("wifi", "nr"),
            wat_rtt_max_ms={"wifi": 20.0}),
-    Policy(mode="priority", priority=("nr", "wifi"), demand_mbps=50.0,  # type: ignore[arg-type]
+    Policy(mode=SteeringMode.PRIORITY, priority=("nr", "wifi"), demand_mbps=50.0,
            rtt_max_ms=40.0, loss_max_pct=5.0),
     Policy(min_share={"nr": 0.2}, rtt_max_ms=30.0),
     # Their own hysteresis: smallest_delay by RTT, priority by the WATs its fill uses.
-    Policy(mode="smallest_delay", hysteresis_pct=20.0),  # type: ignore[arg-type]
-    Policy(mode="priority", priority=("nr", "wifi", "lifi"),  # type: ignore[arg-type]
+    Policy(mode=SteeringMode.SMALLEST_DELAY, hysteresis_pct=20.0),
+    Policy(mode=SteeringMode.PRIORITY, priority=("nr", "wifi", "lifi"),
            demand_mbps=300.0, hysteresis_pct=10.0),
 ]
 

@@ -219,6 +219,16 @@ def test_smallest_delay_holds_its_wat_unless_another_is_clearly_faster() -> None
     assert clear.changed and clear.weights == {"nr": 0, "wifi": 100, "lifi": 0}
 
 
+def test_smallest_delay_without_an_rtt_holds_as_load_balancing() -> None:
+    # No RTT known: the fallback balances, and its hysteresis is the aggregate's on the same
+    # WATs (the batch path's rule; before, an unknown RTT moved a lone WAT every tick).
+    policy = Policy(mode=SteeringMode.SMALLEST_DELAY, hysteresis_pct=20.0)
+    first = decide(states({"nr": 100.0}, rtt_ms={"nr": 10.0}), policy)
+    assert first.reason == "smallest_delay:nr"
+    held = decide(states({"nr": 100.0}), policy, previous=first)
+    assert not held.changed and held.reason == "hysteresis"
+
+
 def test_priority_moves_when_its_fill_needs_other_wats() -> None:
     policy = Policy(mode=SteeringMode.PRIORITY, priority=("nr", "wifi"), demand_mbps=400,
                     hysteresis_pct=50.0)
