@@ -331,6 +331,8 @@ def _check_wats(names: object, where: str) -> None:
 
 
 def _validate(p: Policy) -> None:
+    if not isinstance(p.mode, SteeringMode):  # a bare string would decide as load balancing
+        raise PolicyError(f"mode must be a SteeringMode, got {p.mode!r}")
     if not 1 <= p.max_weight <= 255:
         raise PolicyError(f"max_weight must be in 1..255, got {p.max_weight}")
     for where, names in (("min_share", p.min_share), ("max_share", p.max_share),
