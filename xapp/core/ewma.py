@@ -24,6 +24,20 @@ little, and locks itself in (the design brief's "trap").  This estimator breaks 
   The optimism is bounded and self-correcting: a WAT whose estimate overshoots
   gets a larger weight, becomes the bottleneck, and its next (saturated) measurement pulls the
   estimate back; a WAT whose capacity rose keeps growing ever faster until it is found;
+* on a **capped** row (column :data:`CAPPED_COLUMN`: a rate cap in force holds the WAT), a
+  **probe that found nothing** waits before the next: exploration that ends in a measurement
+  no more than :data:`REPROBE_FOUND` above where it started (the WAT's capacity has not moved)
+  holds the estimate for ``reprobe_wait`` unsaturated periods, twice as long after each such
+  probe up to ``reprobe_wait_max``, and a probe that found more restarts the count.  The cap
+  follows the forecast, and each probe of a capped WAT ends with a period or two of the cap
+  above the path, its queue in the network instead of at the agent: on the real stack
+  (``bench/bench_realstack.py --scenario wifi-walk --policy rules_priority``, issue 35) NR's
+  urgent cap rose from 0.9 of the last measurement to above the path every five periods, and
+  the control loop's answers were late in just those periods.  Rows that are not capped (a
+  WRR share, an uncapped load-balancing WAT) explore without waiting: there a probe costs at
+  most that period's split, and waiting cost the twin's wifi-walk 1.8 % of its aggregate.  The
+  model, which reads the radio, still moves the forecast while the explorer waits
+  (:mod:`xapp.core.exploration`);
 * a row reported **down** (``up == 0``) forecasts 0 and keeps its estimate for when it returns;
 * without a saturation column (NaN), rows are treated as saturated: the classic EWMA.
 
@@ -33,6 +47,8 @@ of the period the subflow was cwnd-limited, 0..1) and optionally ``up`` (1/0).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -40,6 +56,12 @@ from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.kpis import SATURATED_MIN
 
 Array = NDArray[np.float64]
+
+#: A probe found more when its measurement is above the estimate it started from by this much.
+REPROBE_FOUND = 0.10
+#: The frame column that marks a row whose WAT a rate cap in force holds (1; 0 or NaN: none):
+#: set by the control loop (:func:`xapp.core.rowmap.with_caps_in_force`), not a KPI.
+CAPPED_COLUMN = "capped"
 
 
 class EwmaEstimator:
@@ -71,6 +93,11 @@ class EwmaEstimator:
     slow_start_pct : float, default=300.0
         Growth per period of a row never saturated yet, in percent (still capped by
         ``headroom`` times what it delivered); at most ``(headroom - 1) * 100`` is useful.
+    reprobe_wait : int, default=4
+        Unsaturated periods a row holds its estimate after a probe that found nothing (0: no
+        wait); doubled after each further such probe.
+    reprobe_wait_max : int, default=32
+        The longest such wait, in periods.
 
     Attributes
     ----------
@@ -82,10 +109,21 @@ class EwmaEstimator:
         Each row's last measurement (saturated, or its first row), Mbps; NaN before it.
     """
 
+    keys_: NDArray[np.str_]
+    estimate_: Array
+    anchor_: Array
+    var_: Array
+    growth_: Array
+    wait_: NDArray[np.int64]  # unsaturated periods left to hold the estimate
+    backoff_: NDArray[np.int64]  # the wait after the next probe that finds nothing
+    probing_: NDArray[np.bool_]  # exploring since its last measurement
+    baseline_: Array  # the estimate the probe started from
+
     def __init__(self, alpha: float = 0.5, alpha_down: float = 0.8, explore_pct: float = 2.0,
                  explore_accel: float = 1.5, explore_max_pct: float = 50.0,
                  headroom: float = 4.0, censoring: bool = True, lower_z: float = 0.0,
-                 slow_start_pct: float = 300.0) -> None:
+                 slow_start_pct: float = 300.0, reprobe_wait: int = 4,
+                 reprobe_wait_max: int = 32) -> None:
         self.alpha = alpha
         self.alpha_down = alpha_down
         self.explore_pct = explore_pct
@@ -95,6 +133,8 @@ class EwmaEstimator:
         self.censoring = censoring
         self.lower_z = lower_z
         self.slow_start_pct = slow_start_pct
+        self.reprobe_wait = reprobe_wait
+        self.reprobe_wait_max = reprobe_wait_max
         self._cpe_ref: NDArray[np.str_] | None = None
         self._wat_ref: NDArray[np.str_] | None = None
 
@@ -111,6 +151,9 @@ class EwmaEstimator:
             raise ValueError(f"headroom must be >= 1, got {self.headroom}")
         if not 0.0 <= self.slow_start_pct <= 10_000.0:
             raise ValueError(f"slow_start_pct must be in [0, 10000], got {self.slow_start_pct}")
+        if not 0 <= self.reprobe_wait <= self.reprobe_wait_max:
+            raise ValueError("need 0 <= reprobe_wait <= reprobe_wait_max, got "
+                             f"{self.reprobe_wait} and {self.reprobe_wait_max}")
         if self.lower_z < 0.0:
             raise ValueError(f"lower_z must be >= 0, got {self.lower_z}")
 
@@ -124,29 +167,39 @@ class EwmaEstimator:
         if not hasattr(self, "keys_"):
             self._validate()
             self.keys_ = keys
-            self.estimate_ = np.full(len(keys), np.nan)
-            self.anchor_ = np.full(len(keys), np.nan)
-            self.var_ = np.zeros(len(keys))
-            self.growth_ = np.full(len(keys), self._start_growth())
+            for name, blank in self._state_blanks():
+                setattr(self, name, np.full(len(keys), blank))
             return
         if len(keys) == len(self.keys_) and np.array_equal(keys, self.keys_):
             return
         index = {k: i for i, k in enumerate(self.keys_.tolist())}
         old = np.array([index.get(k, -1) for k in keys.tolist()], dtype=np.int64)
         known = old >= 0
-        est = np.full(len(keys), np.nan)
-        anchor = np.full(len(keys), np.nan)
-        var = np.zeros(len(keys))
-        growth = np.full(len(keys), self._start_growth())
-        est[known] = self.estimate_[old[known]]
-        anchor[known] = self.anchor_[old[known]]
-        var[known] = self.var_[old[known]]
-        growth[known] = self.growth_[old[known]]
-        self.keys_, self.estimate_, self.anchor_ = keys, est, anchor
-        self.var_, self.growth_ = var, growth
+        for name, blank in self._state_blanks():
+            now = np.full(len(keys), blank)
+            now[known] = getattr(self, name)[old[known]]
+            setattr(self, name, now)
+        self.keys_ = keys
+
+    def _state_blanks(self) -> tuple[tuple[str, Any], ...]:
+        """Each per-row state array and its value for a row not seen before."""
+        return (("estimate_", np.nan), ("anchor_", np.nan), ("var_", 0.0),
+                ("growth_", self._start_growth()), ("wait_", np.int64(0)),
+                ("backoff_", np.int64(0)),
+                ("probing_", False), ("baseline_", np.nan))
 
     def _start_growth(self) -> float:
         return max(self.slow_start_pct, self.explore_max_pct) / 100.0
+
+    def _judge_probes(self, meas: NDArray[np.bool_], d: Array) -> None:
+        """The wait after each probe that ``meas`` ends: longer where it found nothing."""
+        ends = meas & self.probing_
+        found = d[ends] > self.baseline_[ends] * (1.0 + REPROBE_FOUND)
+        longer = np.minimum(np.maximum(self.reprobe_wait, 2 * self.backoff_[ends]),
+                            self.reprobe_wait_max)
+        self.backoff_[ends] = np.where(found, 0, longer)
+        self.wait_[ends] = self.backoff_[ends]
+        self.probing_[meas] = False
 
     def step(self, frame: KpiFrame) -> CapacityForecast:
         """Ingest one control period and forecast the next one for the same rows."""
@@ -161,6 +214,8 @@ class EwmaEstimator:
         est[fresh] = d[fresh]
 
         meas = seen & saturated & ~fresh
+        capped = frame.column(CAPPED_COLUMN) > 0
+        self._judge_probes(meas, d)
         self.anchor_[fresh | meas] = d[fresh | meas]
         diff = d[meas] - est[meas]
         alpha = np.where(diff < 0, self.alpha_down, self.alpha)
@@ -169,6 +224,14 @@ class EwmaEstimator:
         self.growth_[seen & saturated] = self.explore_pct / 100.0
 
         bound = seen & ~saturated & np.isfinite(est) & ~fresh
+        waiting = bound & (self.wait_ > 0) & capped
+        est[waiting] = np.maximum(est[waiting], d[waiting])
+        self.wait_[waiting] -= 1
+        self.growth_[waiting] = self.explore_pct / 100.0
+        bound &= ~waiting
+        starts = bound & ~self.probing_
+        self.baseline_[starts] = est[starts]
+        self.probing_[bound] = True
         g = self.growth_[bound]
         db = d[bound]
         grown = np.maximum(db, est[bound] * (1.0 + g))

@@ -101,7 +101,7 @@ from xapp.core.ports import (
     WeightPublisher,
 )
 from xapp.core.returning import with_return_weights
-from xapp.core.rowmap import RowMap, inputs, row_map
+from xapp.core.rowmap import RowMap, inputs, row_map, with_caps_in_force
 from xapp.core.rules import ClassRule
 from xapp.core.weights import WeightError
 
@@ -293,14 +293,15 @@ class ControlLoop:
         self.state.set_model_version(version)
         if len(frame) == 0:
             return
-        # 2. Forecasts for every row; a slice of the fleet's to the sink.
+        rm = self._row_map(frame)
+        report.cpes = len(rm.cpe_ids)
+        # 2. Forecasts for every row, knowing which WATs are capped; a slice to the sink.
+        frame = with_caps_in_force(frame, rm, self.fleets)
         forecast = self.estimator.step(frame)
         if len(forecast.median_mbps) != len(frame) or len(forecast.lower_mbps) != len(frame):
             raise WeightError("estimator returned forecasts not aligned with the KPI rows")
         self._write_forecasts(frame, forecast, now_s, version)
         # 3. Every due (CPE, direction) decided.
-        rm = self._row_map(frame)
-        report.cpes = len(rm.cpe_ids)
         appliers = {d: Appliers(self._rate_caps_rows(d), self._class_room(d))
                     for d in DIRECTIONS}
         out, lent = self._decide(frame, forecast, rm, now_s, report, appliers)

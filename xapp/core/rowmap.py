@@ -7,13 +7,16 @@ keeps them between ticks when no CPE came or went).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
+from xapp.core.caps import CAP_MAX_MBPS
 from xapp.core.decisions import Inputs
+from xapp.core.ewma import CAPPED_COLUMN
 from xapp.core.fleet import FleetTable
 from xapp.core.forecast import DIRECTIONS, KpiFrame
 from xapp.core.policy import KNOWN_WATS
@@ -73,6 +76,18 @@ def row_map(frame: KpiFrame, fleets: Iterable[FleetTable]) -> RowMap:
     return RowMap(cpe_ids=cpe_ids, fleet_rows=fleet_rows[0], dirs=dirs,
                   unknown=int((~ok).sum()), duplicates=duplicates)
 
+
+def with_caps_in_force(frame: KpiFrame, rm: RowMap, fleets: Mapping[str, FleetTable]
+                       ) -> KpiFrame:
+    """``frame`` with the column :data:`CAPPED_COLUMN`: 1 on the rows whose WAT the set in force
+    for their CPE and direction caps (a rate cap below :data:`~xapp.core.caps.CAP_MAX_MBPS`),
+    else 0.  The estimators probe a capped WAT more sparingly (:mod:`xapp.core.ewma`)."""
+    capped = np.zeros(len(frame))
+    for d, dr in rm.dirs.items():
+        ok = dr.col >= 0
+        caps = fleets[d].caps[rm.fleet_rows[dr.pos[ok]], dr.col[ok]]
+        capped[dr.rows[ok]] = np.isfinite(caps) & (caps < CAP_MAX_MBPS)
+    return dataclasses.replace(frame, values={**frame.values, CAPPED_COLUMN: capped})
 
 
 def inputs(frame: KpiFrame, rm: RowMap, dr: DirRows, median: Array, lower: Array,

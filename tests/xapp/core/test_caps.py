@@ -23,6 +23,7 @@ from xapp.core.caps import (
     check_headroom,
     rate_caps,
 )
+from xapp.core.ewma import CAPPED_COLUMN
 from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.loop import ControlLoop, LoopSettings
 from xapp.core.policy_book import PolicyBook
@@ -243,6 +244,36 @@ def test_loop_resends_when_caps_move_and_drops_them_when_the_backend_changes() -
     (doc,) = pub.take()
     assert "caps_mbps" not in doc["ul"]
     assert not np.isfinite(loop.fleets["ul"].caps).any()
+
+
+class Recording(Exact):
+    """Exact forecasts; keeps each frame's ``capped`` column by (cpe, wat, direction)."""
+
+    def __init__(self) -> None:
+        self.capped: list[dict[tuple[str, str, str], float]] = []
+
+    def step(self, frame: KpiFrame) -> CapacityForecast:
+        assert frame.direction is not None
+        self.capped.append({(str(c), str(w), str(d)): float(v) for c, w, d, v in zip(
+            frame.cpe, frame.wat, frame.direction, frame.column(CAPPED_COLUMN), strict=True)})
+        return super().step(frame)
+
+
+def test_the_estimator_sees_which_wats_the_sets_in_force_cap() -> None:
+    """The explorer probes a capped WAT sparingly (xapp.core.ewma), so the loop tells it which
+    WATs the sets in force cap: a cap below the schema's maximum, in that direction."""
+    sem = Semantics()
+    sem.ul = {"a"}
+    rec = Recording()
+    loop = ControlLoop(Kpis(_rows(["a", "b"])), rec, MemoryPublisher(clock=lambda: 0.0),
+                       NullSink(), PolicyBook(SPLIT).resolver, SdlStateStore(),
+                       settings=LoopSettings(lease_s=30.0), semantics=sem)
+    loop.tick(100.0)
+    loop.tick(101.0)
+    first, second = rec.capped
+    assert set(first.values()) == {0.0}  # nothing in force yet
+    # a's uplink: wifi capped at 1.15 x its share, nr uncapped (it sets the total).
+    assert {k for k, v in second.items() if v} == {("a", "wifi", "ul")}
 
 
 def test_loop_caps_survive_a_restart_and_ride_the_refresh() -> None:
