@@ -193,13 +193,15 @@ class EwmaEstimator:
 
     def _judge_probes(self, meas: NDArray[np.bool_], d: Array) -> None:
         """The wait after each probe that ``meas`` ends: longer where it found nothing."""
-        ends = meas & self.probing_
+        ends = np.flatnonzero(meas & self.probing_)
+        if len(ends) == 0:
+            return
         found = d[ends] > self.baseline_[ends] * (1.0 + REPROBE_FOUND)
         longer = np.minimum(np.maximum(self.reprobe_wait, 2 * self.backoff_[ends]),
                             self.reprobe_wait_max)
         self.backoff_[ends] = np.where(found, 0, longer)
         self.wait_[ends] = self.backoff_[ends]
-        self.probing_[meas] = False
+        self.probing_[ends] = False
 
     def step(self, frame: KpiFrame) -> CapacityForecast:
         """Ingest one control period and forecast the next one for the same rows."""
@@ -224,14 +226,16 @@ class EwmaEstimator:
         self.growth_[seen & saturated] = self.explore_pct / 100.0
 
         bound = seen & ~saturated & np.isfinite(est) & ~fresh
-        waiting = bound & (self.wait_ > 0) & capped
-        est[waiting] = np.maximum(est[waiting], d[waiting])
-        self.wait_[waiting] -= 1
-        self.growth_[waiting] = self.explore_pct / 100.0
-        bound &= ~waiting
-        starts = bound & ~self.probing_
-        self.baseline_[starts] = est[starts]
-        self.probing_[bound] = True
+        if capped.any():  # only a capped row's probes are tracked and waited for
+            waiting = np.flatnonzero(bound & capped & (self.wait_ > 0))
+            est[waiting] = np.maximum(est[waiting], d[waiting])
+            self.wait_[waiting] -= 1
+            self.growth_[waiting] = self.explore_pct / 100.0
+            bound[waiting] = False
+            probes = bound & capped
+            starts = np.flatnonzero(probes & ~self.probing_)
+            self.baseline_[starts] = est[starts]
+            self.probing_[probes] = True
         g = self.growth_[bound]
         db = d[bound]
         grown = np.maximum(db, est[bound] * (1.0 + g))
