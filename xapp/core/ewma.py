@@ -226,16 +226,17 @@ class EwmaEstimator:
         self.growth_[seen & saturated] = self.explore_pct / 100.0
 
         bound = seen & ~saturated & np.isfinite(est) & ~fresh
-        if capped.any():  # only a capped row's probes are tracked and waited for
+        if capped.any():  # only a capped row waits
             waiting = np.flatnonzero(bound & capped & (self.wait_ > 0))
             est[waiting] = np.maximum(est[waiting], d[waiting])
             self.wait_[waiting] -= 1
             self.growth_[waiting] = self.explore_pct / 100.0
             bound[waiting] = False
-            probes = bound & capped
-            starts = np.flatnonzero(probes & ~self.probing_)
-            self.baseline_[starts] = est[starts]
-            self.probing_[probes] = True
+        # Every probe is judged, so a WAT capped since its probe started (an urgent class's,
+        # whose first probe is before its cap) waits after it.
+        starts = np.flatnonzero(bound & ~self.probing_)
+        self.baseline_[starts] = est[starts]
+        self.probing_ |= bound
         g = self.growth_[bound]
         db = d[bound]
         grown = np.maximum(db, est[bound] * (1.0 + g))
