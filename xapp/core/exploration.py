@@ -49,6 +49,16 @@ explorer's lower bound (it grows until the WAT is the bottleneck), a WAT reporte
 0, and a WAT measured slow stays off on its measurement (``paper-static``'s 0.6 Mbit/s LiFi).
 The backup flag binds both directions (the proxy's MP_PRIO stops the CPE's sending too), so each
 direction's series must let the WAT back on for it to carry at all.
+
+**A trial that carried nothing.**  A WAT tried that way and carrying nothing again in the next
+period, while its CPE carried traffic on another WAT or direction, did not take what it was
+offered: on the real stack's ``paper-static`` (issue 32) LiFi's 0.5 Mbit/s downlink sat in
+retransmission timeouts (``saturated`` 0 in every period, so never measured) and was tried seven
+periods in a row, on and carrying nothing, where the oracle has it off.  Such a WAT forecasts 0
+(off) for :data:`TRIAL_WAIT` periods and is then tried again; each further trial that carries
+nothing doubles the wait, up to :data:`TRIAL_WAIT_MAX`, and a period in which it carries anything
+ends the waits.  A CPE that carried nothing at all (no traffic) is not judged: its WATs stay
+tried.
 """
 
 from __future__ import annotations
@@ -66,6 +76,8 @@ ERROR_ALPHA = 0.3
 #: A key whose error score exceeds this (|log(forecast / measured)|: 0.405 is a factor 1.5)
 #: takes the measured estimator's forecast.
 DOMAIN_LOG_ERROR = float(np.log(1.5))
+#: Periods a WAT whose trial carried nothing is off before the next; doubled per failed trial.
+TRIAL_WAIT, TRIAL_WAIT_MAX = 4, 32
 
 
 class ExploringEstimator:
@@ -99,6 +111,11 @@ class ExploringEstimator:
         self._score = np.zeros(0)
         self._graded = np.zeros(0, dtype=bool)
         self._measured = np.zeros(0, dtype=bool)
+        #: Per slot: tried last period (its forecast was NaN), periods left off after a
+        #: failed trial, and the wait the next failed trial sets.
+        self._tried = np.zeros(0, dtype=bool)
+        self._trial_wait = np.zeros(0, dtype=np.int64)
+        self._trial_backoff = np.zeros(0, dtype=np.int64)
 
     @property
     def version(self) -> Any:
@@ -132,6 +149,10 @@ class ExploringEstimator:
             self._score = np.concatenate([self._score, np.zeros(grow)])
             self._graded = np.concatenate([self._graded, np.zeros(grow, dtype=bool)])
             self._measured = np.concatenate([self._measured, np.zeros(grow, dtype=bool)])
+            self._tried = np.concatenate([self._tried, np.zeros(grow, dtype=bool)])
+            self._trial_wait = np.concatenate([self._trial_wait, np.zeros(grow, dtype=np.int64)])
+            self._trial_backoff = np.concatenate([self._trial_backoff,
+                                                  np.zeros(grow, dtype=np.int64)])
             self._cpe_of = np.concatenate([self._cpe_of, np.array(cpe_of, dtype=np.intp)])
             self._cpe_out = np.concatenate([self._cpe_out, np.zeros(len(self._cpes)
                                                                      - len(self._cpe_out),
@@ -169,6 +190,7 @@ class ExploringEstimator:
         lower = np.where(np.isnan(own.lower_mbps), explored.lower_mbps, own.lower_mbps)
         median = np.where(censored, np.fmax(median, explored.median_mbps), median)
         lower = np.where(censored, np.fmax(lower, explored.lower_mbps), lower)
+        self._tried[slots] = np.isnan(median)  # the loop tries these (rowmap.inputs)
         return CapacityForecast(median_mbps=median, lower_mbps=np.minimum(lower, median))
 
     def _away(self, slots: np.ndarray[Any, np.dtype[np.intp]]
@@ -185,7 +207,23 @@ class ExploringEstimator:
                        explored: CapacityForecast) -> CapacityForecast:
         """The measured estimator's forecast, NaN for a WAT up that carried nothing this period
         and was never measured: its estimate is no measurement (0, or the trickle a backup
-        subflow carried once, which bounds its exploration), and a WAT down keeps its 0."""
+        subflow carried once, which bounds its exploration), and a WAT down keeps its 0; 0
+        while such a WAT waits after a trial that carried nothing (the module's docstring)."""
         blank = ~carried & ~self._measured[slots] & (frame.column("up") != 0)
-        return CapacityForecast(median_mbps=np.where(blank, np.nan, explored.median_mbps),
-                                lower_mbps=np.where(blank, np.nan, explored.lower_mbps))
+        cpe = self._cpe_of[slots]
+        busy = np.zeros(len(self._cpes), dtype=bool)
+        busy[cpe[carried]] = True
+        failed = slots[blank & self._tried[slots] & busy[cpe]]
+        if len(failed):
+            self._trial_backoff[failed] = np.minimum(
+                np.maximum(TRIAL_WAIT, 2 * self._trial_backoff[failed]), TRIAL_WAIT_MAX)
+            self._trial_wait[failed] = self._trial_backoff[failed]
+        self._trial_backoff[slots[carried]] = 0
+        self._trial_wait[slots[carried]] = 0
+        off = blank & (self._trial_wait[slots] > 0)
+        self._trial_wait[slots[off]] -= 1
+        blank &= ~off
+        median = np.where(off, 0.0, explored.median_mbps)
+        lower = np.where(off, 0.0, explored.lower_mbps)
+        return CapacityForecast(median_mbps=np.where(blank, np.nan, median),
+                                lower_mbps=np.where(blank, np.nan, lower))

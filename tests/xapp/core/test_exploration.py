@@ -168,7 +168,12 @@ def test_ungraded_forecasts_of_a_series_out_of_domain_give_way_to_the_measuremen
     nr, wifi, lifi = out[-1].median_mbps
     assert nr < 12.0  # graded: out of domain, its measurement stands
     assert wifi <= 4 * 7.5  # ungraded: the explorer's bound, not the model's 864
-    assert np.isnan(lifi) and np.isnan(out[-1].lower_mbps[2])  # never delivered: no estimate
+    # Never delivered: no estimate, so it is tried (NaN); still carrying nothing the period
+    # after while the CPE's other WATs carry, the trial failed, and it is off (0) for a while.
+    first = next(i for i, f in enumerate(out) if np.isnan(f.median_mbps[2]))
+    assert np.isnan(out[first].lower_mbps[2])
+    assert [f.median_mbps[2] for f in out[first + 1:]] == [0.0] * (len(out) - first - 1)
+    assert lifi == 0.0
     # Down is down, not unknown.
     down = _blockage_frame([8.0, 7.5, 0.0], [1.0, 0.0, 0.0], up=(1.0, 1.0, 0.0))
     assert est.step(down).median_mbps[2] == 0.0
@@ -183,7 +188,8 @@ def test_a_trickle_on_a_backup_subflow_is_no_measurement() -> None:
     trickled = est.step(_blockage_frame([8.0, 7.5, 0.2], [1.0, 1.0, 0.0]))
     assert trickled.median_mbps[2] > 0  # carrying: the explorer's lower bound
     out = [est.step(_blockage_frame([8.0, 7.5, 0.0], [1.0, 1.0, 0.0])) for _ in range(3)]
-    assert all(np.isnan(f.median_mbps[2]) for f in out)
+    assert np.isnan(out[0].median_mbps[2])  # tried
+    assert [f.median_mbps[2] for f in out[1:]] == [0.0, 0.0]  # the trial carried nothing
     # Once measured, what it carries is its capacity, also when it then carries nothing.
     est.step(_blockage_frame([8.0, 7.5, 0.5], [1.0, 1.0, 1.0]))
     after = est.step(_blockage_frame([8.0, 7.5, 0.0], [1.0, 1.0, 0.0]))
@@ -236,4 +242,29 @@ def test_a_cpe_once_out_of_domain_distrusts_its_ungraded_forecasts_in_both_direc
     _, ul_wifi, ul_lifi, dl_nr, dl_wifi, dl_lifi = out[-1].median_mbps
     assert est.out_of_domain() == 0  # NR's forecast follows its measurement again
     assert ul_wifi <= 4 * 7.5 and dl_wifi <= 4 * 7.4 and dl_nr <= 4 * 11.0
-    assert np.isnan(ul_lifi) and np.isnan(dl_lifi)
+    # LiFi, never measured, is tried in both directions (NaN), off between trials that carried
+    # nothing (0); never the model's paper-scale 2.8.
+    for col in (2, 5):
+        lifi = [f.median_mbps[col] for f in out[1:]]
+        assert any(np.isnan(v) for v in lifi) and all(np.isnan(v) or v == 0.0 for v in lifi)
+    assert {ul_lifi, dl_lifi} <= {0.0} or (np.isnan(ul_lifi) and np.isnan(dl_lifi))
+
+
+def test_a_trial_that_carried_nothing_waits_longer_each_time() -> None:
+    """``paper-static`` on the real stack: LiFi's downlink in retransmission timeouts, never
+    measured, was tried seven periods in a row carrying nothing.  Each trial that carries nothing
+    while the CPE's other WATs do is followed by 4, 8, 16 ... periods off; carrying ends it, and
+    a CPE with no traffic at all is not judged."""
+    busy = _blockage_frame([8.0, 7.5, 0.0], [1.0, 1.0, 0.0])
+    est = ExploringEstimator(PaperScale())
+    lifi = [est.step(busy).median_mbps[2] for _ in range(20)]
+    tried = [i for i, v in enumerate(lifi) if np.isnan(v)]
+    first = tried[0]  # once NR's grade set the model aside for this CPE
+    assert tried == [first, first + 5, first + 14]  # off 4, then 8 periods
+    assert all(v == 0.0 for v in lifi[first:] if not np.isnan(v))
+    carried = est.step(_blockage_frame([8.0, 7.5, 0.3], [1.0, 1.0, 0.0])).median_mbps[2]
+    assert carried > 0  # it carried: the explorer's lower bound, and the waits are over
+    assert np.isnan(est.step(busy).median_mbps[2])
+    # A CPE that carried nothing at all had no traffic to offer: the trial is not judged.
+    idle = _blockage_frame([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+    assert all(np.isnan(est.step(idle).median_mbps[2]) for _ in range(3))
