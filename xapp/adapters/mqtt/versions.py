@@ -88,6 +88,10 @@ class VersionAllocator:
         self.block = block
         self._last: dict[str, int] = {}
         self._ceiling: dict[str, int] = {}
+        #: The last version handed out for each CPE whose block was forgotten: a store that
+        #: lost its data (FLUSHALL) and a floor from a clock that has not moved on a millisecond
+        #: must not hand this process a version it sent already.
+        self._forgotten: dict[str, int] = {}
 
     def reserve(self, cpe_ids: Collection[str]) -> None:
         """Make sure each CPE has at least one unused version, with one store write in all."""
@@ -97,9 +101,10 @@ class VersionAllocator:
         unknown = [c for c in need if c not in self._ceiling]
         if unknown:
             for cpe_id, stored in self.store.get_ceilings(unknown).items():
-                # Start above anything a previous run could have sent.
-                self._last[cpe_id] = stored
-                self._ceiling[cpe_id] = stored
+                # Start above anything a previous run, or this one, could have sent.
+                start = max(stored, self._forgotten.pop(cpe_id, 0))
+                self._last[cpe_id] = start
+                self._ceiling[cpe_id] = start
         new = {c: max(self._ceiling[c], self._last[c]) + self.block for c in need}
         self.store.set_ceilings(new)
         self._ceiling.update(new)
@@ -144,5 +149,6 @@ class VersionAllocator:
         gone = [c for c in self._ceiling if which(c)]
         for c in gone:
             del self._ceiling[c]
-            self._last.pop(c, None)
+            last = self._last.pop(c, 0)
+            self._forgotten[c] = max(self._forgotten.get(c, 0), last)
         return len(gone)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,27 @@ def test_take_many_hands_out_what_take_would(batches: list[list[str]], block: in
         assert got == [single.take(c) for c in ids]
         ceilings = batched_store.get_ceilings(ids)
         assert all(v <= ceilings[c] for c, v in zip(ids, got, strict=True))
+
+
+class LostStore(MemoryVersionStore):
+    """A store that lost its data (SDL's Redis after FLUSHALL) and a floor from a clock that has
+    not moved on: every read gives ``floor``."""
+
+    def __init__(self, floor: int) -> None:
+        super().__init__()
+        self.floor = floor
+
+    def get_ceilings(self, cpe_ids: Collection[str]) -> dict[str, int]:
+        return dict.fromkeys(cpe_ids, self.floor)
+
+
+def test_a_forgotten_block_never_hands_this_process_a_version_again() -> None:
+    """CI's run of tests/xapp/app/test_sdl_loss.py: three versions, FLUSHALL and the takeover's
+    forget in the same millisecond, and the clock floor gave the first of them again."""
+    alloc = VersionAllocator(LostStore(1_000), block=100)
+    sent = [alloc.take("cpe-1") for _ in range(3)]
+    assert alloc.forget(lambda c: True) == 1
+    again = alloc.take("cpe-1")
+    assert again > sent[-1]
+    alloc.forget(lambda c: True)
+    assert alloc.take_many(["cpe-1", "cpe-2"]) == [again + 1, 1_001]
