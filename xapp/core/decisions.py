@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from xapp.core import thresholds
 from xapp.core.policy import Policy, SteeringMode
 from xapp.core.weights import (
+    SMALLEST_DELAY_BALANCED,
     NoUsableWatError,
     WatState,
     WeightDecision,
@@ -223,7 +224,7 @@ def _smallest_delay(out: BatchDecision, rows: IntArray, wats: tuple[str, ...], r
             np.ones(len(one), dtype=bool), names[best[one]], prev, policy, stays=stays)
     rest = rows[~has]
     if len(rest):
-        _balanced(out, rest, prev, policy, "smallest_delay:balanced", same_wats=True)
+        _balanced(out, rest, prev, policy, SMALLEST_DELAY_BALANCED, same_wats=True)
 
 
 @dataclass(frozen=True)

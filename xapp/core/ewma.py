@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from xapp.core.backoff import doubled
 from xapp.core.forecast import CapacityForecast, KpiFrame
 from xapp.core.kpis import SATURATED_MIN
 
@@ -197,8 +198,7 @@ class EwmaEstimator:
         if len(ends) == 0:
             return
         found = d[ends] > self.baseline_[ends] * (1.0 + REPROBE_FOUND)
-        longer = np.minimum(np.maximum(self.reprobe_wait, 2 * self.backoff_[ends]),
-                            self.reprobe_wait_max)
+        longer = doubled(self.backoff_[ends], self.reprobe_wait, self.reprobe_wait_max)
         self.backoff_[ends] = np.where(found, 0, longer)
         self.wait_[ends] = self.backoff_[ends]
         self.probing_[ends] = False

@@ -67,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from xapp.core.backoff import doubled
 from xapp.core.ewma import EwmaEstimator
 from xapp.core.forecast import CapacityEstimator, CapacityForecast, KpiFrame
 from xapp.core.kpis import SATURATED_MIN
@@ -215,8 +216,8 @@ class ExploringEstimator:
         busy[cpe[carried]] = True
         failed = slots[blank & self._tried[slots] & busy[cpe]]
         if len(failed):
-            self._trial_backoff[failed] = np.minimum(
-                np.maximum(TRIAL_WAIT, 2 * self._trial_backoff[failed]), TRIAL_WAIT_MAX)
+            self._trial_backoff[failed] = doubled(self._trial_backoff[failed], TRIAL_WAIT,
+                                                  TRIAL_WAIT_MAX)
             self._trial_wait[failed] = self._trial_backoff[failed]
         self._trial_backoff[slots[carried]] = 0
         self._trial_wait[slots[carried]] = 0

@@ -31,6 +31,9 @@ _EPS = 1e-9
 #: Work-array size (elements) of one block of rows: 512 KB of float64; with the product the
 #: scores take, about the L2 of a server core (65,536 measured 20 % faster than 32,768 here).
 _BLOCK_ELEMENTS = 65_536
+#: The reason of smallest_delay's fallback, load balancing where no RTT picks a WAT (its
+#: hysteresis is the aggregate's, not the RTT's).
+SMALLEST_DELAY_BALANCED = "smallest_delay:balanced"
 
 
 class WeightError(ValueError):
@@ -232,7 +235,7 @@ def decide(states: Mapping[str, WatState], policy: Policy | None = None,
     usable = within or usable
 
     weights, reason = _weights_for_mode(wats, cons, states, usable, policy)
-    by_rtt = policy.mode is SteeringMode.SMALLEST_DELAY and reason != "smallest_delay:balanced"
+    by_rtt = policy.mode is SteeringMode.SMALLEST_DELAY and reason != SMALLEST_DELAY_BALANCED
     if not any(weights.values()):
         raise NoUsableWatError(f"policy mode {policy.mode.value} leaves no WAT to use")
     reason += suffix
@@ -296,7 +299,7 @@ def _weights_for_mode(wats: list[str], cons: Mapping[str, float],
         best = smallest_delay(wats, states, usable, policy)
         if best is not None:
             return {**zero, best: policy.max_weight}, f"smallest_delay:{best}"
-        reason = "smallest_delay:balanced"
+        reason = SMALLEST_DELAY_BALANCED
     return _balanced(wats, cons, candidates, policy, reason)
 
 
