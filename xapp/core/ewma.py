@@ -28,12 +28,18 @@ little, and locks itself in (the design brief's "trap").  This estimator breaks 
   **probe that found nothing** waits before the next: exploration that ends in a measurement
   no more than :data:`REPROBE_FOUND` above where it started (the WAT's capacity has not moved)
   holds the estimate for ``reprobe_wait`` unsaturated periods, twice as long after each such
-  probe up to ``reprobe_wait_max``, and a probe that found more restarts the count.  The cap
-  follows the forecast, and each probe of a capped WAT ends with a period or two of the cap
-  above the path, its queue in the network instead of at the agent: on the real stack
-  (``bench/bench_realstack.py --scenario wifi-walk --policy rules_priority``, issue 35) NR's
-  urgent cap rose from 0.9 of the last measurement to above the path every five periods, and
-  the control loop's answers were late in just those periods.  Rows that are not capped (a
+  probe up to ``reprobe_wait_max``, and a probe that found more (above where it started and
+  above the level the waits held) restarts the count.  The cap follows the forecast, and
+  each probe of a capped WAT ends with a period or two of the cap above the path, its queue in
+  the network instead of at the agent: on the real stack (``bench/bench_realstack.py
+  --scenario wifi-walk --policy rules_priority``, issue 35) NR's urgent cap rose from 0.9 of
+  the last measurement to above the path every five periods, and the control loop's answers
+  were late in just those periods.  A wait never holds a level a measurement fell short of:
+  a probe that ends more than :data:`REPROBE_FOUND` under where it started, or a measurement
+  that far under the estimate during a wait, ends the wait, and the WAT is probed again from
+  its lowered estimate with its count kept (one period of head-of-line blocking on the real
+  stack, NR delivering 9 of its 16 Mbit/s with its subflow saturated, had held NR's urgent cap
+  at 9.4 Mbit/s for eight periods).  Rows that are not capped (a
   WRR share, an uncapped load-balancing WAT) explore without waiting: there a probe costs at
   most that period's split, and waiting cost the twin's wifi-walk 1.8 % of its aggregate.  The
   model, which reads the radio, still moves the forecast while the explorer waits
@@ -119,6 +125,7 @@ class EwmaEstimator:
     backoff_: NDArray[np.int64]  # the wait after the next probe that finds nothing
     probing_: NDArray[np.bool_]  # exploring since its last measurement
     baseline_: Array  # the estimate the probe started from
+    held_: Array  # the level the last probe that found nothing measured (NaN: none)
 
     def __init__(self, alpha: float = 0.5, alpha_down: float = 0.8, explore_pct: float = 2.0,
                  explore_accel: float = 1.5, explore_max_pct: float = 50.0,
@@ -187,21 +194,31 @@ class EwmaEstimator:
         return (("estimate_", np.nan), ("anchor_", np.nan), ("var_", 0.0),
                 ("growth_", self._start_growth()), ("wait_", np.int64(0)),
                 ("backoff_", np.int64(0)),
-                ("probing_", False), ("baseline_", np.nan))
+                ("probing_", False), ("baseline_", np.nan), ("held_", np.nan))
 
     def _start_growth(self) -> float:
         return max(self.slow_start_pct, self.explore_max_pct) / 100.0
 
-    def _judge_probes(self, meas: NDArray[np.bool_], d: Array) -> None:
-        """The wait after each probe that ``meas`` ends: longer where it found nothing."""
+    def _judge_probes(self, meas: NDArray[np.bool_], d: Array, est: Array) -> None:
+        """The wait after each probe that ``meas`` ends, and the end of a wait that a
+        measurement well under the estimate interrupts (see the class docstring)."""
         ends = np.flatnonzero(meas & self.probing_)
-        if len(ends) == 0:
-            return
-        found = d[ends] > self.baseline_[ends] * (1.0 + REPROBE_FOUND)
-        longer = doubled(self.backoff_[ends], self.reprobe_wait, self.reprobe_wait_max)
-        self.backoff_[ends] = np.where(found, 0, longer)
-        self.wait_[ends] = self.backoff_[ends]
-        self.probing_[ends] = False
+        waiting = np.flatnonzero(meas & ~self.probing_ & (self.wait_ > 0))
+        if len(ends):
+            start = self.baseline_[ends]
+            # Judged against the level the waits hold too, so finding it again after a
+            # measurement that fell short is not finding more.
+            more = d[ends] > np.fmax(start, self.held_[ends]) * (1.0 + REPROBE_FOUND)
+            short = ~more & (d[ends] < start * (1.0 - REPROBE_FOUND))
+            longer = doubled(self.backoff_[ends], self.reprobe_wait, self.reprobe_wait_max)
+            same = ~more & ~short
+            self.backoff_[ends] = np.where(more, 0, np.where(short, self.backoff_[ends], longer))
+            self.wait_[ends] = np.where(same, self.backoff_[ends], 0)
+            self.held_[ends] = np.where(more, np.nan, np.where(same, d[ends], self.held_[ends]))
+            self.probing_[ends] = False
+        if len(waiting):
+            fell = d[waiting] < est[waiting] * (1.0 - REPROBE_FOUND)
+            self.wait_[waiting[fell]] = 0
 
     def step(self, frame: KpiFrame) -> CapacityForecast:
         """Ingest one control period and forecast the next one for the same rows."""
@@ -217,7 +234,7 @@ class EwmaEstimator:
 
         meas = seen & saturated & ~fresh
         capped = frame.column(CAPPED_COLUMN) > 0
-        self._judge_probes(meas, d)
+        self._judge_probes(meas, d, est)
         self.anchor_[fresh | meas] = d[fresh | meas]
         diff = d[meas] - est[meas]
         alpha = np.where(diff < 0, self.alpha_down, self.alpha)

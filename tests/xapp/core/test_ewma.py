@@ -125,6 +125,28 @@ def test_a_capped_probe_that_found_nothing_waits_twice_as_long_each_time() -> No
     assert _held(est) == 0
 
 
+def test_a_wait_never_holds_a_level_a_measurement_fell_short_of() -> None:
+    # A probe that ends under where it started does not wait, and keeps its count: finding
+    # the level the waits held again is not finding more.
+    est = _measured_at_100(reprobe_wait=4, reprobe_wait_max=32)
+    _probe(est, 100.0)
+    assert _held(est) == 4
+    _probe(est, 60.0)
+    assert est.estimate_[1] < 100.0
+    assert _held(est) == 0
+    _probe(est, 100.0)
+    assert _held(est) == 8
+    # A measurement that far under the estimate during a wait ends the wait.
+    _probe(est, 100.0)
+    est.step(_frame([100.0, 90.0], [1.0, 0.0], capped=CAPPED))
+    est.step(_frame([100.0, 50.0], [1.0, 1.0], capped=CAPPED))
+    assert _held(est) == 0
+    # One within REPROBE_FOUND of it does not.
+    _probe(est, 100.0)
+    est.step(_frame([100.0, 95.0], [1.0, 1.0], capped=CAPPED))
+    assert _held(est) > 0
+
+
 @pytest.mark.parametrize(("kwargs", "capped"), [({"reprobe_wait": 0}, CAPPED),
                                                ({}, [0.0, 0.0]), ({}, [0.0, float("nan")])])
 def test_no_wait_where_nothing_caps_or_waiting_is_off(kwargs: dict[str, Any],
