@@ -210,15 +210,19 @@ class EwmaEstimator:
             # measurement that fell short is not finding more.
             more = d[ends] > np.fmax(start, self.held_[ends]) * (1.0 + REPROBE_FOUND)
             short = ~more & (d[ends] < start * (1.0 - REPROBE_FOUND))
-            longer = doubled(self.backoff_[ends], self.reprobe_wait, self.reprobe_wait_max)
-            same = ~more & ~short
-            self.backoff_[ends] = np.where(more, 0, np.where(short, self.backoff_[ends], longer))
-            self.wait_[ends] = np.where(same, self.backoff_[ends], 0)
-            self.held_[ends] = np.where(more, np.nan, np.where(same, d[ends], self.held_[ends]))
+            found, fell, same = ends[more], ends[short], ends[~more & ~short]
+            self.backoff_[found] = 0
+            self.held_[found] = np.nan
+            self.wait_[found] = 0
+            self.wait_[fell] = 0  # its count and the level held stay
+            self.backoff_[same] = doubled(self.backoff_[same], self.reprobe_wait,
+                                          self.reprobe_wait_max)
+            self.held_[same] = d[same]
+            self.wait_[same] = self.backoff_[same]
             self.probing_[ends] = False
         if len(waiting):
-            fell = d[waiting] < est[waiting] * (1.0 - REPROBE_FOUND)
-            self.wait_[waiting[fell]] = 0
+            fell = waiting[d[waiting] < est[waiting] * (1.0 - REPROBE_FOUND)]
+            self.wait_[fell] = 0
 
     def step(self, frame: KpiFrame) -> CapacityForecast:
         """Ingest one control period and forecast the next one for the same rows."""
